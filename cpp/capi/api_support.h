@@ -1,0 +1,116 @@
+// The C ABI's exception firewall and argument checks.
+//
+// Every extern "C" body runs inside guard(): exceptions become a status and a thread-local message
+// ("<function>: <why>"); nothing crosses the boundary. ApiError carries an explicit status (invalid argument,
+// invalid handle); ctxcache::ContractError maps to CTXC_E_CONTRACT, InvariantError to CTXC_E_INVARIANT,
+// std::bad_alloc to CTXC_E_NO_MEMORY, anything else to CTXC_E_INTERNAL.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ctxcache.h"
+#include "ctxcache/block_hash.h"
+#include "ctxcache/errors.h"
+#include "ctxcache/types.h"
+
+namespace ctxcache::capi {
+
+class ApiError : public std::runtime_error {
+public:
+    ApiError(ctxc_status_t status, std::string const& message) : std::runtime_error(message), status_(status) {}
+    ctxc_status_t status() const noexcept { return status_; }
+
+private:
+    ctxc_status_t status_;
+};
+
+[[noreturn]] inline void invalidArgument(std::string const& message) {
+    throw ApiError(CTXC_E_INVALID_ARGUMENT, message);
+}
+[[noreturn]] inline void invalidHandle(std::string const& message) { throw ApiError(CTXC_E_INVALID_HANDLE, message); }
+
+void setLastError(char const* function, char const* message) noexcept;
+char const* lastErrorMessage() noexcept;
+
+template <class F>
+ctxc_status_t guard(char const* function, F&& body) noexcept {
+    try {
+        return body();
+    } catch (ApiError const& e) {
+        setLastError(function, e.what());
+        return e.status();
+    } catch (ContractError const& e) {
+        setLastError(function, e.what());
+        return CTXC_E_CONTRACT;
+    } catch (InvariantError const& e) {
+        setLastError(function, e.what());
+        return CTXC_E_INVARIANT;
+    } catch (std::bad_alloc const&) {
+        setLastError(function, "out of memory");
+        return CTXC_E_NO_MEMORY;
+    } catch (std::exception const& e) {
+        setLastError(function, e.what());
+        return CTXC_E_INTERNAL;
+    } catch (...) {
+        setLastError(function, "unknown exception");
+        return CTXC_E_INTERNAL;
+    }
+}
+
+template <class T>
+T& requireOut(T* out, char const* name) {
+    if (!out) invalidArgument(std::string(name) + " is NULL");
+    return *out;
+}
+
+// An input array: NULL is allowed only with count 0; count must fit the core's int32 sizes.
+template <class T>
+void requireArray(T const* data, size_t count, char const* name) {
+    if (!data && count > 0) invalidArgument(std::string(name) + " is NULL but its count is " + std::to_string(count));
+    if (count > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+        invalidArgument(std::string(name) + " count " + std::to_string(count) + " exceeds INT32_MAX");
+}
+
+inline void requireNonNegative(int64_t value, char const* name) {
+    if (value < 0) invalidArgument(std::string(name) + " is negative (" + std::to_string(value) + ")");
+}
+
+inline bool requireBool(int32_t value, char const* name) {
+    if (value != 0 && value != 1) invalidArgument(std::string(name) + " must be 0 or 1 (got " + std::to_string(value) + ")");
+    return value == 1;
+}
+
+template <class S>
+void requireStructSize(S const* s, char const* name) {
+    if (s->struct_size < sizeof(S))
+        invalidArgument(std::string(name) + "->struct_size is " + std::to_string(s->struct_size) + ", expected " +
+                        std::to_string(sizeof(S)) + " (call the matching _init function)");
+}
+
+ResourceType resourceType(int32_t value, char const* name);
+
+inline Hash128 toHash(ctxc_hash128_t const& h) { return Hash128{h.hi, h.lo}; }
+inline ctxc_hash128_t fromHash(Hash128 const& h) { return ctxc_hash128_t{h.hi, h.lo}; }
+std::vector<BlockHash> toHashes(ctxc_hash128_t const* hashes, size_t count, char const* name);
+
+// Copies `values` into a caller buffer (two-call pattern): always sets *outCount; CTXC_E_BUFFER_TOO_SMALL (and
+// nothing copied) when the buffer is short.
+template <class Out, class In>
+ctxc_status_t copyOut(std::vector<In> const& values, Out* out, size_t capacity, size_t* outCount, char const* name) {
+    requireOut(outCount, "out_count") = values.size();
+    if (values.empty()) return CTXC_OK;
+    if (capacity < values.size()) {
+        if (out == nullptr && capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;  // the size query
+        throw ApiError(CTXC_E_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(capacity) +
+                                                    " entries, " + std::to_string(values.size()) + " needed");
+    }
+    if (!out) invalidArgument(std::string(name) + " is NULL");
+    for (size_t i = 0; i < values.size(); ++i) out[i] = static_cast<Out>(values[i]);
+    return CTXC_OK;
+}
+
+}  // namespace ctxcache::capi

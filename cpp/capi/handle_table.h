@@ -1,0 +1,84 @@
+// HandleTable: the C ABI's opaque handles are not pointers but checked names: (generation << 32) | (slot << 8)
+// | tag. A lookup validates the tag (object type), the slot and the generation, so NULL, stale (destroyed),
+// foreign-typed and made-up handles are recognised instead of dereferenced. A slot is reused only with a new
+// generation, so a stale handle never aliases a newer object.
+//
+// Threading: the table itself is guarded by a mutex (managers may live on different threads); the objects it
+// owns follow their own single-writer contract.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+static_assert(sizeof(void*) == 8, "handles encode a 32-bit generation above a 24-bit slot");
+
+namespace ctxcache::capi {
+
+template <class T, uint8_t Tag>
+class HandleTable {
+public:
+    void* add(std::unique_ptr<T> object) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        uint32_t slot;
+        if (!freeSlots_.empty()) {
+            slot = freeSlots_.back();
+            freeSlots_.pop_back();
+        } else {
+            if (entries_.size() >= (1u << 24)) throw std::bad_alloc();
+            entries_.emplace_back();
+            freeSlots_.reserve(entries_.size());  // remove() pushes without allocating
+            slot = static_cast<uint32_t>(entries_.size() - 1);
+        }
+        Entry& e = entries_[slot];
+        e.generation = nextGeneration_++;
+        if (nextGeneration_ == 0) nextGeneration_ = 1;
+        e.object = std::move(object);
+        return encode(slot, e.generation);
+    }
+
+    T* find(void const* handle) const noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        Entry const* e = entry(handle);
+        return e ? e->object.get() : nullptr;
+    }
+
+    std::unique_ptr<T> remove(void const* handle) noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        Entry* e = const_cast<Entry*>(entry(handle));
+        if (!e) return nullptr;
+        std::unique_ptr<T> object = std::move(e->object);
+        e->generation = 0;
+        freeSlots_.push_back(static_cast<uint32_t>(e - entries_.data()));  // capacity was reserved by add()
+        return object;
+    }
+
+private:
+    struct Entry {
+        uint32_t generation = 0;  // 0 = empty
+        std::unique_ptr<T> object;
+    };
+
+    static void* encode(uint32_t slot, uint32_t generation) noexcept {
+        uintptr_t const value = (static_cast<uintptr_t>(generation) << 32) | (static_cast<uintptr_t>(slot) << 8) | Tag;
+        return reinterpret_cast<void*>(value);
+    }
+
+    Entry const* entry(void const* handle) const noexcept {
+        uintptr_t const value = reinterpret_cast<uintptr_t>(handle);
+        if ((value & 0xFF) != Tag) return nullptr;
+        uint32_t const slot = static_cast<uint32_t>((value >> 8) & 0xFFFFFF);
+        uint32_t const generation = static_cast<uint32_t>(value >> 32);
+        if (generation == 0 || slot >= entries_.size()) return nullptr;
+        Entry const& e = entries_[slot];
+        return e.generation == generation ? &e : nullptr;
+    }
+
+    mutable std::mutex mutex_;
+    std::vector<Entry> entries_;
+    std::vector<uint32_t> freeSlots_;
+    uint32_t nextGeneration_ = 1;
+};
+
+}  // namespace ctxcache::capi

@@ -1,0 +1,47 @@
+#include "capi/handles.h"
+
+namespace ctxcache::capi {
+
+HandleTable<ManagerObject, 0xC1>& managers() {
+    static HandleTable<ManagerObject, 0xC1> table;
+    return table;
+}
+HandleTable<LeaseObject, 0xC2>& leases() {
+    static HandleTable<LeaseObject, 0xC2> table;
+    return table;
+}
+HandleTable<HasherObject, 0xC3>& hashers() {
+    static HandleTable<HasherObject, 0xC3> table;
+    return table;
+}
+
+ManagerObject& requireManager(void const* handle) {
+    if (!handle) invalidHandle("manager is NULL");
+    ManagerObject* m = managers().find(handle);
+    if (!m) invalidHandle("manager is not a live ctxc_manager_t (destroyed, or not a manager handle)");
+    return *m;
+}
+
+LeaseObject& requireLease(void const* handle) {
+    if (!handle) invalidHandle("lease is NULL");
+    LeaseObject* l = leases().find(handle);
+    if (!l) invalidHandle("lease is not a live ctxc_lease_t (destroyed, or not a lease handle)");
+    return *l;
+}
+
+LeaseObject& requireLiveLease(void const* handle, void const* managerHandle) {
+    LeaseObject& l = requireLease(handle);
+    if (l.state == CTXC_LEASE_RELEASED) invalidHandle("lease was already released");
+    if (l.state == CTXC_LEASE_ORPHANED) invalidHandle("lease outlived its manager (the manager was destroyed first)");
+    if (managerHandle && l.managerHandle != managerHandle) invalidHandle("lease belongs to another manager");
+    return l;
+}
+
+BlockHasher const& requireHasher(void const* handle) {
+    if (!handle) return BlockHasher::defaultHasher();
+    HasherObject* h = hashers().find(handle);
+    if (!h) invalidHandle("hasher is not a live ctxc_hasher_t");
+    return h->hasher;
+}
+
+}  // namespace ctxcache::capi

@@ -1,0 +1,48 @@
+// The objects behind the C ABI's handles and the checked lookups every entry point starts with.
+//
+// A ManagerObject owns its ContextCacheManager and knows the handles of its live leases, so that destroying it
+// orphans them (their later use is CTXC_E_INVALID_HANDLE) instead of leaving them to touch freed memory.
+// A LeaseObject remembers its manager's handle: a lease passed to another manager is refused as foreign.
+#pragma once
+
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "capi/api_support.h"
+#include "capi/handle_table.h"
+#include "ctxcache.h"
+#include "ctxcache/block_hash.h"
+#include "ctxcache/context_cache_manager.h"
+
+namespace ctxcache::capi {
+
+struct ManagerObject {
+    std::unique_ptr<ContextCacheManager> manager;
+    std::unordered_set<void const*> leases;  // handles of this manager's leases not yet destroyed
+    std::vector<int32_t> publishedPages;     // backs ctxc_publish_result_t::canonical_base_pages
+    std::vector<BlockHash> hashScratch;      // input hashes, reused between calls
+};
+
+struct LeaseObject {
+    CacheRequestLease lease;
+    void const* managerHandle = nullptr;
+    int32_t state = CTXC_LEASE_LIVE;
+};
+
+struct HasherObject {
+    explicit HasherObject(BlockHasher h) : hasher(std::move(h)) {}
+    BlockHasher hasher;
+};
+
+HandleTable<ManagerObject, 0xC1>& managers();
+HandleTable<LeaseObject, 0xC2>& leases();
+HandleTable<HasherObject, 0xC3>& hashers();
+
+ManagerObject& requireManager(void const* handle);
+// A live lease of `managerHandle` (or of any manager when managerHandle is null).
+LeaseObject& requireLiveLease(void const* handle, void const* managerHandle);
+LeaseObject& requireLease(void const* handle);
+BlockHasher const& requireHasher(void const* handle);  // NULL = the default hasher
+
+}  // namespace ctxcache::capi

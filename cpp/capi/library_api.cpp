@@ -1,0 +1,70 @@
+// C ABI: library-wide entry points (version, errors, layout checks, CUDA probe).
+#include <cstring>
+
+#include "capi/api_support.h"
+#include "device/cuda_probe.h"
+
+using namespace ctxcache::capi;
+
+extern "C" {
+
+CTXC_API int32_t ctxc_abi_version(void) { return CTXC_ABI_VERSION; }
+
+CTXC_API const char* ctxc_last_error(void) { return lastErrorMessage(); }
+
+CTXC_API const char* ctxc_status_string(ctxc_status_t status) {
+    switch (status) {
+        case CTXC_OK: return "CTXC_OK";
+        case CTXC_E_INVALID_ARGUMENT: return "CTXC_E_INVALID_ARGUMENT";
+        case CTXC_E_CONTRACT: return "CTXC_E_CONTRACT";
+        case CTXC_E_INVALID_HANDLE: return "CTXC_E_INVALID_HANDLE";
+        case CTXC_E_NO_MEMORY: return "CTXC_E_NO_MEMORY";
+        case CTXC_E_INVARIANT: return "CTXC_E_INVARIANT";
+        case CTXC_E_LEASES_OUTSTANDING: return "CTXC_E_LEASES_OUTSTANDING";
+        case CTXC_E_BUFFER_TOO_SMALL: return "CTXC_E_BUFFER_TOO_SMALL";
+        case CTXC_E_UNSUPPORTED: return "CTXC_E_UNSUPPORTED";
+        case CTXC_E_INTERNAL: return "CTXC_E_INTERNAL";
+    }
+    return "CTXC_UNKNOWN_STATUS";
+}
+
+CTXC_API size_t ctxc_sizeof(const char* type_name) {
+    if (!type_name) return 0;
+    struct Entry {
+        char const* name;
+        size_t size;
+    };
+#define CTXC_SIZEOF_ENTRY(type) {#type, sizeof(type)}
+    static Entry const table[] = {
+        CTXC_SIZEOF_ENTRY(ctxc_hash128_t),
+        CTXC_SIZEOF_ENTRY(ctxc_resource_demand_t),
+        CTXC_SIZEOF_ENTRY(ctxc_hasher_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_media_span_key_t),
+        CTXC_SIZEOF_ENTRY(ctxc_block_key_extras_t),
+        CTXC_SIZEOF_ENTRY(ctxc_manager_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_reuse_plan_t),
+        CTXC_SIZEOF_ENTRY(ctxc_acquire_result_t),
+        CTXC_SIZEOF_ENTRY(ctxc_hybrid_candidate_t),
+        CTXC_SIZEOF_ENTRY(ctxc_hybrid_snapshot_reservation_t),
+        CTXC_SIZEOF_ENTRY(ctxc_hybrid_checkpoint_key_t),
+        CTXC_SIZEOF_ENTRY(ctxc_publish_result_t),
+        CTXC_SIZEOF_ENTRY(ctxc_manager_metrics_t),
+        CTXC_SIZEOF_ENTRY(ctxc_record_view_t),
+        CTXC_SIZEOF_ENTRY(ctxc_lease_info_t),
+    };
+#undef CTXC_SIZEOF_ENTRY
+    for (Entry const& e : table)
+        if (std::strcmp(e.name, type_name) == 0) return e.size;
+    return 0;
+}
+
+CTXC_API int32_t ctxc_cuda_compiled(void) { return ctxcache::device::cudaCompiled() ? 1 : 0; }
+
+CTXC_API int32_t ctxc_cuda_device_count(void) {
+    char const* reason = "";
+    int const count = ctxcache::device::cudaDeviceCount(&reason);
+    if (count <= 0) setLastError("ctxc_cuda_device_count", reason);
+    return count;
+}
+
+}  // extern "C"

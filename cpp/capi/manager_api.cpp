@@ -1,0 +1,451 @@
+// C ABI: the context cache manager.
+#include "capi/api_support.h"
+#include "capi/handles.h"
+
+using namespace ctxcache;
+using namespace ctxcache::capi;
+
+namespace {
+
+ContextCacheLookupPolicy lookupPolicy(int32_t value) {
+    if (value != CTXC_LOOKUP_USE_CACHE && value != CTXC_LOOKUP_BYPASS)
+        invalidArgument("lookup_policy " + std::to_string(value) + " is not a CTXC_LOOKUP_* value");
+    return static_cast<ContextCacheLookupPolicy>(value);
+}
+
+ctxc_resource_demand_t fromDemand(ResourceDemand const& d) {
+    return ctxc_resource_demand_t{d.baseKvPages, d.draftKvPages, d.recurrentSnapshotSlots, d.partialKvSnapshotSlots};
+}
+
+ctxc_reuse_plan_t fromPlan(ReusePlan const& p) {
+    ctxc_reuse_plan_t out{};
+    out.mode = static_cast<int32_t>(p.mode);
+    out.kind = static_cast<int32_t>(p.kind);
+    out.spec_replay_mode = static_cast<int32_t>(p.specReplayMode);
+    out.matched_token_length = p.matchedTokenLength;
+    out.reuse_token_length = p.reuseTokenLength;
+    out.bound_base_page_count = static_cast<int32_t>(p.basePageBindings.size());
+    out.bound_draft_page_count = static_cast<int32_t>(p.draftPageBindings.size());
+    out.hybrid_has_attention = p.hybridHasAttention ? 1 : 0;
+    out.demand = fromDemand(p.demand);
+    out.draft_record = p.draftRecord.value_or(kNoRecord);
+    out.hybrid_record = p.hybridRecord.value_or(kNoRecord);
+    out.recurrent_snapshot_binding = p.recurrentSnapshotBinding.value_or(-1);
+    out.partial_kv_snapshot_binding = p.partialKvSnapshotBinding.value_or(-1);
+    if (p.specReplayDependency) {
+        out.has_spec_replay_dependency = 1;
+        out.spec_replay_dependency_block_count = p.specReplayDependency->pathBlockCount;
+        out.spec_replay_dependency_hash = fromHash(p.specReplayDependency->terminalHash);
+    }
+    if (p.hybridCheckpoint) {
+        out.has_hybrid_checkpoint = 1;
+        out.hybrid_checkpoint_length = p.hybridCheckpoint->exactLength;
+        out.hybrid_checkpoint_digest = fromHash(p.hybridCheckpoint->exactPrefixDigest);
+    }
+    return out;
+}
+
+// Shared tail of the three acquire calls: fill the result, register the lease handle.
+ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireResult result,
+                            ctxc_acquire_result_t& out, ctxc_lease_t** outLease) {
+    out.status = static_cast<int32_t>(result.status);
+    out.plan = fromPlan(result.plan);
+    if (result.status != AcquireStatus::kAcquired) return CTXC_OK;
+    auto object = std::make_unique<LeaseObject>();
+    object->lease = std::move(*result.lease);
+    object->managerHandle = handle;
+    void* leaseHandle = leases().add(std::move(object));
+    try {
+        m.leases.insert(leaseHandle);
+    } catch (...) {
+        leases().remove(leaseHandle);  // its destructor releases the lease: nothing leaks
+        throw;
+    }
+    *outLease = static_cast<ctxc_lease_t*>(leaseHandle);
+    return CTXC_OK;
+}
+
+struct AcquireOutputs {
+    ctxc_acquire_result_t& result;
+    ctxc_lease_t** lease;
+};
+
+AcquireOutputs acquireOutputs(ctxc_acquire_result_t* result, ctxc_lease_t** lease) {
+    requireOut(lease, "out_lease") = nullptr;
+    ctxc_acquire_result_t& r = requireOut(result, "out_result");
+    requireStructSize(&r, "out_result");
+    return {r, lease};
+}
+
+std::vector<BlockHash> const& inputHashes(ManagerObject& m, ctxc_hash128_t const* hashes, size_t count) {
+    requireArray(hashes, count, "hashes");
+    m.hashScratch.clear();
+    m.hashScratch.reserve(count);
+    for (size_t i = 0; i < count; ++i) m.hashScratch.push_back(toHash(hashes[i]));
+    return m.hashScratch;
+}
+
+void fillPublishResult(ManagerObject& m, PublishResult const& r, ctxc_publish_result_t& out) {
+    m.publishedPages.assign(r.canonicalBasePages.begin(), r.canonicalBasePages.end());
+    out.status = static_cast<int32_t>(r.status);
+    out.record = r.record.value_or(kNoRecord);
+    out.published_base_full_block_count = r.publishedBaseFullBlockCount;
+    out.canonical_base_pages = m.publishedPages.data();
+    out.canonical_base_page_count = m.publishedPages.size();
+}
+
+HybridSnapshotReservation toReservation(ctxc_hybrid_snapshot_reservation_t const& r) {
+    HybridSnapshotReservation out;
+    out.recurrentSnapshotSlot = r.recurrent_snapshot_slot;
+    if (r.partial_kv_snapshot_slot >= 0) out.partialKvSnapshotSlot = r.partial_kv_snapshot_slot;
+    else if (r.partial_kv_snapshot_slot != -1) invalidArgument("partial_kv_snapshot_slot must be >= 0 or -1 (none)");
+    if (r.recurrent_snapshot_slot < 0) invalidArgument("recurrent_snapshot_slot is negative");
+    return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t* options) {
+    if (!options) return;
+    *options = ctxc_manager_options_t{};
+    options->struct_size = sizeof(ctxc_manager_options_t);
+    options->page_size = 128;
+    options->max_records = 1024;
+}
+
+CTXC_API ctxc_status_t ctxc_manager_create(ctxc_manager_t** out_manager, const ctxc_manager_options_t* options) {
+    return guard(__func__, [&] {
+        requireOut(out_manager, "out_manager") = nullptr;
+        ctxc_manager_options_t const& o = requireOut(const_cast<ctxc_manager_options_t*>(options), "options");
+        requireStructSize(&o, "options");
+        if (o.page_size <= 0) invalidArgument("options->page_size must be positive (got " + std::to_string(o.page_size) + ")");
+        requireNonNegative(o.capacities.base_kv_pages, "options->capacities.base_kv_pages");
+        requireNonNegative(o.capacities.draft_kv_pages, "options->capacities.draft_kv_pages");
+        requireNonNegative(o.capacities.recurrent_snapshot_slots, "options->capacities.recurrent_snapshot_slots");
+        requireNonNegative(o.capacities.partial_kv_snapshot_slots, "options->capacities.partial_kv_snapshot_slots");
+        requireNonNegative(o.max_records, "options->max_records");
+        ResourceDemand const capacities{o.capacities.base_kv_pages, o.capacities.draft_kv_pages,
+                                        o.capacities.recurrent_snapshot_slots, o.capacities.partial_kv_snapshot_slots};
+        auto object = std::make_unique<ManagerObject>();
+        object->manager = std::make_unique<ContextCacheManager>(o.page_size, capacities, o.max_records);
+        *out_manager = static_cast<ctxc_manager_t*>(managers().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_destroy(ctxc_manager_t* manager) {
+    return guard(__func__, [&] {
+        if (!manager) return CTXC_OK;
+        std::unique_ptr<ManagerObject> m = managers().remove(manager);
+        if (!m) invalidHandle("manager is not a live ctxc_manager_t (destroyed, or not a manager handle)");
+        size_t orphaned = 0;
+        for (void const* leaseHandle : m->leases) {
+            LeaseObject* lease = leases().find(leaseHandle);
+            if (!lease) continue;
+            if (lease->state == CTXC_LEASE_LIVE) ++orphaned;
+            lease->state = CTXC_LEASE_ORPHANED;
+        }
+        m.reset();  // the manager detaches its remaining leases: they never touch it again
+        if (orphaned > 0)
+            throw ApiError(CTXC_E_LEASES_OUTSTANDING, "destroyed with " + std::to_string(orphaned) +
+                                                          " live lease(s); they are orphaned and must still be destroyed");
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t* manager, const ctxc_hash128_t* hashes, size_t count,
+                                                    int32_t input_token_count, int32_t lookup_policy,
+                                                    ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
+    return guard(__func__, [&] {
+        AcquireOutputs out = acquireOutputs(out_result, out_lease);
+        ManagerObject& m = requireManager(manager);
+        requireNonNegative(input_token_count, "input_token_count");
+        ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
+        AcquireResult r = m.manager->acquireVanilla(inputHashes(m, hashes, count), input_token_count, policy);
+        return finishAcquire(manager, m, std::move(r), out.result, out.lease);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, const ctxc_hybrid_candidate_t* candidates,
+                                                   size_t candidate_count, const ctxc_hash128_t* hashes, size_t count,
+                                                   int32_t input_token_count, int32_t has_attention,
+                                                   int32_t lookup_policy, ctxc_acquire_result_t* out_result,
+                                                   ctxc_lease_t** out_lease) {
+    return guard(__func__, [&] {
+        AcquireOutputs out = acquireOutputs(out_result, out_lease);
+        ManagerObject& m = requireManager(manager);
+        requireNonNegative(input_token_count, "input_token_count");
+        bool const attention = requireBool(has_attention, "has_attention");
+        ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
+        requireArray(candidates, candidate_count, "candidates");
+        std::vector<HybridCheckpointCandidate> c(candidate_count);
+        for (size_t i = 0; i < candidate_count; ++i)
+            c[i] = HybridCheckpointCandidate{candidates[i].exact_length, toHash(candidates[i].exact_prefix_digest)};
+        AcquireResult r = m.manager->acquireHybrid(c, inputHashes(m, hashes, count), input_token_count, attention, policy);
+        return finishAcquire(manager, m, std::move(r), out.result, out.lease);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const ctxc_hash128_t* hashes, size_t count,
+                                                 int32_t input_token_count, int32_t lookup_policy,
+                                                 ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
+    return guard(__func__, [&] {
+        AcquireOutputs out = acquireOutputs(out_result, out_lease);
+        ManagerObject& m = requireManager(manager);
+        requireNonNegative(input_token_count, "input_token_count");
+        ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
+        AcquireResult r = m.manager->acquireSpec(inputHashes(m, hashes, count), input_token_count, policy);
+        return finishAcquire(manager, m, std::move(r), out.result, out.lease);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_t* manager, int32_t input_token_count,
+                                                             int32_t* out_lengths, size_t out_capacity,
+                                                             size_t* out_count) {
+    return guard(__func__, [&] {
+        ManagerObject& m = requireManager(manager);
+        requireNonNegative(input_token_count, "input_token_count");
+        return copyOut(m.manager->hybridCandidateLengths(input_token_count), out_lengths, out_capacity, out_count, "out_lengths");
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_grow_base_pages(ctxc_manager_t* manager, ctxc_lease_t* lease, int32_t count,
+                                                    int32_t* out_ok) {
+    return guard(__func__, [&] {
+        int32_t& ok = requireOut(out_ok, "out_ok");
+        ok = 0;
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        requireNonNegative(count, "count");
+        ok = m.manager->growBasePages(l.lease, count) ? 1 : 0;
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_grow_spec_pages(ctxc_manager_t* manager, ctxc_lease_t* lease, int32_t base_count,
+                                                    int32_t draft_count, int32_t* out_ok) {
+    return guard(__func__, [&] {
+        int32_t& ok = requireOut(out_ok, "out_ok");
+        ok = 0;
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        requireNonNegative(base_count, "base_count");
+        requireNonNegative(draft_count, "draft_count");
+        ok = m.manager->growSpecPages(l.lease, base_count, draft_count) ? 1 : 0;
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_reserve_hybrid_snapshots(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                             int32_t needs_partial_kv_snapshot,
+                                                             ctxc_hybrid_snapshot_reservation_t* out_reservation,
+                                                             int32_t* out_ok) {
+    return guard(__func__, [&] {
+        int32_t& ok = requireOut(out_ok, "out_ok");
+        ok = 0;
+        ctxc_hybrid_snapshot_reservation_t& out = requireOut(out_reservation, "out_reservation");
+        out = ctxc_hybrid_snapshot_reservation_t{-1, -1};
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        bool const partial = requireBool(needs_partial_kv_snapshot, "needs_partial_kv_snapshot");
+        std::optional<HybridSnapshotReservation> r = m.manager->reserveHybridSnapshots(l.lease, partial);
+        if (!r) return CTXC_OK;
+        out.recurrent_snapshot_slot = r->recurrentSnapshotSlot;
+        out.partial_kv_snapshot_slot = r->partialKvSnapshotSlot.value_or(-1);
+        ok = 1;
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_release_restored_hybrid_snapshots(ctxc_manager_t* manager, ctxc_lease_t* lease) {
+    return guard(__func__, [&] {
+        ManagerObject& m = requireManager(manager);
+        m.manager->releaseRestoredHybridSnapshots(requireLiveLease(lease, manager).lease);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_retire_hybrid_snapshot_reservation(
+    ctxc_manager_t* manager, ctxc_lease_t* lease, const ctxc_hybrid_snapshot_reservation_t* reservation) {
+    return guard(__func__, [&] {
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        if (!reservation) invalidArgument("reservation is NULL");
+        m.manager->retireHybridSnapshotReservation(l.lease, toReservation(*reservation));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_publish(ctxc_manager_t* manager, ctxc_lease_t* lease, const ctxc_hash128_t* hashes,
+                                            size_t count, int32_t resident_state_length,
+                                            ctxc_publish_result_t* out_result) {
+    return guard(__func__, [&] {
+        ctxc_publish_result_t& out = requireOut(out_result, "out_result");
+        requireStructSize(&out, "out_result");
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        requireNonNegative(resident_state_length, "resident_state_length");
+        PublishRequest request;
+        request.fullBlockHashes = inputHashes(m, hashes, count);
+        request.residentStateLength = resident_state_length;
+        fillPublishResult(m, m.manager->publish(l.lease, request), out);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                   const ctxc_hash128_t* hashes, size_t count,
+                                                   const ctxc_hybrid_checkpoint_key_t* checkpoint,
+                                                   const ctxc_hybrid_snapshot_reservation_t* snapshots,
+                                                   ctxc_publish_result_t* out_result) {
+    return guard(__func__, [&] {
+        ctxc_publish_result_t& out = requireOut(out_result, "out_result");
+        requireStructSize(&out, "out_result");
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        if (!checkpoint) invalidArgument("checkpoint is NULL");
+        if (!snapshots) invalidArgument("snapshots is NULL");
+        HybridPublishRequest request;
+        request.fullBlockHashes = inputHashes(m, hashes, count);
+        request.checkpoint = HybridCheckpointKey{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
+        request.snapshots = toReservation(*snapshots);
+        fillPublishResult(m, m.manager->publishHybrid(l.lease, request), out);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t* manager, uint64_t record) {
+    return guard(__func__, [&] {
+        requireManager(manager).manager->evictRecord(record);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_manager_metrics_t* out_metrics) {
+    return guard(__func__, [&] {
+        ctxc_manager_metrics_t& out = requireOut(out_metrics, "out_metrics");
+        ContextCacheManagerMetrics const& mm = requireManager(manager).manager->metrics();
+        out = ctxc_manager_metrics_t{mm.evictedRecords, mm.reclaimedBaseKvPages, mm.reclaimedDraftKvPages,
+                                     mm.reclaimedRecurrentSnapshots, mm.reclaimedPartialKvSnapshots};
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_page_size(const ctxc_manager_t* manager, int32_t* out_page_size) {
+    return guard(__func__, [&] {
+        requireOut(out_page_size, "out_page_size") = requireManager(manager).manager->pageSize();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_free,
+                                                int32_t* out_capacity) {
+    return guard(__func__, [&] {
+        ResourcePools const& pools = requireManager(manager).manager->pools();
+        ResourceType const type = resourceType(resource_type, "resource_type");
+        if (out_free) *out_free = pools.freeCount(type);
+        if (out_capacity) *out_capacity = pools.capacity(type);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_ref_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t index,
+                                               int32_t* out_active, int32_t* out_cache) {
+    return guard(__func__, [&] {
+        ResourcePools const& pools = requireManager(manager).manager->pools();
+        ResourceId const id{resourceType(resource_type, "resource_type"), index};
+        if (!pools.validId(id))
+            invalidArgument("index " + std::to_string(index) + " is out of range [0, " + std::to_string(pools.capacity(id.type)) + ")");
+        if (out_active) *out_active = pools.activeRefCount(id);
+        if (out_cache) *out_cache = pools.cacheRefCount(id);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_free_list(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_ids,
+                                              size_t out_capacity, size_t* out_count) {
+    return guard(__func__, [&] {
+        ResourcePools const& pools = requireManager(manager).manager->pools();
+        return copyOut(pools.freeList(resourceType(resource_type, "resource_type")), out_ids, out_capacity, out_count, "out_ids");
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_record_count(const ctxc_manager_t* manager, size_t* out_count) {
+    return guard(__func__, [&] {
+        requireOut(out_count, "out_count") = requireManager(manager).manager->records().size();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_records_lru(const ctxc_manager_t* manager, uint64_t* out_ids, size_t out_capacity,
+                                                size_t* out_count) {
+    return guard(__func__, [&] {
+        return copyOut(requireManager(manager).manager->records().lruToMru(), out_ids, out_capacity, out_count, "out_ids");
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t* manager, uint64_t record, ctxc_record_view_t* out_view) {
+    return guard(__func__, [&] {
+        ctxc_record_view_t& out = requireOut(out_view, "out_view");
+        CacheRecordStore const& records = requireManager(manager).manager->records();
+        if (!records.contains(record)) invalidArgument("record " + std::to_string(record) + " does not exist");
+        CacheRecord const& r = records.get(record);
+        out = ctxc_record_view_t{};
+        out.id = r.id;
+        out.terminal_hash = fromHash(r.key.terminalHash);
+        out.full_block_count = r.key.fullBlockCount;
+        out.exact_checkpoint_length = r.exactCheckpointLength.value_or(-1);
+        out.recurrent_snapshot_slot = r.recurrentSnapshotSlot.value_or(-1);
+        out.partial_kv_snapshot_slot = r.partialKvSnapshotSlot.value_or(-1);
+        out.logical_block_hashes = reinterpret_cast<ctxc_hash128_t const*>(r.logicalBlockHashes.data());
+        out.logical_block_count = r.logicalBlockHashes.size();
+        out.base_page_path = r.basePagePath.data();
+        out.base_page_count = r.basePagePath.size();
+        out.draft_page_path = r.draftPagePath.data();
+        out.draft_page_count = r.draftPagePath.size();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_base_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hash,
+                                                      int32_t* out_page) {
+    return guard(__func__, [&] {
+        int32_t& out = requireOut(out_page, "out_page");
+        ManagerObject& m = requireManager(manager);
+        if (!hash) invalidArgument("hash is NULL");
+        out = m.manager->baseIndex().lookup(toHash(*hash)).value_or(-1);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t* manager, size_t* out_size) {
+    return guard(__func__, [&] {
+        requireOut(out_size, "out_size") = requireManager(manager).manager->baseIndex().size();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_live_lease_count(const ctxc_manager_t* manager, size_t* out_count) {
+    return guard(__func__, [&] {
+        requireOut(out_count, "out_count") = requireManager(manager).manager->liveLeaseCount();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_metadata_bytes(const ctxc_manager_t* manager, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        requireOut(out_bytes, "out_bytes") = requireManager(manager).manager->metadataBytes();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_check_invariants(const ctxc_manager_t* manager) {
+    return guard(__func__, [&] {
+        requireManager(manager).manager->checkInvariants();
+        return CTXC_OK;
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,294 @@
+#include "ctxcache/block_hash.h"
+
+#define OPENSSL_SUPPRESS_DEPRECATED  // SHA256_Init/Update/Final: the state is a POD we can copy per block
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <cstring>
+#include <string>
+
+#include "ctxcache/errors.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the tagged stream copies token arrays as little-endian u32");
+
+namespace ctxcache {
+namespace {
+
+static_assert(sizeof(SHA256_CTX) <= 128, "shaState_ holds a SHA256_CTX");
+
+enum Tag : unsigned char {
+    kTagParent = 1,
+    kTagTokens = 2,
+    kTagMedia = 3,
+    kTagMediaEntry = 4,
+    kTagMediaContentDigest = 5,
+    kTagMediaPlacementDigest = 6,
+    kTagMediaOffset = 7,
+    kTagMediaItemOrder = 8,
+    kTagMediaModality = 9,
+    kTagAdapter = 10,
+    kTagAdapterId = 11,
+    kTagAdapterGeneration = 12,
+    kTagPositionDigest = 13,
+    kTagCustomEmbeddingDigest = 14,
+    kTagIsolationDigest = 15,
+    kTagAbsent = 16,
+    kTagPresent = 17,
+    kTagOpaqueIdentity = 18,
+    kTagMediaToken = 19,
+};
+
+constexpr Hash128 kFnvOffsetBasis{0x6C62272E07BB0142ull, 0x62B821756295C58Dull};
+
+// Serializes the tagged stream into a reusable per-thread buffer.
+class StreamWriter {
+public:
+    explicit StreamWriter(std::vector<unsigned char>& buffer) : buffer_(buffer) { buffer_.clear(); }
+
+    void byte(unsigned char b) { buffer_.push_back(b); }
+    void u32(uint32_t v) { raw(&v, 4); }
+    void u64(uint64_t v) { raw(&v, 8); }
+    void i32(int32_t v) { raw(&v, 4); }
+    void hash(Hash128 const& h) {
+        u64(h.hi);
+        u64(h.lo);
+    }
+    void raw(void const* data, size_t size) {
+        size_t const at = buffer_.size();
+        buffer_.resize(at + size);
+        std::memcpy(buffer_.data() + at, data, size);
+    }
+    void optionalHash(unsigned char tag, std::optional<Hash128> const& h) {
+        byte(tag);
+        if (h) {
+            byte(kTagPresent);
+            hash(*h);
+        } else {
+            byte(kTagAbsent);
+        }
+    }
+    unsigned char const* data() const { return buffer_.data(); }
+    size_t size() const { return buffer_.size(); }
+
+private:
+    std::vector<unsigned char>& buffer_;
+};
+
+std::vector<unsigned char>& threadBuffer() {
+    thread_local std::vector<unsigned char> buffer;
+    return buffer;
+}
+
+bool isZero(Hash128 const& h) { return h.hi == 0 && h.lo == 0; }
+
+void writeBlock(StreamWriter& w, BlockHash parent, int32_t const* tokens, size_t count, BlockKeyExtras const& extras,
+                Hash128 const* media) {
+    w.byte(kTagParent);
+    w.hash(parent);
+    w.byte(kTagTokens);
+    w.u64(count);
+    if (!media) {
+        w.raw(tokens, count * sizeof(int32_t));
+    } else {
+        for (size_t i = 0; i < count; ++i) {
+            if (isZero(media[i])) {
+                w.u32(static_cast<uint32_t>(tokens[i]));
+            } else {
+                w.byte(kTagMediaToken);
+                w.hash(media[i]);
+            }
+        }
+    }
+    w.byte(kTagMedia);
+    w.u64(extras.media.size());
+    for (MediaSpanKey const& m : extras.media) {
+        w.byte(kTagMediaEntry);
+        w.byte(kTagMediaContentDigest);
+        w.hash(m.contentDigest);
+        w.byte(kTagMediaPlacementDigest);
+        w.hash(m.placementDigest);
+        w.byte(kTagMediaOffset);
+        w.i32(m.offsetWithinBlock);
+        w.byte(kTagMediaItemOrder);
+        w.i32(m.itemOrder);
+        w.byte(kTagMediaModality);
+        w.byte(m.modality);
+    }
+    w.byte(kTagAdapter);
+    if (extras.adapter) {
+        w.byte(kTagPresent);
+        w.byte(kTagAdapterId);
+        w.hash(extras.adapter->id);
+        w.byte(kTagAdapterGeneration);
+        w.u64(extras.adapter->generation);
+    } else {
+        w.byte(kTagAbsent);
+    }
+    w.optionalHash(kTagPositionDigest, extras.positionDigest);
+    w.optionalHash(kTagCustomEmbeddingDigest, extras.customEmbeddingDigest);
+    w.optionalHash(kTagIsolationDigest, extras.isolationDigest);
+}
+
+BlockKeyExtras const kNoExtras{};
+
+BlockKeyExtras const& extrasFor(std::vector<BlockKeyExtras> const& extras, size_t block) {
+    if (extras.empty()) return kNoExtras;
+    return extras.size() == 1 ? extras.front() : extras[block];
+}
+
+void checkExtrasCount(char const* operation, std::vector<BlockKeyExtras> const& extras, size_t blocks) {
+    if (extras.size() > 1 && extras.size() != blocks)
+        throw ContractError(std::string(operation) + ": extrasPerBlock has " + std::to_string(extras.size()) +
+                            " entries for " + std::to_string(blocks) + " blocks (expected 0, 1 or one per block)");
+}
+
+void checkTokens(char const* operation, int32_t const* tokens, size_t count, int32_t pageSize) {
+    if (pageSize <= 0) throw ContractError(std::string(operation) + ": pageSize must be positive (" + std::to_string(pageSize) + ")");
+    if (count > 0 && !tokens) throw ContractError(std::string(operation) + ": tokens is null");
+}
+
+}  // namespace
+
+Hash128 fnv1a128(void const* bytes, size_t size, Hash128 state) {
+    __extension__ typedef unsigned __int128 u128;
+    u128 s = (static_cast<u128>(state.hi) << 64) | state.lo;
+    auto const* p = static_cast<unsigned char const*>(bytes);
+    for (size_t i = 0; i < size; ++i) {
+        s ^= p[i];
+        s = (s << 88) + s * 0x13B;  // s * (2^88 + 2^8 + 0x3B) mod 2^128
+    }
+    return Hash128{static_cast<uint64_t>(s >> 64), static_cast<uint64_t>(s)};
+}
+
+std::string toHex(Hash128 const& hash) {
+    static char const digits[] = "0123456789abcdef";
+    std::string out(32, '0');
+    for (int i = 0; i < 16; ++i) {
+        out[static_cast<size_t>(15 - i)] = digits[(hash.hi >> (4 * i)) & 0xF];
+        out[static_cast<size_t>(31 - i)] = digits[(hash.lo >> (4 * i)) & 0xF];
+    }
+    return out;
+}
+
+BlockHasher::BlockHasher(HashAlgorithm algorithm, std::string_view key) : algorithm_(algorithm) {
+    if (algorithm != HashAlgorithm::kSha256 && algorithm != HashAlgorithm::kFnv1a128)
+        throw ContractError("BlockHasher: unknown algorithm " + std::to_string(static_cast<int>(algorithm)));
+    if (algorithm == HashAlgorithm::kFnv1a128) {
+        if (!key.empty()) throw ContractError("BlockHasher: fnv1a128 takes no key (use sha256 for a keyed hash)");
+        return;
+    }
+    SHA256_CTX ctx;
+    SHA256_Init(&ctx);
+    if (!key.empty()) {
+        keyed_ = true;
+        unsigned char block[64] = {};
+        SHA256(reinterpret_cast<unsigned char const*>(key.data()), key.size(), block);  // K0 = SHA-256(K) || 0^32
+        SHA256_Update(&ctx, block, sizeof block);
+        OPENSSL_cleanse(block, sizeof block);
+    }
+    std::memcpy(shaState_, &ctx, sizeof ctx);
+    OPENSSL_cleanse(&ctx, sizeof ctx);
+}
+
+Hash128 BlockHasher::digest(unsigned char const* bytes, size_t size) const {
+    if (algorithm_ == HashAlgorithm::kFnv1a128) return fnv1a128(bytes, size, kFnvOffsetBasis);
+    SHA256_CTX ctx;
+    std::memcpy(&ctx, shaState_, sizeof ctx);
+    SHA256_Update(&ctx, bytes, size);
+    unsigned char out[SHA256_DIGEST_LENGTH];
+    SHA256_Final(out, &ctx);
+    Hash128 h;
+    for (int i = 0; i < 8; ++i) {
+        h.hi = (h.hi << 8) | out[i];
+        h.lo = (h.lo << 8) | out[8 + i];
+    }
+    return h;
+}
+
+BlockHash BlockHasher::hashBlock(BlockHash parent, int32_t const* tokens, size_t count, BlockKeyExtras const& extras,
+                                 Hash128 const* perPositionMediaHash) const {
+    if (count > 0 && !tokens) throw ContractError("hashBlock: tokens is null");
+    StreamWriter w(threadBuffer());
+    writeBlock(w, parent, tokens, count, extras, perPositionMediaHash);
+    return digest(w.data(), w.size());
+}
+
+void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
+                                     std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                     Hash128 const* perPositionMediaHash, std::vector<BlockHash>& out) const {
+    checkTokens("hashFullBlocks", tokens, tokenCount, pageSize);
+    size_t const page = static_cast<size_t>(pageSize);
+    size_t const blocks = tokenCount / page;
+    checkExtrasCount("hashFullBlocks", extrasPerBlock, blocks);
+    out.reserve(out.size() + blocks);
+    BlockHash parent = kChainRoot;
+    for (size_t b = 0; b < blocks; ++b) {
+        StreamWriter w(threadBuffer());
+        writeBlock(w, parent, tokens + b * page, page, extrasFor(extrasPerBlock, b),
+                   perPositionMediaHash ? perPositionMediaHash + b * page : nullptr);
+        parent = digest(w.data(), w.size());
+        out.push_back(parent);
+    }
+}
+
+std::vector<BlockHash> BlockHasher::hashFullBlocks(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
+                                                   std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                                   Hash128 const* perPositionMediaHash) const {
+    std::vector<BlockHash> out;
+    hashFullBlocksInto(tokens, tokenCount, pageSize, extrasPerBlock, perPositionMediaHash, out);
+    return out;
+}
+
+BlockHash BlockHasher::hashExactPrefix(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
+                                       std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                       Hash128 const* perPositionMediaHash) const {
+    checkTokens("hashExactPrefix", tokens, tokenCount, pageSize);
+    size_t const page = static_cast<size_t>(pageSize);
+    size_t const blocks = (tokenCount + page - 1) / page;
+    checkExtrasCount("hashExactPrefix", extrasPerBlock, blocks);
+    BlockHash parent = kChainRoot;
+    for (size_t b = 0; b < blocks; ++b) {
+        StreamWriter w(threadBuffer());
+        size_t const begin = b * page;
+        size_t const count = std::min(page, tokenCount - begin);
+        writeBlock(w, parent, tokens + begin, count, extrasFor(extrasPerBlock, b),
+                   perPositionMediaHash ? perPositionMediaHash + begin : nullptr);
+        parent = digest(w.data(), w.size());
+    }
+    return parent;
+}
+
+Hash128 BlockHasher::hashOpaqueIdentity(std::string_view bytes) const {
+    StreamWriter w(threadBuffer());
+    w.byte(kTagOpaqueIdentity);
+    w.u64(bytes.size());
+    w.raw(bytes.data(), bytes.size());
+    return digest(w.data(), w.size());
+}
+
+BlockHasher const& BlockHasher::defaultHasher() {
+    static BlockHasher const hasher(HashAlgorithm::kSha256);
+    return hasher;
+}
+
+BlockHash hashBlock(BlockHash parent, int32_t const* tokens, size_t count, BlockKeyExtras const& extras,
+                    Hash128 const* perPositionMediaHash, BlockHasher const& hasher) {
+    return hasher.hashBlock(parent, tokens, count, extras, perPositionMediaHash);
+}
+
+std::vector<BlockHash> hashFullBlocks(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
+                                      std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                      Hash128 const* perPositionMediaHash, BlockHasher const& hasher) {
+    return hasher.hashFullBlocks(tokens, tokenCount, pageSize, extrasPerBlock, perPositionMediaHash);
+}
+
+BlockHash hashExactPrefix(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
+                          std::vector<BlockKeyExtras> const& extrasPerBlock, BlockHasher const& hasher) {
+    return hasher.hashExactPrefix(tokens, tokenCount, pageSize, extrasPerBlock);
+}
+
+Hash128 hashOpaqueIdentity(std::string_view bytes, BlockHasher const& hasher) {
+    return hasher.hashOpaqueIdentity(bytes);
+}
+
+}  // namespace ctxcache

@@ -1,0 +1,51 @@
+#include "ctxcache/cache_record.h"
+
+#include <string>
+
+#include "ctxcache/errors.h"
+
+namespace ctxcache {
+
+std::vector<ResourceId> CacheRecord::resources() const {
+    std::vector<ResourceId> result;
+    result.reserve(basePagePath.size() + draftPagePath.size() + 2);
+    for (PageId page : basePagePath) result.push_back({ResourceType::kBaseKvPage, page});
+    for (PageId page : draftPagePath) result.push_back({ResourceType::kDraftKvPage, page});
+    if (recurrentSnapshotSlot) result.push_back({ResourceType::kRecurrentSnapshot, *recurrentSnapshotSlot});
+    if (partialKvSnapshotSlot) result.push_back({ResourceType::kPartialKvSnapshot, *partialKvSnapshotSlot});
+    return result;
+}
+
+std::optional<HybridCheckpointKey> CacheRecord::hybridKey() const {
+    if (!exactCheckpointLength) return std::nullopt;
+    return HybridCheckpointKey{key.terminalHash, *exactCheckpointLength};
+}
+
+void CacheRecord::validate() const {
+    auto fail = [](std::string const& why) { throw ContractError("CacheRecord: " + why); };
+    if (key.fullBlockCount < 0) fail("fullBlockCount is negative");
+    if (logicalBlockHashes.size() != static_cast<size_t>(key.fullBlockCount))
+        fail("logicalBlockHashes has " + std::to_string(logicalBlockHashes.size()) + " entries, fullBlockCount is " +
+             std::to_string(key.fullBlockCount));
+    if (isHybrid()) {
+        if (*exactCheckpointLength <= 0) fail("exactCheckpointLength must be positive");
+        if (!recurrentSnapshotSlot) fail("a hybrid checkpoint needs a recurrent snapshot slot");
+    } else {
+        if (key.fullBlockCount == 0) fail("a non-hybrid record needs at least one full block");
+        if (key.terminalHash != logicalBlockHashes.back()) fail("terminalHash is not the last logical block hash");
+        if (recurrentSnapshotSlot || partialKvSnapshotSlot) fail("snapshot slots need a hybrid checkpoint length");
+    }
+    if (!basePagePath.empty() && basePagePath.size() != logicalBlockHashes.size())
+        fail("basePagePath must be empty or as long as the logical path");
+    if (!isHybrid() && basePagePath.empty()) fail("a non-hybrid record needs its base path");
+    if (!draftPagePath.empty() && draftPagePath.size() != basePagePath.size())
+        fail("draftPagePath must be empty or as long as basePagePath");
+    for (PageId page : basePagePath)
+        if (page < 0) fail("negative base page id");
+    for (PageId page : draftPagePath)
+        if (page < 0) fail("negative draft page id");
+    if (recurrentSnapshotSlot && *recurrentSnapshotSlot < 0) fail("negative recurrent snapshot slot");
+    if (partialKvSnapshotSlot && *partialKvSnapshotSlot < 0) fail("negative partial-KV snapshot slot");
+}
+
+}  // namespace ctxcache

@@ -1,0 +1,169 @@
+#include "ctxcache/cache_record_store.h"
+
+#include <string>
+
+#include "ctxcache/errors.h"
+
+namespace ctxcache {
+
+CacheRecordStore::CacheRecordStore(int32_t maxRecords) : maxRecords_(maxRecords) {
+    if (maxRecords < 0) throw ContractError("CacheRecordStore: maxRecords must be non-negative");
+}
+
+CacheRecordStore::Entry& CacheRecordStore::entry(RecordId id, char const* operation) {
+    auto it = records_.find(id);
+    if (it == records_.end())
+        throw ContractError(std::string("CacheRecordStore::") + operation + ": no record " + std::to_string(id));
+    return it->second;
+}
+
+RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
+    record.validate();
+    if (auto hybrid = record.hybridKey()) {
+        if (auto existing = findHybrid(*hybrid)) {
+            touch(*existing);
+            return {*existing, false};
+        }
+    } else if (auto existing = find(record.key)) {
+        touch(*existing);
+        return {*existing, false};
+    }
+    if (nextId_ == 0) throw ContractError("CacheRecordStore::insert: record ids wrapped around");
+    RecordId const id = nextId_;
+    record.id = id;
+    auto hybrid = record.hybridKey();
+    // Allocate everything first, then link: an allocation failure leaves the store unchanged.
+    lru_.push_back(id);
+    auto lruPosition = std::prev(lru_.end());
+    try {
+        auto [it, inserted] = records_.emplace(id, Entry{std::move(record), lruPosition});
+        (void)inserted;
+        try {
+            if (hybrid) {
+                hybridIndex_.tryEmplace(*hybrid, id);
+                ++hybridLengths_[hybrid->exactLength];
+            } else {
+                exactIndex_.tryEmplace(it->second.record.key, id);
+            }
+        } catch (...) {
+            if (hybrid) hybridIndex_.erase(*hybrid);
+            records_.erase(it);
+            throw;
+        }
+    } catch (...) {
+        lru_.erase(lruPosition);
+        throw;
+    }
+    ++nextId_;
+    return {id, true};
+}
+
+std::optional<RecordId> CacheRecordStore::find(CacheRecordKey const& key) const {
+    if (RecordId const* id = exactIndex_.find(key)) return *id;
+    return std::nullopt;
+}
+
+std::optional<RecordId> CacheRecordStore::findHybrid(HybridCheckpointKey const& key) const {
+    if (RecordId const* id = hybridIndex_.find(key)) return *id;
+    return std::nullopt;
+}
+
+std::vector<int32_t> CacheRecordStore::hybridCandidateLengths(int32_t inputTokenCount) const {
+    std::vector<int32_t> lengths;
+    for (auto it = hybridLengths_.upper_bound(inputTokenCount); it != hybridLengths_.end(); ++it) lengths.push_back(it->first);
+    return lengths;
+}
+
+CacheRecord const& CacheRecordStore::get(RecordId id) const {
+    return const_cast<CacheRecordStore*>(this)->entry(id, "get").record;
+}
+
+std::optional<RecordId> CacheRecordStore::leastRecent() const noexcept {
+    if (lru_.empty()) return std::nullopt;
+    return lru_.front();
+}
+
+void CacheRecordStore::touch(RecordId id) {
+    Entry& e = entry(id, "touch");
+    lru_.splice(lru_.end(), lru_, e.lruPosition);
+}
+
+void CacheRecordStore::setDraftState(RecordId id, std::vector<PageId> draftPagePath) {
+    Entry& e = entry(id, "setDraftState");
+    if (e.record.hasDraftPath()) throw ContractError("CacheRecordStore::setDraftState: record " + std::to_string(id) + " already has a draft path");
+    if (e.record.isHybrid()) throw ContractError("CacheRecordStore::setDraftState: record " + std::to_string(id) + " is a hybrid checkpoint");
+    if (draftPagePath.size() != e.record.basePagePath.size())
+        throw ContractError("CacheRecordStore::setDraftState: draft path has " + std::to_string(draftPagePath.size()) +
+                            " pages, the base path " + std::to_string(e.record.basePagePath.size()));
+    for (PageId page : draftPagePath)
+        if (page < 0) throw ContractError("CacheRecordStore::setDraftState: negative draft page id");
+    e.record.draftPagePath = std::move(draftPagePath);
+    lru_.splice(lru_.end(), lru_, e.lruPosition);
+}
+
+CacheRecord CacheRecordStore::erase(RecordId id) {
+    Entry& e = entry(id, "erase");
+    CacheRecord record = std::move(e.record);
+    lru_.erase(e.lruPosition);
+    if (auto hybrid = record.hybridKey()) {
+        hybridIndex_.erase(*hybrid);
+        auto it = hybridLengths_.find(hybrid->exactLength);
+        if (it != hybridLengths_.end() && --it->second == 0) hybridLengths_.erase(it);
+    } else {
+        exactIndex_.erase(record.key);
+    }
+    records_.erase(id);
+    return record;
+}
+
+void CacheRecordStore::checkInvariants() const {
+    if (lru_.size() != records_.size())
+        throw InvariantError("CacheRecordStore: LRU holds " + std::to_string(lru_.size()) + " ids for " +
+                             std::to_string(records_.size()) + " records");
+    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+        auto rec = records_.find(*it);
+        if (rec == records_.end()) throw InvariantError("CacheRecordStore: LRU holds unknown record " + std::to_string(*it));
+        if (rec->second.lruPosition != it) throw InvariantError("CacheRecordStore: record " + std::to_string(*it) + " is in the LRU twice");
+    }
+    size_t hybrids = 0;
+    std::map<int32_t, int32_t, std::greater<int32_t>> lengths;
+    for (auto const& [id, e] : records_) {
+        if (e.record.id != id || id == kNoRecord || id >= nextId_)
+            throw InvariantError("CacheRecordStore: record stored under id " + std::to_string(id) + " has id " + std::to_string(e.record.id));
+        try {
+            e.record.validate();
+        } catch (ContractError const& error) {
+            throw InvariantError(std::string("CacheRecordStore: record ") + std::to_string(id) + " invalid: " + error.what());
+        }
+        if (auto hybrid = e.record.hybridKey()) {
+            ++hybrids;
+            ++lengths[hybrid->exactLength];
+            RecordId const* indexed = hybridIndex_.find(*hybrid);
+            if (!indexed || *indexed != id) throw InvariantError("CacheRecordStore: hybrid record " + std::to_string(id) + " missing from the hybrid index");
+        } else {
+            RecordId const* indexed = exactIndex_.find(e.record.key);
+            if (!indexed || *indexed != id) throw InvariantError("CacheRecordStore: record " + std::to_string(id) + " missing from the exact-key index");
+        }
+    }
+    if (hybridIndex_.size() != hybrids || exactIndex_.size() != records_.size() - hybrids)
+        throw InvariantError("CacheRecordStore: key indexes hold entries of no record");
+    if (lengths != hybridLengths_) throw InvariantError("CacheRecordStore: hybrid length counts are stale");
+}
+
+size_t CacheRecordStore::memoryBytes() const noexcept {
+    // Node-based containers: count each node's payload plus two pointers and the allocator's 16-byte header.
+    constexpr size_t kNodeOverhead = 2 * sizeof(void*) + 16;
+    size_t bytes = exactIndex_.memoryBytes() + hybridIndex_.memoryBytes();
+    bytes += records_.bucket_count() * sizeof(void*);
+    bytes += records_.size() * (sizeof(std::pair<RecordId const, Entry>) + kNodeOverhead);
+    bytes += lru_.size() * (sizeof(RecordId) + kNodeOverhead);
+    bytes += hybridLengths_.size() * (sizeof(std::pair<int32_t const, int32_t>) + 4 * sizeof(void*) + 16);
+    for (auto const& [id, e] : records_) {
+        bytes += e.record.logicalBlockHashes.capacity() * sizeof(BlockHash);
+        bytes += e.record.basePagePath.capacity() * sizeof(PageId);
+        bytes += e.record.draftPagePath.capacity() * sizeof(PageId);
+    }
+    return bytes;
+}
+
+}  // namespace ctxcache

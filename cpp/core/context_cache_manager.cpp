@@ -1,0 +1,554 @@
+#include "ctxcache/context_cache_manager.h"
+
+#include <algorithm>
+#include <string>
+
+#include "ctxcache/errors.h"
+#include "lease_state.h"
+
+namespace ctxcache {
+namespace {
+
+constexpr ResourceType kAllTypes[kResourceTypeCount] = {ResourceType::kBaseKvPage, ResourceType::kDraftKvPage,
+                                                        ResourceType::kRecurrentSnapshot,
+                                                        ResourceType::kPartialKvSnapshot};
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+[[noreturn]] void contract(char const* operation, std::string const& why) {
+    throw ContractError(std::string(operation) + ": " + why);
+}
+
+char const* leaseKind(ReusePlanMode mode) {
+    switch (mode) {
+        case ReusePlanMode::kVanilla: return "a vanilla lease";
+        case ReusePlanMode::kHybrid: return "a hybrid lease";
+        case ReusePlanMode::kSpec: return "a spec lease";
+    }
+    return "a lease";
+}
+
+bool ownsReservation(std::vector<ResourceId> const& reserved, ResourceId id) {
+    return std::find(reserved.begin(), reserved.end(), id) != reserved.end();
+}
+
+// The first min(count, matched) publication hashes must be the ones the lease acquired: otherwise the lease's
+// physical pages would not hold the blocks being published.
+void checkMatchedPrefix(char const* operation, std::vector<BlockHash> const& hashes, size_t count,
+                        std::vector<BlockHash> const& matched) {
+    size_t const n = std::min(count, matched.size());
+    for (size_t i = 0; i < n; ++i)
+        if (hashes[i] != matched[i])
+            contract(operation, "fullBlockHashes[" + str(static_cast<int64_t>(i)) +
+                                    "] no longer describes the acquired prefix (" + toHex(hashes[i]) + " != " +
+                                    toHex(matched[i]) + ")");
+}
+
+}  // namespace
+
+ResourceDemand ContextCacheManager::validatedCapacities(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords) {
+    if (pageSize <= 0) contract("ContextCacheManager", "pageSize must be positive (" + str(pageSize) + ")");
+    if (!capacities.isNonNegative()) contract("ContextCacheManager", "capacities must be non-negative");
+    if (maxRecords < 0) contract("ContextCacheManager", "maxRecords must be non-negative (" + str(maxRecords) + ")");
+    return capacities;
+}
+
+ContextCacheManager::ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords)
+    : pageSize_(pageSize),
+      maxRecords_(maxRecords),
+      pools_(validatedCapacities(pageSize, capacities, maxRecords)),
+      baseIndex_(capacities.baseKvPages),
+      records_(maxRecords) {}
+
+ContextCacheManager::~ContextCacheManager() {
+    // Leases must be released first; any that were not are detached so they never reach freed memory.
+    for (LeaseState* s = leaseList_; s;) {
+        LeaseState* next = s->next;
+        s->manager = nullptr;
+        s->prev = s->next = nullptr;
+        s = next;
+    }
+}
+
+// ---- leases ----------------------------------------------------------------------------------------------
+
+CacheRequestLease ContextCacheManager::newLease(ReusePlanMode mode) {
+    auto state = std::make_unique<LeaseState>();
+    state->manager = this;
+    state->mode = mode;
+    state->next = leaseList_;
+    if (leaseList_) leaseList_->prev = state.get();
+    leaseList_ = state.get();
+    ++liveLeases_;
+    return CacheRequestLease(std::move(state));
+}
+
+ContextCacheManager::LeaseState& ContextCacheManager::checkLease(CacheRequestLease& lease, char const* operation) const {
+    if (!lease.state_) contract(operation, "lease is empty (released or moved from)");
+    if (!lease.state_->manager) contract(operation, "lease outlived its manager");
+    if (lease.state_->manager != this) contract(operation, "lease belongs to another manager");
+    return *lease.state_;
+}
+
+void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
+    // noexcept: a refcount underflow here means corrupted metadata, and std::terminate is the right answer.
+    for (PageId page : s.basePages) pools_.releaseActiveRef({ResourceType::kBaseKvPage, page});
+    for (PageId page : s.draftPages) pools_.releaseActiveRef({ResourceType::kDraftKvPage, page});
+    if (s.recurrentBinding) pools_.releaseActiveRef({ResourceType::kRecurrentSnapshot, *s.recurrentBinding});
+    if (s.partialBinding) pools_.releaseActiveRef({ResourceType::kPartialKvSnapshot, *s.partialBinding});
+    for (ResourceId const& id : s.reservedSnapshots) pools_.releaseActiveRef(id);
+    s.basePages.clear();
+    s.draftPages.clear();
+    s.recurrentBinding.reset();
+    s.partialBinding.reset();
+    s.reservedSnapshots.clear();
+    if (s.prev) s.prev->next = s.next;
+    else leaseList_ = s.next;
+    if (s.next) s.next->prev = s.prev;
+    s.prev = s.next = nullptr;
+    s.manager = nullptr;
+    --liveLeases_;
+}
+
+// ---- eviction -------------------------------------------------------------------------------------------
+
+std::optional<EvictionPlan> ContextCacheManager::planEviction(ResourceDemand const& demand,
+                                                              std::optional<RecordId> protectedRecord) const {
+    EvictionPlan plan = EvictionPlanner::plan(demand, pools_, records_, protectedRecord);
+    if (!plan.feasible) return std::nullopt;
+    return plan;
+}
+
+void ContextCacheManager::applyEviction(EvictionPlan const& plan, ResourceDemand const& demand) {
+    for (RecordId victim : plan.victims) evictRecord(victim);
+    if (!pools_.canAllocate(demand)) throw InvariantError("ContextCacheManager: eviction reclaimed less than planned");
+}
+
+void ContextCacheManager::evictRecord(RecordId id) {
+    if (!records_.contains(id)) contract("evictRecord", "no record " + str(static_cast<int64_t>(id)));
+    CacheRecord record = records_.erase(id);
+    draftIndex_.erase(record);
+    for (PageId page : record.basePagePath) {
+        ResourceId const rid{ResourceType::kBaseKvPage, page};
+        pools_.releaseCacheRef(rid);
+        if (pools_.cacheRefCount(rid) == 0) {
+            baseIndex_.erasePage(page);
+            if (pools_.activeRefCount(rid) == 0) ++metrics_.reclaimedBaseKvPages;
+        }
+    }
+    for (PageId page : record.draftPagePath) {
+        ResourceId const rid{ResourceType::kDraftKvPage, page};
+        pools_.releaseCacheRef(rid);
+        if (pools_.isFree(rid)) ++metrics_.reclaimedDraftKvPages;
+    }
+    if (record.recurrentSnapshotSlot) {
+        ResourceId const rid{ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot};
+        pools_.releaseCacheRef(rid);
+        if (pools_.isFree(rid)) ++metrics_.reclaimedRecurrentSnapshots;
+    }
+    if (record.partialKvSnapshotSlot) {
+        ResourceId const rid{ResourceType::kPartialKvSnapshot, *record.partialKvSnapshotSlot};
+        pools_.releaseCacheRef(rid);
+        if (pools_.isFree(rid)) ++metrics_.reclaimedPartialKvSnapshots;
+    }
+    ++metrics_.evictedRecords;
+}
+
+// ---- acquire ----------------------------------------------------------------------------------------------
+
+AcquireResult ContextCacheManager::acquireVanilla(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
+                                                  ContextCacheLookupPolicy lookupPolicy) {
+    return acquire(makeVanillaReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, lookupPolicy));
+}
+
+AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
+                                                 std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
+                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy) {
+    return acquire(makeHybridReusePlan(candidates, hashes, inputTokenCount, pageSize_, hasAttention, records_, lookupPolicy));
+}
+
+AcquireResult ContextCacheManager::acquireSpec(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
+                                               ContextCacheLookupPolicy lookupPolicy) {
+    return acquire(makeSpecReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_, lookupPolicy));
+}
+
+std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
+    if (inputTokenCount < 0) contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
+    return records_.hybridCandidateLengths(inputTokenCount);
+}
+
+AcquireResult ContextCacheManager::acquire(ReusePlan plan) {
+    CacheRequestLease lease = newLease(plan.mode);
+    LeaseState& s = *lease.state_;
+    s.hybridHasAttention = plan.hybridHasAttention;
+    s.matchedHashes = plan.matchedBlockHashes;
+    s.specReplayDependency = plan.specReplayDependency;
+    // Reserve first: after this, recording a pin cannot throw, so the lease always knows what it holds.
+    s.basePages.reserve(plan.basePageBindings.size());
+    s.draftPages.reserve(plan.draftPageBindings.size());
+
+    // 1. Pin the hit before eviction so that planning cannot count it as reclaimable.
+    for (PageId page : plan.basePageBindings) {
+        pools_.addActiveRef({ResourceType::kBaseKvPage, page});
+        s.basePages.push_back(page);
+    }
+    for (PageId page : plan.draftPageBindings) {
+        pools_.addActiveRef({ResourceType::kDraftKvPage, page});
+        s.draftPages.push_back(page);
+    }
+    if (plan.recurrentSnapshotBinding) {
+        pools_.addActiveRef({ResourceType::kRecurrentSnapshot, *plan.recurrentSnapshotBinding});
+        s.recurrentBinding = plan.recurrentSnapshotBinding;
+    }
+    if (plan.partialKvSnapshotBinding) {
+        pools_.addActiveRef({ResourceType::kPartialKvSnapshot, *plan.partialKvSnapshotBinding});
+        s.partialBinding = plan.partialKvSnapshotBinding;
+    }
+
+    // 2. Plan eviction read-only with the hit record treated as most recent; 3. infeasible: the lease's
+    // destructor drops the pins and nothing was evicted.
+    std::optional<RecordId> const hitRecord = plan.draftRecord ? plan.draftRecord : plan.hybridRecord;
+    std::optional<EvictionPlan> eviction = planEviction(plan.demand, hitRecord);
+    if (!eviction) return AcquireResult{std::nullopt, AcquireStatus::kInsufficientCapacity, std::move(plan)};
+
+    // 4. Evict, allocate (cannot fail now: storage is reserved, and the demand is bounded by the pools now that
+    // it is known to be feasible) and touch the hit record.
+    s.basePages.reserve(s.basePages.size() + static_cast<size_t>(plan.demand.baseKvPages));
+    s.draftPages.reserve(s.draftPages.size() + static_cast<size_t>(plan.demand.draftKvPages));
+    applyEviction(*eviction, plan.demand);
+    pools_.allocateIds(ResourceType::kBaseKvPage, plan.demand.baseKvPages, s.basePages);
+    pools_.allocateIds(ResourceType::kDraftKvPage, plan.demand.draftKvPages, s.draftPages);
+    if (hitRecord && records_.contains(*hitRecord)) records_.touch(*hitRecord);
+    return AcquireResult{std::move(lease), AcquireStatus::kAcquired, std::move(plan)};
+}
+
+// ---- grow / reserve -----------------------------------------------------------------------------------------
+
+bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count) {
+    LeaseState& s = checkLease(lease, "growBasePages");
+    if (s.mode == ReusePlanMode::kSpec) contract("growBasePages", "a spec lease grows with growSpecPages");
+    if (count < 0) contract("growBasePages", "count is negative (" + str(count) + ")");
+    if (count == 0) return true;
+    ResourceDemand demand;
+    demand.baseKvPages = count;
+    std::optional<EvictionPlan> eviction = planEviction(demand, std::nullopt);
+    if (!eviction) return false;
+    s.basePages.reserve(s.basePages.size() + static_cast<size_t>(count));
+    applyEviction(*eviction, demand);
+    pools_.allocateIds(ResourceType::kBaseKvPage, count, s.basePages);
+    return true;
+}
+
+bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCount, int32_t draftCount) {
+    LeaseState& s = checkLease(lease, "growSpecPages");
+    if (s.mode != ReusePlanMode::kSpec) contract("growSpecPages", std::string("needs a spec lease, got ") + leaseKind(s.mode));
+    if (baseCount < 0) contract("growSpecPages", "baseCount is negative (" + str(baseCount) + ")");
+    if (draftCount < 0) contract("growSpecPages", "draftCount is negative (" + str(draftCount) + ")");
+    ResourceDemand demand;
+    demand.baseKvPages = baseCount;
+    demand.draftKvPages = draftCount;
+    if (demand.isZero()) return true;
+    std::optional<EvictionPlan> eviction = planEviction(demand, std::nullopt);
+    if (!eviction) return false;
+    s.basePages.reserve(s.basePages.size() + static_cast<size_t>(baseCount));
+    s.draftPages.reserve(s.draftPages.size() + static_cast<size_t>(draftCount));
+    applyEviction(*eviction, demand);
+    pools_.allocateIds(ResourceType::kBaseKvPage, baseCount, s.basePages);
+    pools_.allocateIds(ResourceType::kDraftKvPage, draftCount, s.draftPages);
+    return true;
+}
+
+std::optional<HybridSnapshotReservation> ContextCacheManager::reserveHybridSnapshots(CacheRequestLease& lease,
+                                                                                     bool needsPartialKvSnapshot) {
+    LeaseState& s = checkLease(lease, "reserveHybridSnapshots");
+    if (s.mode != ReusePlanMode::kHybrid)
+        contract("reserveHybridSnapshots", std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
+    if (needsPartialKvSnapshot && !s.hybridHasAttention)
+        contract("reserveHybridSnapshots", "needsPartialKvSnapshot on a lease without attention");
+    ResourceDemand demand;
+    demand.recurrentSnapshotSlots = 1;
+    demand.partialKvSnapshotSlots = needsPartialKvSnapshot ? 1 : 0;
+    std::optional<EvictionPlan> eviction = planEviction(demand, std::nullopt);
+    if (!eviction) return std::nullopt;
+    s.reservedSnapshots.reserve(s.reservedSnapshots.size() + 2);
+    applyEviction(*eviction, demand);
+    std::vector<ResourceId> slots;
+    slots.reserve(2);
+    pools_.allocateInto(demand, slots);
+    HybridSnapshotReservation reservation;
+    for (ResourceId const& id : slots) {
+        s.reservedSnapshots.push_back(id);
+        if (id.type == ResourceType::kRecurrentSnapshot) reservation.recurrentSnapshotSlot = id.index;
+        else reservation.partialKvSnapshotSlot = id.index;
+    }
+    return reservation;
+}
+
+void ContextCacheManager::releaseRestoredHybridSnapshots(CacheRequestLease& lease) {
+    LeaseState& s = checkLease(lease, "releaseRestoredHybridSnapshots");
+    if (s.mode != ReusePlanMode::kHybrid)
+        contract("releaseRestoredHybridSnapshots", std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
+    if (s.recurrentBinding) pools_.releaseActiveRef({ResourceType::kRecurrentSnapshot, *s.recurrentBinding});
+    if (s.partialBinding) pools_.releaseActiveRef({ResourceType::kPartialKvSnapshot, *s.partialBinding});
+    s.recurrentBinding.reset();
+    s.partialBinding.reset();
+}
+
+void ContextCacheManager::retireHybridSnapshotReservation(CacheRequestLease& lease,
+                                                          HybridSnapshotReservation const& reservation) {
+    char const* const op = "retireHybridSnapshotReservation";
+    LeaseState& s = checkLease(lease, op);
+    if (s.mode != ReusePlanMode::kHybrid) contract(op, std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
+    ResourceId const recurrent{ResourceType::kRecurrentSnapshot, reservation.recurrentSnapshotSlot};
+    if (!ownsReservation(s.reservedSnapshots, recurrent))
+        contract(op, "recurrent snapshot slot " + str(reservation.recurrentSnapshotSlot) + " is not reserved by this lease");
+    std::optional<ResourceId> partial;
+    if (reservation.partialKvSnapshotSlot) {
+        partial = ResourceId{ResourceType::kPartialKvSnapshot, *reservation.partialKvSnapshotSlot};
+        if (!ownsReservation(s.reservedSnapshots, *partial))
+            contract(op, "partial-KV snapshot slot " + str(*reservation.partialKvSnapshotSlot) + " is not reserved by this lease");
+    }
+    auto drop = [&](ResourceId const& id) {
+        s.reservedSnapshots.erase(std::find(s.reservedSnapshots.begin(), s.reservedSnapshots.end(), id));
+        pools_.releaseActiveRef(id);
+    };
+    drop(recurrent);
+    if (partial) drop(*partial);
+}
+
+// ---- publish ------------------------------------------------------------------------------------------------
+
+std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(std::vector<BlockHash> const& hashes, size_t count,
+                                                                  std::vector<PageId> const& producerPages,
+                                                                  std::vector<PageId>& newlyMapped) {
+    // First committer wins: an indexed hash keeps its page; otherwise the producer's page becomes canonical
+    // (a hash repeated within this publication finds the mapping its first occurrence just made).
+    std::vector<PageId> canonical;
+    canonical.reserve(count);
+    newlyMapped.reserve(count);
+    try {
+        for (size_t i = 0; i < count; ++i) {
+            BaseInsertResult const r = baseIndex_.insert(hashes[i], producerPages[i]);
+            canonical.push_back(r.canonicalPage);
+            if (r.inserted) newlyMapped.push_back(producerPages[i]);
+        }
+    } catch (...) {
+        for (PageId page : newlyMapped) baseIndex_.erasePage(page);
+        newlyMapped.clear();
+        throw;
+    }
+    return canonical;
+}
+
+PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped,
+                                                int32_t publishedBlocks) {
+    // The record-limit victim is chosen before the commit: the LRU head as it stands now.
+    std::optional<RecordId> limitVictim;
+    if (maxRecords_ > 0 && records_.size() >= static_cast<size_t>(maxRecords_)) limitVictim = records_.leastRecent();
+
+    std::vector<ResourceId> const resources = record.resources();
+    size_t refsAdded = 0;
+    RecordId id = kNoRecord;
+    try {
+        for (; refsAdded < resources.size(); ++refsAdded) pools_.addCacheRef(resources[refsAdded]);
+        RecordInsertResult const inserted = records_.insert(std::move(record));
+        if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
+        id = inserted.id;
+        CacheRecord const& stored = records_.get(id);
+        if (stored.hasDraftPath()) draftIndex_.insert(stored);
+    } catch (...) {
+        if (id != kNoRecord) records_.erase(id);
+        for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef(resources[i]);
+        for (PageId page : newlyMapped) baseIndex_.erasePage(page);
+        throw;
+    }
+
+    CacheRecord const& stored = records_.get(id);
+    PublishResult result{PublishStatus::kPublished, id, stored.basePagePath, publishedBlocks};
+    if (maxRecords_ == 0) evictRecord(id);
+    else if (limitVictim) evictRecord(*limitVictim);
+    if (!records_.contains(id)) result.record.reset();
+    return result;
+}
+
+PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequest const& request) {
+    char const* const op = "publish";
+    LeaseState& s = checkLease(lease, op);
+    if (s.mode == ReusePlanMode::kHybrid) contract(op, "a hybrid lease publishes with publishHybrid");
+    bool const spec = s.mode == ReusePlanMode::kSpec;
+    if (request.residentStateLength < 0) contract(op, "residentStateLength is negative (" + str(request.residentStateLength) + ")");
+    size_t const count = std::min(request.fullBlockHashes.size(), static_cast<size_t>(request.residentStateLength / pageSize_));
+    if (count == 0)
+        contract(op, "a publication needs at least one resident full block (" + str(static_cast<int64_t>(request.fullBlockHashes.size())) +
+                         " hashes, residentStateLength " + str(request.residentStateLength) + ")");
+    if (count > s.basePages.size())
+        contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " + str(static_cast<int64_t>(s.basePages.size())) + " base pages");
+    if (spec && count > s.draftPages.size())
+        contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " + str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
+    checkMatchedPrefix(op, request.fullBlockHashes, count, s.matchedHashes);
+    if (s.specReplayDependency) {
+        SpecReplayDependency const& dep = *s.specReplayDependency;
+        if (count < static_cast<size_t>(dep.pathBlockCount))
+            contract(op, "the replayed boundary block " + str(dep.pathBlockCount) + " is not in the " + str(static_cast<int64_t>(count)) + " published blocks");
+        if (request.fullBlockHashes[static_cast<size_t>(dep.pathBlockCount - 1)] != dep.terminalHash)
+            contract(op, "the replayed boundary block " + str(dep.pathBlockCount) +
+                             " changed: the retained draft KV depended on the original next block");
+    }
+
+    int32_t const published = static_cast<int32_t>(count);
+    CacheRecordKey const key{request.fullBlockHashes[count - 1], published};
+    if (std::optional<RecordId> existing = records_.find(key)) {
+        CacheRecord const& record = records_.get(*existing);
+        if (!spec || record.hasDraftPath()) {
+            records_.touch(*existing);
+            return PublishResult{PublishStatus::kExistingRecord, *existing, record.basePagePath, published};
+        }
+        // Draft upgrade: a base-only record gains this producer's draft path (and becomes MRU). Index first
+        // (strong guarantee), then refs (undone on failure), then the record itself (cannot fail).
+        CacheRecord upgraded = record;
+        upgraded.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
+        draftIndex_.insert(upgraded);
+        size_t refsAdded = 0;
+        try {
+            for (; refsAdded < upgraded.draftPagePath.size(); ++refsAdded)
+                pools_.addCacheRef({ResourceType::kDraftKvPage, upgraded.draftPagePath[refsAdded]});
+        } catch (...) {
+            for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef({ResourceType::kDraftKvPage, upgraded.draftPagePath[i]});
+            draftIndex_.erase(upgraded);
+            throw;
+        }
+        records_.setDraftState(*existing, std::move(upgraded.draftPagePath));
+        return PublishResult{PublishStatus::kPublished, *existing, records_.get(*existing).basePagePath, published};
+    }
+
+    std::vector<PageId> newlyMapped;
+    CacheRecord record;
+    record.key = key;
+    record.logicalBlockHashes.assign(request.fullBlockHashes.begin(), request.fullBlockHashes.begin() + published);
+    record.basePagePath = projectCanonicalBasePath(request.fullBlockHashes, count, s.basePages, newlyMapped);
+    if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
+    return commitRecord(std::move(record), newlyMapped, published);
+}
+
+PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {
+    char const* const op = "publishHybrid";
+    LeaseState& s = checkLease(lease, op);
+    if (s.mode != ReusePlanMode::kHybrid) contract(op, std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
+    int32_t const length = request.checkpoint.exactLength;
+    if (length <= 0) contract(op, "checkpoint.exactLength must be positive (" + str(length) + ")");
+    size_t const fullBlocks = static_cast<size_t>(length / pageSize_);
+    bool const midPage = length % pageSize_ != 0;
+    if (request.fullBlockHashes.size() != fullBlocks)
+        contract(op, str(static_cast<int64_t>(request.fullBlockHashes.size())) + " hashes for an exact length of " + str(length) +
+                         " (expected " + str(static_cast<int64_t>(fullBlocks)) + ")");
+    bool const wantsPartial = s.hybridHasAttention && midPage;
+    if (request.snapshots.partialKvSnapshotSlot.has_value() != wantsPartial)
+        contract(op, wantsPartial ? "a mid-page checkpoint on an attention model needs a partial-KV snapshot slot"
+                                  : (s.hybridHasAttention ? "a page-aligned checkpoint takes no partial-KV snapshot slot"
+                                                          : "a lease without attention takes no partial-KV snapshot slot"));
+    if (s.hybridHasAttention && fullBlocks > s.basePages.size())
+        contract(op, str(static_cast<int64_t>(fullBlocks)) + " full blocks but the lease holds " + str(static_cast<int64_t>(s.basePages.size())) + " base pages");
+    if (!ownsReservation(s.reservedSnapshots, {ResourceType::kRecurrentSnapshot, request.snapshots.recurrentSnapshotSlot}))
+        contract(op, "recurrent snapshot slot " + str(request.snapshots.recurrentSnapshotSlot) + " is not reserved by this lease");
+    if (request.snapshots.partialKvSnapshotSlot &&
+        !ownsReservation(s.reservedSnapshots, {ResourceType::kPartialKvSnapshot, *request.snapshots.partialKvSnapshotSlot}))
+        contract(op, "partial-KV snapshot slot " + str(*request.snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
+    checkMatchedPrefix(op, request.fullBlockHashes, fullBlocks, s.matchedHashes);
+
+    int32_t const publishedBlocks = s.hybridHasAttention ? static_cast<int32_t>(fullBlocks) : 0;
+    if (std::optional<RecordId> existing = records_.findHybrid(request.checkpoint)) {
+        records_.touch(*existing);
+        return PublishResult{PublishStatus::kExistingRecord, *existing, records_.get(*existing).basePagePath, publishedBlocks};
+    }
+    std::vector<PageId> newlyMapped;
+    CacheRecord record;
+    record.key = CacheRecordKey{request.checkpoint.exactPrefixDigest, static_cast<int32_t>(fullBlocks)};
+    record.logicalBlockHashes = request.fullBlockHashes;
+    if (s.hybridHasAttention)
+        record.basePagePath = projectCanonicalBasePath(request.fullBlockHashes, fullBlocks, s.basePages, newlyMapped);
+    record.recurrentSnapshotSlot = request.snapshots.recurrentSnapshotSlot;
+    record.partialKvSnapshotSlot = request.snapshots.partialKvSnapshotSlot;
+    record.exactCheckpointLength = length;
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks);
+}
+
+// ---- verification -----------------------------------------------------------------------------------------
+
+void ContextCacheManager::checkInvariants() const {
+    pools_.checkInvariants();
+    baseIndex_.checkInvariants();
+    records_.checkInvariants();
+
+    ResourceDemand const capacities = pools_.capacities();
+    std::vector<int32_t> active[kResourceTypeCount], cache[kResourceTypeCount];
+    for (ResourceType type : kAllTypes) {
+        active[static_cast<int>(type)].assign(static_cast<size_t>(capacities.get(type)), 0);
+        cache[static_cast<int>(type)].assign(static_cast<size_t>(capacities.get(type)), 0);
+    }
+    auto count = [&](std::vector<int32_t>* table, ResourceId const& id, std::string const& holder) {
+        if (!pools_.validId(id))
+            throw InvariantError(holder + " holds " + toString(id.type) + " " + str(id.index) + ", which is out of range");
+        ++table[static_cast<int>(id.type)][static_cast<size_t>(id.index)];
+    };
+
+    size_t leases = 0;
+    for (LeaseState const* s = leaseList_; s; s = s->next) {
+        ++leases;
+        if (s->manager != this) throw InvariantError("a live lease names another manager");
+        std::string const holder = "a live lease";
+        for (PageId page : s->basePages) count(active, {ResourceType::kBaseKvPage, page}, holder);
+        for (PageId page : s->draftPages) count(active, {ResourceType::kDraftKvPage, page}, holder);
+        if (s->recurrentBinding) count(active, {ResourceType::kRecurrentSnapshot, *s->recurrentBinding}, holder);
+        if (s->partialBinding) count(active, {ResourceType::kPartialKvSnapshot, *s->partialBinding}, holder);
+        for (ResourceId const& id : s->reservedSnapshots) count(active, id, holder);
+        if (s->mode != ReusePlanMode::kSpec && !s->draftPages.empty()) throw InvariantError("a non-spec lease holds draft pages");
+    }
+    if (leases != liveLeases_) throw InvariantError("live lease count " + str(static_cast<int64_t>(liveLeases_)) + " != " + str(static_cast<int64_t>(leases)));
+
+    size_t pairedBoundaries = 0;
+    records_.forEach([&](CacheRecord const& record) {
+        std::string const holder = "record " + str(static_cast<int64_t>(record.id));
+        for (ResourceId const& id : record.resources()) count(cache, id, holder);
+        for (size_t i = 0; i < record.basePagePath.size(); ++i) {
+            std::optional<PageId> mapped = baseIndex_.lookup(record.logicalBlockHashes[i]);
+            if (!mapped || *mapped != record.basePagePath[i])
+                throw InvariantError(holder + " base page " + str(record.basePagePath[i]) + " at block " + str(static_cast<int64_t>(i)) +
+                                     " is not the canonical page of its hash");
+        }
+        if (record.hasDraftPath()) {
+            pairedBoundaries += record.logicalBlockHashes.size();
+            for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i)
+                if (!draftIndex_.contains(record.logicalBlockHashes[i], {record.id, static_cast<int32_t>(i + 1)}))
+                    throw InvariantError(holder + " boundary " + str(static_cast<int64_t>(i + 1)) + " is missing from the draft index");
+        }
+    });
+    if (draftIndex_.entryCount() != pairedBoundaries)
+        throw InvariantError("draft index holds " + str(static_cast<int64_t>(draftIndex_.entryCount())) + " entries for " +
+                             str(static_cast<int64_t>(pairedBoundaries)) + " paired boundaries");
+
+    for (ResourceType type : kAllTypes) {
+        int const t = static_cast<int>(type);
+        for (int32_t index = 0; index < capacities.get(type); ++index) {
+            ResourceId const id{type, index};
+            if (pools_.activeRefCount(id) != active[t][static_cast<size_t>(index)])
+                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " + str(pools_.activeRefCount(id)) +
+                                     " active refs but leases hold " + str(active[t][static_cast<size_t>(index)]));
+            if (pools_.cacheRefCount(id) != cache[t][static_cast<size_t>(index)])
+                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " + str(pools_.cacheRefCount(id)) +
+                                     " cache refs but records list it " + str(cache[t][static_cast<size_t>(index)]) + " times");
+            if (type == ResourceType::kBaseKvPage) {
+                bool const mapped = baseIndex_.hashOfPage(index).has_value();
+                if (mapped != (cache[t][static_cast<size_t>(index)] > 0))
+                    throw InvariantError("base page " + str(index) + (mapped ? " is indexed without a cache ref" : " is cached but not indexed"));
+            }
+        }
+    }
+    if (maxRecords_ == 0 ? records_.size() != 0 : records_.size() > static_cast<size_t>(maxRecords_))
+        throw InvariantError("record count " + str(static_cast<int64_t>(records_.size())) + " exceeds maxRecords " + str(maxRecords_));
+}
+
+size_t ContextCacheManager::metadataBytes() const noexcept {
+    return sizeof(*this) + pools_.memoryBytes() + baseIndex_.memoryBytes() + draftIndex_.memoryBytes() + records_.memoryBytes();
+}
+
+}  // namespace ctxcache

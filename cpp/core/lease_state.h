@@ -1,0 +1,30 @@
+// The state behind a CacheRequestLease. It lives on the heap, owned by the lease (so a move is a pointer move),
+// and is linked into its manager's intrusive list of live leases (so the manager can verify refcounts and
+// detach leases that outlive it).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "ctxcache/cache_request_lease.h"
+
+namespace ctxcache {
+
+struct CacheRequestLease::State {
+    ContextCacheManager* manager = nullptr;
+    State* prev = nullptr;
+    State* next = nullptr;
+
+    ReusePlanMode mode = ReusePlanMode::kVanilla;
+    bool hybridHasAttention = false;
+    std::vector<BlockHash> matchedHashes;
+    std::optional<SpecReplayDependency> specReplayDependency;
+    // One active ref per entry of each of these:
+    std::vector<PageId> basePages;
+    std::vector<PageId> draftPages;
+    std::optional<int32_t> recurrentBinding;
+    std::optional<int32_t> partialBinding;
+    std::vector<ResourceId> reservedSnapshots;
+};
+
+}  // namespace ctxcache

@@ -1,0 +1,156 @@
+#include "ctxcache/reuse_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "ctxcache/errors.h"
+
+namespace ctxcache {
+namespace {
+
+int32_t ceilDiv(int32_t a, int32_t b) { return static_cast<int32_t>((static_cast<int64_t>(a) + b - 1) / b); }
+
+void validateCommon(char const* planner, std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize) {
+    if (pageSize <= 0) throw ContractError(std::string(planner) + ": pageSize must be positive");
+    if (n < 0) throw ContractError(std::string(planner) + ": inputTokenCount is negative (" + std::to_string(n) + ")");
+    if (hashes.size() > static_cast<size_t>(n / pageSize))
+        throw ContractError(std::string(planner) + ": " + std::to_string(hashes.size()) +
+                            " full-block hashes for " + std::to_string(n) + " tokens (at most " +
+                            std::to_string(n / pageSize) + " at page size " + std::to_string(pageSize) + ")");
+}
+
+ReusePlan coldPlan(ReusePlanMode mode, int32_t n, int32_t pageSize, bool basePages, bool draftPages) {
+    ReusePlan plan;
+    plan.mode = mode;
+    plan.kind = ReusePlanKind::kNoReusablePrefix;
+    int32_t const total = ceilDiv(n, pageSize);
+    plan.demand.baseKvPages = basePages ? total : 0;
+    plan.demand.draftKvPages = draftPages ? total : 0;
+    return plan;
+}
+
+}  // namespace
+
+char const* toString(ReusePlanKind kind) noexcept {
+    switch (kind) {
+        case ReusePlanKind::kStandard: return "standard";
+        case ReusePlanKind::kNoReusablePrefix: return "no reusable prefix";
+        case ReusePlanKind::kFullInputRewind: return "full-input rewind";
+    }
+    return "unknown";
+}
+
+char const* toString(ReusePlanMode mode) noexcept {
+    switch (mode) {
+        case ReusePlanMode::kVanilla: return "vanilla";
+        case ReusePlanMode::kHybrid: return "hybrid";
+        case ReusePlanMode::kSpec: return "spec";
+    }
+    return "unknown";
+}
+
+ReusePlan makeVanillaReusePlan(std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize,
+                               BaseBlockIndex const& index, ContextCacheLookupPolicy lookupPolicy) {
+    validateCommon("makeVanillaReusePlan", hashes, n, pageSize);
+    ReusePlan plan = coldPlan(ReusePlanMode::kVanilla, n, pageSize, true, false);
+    if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
+
+    int32_t const total = ceilDiv(n, pageSize);
+    int32_t const matched = static_cast<int32_t>(index.lookupPrefixInto(hashes.data(), hashes.size(), plan.basePageBindings));
+    int32_t bound = matched;
+    if (n % pageSize == 0 && matched == total) {
+        bound = matched - 1;  // recompute the last page so the last token's logits exist
+        plan.basePageBindings.pop_back();
+        plan.kind = ReusePlanKind::kFullInputRewind;
+    } else if (matched > 0) {
+        plan.kind = ReusePlanKind::kStandard;
+    }
+    plan.matchedTokenLength = matched * pageSize;
+    plan.reuseTokenLength = bound * pageSize;
+    plan.matchedBlockHashes.assign(hashes.begin(), hashes.begin() + bound);
+    plan.demand.baseKvPages = total - bound;
+    return plan;
+}
+
+ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
+                              std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize, bool hasAttention,
+                              CacheRecordStore const& records, ContextCacheLookupPolicy lookupPolicy) {
+    validateCommon("makeHybridReusePlan", hashes, n, pageSize);
+    for (HybridCheckpointCandidate const& c : candidates)
+        if (c.exactLength <= 0 || c.exactLength >= n)
+            throw ContractError("makeHybridReusePlan: candidate length " + std::to_string(c.exactLength) +
+                                " is outside (0, inputTokenCount = " + std::to_string(n) + ")");
+    ReusePlan plan = coldPlan(ReusePlanMode::kHybrid, n, pageSize, hasAttention, false);
+    plan.hybridHasAttention = hasAttention;
+    if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
+
+    std::vector<HybridCheckpointCandidate const*> ordered;
+    ordered.reserve(candidates.size());
+    for (HybridCheckpointCandidate const& c : candidates) ordered.push_back(&c);
+    std::stable_sort(ordered.begin(), ordered.end(),
+                     [](auto const* a, auto const* b) { return a->exactLength > b->exactLength; });
+
+    for (HybridCheckpointCandidate const* c : ordered) {
+        HybridCheckpointKey const key{c->exactPrefixDigest, c->exactLength};
+        std::optional<RecordId> id = records.findHybrid(key);
+        if (!id) continue;
+        CacheRecord const& record = records.get(*id);
+        size_t const fullBlocks = static_cast<size_t>(c->exactLength / pageSize);
+        bool const midPage = c->exactLength % pageSize != 0;
+        if (fullBlocks > hashes.size() || record.logicalBlockHashes.size() != fullBlocks ||
+            !std::equal(record.logicalBlockHashes.begin(), record.logicalBlockHashes.end(), hashes.begin()))
+            continue;
+        if (!record.recurrentSnapshotSlot) continue;
+        if (record.partialKvSnapshotSlot.has_value() != (hasAttention && midPage)) continue;
+        if (record.basePagePath.size() != (hasAttention ? fullBlocks : 0)) continue;
+
+        plan.kind = ReusePlanKind::kStandard;
+        plan.matchedTokenLength = plan.reuseTokenLength = c->exactLength;
+        plan.matchedBlockHashes.assign(hashes.begin(), hashes.begin() + static_cast<std::ptrdiff_t>(fullBlocks));
+        if (hasAttention) plan.basePageBindings = record.basePagePath;
+        plan.hybridCheckpoint = key;
+        plan.hybridRecord = *id;
+        plan.recurrentSnapshotBinding = record.recurrentSnapshotSlot;
+        plan.partialKvSnapshotBinding = record.partialKvSnapshotSlot;
+        if (hasAttention) plan.demand.baseKvPages = ceilDiv(n, pageSize) - static_cast<int32_t>(fullBlocks);
+        return plan;
+    }
+    return plan;
+}
+
+ReusePlan makeSpecReusePlan(std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize,
+                            BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,
+                            CacheRecordStore const& records, ContextCacheLookupPolicy lookupPolicy) {
+    validateCommon("makeSpecReusePlan", hashes, n, pageSize);
+    ReusePlan plan = coldPlan(ReusePlanMode::kSpec, n, pageSize, true, true);
+    if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
+
+    std::vector<PageId> basePages;
+    int32_t const baseMatched = static_cast<int32_t>(baseIndex.lookupPrefixInto(hashes.data(), hashes.size(), basePages));
+    std::optional<DraftPathMatch> match = draftIndex.lookupLongest(hashes, baseMatched);
+    if (!match) return plan;  // base-only hits cannot be used: their draft KV cannot be reconstructed
+    CacheRecord const& record = records.get(match->record);
+    int32_t const paired = match->pathBlockCount;
+    if (record.draftPagePath.size() < static_cast<size_t>(paired) ||
+        !std::equal(hashes.begin(), hashes.begin() + paired, record.logicalBlockHashes.begin()))
+        return plan;  // incoherent path (only possible with colliding hashes): treat as a miss
+
+    int32_t const total = ceilDiv(n, pageSize);
+    int32_t const bound = paired - 1;  // the boundary page is always replayed
+    plan.specReplayMode = SpecReplayMode::kFullPage;
+    plan.matchedTokenLength = paired * pageSize;
+    plan.reuseTokenLength = bound * pageSize;
+    if (paired > 1) plan.specReplayDependency = SpecReplayDependency{hashes[static_cast<size_t>(paired - 1)], paired};
+    plan.basePageBindings.assign(basePages.begin(), basePages.begin() + bound);
+    plan.draftPageBindings.assign(record.draftPagePath.begin(), record.draftPagePath.begin() + bound);
+    plan.matchedBlockHashes.assign(hashes.begin(), hashes.begin() + bound);
+    if (n % pageSize == 0 && paired == total)
+        plan.kind = ReusePlanKind::kFullInputRewind;
+    else
+        plan.kind = bound > 0 ? ReusePlanKind::kStandard : ReusePlanKind::kNoReusablePrefix;
+    if (bound > 0) plan.draftRecord = match->record;
+    plan.demand.baseKvPages = plan.demand.draftKvPages = total - bound;
+    return plan;
+}
+
+}  // namespace ctxcache

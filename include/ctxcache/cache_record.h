@@ -1,0 +1,77 @@
+// CacheRecord: one publication endpoint. A vanilla record owns a complete base path (one canonical page per
+// logical block); an EAGLE-paired record also owns an equally long draft path; a hybrid checkpoint record owns
+// an exact-length recurrent snapshot, a partial-KV snapshot when the length is mid-page on an attention model,
+// and (with attention) the floor(length / pageSize) base pages before it. A pure-recurrent record has no pages.
+//
+// Invariants (checked by validate()): logicalBlockHashes.size() == key.fullBlockCount; a non-hybrid record has
+// >= 1 block and key.terminalHash == the last logical hash; a hybrid record has exactCheckpointLength > 0, a
+// recurrent slot and key.terminalHash = its exact-prefix digest; basePagePath is empty (pure recurrent) or as
+// long as the logical path; draftPagePath is empty or as long as basePagePath; no negative id.
+// The manager gives every listed resource exactly one cache reference per listing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ctxcache/block_hash.h"
+#include "ctxcache/types.h"
+
+namespace ctxcache {
+
+struct CacheRecordKey {
+    BlockHash terminalHash;
+    int32_t fullBlockCount = 0;
+
+    friend bool operator==(CacheRecordKey const& a, CacheRecordKey const& b) noexcept {
+        return a.terminalHash == b.terminalHash && a.fullBlockCount == b.fullBlockCount;
+    }
+    friend bool operator!=(CacheRecordKey const& a, CacheRecordKey const& b) noexcept { return !(a == b); }
+};
+
+struct HybridCheckpointKey {
+    BlockHash exactPrefixDigest;
+    int32_t exactLength = 0;
+
+    friend bool operator==(HybridCheckpointKey const& a, HybridCheckpointKey const& b) noexcept {
+        return a.exactPrefixDigest == b.exactPrefixDigest && a.exactLength == b.exactLength;
+    }
+    friend bool operator!=(HybridCheckpointKey const& a, HybridCheckpointKey const& b) noexcept { return !(a == b); }
+};
+
+struct CacheRecord {
+    RecordId id = kNoRecord;
+    CacheRecordKey key;
+    std::vector<BlockHash> logicalBlockHashes;
+    std::vector<PageId> basePagePath;
+    std::vector<PageId> draftPagePath;
+    std::optional<int32_t> recurrentSnapshotSlot;
+    std::optional<int32_t> partialKvSnapshotSlot;
+    std::optional<int32_t> exactCheckpointLength;
+
+    // Every resource this record holds one cache reference on: base pages, draft pages, recurrent, partial.
+    std::vector<ResourceId> resources() const;
+    std::optional<HybridCheckpointKey> hybridKey() const;
+    bool isHybrid() const noexcept { return exactCheckpointLength.has_value(); }
+    bool hasDraftPath() const noexcept { return !draftPagePath.empty(); }
+    // Throws ContractError naming the first broken rule (see the file comment).
+    void validate() const;
+};
+
+struct RecordInsertResult {
+    RecordId id = kNoRecord;
+    bool inserted = false;
+};
+
+struct CacheRecordKeyHasher {
+    size_t operator()(CacheRecordKey const& k) const noexcept {
+        return Hash128Hasher{}(k.terminalHash) ^ (static_cast<size_t>(static_cast<uint32_t>(k.fullBlockCount)) << 1);
+    }
+};
+struct HybridCheckpointKeyHasher {
+    size_t operator()(HybridCheckpointKey const& k) const noexcept {
+        return Hash128Hasher{}(k.exactPrefixDigest) ^ (static_cast<size_t>(static_cast<uint32_t>(k.exactLength)) << 1);
+    }
+};
+
+}  // namespace ctxcache

@@ -1,0 +1,82 @@
+// CacheRecordStore: the published records, their exact-endpoint and hybrid-checkpoint indexes, and the
+// record-granular LRU.
+//
+// Invariants: every record is in exactly one key index (hybrid records in the hybrid index, the others in the
+//             exact-key index) and exactly once in the LRU list (least recent at the front); ids start at 1 and
+//             increase. The store does not enforce maxRecords: the manager does (one transient extra is allowed
+//             while a publication commits).
+// Errors:     insert of an invalid record, get/touch/erase/setDraftState of an unknown id: ContractError,
+//             nothing changed.
+// Cost:       insert/find/touch/erase O(1) expected plus the record's size; hybridCandidateLengths
+//             O(distinct stored lengths below n).
+// Threading:  single writer, no internal locks.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "ctxcache/cache_record.h"
+#include "ctxcache/detail/flat_hash_map.h"
+
+namespace ctxcache {
+
+class CacheRecordStore {
+public:
+    explicit CacheRecordStore(int32_t maxRecords);
+    CacheRecordStore(CacheRecordStore const&) = delete;
+    CacheRecordStore& operator=(CacheRecordStore const&) = delete;
+    CacheRecordStore(CacheRecordStore&&) = delete;
+    CacheRecordStore& operator=(CacheRecordStore&&) = delete;
+
+    // Assigns the next id and inserts as MRU. An exact duplicate (same hybrid key for a hybrid record, same
+    // exact key otherwise) is only touched and returned with inserted = false.
+    RecordInsertResult insert(CacheRecord record);
+    std::optional<RecordId> find(CacheRecordKey const& key) const;
+    std::optional<RecordId> findHybrid(HybridCheckpointKey const& key) const;
+    // Every stored hybrid exact length below inputTokenCount, longest first, without duplicates.
+    std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
+
+    CacheRecord const& get(RecordId id) const;
+    bool contains(RecordId id) const noexcept { return records_.find(id) != records_.end(); }
+    // Attaches a draft path to a base-only record (as long as its base path) and makes it MRU.
+    void setDraftState(RecordId id, std::vector<PageId> draftPagePath);
+    void touch(RecordId id);
+    CacheRecord erase(RecordId id);
+
+    // Least recent first. The list is the store's own: valid until the next mutation.
+    std::list<RecordId> const& lru() const noexcept { return lru_; }
+    std::vector<RecordId> lruToMru() const { return {lru_.begin(), lru_.end()}; }
+    std::optional<RecordId> leastRecent() const noexcept;
+    size_t size() const noexcept { return records_.size(); }
+    int32_t maxRecords() const noexcept { return maxRecords_; }
+    RecordId nextId() const noexcept { return nextId_; }
+
+    template <class F>
+    void forEach(F&& f) const {
+        for (auto const& [id, entry] : records_) f(entry.record);
+    }
+
+    void checkInvariants() const;
+    size_t memoryBytes() const noexcept;
+
+private:
+    struct Entry {
+        CacheRecord record;
+        std::list<RecordId>::iterator lruPosition;
+    };
+    Entry& entry(RecordId id, char const* operation);
+
+    int32_t maxRecords_;
+    RecordId nextId_ = 1;
+    std::unordered_map<RecordId, Entry> records_;
+    detail::FlatHashMap<CacheRecordKey, RecordId, CacheRecordKeyHasher> exactIndex_;
+    detail::FlatHashMap<HybridCheckpointKey, RecordId, HybridCheckpointKeyHasher> hybridIndex_;
+    std::map<int32_t, int32_t, std::greater<int32_t>> hybridLengths_;  // exact length -> record count
+    std::list<RecordId> lru_;
+};
+
+}  // namespace ctxcache

@@ -1,0 +1,168 @@
+// ContextCacheManager: host orchestrator of the whole context-cache lifecycle, acquire -> model execution ->
+// publish or release. ResourcePools owns capacity and refcounts, BaseBlockIndex the canonical base lookup,
+// DraftPathIndex the coherent EAGLE-path lookup, CacheRecordStore endpoints and LRU, EvictionPlanner picks
+// victims without mutation; the manager composes them.
+//
+// Invariants (checkInvariants() verifies all of them):
+//   - every id's active refs == its holdings by live leases; cache refs == its listings by records;
+//     an id is free <=> both are zero;
+//   - a base mapping hash -> page exists exactly while page holds a cache ref, and a base record's path is the
+//     index's projection of its logical hashes;
+//   - every paired record's boundaries are in the draft index and nothing else is;
+//   - records <= maxRecords (none at all when maxRecords == 0).
+// Atomicity: acquire pins the hit, plans eviction read-only, and either evicts + allocates (cannot fail) or rolls
+//   back the pins and reports kInsufficientCapacity having evicted nothing. grow and reserve are all-or-nothing.
+//   Publication validates everything (the lease's acquired prefix, replay dependency, owned snapshots) before
+//   it mutates, then adds cache refs, canonical mappings and one record as one transaction.
+// Recency: hybrid and spec hits are touched at acquire; plain base-block hits touch nothing; an exact duplicate
+//   publication touches the existing record; capacity and record-limit eviction are strict record LRU.
+// Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
+// Cost: O(blocks touched) per call, plus eviction proportional to the victims.
+// Threading: none internal. Callers serialize every manager and lease access (single writer). Leases must be
+//   released before the manager is destroyed; any still alive then are detached (invalid, release is a no-op).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ctxcache/base_block_index.h"
+#include "ctxcache/block_hash.h"
+#include "ctxcache/cache_record_store.h"
+#include "ctxcache/cache_request_lease.h"
+#include "ctxcache/draft_path_index.h"
+#include "ctxcache/eviction_planner.h"
+#include "ctxcache/resource_pools.h"
+#include "ctxcache/reuse_plan.h"
+#include "ctxcache/types.h"
+
+namespace ctxcache {
+
+enum class AcquireStatus : uint8_t { kAcquired = 0, kInsufficientCapacity = 1 };
+enum class PublishStatus : uint8_t { kPublished = 0, kExistingRecord = 1 };
+
+// A plan is built and consumed under the manager's single-writer contract, so it cannot go stale in between.
+struct AcquireResult {
+    std::optional<CacheRequestLease> lease;
+    AcquireStatus status = AcquireStatus::kAcquired;
+    ReusePlan plan;
+};
+
+struct PublishRequest {
+    std::vector<BlockHash> fullBlockHashes;
+    // Greatest logical prefix ready for publication. For speculative leases, both base and draft state must be
+    // materialized through this boundary.
+    int32_t residentStateLength = 0;
+};
+
+struct PublishResult {
+    PublishStatus status = PublishStatus::kPublished;
+    std::optional<RecordId> record;  // empty when the record was evicted at once (record limit 0)
+    // Canonical base pages owned by the record. Never an active-row update recipe: the lease keeps its pages.
+    std::vector<PageId> canonicalBasePages;
+    int32_t publishedBaseFullBlockCount = 0;
+};
+
+// Request-private snapshot slots reserved before the runtime enqueues a hybrid capture.
+struct HybridSnapshotReservation {
+    int32_t recurrentSnapshotSlot = 0;
+    std::optional<int32_t> partialKvSnapshotSlot;
+};
+
+struct HybridPublishRequest {
+    std::vector<BlockHash> fullBlockHashes;
+    HybridCheckpointKey checkpoint;
+    HybridSnapshotReservation snapshots;
+};
+
+// Cumulative eviction outcomes. Reclaimed counts include only resources returned to a free list at the
+// eviction point; resources still pinned by an active request are not counted.
+struct ContextCacheManagerMetrics {
+    uint64_t evictedRecords = 0;
+    uint64_t reclaimedBaseKvPages = 0;
+    uint64_t reclaimedDraftKvPages = 0;
+    uint64_t reclaimedRecurrentSnapshots = 0;
+    uint64_t reclaimedPartialKvSnapshots = 0;
+};
+
+class ContextCacheManager {
+public:
+    ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
+    ~ContextCacheManager();
+    ContextCacheManager(ContextCacheManager const&) = delete;
+    ContextCacheManager& operator=(ContextCacheManager const&) = delete;
+    ContextCacheManager(ContextCacheManager&&) = delete;
+    ContextCacheManager& operator=(ContextCacheManager&&) = delete;
+
+    AcquireResult acquireVanilla(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+    AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
+                                std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                                bool hasAttention,
+                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+    std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
+    // The caller must first select greedy, non-hybrid EAGLE on a supported deployment.
+    AcquireResult acquireSpec(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+
+    // Atomically append private base pages (vanilla or hybrid lease); false changes nothing.
+    bool growBasePages(CacheRequestLease& lease, int32_t count);
+    // Atomically append EAGLE base and draft pages (spec lease); false changes nothing.
+    bool growSpecPages(CacheRequestLease& lease, int32_t baseCount, int32_t draftCount);
+
+    // Reserve unpublished snapshot storage (hybrid lease; partial only with attention). nullopt is retention
+    // pressure and leaves the lease unchanged.
+    std::optional<HybridSnapshotReservation> reserveHybridSnapshots(CacheRequestLease& lease,
+                                                                    bool needsPartialKvSnapshot);
+    // Drop the hit-snapshot pins after the stream-ordered restore has completed. Idempotent.
+    void releaseRestoredHybridSnapshots(CacheRequestLease& lease);
+    // Drop producer ownership of a reservation after capture is terminal and publication committed or skipped.
+    void retireHybridSnapshotReservation(CacheRequestLease& lease, HybridSnapshotReservation const& reservation);
+
+    PublishResult publish(CacheRequestLease& lease, PublishRequest const& request);
+    PublishResult publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request);
+
+    // Evicts one record now (whatever its recency). Unknown id: ContractError.
+    void evictRecord(RecordId id);
+
+    ResourcePools const& pools() const noexcept { return pools_; }
+    BaseBlockIndex const& baseIndex() const noexcept { return baseIndex_; }
+    DraftPathIndex const& draftIndex() const noexcept { return draftIndex_; }
+    CacheRecordStore const& records() const noexcept { return records_; }
+    ContextCacheManagerMetrics const& metrics() const noexcept { return metrics_; }
+    int32_t pageSize() const noexcept { return pageSize_; }
+    size_t liveLeaseCount() const noexcept { return liveLeases_; }
+
+    // Throws InvariantError describing the first violation found. O(capacity + records + leases).
+    void checkInvariants() const;
+    // Heap bytes of every index and record (not leases): the metadata cost of the cache.
+    size_t metadataBytes() const noexcept;
+
+private:
+    friend class CacheRequestLease;
+    using LeaseState = CacheRequestLease::State;
+
+    static ResourceDemand validatedCapacities(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
+    AcquireResult acquire(ReusePlan plan);
+    CacheRequestLease newLease(ReusePlanMode mode);
+    LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
+    void releaseLease(LeaseState& state) noexcept;
+    std::optional<EvictionPlan> planEviction(ResourceDemand const& demand, std::optional<RecordId> protectedRecord) const;
+    void applyEviction(EvictionPlan const& plan, ResourceDemand const& demand);
+    std::vector<PageId> projectCanonicalBasePath(std::vector<BlockHash> const& hashes, size_t count,
+                                                 std::vector<PageId> const& producerPages,
+                                                 std::vector<PageId>& newlyMapped);
+    PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks);
+
+    int32_t pageSize_;
+    int32_t maxRecords_;
+    ResourcePools pools_;
+    BaseBlockIndex baseIndex_;
+    DraftPathIndex draftIndex_;
+    CacheRecordStore records_;
+    ContextCacheManagerMetrics metrics_;
+    LeaseState* leaseList_ = nullptr;  // intrusive list of live lease states
+    size_t liveLeases_ = 0;
+};
+
+}  // namespace ctxcache

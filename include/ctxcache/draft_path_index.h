@@ -1,0 +1,56 @@
+// DraftPathIndex: coherent EAGLE draft paths. For every boundary i of every draft-paired record it maps the
+// block hash at i to {record, pathBlockCount = i + 1}. Draft pages are never canonicalized across records, so
+// a match always names ONE record and the consumer binds that record's own draft path (no stitching).
+//
+// Invariants: an entry {record, n} exists under hashes[n-1] for n = 1..len exactly while `record` is stored
+//             with a draft path; repeated hashes inside one path are distinct boundaries (distinct n).
+// Errors:     insert of a record without a complete draft path, or of an entry already present:
+//             ContractError, nothing changed (strong guarantee).
+// Cost:       insert/erase O(path length x entries per hash); lookupLongest O(maxBlockCount x entries per hash)
+//             in the worst case, O(1) per probed boundary for chained hashes.
+// Threading:  single writer, no internal locks.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "ctxcache/block_hash.h"
+#include "ctxcache/cache_record.h"
+
+namespace ctxcache {
+
+struct DraftPathMatch {
+    RecordId record = kNoRecord;
+    int32_t pathBlockCount = 0;
+
+    friend bool operator==(DraftPathMatch const& a, DraftPathMatch const& b) noexcept {
+        return a.record == b.record && a.pathBlockCount == b.pathBlockCount;
+    }
+};
+
+class DraftPathIndex {
+public:
+    void insert(CacheRecord const& record);
+    // Longest n <= maxBlockCount (and <= hashes.size()) whose boundary hashes[n-1] has an entry with
+    // pathBlockCount == n; among several, the most recently inserted.
+    std::optional<DraftPathMatch> lookupLongest(std::vector<BlockHash> const& hashes, int32_t maxBlockCount) const;
+    bool contains(BlockHash const& terminalHash, DraftPathMatch const& match) const;
+    // Removes exactly `record`'s entries; a record without a draft path is a no-op.
+    void erase(CacheRecord const& record);
+
+    size_t entryCount() const noexcept { return entries_; }
+    template <class F>
+    void forEach(F&& f) const {
+        for (auto const& [hash, matches] : byHash_)
+            for (DraftPathMatch const& m : matches) f(hash, m);
+    }
+    size_t memoryBytes() const noexcept;
+
+private:
+    std::unordered_map<BlockHash, std::vector<DraftPathMatch>, Hash128Hasher> byHash_;
+    size_t entries_ = 0;
+};
+
+}  // namespace ctxcache

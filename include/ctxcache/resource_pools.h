@@ -1,0 +1,86 @@
+// ResourcePools: fixed-capacity id pools for the four resource types (base KV pages, draft KV pages,
+// recurrent snapshots, partial-KV snapshots). Ids only; the bytes live in the device layer.
+//
+// Invariants: an id is on its pool's free list  <=>  activeRefs == 0 && cacheRefs == 0.
+//             Free lists are FIFO: allocation takes the oldest free id, release appends, so a freed id is
+//             reused last. A new id starts with activeRefs = 1, cacheRefs = 0.
+//             Allocation across types is all-or-nothing.
+//             reclaimableCount(t) = ids of type t with activeRefs == 0 && cacheRefs > 0, i.e. exactly what
+//             evicting every record would return to the free list (kept incrementally for the planner).
+// Errors:     a ref added to a free id, a ref dropped below zero or past INT32_MAX, an id out of range:
+//             ContractError, nothing changed.
+// Cost:       every operation O(1) per id; no allocation after construction.
+// Threading:  single writer, no internal locks (the manager's contract).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ctxcache/types.h"
+
+namespace ctxcache {
+
+class ResourcePools {
+public:
+    explicit ResourcePools(ResourceDemand capacities);
+
+    // All-or-nothing: every type of `demand` or nothing. nullopt when any pool is short.
+    std::optional<std::vector<ResourceId>> allocate(ResourceDemand const& demand);
+    // Appends to `resources` in the order base, draft, recurrent, partial; false (nothing appended) when short.
+    bool allocateInto(ResourceDemand const& demand, std::vector<ResourceId>& resources);
+    // Appends `count` ids of one type; false (nothing appended) when short.
+    bool allocateIds(ResourceType type, int32_t count, std::vector<int32_t>& ids);
+
+    void addActiveRef(ResourceId const& id);
+    void releaseActiveRef(ResourceId const& id);
+    void addCacheRef(ResourceId const& id);
+    void releaseCacheRef(ResourceId const& id);
+
+    int32_t activeRefCount(ResourceId const& id) const;
+    int32_t cacheRefCount(ResourceId const& id) const;
+    bool isFree(ResourceId const& id) const;
+
+    int32_t freeCount(ResourceType type) const noexcept { return pools_[index(type)].freeCount; }
+    int32_t capacity(ResourceType type) const noexcept { return pools_[index(type)].capacity; }
+    int32_t reclaimableCount(ResourceType type) const noexcept { return pools_[index(type)].reclaimable; }
+    ResourceDemand capacities() const noexcept;
+    bool canAllocate(ResourceDemand const& demand) const noexcept;
+    bool validId(ResourceId const& id) const noexcept {
+        return id.index >= 0 && id.index < pools_[index(id.type)].capacity;
+    }
+
+    // Free ids of one type in allocation order (oldest first). O(capacity); for tests and invariant checks.
+    std::vector<int32_t> freeList(ResourceType type) const;
+    // Throws InvariantError unless the free lists hold exactly the ids with both counts zero, once each, and
+    // the reclaimable counters match the slots.
+    void checkInvariants() const;
+    // Bytes of heap this object owns.
+    size_t memoryBytes() const noexcept;
+
+private:
+    struct Slot {
+        int32_t active = 0;
+        int32_t cache = 0;
+    };
+    struct Pool {
+        int32_t capacity = 0;
+        int32_t freeHead = 0;   // index in `freeRing` of the oldest free id
+        int32_t freeCount = 0;
+        int32_t reclaimable = 0;
+        std::vector<Slot> slots;
+        std::vector<int32_t> freeRing;  // circular FIFO of capacity entries
+    };
+
+    static int index(ResourceType type) noexcept { return static_cast<int>(type); }
+    Slot& slot(ResourceId const& id, char const* operation);
+    Slot const& slot(ResourceId const& id, char const* operation) const;
+    void takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
+                  ResourceType type);
+    static void pushFree(Pool& pool, int32_t id) noexcept;
+
+    std::array<Pool, kResourceTypeCount> pools_;
+};
+
+}  // namespace ctxcache

@@ -1,0 +1,83 @@
+// Reuse planning: what part of a prompt's state can come from the cache, which ids to bind, and what must still
+// be allocated privately. Planners are pure functions of the indexes: no refs, no recency, no allocation of ids.
+//
+//   Vanilla  longest indexed base prefix (M blocks); a page-aligned input entirely cached rewinds one page
+//            (kFullInputRewind) so the last token's logits are produced; a partial tail is always private.
+//   Hybrid   the longest exact checkpoint whose record is complete (recurrent slot; partial-KV slot iff attention
+//            and a mid-page length; floor(len/P) base pages with attention, none without) and whose logical
+//            hashes equal the input's; reuse may end mid-page.
+//   Spec     EAGLE: only a coherent draft path of ONE paired record counts (base-only hits are ignored); the
+//            boundary page is always replayed (kFullPage) because its last draft slot depends on the next
+//            block's first token, and a dependency {hash of block Pp, Pp} is recorded for publication.
+//
+// Common: totalInputPages = ceil(n/P); the hash list may not exceed floor(n/P) entries; `demand` covers only
+// the pages still to allocate.
+// Errors: negative n, too many hashes, candidate lengths outside (0, n): ContractError.
+// Cost:   O(matched blocks + 1) index probes (hybrid: + candidates x checkpoint blocks).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ctxcache/base_block_index.h"
+#include "ctxcache/block_hash.h"
+#include "ctxcache/cache_record.h"
+#include "ctxcache/cache_record_store.h"
+#include "ctxcache/draft_path_index.h"
+#include "ctxcache/types.h"
+
+namespace ctxcache {
+
+enum class ContextCacheLookupPolicy : uint8_t { kUseCache = 0, kBypass = 1 };
+enum class ReusePlanKind : uint8_t { kStandard = 0, kNoReusablePrefix = 1, kFullInputRewind = 2 };
+enum class ReusePlanMode : uint8_t { kVanilla = 0, kHybrid = 1, kSpec = 2 };
+enum class SpecReplayMode : uint8_t { kNone = 0, kFullPage = 1 };
+
+struct HybridCheckpointCandidate {
+    int32_t exactLength = 0;
+    BlockHash exactPrefixDigest;
+};
+
+struct SpecReplayDependency {
+    BlockHash terminalHash;
+    int32_t pathBlockCount = 0;
+};
+
+struct ReusePlan {
+    ReusePlanMode mode = ReusePlanMode::kVanilla;
+    int32_t matchedTokenLength = 0;  // what the cache holds of this prompt (before any rewind or replay)
+    int32_t reuseTokenLength = 0;    // what the request skips: its prefill starts here
+    std::vector<BlockHash> matchedBlockHashes;  // hashes of the bound base pages, in order
+    std::vector<PageId> basePageBindings;
+    std::optional<RecordId> draftRecord;
+    std::vector<PageId> draftPageBindings;
+    std::optional<SpecReplayDependency> specReplayDependency;
+    bool hybridHasAttention = false;
+    std::optional<HybridCheckpointKey> hybridCheckpoint;
+    std::optional<RecordId> hybridRecord;
+    std::optional<int32_t> recurrentSnapshotBinding;
+    std::optional<int32_t> partialKvSnapshotBinding;
+    ResourceDemand demand;
+    ReusePlanKind kind = ReusePlanKind::kNoReusablePrefix;
+    SpecReplayMode specReplayMode = SpecReplayMode::kNone;
+};
+
+ReusePlan makeVanillaReusePlan(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                               int32_t pageSize, BaseBlockIndex const& index,
+                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+
+ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
+                              std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                              int32_t pageSize, bool hasAttention, CacheRecordStore const& records,
+                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+
+ReusePlan makeSpecReusePlan(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                            int32_t pageSize, BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,
+                            CacheRecordStore const& records,
+                            ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+
+char const* toString(ReusePlanKind kind) noexcept;
+char const* toString(ReusePlanMode mode) noexcept;
+
+}  // namespace ctxcache
