@@ -1,0 +1,86 @@
+"""ctxcache: a context cache (KV-cache reuse) for LLM inference runtimes.
+
+A thin cffi (ABI mode) shell over the C ABI of ``libctxcache.so``, which ships inside this package::
+
+    import ctxcache
+    manager = ctxcache.ContextCacheManager(page_size=16, capacities=ctxcache.ResourceDemand(base_kv_pages=64))
+    hashes = ctxcache.hash_full_blocks(tokens, page_size=16)
+    result = manager.acquire_vanilla(hashes, len(tokens))
+    with result.lease as lease:
+        ...  # prefill from result.plan.reuse_token_length, writing KV into lease.base_pages
+        manager.publish(lease, hashes, resident_state_length=len(tokens))
+"""
+
+from __future__ import annotations
+
+from ._ffi import HEADER_ABI_VERSION, ffi, lib
+from .enums import (
+    AcquireStatus,
+    ContextCacheLookupPolicy,
+    HashAlgorithm,
+    LeaseState,
+    LookupPolicy,
+    PublishStatus,
+    ResourceType,
+    ReusePlanKind,
+    ReusePlanMode,
+    SpecReplayMode,
+)
+from .errors import (
+    ArgumentTypeError,
+    BufferTooSmallError,
+    ContractError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    InvalidHandleError,
+    InvariantError,
+    LeasesOutstandingError,
+    OutOfMemoryError,
+    UnsupportedError,
+)
+from .hashing import (
+    CHAIN_ROOT,
+    BlockKeyExtras,
+    Hasher,
+    MediaSpanKey,
+    hash_block,
+    hash_exact_prefix,
+    hash_full_blocks,
+    hash_opaque_identity,
+)
+from .manager import (
+    AcquireResult,
+    CacheRecord,
+    ContextCacheManager,
+    HybridCheckpointCandidate,
+    HybridCheckpointKey,
+    HybridSnapshotReservation,
+    Lease,
+    ManagerMetrics,
+    PublishResult,
+    ResourceDemand,
+    ResourceId,
+    ReusePlan,
+    SpecReplayDependency,
+)
+
+__version__ = "0.1.0"
+CacheRequestLease = Lease
+
+
+def abi_version() -> int:
+    """The loaded library's ABI version (checked against the header at import)."""
+    return int(lib.ctxc_abi_version())
+
+
+def cuda_compiled() -> bool:
+    return bool(lib.ctxc_cuda_compiled())
+
+
+def cuda_device_count() -> int:
+    """> 0 devices usable; 0 none; < 0 the negated CUDA error of the probe (-35: no driver), -1 no CUDA build."""
+    return int(lib.ctxc_cuda_device_count())
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

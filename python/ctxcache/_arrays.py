@@ -1,0 +1,120 @@
+"""Argument checks shared by every call: run before anything reaches C, raise typed errors naming the argument.
+
+Hash arrays are numpy ``uint64`` arrays of shape ``(n, 2)`` (columns ``hi``, ``lo``), C-contiguous: exactly
+the memory of ``n`` ``ctxc_hash128_t``, passed to C without a copy. Token arrays are C-contiguous ``int32``
+vectors; a plain Python sequence of ints is converted (and range-checked) once.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from ._ffi import ffi
+from .errors import ArgumentTypeError, InvalidArgumentError
+
+INT32_MAX = 2**31 - 1
+_NULL = ffi.NULL
+
+
+def integer(value: Any, name: str, *, minimum: int | None = 0, maximum: int = INT32_MAX) -> int:
+    """An exact integer (bool refused) within [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise ArgumentTypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+        if isinstance(value, bool):
+            raise ArgumentTypeError(f"{name} must be an integer, got bool")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise InvalidArgumentError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def boolean(value: Any, name: str) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ArgumentTypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def hash_array(value: Any, name: str = "full_block_hashes") -> np.ndarray:
+    """Validate an (n, 2) uint64 C-contiguous hash array (n may be 0)."""
+    if not isinstance(value, np.ndarray):
+        raise ArgumentTypeError(f"{name} must be a numpy uint64 array of shape (n, 2), got {type(value).__name__}")
+    if value.dtype != np.uint64:
+        raise ArgumentTypeError(f"{name} must have dtype uint64, got {value.dtype}")
+    if value.ndim != 2 or value.shape[1] != 2:
+        raise InvalidArgumentError(f"{name} must have shape (n, 2) (columns hi, lo), got {value.shape}")
+    if not value.flags.c_contiguous:
+        raise ArgumentTypeError(f"{name} must be C-contiguous (use np.ascontiguousarray)")
+    if value.shape[0] > INT32_MAX:
+        raise InvalidArgumentError(f"{name} holds {value.shape[0]} hashes, more than INT32_MAX")
+    return value
+
+
+def hash_pointer(array: np.ndarray):
+    """A ctxc_hash128_t* over the array's memory (no copy), NULL when empty."""
+    if array.shape[0] == 0:
+        return _NULL
+    return ffi.cast("const ctxc_hash128_t *", ffi.from_buffer(array))
+
+
+def single_hash(value: Any, name: str) -> np.ndarray:
+    """A single hash: a (2,) uint64 array (hi, lo), a (1, 2) array, or a (hi, lo) pair of ints."""
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.uint64:
+            raise ArgumentTypeError(f"{name} must have dtype uint64, got {value.dtype}")
+        if value.shape not in ((2,), (1, 2)):
+            raise InvalidArgumentError(f"{name} must have shape (2,) (hi, lo), got {value.shape}")
+        return np.ascontiguousarray(value.reshape(2))
+    if isinstance(value, tuple) and len(value) == 2:
+        hi = integer(value[0], f"{name}[0]", minimum=0, maximum=2**64 - 1)
+        lo = integer(value[1], f"{name}[1]", minimum=0, maximum=2**64 - 1)
+        return np.array([hi, lo], dtype=np.uint64)
+    raise ArgumentTypeError(f"{name} must be a (2,) uint64 array or a (hi, lo) tuple, got {type(value).__name__}")
+
+
+def token_array(value: Any, name: str = "tokens") -> np.ndarray:
+    """A 1-D C-contiguous int32 array; Python sequences are converted with a range check."""
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.int32:
+            raise ArgumentTypeError(f"{name} must have dtype int32, got {value.dtype}")
+        if value.ndim != 1:
+            raise InvalidArgumentError(f"{name} must be 1-D, got shape {value.shape}")
+        if not value.flags.c_contiguous:
+            raise ArgumentTypeError(f"{name} must be C-contiguous (use np.ascontiguousarray)")
+        return value
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise ArgumentTypeError(f"{name} must be an int32 array or a sequence of ints, got {type(value).__name__}")
+    converted = [integer(v, f"{name}[{i}]", minimum=-(2**31)) for i, v in enumerate(value)]
+    return np.array(converted, dtype=np.int32)
+
+
+def int32_pointer(array: np.ndarray):
+    if array.shape[0] == 0:
+        return _NULL
+    return ffi.cast("const int32_t *", ffi.from_buffer(array))
+
+
+def read_only_int32(pointer, count: int) -> np.ndarray:
+    """A read-only int32 array holding a copy of a C view (C views die at the next mutation)."""
+    if count == 0:
+        out = np.empty(0, dtype=np.int32)
+    else:
+        out = np.frombuffer(ffi.buffer(pointer, count * 4), dtype=np.int32).copy()
+    out.flags.writeable = False
+    return out
+
+
+def read_only_hashes(pointer, count: int) -> np.ndarray:
+    if count == 0:
+        out = np.empty((0, 2), dtype=np.uint64)
+    else:
+        out = np.frombuffer(ffi.buffer(pointer, count * 16), dtype=np.uint64).reshape(count, 2).copy()
+    out.flags.writeable = False
+    return out

@@ -1,0 +1,84 @@
+"""Loads the shared library (cffi ABI mode) and turns C statuses into typed exceptions.
+
+The cdef is the installed public header itself (preprocessor and ``extern "C"`` lines dropped), so the
+declarations cannot drift from the library's. The library and header ship inside the package (found with
+importlib.resources, which also works for editable installs); ``CTXCACHE_LIBRARY`` (and optionally
+``CTXCACHE_HEADER``) point at a build tree instead, which is what ``tools/test`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+import cffi
+
+from .errors import STATUS_EXCEPTIONS, InternalError
+
+_LIBRARY_NAME = "libctxcache.so"
+
+
+def _header_to_cdef(text: str) -> str:
+    lines = []
+    skip_cplusplus = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#ifdef __cplusplus"):
+            skip_cplusplus = True
+            continue
+        if skip_cplusplus:
+            if stripped.startswith("#endif"):
+                skip_cplusplus = False
+            continue
+        if stripped.startswith("#"):
+            continue
+        lines.append(line.replace("CTXC_API ", ""))
+    return "\n".join(lines)
+
+
+def _locate() -> tuple[str, str]:
+    library = os.environ.get("CTXCACHE_LIBRARY")
+    header = os.environ.get("CTXCACHE_HEADER")
+    package = resources.files(__package__)
+    if not library:
+        candidate = package / _LIBRARY_NAME
+        if not candidate.is_file():
+            raise ImportError(
+                f"ctxcache: {_LIBRARY_NAME} is not installed inside the package; run `pip install .` "
+                "or set CTXCACHE_LIBRARY to a built library"
+            )
+        with resources.as_file(candidate) as path:
+            library = str(path)
+    if not header:
+        candidate = package / "include" / "ctxcache.h"
+        if candidate.is_file():
+            header = str(candidate)
+        else:  # a source checkout: python/ctxcache -> include/ctxcache.h
+            header = str(Path(__file__).resolve().parents[2] / "include" / "ctxcache.h")
+    return library, header
+
+
+ffi = cffi.FFI()
+_library_path, _header_path = _locate()
+_header_text = Path(_header_path).read_text()
+ffi.cdef(_header_to_cdef(_header_text))
+lib = ffi.dlopen(_library_path)
+
+HEADER_ABI_VERSION = int(re.search(r"#define CTXC_ABI_VERSION (\d+)", _header_text).group(1))
+if lib.ctxc_abi_version() != HEADER_ABI_VERSION:
+    raise ImportError(
+        f"ctxcache: library ABI {lib.ctxc_abi_version()} does not match header ABI {HEADER_ABI_VERSION} "
+        f"({_library_path})"
+    )
+
+
+def last_error() -> str:
+    return ffi.string(lib.ctxc_last_error()).decode("utf-8", "replace")
+
+
+def check(status: int) -> None:
+    """Raise the typed exception of a non-OK status, with the library's message."""
+    if status:
+        raise STATUS_EXCEPTIONS.get(status, InternalError)(last_error())

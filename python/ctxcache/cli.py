@@ -1,0 +1,48 @@
+"""The ``ctxcache`` command.
+
+  ctxcache info     what was built (ABI, CUDA backend, devices) and where the library lives
+  ctxcache bench    replay the Mooncake trace through the manager (see tools/bench_manager)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _info(_: argparse.Namespace) -> int:
+    import ctxcache
+    from ctxcache import _ffi
+
+    devices = ctxcache.cuda_device_count()
+    print(json.dumps({
+        "version": ctxcache.__version__,
+        "abi_version": ctxcache.abi_version(),
+        "library": _ffi._library_path,
+        "cuda_compiled": ctxcache.cuda_compiled(),
+        "cuda_device_count": devices,
+        "cuda_probe": _ffi.last_error() if devices <= 0 else "ok",
+    }, indent=2))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(args.bench_args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="what was built and what devices it sees").set_defaults(run=_info)
+    bench = sub.add_parser("bench", help="replay a Mooncake trace through the manager", add_help=False)
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(run=_bench)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

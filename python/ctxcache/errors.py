@@ -1,0 +1,79 @@
+"""Typed exceptions: every C status code, and every bad argument caught before it reaches C.
+
+All derive from :class:`ctxcache.Error`. Argument errors also derive from the builtin a Python caller would
+expect (``ValueError``, ``TypeError``, ``MemoryError``), so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Base class of every exception ctxcache raises on purpose."""
+
+    status: int | None = None
+
+
+class InvalidArgumentError(Error, ValueError):
+    """An argument is malformed in itself: negative, wrong length, unknown enum value, NULL."""
+
+    status = 1
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type or dtype, or is a non-contiguous array."""
+
+
+class ContractError(Error):
+    """Arguments inconsistent with the cache's state: wrong lease kind, a changed prefix, an unknown record."""
+
+    status = 2
+
+
+class InvalidHandleError(Error):
+    """A closed, released, foreign (another manager's) or orphaned (its manager was closed) object."""
+
+    status = 3
+
+
+class OutOfMemoryError(Error, MemoryError):
+    status = 4
+
+
+class InvariantError(Error):
+    """check_invariants() found the state inconsistent: always a ctxcache bug."""
+
+    status = 5
+
+
+class LeasesOutstandingError(Error):
+    """A manager was closed while leases were alive; they are orphaned (the manager is closed anyway)."""
+
+    status = 6
+
+
+class BufferTooSmallError(Error):
+    status = 7
+
+
+class UnsupportedError(Error):
+    status = 8
+
+
+class InternalError(Error):
+    status = 9
+
+
+STATUS_EXCEPTIONS: dict[int, type[Error]] = {
+    cls.status: cls
+    for cls in (
+        InvalidArgumentError,
+        ContractError,
+        InvalidHandleError,
+        OutOfMemoryError,
+        InvariantError,
+        LeasesOutstandingError,
+        BufferTooSmallError,
+        UnsupportedError,
+        InternalError,
+    )
+}

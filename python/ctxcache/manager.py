@@ -1,0 +1,652 @@
+"""The context cache manager and its leases, over the C ABI.
+
+Single-writer: a manager and its leases are not thread-safe; serialize every call on them. Leases are
+context managers (``with manager.acquire_vanilla(...).lease as lease:``) and release on exit; a lease object
+that is garbage-collected is released and freed. Closing a manager with live leases orphans them (their later
+use raises InvalidHandleError) and raises LeasesOutstandingError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from . import _arrays
+from ._ffi import check, ffi, lib
+from .enums import (
+    AcquireStatus,
+    LeaseState,
+    LookupPolicy,
+    PublishStatus,
+    ResourceType,
+    ReusePlanKind,
+    ReusePlanMode,
+    SpecReplayMode,
+)
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+
+_NULL = ffi.NULL
+
+
+@dataclass(frozen=True)
+class ResourceDemand:
+    """Pool capacities, or the demand of one operation. Omitted fields are 0."""
+
+    base_kv_pages: int = 0
+    draft_kv_pages: int = 0
+    recurrent_snapshot_slots: int = 0
+    partial_kv_snapshot_slots: int = 0
+
+    def __post_init__(self):
+        for name in ("base_kv_pages", "draft_kv_pages", "recurrent_snapshot_slots", "partial_kv_snapshot_slots"):
+            _arrays.integer(getattr(self, name), name)
+
+    def get(self, resource_type: ResourceType) -> int:
+        return (self.base_kv_pages, self.draft_kv_pages, self.recurrent_snapshot_slots,
+                self.partial_kv_snapshot_slots)[ResourceType(resource_type)]
+
+
+@dataclass(frozen=True)
+class ResourceId:
+    type: ResourceType
+    index: int
+
+
+@dataclass(frozen=True)
+class HybridCheckpointCandidate:
+    exact_length: int
+    exact_prefix_digest: Any  # (2,) uint64 array or (hi, lo)
+
+
+@dataclass(frozen=True)
+class HybridCheckpointKey:
+    exact_prefix_digest: Any
+    exact_length: int
+
+
+@dataclass(frozen=True)
+class HybridSnapshotReservation:
+    recurrent_snapshot_slot: int
+    partial_kv_snapshot_slot: int | None = None
+
+
+@dataclass(frozen=True)
+class SpecReplayDependency:
+    terminal_hash: np.ndarray
+    path_block_count: int
+
+
+@dataclass(frozen=True)
+class ManagerMetrics:
+    evicted_records: int
+    reclaimed_base_kv_pages: int
+    reclaimed_draft_kv_pages: int
+    reclaimed_recurrent_snapshots: int
+    reclaimed_partial_kv_snapshots: int
+
+
+def _demand(c) -> ResourceDemand:
+    return ResourceDemand(c.base_kv_pages, c.draft_kv_pages, c.recurrent_snapshot_slots, c.partial_kv_snapshot_slots)
+
+
+def _optional_slot(value: int) -> int | None:
+    return None if value < 0 else int(value)
+
+
+class ReusePlan:
+    """What an acquire decided: how much is reused, what was bound, what had to be allocated."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, c):
+        self._c = c  # a ctxc_reuse_plan_t copied out of the call's result
+
+    mode = property(lambda self: ReusePlanMode(self._c.mode))
+    kind = property(lambda self: ReusePlanKind(self._c.kind))
+    spec_replay_mode = property(lambda self: SpecReplayMode(self._c.spec_replay_mode))
+    matched_token_length = property(lambda self: self._c.matched_token_length)
+    reuse_token_length = property(lambda self: self._c.reuse_token_length)
+    bound_base_page_count = property(lambda self: self._c.bound_base_page_count)
+    bound_draft_page_count = property(lambda self: self._c.bound_draft_page_count)
+    hybrid_has_attention = property(lambda self: bool(self._c.hybrid_has_attention))
+    demand = property(lambda self: _demand(self._c.demand))
+    draft_record = property(lambda self: self._c.draft_record or None)
+    hybrid_record = property(lambda self: self._c.hybrid_record or None)
+    recurrent_snapshot_binding = property(lambda self: _optional_slot(self._c.recurrent_snapshot_binding))
+    partial_kv_snapshot_binding = property(lambda self: _optional_slot(self._c.partial_kv_snapshot_binding))
+
+    @property
+    def spec_replay_dependency(self) -> SpecReplayDependency | None:
+        c = self._c
+        if not c.has_spec_replay_dependency:
+            return None
+        h = c.spec_replay_dependency_hash
+        return SpecReplayDependency(np.array([h.hi, h.lo], dtype=np.uint64), c.spec_replay_dependency_block_count)
+
+    @property
+    def hybrid_checkpoint(self) -> HybridCheckpointKey | None:
+        c = self._c
+        if not c.has_hybrid_checkpoint:
+            return None
+        h = c.hybrid_checkpoint_digest
+        return HybridCheckpointKey(np.array([h.hi, h.lo], dtype=np.uint64), c.hybrid_checkpoint_length)
+
+    def __repr__(self) -> str:
+        return (f"ReusePlan(mode={self.mode.name}, kind={self.kind.name}, matched_token_length="
+                f"{self.matched_token_length}, reuse_token_length={self.reuse_token_length}, demand={self.demand})")
+
+
+class AcquireResult:
+    __slots__ = ("status", "lease", "plan")
+
+    def __init__(self, status: AcquireStatus, lease: "Lease | None", plan: ReusePlan):
+        self.status = status
+        self.lease = lease
+        self.plan = plan
+
+    def __repr__(self) -> str:
+        return f"AcquireResult(status={self.status.name}, lease={self.lease!r}, plan={self.plan!r})"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    status: PublishStatus
+    record: int | None
+    canonical_base_pages: np.ndarray
+    published_base_full_block_count: int
+
+
+@dataclass(frozen=True)
+class CacheRecord:
+    id: int
+    terminal_hash: np.ndarray
+    full_block_count: int
+    exact_checkpoint_length: int | None
+    recurrent_snapshot_slot: int | None
+    partial_kv_snapshot_slot: int | None
+    logical_block_hashes: np.ndarray
+    base_page_path: np.ndarray
+    draft_page_path: np.ndarray
+
+
+class Lease:
+    """One request's pins and page bindings. Release it (or use it as a context manager) when done."""
+
+    __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "__weakref__")
+
+    def __init__(self, manager: "ContextCacheManager", handle):
+        self._manager = manager
+        self._handle = handle
+        self._base_pages = None
+        self._draft_pages = None
+
+    def _live_handle(self):
+        if self._handle == _NULL:
+            raise InvalidHandleError("lease was destroyed")
+        return self._handle
+
+    def _changed(self) -> None:
+        self._base_pages = None
+        self._draft_pages = None
+
+    def _pages(self, getter) -> np.ndarray:
+        ptr = ffi.new("const int32_t **")
+        count = ffi.new("size_t *")
+        check(getter(self._live_handle(), ptr, count))
+        return _arrays.read_only_int32(ptr[0], count[0])
+
+    @property
+    def base_pages(self) -> np.ndarray:
+        """Ordered base K-page ids (shared prefix, then private pages); read-only int32."""
+        if self._base_pages is None:
+            self._base_pages = self._pages(lib.ctxc_lease_base_pages)
+        return self._base_pages
+
+    @property
+    def draft_pages(self) -> np.ndarray:
+        if self._draft_pages is None:
+            self._draft_pages = self._pages(lib.ctxc_lease_draft_pages)
+        return self._draft_pages
+
+    def _info(self):
+        info = ffi.new("ctxc_lease_info_t *")
+        check(lib.ctxc_lease_info(self._live_handle(), info))
+        return info
+
+    @property
+    def state(self) -> LeaseState:
+        return LeaseState(self._info().state) if self._handle != _NULL else LeaseState.RELEASED
+
+    @property
+    def valid(self) -> bool:
+        return self._handle != _NULL and self._info().state == LeaseState.LIVE
+
+    @property
+    def mode(self) -> ReusePlanMode:
+        return ReusePlanMode(self._info().mode)
+
+    @property
+    def recurrent_snapshot_slot(self) -> int | None:
+        info = self._info()
+        self._require_live(info)
+        return _optional_slot(info.recurrent_snapshot_slot)
+
+    @property
+    def partial_kv_snapshot_slot(self) -> int | None:
+        info = self._info()
+        self._require_live(info)
+        return _optional_slot(info.partial_kv_snapshot_slot)
+
+    @property
+    def reserved_snapshot_count(self) -> int:
+        return self._info().reserved_snapshot_count
+
+    @staticmethod
+    def _require_live(info) -> None:
+        if info.state == LeaseState.RELEASED:
+            raise InvalidHandleError("lease was already released")
+        if info.state == LeaseState.ORPHANED:
+            raise InvalidHandleError("lease outlived its manager (the manager was closed first)")
+
+    def release(self) -> None:
+        """Drop every active reference. A second release raises InvalidHandleError."""
+        check(lib.ctxc_lease_release(self._live_handle()))
+        self._changed()
+
+    def close(self) -> None:
+        """Release (if still live) and free the handle; idempotent."""
+        if self._handle != _NULL:
+            handle, self._handle = self._handle, _NULL
+            self._changed()
+            check(lib.ctxc_lease_destroy(handle))
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        if self._handle == _NULL:
+            return "Lease(destroyed)"
+        info = self._info()
+        return (f"Lease(state={LeaseState(info.state).name}, mode={ReusePlanMode(info.mode).name}, "
+                f"base_pages={info.base_page_count}, draft_pages={info.draft_page_count})")
+
+
+class Pools:
+    """Read-only view of the four resource pools."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: "ContextCacheManager"):
+        self._manager = manager
+
+    def _counts(self, resource_type):
+        free = ffi.new("int32_t *")
+        capacity = ffi.new("int32_t *")
+        check(lib.ctxc_manager_pool_counts(self._manager._live(), _resource_type(resource_type), free, capacity))
+        return free[0], capacity[0]
+
+    def free_count(self, resource_type) -> int:
+        return self._counts(resource_type)[0]
+
+    def capacity(self, resource_type) -> int:
+        return self._counts(resource_type)[1]
+
+    def _refs(self, rid, index):
+        if index is None:
+            if not isinstance(rid, (ResourceId, tuple)) or len(tuple(_rid_fields(rid))) != 2:
+                raise ArgumentTypeError("expected a ResourceId, a (type, index) tuple, or (type, index) arguments")
+            rid, index = _rid_fields(rid)
+        active = ffi.new("int32_t *")
+        cache = ffi.new("int32_t *")
+        check(lib.ctxc_manager_ref_counts(self._manager._live(), _resource_type(rid),
+                                          _arrays.integer(index, "index", minimum=None, maximum=2**31 - 1),
+                                          active, cache))
+        return active[0], cache[0]
+
+    def active_ref_count(self, rid, index: int | None = None) -> int:
+        return self._refs(rid, index)[0]
+
+    def cache_ref_count(self, rid, index: int | None = None) -> int:
+        return self._refs(rid, index)[1]
+
+    def free_list(self, resource_type) -> np.ndarray:
+        return self._manager._two_call(lambda buf, cap, n: lib.ctxc_manager_free_list(
+            self._manager._live(), _resource_type(resource_type), buf, cap, n), "int32_t", np.int32)
+
+
+def _rid_fields(rid):
+    if isinstance(rid, ResourceId):
+        return rid.type, rid.index
+    return tuple(rid)
+
+
+def _resource_type(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentTypeError(f"resource type must be a ResourceType, got {type(value).__name__}")
+    try:
+        return int(ResourceType(int(value)))
+    except ValueError:
+        raise InvalidArgumentError(f"{value} is not a ResourceType") from None
+
+
+class Records:
+    """Read-only view of the record store."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: "ContextCacheManager"):
+        self._manager = manager
+
+    def __len__(self) -> int:
+        out = ffi.new("size_t *")
+        check(lib.ctxc_manager_record_count(self._manager._live(), out))
+        return out[0]
+
+    def lru(self) -> list[int]:
+        """Record ids, least recently used first."""
+        return [int(x) for x in self._manager._two_call(
+            lambda buf, cap, n: lib.ctxc_manager_records_lru(self._manager._live(), buf, cap, n), "uint64_t", np.uint64)]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.lru())
+
+    def __contains__(self, record_id) -> bool:
+        return record_id in self.lru()
+
+    def __getitem__(self, record_id: int) -> CacheRecord:
+        view = ffi.new("ctxc_record_view_t *")
+        check(lib.ctxc_manager_record(self._manager._live(),
+                                      _arrays.integer(record_id, "record_id", maximum=2**64 - 1), view))
+        return CacheRecord(
+            id=int(view.id),
+            terminal_hash=np.array([view.terminal_hash.hi, view.terminal_hash.lo], dtype=np.uint64),
+            full_block_count=view.full_block_count,
+            exact_checkpoint_length=None if view.exact_checkpoint_length < 0 else view.exact_checkpoint_length,
+            recurrent_snapshot_slot=_optional_slot(view.recurrent_snapshot_slot),
+            partial_kv_snapshot_slot=_optional_slot(view.partial_kv_snapshot_slot),
+            logical_block_hashes=_arrays.read_only_hashes(view.logical_block_hashes, view.logical_block_count),
+            base_page_path=_arrays.read_only_int32(view.base_page_path, view.base_page_count),
+            draft_page_path=_arrays.read_only_int32(view.draft_page_path, view.draft_page_count),
+        )
+
+    get = __getitem__
+
+
+class BaseIndex:
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: "ContextCacheManager"):
+        self._manager = manager
+
+    def lookup(self, block_hash) -> int | None:
+        h = _arrays.single_hash(block_hash, "block_hash")
+        page = ffi.new("int32_t *")
+        c = ffi.new("ctxc_hash128_t *", {"hi": int(h[0]), "lo": int(h[1])})
+        check(lib.ctxc_manager_base_index_lookup(self._manager._live(), c, page))
+        return None if page[0] < 0 else page[0]
+
+    def __len__(self) -> int:
+        out = ffi.new("size_t *")
+        check(lib.ctxc_manager_base_index_size(self._manager._live(), out))
+        return out[0]
+
+
+def _lookup_policy(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentTypeError(f"lookup_policy must be a LookupPolicy, got {type(value).__name__}")
+    try:
+        return int(LookupPolicy(int(value)))
+    except ValueError:
+        raise InvalidArgumentError(f"lookup_policy {value} is not a LookupPolicy") from None
+
+
+def _reservation(value) -> Any:
+    if not isinstance(value, HybridSnapshotReservation):
+        raise ArgumentTypeError(f"expected a HybridSnapshotReservation, got {type(value).__name__}")
+    c = ffi.new("ctxc_hybrid_snapshot_reservation_t *")
+    c.recurrent_snapshot_slot = _arrays.integer(value.recurrent_snapshot_slot, "recurrent_snapshot_slot")
+    c.partial_kv_snapshot_slot = (-1 if value.partial_kv_snapshot_slot is None else
+                                  _arrays.integer(value.partial_kv_snapshot_slot, "partial_kv_snapshot_slot"))
+    return c
+
+
+class ContextCacheManager:
+    """Host orchestrator of the context cache: acquire -> model execution -> publish or release.
+
+    ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none).
+    """
+
+    __slots__ = ("_handle", "_acquire_out", "_lease_out", "_publish_out", "pools", "records", "base_index",
+                 "page_size", "__weakref__")
+
+    def __init__(self, page_size: int, capacities: ResourceDemand, max_records: int = 1024):
+        self._handle = _NULL
+        if not isinstance(capacities, ResourceDemand):
+            raise ArgumentTypeError(f"capacities must be a ResourceDemand, got {type(capacities).__name__}")
+        options = ffi.new("ctxc_manager_options_t *")
+        lib.ctxc_manager_options_init(options)
+        options.page_size = _arrays.integer(page_size, "page_size", minimum=1)
+        options.capacities.base_kv_pages = capacities.base_kv_pages
+        options.capacities.draft_kv_pages = capacities.draft_kv_pages
+        options.capacities.recurrent_snapshot_slots = capacities.recurrent_snapshot_slots
+        options.capacities.partial_kv_snapshot_slots = capacities.partial_kv_snapshot_slots
+        options.max_records = _arrays.integer(max_records, "max_records")
+        out = ffi.new("ctxc_manager_t **")
+        check(lib.ctxc_manager_create(out, options))
+        self._handle = out[0]
+        self.page_size = options.page_size
+        self._lease_out = ffi.new("ctxc_lease_t **")
+        self._publish_out = ffi.new("ctxc_publish_result_t *")
+        self._publish_out.struct_size = ffi.sizeof("ctxc_publish_result_t")
+        self.pools = Pools(self)
+        self.records = Records(self)
+        self.base_index = BaseIndex(self)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def _live(self):
+        if self._handle == _NULL:
+            raise InvalidHandleError("manager is closed")
+        return self._handle
+
+    def close(self) -> None:
+        """Destroy the manager. Raises LeasesOutstandingError (after closing) if leases were still alive."""
+        if self._handle != _NULL:
+            handle, self._handle = self._handle, _NULL
+            check(lib.ctxc_manager_destroy(handle))
+
+    @property
+    def closed(self) -> bool:
+        return self._handle == _NULL
+
+    def __enter__(self) -> "ContextCacheManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- acquire ------------------------------------------------------------------------------------------
+    def _new_result(self):
+        result = ffi.new("ctxc_acquire_result_t *")
+        result.struct_size = ffi.sizeof("ctxc_acquire_result_t")
+        return result
+
+    def _finish_acquire(self, result) -> AcquireResult:
+        lease = Lease(self, self._lease_out[0]) if result.status == AcquireStatus.ACQUIRED else None
+        return AcquireResult(AcquireStatus(result.status), lease, ReusePlan(result.plan))
+
+    def acquire_vanilla(self, full_block_hashes, input_token_count: int,
+                        lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
+        """Lease for a prompt on an attention-only deployment: the longest cached full-block prefix."""
+        hashes = _arrays.hash_array(full_block_hashes)
+        n = _arrays.integer(input_token_count, "input_token_count")
+        result = self._new_result()
+        check(lib.ctxc_manager_acquire_vanilla(self._live(), _arrays.hash_pointer(hashes), hashes.shape[0], n,
+                                               _lookup_policy(lookup_policy), result, self._lease_out))
+        return self._finish_acquire(result)
+
+    def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes,
+                       input_token_count: int, has_attention: bool,
+                       lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
+        """Lease on a hybrid / pure-recurrent deployment: the longest complete exact checkpoint."""
+        hashes = _arrays.hash_array(full_block_hashes)
+        n = _arrays.integer(input_token_count, "input_token_count")
+        attention = _arrays.boolean(has_attention, "has_attention")
+        if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
+            raise ArgumentTypeError("candidates must be a sequence of HybridCheckpointCandidate")
+        c = ffi.new("ctxc_hybrid_candidate_t[]", max(len(candidates), 1))
+        for i, candidate in enumerate(candidates):
+            if not isinstance(candidate, HybridCheckpointCandidate):
+                raise ArgumentTypeError(f"candidates[{i}] must be a HybridCheckpointCandidate")
+            c[i].exact_length = _arrays.integer(candidate.exact_length, f"candidates[{i}].exact_length",
+                                                minimum=-(2**31))
+            digest = _arrays.single_hash(candidate.exact_prefix_digest, f"candidates[{i}].exact_prefix_digest")
+            c[i].exact_prefix_digest.hi = int(digest[0])
+            c[i].exact_prefix_digest.lo = int(digest[1])
+        result = self._new_result()
+        check(lib.ctxc_manager_acquire_hybrid(self._live(), c if candidates else _NULL, len(candidates),
+                                              _arrays.hash_pointer(hashes), hashes.shape[0], n, int(attention),
+                                              _lookup_policy(lookup_policy), result, self._lease_out))
+        return self._finish_acquire(result)
+
+    def acquire_spec(self, full_block_hashes, input_token_count: int,
+                     lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
+        """Lease for greedy, non-hybrid EAGLE: one coherent paired record, boundary page replayed."""
+        hashes = _arrays.hash_array(full_block_hashes)
+        n = _arrays.integer(input_token_count, "input_token_count")
+        result = self._new_result()
+        check(lib.ctxc_manager_acquire_spec(self._live(), _arrays.hash_pointer(hashes), hashes.shape[0], n,
+                                            _lookup_policy(lookup_policy), result, self._lease_out))
+        return self._finish_acquire(result)
+
+    def hybrid_candidate_lengths(self, input_token_count: int) -> list[int]:
+        n = _arrays.integer(input_token_count, "input_token_count")
+        return [int(x) for x in self._two_call(
+            lambda buf, cap, cnt: lib.ctxc_manager_hybrid_candidate_lengths(self._live(), n, buf, cap, cnt),
+            "int32_t", np.int32)]
+
+    # -- grow / snapshots --------------------------------------------------------------------------------------
+    def _lease_handle(self, lease) -> Any:
+        if not isinstance(lease, Lease):
+            raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
+        return lease._live_handle()
+
+    def grow_base_pages(self, lease: Lease, count: int) -> bool:
+        """Append ``count`` private base pages; False (nothing changed) when capacity is short."""
+        handle = self._lease_handle(lease)
+        ok = ffi.new("int32_t *")
+        check(lib.ctxc_manager_grow_base_pages(self._live(), handle, _arrays.integer(count, "count"), ok))
+        lease._changed()
+        return bool(ok[0])
+
+    def grow_spec_pages(self, lease: Lease, base_count: int, draft_count: int) -> bool:
+        handle = self._lease_handle(lease)
+        ok = ffi.new("int32_t *")
+        check(lib.ctxc_manager_grow_spec_pages(self._live(), handle, _arrays.integer(base_count, "base_count"),
+                                               _arrays.integer(draft_count, "draft_count"), ok))
+        lease._changed()
+        return bool(ok[0])
+
+    def reserve_hybrid_snapshots(self, lease: Lease, needs_partial_kv_snapshot: bool) -> HybridSnapshotReservation | None:
+        """Reserve producer snapshot slots; None under retention pressure (skip the capture)."""
+        handle = self._lease_handle(lease)
+        partial = _arrays.boolean(needs_partial_kv_snapshot, "needs_partial_kv_snapshot")
+        out = ffi.new("ctxc_hybrid_snapshot_reservation_t *")
+        ok = ffi.new("int32_t *")
+        check(lib.ctxc_manager_reserve_hybrid_snapshots(self._live(), handle, int(partial), out, ok))
+        if not ok[0]:
+            return None
+        return HybridSnapshotReservation(out.recurrent_snapshot_slot, _optional_slot(out.partial_kv_snapshot_slot))
+
+    def release_restored_hybrid_snapshots(self, lease: Lease) -> None:
+        check(lib.ctxc_manager_release_restored_hybrid_snapshots(self._live(), self._lease_handle(lease)))
+
+    def retire_hybrid_snapshot_reservation(self, lease: Lease, reservation: HybridSnapshotReservation) -> None:
+        handle = self._lease_handle(lease)
+        check(lib.ctxc_manager_retire_hybrid_snapshot_reservation(self._live(), handle, _reservation(reservation)))
+
+    # -- publish ----------------------------------------------------------------------------------------------
+    def _publish_result(self) -> PublishResult:
+        out = self._publish_out
+        return PublishResult(PublishStatus(out.status), out.record or None,
+                             _arrays.read_only_int32(out.canonical_base_pages, out.canonical_base_page_count),
+                             out.published_base_full_block_count)
+
+    def publish(self, lease: Lease, full_block_hashes, resident_state_length: int) -> PublishResult:
+        """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record."""
+        handle = self._lease_handle(lease)
+        hashes = _arrays.hash_array(full_block_hashes)
+        resident = _arrays.integer(resident_state_length, "resident_state_length")
+        check(lib.ctxc_manager_publish(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0],
+                                       resident, self._publish_out))
+        return self._publish_result()
+
+    def publish_hybrid(self, lease: Lease, full_block_hashes, checkpoint: HybridCheckpointKey,
+                       snapshots: HybridSnapshotReservation) -> PublishResult:
+        """Publish one captured exact checkpoint (its floor(exact_length / page_size) full-block hashes)."""
+        handle = self._lease_handle(lease)
+        hashes = _arrays.hash_array(full_block_hashes)
+        if not isinstance(checkpoint, HybridCheckpointKey):
+            raise ArgumentTypeError(f"checkpoint must be a HybridCheckpointKey, got {type(checkpoint).__name__}")
+        key = ffi.new("ctxc_hybrid_checkpoint_key_t *")
+        digest = _arrays.single_hash(checkpoint.exact_prefix_digest, "checkpoint.exact_prefix_digest")
+        key.exact_prefix_digest.hi = int(digest[0])
+        key.exact_prefix_digest.lo = int(digest[1])
+        key.exact_length = _arrays.integer(checkpoint.exact_length, "checkpoint.exact_length", minimum=-(2**31))
+        check(lib.ctxc_manager_publish_hybrid(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0],
+                                              key, _reservation(snapshots), self._publish_out))
+        return self._publish_result()
+
+    def evict_record(self, record_id: int) -> None:
+        check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))
+
+    # -- inspection ---------------------------------------------------------------------------------------------
+    @property
+    def metrics(self) -> ManagerMetrics:
+        m = ffi.new("ctxc_manager_metrics_t *")
+        check(lib.ctxc_manager_metrics(self._live(), m))
+        return ManagerMetrics(m.evicted_records, m.reclaimed_base_kv_pages, m.reclaimed_draft_kv_pages,
+                              m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots)
+
+    @property
+    def live_lease_count(self) -> int:
+        out = ffi.new("size_t *")
+        check(lib.ctxc_manager_live_lease_count(self._live(), out))
+        return out[0]
+
+    @property
+    def metadata_bytes(self) -> int:
+        out = ffi.new("size_t *")
+        check(lib.ctxc_manager_metadata_bytes(self._live(), out))
+        return out[0]
+
+    def check_invariants(self) -> None:
+        """Raise InvariantError describing the first inconsistency in the whole state."""
+        check(lib.ctxc_manager_check_invariants(self._live()))
+
+    def _two_call(self, call, ctype: str, dtype) -> np.ndarray:
+        count = ffi.new("size_t *")
+        status = call(_NULL, 0, count)
+        if status not in (0, 7):  # CTXC_OK, CTXC_E_BUFFER_TOO_SMALL (the size query)
+            check(status)
+        n = count[0]
+        out = np.empty(n, dtype=dtype)
+        if n:
+            check(call(ffi.cast(ctype + " *", ffi.from_buffer(out, require_writable=True)), n, count))
+        return out
