@@ -98,10 +98,11 @@ def _optional_slot(value: int) -> int | None:
 class ReusePlan:
     """What an acquire decided: how much is reused, what was bound, what had to be allocated."""
 
-    __slots__ = ("_c",)
+    __slots__ = ("_c", "_owner")
 
-    def __init__(self, c):
-        self._c = c  # a ctxc_reuse_plan_t copied out of the call's result
+    def __init__(self, result):
+        self._owner = result  # the ctxc_acquire_result_t that owns the memory of ...
+        self._c = result.plan  # ... this nested ctxc_reuse_plan_t (a view, not a copy)
 
     mode = property(lambda self: ReusePlanMode(self._c.mode))
     kind = property(lambda self: ReusePlanKind(self._c.kind))
@@ -489,7 +490,7 @@ class ContextCacheManager:
 
     def _finish_acquire(self, result) -> AcquireResult:
         lease = Lease(self, self._lease_out[0]) if result.status == AcquireStatus.ACQUIRED else None
-        return AcquireResult(AcquireStatus(result.status), lease, ReusePlan(result.plan))
+        return AcquireResult(AcquireStatus(result.status), lease, ReusePlan(result))
 
     def acquire_vanilla(self, full_block_hashes, input_token_count: int,
                         lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
