@@ -1,0 +1,421 @@
+// libFuzzer target for the C ABI: the input bytes are decoded into a sequence of ctxc_* calls over up to two
+// managers and a handful of leases, including NULL, stale, foreign and made-up handles, out-of-range ids,
+// negative and huge counts, NULL arrays with non-zero counts, and hashes drawn from a tiny alphabet so that
+// prefixes really collide and get reused.
+//
+// After every call the target checks, and aborts on violation:
+//   - the status is a known ctxc_status_t;
+//   - every live manager passes ctxc_manager_check_invariants();
+//   - a failed mutating call changed nothing observable (pool free counts, record LRU, lease pages);
+// and at the end of each input, after destroying every lease and evicting every record, that every pool is back
+// to full capacity (nothing leaked). ASan/UBSan/LSan catch memory errors and leaks.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "ctxcache.h"
+
+namespace {
+
+[[noreturn]] void fail(char const* what, ctxc_status_t status) {
+    std::fprintf(stderr, "capi_fuzz: %s (status %d %s, last error: %s)\n", what, static_cast<int>(status),
+                 ctxc_status_string(status), ctxc_last_error());
+    std::abort();
+}
+
+void checkStatus(ctxc_status_t status) {
+    if (status < CTXC_OK || status > CTXC_E_INTERNAL) fail("unknown status code", status);
+    if (status == CTXC_E_INTERNAL || status == CTXC_E_INVARIANT) fail("internal error or invariant violation", status);
+}
+
+struct ManagerSlot {
+    ctxc_manager_t* handle = nullptr;
+    bool live = false;
+};
+
+struct LeaseSlot {
+    ctxc_lease_t* handle = nullptr;
+    int manager = 0;
+    bool live = false;  // handle not destroyed (may be released or orphaned)
+    std::vector<ctxc_hybrid_snapshot_reservation_t> reservations;
+};
+
+// What a failed call must leave untouched.
+struct Observed {
+    std::array<int32_t, 4> free{};
+    std::vector<uint64_t> lru;
+
+    bool operator==(Observed const& o) const { return free == o.free && lru == o.lru; }
+};
+
+Observed observe(ctxc_manager_t* m) {
+    Observed o;
+    for (int32_t t = 0; t < 4; ++t) {
+        int32_t capacity = 0;
+        if (ctxc_manager_pool_counts(m, t, &o.free[static_cast<size_t>(t)], &capacity) != CTXC_OK)
+            fail("pool_counts on a live manager", CTXC_E_INTERNAL);
+    }
+    size_t count = 0;
+    ctxc_manager_records_lru(m, nullptr, 0, &count);
+    o.lru.resize(count);
+    if (count && ctxc_manager_records_lru(m, o.lru.data(), count, &count) != CTXC_OK) fail("records_lru", CTXC_E_INTERNAL);
+    return o;
+}
+
+class Session {
+public:
+    explicit Session(FuzzedDataProvider& in) : in_(in) {}
+
+    void run() {
+        for (int step = 0; step < 64 && in_.remaining_bytes() > 0; ++step) {
+            one();
+            for (ManagerSlot& m : managers_)
+                if (m.live) {
+                    ctxc_status_t const s = ctxc_manager_check_invariants(m.handle);
+                    if (s != CTXC_OK) fail("invariants broken", s);
+                }
+        }
+        teardown();
+    }
+
+private:
+    ctxc_hash128_t hash(uint8_t symbol) const { return ctxc_hash128_t{0xF00Dull, symbol}; }
+
+    std::vector<ctxc_hash128_t> hashes(size_t maxCount) {
+        size_t const n = in_.ConsumeIntegralInRange<size_t>(0, maxCount);
+        std::vector<ctxc_hash128_t> out;
+        for (size_t i = 0; i < n; ++i) out.push_back(hash(in_.ConsumeIntegralInRange<uint8_t>(0, 5)));
+        return out;
+    }
+
+    int32_t smallCount() {
+        switch (in_.ConsumeIntegralInRange<int>(0, 7)) {
+            case 0: return -in_.ConsumeIntegralInRange<int32_t>(1, 3);
+            case 1: return INT32_MAX - in_.ConsumeIntegralInRange<int32_t>(0, 2);
+            default: return in_.ConsumeIntegralInRange<int32_t>(0, 40);
+        }
+    }
+
+    ctxc_manager_t* managerArg(int* index = nullptr) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 9)) {
+            case 0: return nullptr;
+            case 1: return reinterpret_cast<ctxc_manager_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
+            default: {
+                int const i = in_.ConsumeIntegralInRange<int>(0, 1);
+                if (index) *index = i;
+                return managers_[static_cast<size_t>(i)].handle;  // possibly stale
+            }
+        }
+    }
+
+    LeaseSlot* leaseSlot() {
+        if (leases_.empty()) return nullptr;
+        return &leases_[in_.ConsumeIntegralInRange<size_t>(0, leases_.size() - 1)];
+    }
+
+    ctxc_lease_t* leaseArg() {
+        switch (in_.ConsumeIntegralInRange<int>(0, 9)) {
+            case 0: return nullptr;
+            case 1: return reinterpret_cast<ctxc_lease_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
+            case 2: return reinterpret_cast<ctxc_lease_t*>(managers_[0].handle);  // a handle of the wrong type
+            default: {
+                LeaseSlot* l = leaseSlot();
+                return l ? l->handle : nullptr;
+            }
+        }
+    }
+
+    bool liveManager(ctxc_manager_t* m) const {
+        for (ManagerSlot const& s : managers_)
+            if (s.live && s.handle == m && m) return true;
+        return false;
+    }
+
+    // Runs a mutating call: on failure (or a capacity answer) nothing observable may change.
+    template <class F>
+    void mutating(ctxc_manager_t* m, F&& call, bool capacityAnswerMustChangeNothing = false) {
+        bool const observable = liveManager(m);
+        Observed before;
+        if (observable) before = observe(m);
+        bool unchanged = false;
+        ctxc_status_t const s = call(unchanged);
+        checkStatus(s);
+        if (observable && (s != CTXC_OK || (capacityAnswerMustChangeNothing && unchanged)) && !(observe(m) == before))
+            fail("a failed call changed the state", s);
+    }
+
+    void acquire(int kind) {
+        int index = 0;
+        ctxc_manager_t* m = managerArg(&index);
+        std::vector<ctxc_hash128_t> h = hashes(6);
+        int32_t n = smallCount();
+        if (in_.ConsumeBool() && n >= 0 && n < 1000) n = static_cast<int32_t>(h.size()) * pageSize_[static_cast<size_t>(index)] + in_.ConsumeIntegralInRange<int32_t>(0, 3);
+        int32_t const policy = in_.ConsumeIntegralInRange<int32_t>(-1, 2);
+        bool const nullArray = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
+        ctxc_acquire_result_t result{};
+        result.struct_size = in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? 4 : sizeof(result);
+        ctxc_lease_t* lease = nullptr;
+        ctxc_hash128_t const* data = nullArray ? nullptr : h.data();
+        mutating(m, [&](bool& unchanged) {
+            ctxc_status_t s;
+            if (kind == 0) {
+                s = ctxc_manager_acquire_vanilla(m, data, h.size(), n, policy, &result, &lease);
+            } else if (kind == 1) {
+                std::vector<ctxc_hybrid_candidate_t> candidates;
+                size_t const count = in_.ConsumeIntegralInRange<size_t>(0, 3);
+                for (size_t i = 0; i < count; ++i)
+                    candidates.push_back({in_.ConsumeIntegralInRange<int32_t>(-2, 30), 0,
+                                          ctxc_hash128_t{0xD16Eull, in_.ConsumeIntegralInRange<uint64_t>(0, 30)}});
+                s = ctxc_manager_acquire_hybrid(m, candidates.data(), candidates.size(), data, h.size(), n,
+                                                in_.ConsumeIntegralInRange<int32_t>(0, 2), policy, &result, &lease);
+            } else {
+                s = ctxc_manager_acquire_spec(m, data, h.size(), n, policy, &result, &lease);
+            }
+            unchanged = s == CTXC_OK && result.status == CTXC_ACQUIRE_INSUFFICIENT_CAPACITY;
+            if (s == CTXC_OK && result.status == CTXC_ACQUIRE_INSUFFICIENT_CAPACITY && lease) fail("lease on failure", s);
+            return s;
+        }, true);
+        if (lease) leases_.push_back(LeaseSlot{lease, index, true, {}});
+    }
+
+    void one() {
+        switch (in_.ConsumeIntegralInRange<int>(0, 19)) {
+            case 0: {  // create
+                int const i = in_.ConsumeIntegralInRange<int>(0, 1);
+                if (managers_[static_cast<size_t>(i)].live) break;
+                ctxc_manager_options_t o;
+                ctxc_manager_options_init(&o);
+                o.page_size = in_.ConsumeIntegralInRange<int32_t>(-1, 8);
+                o.capacities = {in_.ConsumeIntegralInRange<int32_t>(-1, 16), in_.ConsumeIntegralInRange<int32_t>(0, 12),
+                                in_.ConsumeIntegralInRange<int32_t>(0, 3), in_.ConsumeIntegralInRange<int32_t>(0, 3)};
+                o.max_records = in_.ConsumeIntegralInRange<int32_t>(-1, 4);
+                ctxc_manager_t* m = nullptr;
+                ctxc_status_t const s = ctxc_manager_create(&m, &o);
+                checkStatus(s);
+                if (s == CTXC_OK) {
+                    managers_[static_cast<size_t>(i)] = {m, true};
+                    pageSize_[static_cast<size_t>(i)] = o.page_size;
+                } else if (m) {
+                    fail("failed create returned a handle", s);
+                }
+                break;
+            }
+            case 1: {  // destroy (maybe with live leases, maybe stale)
+                int index = 0;
+                ctxc_manager_t* m = managerArg(&index);
+                ctxc_status_t const s = ctxc_manager_destroy(m);
+                checkStatus(s);
+                if (s == CTXC_OK || s == CTXC_E_LEASES_OUTSTANDING)
+                    for (ManagerSlot& slot : managers_)
+                        if (slot.handle == m) slot.live = false;
+                break;
+            }
+            case 2: acquire(0); break;
+            case 3: acquire(1); break;
+            case 4: acquire(2); break;
+            case 5: {
+                ctxc_manager_t* m = managerArg();
+                int32_t ok = 0;
+                int32_t const count = smallCount();
+                ctxc_lease_t* l = leaseArg();
+                mutating(m, [&](bool& unchanged) {
+                    ctxc_status_t s = ctxc_manager_grow_base_pages(m, l, count, &ok);
+                    unchanged = s == CTXC_OK && !ok;
+                    return s;
+                }, true);
+                break;
+            }
+            case 6: {
+                ctxc_manager_t* m = managerArg();
+                int32_t ok = 0;
+                int32_t const base = smallCount(), draft = smallCount();
+                ctxc_lease_t* l = leaseArg();
+                mutating(m, [&](bool& unchanged) {
+                    ctxc_status_t s = ctxc_manager_grow_spec_pages(m, l, base, draft, &ok);
+                    unchanged = s == CTXC_OK && !ok;
+                    return s;
+                }, true);
+                break;
+            }
+            case 7: {
+                ctxc_manager_t* m = managerArg();
+                LeaseSlot* slot = leaseSlot();
+                ctxc_lease_t* l = slot && in_.ConsumeBool() ? slot->handle : leaseArg();
+                ctxc_hybrid_snapshot_reservation_t r{};
+                int32_t ok = 0;
+                int32_t const partial = in_.ConsumeIntegralInRange<int32_t>(0, 2);
+                mutating(m, [&](bool& unchanged) {
+                    ctxc_status_t s = ctxc_manager_reserve_hybrid_snapshots(m, l, partial, &r, &ok);
+                    unchanged = s == CTXC_OK && !ok;
+                    return s;
+                }, true);
+                if (ok && slot && l == slot->handle) slot->reservations.push_back(r);
+                break;
+            }
+            case 8: {
+                ctxc_manager_t* m = managerArg();
+                ctxc_lease_t* l = leaseArg();
+                mutating(m, [&](bool&) { return ctxc_manager_release_restored_hybrid_snapshots(m, l); });
+                break;
+            }
+            case 9: {
+                ctxc_manager_t* m = managerArg();
+                LeaseSlot* slot = leaseSlot();
+                ctxc_lease_t* l = leaseArg();
+                ctxc_hybrid_snapshot_reservation_t r{in_.ConsumeIntegralInRange<int32_t>(-2, 3), in_.ConsumeIntegralInRange<int32_t>(-2, 3)};
+                if (slot && !slot->reservations.empty() && in_.ConsumeBool()) r = slot->reservations.back();
+                mutating(m, [&](bool&) { return ctxc_manager_retire_hybrid_snapshot_reservation(m, l, in_.ConsumeBool() ? &r : nullptr); });
+                break;
+            }
+            case 10: {
+                ctxc_manager_t* m = managerArg();
+                ctxc_lease_t* l = leaseArg();
+                std::vector<ctxc_hash128_t> h = hashes(8);
+                int32_t const resident = smallCount();
+                ctxc_publish_result_t out{};
+                out.struct_size = sizeof(out);
+                mutating(m, [&](bool&) { return ctxc_manager_publish(m, l, h.empty() ? nullptr : h.data(), h.size(), resident, &out); });
+                break;
+            }
+            case 11: {
+                ctxc_manager_t* m = managerArg();
+                LeaseSlot* slot = leaseSlot();
+                ctxc_lease_t* l = slot ? slot->handle : leaseArg();
+                std::vector<ctxc_hash128_t> h = hashes(6);
+                ctxc_hybrid_checkpoint_key_t key{ctxc_hash128_t{0xD16Eull, in_.ConsumeIntegralInRange<uint64_t>(0, 30)},
+                                                 in_.ConsumeIntegralInRange<int32_t>(-1, 30), 0};
+                ctxc_hybrid_snapshot_reservation_t r{in_.ConsumeIntegralInRange<int32_t>(-1, 3), in_.ConsumeIntegralInRange<int32_t>(-1, 3)};
+                if (slot && !slot->reservations.empty() && in_.ConsumeBool()) r = slot->reservations.back();
+                ctxc_publish_result_t out{};
+                out.struct_size = sizeof(out);
+                mutating(m, [&](bool&) { return ctxc_manager_publish_hybrid(m, l, h.data(), h.size(), &key, &r, &out); });
+                break;
+            }
+            case 12: {
+                ctxc_lease_t* l = leaseArg();
+                checkStatus(ctxc_lease_release(l));
+                break;
+            }
+            case 13: {
+                LeaseSlot* slot = leaseSlot();
+                ctxc_lease_t* l = slot && in_.ConsumeBool() ? slot->handle : leaseArg();
+                ctxc_status_t const s = ctxc_lease_destroy(l);
+                checkStatus(s);
+                if (s == CTXC_OK)
+                    for (LeaseSlot& ls : leases_)
+                        if (ls.handle == l) ls.live = false;
+                break;
+            }
+            case 14: {
+                ctxc_manager_t* m = managerArg();
+                uint64_t const id = in_.ConsumeIntegralInRange<uint64_t>(0, 12);
+                mutating(m, [&](bool&) { return ctxc_manager_evict_record(m, id); });
+                break;
+            }
+            case 15: {  // read-only queries with arbitrary arguments
+                ctxc_manager_t* m = managerArg();
+                int32_t a = 0, b = 0;
+                checkStatus(ctxc_manager_ref_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4), in_.ConsumeIntegralInRange<int32_t>(-2, 20), &a, &b));
+                checkStatus(ctxc_manager_pool_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4), &a, &b));
+                std::vector<int32_t> ids(in_.ConsumeIntegralInRange<size_t>(0, 20));
+                size_t count = 0;
+                checkStatus(ctxc_manager_free_list(m, in_.ConsumeIntegralInRange<int32_t>(0, 4), ids.empty() ? nullptr : ids.data(), ids.size(), &count));
+                std::vector<int32_t> lengths(in_.ConsumeIntegralInRange<size_t>(0, 4));
+                checkStatus(ctxc_manager_hybrid_candidate_lengths(m, smallCount(), lengths.empty() ? nullptr : lengths.data(), lengths.size(), &count));
+                ctxc_record_view_t view;
+                checkStatus(ctxc_manager_record(m, in_.ConsumeIntegralInRange<uint64_t>(0, 12), &view));
+                ctxc_hash128_t const h = hash(in_.ConsumeIntegral<uint8_t>());
+                checkStatus(ctxc_manager_base_index_lookup(m, in_.ConsumeBool() ? &h : nullptr, &a));
+                break;
+            }
+            case 16: {  // lease queries
+                ctxc_lease_t* l = leaseArg();
+                int32_t const* pages = nullptr;
+                size_t count = 0;
+                ctxc_status_t s = ctxc_lease_base_pages(l, &pages, &count);
+                checkStatus(s);
+                if (s == CTXC_OK)
+                    for (size_t i = 0; i < count; ++i)
+                        if (pages[i] < 0) fail("negative page id in a lease", s);
+                checkStatus(ctxc_lease_draft_pages(l, &pages, &count));
+                ctxc_lease_info_t info;
+                checkStatus(ctxc_lease_info(l, in_.ConsumeBool() ? &info : nullptr));
+                break;
+            }
+            case 17: {  // hashing with malformed inputs
+                std::vector<int32_t> tokens(in_.ConsumeIntegralInRange<size_t>(0, 24));
+                for (int32_t& t : tokens) t = in_.ConsumeIntegral<int32_t>();
+                int32_t const page = in_.ConsumeIntegralInRange<int32_t>(-1, 6);
+                std::vector<ctxc_hash128_t> out(in_.ConsumeIntegralInRange<size_t>(0, 30));
+                size_t count = 0;
+                std::array<ctxc_block_key_extras_t, 2> extras{};
+                for (ctxc_block_key_extras_t& e : extras) {
+                    e.has_adapter = in_.ConsumeIntegralInRange<uint32_t>(0, 2);
+                    e.media_count = in_.ConsumeIntegralInRange<size_t>(0, 1);  // media pointer stays NULL
+                }
+                size_t const extrasCount = in_.ConsumeIntegralInRange<size_t>(0, extras.size());
+                checkStatus(ctxc_hash_full_blocks(nullptr, tokens.empty() ? nullptr : tokens.data(), tokens.size(), page,
+                                                  extrasCount ? extras.data() : nullptr, extrasCount, nullptr,
+                                                  out.empty() ? nullptr : out.data(), out.size(), &count));
+                ctxc_hash128_t digest;
+                checkStatus(ctxc_hash_exact_prefix(nullptr, tokens.data(), tokens.size(), page, nullptr, 0, nullptr, &digest));
+                break;
+            }
+            case 18: {  // made-up and NULL handles everywhere
+                auto* fake = reinterpret_cast<ctxc_manager_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
+                auto* fakeLease = reinterpret_cast<ctxc_lease_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
+                int32_t ok = 0;
+                if (ctxc_manager_grow_base_pages(fake, fakeLease, 1, &ok) == CTXC_OK && fake) fail("fake handle accepted", CTXC_OK);
+                checkStatus(ctxc_manager_check_invariants(fake));
+                checkStatus(ctxc_lease_release(fakeLease));
+                break;
+            }
+            default: {
+                ctxc_manager_t* m = managerArg();
+                size_t n = 0;
+                checkStatus(ctxc_manager_record_count(m, &n));
+                checkStatus(ctxc_manager_live_lease_count(m, &n));
+                checkStatus(ctxc_manager_metadata_bytes(m, &n));
+                break;
+            }
+        }
+    }
+
+    void teardown() {
+        for (LeaseSlot& l : leases_)
+            if (l.live) checkStatus(ctxc_lease_destroy(l.handle));
+        for (ManagerSlot& m : managers_) {
+            if (!m.live) continue;
+            size_t count = 0;
+            ctxc_manager_records_lru(m.handle, nullptr, 0, &count);
+            std::vector<uint64_t> ids(count);
+            if (count) ctxc_manager_records_lru(m.handle, ids.data(), count, &count);
+            for (uint64_t id : ids)
+                if (ctxc_manager_evict_record(m.handle, id) != CTXC_OK) fail("evicting a listed record", CTXC_E_INTERNAL);
+            for (int32_t t = 0; t < 4; ++t) {
+                int32_t free = 0, capacity = 0;
+                ctxc_manager_pool_counts(m.handle, t, &free, &capacity);
+                if (free != capacity) fail("a resource leaked (pool not back to capacity after teardown)", CTXC_OK);
+            }
+            ctxc_status_t const s = ctxc_manager_destroy(m.handle);
+            if (s != CTXC_OK) fail("destroy after teardown", s);
+        }
+    }
+
+    FuzzedDataProvider& in_;
+    std::array<ManagerSlot, 2> managers_{};
+    std::array<int32_t, 2> pageSize_{{1, 1}};
+    std::vector<LeaseSlot> leases_;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
+    FuzzedDataProvider in(data, size);
+    Session(in).run();
+    return 0;
+}
