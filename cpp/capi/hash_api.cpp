@@ -41,6 +41,13 @@ void requirePageSize(int32_t pageSize) {
 
 Hash128 const* mediaHashes(ctxc_hash128_t const* media) { return reinterpret_cast<Hash128 const*>(media); }
 
+// extras_count is 0, 1 (every block) or one per block: a malformed argument, not a state conflict.
+void requireExtrasCount(size_t extrasCount, size_t blocks) {
+    if (extrasCount > 1 && extrasCount != blocks)
+        invalidArgument("extras_count is " + std::to_string(extrasCount) + " for " + std::to_string(blocks) +
+                        " blocks (expected 0, 1 or one per block)");
+}
+
 }  // namespace
 
 extern "C" {
@@ -93,6 +100,7 @@ CTXC_API ctxc_status_t ctxc_hash_full_blocks(const ctxc_hasher_t* hasher, const 
                                                         std::to_string(blocks) + " needed");
         }
         if (blocks > 0 && !out_hashes) invalidArgument("out_hashes is NULL");
+        requireExtrasCount(extras_count, blocks);
         std::vector<BlockKeyExtras> const e = toExtras(extras, extras_count);
         thread_local std::vector<BlockHash> result;
         result.clear();
@@ -111,6 +119,7 @@ CTXC_API ctxc_status_t ctxc_hash_exact_prefix(const ctxc_hasher_t* hasher, const
         requireArray(tokens, token_count, "tokens");
         requirePageSize(page_size);
         ctxc_hash128_t& out = requireOut(out_digest, "out_digest");
+        requireExtrasCount(extras_count, (token_count + static_cast<size_t>(page_size) - 1) / static_cast<size_t>(page_size));
         out = fromHash(h.hashExactPrefix(tokens, token_count, page_size, toExtras(extras, extras_count),
                                          mediaHashes(per_position_media_hashes)));
         return CTXC_OK;

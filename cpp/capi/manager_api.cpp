@@ -356,8 +356,10 @@ CTXC_API ctxc_status_t ctxc_manager_ref_counts(const ctxc_manager_t* manager, in
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
         ResourceId const id{resourceType(resource_type, "resource_type"), index};
+        requireNonNegative(index, "index");
+        // An id beyond this manager's pool is inconsistent with its state, like any other out-of-range id.
         if (!pools.validId(id))
-            invalidArgument("index " + std::to_string(index) + " is out of range [0, " + std::to_string(pools.capacity(id.type)) + ")");
+            throw ContractError("index " + std::to_string(index) + " is out of range [0, " + std::to_string(pools.capacity(id.type)) + ")");
         if (out_active) *out_active = pools.activeRefCount(id);
         if (out_cache) *out_cache = pools.cacheRefCount(id);
         return CTXC_OK;
@@ -390,7 +392,7 @@ CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t* manager, uint64
     return guard(__func__, [&] {
         ctxc_record_view_t& out = requireOut(out_view, "out_view");
         CacheRecordStore const& records = requireManager(manager).manager->records();
-        if (!records.contains(record)) invalidArgument("record " + std::to_string(record) + " does not exist");
+        if (!records.contains(record)) throw ContractError("record " + std::to_string(record) + " does not exist");
         CacheRecord const& r = records.get(record);
         out = ctxc_record_view_t{};
         out.id = r.id;

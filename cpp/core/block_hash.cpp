@@ -40,12 +40,19 @@ enum Tag : unsigned char {
 
 constexpr Hash128 kFnvOffsetBasis{0x6C62272E07BB0142ull, 0x62B821756295C58Dull};
 
-// Serializes the tagged stream into a reusable per-thread buffer.
+// Serializes the tagged stream into a reusable per-thread buffer. The caller passes an upper bound of the
+// stream's size; the buffer is grown once to that bound plus kDigestSlack (it never shrinks), and fields are
+// stored through a cursor, so a block costs no per-field size checks, reallocation or zero-fill.
+constexpr size_t kDigestSlack = 72;  // room after the stream for SHA-256 padding (0x80, zeros, 64-bit length)
+
 class StreamWriter {
 public:
-    explicit StreamWriter(std::vector<unsigned char>& buffer) : buffer_(buffer) { buffer_.clear(); }
+    StreamWriter(std::vector<unsigned char>& buffer, size_t bound) {
+        if (buffer.size() < bound + kDigestSlack) buffer.resize(bound + kDigestSlack);
+        begin_ = cursor_ = buffer.data();
+    }
 
-    void byte(unsigned char b) { buffer_.push_back(b); }
+    void byte(unsigned char b) { *cursor_++ = b; }
     void u32(uint32_t v) { raw(&v, 4); }
     void u64(uint64_t v) { raw(&v, 8); }
     void i32(int32_t v) { raw(&v, 4); }
@@ -54,9 +61,9 @@ public:
         u64(h.lo);
     }
     void raw(void const* data, size_t size) {
-        size_t const at = buffer_.size();
-        buffer_.resize(at + size);
-        std::memcpy(buffer_.data() + at, data, size);
+        if (size == 0) return;
+        std::memcpy(cursor_, data, size);
+        cursor_ += size;
     }
     void optionalHash(unsigned char tag, std::optional<Hash128> const& h) {
         byte(tag);
@@ -67,11 +74,13 @@ public:
             byte(kTagAbsent);
         }
     }
-    unsigned char const* data() const { return buffer_.data(); }
-    size_t size() const { return buffer_.size(); }
+    // The stream, followed by kDigestSlack writable bytes (digest() pads there).
+    unsigned char* data() const { return begin_; }
+    size_t size() const { return static_cast<size_t>(cursor_ - begin_); }
 
 private:
-    std::vector<unsigned char>& buffer_;
+    unsigned char* begin_;
+    unsigned char* cursor_;
 };
 
 std::vector<unsigned char>& threadBuffer() {
@@ -80,6 +89,15 @@ std::vector<unsigned char>& threadBuffer() {
 }
 
 bool isZero(Hash128 const& h) { return h.hi == 0 && h.lo == 0; }
+
+// Upper bound of writeBlock's output (exact for the fixed part; every token counted at its largest encoding).
+size_t blockStreamBound(size_t count, BlockKeyExtras const& extras, Hash128 const* media) {
+    constexpr size_t kHash = 1 + 16;                    // tag + Hash128
+    constexpr size_t kMediaEntry = 1 + 2 * kHash + 2 * (1 + 4) + 2;
+    constexpr size_t kAdapter = 1 + 1 + kHash + 1 + 8;  // tag, present, id, generation
+    size_t const tokenBytes = media ? count * (1 + 16) : count * sizeof(int32_t);
+    return kHash + 1 + 8 + tokenBytes + 1 + 8 + extras.media.size() * kMediaEntry + kAdapter + 3 * (1 + kHash);
+}
 
 void writeBlock(StreamWriter& w, BlockHash parent, int32_t const* tokens, size_t count, BlockKeyExtras const& extras,
                 Hash128 const* media) {
@@ -190,25 +208,28 @@ BlockHasher::BlockHasher(HashAlgorithm algorithm, std::string_view key) : algori
     OPENSSL_cleanse(&ctx, sizeof ctx);
 }
 
+// `bytes` is always a StreamWriter's buffer: `size` stream bytes followed by kDigestSlack writable bytes. SHA-256
+// pads there in place (0x80, zeros, the big-endian bit length of key block + stream) so that one SHA256_Update of
+// whole blocks, starting at a block boundary (the key block is exactly one block), compresses everything; the
+// digest is then the state words h[0..3], big-endian, with no SHA256_Final (its byte conversion and cleanse).
 Hash128 BlockHasher::digest(unsigned char const* bytes, size_t size) const {
     if (algorithm_ == HashAlgorithm::kFnv1a128) return fnv1a128(bytes, size, kFnvOffsetBasis);
+    unsigned char* const buffer = const_cast<unsigned char*>(bytes);  // see above: the writer's own buffer
+    size_t const padded = (size + 1 + 8 + 63) & ~size_t{63};
+    buffer[size] = 0x80;
+    std::memset(buffer + size + 1, 0, padded - 8 - (size + 1));
+    uint64_t const bits = (static_cast<uint64_t>(size) + (keyed_ ? 64u : 0u)) * 8u;
+    for (int i = 0; i < 8; ++i) buffer[padded - 1 - static_cast<size_t>(i)] = static_cast<unsigned char>(bits >> (8 * i));
     SHA256_CTX ctx;
     std::memcpy(&ctx, shaState_, sizeof ctx);
-    SHA256_Update(&ctx, bytes, size);
-    unsigned char out[SHA256_DIGEST_LENGTH];
-    SHA256_Final(out, &ctx);
-    Hash128 h;
-    for (int i = 0; i < 8; ++i) {
-        h.hi = (h.hi << 8) | out[i];
-        h.lo = (h.lo << 8) | out[8 + i];
-    }
-    return h;
+    SHA256_Update(&ctx, buffer, padded);
+    return Hash128{(static_cast<uint64_t>(ctx.h[0]) << 32) | ctx.h[1], (static_cast<uint64_t>(ctx.h[2]) << 32) | ctx.h[3]};
 }
 
 BlockHash BlockHasher::hashBlock(BlockHash parent, int32_t const* tokens, size_t count, BlockKeyExtras const& extras,
                                  Hash128 const* perPositionMediaHash) const {
     if (count > 0 && !tokens) throw ContractError("hashBlock: tokens is null");
-    StreamWriter w(threadBuffer());
+    StreamWriter w(threadBuffer(), blockStreamBound(count, extras, perPositionMediaHash));
     writeBlock(w, parent, tokens, count, extras, perPositionMediaHash);
     return digest(w.data(), w.size());
 }
@@ -223,9 +244,10 @@ void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, i
     out.reserve(out.size() + blocks);
     BlockHash parent = kChainRoot;
     for (size_t b = 0; b < blocks; ++b) {
-        StreamWriter w(threadBuffer());
-        writeBlock(w, parent, tokens + b * page, page, extrasFor(extrasPerBlock, b),
-                   perPositionMediaHash ? perPositionMediaHash + b * page : nullptr);
+        BlockKeyExtras const& extras = extrasFor(extrasPerBlock, b);
+        Hash128 const* media = perPositionMediaHash ? perPositionMediaHash + b * page : nullptr;
+        StreamWriter w(threadBuffer(), blockStreamBound(page, extras, media));
+        writeBlock(w, parent, tokens + b * page, page, extras, media);
         parent = digest(w.data(), w.size());
         out.push_back(parent);
     }
@@ -248,18 +270,19 @@ BlockHash BlockHasher::hashExactPrefix(int32_t const* tokens, size_t tokenCount,
     checkExtrasCount("hashExactPrefix", extrasPerBlock, blocks);
     BlockHash parent = kChainRoot;
     for (size_t b = 0; b < blocks; ++b) {
-        StreamWriter w(threadBuffer());
         size_t const begin = b * page;
         size_t const count = std::min(page, tokenCount - begin);
-        writeBlock(w, parent, tokens + begin, count, extrasFor(extrasPerBlock, b),
-                   perPositionMediaHash ? perPositionMediaHash + begin : nullptr);
+        BlockKeyExtras const& extras = extrasFor(extrasPerBlock, b);
+        Hash128 const* media = perPositionMediaHash ? perPositionMediaHash + begin : nullptr;
+        StreamWriter w(threadBuffer(), blockStreamBound(count, extras, media));
+        writeBlock(w, parent, tokens + begin, count, extras, media);
         parent = digest(w.data(), w.size());
     }
     return parent;
 }
 
 Hash128 BlockHasher::hashOpaqueIdentity(std::string_view bytes) const {
-    StreamWriter w(threadBuffer());
+    StreamWriter w(threadBuffer(), 1 + 8 + bytes.size());
     w.byte(kTagOpaqueIdentity);
     w.u64(bytes.size());
     w.raw(bytes.data(), bytes.size());

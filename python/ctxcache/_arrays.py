@@ -21,13 +21,13 @@ _NULL = ffi.NULL
 
 def integer(value: Any, name: str, *, minimum: int | None = 0, maximum: int = INT32_MAX) -> int:
     """An exact integer (bool refused) within [minimum, maximum]."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_)):  # before operator.index, which turns True into 1
+        raise ArgumentTypeError(f"{name} must be an integer, got bool")
+    if not isinstance(value, (int, np.integer)):
         try:
             value = operator.index(value)
         except TypeError:
             raise ArgumentTypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-        if isinstance(value, bool):
-            raise ArgumentTypeError(f"{name} must be an integer, got bool")
     value = int(value)
     if minimum is not None and value < minimum:
         raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")

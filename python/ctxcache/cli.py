@@ -40,7 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="replay a Mooncake trace through the manager", add_help=False)
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_bench)
-    args = parser.parse_args(argv)
+    # argparse.REMAINDER does not capture a remainder that starts with an option ("bench --requests 50"), so the
+    # bench arguments are whatever the top-level parser does not know.
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.bench_args = extra + list(args.bench_args)
+    elif extra:
+        parser.error("unrecognized arguments: " + " ".join(extra))
     return args.run(args)
 
 

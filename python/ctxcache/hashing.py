@@ -49,6 +49,8 @@ def _extras_array(extras: BlockKeyExtras | Sequence[BlockKeyExtras] | None):
     """ctxc_block_key_extras_t[] and the keep-alive list of their media arrays."""
     if extras is None:
         return _arrays._NULL, 0, []
+    if not isinstance(extras, (BlockKeyExtras, list, tuple)):
+        raise ArgumentTypeError(f"extras must be a BlockKeyExtras or a list of them, got {type(extras).__name__}")
     items = [extras] if isinstance(extras, BlockKeyExtras) else list(extras)
     for i, e in enumerate(items):
         if not isinstance(e, BlockKeyExtras):
@@ -59,6 +61,8 @@ def _extras_array(extras: BlockKeyExtras | Sequence[BlockKeyExtras] | None):
     keep = []
     for i, e in enumerate(items):
         c = out[i]
+        if not isinstance(e.media, (list, tuple)):
+            raise ArgumentTypeError(f"extras[{i}].media must be a list of MediaSpanKey, got {type(e.media).__name__}")
         media = list(e.media)
         if media:
             spans = ffi.new("ctxc_media_span_key_t[]", len(media))
@@ -100,7 +104,9 @@ def _media_pointer(per_position_media_hashes, token_count: int):
 def _algorithm(value: Any) -> int:
     if isinstance(value, HashAlgorithm):
         return int(value)
-    if isinstance(value, str) and value.lower() in ("sha256", "fnv1a128"):
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"algorithm must be a str or a HashAlgorithm, got {type(value).__name__}")
+    if value.lower() in ("sha256", "fnv1a128"):
         return int(HashAlgorithm.SHA256 if value.lower() == "sha256" else HashAlgorithm.FNV1A128)
     raise InvalidArgumentError(f"algorithm must be 'sha256' or 'fnv1a128', got {value!r}")
 
@@ -163,6 +169,9 @@ class Hasher:
         page_size = _arrays.integer(page_size, "page_size", minimum=1)
         extras_ptr, extras_count, keep = _extras_array(extras)
         media = _media_pointer(per_position_media_hashes, tokens.shape[0])
+        blocks = -(-tokens.shape[0] // page_size)
+        if extras_count > 1 and extras_count != blocks:
+            raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} blocks (0, 1 or one per block)")
         digest = ffi.new("ctxc_hash128_t *")
         check(lib.ctxc_hash_exact_prefix(self._handle, _arrays.int32_pointer(tokens), tokens.shape[0], page_size,
                                          extras_ptr, extras_count, media, digest))
@@ -203,6 +212,8 @@ _default_hashers: dict[tuple[int, bytes], Hasher] = {}
 def _hasher(algorithm, key) -> Hasher:
     if isinstance(key, str):
         key = key.encode("utf-8")
+    if key is not None and not isinstance(key, (bytes, bytearray, memoryview)):
+        raise ArgumentTypeError(f"key must be bytes or str, got {type(key).__name__}")
     cache_key = (_algorithm(algorithm), bytes(key) if key else b"")
     hasher = _default_hashers.get(cache_key)
     if hasher is None:

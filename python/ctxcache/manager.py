@@ -201,13 +201,13 @@ class Lease:
     @property
     def base_pages(self) -> np.ndarray:
         """Ordered base K-page ids (shared prefix, then private pages); read-only int32."""
-        if self._base_pages is None:
+        if self._base_pages is None or self._manager.closed:  # an orphaned lease must not serve a stale view
             self._base_pages = self._pages(lib.ctxc_lease_base_pages)
         return self._base_pages
 
     @property
     def draft_pages(self) -> np.ndarray:
-        if self._draft_pages is None:
+        if self._draft_pages is None or self._manager.closed:
             self._draft_pages = self._pages(lib.ctxc_lease_draft_pages)
         return self._draft_pages
 

@@ -1,0 +1,533 @@
+"""A pure-Python model of ContextCacheManager's observable behaviour, written from the reference semantics.
+
+It is a second, deliberately naive implementation (dicts, lists, linear scans) of the pools (refcounts and FIFO
+free lists), the canonical base index, the record store with its LRU, the draft path index, the read-only
+eviction planner, the three reuse planners and every manager operation. The stateful test drives the real
+manager and this model with the same operations and compares everything observable after each step, so any
+divergence in plans, page ids, free-list order, recency, eviction victims or metrics is caught.
+
+Broken contracts raise ModelContractError where the library raises ctxcache.ContractError.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+BASE, DRAFT, RECURRENT, PARTIAL = range(4)
+STANDARD, NO_REUSABLE_PREFIX, FULL_INPUT_REWIND = range(3)
+VANILLA, HYBRID, SPEC = range(3)
+PUBLISHED, EXISTING_RECORD = range(2)
+ACQUIRED, INSUFFICIENT_CAPACITY = range(2)
+
+
+class ModelContractError(Exception):
+    pass
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Pools:
+    def __init__(self, capacities):
+        self.capacity = list(capacities)
+        self.active = [[0] * c for c in capacities]
+        self.cache = [[0] * c for c in capacities]
+        self.free = [deque(range(c)) for c in capacities]
+
+    def can_allocate(self, demand) -> bool:
+        return all(demand[t] <= len(self.free[t]) for t in range(4))
+
+    def allocate(self, t: int, n: int) -> list[int]:
+        ids = [self.free[t].popleft() for _ in range(n)]
+        for i in ids:
+            self.active[t][i] = 1
+        return ids
+
+    def _maybe_free(self, t, i):
+        if self.active[t][i] == 0 and self.cache[t][i] == 0:
+            self.free[t].append(i)
+
+    def add_active(self, t, i):
+        assert self.active[t][i] or self.cache[t][i], "pinning a free id"
+        self.active[t][i] += 1
+
+    def release_active(self, t, i):
+        assert self.active[t][i] > 0
+        self.active[t][i] -= 1
+        self._maybe_free(t, i)
+
+    def add_cache(self, t, i):
+        assert self.active[t][i] or self.cache[t][i], "caching a free id"
+        self.cache[t][i] += 1
+
+    def release_cache(self, t, i):
+        assert self.cache[t][i] > 0
+        self.cache[t][i] -= 1
+        self._maybe_free(t, i)
+
+    def is_free(self, t, i) -> bool:
+        return self.active[t][i] == 0 and self.cache[t][i] == 0
+
+    def reclaimable(self, t) -> int:
+        return sum(1 for i in range(self.capacity[t]) if self.active[t][i] == 0 and self.cache[t][i] > 0)
+
+
+@dataclass
+class Record:
+    id: int
+    terminal: tuple
+    full_block_count: int
+    hashes: list
+    base: list
+    draft: list = field(default_factory=list)
+    recurrent: int | None = None
+    partial: int | None = None
+    exact_length: int | None = None
+
+    def resources(self):
+        out = [(BASE, p) for p in self.base] + [(DRAFT, p) for p in self.draft]
+        if self.recurrent is not None:
+            out.append((RECURRENT, self.recurrent))
+        if self.partial is not None:
+            out.append((PARTIAL, self.partial))
+        return out
+
+    @property
+    def hybrid_key(self):
+        return None if self.exact_length is None else (self.terminal, self.exact_length)
+
+
+@dataclass
+class Plan:
+    mode: int
+    kind: int = NO_REUSABLE_PREFIX
+    matched: int = 0
+    reuse: int = 0
+    matched_hashes: list = field(default_factory=list)
+    base_bindings: list = field(default_factory=list)
+    draft_bindings: list = field(default_factory=list)
+    draft_record: int | None = None
+    dependency: tuple | None = None  # (hash, block count)
+    has_attention: bool = False
+    hybrid_record: int | None = None
+    recurrent_binding: int | None = None
+    partial_binding: int | None = None
+    demand: list = field(default_factory=lambda: [0, 0, 0, 0])
+    full_page_replay: bool = False
+
+
+@dataclass
+class Lease:
+    mode: int
+    has_attention: bool
+    matched_hashes: list
+    dependency: tuple | None
+    base: list = field(default_factory=list)
+    draft: list = field(default_factory=list)
+    recurrent: int | None = None
+    partial: int | None = None
+    reserved: list = field(default_factory=list)  # [(type, index)]
+    live: bool = True
+
+
+class Model:
+    def __init__(self, page_size: int, capacities, max_records: int):
+        self.P = page_size
+        self.pools = Pools(capacities)
+        self.max_records = max_records
+        self.index: dict = {}       # hash -> page
+        self.reverse: dict = {}     # page -> hash
+        self.records: dict[int, Record] = {}
+        self.exact: dict = {}       # (terminal, count) -> id
+        self.hybrid: dict = {}      # (digest, length) -> id
+        self.lru: list[int] = []
+        self.draft_index: dict = {}  # hash -> [(record, count)]
+        self.next_id = 1
+        self.metrics = [0, 0, 0, 0, 0]  # evicted, base, draft, recurrent, partial
+
+    # ---- records --------------------------------------------------------------------------------------------
+    def touch(self, rid):
+        self.lru.remove(rid)
+        self.lru.append(rid)
+
+    def evict(self, rid):
+        if rid not in self.records:
+            raise ModelContractError(f"no record {rid}")
+        r = self.records.pop(rid)
+        self.lru.remove(rid)
+        if r.hybrid_key is not None:
+            del self.hybrid[r.hybrid_key]
+        else:
+            del self.exact[(r.terminal, r.full_block_count)]
+        if r.draft:
+            for i, h in enumerate(r.hashes):
+                self.draft_index[h].remove((rid, i + 1))
+                if not self.draft_index[h]:
+                    del self.draft_index[h]
+        for p in r.base:
+            self.pools.release_cache(BASE, p)
+            if self.pools.cache[BASE][p] == 0:
+                h = self.reverse.pop(p, None)
+                if h is not None and self.index.get(h) == p:
+                    del self.index[h]
+                if self.pools.active[BASE][p] == 0:
+                    self.metrics[1] += 1
+        for p in r.draft:
+            self.pools.release_cache(DRAFT, p)
+            if self.pools.is_free(DRAFT, p):
+                self.metrics[2] += 1
+        if r.recurrent is not None:
+            self.pools.release_cache(RECURRENT, r.recurrent)
+            if self.pools.is_free(RECURRENT, r.recurrent):
+                self.metrics[3] += 1
+        if r.partial is not None:
+            self.pools.release_cache(PARTIAL, r.partial)
+            if self.pools.is_free(PARTIAL, r.partial):
+                self.metrics[4] += 1
+        self.metrics[0] += 1
+
+    def plan_eviction(self, demand, protected=None):
+        pools = self.pools
+        if pools.can_allocate(demand):
+            return []
+        for t in range(4):
+            if len(pools.free[t]) + pools.reclaimable(t) < demand[t]:
+                return None
+        order = [r for r in self.lru if r != protected]
+        if protected is not None and protected in self.records:
+            order.append(protected)
+        counts: dict = {}
+        reclaimed = [0, 0, 0, 0]
+        victims = []
+        for rid in order:
+            for t, i in self.records[rid].resources():
+                c = counts.get((t, i), pools.cache[t][i]) - 1
+                counts[(t, i)] = c
+                if c == 0 and pools.active[t][i] == 0:
+                    reclaimed[t] += 1
+            victims.append(rid)
+            if all(len(pools.free[t]) + reclaimed[t] >= demand[t] for t in range(4)):
+                return victims
+        raise AssertionError("model: evicting everything fell short")
+
+    def evict_for(self, demand, protected=None) -> bool:
+        victims = self.plan_eviction(demand, protected)
+        if victims is None:
+            return False
+        for rid in victims:
+            self.evict(rid)
+        return True
+
+    # ---- planning ---------------------------------------------------------------------------------------------
+    def _validate(self, hashes, n):
+        if len(hashes) > n // self.P:
+            raise ModelContractError("too many hashes")
+
+    def lookup_prefix(self, hashes):
+        pages = []
+        for h in hashes:
+            if h not in self.index:
+                break
+            pages.append(self.index[h])
+        return pages
+
+    def plan_vanilla(self, hashes, n, bypass):
+        self._validate(hashes, n)
+        total = ceil_div(n, self.P)
+        plan = Plan(VANILLA, demand=[total, 0, 0, 0])
+        if n == 0 or bypass:
+            return plan
+        pages = self.lookup_prefix(hashes)
+        m = bound = len(pages)
+        if n % self.P == 0 and m == total:
+            bound = m - 1
+            plan.kind = FULL_INPUT_REWIND
+        elif m > 0:
+            plan.kind = STANDARD
+        plan.matched, plan.reuse = m * self.P, bound * self.P
+        plan.base_bindings = pages[:bound]
+        plan.matched_hashes = list(hashes[:bound])
+        plan.demand = [total - bound, 0, 0, 0]
+        return plan
+
+    def plan_hybrid(self, candidates, hashes, n, attention, bypass):
+        self._validate(hashes, n)
+        for length, _ in candidates:
+            if length <= 0 or length >= n:
+                raise ModelContractError("candidate length out of range")
+        total = ceil_div(n, self.P)
+        plan = Plan(HYBRID, has_attention=attention, demand=[total if attention else 0, 0, 0, 0])
+        if n == 0 or bypass:
+            return plan
+        for length, digest in sorted(candidates, key=lambda c: -c[0]):
+            rid = self.hybrid.get((digest, length))
+            if rid is None:
+                continue
+            r = self.records[rid]
+            fb = length // self.P
+            mid = length % self.P != 0
+            if fb > len(hashes) or r.hashes != list(hashes[:fb]):
+                continue
+            if r.recurrent is None or (r.partial is not None) != (attention and mid):
+                continue
+            if len(r.base) != (fb if attention else 0):
+                continue
+            plan.kind = STANDARD
+            plan.matched = plan.reuse = length
+            plan.matched_hashes = list(hashes[:fb])
+            plan.base_bindings = list(r.base) if attention else []
+            plan.hybrid_record = rid
+            plan.recurrent_binding, plan.partial_binding = r.recurrent, r.partial
+            plan.demand = [total - fb if attention else 0, 0, 0, 0]
+            return plan
+        return plan
+
+    def plan_spec(self, hashes, n, bypass):
+        self._validate(hashes, n)
+        total = ceil_div(n, self.P)
+        plan = Plan(SPEC, demand=[total, total, 0, 0])
+        if n == 0 or bypass:
+            return plan
+        base_pages = self.lookup_prefix(hashes)
+        match = None
+        for count in range(min(len(base_pages), len(hashes)), 0, -1):
+            for rid, c in reversed(self.draft_index.get(hashes[count - 1], [])):
+                if c == count:
+                    match = (rid, count)
+                    break
+            if match:
+                break
+        if match is None:
+            return plan
+        rid, paired = match
+        r = self.records[rid]
+        if len(r.draft) < paired or r.hashes[:paired] != list(hashes[:paired]):
+            return plan
+        bound = paired - 1
+        plan.full_page_replay = True
+        plan.matched, plan.reuse = paired * self.P, bound * self.P
+        if paired > 1:
+            plan.dependency = (hashes[paired - 1], paired)
+        plan.base_bindings = base_pages[:bound]
+        plan.draft_bindings = r.draft[:bound]
+        plan.matched_hashes = list(hashes[:bound])
+        if n % self.P == 0 and paired == total:
+            plan.kind = FULL_INPUT_REWIND
+        else:
+            plan.kind = STANDARD if bound > 0 else NO_REUSABLE_PREFIX
+        if bound > 0:
+            plan.draft_record = rid
+        plan.demand = [total - bound, total - bound, 0, 0]
+        return plan
+
+    # ---- manager operations -------------------------------------------------------------------------------------
+    def acquire(self, plan: Plan):
+        lease = Lease(plan.mode, plan.has_attention, plan.matched_hashes, plan.dependency)
+        for p in plan.base_bindings:
+            self.pools.add_active(BASE, p)
+            lease.base.append(p)
+        for p in plan.draft_bindings:
+            self.pools.add_active(DRAFT, p)
+            lease.draft.append(p)
+        if plan.recurrent_binding is not None:
+            self.pools.add_active(RECURRENT, plan.recurrent_binding)
+            lease.recurrent = plan.recurrent_binding
+        if plan.partial_binding is not None:
+            self.pools.add_active(PARTIAL, plan.partial_binding)
+            lease.partial = plan.partial_binding
+        hit = plan.draft_record if plan.draft_record is not None else plan.hybrid_record
+        if not self.evict_for(plan.demand, hit):
+            self.release(lease)
+            return INSUFFICIENT_CAPACITY, None
+        lease.base += self.pools.allocate(BASE, plan.demand[BASE])
+        lease.draft += self.pools.allocate(DRAFT, plan.demand[DRAFT])
+        if hit is not None and hit in self.records:
+            self.touch(hit)
+        return ACQUIRED, lease
+
+    def release(self, lease: Lease):
+        if not lease.live:
+            raise ModelContractError("released twice")
+        for p in lease.base:
+            self.pools.release_active(BASE, p)
+        for p in lease.draft:
+            self.pools.release_active(DRAFT, p)
+        if lease.recurrent is not None:
+            self.pools.release_active(RECURRENT, lease.recurrent)
+        if lease.partial is not None:
+            self.pools.release_active(PARTIAL, lease.partial)
+        for t, i in lease.reserved:
+            self.pools.release_active(t, i)
+        lease.base, lease.draft, lease.reserved = [], [], []
+        lease.recurrent = lease.partial = None
+        lease.live = False
+
+    def grow_base(self, lease, count) -> bool:
+        if lease.mode == SPEC:
+            raise ModelContractError("spec lease")
+        if count == 0:
+            return True
+        if not self.evict_for([count, 0, 0, 0]):
+            return False
+        lease.base += self.pools.allocate(BASE, count)
+        return True
+
+    def grow_spec(self, lease, base, draft) -> bool:
+        if lease.mode != SPEC:
+            raise ModelContractError("needs spec lease")
+        if base == 0 and draft == 0:
+            return True
+        if not self.evict_for([base, draft, 0, 0]):
+            return False
+        lease.base += self.pools.allocate(BASE, base)
+        lease.draft += self.pools.allocate(DRAFT, draft)
+        return True
+
+    def reserve(self, lease, partial: bool):
+        if lease.mode != HYBRID:
+            raise ModelContractError("needs hybrid lease")
+        if partial and not lease.has_attention:
+            raise ModelContractError("partial without attention")
+        demand = [0, 0, 1, 1 if partial else 0]
+        if not self.evict_for(demand):
+            return None
+        r = self.pools.allocate(RECURRENT, 1)[0]
+        lease.reserved.append((RECURRENT, r))
+        p = None
+        if partial:
+            p = self.pools.allocate(PARTIAL, 1)[0]
+            lease.reserved.append((PARTIAL, p))
+        return (r, p)
+
+    def release_restored(self, lease):
+        if lease.mode != HYBRID:
+            raise ModelContractError("needs hybrid lease")
+        if lease.recurrent is not None:
+            self.pools.release_active(RECURRENT, lease.recurrent)
+        if lease.partial is not None:
+            self.pools.release_active(PARTIAL, lease.partial)
+        lease.recurrent = lease.partial = None
+
+    def retire(self, lease, reservation):
+        if lease.mode != HYBRID:
+            raise ModelContractError("needs hybrid lease")
+        r, p = reservation
+        if (RECURRENT, r) not in lease.reserved:
+            raise ModelContractError("recurrent slot not reserved")
+        if p is not None and (PARTIAL, p) not in lease.reserved:
+            raise ModelContractError("partial slot not reserved")
+        lease.reserved.remove((RECURRENT, r))
+        self.pools.release_active(RECURRENT, r)
+        if p is not None:
+            lease.reserved.remove((PARTIAL, p))
+            self.pools.release_active(PARTIAL, p)
+
+    def _check_matched(self, hashes, count, matched):
+        for i in range(min(count, len(matched))):
+            if hashes[i] != matched[i]:
+                raise ModelContractError("prefix changed")
+
+    def _project(self, hashes, count, producer):
+        canonical, newly = [], []
+        try:
+            for i in range(count):
+                h, page = hashes[i], producer[i]
+                if h in self.index:
+                    canonical.append(self.index[h])
+                    continue
+                if page in self.reverse:
+                    raise ModelContractError("page mapped to another hash")
+                self.index[h] = page
+                self.reverse[page] = h
+                canonical.append(page)
+                newly.append(page)
+        except ModelContractError:
+            for page in newly:
+                del self.index[self.reverse.pop(page)]
+            raise
+        return canonical
+
+    def _commit(self, record: Record, published: int):
+        victim = self.lru[0] if self.max_records > 0 and len(self.records) >= self.max_records and self.lru else None
+        for t, i in record.resources():
+            self.pools.add_cache(t, i)
+        record.id = self.next_id
+        self.next_id += 1
+        self.records[record.id] = record
+        self.lru.append(record.id)
+        if record.hybrid_key is not None:
+            self.hybrid[record.hybrid_key] = record.id
+        else:
+            self.exact[(record.terminal, record.full_block_count)] = record.id
+        if record.draft:
+            for i, h in enumerate(record.hashes):
+                self.draft_index.setdefault(h, []).append((record.id, i + 1))
+        canonical = list(record.base)
+        if self.max_records == 0:
+            self.evict(record.id)
+        elif victim is not None:
+            self.evict(victim)
+        return PUBLISHED, (record.id if record.id in self.records else None), canonical, published
+
+    def publish(self, lease: Lease, hashes, resident: int):
+        if lease.mode == HYBRID:
+            raise ModelContractError("hybrid lease")
+        spec = lease.mode == SPEC
+        count = min(len(hashes), resident // self.P)
+        if count == 0 or count > len(lease.base) or (spec and count > len(lease.draft)):
+            raise ModelContractError("bad block count")
+        self._check_matched(hashes, count, lease.matched_hashes)
+        if lease.dependency is not None:
+            h, c = lease.dependency
+            if count < c or hashes[c - 1] != h:
+                raise ModelContractError("dependency")
+        key = (hashes[count - 1], count)
+        if key in self.exact:
+            rid = self.exact[key]
+            r = self.records[rid]
+            if not spec or r.draft:
+                self.touch(rid)
+                return EXISTING_RECORD, rid, list(r.base), count
+            r.draft = list(lease.draft[:count])
+            for p in r.draft:
+                self.pools.add_cache(DRAFT, p)
+            for i, h in enumerate(r.hashes):
+                self.draft_index.setdefault(h, []).append((rid, i + 1))
+            self.touch(rid)
+            return PUBLISHED, rid, list(r.base), count
+        canonical = self._project(hashes, count, lease.base)
+        record = Record(0, hashes[count - 1], count, list(hashes[:count]), canonical,
+                        list(lease.draft[:count]) if spec else [])
+        return self._commit(record, count)
+
+    def publish_hybrid(self, lease: Lease, hashes, digest, length, reservation):
+        if lease.mode != HYBRID:
+            raise ModelContractError("needs hybrid lease")
+        if length <= 0:
+            raise ModelContractError("length")
+        fb = length // self.P
+        if len(hashes) != fb:
+            raise ModelContractError("hash count")
+        r, p = reservation
+        if (p is not None) != (lease.has_attention and length % self.P != 0):
+            raise ModelContractError("partial slot rule")
+        if lease.has_attention and fb > len(lease.base):
+            raise ModelContractError("too few base pages")
+        if (RECURRENT, r) not in lease.reserved or (p is not None and (PARTIAL, p) not in lease.reserved):
+            raise ModelContractError("not reserved")
+        self._check_matched(hashes, fb, lease.matched_hashes)
+        published = fb if lease.has_attention else 0
+        key = (digest, length)
+        if key in self.hybrid:
+            rid = self.hybrid[key]
+            self.touch(rid)
+            return EXISTING_RECORD, rid, list(self.records[rid].base), published
+        base = self._project(hashes, fb, lease.base) if lease.has_attention else []
+        record = Record(0, digest, fb, list(hashes), base, [], r, p, length)
+        return self._commit(record, published)
+
+    def hybrid_candidate_lengths(self, n):
+        return sorted({r.exact_length for r in self.records.values() if r.exact_length is not None and r.exact_length < n},
+                      reverse=True)

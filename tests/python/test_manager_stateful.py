@@ -1,0 +1,364 @@
+"""Model-based test: random operation sequences drive the real manager and tests/python/manager_model.py alike.
+
+Every acquire (vanilla, hybrid with and without attention, spec), grow, reserve, release of restored snapshots,
+retire, publish, hybrid publish, release and eviction runs on both; results must agree exactly (status, plan,
+page ids, record ids, canonical pages), a broken contract must fail on both, and after every step the whole
+observable state must agree (free lists in allocation order, every refcount, record LRU, metrics, index size)
+and check_invariants() must pass.
+
+Budget: CTXCACHE_HYPOTHESIS_EXAMPLES (default 200) examples of CTXCACHE_HYPOTHESIS_STEPS (default 50) steps.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import ctxcache
+from ctxcache import LookupPolicy, ResourceDemand, ResourceType
+
+import manager_model as mm
+
+EXAMPLES = int(os.environ.get("CTXCACHE_HYPOTHESIS_EXAMPLES", "200"))
+STEPS = int(os.environ.get("CTXCACHE_HYPOTHESIS_STEPS", "50"))
+SEQUENCE_LENGTH = 16
+
+_rng = np.random.default_rng(20261129)
+BASE_SEQUENCES = [_rng.integers(0, 50, SEQUENCE_LENGTH, dtype=np.int32) for _ in range(3)]
+
+
+def as_tuples(hashes: np.ndarray) -> list[tuple[int, int]]:
+    return [(int(h[0]), int(h[1])) for h in hashes]
+
+
+class Outcome:
+    """Runs a call on the library and on the model; both must succeed or both must break the contract."""
+
+    @staticmethod
+    def both(real, model):
+        try:
+            real_result = real()
+        except ctxcache.ContractError as error:
+            try:
+                model()
+            except mm.ModelContractError:
+                return None, None
+            raise AssertionError(f"library raised ContractError ({error}) but the model accepted the call")
+        try:
+            model_result = model()
+        except mm.ModelContractError as error:
+            raise AssertionError(f"the model refused ({error}) but the library accepted the call: {real_result!r}")
+        return real_result, model_result
+
+
+class ManagerMachine(RuleBasedStateMachine):
+    # (page size, [base, draft, recurrent, partial], max records): mostly roomy so that prefixes really get reused,
+    # plus pressure, starvation, a record limit of one and of zero.
+    PROFILES = [
+        (2, [32, 24, 3, 3], 8),
+        (4, [24, 16, 3, 3], 8),
+        (1, [40, 24, 2, 2], 6),
+        (2, [12, 8, 2, 1], 8),   # pressure: eviction on most acquires
+        (2, [10, 10, 2, 2], 8),
+        (4, [8, 6, 1, 1], 3),
+        (4, [7, 7, 2, 2], 6),
+        (2, [24, 16, 3, 3], 1),  # record limit 1
+        (2, [16, 0, 0, 0], 0),   # max_records 0: nothing is ever kept; no draft or snapshot pools
+        (4, [0, 0, 3, 0], 4),    # pure recurrent only
+    ]
+
+    @initialize(profile=st.sampled_from(PROFILES))
+    def create(self, profile):
+        page_size, capacities, max_records = profile
+        self.manager = ctxcache.ContextCacheManager(page_size, ResourceDemand(*capacities), max_records)
+        self.model = mm.Model(page_size, capacities, max_records)
+        self.P = page_size
+        self.leases = []  # [real lease, model lease, tokens, hashes (array), reservations [(real, model tuple)]]
+
+    def teardown(self):
+        if not hasattr(self, "manager"):
+            return
+        if os.environ.get("CTXCACHE_STATEFUL_TRACE"):
+            print(f"steps={getattr(self, '_steps', 0)} leases={len(self.leases)} records={len(self.manager.records)} "
+                  f"next_record_id={self.model.next_id} evicted={self.manager.metrics.evicted_records}")
+        for entry in self.leases:
+            entry[0].close()
+        for rid in self.manager.records.lru():
+            self.manager.evict_record(rid)
+        for t in ResourceType:
+            assert self.manager.pools.free_count(t) == self.manager.pools.capacity(t), f"{t.name} leaked"
+        self.manager.check_invariants()
+        self.manager.close()
+
+    # ---- helpers ----------------------------------------------------------------------------------------------
+    def tokens(self, sequence, length, diverge_at, salt):
+        tokens = BASE_SEQUENCES[sequence][:length].copy()
+        if diverge_at < length:
+            tokens[diverge_at:] = (tokens[diverge_at:] + 1 + salt) % 50
+        return tokens
+
+    def hashes(self, tokens):
+        return ctxcache.hash_full_blocks(tokens, self.P, algorithm="fnv1a128")
+
+    def digest(self, tokens, length):
+        d = ctxcache.hash_exact_prefix(tokens[:length], self.P, algorithm="fnv1a128")
+        return (int(d[0]), int(d[1])), d
+
+    def check_acquire(self, real, model_status, model_lease, plan):
+        assert int(real.status) == model_status
+        p = real.plan
+        assert int(p.kind) == plan.kind
+        assert int(p.mode) == plan.mode
+        assert p.matched_token_length == plan.matched
+        assert p.reuse_token_length == plan.reuse
+        assert [p.demand.base_kv_pages, p.demand.draft_kv_pages, p.demand.recurrent_snapshot_slots,
+                p.demand.partial_kv_snapshot_slots] == plan.demand
+        assert p.bound_base_page_count == len(plan.base_bindings)
+        assert p.bound_draft_page_count == len(plan.draft_bindings)
+        assert p.draft_record == plan.draft_record
+        assert p.hybrid_record == plan.hybrid_record
+        assert p.recurrent_snapshot_binding == plan.recurrent_binding
+        assert p.partial_kv_snapshot_binding == plan.partial_binding
+        dependency = p.spec_replay_dependency
+        if plan.dependency is None:
+            assert dependency is None
+        else:
+            assert (tuple(int(x) for x in dependency.terminal_hash), dependency.path_block_count) == plan.dependency
+        if model_lease is None:
+            assert real.lease is None
+        else:
+            assert list(real.lease.base_pages) == model_lease.base
+            assert list(real.lease.draft_pages) == model_lease.draft
+
+    def live_entry(self, index):
+        live = [e for e in self.leases if e[1].live]
+        return live[index % len(live)] if live else None
+
+    # ---- rules ------------------------------------------------------------------------------------------------
+    KINDS = st.sampled_from(["vanilla", "vanilla", "hybrid", "hybrid-no-attention", "spec", "spec"])
+    REQUEST = dict(sequence=st.integers(0, 2), length=st.integers(0, SEQUENCE_LENGTH),
+                   diverge_at=st.one_of(st.just(SEQUENCE_LENGTH), st.integers(0, SEQUENCE_LENGTH)),
+                   salt=st.integers(0, 3), bypass=st.sampled_from([False, False, False, True]))
+
+    def _acquire(self, kind, sequence, length, diverge_at, salt, bypass):
+        tokens = self.tokens(sequence, length, diverge_at, salt)
+        hashes = self.hashes(tokens)
+        model_hashes = as_tuples(hashes)
+        policy = LookupPolicy.BYPASS if bypass else LookupPolicy.USE_CACHE
+        if kind == "vanilla":
+            real = self.manager.acquire_vanilla(hashes, length, policy)
+            plan = self.model.plan_vanilla(model_hashes, length, bypass)
+        elif kind == "spec":
+            real = self.manager.acquire_spec(hashes, length, policy)
+            plan = self.model.plan_spec(model_hashes, length, bypass)
+        else:
+            attention = kind == "hybrid"
+            lengths = self.manager.hybrid_candidate_lengths(length)
+            assert lengths == self.model.hybrid_candidate_lengths(length)
+            candidates, model_candidates = [], []
+            for n in lengths:
+                key, digest = self.digest(tokens, n)
+                candidates.append(ctxcache.HybridCheckpointCandidate(n, digest))
+                model_candidates.append((n, key))
+            real = self.manager.acquire_hybrid(candidates, hashes, length, attention, policy)
+            plan = self.model.plan_hybrid(model_candidates, model_hashes, length, attention, bypass)
+        status, model_lease = self.model.acquire(plan)
+        self.check_acquire(real, status, model_lease, plan)
+        if real.lease is None:
+            return None
+        entry = [real.lease, model_lease, tokens, hashes, []]
+        self.leases.append(entry)
+        return entry
+
+    @precondition(lambda self: sum(e[1].live for e in self.leases) < 4)
+    @rule(kind=KINDS, **REQUEST)
+    def acquire(self, kind, sequence, length, diverge_at, salt, bypass):
+        self._acquire(kind, sequence, length, diverge_at, salt, bypass)
+
+    @rule(kind=KINDS, **REQUEST)
+    def serve(self, kind, sequence, length, diverge_at, salt, bypass):
+        """A whole request as a runtime runs it: acquire, publish the prompt (or its checkpoint), release."""
+        entry = self._acquire(kind, sequence, length, diverge_at, salt, bypass)
+        if entry is None:
+            return
+        if kind in ("vanilla", "spec"):
+            real, model = Outcome.both(lambda: self.manager.publish(entry[0], entry[3], length),
+                                       lambda: self.model.publish(entry[1], as_tuples(entry[3]), length))
+            if real is not None:
+                assert (int(real.status), real.record, list(real.canonical_base_pages),
+                        real.published_base_full_block_count) == model
+        else:
+            self._checkpoint(entry, None)
+        entry[0].release()
+        self.model.release(entry[1])
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5), count=st.integers(0, 4))
+    def grow_base(self, index, count):
+        real_lease, model_lease, *_ = self.live_entry(index)
+        real, model = Outcome.both(lambda: self.manager.grow_base_pages(real_lease, count),
+                                   lambda: self.model.grow_base(model_lease, count))
+        assert real == model
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5), base=st.integers(0, 3), draft=st.integers(0, 3))
+    def grow_spec(self, index, base, draft):
+        real_lease, model_lease, *_ = self.live_entry(index)
+        real, model = Outcome.both(lambda: self.manager.grow_spec_pages(real_lease, base, draft),
+                                   lambda: self.model.grow_spec(model_lease, base, draft))
+        assert real == model
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5), partial=st.booleans())
+    def reserve(self, index, partial):
+        entry = self.live_entry(index)
+        real, model = Outcome.both(lambda: self.manager.reserve_hybrid_snapshots(entry[0], partial),
+                                   lambda: self.model.reserve(entry[1], partial))
+        if real is None:
+            assert model is None
+            return
+        assert (real.recurrent_snapshot_slot, real.partial_kv_snapshot_slot) == model
+        entry[4].append((real, model))
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5))
+    def release_restored(self, index):
+        real_lease, model_lease, *_ = self.live_entry(index)
+        Outcome.both(lambda: self.manager.release_restored_hybrid_snapshots(real_lease),
+                     lambda: self.model.release_restored(model_lease))
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5), which=st.integers(0, 3), bogus=st.booleans())
+    def retire(self, index, which, bogus):
+        entry = self.live_entry(index)
+        if entry[4] and not bogus:
+            real_r, model_r = entry[4][which % len(entry[4])]
+        else:
+            model_r = (which, None)
+            real_r = ctxcache.HybridSnapshotReservation(which, None)
+        Outcome.both(lambda: self.manager.retire_hybrid_snapshot_reservation(entry[0], real_r),
+                     lambda: self.model.retire(entry[1], model_r))
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5), resident=st.one_of(st.none(), st.integers(0, SEQUENCE_LENGTH)),
+          corrupt=st.one_of(st.just(-1), st.integers(0, 8)))
+    def publish(self, index, resident, corrupt):
+        real_lease, model_lease, tokens, hashes, _ = self.live_entry(index)
+        if resident is None:
+            resident = len(tokens)  # the usual case: the whole prompt is resident
+        hashes = hashes.copy()
+        if 0 <= corrupt < hashes.shape[0]:
+            hashes[corrupt, 1] ^= np.uint64(0x5A5A)  # the producer's blocks no longer match what it acquired
+        real, model = Outcome.both(lambda: self.manager.publish(real_lease, hashes, resident),
+                                   lambda: self.model.publish(model_lease, as_tuples(hashes), resident))
+        if real is not None:
+            assert (int(real.status), real.record, list(real.canonical_base_pages),
+                    real.published_base_full_block_count) == model
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5), length=st.integers(-1, SEQUENCE_LENGTH), which=st.integers(0, 3),
+          drop_partial=st.booleans())
+    def publish_hybrid(self, index, length, which, drop_partial):
+        entry = self.live_entry(index)
+        real_lease, model_lease, tokens = entry[0], entry[1], entry[2]
+        length = min(length, len(tokens))
+        if entry[4]:
+            real_r, model_r = entry[4][which % len(entry[4])]
+        else:
+            real_r, model_r = ctxcache.HybridSnapshotReservation(which, None), (which, None)
+        if drop_partial and model_r[1] is not None:
+            real_r = ctxcache.HybridSnapshotReservation(real_r.recurrent_snapshot_slot, None)
+            model_r = (model_r[0], None)
+        full = self.hashes(tokens[:max(length, 0)])
+        key, digest = self.digest(tokens, max(length, 0))
+        checkpoint = ctxcache.HybridCheckpointKey(digest, length)
+        real, model = Outcome.both(
+            lambda: self.manager.publish_hybrid(real_lease, full, checkpoint, real_r),
+            lambda: self.model.publish_hybrid(model_lease, as_tuples(full), key, length, model_r))
+        if real is not None:
+            assert (int(real.status), real.record, list(real.canonical_base_pages),
+                    real.published_base_full_block_count) == model
+
+    @precondition(lambda self: any(e[1].live and e[1].mode == mm.HYBRID for e in self.leases))
+    @rule(index=st.integers(0, 5), length=st.one_of(st.none(), st.integers(1, SEQUENCE_LENGTH)))
+    def hybrid_checkpoint(self, index, length):
+        hybrid = [e for e in self.leases if e[1].live and e[1].mode == mm.HYBRID]
+        self._checkpoint(hybrid[index % len(hybrid)], length)
+
+    def _checkpoint(self, entry, length):
+        """The runtime's whole producer sequence: restore done, reserve, capture, publish, retire."""
+        real_lease, model_lease, tokens = entry[:3]
+        length = len(tokens) if length is None else min(length, len(tokens))
+        if length == 0:
+            return
+        self.manager.release_restored_hybrid_snapshots(real_lease)
+        self.model.release_restored(model_lease)
+        partial = model_lease.has_attention and length % self.P != 0
+        real_r = self.manager.reserve_hybrid_snapshots(real_lease, partial)
+        model_r = self.model.reserve(model_lease, partial)
+        if real_r is None:
+            assert model_r is None
+            return
+        assert (real_r.recurrent_snapshot_slot, real_r.partial_kv_snapshot_slot) == model_r
+        full = self.hashes(tokens[:length])
+        key, digest = self.digest(tokens, length)
+        real, model = Outcome.both(
+            lambda: self.manager.publish_hybrid(real_lease, full, ctxcache.HybridCheckpointKey(digest, length), real_r),
+            lambda: self.model.publish_hybrid(model_lease, as_tuples(full), key, length, model_r))
+        if real is not None:
+            assert (int(real.status), real.record, list(real.canonical_base_pages),
+                    real.published_base_full_block_count) == model
+        self.manager.retire_hybrid_snapshot_reservation(real_lease, real_r)
+        self.model.retire(model_lease, model_r)
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5))
+    def release(self, index):
+        entry = self.live_entry(index)
+        entry[0].release()
+        self.model.release(entry[1])
+
+    @precondition(lambda self: self.model.records)
+    @rule(choice=st.integers(0, 6))
+    def evict(self, choice):
+        lru = self.manager.records.lru()
+        rid = lru[choice % len(lru)] if lru and choice < 5 else 1000 + choice
+        Outcome.both(lambda: self.manager.evict_record(rid), lambda: self.model.evict(rid))
+
+    # ---- the whole observable state after every step ------------------------------------------------------
+    @invariant()
+    def state_agrees(self):
+        if not hasattr(self, "manager"):
+            return
+        self._steps = getattr(self, "_steps", 0) + 1
+        m, model = self.manager, self.model
+        m.check_invariants()
+        for t in ResourceType:
+            assert list(m.pools.free_list(t)) == list(model.pools.free[t]), f"{t.name} free list"
+            for i in range(model.pools.capacity[t]):
+                assert m.pools.active_ref_count(t, i) == model.pools.active[t][i], f"{t.name} {i} active"
+                assert m.pools.cache_ref_count(t, i) == model.pools.cache[t][i], f"{t.name} {i} cache"
+        assert m.records.lru() == model.lru
+        metrics = m.metrics
+        assert [metrics.evicted_records, metrics.reclaimed_base_kv_pages, metrics.reclaimed_draft_kv_pages,
+                metrics.reclaimed_recurrent_snapshots, metrics.reclaimed_partial_kv_snapshots] == model.metrics
+        assert len(m.base_index) == len(model.index)
+        for real_lease, model_lease, *_ in self.leases:
+            if model_lease.live:
+                assert list(real_lease.base_pages) == model_lease.base
+                assert list(real_lease.draft_pages) == model_lease.draft
+                assert real_lease.recurrent_snapshot_slot == model_lease.recurrent
+                assert real_lease.partial_kv_snapshot_slot == model_lease.partial
+
+
+ManagerMachine.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestManagerAgainstModel = ManagerMachine.TestCase
