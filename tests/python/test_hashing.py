@@ -374,20 +374,20 @@ def _kat_cases():
             yield pytest.param(algorithm, key, id=f"{algorithm}-{key_name}")
 
 
-@pytest.mark.parametrize("algorithm,key", _kat_cases())
+@pytest.mark.parametrize("algorithm,key", list(_kat_cases()))
 def test_known_answer_plain_chain(algorithm, key):
     got = rows(ctxcache.hash_full_blocks(KAT_TOKENS, PAGE, algorithm, key))
     assert got == ref_full_blocks(KAT_TOKENS, PAGE, algorithm, key)
     assert len(got) == 3
 
 
-@pytest.mark.parametrize("algorithm,key", _kat_cases())
+@pytest.mark.parametrize("algorithm,key", list(_kat_cases()))
 def test_known_answer_exact_prefix_with_partial_tail(algorithm, key):
     got = as_tuple(ctxcache.hash_exact_prefix(KAT_TOKENS, PAGE, algorithm, key))
     assert got == ref_exact_prefix(KAT_TOKENS, PAGE, algorithm, key)
 
 
-@pytest.mark.parametrize("algorithm,key", _kat_cases())
+@pytest.mark.parametrize("algorithm,key", list(_kat_cases()))
 def test_known_answer_with_every_extra(algorithm, key):
     content, placement = (0x0123456789ABCDEF, 0xFEDCBA9876543210), (2**64 - 1, 1)
     extras = BlockKeyExtras(
@@ -406,7 +406,7 @@ def test_known_answer_with_every_extra(algorithm, key):
     assert got_exact == ref_exact_prefix(KAT_TOKENS, PAGE, algorithm, key, extras=ref)
 
 
-@pytest.mark.parametrize("algorithm,key", _kat_cases())
+@pytest.mark.parametrize("algorithm,key", list(_kat_cases()))
 def test_known_answer_per_block_extras(algorithm, key):
     extras = [BlockKeyExtras(adapter_id=(1, 1)), BlockKeyExtras(), BlockKeyExtras(isolation_digest=(2, 2))]
     ref = [RefExtras(adapter=((1, 1), 0)), RefExtras(), RefExtras(isolation=(2, 2))]
@@ -419,7 +419,7 @@ def test_known_answer_per_block_extras(algorithm, key):
     assert got_exact == ref_exact_prefix(KAT_TOKENS, PAGE, algorithm, key, extras=ref)
 
 
-@pytest.mark.parametrize("algorithm,key", _kat_cases())
+@pytest.mark.parametrize("algorithm,key", list(_kat_cases()))
 def test_known_answer_per_position_media_hashes(algorithm, key):
     media = np.zeros((len(KAT_TOKENS), 2), dtype=np.uint64)
     media[1] = (0xAAAA, 0xBBBB)
@@ -431,7 +431,7 @@ def test_known_answer_per_position_media_hashes(algorithm, key):
     assert got == ref_full_blocks(KAT_TOKENS, PAGE, algorithm, key, media_hashes=ref_media)
 
 
-@pytest.mark.parametrize("algorithm,key", _kat_cases())
+@pytest.mark.parametrize("algorithm,key", list(_kat_cases()))
 def test_known_answer_hash_block_under_a_given_parent(algorithm, key):
     parent = (0x1111111111111111, 0x2222222222222222)
     got = as_tuple(ctxcache.hash_block(parent, [7, 8, 9], algorithm, key,
@@ -439,7 +439,7 @@ def test_known_answer_hash_block_under_a_given_parent(algorithm, key):
     assert got == ref_compress(algorithm, key)(block_stream(parent, [7, 8, 9], RefExtras(position=(3, 3))))
 
 
-@pytest.mark.parametrize("algorithm,key", _kat_cases())
+@pytest.mark.parametrize("algorithm,key", list(_kat_cases()))
 @pytest.mark.parametrize("data", [b"", b"lora-weights-v1", bytes(range(256)) * 3])
 def test_known_answer_opaque_identity(algorithm, key, data):
     assert as_tuple(ctxcache.hash_opaque_identity(data, algorithm, key)) == ref_opaque(data, algorithm, key)
