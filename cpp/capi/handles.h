@@ -21,7 +21,6 @@ struct ManagerObject {
     std::unique_ptr<ContextCacheManager> manager;
     std::unordered_set<void const*> leases;  // handles of this manager's leases not yet destroyed
     std::vector<int32_t> publishedPages;     // backs ctxc_publish_result_t::canonical_base_pages
-    std::vector<BlockHash> hashScratch;      // input hashes, reused between calls
 };
 
 struct LeaseObject {

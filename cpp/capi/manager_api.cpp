@@ -1,4 +1,6 @@
 // C ABI: the context cache manager.
+#include <cstddef>
+
 #include "capi/api_support.h"
 #include "capi/handles.h"
 
@@ -77,12 +79,14 @@ AcquireOutputs acquireOutputs(ctxc_acquire_result_t* result, ctxc_lease_t** leas
     return {r, lease};
 }
 
-std::vector<BlockHash> const& inputHashes(ManagerObject& m, ctxc_hash128_t const* hashes, size_t count) {
+// The caller's hash array, read in place: ctxc_hash128_t and BlockHash are the same two little-endian u64.
+static_assert(sizeof(ctxc_hash128_t) == sizeof(BlockHash) && alignof(ctxc_hash128_t) == alignof(BlockHash) &&
+                  offsetof(ctxc_hash128_t, hi) == offsetof(BlockHash, hi) &&
+                  offsetof(ctxc_hash128_t, lo) == offsetof(BlockHash, lo),
+              "ctxc_hash128_t and BlockHash share one layout");
+BlockHash const* inputHashes(ctxc_hash128_t const* hashes, size_t count) {
     requireArray(hashes, count, "hashes");
-    m.hashScratch.clear();
-    m.hashScratch.reserve(count);
-    for (size_t i = 0; i < count; ++i) m.hashScratch.push_back(toHash(hashes[i]));
-    return m.hashScratch;
+    return reinterpret_cast<BlockHash const*>(hashes);
 }
 
 void fillPublishResult(ManagerObject& m, PublishResult const& r, ctxc_publish_result_t& out) {
@@ -163,7 +167,7 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t* manager, con
         ManagerObject& m = requireManager(manager);
         requireNonNegative(input_token_count, "input_token_count");
         ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
-        AcquireResult r = m.manager->acquireVanilla(inputHashes(m, hashes, count), input_token_count, policy);
+        AcquireResult r = m.manager->acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
         return finishAcquire(manager, m, std::move(r), out.result, out.lease);
     });
 }
@@ -183,7 +187,7 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, cons
         std::vector<HybridCheckpointCandidate> c(candidate_count);
         for (size_t i = 0; i < candidate_count; ++i)
             c[i] = HybridCheckpointCandidate{candidates[i].exact_length, toHash(candidates[i].exact_prefix_digest)};
-        AcquireResult r = m.manager->acquireHybrid(c, inputHashes(m, hashes, count), input_token_count, attention, policy);
+        AcquireResult r = m.manager->acquireHybrid(c, inputHashes(hashes, count), count, input_token_count, attention, policy);
         return finishAcquire(manager, m, std::move(r), out.result, out.lease);
     });
 }
@@ -196,7 +200,7 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const 
         ManagerObject& m = requireManager(manager);
         requireNonNegative(input_token_count, "input_token_count");
         ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
-        AcquireResult r = m.manager->acquireSpec(inputHashes(m, hashes, count), input_token_count, policy);
+        AcquireResult r = m.manager->acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
         return finishAcquire(manager, m, std::move(r), out.result, out.lease);
     });
 }
@@ -287,10 +291,7 @@ CTXC_API ctxc_status_t ctxc_manager_publish(ctxc_manager_t* manager, ctxc_lease_
         ManagerObject& m = requireManager(manager);
         LeaseObject& l = requireLiveLease(lease, manager);
         requireNonNegative(resident_state_length, "resident_state_length");
-        PublishRequest request;
-        request.fullBlockHashes = inputHashes(m, hashes, count);
-        request.residentStateLength = resident_state_length;
-        fillPublishResult(m, m.manager->publish(l.lease, request), out);
+        fillPublishResult(m, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length), out);
         return CTXC_OK;
     });
 }
@@ -307,11 +308,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
         LeaseObject& l = requireLiveLease(lease, manager);
         if (!checkpoint) invalidArgument("checkpoint is NULL");
         if (!snapshots) invalidArgument("snapshots is NULL");
-        HybridPublishRequest request;
-        request.fullBlockHashes = inputHashes(m, hashes, count);
-        request.checkpoint = HybridCheckpointKey{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
-        request.snapshots = toReservation(*snapshots);
-        fillPublishResult(m, m.manager->publishHybrid(l.lease, request), out);
+        HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
+        fillPublishResult(m, m.manager->publishHybrid(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)), out);
         return CTXC_OK;
     });
 }

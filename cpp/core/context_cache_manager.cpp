@@ -34,7 +34,7 @@ bool ownsReservation(std::vector<ResourceId> const& reserved, ResourceId id) {
 
 // The first min(count, matched) publication hashes must be the ones the lease acquired: otherwise the lease's
 // physical pages would not hold the blocks being published.
-void checkMatchedPrefix(char const* operation, std::vector<BlockHash> const& hashes, size_t count,
+void checkMatchedPrefix(char const* operation, BlockHashSpan hashes, size_t count,
                         std::vector<BlockHash> const& matched) {
     size_t const n = std::min(count, matched.size());
     for (size_t i = 0; i < n; ++i)
@@ -158,18 +158,36 @@ void ContextCacheManager::evictRecord(RecordId id) {
 
 AcquireResult ContextCacheManager::acquireVanilla(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
                                                   ContextCacheLookupPolicy lookupPolicy) {
-    return acquire(makeVanillaReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, lookupPolicy));
+    return acquireVanilla(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy);
+}
+
+AcquireResult ContextCacheManager::acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
+                                                  ContextCacheLookupPolicy lookupPolicy) {
+    return acquire(makeVanillaReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, lookupPolicy));
 }
 
 AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
                                                  std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
                                                  bool hasAttention, ContextCacheLookupPolicy lookupPolicy) {
-    return acquire(makeHybridReusePlan(candidates, hashes, inputTokenCount, pageSize_, hasAttention, records_, lookupPolicy));
+    return acquireHybrid(candidates, hashes.data(), hashes.size(), inputTokenCount, hasAttention, lookupPolicy);
+}
+
+AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
+                                                 BlockHash const* hashes, size_t count, int32_t inputTokenCount,
+                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy) {
+    return acquire(makeHybridReusePlan(candidates, {hashes, count}, inputTokenCount, pageSize_, hasAttention, records_,
+                                       lookupPolicy));
 }
 
 AcquireResult ContextCacheManager::acquireSpec(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
                                                ContextCacheLookupPolicy lookupPolicy) {
-    return acquire(makeSpecReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_, lookupPolicy));
+    return acquireSpec(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy);
+}
+
+AcquireResult ContextCacheManager::acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
+                                               ContextCacheLookupPolicy lookupPolicy) {
+    return acquire(makeSpecReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_,
+                                     lookupPolicy));
 }
 
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
@@ -318,7 +336,7 @@ void ContextCacheManager::retireHybridSnapshotReservation(CacheRequestLease& lea
 
 // ---- publish ------------------------------------------------------------------------------------------------
 
-std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(std::vector<BlockHash> const& hashes, size_t count,
+std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
                                                                   std::vector<PageId> const& producerPages,
                                                                   std::vector<PageId>& newlyMapped) {
     // First committer wins: an indexed hash keeps its page; otherwise the producer's page becomes canonical
@@ -372,31 +390,38 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
 }
 
 PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequest const& request) {
+    return publish(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.residentStateLength);
+}
+
+PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash const* hashData, size_t hashCount,
+                                           int32_t residentStateLength) {
     char const* const op = "publish";
+    BlockHashSpan const hashes{hashData, hashCount};
     LeaseState& s = checkLease(lease, op);
     if (s.mode == ReusePlanMode::kHybrid) contract(op, "a hybrid lease publishes with publishHybrid");
     bool const spec = s.mode == ReusePlanMode::kSpec;
-    if (request.residentStateLength < 0) contract(op, "residentStateLength is negative (" + str(request.residentStateLength) + ")");
-    size_t const count = std::min(request.fullBlockHashes.size(), static_cast<size_t>(request.residentStateLength / pageSize_));
+    if (residentStateLength < 0) contract(op, "residentStateLength is negative (" + str(residentStateLength) + ")");
+    if (hashCount > 0 && !hashData) contract(op, "fullBlockHashes is null");
+    size_t const count = std::min(hashes.size, static_cast<size_t>(residentStateLength / pageSize_));
     if (count == 0)
-        contract(op, "a publication needs at least one resident full block (" + str(static_cast<int64_t>(request.fullBlockHashes.size())) +
-                         " hashes, residentStateLength " + str(request.residentStateLength) + ")");
+        contract(op, "a publication needs at least one resident full block (" + str(static_cast<int64_t>(hashes.size)) +
+                         " hashes, residentStateLength " + str(residentStateLength) + ")");
     if (count > s.basePages.size())
         contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " + str(static_cast<int64_t>(s.basePages.size())) + " base pages");
     if (spec && count > s.draftPages.size())
         contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " + str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
-    checkMatchedPrefix(op, request.fullBlockHashes, count, s.matchedHashes);
+    checkMatchedPrefix(op, hashes, count, s.matchedHashes);
     if (s.specReplayDependency) {
         SpecReplayDependency const& dep = *s.specReplayDependency;
         if (count < static_cast<size_t>(dep.pathBlockCount))
             contract(op, "the replayed boundary block " + str(dep.pathBlockCount) + " is not in the " + str(static_cast<int64_t>(count)) + " published blocks");
-        if (request.fullBlockHashes[static_cast<size_t>(dep.pathBlockCount - 1)] != dep.terminalHash)
+        if (hashes[static_cast<size_t>(dep.pathBlockCount - 1)] != dep.terminalHash)
             contract(op, "the replayed boundary block " + str(dep.pathBlockCount) +
                              " changed: the retained draft KV depended on the original next block");
     }
 
     int32_t const published = static_cast<int32_t>(count);
-    CacheRecordKey const key{request.fullBlockHashes[count - 1], published};
+    CacheRecordKey const key{hashes[count - 1], published};
     if (std::optional<RecordId> existing = records_.find(key)) {
         CacheRecord const& record = records_.get(*existing);
         if (!spec || record.hasDraftPath()) {
@@ -424,50 +449,59 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
     std::vector<PageId> newlyMapped;
     CacheRecord record;
     record.key = key;
-    record.logicalBlockHashes.assign(request.fullBlockHashes.begin(), request.fullBlockHashes.begin() + published);
-    record.basePagePath = projectCanonicalBasePath(request.fullBlockHashes, count, s.basePages, newlyMapped);
+    record.logicalBlockHashes.assign(hashes.begin(), hashes.begin() + published);
+    record.basePagePath = projectCanonicalBasePath(hashes, count, s.basePages, newlyMapped);
     if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
     return commitRecord(std::move(record), newlyMapped, published);
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {
+    return publishHybrid(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.checkpoint,
+                         request.snapshots);
+}
+
+PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, BlockHash const* hashData, size_t hashCount,
+                                                 HybridCheckpointKey const& checkpoint,
+                                                 HybridSnapshotReservation const& snapshots) {
     char const* const op = "publishHybrid";
+    BlockHashSpan const hashes{hashData, hashCount};
     LeaseState& s = checkLease(lease, op);
     if (s.mode != ReusePlanMode::kHybrid) contract(op, std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
-    int32_t const length = request.checkpoint.exactLength;
+    int32_t const length = checkpoint.exactLength;
     if (length <= 0) contract(op, "checkpoint.exactLength must be positive (" + str(length) + ")");
     size_t const fullBlocks = static_cast<size_t>(length / pageSize_);
     bool const midPage = length % pageSize_ != 0;
-    if (request.fullBlockHashes.size() != fullBlocks)
-        contract(op, str(static_cast<int64_t>(request.fullBlockHashes.size())) + " hashes for an exact length of " + str(length) +
+    if (hashCount > 0 && !hashData) contract(op, "fullBlockHashes is null");
+    if (hashes.size != fullBlocks)
+        contract(op, str(static_cast<int64_t>(hashes.size)) + " hashes for an exact length of " + str(length) +
                          " (expected " + str(static_cast<int64_t>(fullBlocks)) + ")");
     bool const wantsPartial = s.hybridHasAttention && midPage;
-    if (request.snapshots.partialKvSnapshotSlot.has_value() != wantsPartial)
+    if (snapshots.partialKvSnapshotSlot.has_value() != wantsPartial)
         contract(op, wantsPartial ? "a mid-page checkpoint on an attention model needs a partial-KV snapshot slot"
                                   : (s.hybridHasAttention ? "a page-aligned checkpoint takes no partial-KV snapshot slot"
                                                           : "a lease without attention takes no partial-KV snapshot slot"));
     if (s.hybridHasAttention && fullBlocks > s.basePages.size())
         contract(op, str(static_cast<int64_t>(fullBlocks)) + " full blocks but the lease holds " + str(static_cast<int64_t>(s.basePages.size())) + " base pages");
-    if (!ownsReservation(s.reservedSnapshots, {ResourceType::kRecurrentSnapshot, request.snapshots.recurrentSnapshotSlot}))
-        contract(op, "recurrent snapshot slot " + str(request.snapshots.recurrentSnapshotSlot) + " is not reserved by this lease");
-    if (request.snapshots.partialKvSnapshotSlot &&
-        !ownsReservation(s.reservedSnapshots, {ResourceType::kPartialKvSnapshot, *request.snapshots.partialKvSnapshotSlot}))
-        contract(op, "partial-KV snapshot slot " + str(*request.snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
-    checkMatchedPrefix(op, request.fullBlockHashes, fullBlocks, s.matchedHashes);
+    if (!ownsReservation(s.reservedSnapshots, {ResourceType::kRecurrentSnapshot, snapshots.recurrentSnapshotSlot}))
+        contract(op, "recurrent snapshot slot " + str(snapshots.recurrentSnapshotSlot) + " is not reserved by this lease");
+    if (snapshots.partialKvSnapshotSlot &&
+        !ownsReservation(s.reservedSnapshots, {ResourceType::kPartialKvSnapshot, *snapshots.partialKvSnapshotSlot}))
+        contract(op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
+    checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
 
     int32_t const publishedBlocks = s.hybridHasAttention ? static_cast<int32_t>(fullBlocks) : 0;
-    if (std::optional<RecordId> existing = records_.findHybrid(request.checkpoint)) {
+    if (std::optional<RecordId> existing = records_.findHybrid(checkpoint)) {
         records_.touch(*existing);
         return PublishResult{PublishStatus::kExistingRecord, *existing, records_.get(*existing).basePagePath, publishedBlocks};
     }
     std::vector<PageId> newlyMapped;
     CacheRecord record;
-    record.key = CacheRecordKey{request.checkpoint.exactPrefixDigest, static_cast<int32_t>(fullBlocks)};
-    record.logicalBlockHashes = request.fullBlockHashes;
+    record.key = CacheRecordKey{checkpoint.exactPrefixDigest, static_cast<int32_t>(fullBlocks)};
+    record.logicalBlockHashes.assign(hashes.begin(), hashes.end());
     if (s.hybridHasAttention)
-        record.basePagePath = projectCanonicalBasePath(request.fullBlockHashes, fullBlocks, s.basePages, newlyMapped);
-    record.recurrentSnapshotSlot = request.snapshots.recurrentSnapshotSlot;
-    record.partialKvSnapshotSlot = request.snapshots.partialKvSnapshotSlot;
+        record.basePagePath = projectCanonicalBasePath(hashes, fullBlocks, s.basePages, newlyMapped);
+    record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
+    record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
     return commitRecord(std::move(record), newlyMapped, publishedBlocks);
 }

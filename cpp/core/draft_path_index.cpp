@@ -31,9 +31,9 @@ void DraftPathIndex::insert(CacheRecord const& record) {
     entries_ += length;
 }
 
-std::optional<DraftPathMatch> DraftPathIndex::lookupLongest(std::vector<BlockHash> const& hashes,
+std::optional<DraftPathMatch> DraftPathIndex::lookupLongest(BlockHashSpan hashes,
                                                             int32_t maxBlockCount) const {
-    int32_t const limit = std::min<int64_t>(maxBlockCount, static_cast<int64_t>(hashes.size()));
+    int32_t const limit = static_cast<int32_t>(std::min<int64_t>(maxBlockCount, static_cast<int64_t>(hashes.size)));
     for (int32_t count = limit; count >= 1; --count) {
         auto it = byHash_.find(hashes[static_cast<size_t>(count - 1)]);
         if (it == byHash_.end()) continue;

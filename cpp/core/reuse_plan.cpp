@@ -10,11 +10,11 @@ namespace {
 
 int32_t ceilDiv(int32_t a, int32_t b) { return static_cast<int32_t>((static_cast<int64_t>(a) + b - 1) / b); }
 
-void validateCommon(char const* planner, std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize) {
+void validateCommon(char const* planner, BlockHashSpan hashes, int32_t n, int32_t pageSize) {
     if (pageSize <= 0) throw ContractError(std::string(planner) + ": pageSize must be positive");
     if (n < 0) throw ContractError(std::string(planner) + ": inputTokenCount is negative (" + std::to_string(n) + ")");
-    if (hashes.size() > static_cast<size_t>(n / pageSize))
-        throw ContractError(std::string(planner) + ": " + std::to_string(hashes.size()) +
+    if (hashes.size > static_cast<size_t>(n / pageSize))
+        throw ContractError(std::string(planner) + ": " + std::to_string(hashes.size) +
                             " full-block hashes for " + std::to_string(n) + " tokens (at most " +
                             std::to_string(n / pageSize) + " at page size " + std::to_string(pageSize) + ")");
 }
@@ -49,14 +49,14 @@ char const* toString(ReusePlanMode mode) noexcept {
     return "unknown";
 }
 
-ReusePlan makeVanillaReusePlan(std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize,
+ReusePlan makeVanillaReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize,
                                BaseBlockIndex const& index, ContextCacheLookupPolicy lookupPolicy) {
     validateCommon("makeVanillaReusePlan", hashes, n, pageSize);
     ReusePlan plan = coldPlan(ReusePlanMode::kVanilla, n, pageSize, true, false);
     if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
 
     int32_t const total = ceilDiv(n, pageSize);
-    int32_t const matched = static_cast<int32_t>(index.lookupPrefixInto(hashes.data(), hashes.size(), plan.basePageBindings));
+    int32_t const matched = static_cast<int32_t>(index.lookupPrefixInto(hashes.data, hashes.size, plan.basePageBindings));
     int32_t bound = matched;
     if (n % pageSize == 0 && matched == total) {
         bound = matched - 1;  // recompute the last page so the last token's logits exist
@@ -73,7 +73,7 @@ ReusePlan makeVanillaReusePlan(std::vector<BlockHash> const& hashes, int32_t n, 
 }
 
 ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
-                              std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize, bool hasAttention,
+                              BlockHashSpan hashes, int32_t n, int32_t pageSize, bool hasAttention,
                               CacheRecordStore const& records, ContextCacheLookupPolicy lookupPolicy) {
     validateCommon("makeHybridReusePlan", hashes, n, pageSize);
     for (HybridCheckpointCandidate const& c : candidates)
@@ -97,7 +97,7 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
         CacheRecord const& record = records.get(*id);
         size_t const fullBlocks = static_cast<size_t>(c->exactLength / pageSize);
         bool const midPage = c->exactLength % pageSize != 0;
-        if (fullBlocks > hashes.size() || record.logicalBlockHashes.size() != fullBlocks ||
+        if (fullBlocks > hashes.size || record.logicalBlockHashes.size() != fullBlocks ||
             !std::equal(record.logicalBlockHashes.begin(), record.logicalBlockHashes.end(), hashes.begin()))
             continue;
         if (!record.recurrentSnapshotSlot) continue;
@@ -118,7 +118,7 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
     return plan;
 }
 
-ReusePlan makeSpecReusePlan(std::vector<BlockHash> const& hashes, int32_t n, int32_t pageSize,
+ReusePlan makeSpecReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize,
                             BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,
                             CacheRecordStore const& records, ContextCacheLookupPolicy lookupPolicy) {
     validateCommon("makeSpecReusePlan", hashes, n, pageSize);
@@ -126,7 +126,7 @@ ReusePlan makeSpecReusePlan(std::vector<BlockHash> const& hashes, int32_t n, int
     if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
 
     std::vector<PageId> basePages;
-    int32_t const baseMatched = static_cast<int32_t>(baseIndex.lookupPrefixInto(hashes.data(), hashes.size(), basePages));
+    int32_t const baseMatched = static_cast<int32_t>(baseIndex.lookupPrefixInto(hashes.data, hashes.size, basePages));
     std::optional<DraftPathMatch> match = draftIndex.lookupLongest(hashes, baseMatched);
     if (!match) return plan;  // base-only hits cannot be used: their draft KV cannot be reconstructed
     CacheRecord const& record = records.get(match->record);

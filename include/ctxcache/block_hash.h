@@ -65,6 +65,22 @@ struct BlockKeyExtras {
     std::optional<Hash128> isolationDigest;
 };
 
+// A non-owning view of consecutive block hashes: what the planners and the manager read. A std::vector converts
+// implicitly; C callers pass their arrays without a copy.
+struct BlockHashSpan {
+    BlockHash const* data = nullptr;
+    size_t size = 0;
+
+    BlockHashSpan() = default;
+    BlockHashSpan(BlockHash const* hashes, size_t count) : data(hashes), size(count) {}
+    BlockHashSpan(std::vector<BlockHash> const& hashes) : data(hashes.data()), size(hashes.size()) {}  // NOLINT
+
+    BlockHash const* begin() const noexcept { return data; }
+    BlockHash const* end() const noexcept { return data + size; }
+    BlockHash const& operator[](size_t i) const noexcept { return data[i]; }
+    bool empty() const noexcept { return size == 0; }
+};
+
 enum class HashAlgorithm : uint8_t { kSha256 = 0, kFnv1a128 = 1 };
 
 class BlockHasher {

@@ -105,6 +105,15 @@ public:
     AcquireResult acquireSpec(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 
+    // The same acquires over `count` hashes the caller owns: read in place, never copied (the C ABI's path).
+    AcquireResult acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
+                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+    AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates, BlockHash const* hashes,
+                                size_t count, int32_t inputTokenCount, bool hasAttention,
+                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+    AcquireResult acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
+                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+
     // Atomically append private base pages (vanilla or hybrid lease); false changes nothing.
     bool growBasePages(CacheRequestLease& lease, int32_t count);
     // Atomically append EAGLE base and draft pages (spec lease); false changes nothing.
@@ -121,6 +130,10 @@ public:
 
     PublishResult publish(CacheRequestLease& lease, PublishRequest const& request);
     PublishResult publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request);
+    // The same publications over `count` hashes the caller owns (read in place).
+    PublishResult publish(CacheRequestLease& lease, BlockHash const* hashes, size_t count, int32_t residentStateLength);
+    PublishResult publishHybrid(CacheRequestLease& lease, BlockHash const* hashes, size_t count,
+                                HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots);
 
     // Evicts one record now (whatever its recency). Unknown id: ContractError.
     void evictRecord(RecordId id);
@@ -149,7 +162,7 @@ private:
     void releaseLease(LeaseState& state) noexcept;
     std::optional<EvictionPlan> planEviction(ResourceDemand const& demand, std::optional<RecordId> protectedRecord) const;
     void applyEviction(EvictionPlan const& plan, ResourceDemand const& demand);
-    std::vector<PageId> projectCanonicalBasePath(std::vector<BlockHash> const& hashes, size_t count,
+    std::vector<PageId> projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
                                                  std::vector<PageId> const& producerPages,
                                                  std::vector<PageId>& newlyMapped);
     PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks);

@@ -35,7 +35,7 @@ public:
     void insert(CacheRecord const& record);
     // Longest n <= maxBlockCount (and <= hashes.size()) whose boundary hashes[n-1] has an entry with
     // pathBlockCount == n; among several, the most recently inserted.
-    std::optional<DraftPathMatch> lookupLongest(std::vector<BlockHash> const& hashes, int32_t maxBlockCount) const;
+    std::optional<DraftPathMatch> lookupLongest(BlockHashSpan hashes, int32_t maxBlockCount) const;
     bool contains(BlockHash const& terminalHash, DraftPathMatch const& match) const;
     // Removes exactly `record`'s entries; a record without a draft path is a no-op.
     void erase(CacheRecord const& record);

@@ -63,16 +63,16 @@ struct ReusePlan {
     SpecReplayMode specReplayMode = SpecReplayMode::kNone;
 };
 
-ReusePlan makeVanillaReusePlan(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+ReusePlan makeVanillaReusePlan(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
                                int32_t pageSize, BaseBlockIndex const& index,
                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 
 ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
-                              std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                              BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
                               int32_t pageSize, bool hasAttention, CacheRecordStore const& records,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 
-ReusePlan makeSpecReusePlan(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+ReusePlan makeSpecReusePlan(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
                             int32_t pageSize, BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,
                             CacheRecordStore const& records,
                             ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);

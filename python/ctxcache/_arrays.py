@@ -61,7 +61,7 @@ def hash_pointer(array: np.ndarray):
     """A ctxc_hash128_t* over the array's memory (no copy), NULL when empty."""
     if array.shape[0] == 0:
         return _NULL
-    return ffi.cast("const ctxc_hash128_t *", ffi.from_buffer(array))
+    return ffi.from_buffer("ctxc_hash128_t[]", array)
 
 
 def single_hash(value: Any, name: str) -> np.ndarray:

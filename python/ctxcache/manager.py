@@ -87,6 +87,11 @@ class ManagerMetrics:
     reclaimed_partial_kv_snapshots: int
 
 
+_ACQUIRE_STATUSES = tuple(AcquireStatus)
+_PUBLISH_STATUSES = tuple(PublishStatus)
+_ACQUIRE_RESULT_SIZE = ffi.sizeof("ctxc_acquire_result_t")
+
+
 def _demand(c) -> ResourceDemand:
     return ResourceDemand(c.base_kv_pages, c.draft_kv_pages, c.recurrent_snapshot_slots, c.partial_kv_snapshot_slots)
 
@@ -403,7 +408,12 @@ class BaseIndex:
         return out[0]
 
 
+_POLICY_CODES = {LookupPolicy.USE_CACHE: 0, LookupPolicy.BYPASS: 1}
+
+
 def _lookup_policy(value) -> int:
+    if type(value) is LookupPolicy:  # the common case, without constructing an enum
+        return _POLICY_CODES[value]
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ArgumentTypeError(f"lookup_policy must be a LookupPolicy, got {type(value).__name__}")
     try:
@@ -485,12 +495,13 @@ class ContextCacheManager:
     # -- acquire ------------------------------------------------------------------------------------------
     def _new_result(self):
         result = ffi.new("ctxc_acquire_result_t *")
-        result.struct_size = ffi.sizeof("ctxc_acquire_result_t")
+        result.struct_size = _ACQUIRE_RESULT_SIZE
         return result
 
     def _finish_acquire(self, result) -> AcquireResult:
-        lease = Lease(self, self._lease_out[0]) if result.status == AcquireStatus.ACQUIRED else None
-        return AcquireResult(AcquireStatus(result.status), lease, ReusePlan(result))
+        status = _ACQUIRE_STATUSES[result.status]
+        lease = Lease(self, self._lease_out[0]) if status is AcquireStatus.ACQUIRED else None
+        return AcquireResult(status, lease, ReusePlan(result))
 
     def acquire_vanilla(self, full_block_hashes, input_token_count: int,
                         lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
@@ -585,7 +596,7 @@ class ContextCacheManager:
     # -- publish ----------------------------------------------------------------------------------------------
     def _publish_result(self) -> PublishResult:
         out = self._publish_out
-        return PublishResult(PublishStatus(out.status), out.record or None,
+        return PublishResult(_PUBLISH_STATUSES[out.status], out.record or None,
                              _arrays.read_only_int32(out.canonical_base_pages, out.canonical_base_page_count),
                              out.published_base_full_block_count)
 

@@ -60,12 +60,12 @@ TEST(DraftPathIndex, DraftIndexKeepsRepeatedHashesAsDistinctBoundaries) {
     EXPECT_TRUE(index.contains(h, {3, 1}));
     EXPECT_TRUE(index.contains(h, {3, 2}));
     EXPECT_TRUE(index.contains(h, {3, 3}));
-    auto match = index.lookupLongest({h, h}, 2);
+    auto match = index.lookupLongest(std::vector<BlockHash>{h, h}, 2);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{3, 2}));
     index.erase(pairedRecord(3, {h, h, h}, 0));
     EXPECT_EQ(index.entryCount(), 0u);
-    EXPECT_FALSE(index.lookupLongest({h}, 1));
+    EXPECT_FALSE(index.lookupLongest(std::vector<BlockHash>{h}, 1));
 }
 
 TEST(DraftPathIndex, InsertRejectsRecordsWithoutACompleteDraftPathAndDuplicates) {
