@@ -1,0 +1,216 @@
+// BaseBlockIndex: first-committer-wins canonical pages, prefix lookup, exact reverse erase (reference c.3).
+#include "ctxcache/base_block_index.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "ctxcache/context_cache_manager.h"
+#include "ctxcache/errors.h"
+#include "test_support.h"
+
+namespace ctxcache {
+namespace {
+
+using test::H;
+using test::Hs;
+
+TEST(BaseBlockIndex, FirstCommitterOwnsCanonicalPage) {
+    BaseBlockIndex index(8);
+    BaseInsertResult const first = index.insert(H(1), 3);
+    EXPECT_EQ(first.canonicalPage, 3);
+    EXPECT_TRUE(first.inserted);
+    BaseInsertResult const second = index.insert(H(1), 5);
+    EXPECT_EQ(second.canonicalPage, 3);
+    EXPECT_FALSE(second.inserted);
+    EXPECT_EQ(index.lookup(H(1)), std::optional<PageId>(3));
+    EXPECT_EQ(index.hashOfPage(3), std::optional<BlockHash>(H(1)));
+    EXPECT_FALSE(index.hashOfPage(5).has_value());
+    EXPECT_EQ(index.size(), 1u);
+    EXPECT_EQ(index.pageCapacity(), 8);
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+TEST(BaseBlockIndex, LookupStopsAtFirstMissingBlock) {
+    BaseBlockIndex index(8);
+    index.insert(H(1), 0);
+    index.insert(H(2), 1);
+    index.insert(H(4), 3);  // after the hole at H(3): never reached by a prefix walk
+    BaseLookupResult const r = index.lookupPrefix(Hs({1, 2, 3, 4}));
+    EXPECT_EQ(r.pageIds, (std::vector<PageId>{0, 1}));
+    EXPECT_EQ(r.matchedHashes, Hs({1, 2}));
+    BaseLookupResult const miss = index.lookupPrefix(Hs({3, 1, 2}));
+    EXPECT_TRUE(miss.pageIds.empty());
+    EXPECT_TRUE(miss.matchedHashes.empty());
+    EXPECT_TRUE(index.lookupPrefix({}).pageIds.empty());
+
+    std::vector<BlockHash> const all = Hs({1, 2, 3, 4});
+    std::vector<PageId> pages{7};
+    EXPECT_EQ(index.lookupPrefixInto(all.data(), all.size(), pages), 2u);
+    EXPECT_EQ(pages, (std::vector<PageId>{7, 0, 1}));
+    EXPECT_EQ(index.lookup(H(4)), std::optional<PageId>(3));
+    EXPECT_FALSE(index.lookup(H(3)).has_value());
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+TEST(BaseBlockIndex, LookupHasNoReferenceOrRecencySideEffects) {
+    // Two published records in a manager; looking their blocks up through the index changes no refcount, no
+    // free list and no LRU position.
+    ContextCacheManager manager(4, {4, 0, 0, 0}, 8);
+    for (uint64_t first : {1, 3}) {
+        AcquireResult a = manager.acquireVanilla(Hs({first, first + 1}), 8);
+        ASSERT_TRUE(a.lease);
+        manager.publish(*a.lease, {Hs({first, first + 1}), 8});
+    }
+    std::string const before = test::describe(manager);
+    for (int i = 0; i < 3; ++i) {
+        BaseLookupResult const r = manager.baseIndex().lookupPrefix(Hs({1, 2}));
+        EXPECT_EQ(r.pageIds, (std::vector<PageId>{0, 1}));
+        EXPECT_EQ(manager.baseIndex().lookup(H(3)), std::optional<PageId>(2));
+    }
+    EXPECT_EQ(test::describe(manager), before);
+    EXPECT_EQ(manager.records().lruToMru(), (std::vector<RecordId>{1, 2}));
+    EXPECT_NO_THROW(manager.checkInvariants());
+}
+
+TEST(BaseBlockIndex, FirstCommitterWinsAndReverseEraseIsExact) {
+    BaseBlockIndex index(8);
+    index.insert(H(1), 2);
+    EXPECT_FALSE(index.insert(H(1), 4).inserted);  // page 4 is a private duplicate, never mapped
+    index.erasePage(4);                            // so erasing it must not touch H(1)'s mapping
+    EXPECT_EQ(index.lookup(H(1)), std::optional<PageId>(2));
+    EXPECT_EQ(index.size(), 1u);
+    index.erasePage(2);  // the canonical page goes: the forward entry goes with it
+    EXPECT_FALSE(index.lookup(H(1)).has_value());
+    EXPECT_FALSE(index.hashOfPage(2).has_value());
+    EXPECT_EQ(index.size(), 0u);
+    // A later producer becomes the new first committer.
+    BaseInsertResult const again = index.insert(H(1), 4);
+    EXPECT_TRUE(again.inserted);
+    EXPECT_EQ(again.canonicalPage, 4);
+    EXPECT_EQ(index.hashOfPage(4), std::optional<BlockHash>(H(1)));
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+TEST(BaseBlockIndex, InsertOfAPageMappedToAnotherHashThrowsAndChangesNothing) {
+    BaseBlockIndex index(8);
+    index.insert(H(1), 2);
+    index.insert(H(2), 3);
+    std::string const before = test::describe(index);
+    EXPECT_THROW(index.insert(H(9), 2), ContractError);
+    EXPECT_EQ(test::describe(index), before);
+    EXPECT_FALSE(index.lookup(H(9)).has_value());
+    EXPECT_EQ(index.hashOfPage(2), std::optional<BlockHash>(H(1)));
+    // The same page under its own hash is not a conflict: it is the existing mapping.
+    EXPECT_EQ(index.insert(H(1), 2).canonicalPage, 2);
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+TEST(BaseBlockIndex, ErasePageOfAbsentPageIsNoOp) {
+    BaseBlockIndex index(4);
+    index.insert(H(1), 0);
+    std::string const before = test::describe(index);
+    index.erasePage(1);
+    index.erasePage(3);
+    EXPECT_EQ(test::describe(index), before);
+    index.erasePage(0);
+    index.erasePage(0);  // twice: the second is a no-op
+    EXPECT_EQ(index.size(), 0u);
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+TEST(BaseBlockIndex, OutOfRangePageThrows) {
+    BaseBlockIndex index(4);
+    EXPECT_THROW(index.insert(H(1), -1), ContractError);
+    EXPECT_THROW(index.insert(H(1), 4), ContractError);
+    EXPECT_THROW(index.erasePage(-1), ContractError);
+    EXPECT_THROW(index.erasePage(4), ContractError);
+    EXPECT_FALSE(index.hashOfPage(-1).has_value());
+    EXPECT_FALSE(index.hashOfPage(4).has_value());
+    EXPECT_EQ(index.size(), 0u);
+    EXPECT_FALSE(index.lookup(H(1)).has_value());
+    EXPECT_THROW(BaseBlockIndex(-1), ContractError);
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+// Keys whose table home slots coincide: mixHash(hi) has the same low 10 bits, so they share a home slot at every
+// table size up to 1024. With lo = 0 the table hash of {hi, 0} is hi itself (Hash128Hasher: hi ^ lo * golden).
+std::vector<BlockHash> keysHomedAt(uint64_t homeLowBits, size_t count, uint64_t& cursor) {
+    std::vector<BlockHash> keys;
+    while (keys.size() < count) {
+        ++cursor;
+        if ((detail::mixHash(cursor) & 1023u) == homeLowBits) keys.push_back(BlockHash{cursor, 0});
+    }
+    return keys;
+}
+
+TEST(BaseBlockIndex, ManyInsertsAndErasesKeepLookupsExact) {
+    // Three long colliding probe runs, one homed at the last slot so that it wraps around the table end into the
+    // runs homed at slots 0 and 1, plus hundreds of ordinary keys: backward-shift deletion must keep every
+    // remaining key reachable after each erase.
+    constexpr int32_t kPages = 1024;
+    BaseBlockIndex index(kPages);
+    ASSERT_EQ(Hash128Hasher{}(BlockHash{12345, 0}), 12345u);
+    uint64_t cursor = 0;
+    std::vector<BlockHash> keys;
+    for (uint64_t home : {1023u, 0u, 1u}) {
+        std::vector<BlockHash> run = keysHomedAt(home, 40, cursor);
+        keys.insert(keys.end(), run.begin(), run.end());
+    }
+    for (uint64_t i = 0; i < 400; ++i) keys.push_back(BlockHash{0xABCDEF0000000000ull + i * 0x9E3779B9ull, i + 1});
+    ASSERT_EQ(keys.size(), 520u);
+
+    std::map<PageId, BlockHash> oracle;  // page -> hash
+    std::mt19937 rng(7);
+    std::vector<size_t> order(keys.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order) {
+        PageId const page = static_cast<PageId>(i);
+        ASSERT_TRUE(index.insert(keys[i], page).inserted);
+        oracle[page] = keys[i];
+    }
+    auto verify = [&] {
+        ASSERT_EQ(index.size(), oracle.size());
+        for (size_t i = 0; i < keys.size(); ++i) {
+            PageId const page = static_cast<PageId>(i);
+            bool const present = oracle.count(page) > 0;
+            std::optional<PageId> const found = index.lookup(keys[i]);
+            ASSERT_EQ(found.has_value(), present) << "key " << i;
+            if (present) ASSERT_EQ(*found, page) << "key " << i;
+        }
+        ASSERT_NO_THROW(index.checkInvariants());
+    };
+    verify();
+
+    // Erase in another random order; halfway through, re-insert a third of the erased keys on new pages.
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<size_t> erased;
+    for (size_t step = 0; step < order.size(); ++step) {
+        size_t const i = order[step];
+        index.erasePage(static_cast<PageId>(i));
+        oracle.erase(static_cast<PageId>(i));
+        erased.push_back(i);
+        if (step % 37 == 0) verify();
+        if (step == order.size() / 2) {
+            for (size_t k = 0; k < erased.size(); k += 3) {
+                PageId const page = static_cast<PageId>(520 + k / 3);
+                ASSERT_TRUE(index.insert(keys[erased[k]], page).inserted);
+                EXPECT_EQ(index.lookup(keys[erased[k]]), std::optional<PageId>(page));
+            }
+            for (size_t k = 0; k < erased.size(); k += 3) {
+                index.erasePage(static_cast<PageId>(520 + k / 3));
+                EXPECT_FALSE(index.lookup(keys[erased[k]]).has_value());
+            }
+            verify();
+        }
+    }
+    verify();
+    EXPECT_EQ(index.size(), 0u);
+    for (BlockHash const& k : keys) EXPECT_FALSE(index.lookup(k).has_value());
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+}  // namespace
+}  // namespace ctxcache

@@ -1,0 +1,111 @@
+// Helpers shared by the C++ suites: recognisable block hashes, typed resource ids, and a full textual
+// description of a manager's state so that "a failed call changed nothing" is one string comparison (and a
+// readable diff when it is not).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ctxcache/context_cache_manager.h"
+
+namespace ctxcache::test {
+
+// Distinct block hashes for tests that exercise indexes and ownership, not hashing. H(n) != H(m) for n != m.
+inline BlockHash H(uint64_t n) { return BlockHash{0xB10C000000000000ull | n, 0x5EED000000000000ull ^ (n * 7919)}; }
+inline std::vector<BlockHash> Hs(std::initializer_list<uint64_t> ns) {
+    std::vector<BlockHash> out;
+    for (uint64_t n : ns) out.push_back(H(n));
+    return out;
+}
+
+inline ResourceId basePage(int32_t i) { return {ResourceType::kBaseKvPage, i}; }
+inline ResourceId draftPage(int32_t i) { return {ResourceType::kDraftKvPage, i}; }
+inline ResourceId recurrentSlot(int32_t i) { return {ResourceType::kRecurrentSnapshot, i}; }
+inline ResourceId partialSlot(int32_t i) { return {ResourceType::kPartialKvSnapshot, i}; }
+
+inline constexpr ResourceType kAllResourceTypes[] = {ResourceType::kBaseKvPage, ResourceType::kDraftKvPage,
+                                                     ResourceType::kRecurrentSnapshot,
+                                                     ResourceType::kPartialKvSnapshot};
+
+inline std::string describe(Hash128 const& h) { return toHex(h); }
+
+template <class T>
+std::string describeList(std::vector<T> const& values) {
+    std::ostringstream out;
+    out << '{';
+    for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+    out << '}';
+    return out.str();
+}
+
+inline std::string describe(ResourcePools const& pools) {
+    std::ostringstream out;
+    for (ResourceType type : kAllResourceTypes) {
+        out << toString(type) << ": free " << describeList(pools.freeList(type)) << " reclaimable "
+            << pools.reclaimableCount(type) << " refs";
+        for (int32_t i = 0; i < pools.capacity(type); ++i)
+            out << ' ' << i << '=' << pools.activeRefCount({type, i}) << '/' << pools.cacheRefCount({type, i});
+        out << '\n';
+    }
+    return out.str();
+}
+
+inline std::string describe(CacheRecord const& r) {
+    std::ostringstream out;
+    out << "record " << r.id << " key " << toHex(r.key.terminalHash) << '/' << r.key.fullBlockCount << " logical {";
+    for (BlockHash const& h : r.logicalBlockHashes) out << toHex(h) << ' ';
+    out << "} base " << describeList(r.basePagePath) << " draft " << describeList(r.draftPagePath) << " recurrent "
+        << r.recurrentSnapshotSlot.value_or(-1) << " partial " << r.partialKvSnapshotSlot.value_or(-1) << " exact "
+        << r.exactCheckpointLength.value_or(-1);
+    return out.str();
+}
+
+inline std::string describe(CacheRecordStore const& records) {
+    std::ostringstream out;
+    out << "next id " << records.nextId() << " lru " << describeList(records.lruToMru()) << '\n';
+    std::vector<std::string> lines;
+    records.forEach([&](CacheRecord const& r) { lines.push_back(describe(r)); });
+    std::sort(lines.begin(), lines.end());
+    for (std::string const& line : lines) out << line << '\n';
+    return out.str();
+}
+
+inline std::string describe(BaseBlockIndex const& index) {
+    std::vector<std::pair<PageId, std::string>> entries;
+    index.forEach([&](BlockHash const& h, PageId page) { entries.emplace_back(page, toHex(h)); });
+    std::sort(entries.begin(), entries.end());
+    std::ostringstream out;
+    out << "base index " << entries.size() << ':';
+    for (auto const& [page, hash] : entries) out << ' ' << page << "<-" << hash;
+    out << '\n';
+    return out.str();
+}
+
+// Everything observable about a manager: pools (free lists in order, every refcount), records (ids, keys,
+// paths, LRU order, next id), both indexes, metrics and the live lease count.
+inline std::string describe(ContextCacheManager const& m) {
+    std::ostringstream out;
+    out << describe(m.pools()) << describe(m.records()) << describe(m.baseIndex());
+    std::vector<std::tuple<std::string, RecordId, int32_t>> draft;
+    m.draftIndex().forEach(
+        [&](BlockHash const& h, DraftPathMatch const& d) { draft.emplace_back(toHex(h), d.record, d.pathBlockCount); });
+    std::sort(draft.begin(), draft.end());
+    out << "draft index " << draft.size() << ':';
+    for (auto const& [h, r, n] : draft) out << ' ' << h << "->" << r << '/' << n;
+    ContextCacheManagerMetrics const& mm = m.metrics();
+    out << "\nmetrics " << mm.evictedRecords << ' ' << mm.reclaimedBaseKvPages << ' ' << mm.reclaimedDraftKvPages << ' '
+        << mm.reclaimedRecurrentSnapshots << ' ' << mm.reclaimedPartialKvSnapshots << "\nleases " << m.liveLeaseCount()
+        << '\n';
+    return out.str();
+}
+
+inline int32_t activeRefs(ContextCacheManager const& m, ResourceId id) { return m.pools().activeRefCount(id); }
+inline int32_t cacheRefs(ContextCacheManager const& m, ResourceId id) { return m.pools().cacheRefCount(id); }
+inline int32_t freeBase(ContextCacheManager const& m) { return m.pools().freeCount(ResourceType::kBaseKvPage); }
+
+}  // namespace ctxcache::test
