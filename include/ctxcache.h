@@ -330,6 +330,14 @@ CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t *manager, uint64
 CTXC_API ctxc_status_t ctxc_manager_base_index_lookup(const ctxc_manager_t *manager, const ctxc_hash128_t *hash,
                                                       int32_t *out_page);
 CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t *manager, size_t *out_size);
+/* The EAGLE draft path index: the longest n <= min(max_block_count, count) such that ONE paired record's
+ * boundary n ends at hashes[n-1] (most recent record first). *out_record = 0 and *out_path_block_count = 0 when
+ * there is none. Read-only. */
+CTXC_API ctxc_status_t ctxc_manager_draft_index_lookup(const ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
+                                                       size_t count, int32_t max_block_count, uint64_t *out_record,
+                                                       int32_t *out_path_block_count);
+/* Entries (record boundaries) in the draft path index. */
+CTXC_API ctxc_status_t ctxc_manager_draft_index_size(const ctxc_manager_t *manager, size_t *out_entries);
 CTXC_API ctxc_status_t ctxc_manager_live_lease_count(const ctxc_manager_t *manager, size_t *out_count);
 /* Heap bytes of every index and record: the cache's metadata cost. */
 CTXC_API ctxc_status_t ctxc_manager_metadata_bytes(const ctxc_manager_t *manager, size_t *out_bytes);

@@ -427,6 +427,33 @@ CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t* manage
     });
 }
 
+CTXC_API ctxc_status_t ctxc_manager_draft_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
+                                                       size_t count, int32_t max_block_count, uint64_t* out_record,
+                                                       int32_t* out_path_block_count) {
+    return guard(__func__, [&] {
+        uint64_t& record = requireOut(out_record, "out_record");
+        int32_t& blocks = requireOut(out_path_block_count, "out_path_block_count");
+        record = kNoRecord;
+        blocks = 0;
+        ManagerObject& m = requireManager(manager);
+        requireNonNegative(max_block_count, "max_block_count");
+        std::optional<DraftPathMatch> match =
+            m.manager->draftIndex().lookupLongest({inputHashes(hashes, count), count}, max_block_count);
+        if (match) {
+            record = match->record;
+            blocks = match->pathBlockCount;
+        }
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_draft_index_size(const ctxc_manager_t* manager, size_t* out_entries) {
+    return guard(__func__, [&] {
+        requireOut(out_entries, "out_entries") = requireManager(manager).manager->draftIndex().entryCount();
+        return CTXC_OK;
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_manager_live_lease_count(const ctxc_manager_t* manager, size_t* out_count) {
     return guard(__func__, [&] {
         requireOut(out_count, "out_count") = requireManager(manager).manager->liveLeaseCount();

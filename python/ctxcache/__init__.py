@@ -53,6 +53,7 @@ from .manager import (
     AcquireResult,
     CacheRecord,
     ContextCacheManager,
+    DraftPathMatch,
     HybridCheckpointCandidate,
     HybridCheckpointKey,
     HybridSnapshotReservation,

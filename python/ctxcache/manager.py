@@ -79,6 +79,12 @@ class SpecReplayDependency:
 
 
 @dataclass(frozen=True)
+class DraftPathMatch:
+    record: int
+    path_block_count: int
+
+
+@dataclass(frozen=True)
 class ManagerMetrics:
     evicted_records: int
     reclaimed_base_kv_pages: int
@@ -411,6 +417,29 @@ class BaseIndex:
 _POLICY_CODES = {LookupPolicy.USE_CACHE: 0, LookupPolicy.BYPASS: 1}
 
 
+class DraftIndex:
+    """Read-only view of the EAGLE draft path index."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: "ContextCacheManager"):
+        self._manager = manager
+
+    def lookup_longest(self, full_block_hashes, max_block_count: int) -> DraftPathMatch | None:
+        """The longest coherent paired path of one record within the first max_block_count hashes."""
+        hashes = _arrays.hash_array(full_block_hashes)
+        record = ffi.new("uint64_t *")
+        blocks = ffi.new("int32_t *")
+        check(lib.ctxc_manager_draft_index_lookup(self._manager._live(), _arrays.hash_pointer(hashes), hashes.shape[0],
+                                                  _arrays.integer(max_block_count, "max_block_count"), record, blocks))
+        return DraftPathMatch(int(record[0]), blocks[0]) if record[0] else None
+
+    def __len__(self) -> int:
+        out = ffi.new("size_t *")
+        check(lib.ctxc_manager_draft_index_size(self._manager._live(), out))
+        return out[0]
+
+
 def _lookup_policy(value) -> int:
     if type(value) is LookupPolicy:  # the common case, without constructing an enum
         return _POLICY_CODES[value]
@@ -439,7 +468,7 @@ class ContextCacheManager:
     """
 
     __slots__ = ("_handle", "_acquire_out", "_lease_out", "_publish_out", "pools", "records", "base_index",
-                 "page_size", "__weakref__")
+                 "draft_index", "page_size", "__weakref__")
 
     def __init__(self, page_size: int, capacities: ResourceDemand, max_records: int = 1024):
         self._handle = _NULL
@@ -463,6 +492,7 @@ class ContextCacheManager:
         self.pools = Pools(self)
         self.records = Records(self)
         self.base_index = BaseIndex(self)
+        self.draft_index = DraftIndex(self)
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def _live(self):

@@ -390,3 +390,20 @@ def test_every_seed_function_is_reachable_from_python():
                   "release"]
     assert [name for name in seed_manager if not hasattr(ctxcache.ContextCacheManager, name)] == []
     assert [name for name in seed_lease if not hasattr(ctxcache.Lease, name)] == []
+
+
+def test_draft_index_view_names_one_coherent_record(make_manager):
+    m = make_manager(base_kv_pages=16, draft_kv_pages=16)
+    assert len(m.draft_index) == 0
+    first = serve_spec(m, 12)
+    assert len(m.draft_index) == 3
+    match = m.draft_index.lookup_longest(full_hashes(16), 4)
+    assert match == ctxcache.DraftPathMatch(first.record, 3)
+    assert m.draft_index.lookup_longest(full_hashes(16), 2) == ctxcache.DraftPathMatch(first.record, 2)
+    assert m.draft_index.lookup_longest(full_hashes(16), 0) is None
+    other = ctxcache.hash_full_blocks(np.arange(700, 716, dtype=np.int32), P)
+    assert m.draft_index.lookup_longest(other, 4) is None
+    with pytest.raises(ctxcache.InvalidArgumentError):
+        m.draft_index.lookup_longest(full_hashes(16), -1)
+    m.evict_record(first.record)
+    assert len(m.draft_index) == 0
