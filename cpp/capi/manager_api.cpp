@@ -67,16 +67,18 @@ ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireRes
     return CTXC_OK;
 }
 
-struct AcquireOutputs {
-    ctxc_acquire_result_t& result;
-    ctxc_lease_t** lease;
-};
-
-AcquireOutputs acquireOutputs(ctxc_acquire_result_t* result, ctxc_lease_t** lease) {
-    requireOut(lease, "out_lease") = nullptr;
-    ctxc_acquire_result_t& r = requireOut(result, "out_result");
-    requireStructSize(&r, "out_result");
-    return {r, lease};
+// The common shape of the three acquires: outputs cleared first, then manager, length and policy checked, then
+// `acquire(manager, policy)` runs and its result is reported.
+template <class Acquire>
+ctxc_status_t acquireWith(ctxc_manager_t* handle, int32_t inputTokenCount, int32_t lookupPolicyValue,
+                          ctxc_acquire_result_t* outResult, ctxc_lease_t** outLease, Acquire&& acquire) {
+    requireOut(outLease, "out_lease") = nullptr;
+    ctxc_acquire_result_t& result = requireOut(outResult, "out_result");
+    requireStructSize(&result, "out_result");
+    ManagerObject& m = requireManager(handle);
+    requireNonNegative(inputTokenCount, "input_token_count");
+    ContextCacheLookupPolicy const policy = lookupPolicy(lookupPolicyValue);
+    return finishAcquire(handle, m, acquire(*m.manager, policy), result, outLease);
 }
 
 // The caller's hash array, read in place: ctxc_hash128_t and BlockHash are the same two little-endian u64.
@@ -163,12 +165,10 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t* manager, con
                                                     int32_t input_token_count, int32_t lookup_policy,
                                                     ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
     return guard(__func__, [&] {
-        AcquireOutputs out = acquireOutputs(out_result, out_lease);
-        ManagerObject& m = requireManager(manager);
-        requireNonNegative(input_token_count, "input_token_count");
-        ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
-        AcquireResult r = m.manager->acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
-        return finishAcquire(manager, m, std::move(r), out.result, out.lease);
+        return acquireWith(manager, input_token_count, lookup_policy, out_result, out_lease,
+                           [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
+                               return m.acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
+                           });
     });
 }
 
@@ -178,17 +178,17 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, cons
                                                    int32_t lookup_policy, ctxc_acquire_result_t* out_result,
                                                    ctxc_lease_t** out_lease) {
     return guard(__func__, [&] {
-        AcquireOutputs out = acquireOutputs(out_result, out_lease);
-        ManagerObject& m = requireManager(manager);
-        requireNonNegative(input_token_count, "input_token_count");
-        bool const attention = requireBool(has_attention, "has_attention");
-        ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
-        requireArray(candidates, candidate_count, "candidates");
-        std::vector<HybridCheckpointCandidate> c(candidate_count);
-        for (size_t i = 0; i < candidate_count; ++i)
-            c[i] = HybridCheckpointCandidate{candidates[i].exact_length, toHash(candidates[i].exact_prefix_digest)};
-        AcquireResult r = m.manager->acquireHybrid(c, inputHashes(hashes, count), count, input_token_count, attention, policy);
-        return finishAcquire(manager, m, std::move(r), out.result, out.lease);
+        return acquireWith(manager, input_token_count, lookup_policy, out_result, out_lease,
+                           [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
+                               bool const attention = requireBool(has_attention, "has_attention");
+                               requireArray(candidates, candidate_count, "candidates");
+                               std::vector<HybridCheckpointCandidate> c(candidate_count);
+                               for (size_t i = 0; i < candidate_count; ++i)
+                                   c[i] = HybridCheckpointCandidate{candidates[i].exact_length,
+                                                                    toHash(candidates[i].exact_prefix_digest)};
+                               return m.acquireHybrid(c, inputHashes(hashes, count), count, input_token_count,
+                                                      attention, policy);
+                           });
     });
 }
 
@@ -196,12 +196,10 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const 
                                                  int32_t input_token_count, int32_t lookup_policy,
                                                  ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
     return guard(__func__, [&] {
-        AcquireOutputs out = acquireOutputs(out_result, out_lease);
-        ManagerObject& m = requireManager(manager);
-        requireNonNegative(input_token_count, "input_token_count");
-        ContextCacheLookupPolicy const policy = lookupPolicy(lookup_policy);
-        AcquireResult r = m.manager->acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
-        return finishAcquire(manager, m, std::move(r), out.result, out.lease);
+        return acquireWith(manager, input_token_count, lookup_policy, out_result, out_lease,
+                           [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
+                               return m.acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
+                           });
     });
 }
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _arrays
 from ._ffi import check, ffi, lib
+from ._resource import Resource
 from .enums import HashAlgorithm
 from .errors import ArgumentTypeError, InvalidArgumentError
 
@@ -111,7 +112,7 @@ def _algorithm(value: Any) -> int:
     raise InvalidArgumentError(f"algorithm must be 'sha256' or 'fnv1a128', got {value!r}")
 
 
-class Hasher:
+class Hasher(Resource):
     """An algorithm and optional secret key, created once and reused (the key block is absorbed once)."""
 
     __slots__ = ("_handle", "algorithm", "keyed")
@@ -141,12 +142,6 @@ class Hasher:
         if self._handle != _arrays._NULL:
             lib.ctxc_hasher_destroy(self._handle)
             self._handle = _arrays._NULL
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def hash_full_blocks(self, tokens, page_size: int, extras=None, per_position_media_hashes=None) -> np.ndarray:
         tokens = _arrays.token_array(tokens)

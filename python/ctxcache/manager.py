@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _arrays
 from ._ffi import check, ffi, lib
+from ._resource import Resource
 from .enums import (
     AcquireStatus,
     LeaseState,
@@ -183,7 +184,7 @@ class CacheRecord:
     draft_page_path: np.ndarray
 
 
-class Lease:
+class Lease(Resource):
     """One request's pins and page bindings. Release it (or use it as a context manager) when done."""
 
     __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "__weakref__")
@@ -273,18 +274,6 @@ class Lease:
             handle, self._handle = self._handle, _NULL
             self._changed()
             check(lib.ctxc_lease_destroy(handle))
-
-    def __enter__(self) -> "Lease":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         if self._handle == _NULL:
@@ -461,7 +450,7 @@ def _reservation(value) -> Any:
     return c
 
 
-class ContextCacheManager:
+class ContextCacheManager(Resource):
     """Host orchestrator of the context cache: acquire -> model execution -> publish or release.
 
     ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none).
@@ -509,18 +498,6 @@ class ContextCacheManager:
     @property
     def closed(self) -> bool:
         return self._handle == _NULL
-
-    def __enter__(self) -> "ContextCacheManager":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     # -- acquire ------------------------------------------------------------------------------------------
     def _new_result(self):
