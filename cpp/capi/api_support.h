@@ -3,7 +3,7 @@
 // Every extern "C" body runs inside guard(): exceptions become a status and a thread-local message
 // ("<function>: <why>"); nothing crosses the boundary. ApiError carries an explicit status (invalid argument,
 // invalid handle); ctxcache::ContractError maps to CTXC_E_CONTRACT, InvariantError to CTXC_E_INVARIANT,
-// std::bad_alloc to CTXC_E_NO_MEMORY, anything else to CTXC_E_INTERNAL.
+// device::DeviceError to CTXC_E_DEVICE, std::bad_alloc to CTXC_E_NO_MEMORY, anything else to CTXC_E_INTERNAL.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@
 
 #include "ctxcache.h"
 #include "ctxcache/block_hash.h"
+#include "ctxcache/device/device_error.h"
 #include "ctxcache/errors.h"
 #include "ctxcache/types.h"
 
@@ -49,6 +50,9 @@ ctxc_status_t guard(char const* function, F&& body) noexcept {
     } catch (InvariantError const& e) {
         setLastError(function, e.what());
         return CTXC_E_INVARIANT;
+    } catch (device::DeviceError const& e) {
+        setLastError(function, e.what());
+        return CTXC_E_DEVICE;
     } catch (std::bad_alloc const&) {
         setLastError(function, "out of memory");
         return CTXC_E_NO_MEMORY;

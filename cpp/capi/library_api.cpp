@@ -24,6 +24,7 @@ CTXC_API const char* ctxc_status_string(ctxc_status_t status) {
         case CTXC_E_BUFFER_TOO_SMALL: return "CTXC_E_BUFFER_TOO_SMALL";
         case CTXC_E_UNSUPPORTED: return "CTXC_E_UNSUPPORTED";
         case CTXC_E_INTERNAL: return "CTXC_E_INTERNAL";
+        case CTXC_E_DEVICE: return "CTXC_E_DEVICE";
     }
     return "CTXC_UNKNOWN_STATUS";
 }
@@ -51,6 +52,15 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_manager_metrics_t),
         CTXC_SIZEOF_ENTRY(ctxc_record_view_t),
         CTXC_SIZEOF_ENTRY(ctxc_lease_info_t),
+        CTXC_SIZEOF_ENTRY(ctxc_device_backend_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_launch_counters_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_layer_shape_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_pool_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_resident_state_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_snapshot_storage_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_snapshot_layout_t),
+        CTXC_SIZEOF_ENTRY(ctxc_snapshot_transfer_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_gather_request_t),
     };
 #undef CTXC_SIZEOF_ENTRY
     for (Entry const& e : table)

@@ -30,6 +30,7 @@ from .errors import (
     ArgumentTypeError,
     BufferTooSmallError,
     ContractError,
+    DeviceError,
     Error,
     InternalError,
     InvalidArgumentError,
@@ -83,5 +84,11 @@ def cuda_device_count() -> int:
     """> 0 devices usable; 0 none; < 0 the negated CUDA error of the probe (-35: no driver), -1 no CUDA build."""
     return int(lib.ctxc_cuda_device_count())
 
+
+# The device layer (storage and data movement; CPU backend always, CUDA when built and a device is present).
+from . import device  # noqa: E402
+from .device import DType, KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage, StatePart  # noqa: E402
+
+DeviceBackend = device.Backend
 
 __all__ = [name for name in dir() if not name.startswith("_")]

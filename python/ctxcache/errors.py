@@ -63,6 +63,12 @@ class InternalError(Error):
     status = 9
 
 
+class DeviceError(Error):
+    """The CUDA runtime failed; device memory the call touched is unspecified (the objects can still be closed)."""
+
+    status = 10
+
+
 STATUS_EXCEPTIONS: dict[int, type[Error]] = {
     cls.status: cls
     for cls in (
@@ -75,5 +81,6 @@ STATUS_EXCEPTIONS: dict[int, type[Error]] = {
         BufferTooSmallError,
         UnsupportedError,
         InternalError,
+        DeviceError,
     )
 }

@@ -28,8 +28,9 @@ namespace {
 }
 
 void checkStatus(ctxc_status_t status) {
-    if (status < CTXC_OK || status > CTXC_E_INTERNAL) fail("unknown status code", status);
-    if (status == CTXC_E_INTERNAL || status == CTXC_E_INVARIANT) fail("internal error or invariant violation", status);
+    if (status < CTXC_OK || status > CTXC_E_DEVICE) fail("unknown status code", status);
+    if (status == CTXC_E_INTERNAL || status == CTXC_E_INVARIANT || status == CTXC_E_DEVICE)
+        fail("internal error, invariant violation or device failure", status);
 }
 
 struct ManagerSlot {

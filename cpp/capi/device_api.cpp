@@ -1,0 +1,446 @@
+// C ABI: device backends, buffers, KV pools, page tables and KV lengths.
+#include <vector>
+
+#include "capi/api_support.h"
+#include "capi/device_handles.h"
+#include "ctxcache/device/device_error.h"
+
+using namespace ctxcache;
+using namespace ctxcache::capi;
+using namespace ctxcache::device;
+
+namespace ctxcache::capi {
+
+HandleTable<BackendObject, 0xC4>& deviceBackends() {
+    static HandleTable<BackendObject, 0xC4> table;
+    return table;
+}
+HandleTable<BufferObject, 0xC5>& deviceBuffers() {
+    static HandleTable<BufferObject, 0xC5> table;
+    return table;
+}
+HandleTable<KvPoolObject, 0xC6>& kvPools() {
+    static HandleTable<KvPoolObject, 0xC6> table;
+    return table;
+}
+HandleTable<PageTableObject, 0xC7>& pageTables() {
+    static HandleTable<PageTableObject, 0xC7> table;
+    return table;
+}
+HandleTable<KvLengthsObject, 0xC8>& kvLengths() {
+    static HandleTable<KvLengthsObject, 0xC8> table;
+    return table;
+}
+HandleTable<ResidentStateObject, 0xC9>& residentStates() {
+    static HandleTable<ResidentStateObject, 0xC9> table;
+    return table;
+}
+HandleTable<SnapshotStorageObject, 0xCA>& snapshotStorages() {
+    static HandleTable<SnapshotStorageObject, 0xCA> table;
+    return table;
+}
+
+DType requireDType(int32_t value, char const* name) {
+    if (!isValidDType(value)) invalidArgument(std::string(name) + " " + std::to_string(value) + " is not a CTXC_DTYPE_* value");
+    return static_cast<DType>(value);
+}
+
+StatePart requirePart(int32_t value, char const* name) {
+    if (value < CTXC_STATE_RECURRENT || value > CTXC_STATE_DRAFT_PARTIAL_KV)
+        invalidArgument(std::string(name) + " " + std::to_string(value) + " is not a CTXC_STATE_* value");
+    return static_cast<StatePart>(value);
+}
+
+}  // namespace ctxcache::capi
+
+namespace {
+
+std::shared_ptr<DeviceBackend> const& backendOf(ctxc_device_backend_t const* handle) {
+    return requireObject(deviceBackends(), handle, "backend").backend;
+}
+
+void requireBytes(void const* pointer, size_t size, char const* name) {
+    if (!pointer && size > 0) invalidArgument(std::string(name) + " is NULL but size is " + std::to_string(size));
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- backends -------------------------------------------------------------------------------------------------
+
+CTXC_API void ctxc_device_backend_options_init(ctxc_device_backend_options_t* options) {
+    if (!options) return;
+    *options = ctxc_device_backend_options_t{};
+    BackendOptions const defaults;
+    options->struct_size = sizeof(ctxc_device_backend_options_t);
+    options->kind = CTXC_BACKEND_AUTO;
+    options->device = defaults.device;
+    options->max_hash_chunks = defaults.maxHashChunks;
+    options->max_table_bytes = defaults.maxTableBytes;
+    options->stream = nullptr;
+}
+
+CTXC_API ctxc_status_t ctxc_device_backend_create(ctxc_device_backend_t** out_backend,
+                                                  const ctxc_device_backend_options_t* options) {
+    return guard(__func__, [&] {
+        requireOut(out_backend, "out_backend") = nullptr;
+        ctxc_device_backend_options_t const& o = requireOut(const_cast<ctxc_device_backend_options_t*>(options), "options");
+        requireStructSize(&o, "options");
+        if (o.kind < CTXC_BACKEND_AUTO || o.kind > CTXC_BACKEND_CUDA)
+            invalidArgument("options->kind " + std::to_string(o.kind) + " is not a CTXC_BACKEND_* value");
+        BackendOptions bo;
+        bo.device = o.device;
+        bo.maxHashChunks = o.max_hash_chunks;
+        bo.maxTableBytes = o.max_table_bytes;
+        bo.stream = o.stream;
+        std::unique_ptr<DeviceBackend> backend;
+        try {
+            backend = createBackend(static_cast<BackendKind>(o.kind), bo);
+        } catch (BackendUnavailableError const& e) {
+            throw ApiError(CTXC_E_UNSUPPORTED, e.what());
+        }
+        auto object = std::make_unique<BackendObject>();
+        object->backend = std::move(backend);
+        *out_backend = static_cast<ctxc_device_backend_t*>(deviceBackends().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_backend_destroy(ctxc_device_backend_t* backend) {
+    return guard(__func__, [&] { return destroyObject(deviceBackends(), backend, "backend"); });
+}
+
+CTXC_API ctxc_status_t ctxc_device_backend_kind(const ctxc_device_backend_t* backend, int32_t* out_kind) {
+    return guard(__func__, [&] {
+        int32_t& out = requireOut(out_kind, "out_kind");
+        out = static_cast<int32_t>(backendOf(backend)->kind());
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_backend_synchronize(ctxc_device_backend_t* backend) {
+    return guard(__func__, [&] {
+        backendOf(backend)->synchronize();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_backend_counters(const ctxc_device_backend_t* backend,
+                                                    ctxc_launch_counters_t* out_counters) {
+    return guard(__func__, [&] {
+        ctxc_launch_counters_t& out = requireOut(out_counters, "out_counters");
+        LaunchCounters const c = backendOf(backend)->counters();
+        out = ctxc_launch_counters_t{c.kernels, c.transfers};
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_backend_allocated_bytes(const ctxc_device_backend_t* backend, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = backendOf(backend)->allocatedBytes();
+        return CTXC_OK;
+    });
+}
+
+// ---- buffers --------------------------------------------------------------------------------------------------
+
+CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend, size_t bytes,
+                                                 ctxc_device_buffer_t** out_buffer) {
+    return guard(__func__, [&] {
+        requireOut(out_buffer, "out_buffer") = nullptr;
+        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        auto object = std::make_unique<BufferObject>();
+        object->backend = b;
+        object->buffer = DeviceBuffer(*b, bytes);
+        *out_buffer = static_cast<ctxc_device_buffer_t*>(deviceBuffers().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_buffer_destroy(ctxc_device_buffer_t* buffer) {
+    return guard(__func__, [&] { return destroyObject(deviceBuffers(), buffer, "buffer"); });
+}
+
+CTXC_API ctxc_status_t ctxc_device_buffer_size(const ctxc_device_buffer_t* buffer, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = requireObject(deviceBuffers(), buffer, "buffer").buffer.size();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t* buffer, size_t offset, const void* src, size_t size) {
+    return guard(__func__, [&] {
+        BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
+        requireBytes(src, size, "src");
+        b.buffer.write(offset, src, size);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t* buffer, size_t offset, void* dst, size_t size) {
+    return guard(__func__, [&] {
+        BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
+        requireBytes(dst, size, "dst");
+        b.buffer.read(offset, dst, size);
+        return CTXC_OK;
+    });
+}
+
+// ---- KV pools -------------------------------------------------------------------------------------------------
+
+CTXC_API void ctxc_kv_pool_options_init(ctxc_kv_pool_options_t* options) {
+    if (!options) return;
+    *options = ctxc_kv_pool_options_t{};
+    options->struct_size = sizeof(ctxc_kv_pool_options_t);
+    options->page_size = 128;
+    options->dtype = CTXC_DTYPE_FP16;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t* backend, const ctxc_kv_pool_options_t* options,
+                                           ctxc_kv_pool_t** out_pool) {
+    return guard(__func__, [&] {
+        requireOut(out_pool, "out_pool") = nullptr;
+        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        ctxc_kv_pool_options_t const& o = requireOut(const_cast<ctxc_kv_pool_options_t*>(options), "options");
+        requireStructSize(&o, "options");
+        requireArray(o.layers, o.layer_count, "options->layers");
+        KvPoolGeometry geometry;
+        geometry.numPages = o.num_pages;
+        geometry.pageSize = o.page_size;
+        geometry.dtype = requireDType(o.dtype, "options->dtype");
+        for (size_t i = 0; i < o.layer_count; ++i) geometry.layers.push_back(KvLayerShape{o.layers[i].kv_heads, o.layers[i].head_dim});
+        auto object = std::make_unique<KvPoolObject>();
+        object->backend = b;
+        object->pool = std::make_shared<KvPagePool>(*b, std::move(geometry));
+        *out_pool = static_cast<ctxc_kv_pool_t*>(kvPools().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_destroy(ctxc_kv_pool_t* pool) {
+    return guard(__func__, [&] { return destroyObject(kvPools(), pool, "pool"); });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_page_bytes(const ctxc_kv_pool_t* pool, int32_t layer, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = requireObject(kvPools(), pool, "pool").pool->pageBytes(layer);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_footprint_bytes(const ctxc_kv_pool_t* pool, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = requireObject(kvPools(), pool, "pool").pool->footprintBytes();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t* pool, int32_t layer, int32_t first_flat_page,
+                                                int32_t page_count, const void* src, size_t size) {
+    return guard(__func__, [&] {
+        KvPoolObject& p = requireObject(kvPools(), pool, "pool");
+        requireBytes(src, size, "src");
+        p.pool->writePages(layer, first_flat_page, page_count, src, size);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_read_pages(const ctxc_kv_pool_t* pool, int32_t layer, int32_t first_flat_page,
+                                               int32_t page_count, void* dst, size_t size) {
+    return guard(__func__, [&] {
+        KvPoolObject& p = requireObject(kvPools(), pool, "pool");
+        requireBytes(dst, size, "dst");
+        p.pool->readPages(layer, first_flat_page, page_count, dst, size);
+        return CTXC_OK;
+    });
+}
+
+// ---- page tables ----------------------------------------------------------------------------------------------
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend, int32_t max_batch,
+                                                 int32_t max_pages_per_seq, int32_t num_pages, int32_t mode,
+                                                 ctxc_kv_page_table_t** out_table) {
+    return guard(__func__, [&] {
+        requireOut(out_table, "out_table") = nullptr;
+        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        if (mode != CTXC_PAGE_TABLE_DENSE && mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
+            invalidArgument("mode " + std::to_string(mode) + " is not a CTXC_PAGE_TABLE_* value");
+        auto object = std::make_unique<PageTableObject>();
+        object->backend = b;
+        object->table = std::make_unique<KvPageTable>(*b, max_batch, max_pages_per_seq, num_pages,
+                                                      static_cast<KvPageTable::Mode>(mode));
+        *out_table = static_cast<ctxc_kv_page_table_t*>(pageTables().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_destroy(ctxc_kv_page_table_t* table) {
+    return guard(__func__, [&] { return destroyObject(pageTables(), table, "table"); });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_set_row(ctxc_kv_page_table_t* table, int32_t slot, const int32_t* k_pages,
+                                                  size_t count) {
+    return guard(__func__, [&] {
+        KvPageTable& t = *requireObject(pageTables(), table, "table").table;
+        requireArray(k_pages, count, "k_pages");
+        t.setRow(slot, k_pages, static_cast<int32_t>(count));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_clear_row(ctxc_kv_page_table_t* table, int32_t slot) {
+    return guard(__func__, [&] {
+        requireObject(pageTables(), table, "table").table->clearRow(slot);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_set_identity(ctxc_kv_page_table_t* table) {
+    return guard(__func__, [&] {
+        requireObject(pageTables(), table, "table").table->setIdentity();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_set_entry(ctxc_kv_page_table_t* table, int32_t slot, int32_t logical_page,
+                                                    int32_t k_page) {
+    return guard(__func__, [&] {
+        requireObject(pageTables(), table, "table").table->setEntry(slot, logical_page, k_page);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_clear_entry(ctxc_kv_page_table_t* table, int32_t slot, int32_t logical_page) {
+    return guard(__func__, [&] {
+        requireObject(pageTables(), table, "table").table->clearEntry(slot, logical_page);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_compact_rows(ctxc_kv_page_table_t* table, const int32_t* old_to_new,
+                                                       int32_t old_batch, int32_t new_batch) {
+    return guard(__func__, [&] {
+        KvPageTable& t = *requireObject(pageTables(), table, "table").table;
+        requireNonNegative(old_batch, "old_batch");
+        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        t.compactRows(old_to_new, old_batch, new_batch);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_check_invariants(const ctxc_kv_page_table_t* table) {
+    return guard(__func__, [&] {
+        std::string why;
+        if (!requireObject(pageTables(), table, "table").table->checkInvariants(&why)) throw ApiError(CTXC_E_INVARIANT, why);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t* table, int32_t* out_copies) {
+    return guard(__func__, [&] {
+        int32_t const copies = requireObject(pageTables(), table, "table").table->upload();
+        if (out_copies) *out_copies = copies;
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_is_dirty(const ctxc_kv_page_table_t* table, int32_t* out_dirty) {
+    return guard(__func__, [&] {
+        int32_t& out = requireOut(out_dirty, "out_dirty");
+        out = requireObject(pageTables(), table, "table").table->dirty() ? 1 : 0;
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t* table, int32_t* out_entries,
+                                                    size_t out_capacity, size_t* out_count) {
+    return guard(__func__, [&] {
+        KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
+        std::vector<int32_t> const entries(t.hostData(), t.hostData() + t.entryCount());
+        return copyOut(entries, out_entries, out_capacity, out_count, "out_entries");
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_read_device(const ctxc_kv_page_table_t* table, int32_t* out_entries,
+                                                      size_t out_capacity, size_t* out_count) {
+    return guard(__func__, [&] {
+        KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
+        std::vector<int32_t> entries(t.entryCount());
+        if (out_capacity >= entries.size() && out_entries)
+            t.backend().download(entries.data(), t.deviceView(), entries.size() * sizeof(int32_t));
+        return copyOut(entries, out_entries, out_capacity, out_count, "out_entries");
+    });
+}
+
+// ---- KV lengths -----------------------------------------------------------------------------------------------
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, int32_t max_batch,
+                                              ctxc_kv_lengths_t** out_lengths) {
+    return guard(__func__, [&] {
+        requireOut(out_lengths, "out_lengths") = nullptr;
+        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        auto object = std::make_unique<KvLengthsObject>();
+        object->backend = b;
+        object->lengths = std::make_unique<KvLengths>(*b, max_batch);
+        *out_lengths = static_cast<ctxc_kv_lengths_t*>(kvLengths().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_destroy(ctxc_kv_lengths_t* lengths) {
+    return guard(__func__, [&] { return destroyObject(kvLengths(), lengths, "lengths"); });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_set(ctxc_kv_lengths_t* lengths, const int32_t* values, size_t count) {
+    return guard(__func__, [&] {
+        KvLengths& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
+        requireArray(values, count, "values");
+        l.set(values, static_cast<int32_t>(count));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_add(ctxc_kv_lengths_t* lengths, int32_t increment) {
+    return guard(__func__, [&] {
+        requireObject(kvLengths(), lengths, "lengths").lengths->add(increment);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_add_lengths(ctxc_kv_lengths_t* lengths, const ctxc_kv_lengths_t* increments) {
+    return guard(__func__, [&] {
+        KvLengths& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
+        KvLengths const& inc = *requireObject(kvLengths(), increments, "increments").lengths;
+        l.add(inc);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_compact(ctxc_kv_lengths_t* lengths, const int32_t* old_to_new, int32_t old_batch,
+                                               int32_t new_batch) {
+    return guard(__func__, [&] {
+        KvLengths& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
+        requireNonNegative(old_batch, "old_batch");
+        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        l.compact(old_to_new, old_batch, new_batch);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_read(const ctxc_kv_lengths_t* lengths, int32_t* out_values, size_t out_capacity,
+                                            size_t* out_count) {
+    return guard(__func__, [&] {
+        KvLengths const& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
+        std::vector<int32_t> values;
+        if (out_capacity >= static_cast<size_t>(l.activeBatch()) && out_values) values = l.read();
+        else values.resize(static_cast<size_t>(l.activeBatch()));
+        return copyOut(values, out_values, out_capacity, out_count, "out_values");
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,353 @@
+// C ABI: resident recurrent state, snapshot storage, and the generic device operations (compaction, execution-
+// row rebasing, paged gather, chunked hashing).
+#include <algorithm>
+
+#include "capi/api_support.h"
+#include "capi/device_handles.h"
+#include "ctxcache/device/batch_compaction.h"
+#include "ctxcache/device/chunked_hash.h"
+#include "ctxcache/device/kv_gather.h"
+
+using namespace ctxcache;
+using namespace ctxcache::capi;
+using namespace ctxcache::device;
+
+namespace {
+
+void requireBytes(void const* pointer, size_t size, char const* name) {
+    if (!pointer && size > 0) invalidArgument(std::string(name) + " is NULL but size is " + std::to_string(size));
+}
+
+SnapshotTransfer toTransfer(ctxc_snapshot_transfer_t const* transfer) {
+    ctxc_snapshot_transfer_t const& t = requireOut(const_cast<ctxc_snapshot_transfer_t*>(transfer), "transfer");
+    SnapshotTransfer out;
+    out.batchSlot = t.batch_slot;
+    out.recurrentSlot = t.recurrent_slot;
+    out.partialKvSlot = t.partial_kv_slot;
+    out.basePage = t.base_page;
+    out.draftPage = t.draft_page;
+    out.validTokens = t.valid_tokens;
+    return out;
+}
+
+KvGatherRequest toGatherRequest(ctxc_kv_gather_request_t const* request) {
+    ctxc_kv_gather_request_t const& r = requireOut(const_cast<ctxc_kv_gather_request_t*>(request), "request");
+    requireStructSize(&r, "request");
+    KvGatherRequest out;
+    out.layer = r.layer;
+    out.batch = r.batch;
+    out.seqLen = r.seq_len;
+    out.outDtype = requireDType(r.out_dtype, "request->out_dtype");
+    out.kScale = r.k_scale;
+    out.vScale = r.v_scale;
+    return out;
+}
+
+// The [offset, offset + bytes) window of a buffer, or CTXC_E_INVALID_ARGUMENT when it does not fit.
+unsigned char* window(BufferObject& b, size_t offset, size_t bytes, char const* name) {
+    size_t const size = b.buffer.size();
+    if (offset > size || bytes > size - offset)
+        invalidArgument(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                        ") is outside the buffer's " + std::to_string(size) + " bytes");
+    return b.buffer.bytes() + offset;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- resident state -------------------------------------------------------------------------------------------
+
+CTXC_API void ctxc_resident_state_options_init(ctxc_resident_state_options_t* options) {
+    if (!options) return;
+    *options = ctxc_resident_state_options_t{};
+    options->struct_size = sizeof(ctxc_resident_state_options_t);
+    options->recurrent_dtype = CTXC_DTYPE_FP32;
+    options->conv_dtype = CTXC_DTYPE_FP16;
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend,
+                                                  const ctxc_resident_state_options_t* options,
+                                                  ctxc_resident_state_t** out_state) {
+    return guard(__func__, [&] {
+        requireOut(out_state, "out_state") = nullptr;
+        std::shared_ptr<DeviceBackend> const& b = requireObject(deviceBackends(), backend, "backend").backend;
+        ctxc_resident_state_options_t const& o = requireOut(const_cast<ctxc_resident_state_options_t*>(options), "options");
+        requireStructSize(&o, "options");
+        ResidentStateGeometry g;
+        g.maxBatch = o.max_batch;
+        g.numLayers = o.num_layers;
+        g.recurrentHeads = o.recurrent_heads;
+        g.recurrentHeadDim = o.recurrent_head_dim;
+        g.stateSize = o.state_size;
+        g.recurrentDtype = requireDType(o.recurrent_dtype, "options->recurrent_dtype");
+        g.convDim = o.conv_dim;
+        g.convKernel = o.conv_kernel;
+        g.convDtype = requireDType(o.conv_dtype, "options->conv_dtype");
+        g.hiddenSize = o.hidden_size;
+        auto object = std::make_unique<ResidentStateObject>();
+        object->backend = b;
+        object->state = std::make_shared<ResidentState>(*b, g);
+        *out_state = static_cast<ctxc_resident_state_t*>(residentStates().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_destroy(ctxc_resident_state_t* state) {
+    return guard(__func__, [&] { return destroyObject(residentStates(), state, "state"); });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_row_bytes(const ctxc_resident_state_t* state, int32_t part, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = requireObject(residentStates(), state, "state").state->rowBytes(requirePart(part, "part"));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_footprint_bytes(const ctxc_resident_state_t* state, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = requireObject(residentStates(), state, "state").state->footprintBytes();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_write_row(ctxc_resident_state_t* state, int32_t part, int32_t layer,
+                                                     int32_t slot, const void* src, size_t size) {
+    return guard(__func__, [&] {
+        ResidentState& s = *requireObject(residentStates(), state, "state").state;
+        requireBytes(src, size, "src");
+        s.writeRow(requirePart(part, "part"), layer, slot, src, size);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_read_row(const ctxc_resident_state_t* state, int32_t part, int32_t layer,
+                                                    int32_t slot, void* dst, size_t size) {
+    return guard(__func__, [&] {
+        ResidentState const& s = *requireObject(residentStates(), state, "state").state;
+        requireBytes(dst, size, "dst");
+        s.readRow(requirePart(part, "part"), layer, slot, dst, size);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_zero_slot(ctxc_resident_state_t* state, int32_t slot) {
+    return guard(__func__, [&] {
+        requireObject(residentStates(), state, "state").state->zeroSlot(slot);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_compact(ctxc_resident_state_t* state, const int32_t* old_to_new,
+                                                   int32_t old_batch, int32_t new_batch) {
+    return guard(__func__, [&] {
+        ResidentState& s = *requireObject(residentStates(), state, "state").state;
+        requireNonNegative(old_batch, "old_batch");
+        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        s.compact(old_to_new, old_batch, new_batch);
+        return CTXC_OK;
+    });
+}
+
+// ---- snapshot storage -----------------------------------------------------------------------------------------
+
+CTXC_API void ctxc_snapshot_storage_options_init(ctxc_snapshot_storage_options_t* options) {
+    if (!options) return;
+    *options = ctxc_snapshot_storage_options_t{};
+    options->struct_size = sizeof(ctxc_snapshot_storage_options_t);
+}
+
+CTXC_API void ctxc_snapshot_transfer_init(ctxc_snapshot_transfer_t* transfer) {
+    if (!transfer) return;
+    *transfer = ctxc_snapshot_transfer_t{-1, -1, -1, -1, -1, 0};
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backend, ctxc_resident_state_t* state,
+                                                    ctxc_kv_pool_t* base_pool, ctxc_kv_pool_t* draft_pool,
+                                                    const ctxc_snapshot_storage_options_t* options,
+                                                    ctxc_snapshot_storage_t** out_storage) {
+    return guard(__func__, [&] {
+        requireOut(out_storage, "out_storage") = nullptr;
+        std::shared_ptr<DeviceBackend> const& b = requireObject(deviceBackends(), backend, "backend").backend;
+        ctxc_snapshot_storage_options_t const& o =
+            requireOut(const_cast<ctxc_snapshot_storage_options_t*>(options), "options");
+        requireStructSize(&o, "options");
+        auto object = std::make_unique<SnapshotStorageObject>();
+        object->backend = b;
+        if (state) object->state = requireObject(residentStates(), state, "state").state;
+        if (base_pool) object->base = requireObject(kvPools(), base_pool, "base_pool").pool;
+        if (draft_pool) object->draft = requireObject(kvPools(), draft_pool, "draft_pool").pool;
+        SnapshotBudgets budgets;
+        budgets.recurrentBytes = o.recurrent_budget_bytes;
+        budgets.partialKvBytes = o.partial_kv_budget_bytes;
+        budgets.boundaryHidden = requireBool(o.boundary_hidden, "options->boundary_hidden");
+        object->storage = std::make_unique<SnapshotStorage>(*b, object->state.get(), object->base.get(),
+                                                            object->draft.get(), budgets);
+        *out_storage = static_cast<ctxc_snapshot_storage_t*>(snapshotStorages().add(std::move(object)));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_destroy(ctxc_snapshot_storage_t* storage) {
+    return guard(__func__, [&] { return destroyObject(snapshotStorages(), storage, "storage"); });
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_layout(const ctxc_snapshot_storage_t* storage,
+                                                    ctxc_snapshot_layout_t* out_layout) {
+    return guard(__func__, [&] {
+        ctxc_snapshot_layout_t& out = requireOut(out_layout, "out_layout");
+        SnapshotStorage const& s = *requireObject(snapshotStorages(), storage, "storage").storage;
+        out = ctxc_snapshot_layout_t{};
+        out.recurrent_bytes_per_slot = s.recurrentBytesPerSlot();
+        out.partial_kv_bytes_per_slot = s.partialKvBytesPerSlot();
+        out.recurrent_slots = s.recurrentSlots();
+        out.partial_kv_slots = s.partialKvSlots();
+        out.footprint_bytes = s.footprintBytes();
+        out.max_descriptors = s.maxDescriptors();
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_capture(ctxc_snapshot_storage_t* storage,
+                                                     const ctxc_snapshot_transfer_t* transfer) {
+    return guard(__func__, [&] {
+        SnapshotStorage& s = *requireObject(snapshotStorages(), storage, "storage").storage;
+        s.capture(toTransfer(transfer));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_restore(ctxc_snapshot_storage_t* storage,
+                                                     const ctxc_snapshot_transfer_t* transfer) {
+    return guard(__func__, [&] {
+        SnapshotStorage& s = *requireObject(snapshotStorages(), storage, "storage").storage;
+        s.restore(toTransfer(transfer));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_region_bytes(const ctxc_snapshot_storage_t* storage, int32_t part,
+                                                          int32_t layer, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = requireObject(snapshotStorages(), storage, "storage").storage->regionBytes(requirePart(part, "part"), layer);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_write_region(ctxc_snapshot_storage_t* storage, int32_t part, int32_t layer,
+                                                          int32_t slot, const void* src, size_t size) {
+    return guard(__func__, [&] {
+        SnapshotStorage& s = *requireObject(snapshotStorages(), storage, "storage").storage;
+        requireBytes(src, size, "src");
+        s.writeRegion(requirePart(part, "part"), layer, slot, src, size);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_snapshot_storage_read_region(const ctxc_snapshot_storage_t* storage, int32_t part,
+                                                         int32_t layer, int32_t slot, void* dst, size_t size) {
+    return guard(__func__, [&] {
+        SnapshotStorage const& s = *requireObject(snapshotStorages(), storage, "storage").storage;
+        requireBytes(dst, size, "dst");
+        s.readRegion(requirePart(part, "part"), layer, slot, dst, size);
+        return CTXC_OK;
+    });
+}
+
+// ---- generic operations ---------------------------------------------------------------------------------------
+
+CTXC_API ctxc_status_t ctxc_device_compact_rows(ctxc_device_buffer_t* buffer, size_t offset, size_t row_bytes,
+                                                int32_t rows, const int32_t* old_to_new, int32_t old_batch,
+                                                int32_t new_batch) {
+    return guard(__func__, [&] {
+        BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
+        requireNonNegative(rows, "rows");
+        requireNonNegative(old_batch, "old_batch");
+        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        if (row_bytes == 0) invalidArgument("row_bytes is 0");
+        if (static_cast<size_t>(rows) > SIZE_MAX / row_bytes) invalidArgument("rows * row_bytes overflows");
+        unsigned char* base = window(b, offset, static_cast<size_t>(rows) * row_bytes, "rows");
+        compactBatch(*b.backend, base, row_bytes, rows, old_to_new, old_batch, new_batch);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_rebase_execution_rows(ctxc_device_buffer_t* buffer, size_t offset, size_t count,
+                                                         const int32_t* old_to_new, int32_t old_batch,
+                                                         int32_t new_batch, int32_t rows_per_sequence) {
+    return guard(__func__, [&] {
+        BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
+        requireNonNegative(old_batch, "old_batch");
+        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        if (count > SIZE_MAX / sizeof(int32_t)) invalidArgument("count overflows");
+        unsigned char* base = window(b, offset, count * sizeof(int32_t), "indices");
+        if (reinterpret_cast<uintptr_t>(base) % alignof(int32_t) != 0) invalidArgument("offset is not 4-byte aligned");
+        rebaseExecutionRowIndices(*b.backend, reinterpret_cast<int32_t*>(base), static_cast<int64_t>(count), old_to_new,
+                                  old_batch, new_batch, rows_per_sequence);
+        return CTXC_OK;
+    });
+}
+
+CTXC_API void ctxc_kv_gather_request_init(ctxc_kv_gather_request_t* request) {
+    if (!request) return;
+    *request = ctxc_kv_gather_request_t{};
+    request->struct_size = sizeof(ctxc_kv_gather_request_t);
+    request->out_dtype = CTXC_DTYPE_FP16;
+    request->k_scale = 1.0f;
+    request->v_scale = 1.0f;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_gather_output_bytes(const ctxc_kv_pool_t* pool, const ctxc_kv_gather_request_t* request,
+                                                   size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = gatherOutputBytes(*requireObject(kvPools(), pool, "pool").pool, toGatherRequest(request));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_gather(const ctxc_kv_pool_t* pool, const ctxc_kv_page_table_t* table,
+                                      const ctxc_kv_lengths_t* lengths, const ctxc_kv_gather_request_t* request,
+                                      ctxc_device_buffer_t* k_out, ctxc_device_buffer_t* v_out) {
+    return guard(__func__, [&] {
+        KvPagePool const& p = *requireObject(kvPools(), pool, "pool").pool;
+        KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
+        KvLengths const* l = lengths ? requireObject(kvLengths(), lengths, "lengths").lengths.get() : nullptr;
+        BufferObject& k = requireObject(deviceBuffers(), k_out, "k_out");
+        BufferObject& v = requireObject(deviceBuffers(), v_out, "v_out");
+        if (k_out == v_out) invalidArgument("k_out and v_out are the same buffer");
+        if (k.backend.get() != &p.backend() || v.backend.get() != &p.backend())
+            throw ContractError("the output buffers live on another backend than the pool");
+        KvGatherRequest const r = toGatherRequest(request);
+        gatherPagedKv(p, t, l, r, k.buffer.data(), v.buffer.data(), std::min(k.buffer.size(), v.buffer.size()));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_hash_chunked(const ctxc_device_buffer_t* buffer, size_t offset, size_t size,
+                                                uint32_t num_chunks, ctxc_hash128_t* out_hash) {
+    return guard(__func__, [&] {
+        ctxc_hash128_t& out = requireOut(out_hash, "out_hash");
+        BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
+        unsigned char* base = window(b, offset, size, "bytes");
+        if (num_chunks == 0) invalidArgument("num_chunks must be positive");
+        thread_local std::vector<Hash128> partials;
+        out = fromHash(chunkedFnv1a128(*b.backend, base, size, num_chunks, &partials));
+        return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void* bytes, size_t size, uint32_t num_chunks, ctxc_hash128_t* out_hash) {
+    return guard(__func__, [&] {
+        ctxc_hash128_t& out = requireOut(out_hash, "out_hash");
+        requireBytes(bytes, size, "bytes");
+        if (num_chunks == 0) invalidArgument("num_chunks must be positive");
+        out = fromHash(chunkedFnv1a128Host(bytes, size, num_chunks));
+        return CTXC_OK;
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,127 @@
+// The CPU backend: "device memory" is 256-byte aligned host memory and every op is a plain loop over the same
+// layout.h math the CUDA kernels use. It is the oracle the CUDA backend is compared to byte for byte, so it is
+// written for obviousness, not speed.
+//
+// Ordering: every op completes before it returns (synchronize() is a no-op). Counts one "kernel" per op so that
+// launch-count expectations read the same on both backends.
+#include <cstring>
+#include <new>
+
+#include "ctxcache/device/device_backend.h"
+
+namespace ctxcache::device {
+
+namespace {
+
+class CpuBackend final : public DeviceBackend {
+public:
+    explicit CpuBackend(BackendOptions const& options) : DeviceBackend(BackendKind::kCpu, options) {}
+
+    std::string description() const override { return "cpu (host memory)"; }
+
+protected:
+    void* doAllocate(size_t bytes) override {
+        void* p = ::operator new(bytes, std::align_val_t{256});
+        std::memset(p, 0, bytes);
+        return p;
+    }
+    void doDeallocate(void* pointer) noexcept override { ::operator delete(pointer, std::align_val_t{256}); }
+    void doUpload(void* dst, void const* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+    void doDownload(void* dst, void const* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+    void doCopy(void* dst, void const* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void doZero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+    void doSynchronize() override {}
+
+    void doCopySpans(SpanCopy const* spans, int32_t count, uint64_t) override {
+        ++counters_.kernels;
+        for (int32_t i = 0; i < count; ++i) {
+            if (spans[i].src) std::memcpy(spans[i].dst, spans[i].src, spans[i].bytes);
+            else std::memset(spans[i].dst, 0, spans[i].bytes);
+        }
+    }
+
+    void doCompactRows(CompactTensor const* tensors, int32_t tensorCount, RowMove const* moves,
+                       int32_t moveCount) override {
+        ++counters_.kernels;
+        for (int32_t t = 0; t < tensorCount; ++t) {
+            auto* base = static_cast<unsigned char*>(tensors[t].base);
+            uint64_t const rowBytes = tensors[t].rowBytes;
+            for (int32_t m = 0; m < moveCount; ++m)  // ascending: a source is read before anything overwrites it
+                std::memcpy(base + static_cast<uint64_t>(moves[m].to) * rowBytes,
+                            base + static_cast<uint64_t>(moves[m].from) * rowBytes, rowBytes);
+        }
+    }
+
+    void doRebaseExecutionRows(int32_t* indices, int64_t count, int32_t const* oldToNew, int32_t oldBatch,
+                               int32_t rowsPerSequence) override {
+        ++counters_.kernels;
+        int64_t const limit = static_cast<int64_t>(oldBatch) * rowsPerSequence;
+        for (int64_t i = 0; i < count; ++i) {
+            int32_t const v = indices[i];
+            if (v < 0 || v >= limit) {
+                indices[i] = -1;
+                continue;
+            }
+            int32_t const target = oldToNew[v / rowsPerSequence];
+            indices[i] = target < 0 ? -1 : target * rowsPerSequence + v % rowsPerSequence;
+        }
+    }
+
+    void doAddToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments) override {
+        ++counters_.kernels;
+        for (int32_t i = 0; i < count; ++i) {  // two's-complement wrap, as the kernel does
+            uint32_t v = static_cast<uint32_t>(lengths[i]) + static_cast<uint32_t>(scalar);
+            if (increments) v += static_cast<uint32_t>(increments[i]);
+            lengths[i] = static_cast<int32_t>(v);
+        }
+    }
+
+    void doGatherPagedKv(PagedKvGather const& g) override {
+        ++counters_.kernels;
+        auto const pool = static_cast<unsigned char const*>(g.pool);
+        size_t const inSize = dtypeSize(static_cast<DType>(g.poolDtype));
+        size_t const outSize = dtypeSize(static_cast<DType>(g.outDtype));
+        bool const convert = g.poolDtype != g.outDtype;
+        int32_t const tokenElems = g.kvHeads * g.headDim;
+        for (int32_t half = 0; half < 2; ++half) {
+            auto* out = static_cast<unsigned char*>(half == 0 ? g.kOut : g.vOut);
+            float const scale = half == 0 ? g.kScale : g.vScale;
+            for (int32_t b = 0; b < g.batch; ++b) {
+                for (int32_t t = 0; t < g.seqLen; ++t) {
+                    unsigned char* dst = out + denseKvIndex(b, t, 0, 0, g.seqLen, g.kvHeads, g.headDim) * outSize;
+                    int32_t const page = gatherSourcePage(g, b, half, t);
+                    if (page < 0) {
+                        std::memset(dst, 0, static_cast<size_t>(tokenElems) * outSize);
+                        continue;
+                    }
+                    unsigned char const* src =
+                        pool + kvPoolIndex(page, t % g.pageSize, 0, 0, g.pageSize, g.kvHeads, g.headDim) * inSize;
+                    if (!convert) {
+                        std::memcpy(dst, src, static_cast<size_t>(tokenElems) * outSize);
+                        continue;
+                    }
+                    for (int32_t e = 0; e < tokenElems; ++e) dequantFp8To(src[e], scale, g.outDtype, dst + e * outSize);
+                }
+            }
+        }
+    }
+
+    void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) override {
+        ++counters_.kernels;
+        auto const bytes = static_cast<unsigned char const*>(data);
+        uint64_t const chunk = hashChunkBytes(size, numChunks);
+        for (uint32_t i = 0; i < numChunks; ++i) {
+            uint64_t const begin = hashChunkBegin(size, numChunks, i);
+            uint64_t const end = begin + chunk < size ? begin + chunk : size;
+            hostPartials[i] = fnv1a128(bytes + begin, static_cast<size_t>(end - begin));
+        }
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBackend> createCpuBackend(BackendOptions const& options) {
+    return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace ctxcache::device

@@ -1,0 +1,172 @@
+// DeviceBackend: where the device layer's bytes live and the one interface every data movement goes through.
+// Two implementations with identical results: the CPU backend (always built; "device memory" is host memory; the
+// oracle) and the CUDA backend (built when nvcc exists; used when a device is present).
+//
+// Invariants: every public operation validates its arguments here, in the non-virtual front, before a backend
+//             sees them, so both backends accept and reject exactly the same calls (ContractError, state unchanged).
+//             Each op is ONE kernel launch, preceded on CUDA by at most one host-to-device copy of its descriptor
+//             table into a device table sized at construction (BackendOptions::maxTableBytes). No op allocates
+//             device memory; allocate() is for constructing storage objects only.
+// Ordering:   operations are stream-ordered on the backend's stream (CUDA) or complete on return (CPU). upload()
+//             lets the caller reuse its source on return; download() and hashChunks() wait for the work before
+//             them. Device pointers passed to ops must come from this backend's allocate().
+// Cost:       the front does O(descriptors) host work per op; kernels are memory-bound.
+// Threading:  single writer: the caller serialises every call on one backend and the storage built on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctxcache/block_hash.h"
+#include "ctxcache/device/layout.h"
+
+namespace ctxcache::device {
+
+// Values are part of the C ABI (CTXC_BACKEND_*).
+enum class BackendKind : int32_t { kAuto = 0, kCpu = 1, kCuda = 2 };
+
+struct BackendOptions {
+    size_t maxTableBytes = size_t{1} << 20;  // per-op descriptor table (device copy and pinned staging), >= 4096
+    uint32_t maxHashChunks = 65536;          // capacity of the chunk-partials buffer of hashChunks()
+    int32_t device = 0;                      // CUDA device ordinal
+    void* stream = nullptr;                  // CUDA: a cudaStream_t to run on; null = the backend creates its own
+};
+
+// What the backend submitted, for tests ("capture is one launch") and the benchmark (launches per operation).
+// kernels: kernel launches (the CPU backend counts one per op); transfers: copies and memsets, table uploads
+// included.
+struct LaunchCounters {
+    uint64_t kernels = 0;
+    uint64_t transfers = 0;
+};
+
+class DeviceBackend {
+public:
+    DeviceBackend(DeviceBackend const&) = delete;
+    DeviceBackend& operator=(DeviceBackend const&) = delete;
+    virtual ~DeviceBackend() = default;
+
+    BackendKind kind() const noexcept { return kind_; }
+    char const* name() const noexcept { return kind_ == BackendKind::kCuda ? "cuda" : "cpu"; }
+    BackendOptions const& options() const noexcept { return options_; }
+    LaunchCounters counters() const noexcept { return counters_; }
+    size_t allocatedBytes() const noexcept { return allocatedBytes_; }
+    // "cpu", or the CUDA device's name, compute capability and multiprocessor count.
+    virtual std::string description() const = 0;
+    // Descriptors of one op that fit the table: e.g. SpanCopy entries.
+    size_t tableCapacity(size_t entryBytes) const noexcept { return options_.maxTableBytes / entryBytes; }
+
+    // ---- memory: construction time only ----
+    void* allocate(size_t bytes);                    // zero-filled, 256-byte aligned; 0 bytes -> nullptr
+    void deallocate(void* pointer, size_t bytes) noexcept;
+
+    // ---- transfers ----
+    void upload(void* dst, void const* src, size_t bytes);    // host -> device
+    void download(void* dst, void const* src, size_t bytes);  // device -> host (synchronous)
+    void copy(void* dst, void const* src, size_t bytes);      // device -> device: the benchmark's baseline
+    void zero(void* dst, size_t bytes);
+    void synchronize();
+
+    // ---- ops ----
+    // Copy (src != null) or zero every span, all in one launch. Spans must not overlap each other's dst.
+    void copySpans(SpanCopy const* spans, int32_t count);
+    // In-place dim-0 compaction of every tensor by one validated, order-preserving move list, in one launch.
+    void compactRows(CompactTensor const* tensors, int32_t tensorCount, RowMove const* moves, int32_t moveCount);
+    // indices[i] in [0, oldBatch*rowsPerSequence) -> oldToNew[seq]*rowsPerSequence + row, or -1 when the sequence
+    // retired; anything else -> -1. oldToNew is a host map of oldBatch entries (validated by the caller's plan).
+    void rebaseExecutionRows(int32_t* indices, int64_t count, int32_t const* oldToNew, int32_t oldBatch,
+                             int32_t rowsPerSequence);
+    // lengths[i] += scalar + (increments ? increments[i] : 0) for i < count (device arrays).
+    void addToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments);
+    void gatherPagedKv(PagedKvGather const& params);
+    // Plain 128-bit FNV-1a of each of numChunks chunks of a device buffer (layout.h chunking) into
+    // hostPartials[numChunks]. Synchronous.
+    void hashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials);
+
+protected:
+    DeviceBackend(BackendKind kind, BackendOptions const& options);
+
+    virtual void* doAllocate(size_t bytes) = 0;
+    virtual void doDeallocate(void* pointer) noexcept = 0;
+    virtual void doUpload(void* dst, void const* src, size_t bytes) = 0;
+    virtual void doDownload(void* dst, void const* src, size_t bytes) = 0;
+    virtual void doCopy(void* dst, void const* src, size_t bytes) = 0;
+    virtual void doZero(void* dst, size_t bytes) = 0;
+    virtual void doSynchronize() = 0;
+    // spans carry firstChunk; totalChunks = sum of ceil(bytes / kSpanChunkBytes).
+    virtual void doCopySpans(SpanCopy const* spans, int32_t count, uint64_t totalChunks) = 0;
+    virtual void doCompactRows(CompactTensor const* tensors, int32_t tensorCount, RowMove const* moves,
+                               int32_t moveCount) = 0;
+    virtual void doRebaseExecutionRows(int32_t* indices, int64_t count, int32_t const* oldToNew, int32_t oldBatch,
+                                       int32_t rowsPerSequence) = 0;
+    virtual void doAddToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments) = 0;
+    virtual void doGatherPagedKv(PagedKvGather const& params) = 0;
+    virtual void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) = 0;
+
+    LaunchCounters counters_;
+
+private:
+    void requireTable(char const* op, size_t bytes) const;
+
+    BackendKind kind_;
+    BackendOptions options_;
+    size_t allocatedBytes_ = 0;
+    std::vector<SpanCopy> spanScratch_;  // copySpans' table with firstChunk filled; capacity fixed at construction
+};
+
+// A device allocation owned by its backend (which must outlive it). Move-only.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    DeviceBuffer(DeviceBackend& backend, size_t bytes) : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes) {}
+    DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+        if (this != &other) {
+            reset();
+            backend_ = other.backend_;
+            data_ = other.data_;
+            bytes_ = other.bytes_;
+            other.data_ = nullptr;
+            other.bytes_ = 0;
+        }
+        return *this;
+    }
+    DeviceBuffer(DeviceBuffer const&) = delete;
+    DeviceBuffer& operator=(DeviceBuffer const&) = delete;
+    ~DeviceBuffer() { reset(); }
+
+    void* data() const noexcept { return data_; }
+    unsigned char* bytes() const noexcept { return static_cast<unsigned char*>(data_); }
+    size_t size() const noexcept { return bytes_; }
+    DeviceBackend* backend() const noexcept { return backend_; }
+
+    // Host <-> buffer at a byte offset; offset + size must fit (ContractError).
+    void write(size_t offset, void const* host, size_t size);
+    void read(size_t offset, void* host, size_t size) const;
+
+private:
+    void reset() noexcept {
+        if (data_ && backend_) backend_->deallocate(data_, bytes_);
+        data_ = nullptr;
+        bytes_ = 0;
+    }
+
+    DeviceBackend* backend_ = nullptr;
+    void* data_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// The CPU backend: always available.
+std::unique_ptr<DeviceBackend> createCpuBackend(BackendOptions const& options = {});
+// The CUDA backend on options.device; BackendUnavailableError when not compiled in or no device is visible.
+std::unique_ptr<DeviceBackend> createCudaBackend(BackendOptions const& options = {});
+// kAuto: CUDA when compiled in and a device is visible, else CPU. kCpu / kCuda: that backend or an exception.
+std::unique_ptr<DeviceBackend> createBackend(BackendKind kind, BackendOptions const& options = {});
+
+// Whether createBackend(kCuda) can succeed here; *reason (optional) says why not.
+bool cudaBackendAvailable(std::string* reason = nullptr);
+
+}  // namespace ctxcache::device

@@ -1,0 +1,688 @@
+"""The device layer: KV page pools, page tables, KV lengths, resident recurrent state, snapshot slabs and the
+operations that move their bytes, with numpy in and out.
+
+Every object lives on a :class:`Backend`: ``"cpu"`` (always available; the reference) or ``"cuda"`` (when the
+library was built with CUDA and a device is visible); ``"auto"`` picks CUDA when it can. Both give identical
+bytes. Device memory is never exposed: arrays are copied in with ``write_*`` and out with ``read_*``.
+
+Element types map to numpy as: fp16 -> ``float16``, bf16 -> ``uint16`` (bit patterns; numpy has no bfloat16),
+fp8 e4m3 -> ``uint8`` (bit patterns), fp32 -> ``float32``. Writes also accept raw ``uint8`` bytes. Arrays must be
+C-contiguous; a wrong dtype or layout raises :class:`ctxcache.ArgumentTypeError` before anything reaches C.
+
+Single-writer: a backend and everything built on it must not be used from several threads at once. Objects are
+context managers; closing them in any order is safe (an object keeps what it was built from alive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _arrays
+from ._resource import Resource
+from ._ffi import check, ffi, lib
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+
+_NULL = ffi.NULL
+DEFAULT_HASH_CHUNKS = 2048
+
+
+class BackendKind(IntEnum):
+    AUTO = 0
+    CPU = 1
+    CUDA = 2
+
+
+class DType(IntEnum):
+    FP16 = 0
+    BF16 = 1
+    FP8_E4M3 = 2
+    FP32 = 3
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype((np.float16, np.uint16, np.uint8, np.float32)[self])
+
+    @property
+    def itemsize(self) -> int:
+        return (2, 2, 1, 4)[self]
+
+
+class StatePart(IntEnum):
+    RECURRENT = 0
+    CONV = 1
+    BOUNDARY_HIDDEN = 2
+    PARTIAL_KV = 3
+    DRAFT_PARTIAL_KV = 4
+
+
+class PageTableMode(IntEnum):
+    DENSE = 0
+    SPARSE_WINDOW = 1
+
+
+@dataclass(frozen=True)
+class LaunchCounters:
+    kernels: int
+    transfers: int
+
+
+@dataclass(frozen=True)
+class SnapshotLayout:
+    recurrent_bytes_per_slot: int
+    partial_kv_bytes_per_slot: int
+    recurrent_slots: int
+    partial_kv_slots: int
+    footprint_bytes: int
+    max_descriptors: int
+
+
+# ---- argument helpers -----------------------------------------------------------------------------------------
+
+
+def _enum(enum_type, value: Any, name: str):
+    if isinstance(value, str):
+        try:
+            return enum_type[value.upper()]
+        except KeyError:
+            raise InvalidArgumentError(f"{name} must be one of {[m.name.lower() for m in enum_type]}, got {value!r}") from None
+    if isinstance(value, enum_type):
+        return value
+    number = _arrays.integer(value, name, minimum=None)
+    try:
+        return enum_type(number)
+    except ValueError:
+        raise InvalidArgumentError(f"{name} {number} is not a {enum_type.__name__} value") from None
+
+
+def _contiguous(array: Any, name: str, dtypes: Sequence[np.dtype]) -> np.ndarray:
+    if not isinstance(array, np.ndarray):
+        raise ArgumentTypeError(f"{name} must be a numpy array, got {type(array).__name__}")
+    if array.dtype not in dtypes:
+        allowed = " or ".join(str(d) for d in dtypes)
+        raise ArgumentTypeError(f"{name} must have dtype {allowed}, got {array.dtype}")
+    if not array.flags.c_contiguous:
+        raise ArgumentTypeError(f"{name} must be C-contiguous (use np.ascontiguousarray)")
+    return array
+
+
+def _typed(array: Any, dtype: DType, name: str) -> np.ndarray:
+    """An array of a storage dtype's numpy type, or raw uint8 bytes."""
+    return _contiguous(array, name, (dtype.numpy_dtype, np.dtype(np.uint8)))
+
+
+def _int32_array(values: Any, name: str) -> np.ndarray:
+    if isinstance(values, np.ndarray):
+        array = _contiguous(values, name, (np.dtype(np.int32),))
+        if array.ndim != 1:
+            raise InvalidArgumentError(f"{name} must be 1-D, got shape {array.shape}")
+        return array
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise ArgumentTypeError(f"{name} must be an int32 array or a sequence of ints, got {type(values).__name__}")
+    return np.array([_arrays.integer(v, f"{name}[{i}]", minimum=-(2**31)) for i, v in enumerate(values)], dtype=np.int32)
+
+
+def _int32_pointer(array: np.ndarray):
+    return _NULL if array.size == 0 else ffi.cast("const int32_t *", ffi.from_buffer(array))
+
+
+def _in(array: np.ndarray):
+    return _NULL if array.nbytes == 0 else ffi.from_buffer(array)
+
+
+def _out(nbytes: int, dtype, shape=None) -> tuple[np.ndarray, Any]:
+    array = np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
+    if shape is not None:
+        array = array.reshape(shape)
+    return array, (_NULL if nbytes == 0 else ffi.from_buffer(array))
+
+
+def _size_out(fn, *args) -> int:
+    out = ffi.new("size_t *")
+    check(fn(*args, out))
+    return int(out[0])
+
+
+class _Handle(Resource):
+    """Owns one C handle; closing is idempotent and also happens on garbage collection."""
+
+    _destroy = None
+    _what = "object"
+
+    def __init__(self, handle, keep: tuple = ()):
+        self._handle = handle
+        self._keep = keep  # Python objects whose handles this one was built from (for readable repr / lifetime)
+
+    def _live(self):
+        if self._handle == _NULL:
+            raise InvalidHandleError(f"{self._what} was closed")
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        return self._handle == _NULL
+
+    def close(self) -> None:
+        if self._handle != _NULL:
+            handle, self._handle = self._handle, _NULL
+            check(type(self)._destroy(handle))
+
+
+
+# ---- backend and buffers --------------------------------------------------------------------------------------
+
+
+class Backend(_Handle):
+    """Where device objects live. ``kind``: "auto" (default), "cpu" or "cuda"; asking for CUDA where it is
+    unavailable raises :class:`ctxcache.UnsupportedError` with the reason."""
+
+    _destroy = staticmethod(lib.ctxc_device_backend_destroy)
+    _what = "backend"
+
+    def __init__(self, kind: Any = BackendKind.AUTO, *, device: int = 0, max_table_bytes: int | None = None,
+                 max_hash_chunks: int | None = None):
+        options = ffi.new("ctxc_device_backend_options_t *")
+        lib.ctxc_device_backend_options_init(options)
+        options.kind = _enum(BackendKind, kind, "kind")
+        options.device = _arrays.integer(device, "device")
+        if max_table_bytes is not None:
+            options.max_table_bytes = _arrays.integer(max_table_bytes, "max_table_bytes", maximum=2**62)
+        if max_hash_chunks is not None:
+            options.max_hash_chunks = _arrays.integer(max_hash_chunks, "max_hash_chunks", maximum=2**32 - 1)
+        out = ffi.new("ctxc_device_backend_t **")
+        check(lib.ctxc_device_backend_create(out, options))
+        super().__init__(out[0])
+
+    @property
+    def kind(self) -> BackendKind:
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_device_backend_kind(self._live(), out))
+        return BackendKind(out[0])
+
+    def synchronize(self) -> None:
+        check(lib.ctxc_device_backend_synchronize(self._live()))
+
+    @property
+    def counters(self) -> LaunchCounters:
+        out = ffi.new("ctxc_launch_counters_t *")
+        check(lib.ctxc_device_backend_counters(self._live(), out))
+        return LaunchCounters(int(out.kernels), int(out.transfers))
+
+    @property
+    def allocated_bytes(self) -> int:
+        return _size_out(lib.ctxc_device_backend_allocated_bytes, self._live())
+
+    def buffer(self, data: Any) -> "DeviceBuffer":
+        """A zero-filled buffer of ``data`` bytes, or a buffer holding a copy of a numpy array."""
+        if isinstance(data, np.ndarray):
+            buffer = DeviceBuffer(self, data.nbytes)
+            buffer.write(data)
+            return buffer
+        return DeviceBuffer(self, data)
+
+    def __repr__(self) -> str:
+        return "Backend(closed)" if self.closed else f"Backend({self.kind.name.lower()})"
+
+
+class DeviceBuffer(_Handle):
+    _destroy = staticmethod(lib.ctxc_device_buffer_destroy)
+    _what = "buffer"
+
+    def __init__(self, backend: Backend, nbytes: int):
+        nbytes = _arrays.integer(nbytes, "nbytes", maximum=2**62)
+        out = ffi.new("ctxc_device_buffer_t **")
+        check(lib.ctxc_device_buffer_create(backend._live(), nbytes, out))
+        super().__init__(out[0], (backend,))
+        self.backend = backend
+
+    @property
+    def nbytes(self) -> int:
+        return _size_out(lib.ctxc_device_buffer_size, self._live())
+
+    def write(self, array: np.ndarray, offset: int = 0) -> None:
+        """Copy a C-contiguous array's bytes to [offset, offset + array.nbytes)."""
+        if not isinstance(array, np.ndarray):
+            raise ArgumentTypeError(f"array must be a numpy array, got {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            raise ArgumentTypeError("array must be C-contiguous (use np.ascontiguousarray)")
+        offset = _arrays.integer(offset, "offset", maximum=2**62)
+        check(lib.ctxc_device_buffer_write(self._live(), offset, _in(array), array.nbytes))
+
+    def read(self, dtype: Any = np.uint8, count: int | None = None, offset: int = 0) -> np.ndarray:
+        """``count`` elements of ``dtype`` from byte ``offset`` (default: the rest of the buffer)."""
+        dtype = np.dtype(dtype)
+        offset = _arrays.integer(offset, "offset", maximum=2**62)
+        if count is None:
+            count = max(self.nbytes - offset, 0) // dtype.itemsize
+        count = _arrays.integer(count, "count", maximum=2**62)
+        array, pointer = _out(count * dtype.itemsize, dtype)
+        check(lib.ctxc_device_buffer_read(self._live(), offset, pointer, array.nbytes))
+        return array
+
+
+# ---- KV pools, page tables, lengths ---------------------------------------------------------------------------
+
+
+class KvPagePool(_Handle):
+    """Paged KV of some attention layers: per layer [2, num_pages, page_size, kv_heads, head_dim]. ``layers`` is
+    a sequence of (kv_heads, head_dim). Flat page f in [0, 2 * num_pages): K pages, then V pages."""
+
+    _destroy = staticmethod(lib.ctxc_kv_pool_destroy)
+    _what = "KV pool"
+
+    def __init__(self, backend: Backend, *, num_pages: int, page_size: int, layers: Sequence[tuple[int, int]],
+                 dtype: Any = DType.FP16):
+        self.dtype = _enum(DType, dtype, "dtype")
+        self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
+        self.page_size = _arrays.integer(page_size, "page_size", minimum=None)
+        shapes = [tuple(layer) for layer in layers]
+        c_layers = ffi.new("ctxc_kv_layer_shape_t[]", max(len(shapes), 1))
+        for i, shape in enumerate(shapes):
+            if len(shape) != 2:
+                raise InvalidArgumentError(f"layers[{i}] must be (kv_heads, head_dim), got {shape}")
+            c_layers[i].kv_heads = _arrays.integer(shape[0], f"layers[{i}].kv_heads", minimum=None)
+            c_layers[i].head_dim = _arrays.integer(shape[1], f"layers[{i}].head_dim", minimum=None)
+        self.layers = [(int(h), int(d)) for h, d in shapes]
+        options = ffi.new("ctxc_kv_pool_options_t *")
+        lib.ctxc_kv_pool_options_init(options)
+        options.num_pages = self.num_pages
+        options.page_size = self.page_size
+        options.dtype = self.dtype
+        options.layers = c_layers if shapes else _NULL
+        options.layer_count = len(shapes)
+        out = ffi.new("ctxc_kv_pool_t **")
+        check(lib.ctxc_kv_pool_create(backend._live(), options, out))
+        super().__init__(out[0], (backend,))
+        self.backend = backend
+
+    def page_bytes(self, layer: int) -> int:
+        return _size_out(lib.ctxc_kv_pool_page_bytes, self._live(), _arrays.integer(layer, "layer", minimum=None))
+
+    @property
+    def footprint_bytes(self) -> int:
+        return _size_out(lib.ctxc_kv_pool_footprint_bytes, self._live())
+
+    def write_pages(self, layer: int, first_flat_page: int, pages: np.ndarray) -> None:
+        """Write whole pages: an array of (count, page_size, kv_heads, head_dim) elements (any shape with that
+        many elements) of the pool's dtype, or the same bytes as uint8."""
+        pages = _typed(pages, self.dtype, "pages")
+        page_bytes = self.page_bytes(layer)
+        if pages.nbytes % page_bytes:
+            raise InvalidArgumentError(f"pages holds {pages.nbytes} bytes, not a whole number of {page_bytes}-byte pages")
+        check(lib.ctxc_kv_pool_write_pages(self._live(), layer, _arrays.integer(first_flat_page, "first_flat_page", minimum=None),
+                                           pages.nbytes // page_bytes, _in(pages), pages.nbytes))
+
+    def read_pages(self, layer: int, first_flat_page: int, count: int) -> np.ndarray:
+        """(count, page_size, kv_heads, head_dim) array of the pool's numpy dtype."""
+        count = _arrays.integer(count, "count")
+        heads, dim = self.layers[_arrays.integer(layer, "layer", maximum=len(self.layers) - 1)]
+        array, pointer = _out(count * self.page_bytes(layer), self.dtype.numpy_dtype, (count, self.page_size, heads, dim))
+        check(lib.ctxc_kv_pool_read_pages(self._live(), layer, _arrays.integer(first_flat_page, "first_flat_page", minimum=None),
+                                          count, pointer, array.nbytes))
+        return array
+
+
+class KvPageTable(_Handle):
+    """[max_batch, 2, max_pages_per_seq] int32 page table: K ids, V ids = K + num_pages, -1 unused. Edits change
+    the host table; :meth:`upload` copies the changed row ranges to the device."""
+
+    _destroy = staticmethod(lib.ctxc_kv_page_table_destroy)
+    _what = "page table"
+
+    def __init__(self, backend: Backend, *, max_batch: int, max_pages_per_seq: int, num_pages: int,
+                 mode: Any = PageTableMode.DENSE):
+        self.mode = _enum(PageTableMode, mode, "mode")
+        self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
+        self.max_pages_per_seq = _arrays.integer(max_pages_per_seq, "max_pages_per_seq", minimum=None)
+        self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
+        out = ffi.new("ctxc_kv_page_table_t **")
+        check(lib.ctxc_kv_page_table_create(backend._live(), self.max_batch, self.max_pages_per_seq, self.num_pages,
+                                            self.mode, out))
+        super().__init__(out[0], (backend,))
+        self.backend = backend
+
+    def set_row(self, slot: int, k_pages: Any) -> None:
+        pages = _int32_array(k_pages, "k_pages")
+        check(lib.ctxc_kv_page_table_set_row(self._live(), _arrays.integer(slot, "slot", minimum=None),
+                                             _int32_pointer(pages), pages.size))
+
+    def clear_row(self, slot: int) -> None:
+        check(lib.ctxc_kv_page_table_clear_row(self._live(), _arrays.integer(slot, "slot", minimum=None)))
+
+    def set_identity(self) -> None:
+        check(lib.ctxc_kv_page_table_set_identity(self._live()))
+
+    def set_entry(self, slot: int, logical_page: int, k_page: int) -> None:
+        check(lib.ctxc_kv_page_table_set_entry(self._live(), _arrays.integer(slot, "slot", minimum=None),
+                                               _arrays.integer(logical_page, "logical_page", minimum=None),
+                                               _arrays.integer(k_page, "k_page", minimum=None)))
+
+    def clear_entry(self, slot: int, logical_page: int) -> None:
+        check(lib.ctxc_kv_page_table_clear_entry(self._live(), _arrays.integer(slot, "slot", minimum=None),
+                                                 _arrays.integer(logical_page, "logical_page", minimum=None)))
+
+    def compact_rows(self, old_to_new: Any, new_batch: int) -> None:
+        mapping = _int32_array(old_to_new, "old_to_new")
+        check(lib.ctxc_kv_page_table_compact_rows(self._live(), _int32_pointer(mapping), mapping.size,
+                                                  _arrays.integer(new_batch, "new_batch", minimum=None)))
+
+    def check_invariants(self) -> None:
+        """Raises :class:`ctxcache.InvariantError` naming the first violation."""
+        check(lib.ctxc_kv_page_table_check_invariants(self._live()))
+
+    def upload(self) -> int:
+        """Copy the changed row ranges to the device; returns the number of copies."""
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_kv_page_table_upload(self._live(), out))
+        return int(out[0])
+
+    @property
+    def dirty(self) -> bool:
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_kv_page_table_is_dirty(self._live(), out))
+        return bool(out[0])
+
+    def _read(self, fn) -> np.ndarray:
+        shape = (self.max_batch, 2, self.max_pages_per_seq)
+        array, pointer = _out(4 * self.max_batch * 2 * self.max_pages_per_seq, np.int32, shape)
+        count = ffi.new("size_t *")
+        check(fn(self._live(), ffi.cast("int32_t *", pointer), array.size, count))
+        return array
+
+    def host_table(self) -> np.ndarray:
+        return self._read(lib.ctxc_kv_page_table_read_host)
+
+    def device_table(self) -> np.ndarray:
+        """The device copy, read back (current only when not dirty)."""
+        return self._read(lib.ctxc_kv_page_table_read_device)
+
+
+class KvLengths(_Handle):
+    """Device int32 KV lengths of the active sequences."""
+
+    _destroy = staticmethod(lib.ctxc_kv_lengths_destroy)
+    _what = "KV lengths"
+
+    def __init__(self, backend: Backend, max_batch: int):
+        self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
+        out = ffi.new("ctxc_kv_lengths_t **")
+        check(lib.ctxc_kv_lengths_create(backend._live(), self.max_batch, out))
+        super().__init__(out[0], (backend,))
+        self.backend = backend
+
+    def set(self, values: Any) -> None:
+        array = _int32_array(values, "values")
+        check(lib.ctxc_kv_lengths_set(self._live(), _int32_pointer(array), array.size))
+
+    def add(self, increment: Any) -> None:
+        """Add an int to every active length, or another KvLengths element-wise."""
+        if isinstance(increment, KvLengths):
+            check(lib.ctxc_kv_lengths_add_lengths(self._live(), increment._live()))
+        else:
+            check(lib.ctxc_kv_lengths_add(self._live(), _arrays.integer(increment, "increment", minimum=-(2**31))))
+
+    def compact(self, old_to_new: Any, new_batch: int) -> None:
+        mapping = _int32_array(old_to_new, "old_to_new")
+        check(lib.ctxc_kv_lengths_compact(self._live(), _int32_pointer(mapping), mapping.size,
+                                          _arrays.integer(new_batch, "new_batch", minimum=None)))
+
+    def read(self) -> np.ndarray:
+        count = ffi.new("size_t *")
+        status = lib.ctxc_kv_lengths_read(self._live(), _NULL, 0, count)
+        if status not in (0, 7):  # CTXC_E_BUFFER_TOO_SMALL is the size answer
+            check(status)
+        array, pointer = _out(4 * int(count[0]), np.int32)
+        check(lib.ctxc_kv_lengths_read(self._live(), ffi.cast("int32_t *", pointer), array.size, count))
+        return array
+
+
+# ---- resident state and snapshots -----------------------------------------------------------------------------
+
+
+class ResidentState(_Handle):
+    """Live per-slot recurrent state: per recurrent layer a recurrent row [heads, head_dim, state_size] and a conv
+    row [conv_dim, conv_kernel]; optionally an fp16 boundary hidden row."""
+
+    _destroy = staticmethod(lib.ctxc_resident_state_destroy)
+    _what = "resident state"
+
+    def __init__(self, backend: Backend, *, max_batch: int, num_layers: int = 0, recurrent_heads: int = 0,
+                 recurrent_head_dim: int = 0, state_size: int = 0, recurrent_dtype: Any = DType.FP32,
+                 conv_dim: int = 0, conv_kernel: int = 0, conv_dtype: Any = DType.FP16, hidden_size: int = 0):
+        options = ffi.new("ctxc_resident_state_options_t *")
+        lib.ctxc_resident_state_options_init(options)
+        for name, value in (("max_batch", max_batch), ("num_layers", num_layers), ("recurrent_heads", recurrent_heads),
+                            ("recurrent_head_dim", recurrent_head_dim), ("state_size", state_size),
+                            ("conv_dim", conv_dim), ("conv_kernel", conv_kernel), ("hidden_size", hidden_size)):
+            setattr(options, name, _arrays.integer(value, name, minimum=None))
+        self.dtypes = {StatePart.RECURRENT: _enum(DType, recurrent_dtype, "recurrent_dtype"),
+                       StatePart.CONV: _enum(DType, conv_dtype, "conv_dtype"),
+                       StatePart.BOUNDARY_HIDDEN: DType.FP16}
+        options.recurrent_dtype = self.dtypes[StatePart.RECURRENT]
+        options.conv_dtype = self.dtypes[StatePart.CONV]
+        self.max_batch = int(options.max_batch)
+        self.num_layers = int(options.num_layers)
+        out = ffi.new("ctxc_resident_state_t **")
+        check(lib.ctxc_resident_state_create(backend._live(), options, out))
+        super().__init__(out[0], (backend,))
+        self.backend = backend
+
+    def row_bytes(self, part: Any) -> int:
+        return _size_out(lib.ctxc_resident_state_row_bytes, self._live(), _enum(StatePart, part, "part"))
+
+    @property
+    def footprint_bytes(self) -> int:
+        return _size_out(lib.ctxc_resident_state_footprint_bytes, self._live())
+
+    def _dtype(self, part: StatePart) -> DType:
+        if part not in self.dtypes:
+            raise InvalidArgumentError(f"part {part.name} is not a resident-state part")
+        return self.dtypes[part]
+
+    def write_row(self, part: Any, layer: int, slot: int, row: np.ndarray) -> None:
+        part = _enum(StatePart, part, "part")
+        row = _typed(row, self._dtype(part), "row")
+        check(lib.ctxc_resident_state_write_row(self._live(), part, _arrays.integer(layer, "layer", minimum=None),
+                                                _arrays.integer(slot, "slot", minimum=None), _in(row), row.nbytes))
+
+    def read_row(self, part: Any, layer: int, slot: int) -> np.ndarray:
+        """One row as a 1-D array of the part's numpy dtype."""
+        part = _enum(StatePart, part, "part")
+        array, pointer = _out(self.row_bytes(part), self._dtype(part).numpy_dtype)
+        check(lib.ctxc_resident_state_read_row(self._live(), part, _arrays.integer(layer, "layer", minimum=None),
+                                               _arrays.integer(slot, "slot", minimum=None), pointer, array.nbytes))
+        return array
+
+    def zero_slot(self, slot: int) -> None:
+        check(lib.ctxc_resident_state_zero_slot(self._live(), _arrays.integer(slot, "slot", minimum=None)))
+
+    def compact(self, old_to_new: Any, new_batch: int) -> None:
+        mapping = _int32_array(old_to_new, "old_to_new")
+        check(lib.ctxc_resident_state_compact(self._live(), _int32_pointer(mapping), mapping.size,
+                                              _arrays.integer(new_batch, "new_batch", minimum=None)))
+
+
+class SnapshotStorage(_Handle):
+    """Snapshot slabs sized from byte budgets (see :attr:`layout`). ``state``, ``base_pool`` and ``draft_pool``
+    are optional; capture and restore move every part of a transfer in one launch."""
+
+    _destroy = staticmethod(lib.ctxc_snapshot_storage_destroy)
+    _what = "snapshot storage"
+
+    def __init__(self, backend: Backend, *, state: ResidentState | None = None, base_pool: KvPagePool | None = None,
+                 draft_pool: KvPagePool | None = None, recurrent_budget_bytes: int = 0,
+                 partial_kv_budget_bytes: int = 0, boundary_hidden: bool = False):
+        for name, value, kind in (("state", state, ResidentState), ("base_pool", base_pool, KvPagePool),
+                                  ("draft_pool", draft_pool, KvPagePool)):
+            if value is not None and not isinstance(value, kind):
+                raise ArgumentTypeError(f"{name} must be a {kind.__name__} or None, got {type(value).__name__}")
+        options = ffi.new("ctxc_snapshot_storage_options_t *")
+        lib.ctxc_snapshot_storage_options_init(options)
+        options.recurrent_budget_bytes = _arrays.integer(recurrent_budget_bytes, "recurrent_budget_bytes", maximum=2**62)
+        options.partial_kv_budget_bytes = _arrays.integer(partial_kv_budget_bytes, "partial_kv_budget_bytes", maximum=2**62)
+        options.boundary_hidden = int(_arrays.boolean(boundary_hidden, "boundary_hidden"))
+        out = ffi.new("ctxc_snapshot_storage_t **")
+        check(lib.ctxc_snapshot_storage_create(backend._live(), state._live() if state else _NULL,
+                                               base_pool._live() if base_pool else _NULL,
+                                               draft_pool._live() if draft_pool else _NULL, options, out))
+        super().__init__(out[0], (backend, state, base_pool, draft_pool))
+        self.backend = backend
+
+    @property
+    def layout(self) -> SnapshotLayout:
+        out = ffi.new("ctxc_snapshot_layout_t *")
+        check(lib.ctxc_snapshot_storage_layout(self._live(), out))
+        return SnapshotLayout(int(out.recurrent_bytes_per_slot), int(out.partial_kv_bytes_per_slot),
+                              int(out.recurrent_slots), int(out.partial_kv_slots), int(out.footprint_bytes),
+                              int(out.max_descriptors))
+
+    @staticmethod
+    def _transfer(batch_slot, recurrent_slot, partial_kv_slot, base_page, draft_page, valid_tokens):
+        t = ffi.new("ctxc_snapshot_transfer_t *")
+        lib.ctxc_snapshot_transfer_init(t)
+        for name, value in (("batch_slot", batch_slot), ("recurrent_slot", recurrent_slot),
+                            ("partial_kv_slot", partial_kv_slot), ("base_page", base_page),
+                            ("draft_page", draft_page), ("valid_tokens", valid_tokens)):
+            setattr(t, name, _arrays.integer(value, name, minimum=None))
+        return t
+
+    def capture(self, *, batch_slot: int = -1, recurrent_slot: int = -1, partial_kv_slot: int = -1,
+                base_page: int = -1, draft_page: int = -1, valid_tokens: int = 0) -> None:
+        """Live -> snapshot. A part whose slot is -1 is skipped."""
+        t = self._transfer(batch_slot, recurrent_slot, partial_kv_slot, base_page, draft_page, valid_tokens)
+        check(lib.ctxc_snapshot_storage_capture(self._live(), t))
+
+    def restore(self, *, batch_slot: int = -1, recurrent_slot: int = -1, partial_kv_slot: int = -1,
+                base_page: int = -1, draft_page: int = -1, valid_tokens: int = 0) -> None:
+        """Snapshot -> live (only the first valid_tokens tokens of each K and V page are written)."""
+        t = self._transfer(batch_slot, recurrent_slot, partial_kv_slot, base_page, draft_page, valid_tokens)
+        check(lib.ctxc_snapshot_storage_restore(self._live(), t))
+
+    def region_bytes(self, part: Any, layer: int) -> int:
+        return _size_out(lib.ctxc_snapshot_storage_region_bytes, self._live(), _enum(StatePart, part, "part"),
+                         _arrays.integer(layer, "layer", minimum=None))
+
+    def read_region(self, part: Any, layer: int, slot: int) -> np.ndarray:
+        """One region of a slot as raw uint8 bytes."""
+        part = _enum(StatePart, part, "part")
+        array, pointer = _out(self.region_bytes(part, layer), np.uint8)
+        check(lib.ctxc_snapshot_storage_read_region(self._live(), part, layer, _arrays.integer(slot, "slot", minimum=None),
+                                                    pointer, array.nbytes))
+        return array
+
+    def write_region(self, part: Any, layer: int, slot: int, data: np.ndarray) -> None:
+        part = _enum(StatePart, part, "part")
+        if not isinstance(data, np.ndarray) or not data.flags.c_contiguous:
+            raise ArgumentTypeError("data must be a C-contiguous numpy array")
+        check(lib.ctxc_snapshot_storage_write_region(self._live(), part, _arrays.integer(layer, "layer", minimum=None),
+                                                     _arrays.integer(slot, "slot", minimum=None), _in(data), data.nbytes))
+
+
+# ---- operations -----------------------------------------------------------------------------------------------
+
+
+def compact_rows(buffer: DeviceBuffer, *, row_bytes: int, rows: int, old_to_new: Any, new_batch: int,
+                 offset: int = 0) -> None:
+    """In-place dim-0 compaction of ``rows`` rows of ``row_bytes`` bytes at ``offset`` by a dense,
+    order-preserving map (``len(old_to_new) <= rows`` entries, -1 = retired)."""
+    mapping = _int32_array(old_to_new, "old_to_new")
+    check(lib.ctxc_device_compact_rows(buffer._live(), _arrays.integer(offset, "offset", maximum=2**62),
+                                       _arrays.integer(row_bytes, "row_bytes", maximum=2**62), _arrays.integer(rows, "rows"),
+                                       _int32_pointer(mapping), mapping.size, _arrays.integer(new_batch, "new_batch", minimum=None)))
+
+
+def rebase_execution_rows(buffer: DeviceBuffer, *, count: int, old_to_new: Any, new_batch: int,
+                          rows_per_sequence: int, offset: int = 0) -> None:
+    """Rebase ``count`` int32 execution-row indices at ``offset`` after a compaction by ``old_to_new``."""
+    mapping = _int32_array(old_to_new, "old_to_new")
+    check(lib.ctxc_device_rebase_execution_rows(buffer._live(), _arrays.integer(offset, "offset", maximum=2**62),
+                                                _arrays.integer(count, "count", maximum=2**62), _int32_pointer(mapping),
+                                                mapping.size, _arrays.integer(new_batch, "new_batch", minimum=None),
+                                                _arrays.integer(rows_per_sequence, "rows_per_sequence", minimum=None)))
+
+
+def _gather_request(layer, batch, seq_len, out_dtype, k_scale, v_scale):
+    request = ffi.new("ctxc_kv_gather_request_t *")
+    lib.ctxc_kv_gather_request_init(request)
+    request.layer = _arrays.integer(layer, "layer", minimum=None)
+    request.batch = _arrays.integer(batch, "batch", minimum=None)
+    request.seq_len = _arrays.integer(seq_len, "seq_len", minimum=None)
+    request.out_dtype = out_dtype
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
+        setattr(request, name, float(value))
+    return request
+
+
+def gather_kv(pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = None, *, layer: int = 0, batch: int,
+              seq_len: int, out_dtype: Any = None, k_scale: float = 1.0, v_scale: float = 1.0,
+              out: tuple[DeviceBuffer, DeviceBuffer] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Dense K and V [batch, seq_len, kv_heads, head_dim] of one layer, read through the uploaded page table.
+    ``out_dtype`` defaults to the pool's; an fp8 pool may dequantise into fp16, bf16 or fp32. ``out``: reuse two
+    device buffers (else two are allocated for the call)."""
+    out_dtype = pool.dtype if out_dtype is None else _enum(DType, out_dtype, "out_dtype")
+    request = _gather_request(layer, batch, seq_len, out_dtype, k_scale, v_scale)
+    nbytes = _size_out(lib.ctxc_kv_gather_output_bytes, pool._live(), request)
+    k, v = out if out is not None else (DeviceBuffer(pool.backend, nbytes), DeviceBuffer(pool.backend, nbytes))
+    check(lib.ctxc_kv_gather(pool._live(), table._live(), lengths._live() if lengths is not None else _NULL, request,
+                             k._live(), v._live()))
+    heads, dim = pool.layers[request.layer]
+    shape = (batch, seq_len, heads, dim)
+    return (k.read(out_dtype.numpy_dtype, nbytes // out_dtype.itemsize).reshape(shape),
+            v.read(out_dtype.numpy_dtype, nbytes // out_dtype.itemsize).reshape(shape))
+
+
+def _digest(out) -> np.ndarray:
+    return np.array([out.hi, out.lo], dtype=np.uint64)
+
+
+def hash_chunked(buffer: DeviceBuffer, size: int | None = None, *, offset: int = 0,
+                 num_chunks: int = DEFAULT_HASH_CHUNKS) -> np.ndarray:
+    """Chunked 128-bit FNV-1a of [offset, offset + size) of a device buffer, as a (2,) uint64 array (hi, lo)."""
+    offset = _arrays.integer(offset, "offset", maximum=2**62)
+    size = buffer.nbytes - offset if size is None else _arrays.integer(size, "size", maximum=2**62)
+    out = ffi.new("ctxc_hash128_t *")
+    check(lib.ctxc_device_hash_chunked(buffer._live(), offset, size, _arrays.integer(num_chunks, "num_chunks", maximum=2**32 - 1), out))
+    return _digest(out)
+
+
+def hash_chunked_host(data: Any, *, num_chunks: int = DEFAULT_HASH_CHUNKS) -> np.ndarray:
+    """The same digest computed on the host, of a bytes-like object or a C-contiguous array."""
+    if isinstance(data, np.ndarray):
+        if not data.flags.c_contiguous:
+            raise ArgumentTypeError("data must be C-contiguous (use np.ascontiguousarray)")
+        view = data
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        view = np.frombuffer(data, dtype=np.uint8)
+    else:
+        raise ArgumentTypeError(f"data must be bytes-like or a numpy array, got {type(data).__name__}")
+    out = ffi.new("ctxc_hash128_t *")
+    check(lib.ctxc_hash_chunked_host(_in(view), view.nbytes, _arrays.integer(num_chunks, "num_chunks", maximum=2**32 - 1), out))
+    return _digest(out)
+
+
+__all__ = [
+    "Backend",
+    "BackendKind",
+    "DEFAULT_HASH_CHUNKS",
+    "DType",
+    "DeviceBuffer",
+    "KvLengths",
+    "KvPagePool",
+    "KvPageTable",
+    "LaunchCounters",
+    "PageTableMode",
+    "ResidentState",
+    "SnapshotLayout",
+    "SnapshotStorage",
+    "StatePart",
+    "compact_rows",
+    "gather_kv",
+    "hash_chunked",
+    "hash_chunked_host",
+    "rebase_execution_rows",
+]

@@ -1,0 +1,229 @@
+// The CUDA kernels of cuda/device_kernels.cu, compiled as C++ and run on CPU threads (cuda_shim/), against the
+// CPU backend (the oracle), byte for byte. This is no substitute for the `gpu` suite: it cannot see the memory
+// model, occupancy or the CUDA runtime. It does run the kernels' own index math, alignment paths, block/thread
+// decomposition, fp8 lookup table and barrier, and the in-place compaction with every thread of a block running
+// concurrently, on every machine.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ctxcache/device/batch_compaction.h"
+#include "ctxcache/device/device_backend.h"
+
+#define kernels emulated_kernels  // device_kernels_emulated.cpp's name for the emulated kernels
+#include "device_kernels.cuh"
+#undef kernels
+
+using namespace ctxcache;
+using namespace ctxcache::device;
+
+namespace {
+
+using Bytes = std::vector<unsigned char>;
+
+Bytes randomBytes(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    Bytes out(n);
+    for (auto& b : out) b = static_cast<unsigned char>(rng());
+    return out;
+}
+
+// Host memory with a chosen misalignment from a 256-byte boundary.
+struct Arena {
+    explicit Arena(size_t bytes, size_t offset = 0) : storage(bytes + 512), offset_(offset) {}
+    unsigned char* data() {
+        auto const base = reinterpret_cast<uintptr_t>(storage.data());
+        return storage.data() + ((256 - base % 256) % 256) + offset_;
+    }
+    Bytes storage;
+    size_t offset_;
+};
+
+// Runs an op on the CPU backend over a copy of `initial` placed at the same misalignment, returns the result.
+template <class Op>
+Bytes oracle(Bytes const& initial, size_t offset, Op&& op) {
+    auto cpu = createCpuBackend();
+    DeviceBuffer buffer(*cpu, initial.size() + offset);
+    buffer.write(offset, initial.data(), initial.size());
+    op(*cpu, buffer.bytes() + offset);
+    Bytes out(initial.size());
+    buffer.read(offset, out.data(), out.size());
+    return out;
+}
+
+}  // namespace
+
+TEST(KernelEmulation, CopySpansMatchesTheOracleForEveryAlignmentPath) {
+    size_t const size = 4 * kSpanChunkBytes + 4096;
+    Bytes const source = randomBytes(size, 1);
+    struct Spec {
+        size_t dst;
+        long src;
+        size_t bytes;
+    };
+    std::vector<Spec> const specs = {{0, 16, 100},  {128, 132, 77},   {300, 301, 33},
+                                     {400, -1, 50}, {1024, 2048, kSpanChunkBytes + 5}, {kSpanChunkBytes + 4000, -1, 20000}};
+    // Both run on one arena: [0, size) source, [size, 2 size) destination prefilled with 0xAB.
+    Bytes initial(2 * size, 0xAB);
+    std::copy(source.begin(), source.end(), initial.begin());
+    auto spansOver = [&](unsigned char* base) {
+        std::vector<SpanCopy> spans;
+        uint64_t chunk = 0;
+        for (Spec const& s : specs) {
+            spans.push_back(SpanCopy{base + size + s.dst, s.src < 0 ? nullptr : base + s.src, s.bytes, chunk});
+            chunk += (s.bytes + kSpanChunkBytes - 1) / kSpanChunkBytes;
+        }
+        return std::make_pair(spans, chunk);
+    };
+    Bytes const expected = oracle(initial, 0, [&](DeviceBackend& b, unsigned char* base) {
+        auto spans = spansOver(base).first;
+        b.copySpans(spans.data(), static_cast<int32_t>(spans.size()));
+    });
+    Arena arena(initial.size());
+    std::memcpy(arena.data(), initial.data(), initial.size());
+    auto [spans, chunks] = spansOver(arena.data());
+    emulated_kernels::launchCopySpans(spans.data(), static_cast<int32_t>(spans.size()), chunks, 2, nullptr);  // 2 blocks stride
+    EXPECT_EQ(Bytes(arena.data(), arena.data() + initial.size()), expected);
+}
+
+TEST(KernelEmulation, InPlaceCompactionMatchesWithConcurrentThreads) {
+    std::mt19937 rng(4);
+    for (size_t rowBytes : {size_t{4}, size_t{12}, size_t{37}, size_t{4096 + 48}}) {
+        for (size_t offset : {size_t{0}, size_t{4}, size_t{3}}) {
+            int32_t const rows = 11;
+            std::vector<int32_t> map(rows);
+            int32_t next = 0;
+            for (int32_t& m : map) m = rng() % 3 == 0 ? -1 : next++;
+            std::vector<RowMove> moves;
+            planCompaction("test", map.data(), rows, next, moves);
+            Bytes const initial = randomBytes(rows * rowBytes, static_cast<uint32_t>(rowBytes + offset));
+            Bytes const expected = oracle(initial, offset, [&](DeviceBackend& b, unsigned char* base) {
+                compactBatch(b, base, rowBytes, rows, map.data(), rows, next);
+            });
+            Arena arena(initial.size(), offset);
+            std::memcpy(arena.data(), initial.data(), initial.size());
+            CompactTensor const tensor{arena.data(), rowBytes, static_cast<uint64_t>(rows)};
+            uint64_t const columns = rowBytes / emulated_kernels::compactUnitBytes(arena.data(), rowBytes);
+            emulated_kernels::launchCompactRows(&tensor, 1, moves.data(), static_cast<int32_t>(moves.size()), columns, 2, nullptr);
+            EXPECT_EQ(Bytes(arena.data(), arena.data() + initial.size()), expected)
+                << "rowBytes " << rowBytes << " offset " << offset;
+        }
+    }
+}
+
+TEST(KernelEmulation, RebaseAndLengthKernelsMatch) {
+    std::vector<int32_t> values;
+    for (int32_t v = -3; v < 50; ++v) values.push_back(v);
+    int32_t const map[] = {-1, 0, 1, -1, 2};
+    for (size_t offset : {size_t{0}, size_t{4}, size_t{8}, size_t{12}}) {
+        Bytes initial(values.size() * 4);
+        std::memcpy(initial.data(), values.data(), initial.size());
+        Bytes const expected = oracle(initial, offset, [&](DeviceBackend& b, unsigned char* base) {
+            b.rebaseExecutionRows(reinterpret_cast<int32_t*>(base), static_cast<int64_t>(values.size()), map, 5, 9);
+        });
+        Arena arena(initial.size(), offset);
+        std::memcpy(arena.data(), initial.data(), initial.size());
+        emulated_kernels::launchRebaseRows(reinterpret_cast<int32_t*>(arena.data()), static_cast<int64_t>(values.size()), map, 5, 9,
+                                  2, nullptr);
+        EXPECT_EQ(Bytes(arena.data(), arena.data() + initial.size()), expected) << "offset " << offset;
+    }
+    std::vector<int32_t> lengths = {1, 2, 3, 2147483647}, increments = {5, 6, 7, 1};
+    std::vector<int32_t> cpuLengths = lengths;
+    auto cpu = createCpuBackend();
+    DeviceBuffer l(*cpu, 16), inc(*cpu, 16);
+    l.write(0, lengths.data(), 16);
+    inc.write(0, increments.data(), 16);
+    cpu->addToLengths(static_cast<int32_t*>(l.data()), 4, 3, static_cast<int32_t const*>(inc.data()));
+    l.read(0, cpuLengths.data(), 16);
+    emulated_kernels::launchAddToLengths(lengths.data(), 4, 3, increments.data(), nullptr);
+    EXPECT_EQ(lengths, cpuLengths);
+}
+
+TEST(KernelEmulation, GatherMatchesForSplitsDequantisationAndZeroFill) {
+    struct Case {
+        DType pool;
+        DType out;
+        int32_t heads;
+        int32_t headDim;
+    };
+    // tokensPerBlock = kSpanChunkBytes / token bytes: 8 x 128 fp32 tokens are 4 KiB -> 4 tokens per block, 4 splits a page.
+    std::vector<Case> const cases = {{DType::kFp16, DType::kFp16, 2, 8},      {DType::kBf16, DType::kBf16, 1, 3},
+                                     {DType::kFp8E4m3, DType::kFp16, 2, 8},   {DType::kFp8E4m3, DType::kBf16, 1, 5},
+                                     {DType::kFp8E4m3, DType::kFp32, 8, 128}, {DType::kFp32, DType::kFp32, 8, 128}};
+    for (Case const& c : cases) {
+        int32_t const numPages = 5, pageSize = 16, maxPages = 3, batch = 2, seqLen = 40;
+        size_t const inSize = dtypeSize(c.pool), outSize = dtypeSize(c.out);
+        size_t const poolBytes = 2 * size_t(numPages) * pageSize * c.heads * c.headDim * inSize;
+        Bytes const pool = randomBytes(poolBytes, 7);
+        std::vector<int32_t> const table = {3, 0, 4, 8, 5, 9,     // slot 0: K pages 3, 0, 4 (V = K + 5)
+                                            1, -1, -1, 6, -1, -1};  // slot 1: K page 1, then unmapped
+        std::vector<int32_t> const lengths = {37, 40};
+        size_t const outBytes = size_t(batch) * seqLen * c.heads * c.headDim * outSize;
+        PagedKvGather g{};
+        g.numPages = numPages;
+        g.pageSize = pageSize;
+        g.kvHeads = c.heads;
+        g.headDim = c.headDim;
+        g.maxPagesPerSeq = maxPages;
+        g.batch = batch;
+        g.seqLen = seqLen;
+        g.poolDtype = static_cast<int32_t>(c.pool);
+        g.outDtype = static_cast<int32_t>(c.out);
+        g.kScale = 0.37f;
+        g.vScale = 3.5f;
+
+        auto cpu = createCpuBackend();
+        DeviceBuffer p(*cpu, poolBytes), t(*cpu, table.size() * 4), l(*cpu, 8), k(*cpu, outBytes), v(*cpu, outBytes);
+        p.write(0, pool.data(), poolBytes);
+        t.write(0, table.data(), table.size() * 4);
+        l.write(0, lengths.data(), 8);
+        PagedKvGather oracleParams = g;
+        oracleParams.pool = p.data();
+        oracleParams.pageTable = static_cast<int32_t const*>(t.data());
+        oracleParams.kvLengths = static_cast<int32_t const*>(l.data());
+        oracleParams.kOut = k.data();
+        oracleParams.vOut = v.data();
+        cpu->gatherPagedKv(oracleParams);
+        Bytes expectedK(outBytes), expectedV(outBytes);
+        k.read(0, expectedK.data(), outBytes);
+        v.read(0, expectedV.data(), outBytes);
+
+        Arena poolArena(poolBytes), kArena(outBytes), vArena(outBytes);
+        std::memcpy(poolArena.data(), pool.data(), poolBytes);
+        std::memset(kArena.data(), 0xCD, outBytes);
+        std::memset(vArena.data(), 0xCD, outBytes);
+        g.pool = poolArena.data();
+        g.pageTable = table.data();
+        g.kvLengths = lengths.data();
+        g.kOut = kArena.data();
+        g.vOut = vArena.data();
+        emulated_kernels::launchGatherPagedKv(g, nullptr);
+        EXPECT_EQ(Bytes(kArena.data(), kArena.data() + outBytes), expectedK) << dtypeName(c.pool) << " -> " << dtypeName(c.out);
+        EXPECT_EQ(Bytes(vArena.data(), vArena.data() + outBytes), expectedV) << dtypeName(c.pool) << " -> " << dtypeName(c.out);
+    }
+}
+
+TEST(KernelEmulation, HashChunksMatchTheHostChunking) {
+    for (size_t size : {size_t{0}, size_t{5}, size_t{100}, size_t{4099}}) {
+        for (size_t offset : {size_t{0}, size_t{5}}) {
+            Bytes const data = randomBytes(size, static_cast<uint32_t>(size));
+            for (uint32_t chunks : {1u, 33u, 130u}) {
+                auto cpu = createCpuBackend();
+                DeviceBuffer buffer(*cpu, size + 16);
+                buffer.write(offset, data.data(), size);
+                std::vector<Hash128> expected(chunks);
+                cpu->hashChunks(buffer.bytes() + offset, size, chunks, expected.data());
+                Arena arena(size + 16, offset);
+                if (size > 0) std::memcpy(arena.data(), data.data(), size);
+                std::vector<unsigned long long> partials(2 * chunks);
+                emulated_kernels::launchHashChunks(arena.data(), size, chunks, partials.data(), nullptr);
+                for (uint32_t i = 0; i < chunks; ++i) {
+                    EXPECT_EQ(partials[2 * i], expected[i].hi) << size << " bytes, chunk " << i << " of " << chunks;
+                    EXPECT_EQ(partials[2 * i + 1], expected[i].lo);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,331 @@
+// The CUDA backend against the CPU oracle, byte for byte: every op runs on both backends from identical inputs
+// and the outputs must be identical. Label `gpu`: each test is skipped with the probe's reason when no CUDA
+// device is usable, and fails instead when CTXCACHE_REQUIRE_GPU=1 (tools/gpu_check). The same file is also built
+// with CTXCACHE_TEST_EMULATED_CUDA into the emulation suite (label `cpu`), where the backend is the CUDA backend's
+// own code over the CPU stand-in of tests/cpp/emulation.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ctxcache/device/batch_compaction.h"
+#include "ctxcache/device/chunked_hash.h"
+#include "ctxcache/device/kv_gather.h"
+#include "ctxcache/device/snapshot_storage.h"
+#include "device/cuda_probe.h"
+#include "device_test_support.h"
+
+using namespace ctxcache;
+using namespace ctxcache::device;
+using namespace ctxcache::test;
+
+#if defined(CTXCACHE_TEST_EMULATED_CUDA)
+// tests/cpp/emulation: the CUDA backend and kernels compiled against a CPU stand-in of the CUDA runtime.
+namespace ctxcache::device {
+std::unique_ptr<DeviceBackend> createEmulatedCudaBackend(BackendOptions const& options);
+}
+#endif
+
+namespace {
+
+class CudaVsCpu : public ::testing::Test {
+protected:
+    void SetUp() override {
+#if defined(CTXCACHE_TEST_EMULATED_CUDA)
+        cpu = createCpuBackend();
+        cuda = createEmulatedCudaBackend(BackendOptions{});
+        return;
+#endif
+        char const* reason = "";
+        if (cudaDeviceCount(&reason) <= 0) {
+            char const* require = std::getenv("CTXCACHE_REQUIRE_GPU");
+            if (require && std::string(require) == "1") FAIL() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
+            GTEST_SKIP() << "no CUDA device: " << reason;
+        }
+        cpu = createCpuBackend();
+        cuda = createCudaBackend();
+    }
+
+    DeviceBackend& backend(int i) { return i == 0 ? *cpu : *cuda; }
+
+    std::unique_ptr<DeviceBackend> cpu;
+    std::unique_ptr<DeviceBackend> cuda;
+};
+
+Bytes readPool(KvPagePool const& pool, int32_t layer) {
+    Bytes out(pool.layerBytes(layer));
+    pool.readPages(layer, 0, 2 * pool.numPages(), out.data(), out.size());
+    return out;
+}
+
+void fillPool(KvPagePool& pool, uint32_t seed) {
+    for (int32_t layer = 0; layer < pool.numLayers(); ++layer) {
+        Bytes const data = randomBytes(pool.layerBytes(layer), seed + static_cast<uint32_t>(layer));
+        pool.writePages(layer, 0, 2 * pool.numPages(), data.data(), data.size());
+    }
+}
+
+void fillState(ResidentState& state, uint32_t seed) {
+    for (int32_t slot = 0; slot < state.maxBatch(); ++slot) {
+        for (int32_t layer = 0; layer < state.numLayers(); ++layer)
+            for (StatePart part : {StatePart::kRecurrent, StatePart::kConv}) {
+                Bytes const row = randomBytes(state.rowBytes(part), seed++);
+                state.writeRow(part, layer, slot, row.data(), row.size());
+            }
+        if (state.rowBytes(StatePart::kBoundaryHidden) > 0) {
+            Bytes const row = randomBytes(state.rowBytes(StatePart::kBoundaryHidden), seed++);
+            state.writeRow(StatePart::kBoundaryHidden, 0, slot, row.data(), row.size());
+        }
+    }
+}
+
+Bytes readState(ResidentState const& state) {
+    Bytes out;
+    for (int32_t slot = 0; slot < state.maxBatch(); ++slot) {
+        for (int32_t layer = 0; layer < state.numLayers(); ++layer)
+            for (StatePart part : {StatePart::kRecurrent, StatePart::kConv}) {
+                Bytes row(state.rowBytes(part));
+                state.readRow(part, layer, slot, row.data(), row.size());
+                out.insert(out.end(), row.begin(), row.end());
+            }
+        if (state.rowBytes(StatePart::kBoundaryHidden) > 0) {
+            Bytes row(state.rowBytes(StatePart::kBoundaryHidden));
+            state.readRow(StatePart::kBoundaryHidden, 0, slot, row.data(), row.size());
+            out.insert(out.end(), row.begin(), row.end());
+        }
+    }
+    return out;
+}
+
+ResidentStateGeometry hybridState(int32_t layers) {
+    ResidentStateGeometry g;
+    g.maxBatch = 4;
+    g.numLayers = layers;
+    g.recurrentHeads = 4;
+    g.recurrentHeadDim = 16;
+    g.stateSize = 8;
+    g.recurrentDtype = DType::kFp32;
+    g.convDim = 33;  // odd: rows not 16-byte multiples
+    g.convKernel = 4;
+    g.convDtype = DType::kBf16;
+    g.hiddenSize = 96;
+    return g;
+}
+
+}  // namespace
+
+TEST_F(CudaVsCpu, CopySpansMatchesForEveryAlignmentAndSize) {
+    size_t const size = 3 * kSpanChunkBytes + 4096;
+    Bytes const source = randomBytes(size, 1);
+    // (dst offset, src offset or -1 for zero-fill, bytes): co-aligned, word-aligned, byte-aligned, multi-chunk.
+    struct Spec {
+        size_t dst;
+        long src;
+        size_t bytes;
+    };
+    std::vector<Spec> const specs = {{0, 16, 100},          {128, 132, 77},      {300, 301, 33},
+                                     {400, -1, 50},         {1024, 2048, 2 * kSpanChunkBytes + 5},
+                                     {2 * kSpanChunkBytes + 2000, -1, kSpanChunkBytes + 3}, {450, 0, 0}};
+    Bytes results[2];
+    for (int i = 0; i < 2; ++i) {
+        DeviceBuffer src(backend(i), size), dst(backend(i), size);
+        src.write(0, source.data(), size);
+        Bytes const ones(size, 0xAB);
+        dst.write(0, ones.data(), size);
+        std::vector<SpanCopy> spans;
+        for (Spec const& s : specs)
+            spans.push_back(SpanCopy{dst.bytes() + s.dst, s.src < 0 ? nullptr : src.bytes() + s.src, s.bytes, 0});
+        backend(i).copySpans(spans.data(), static_cast<int32_t>(spans.size()));
+        results[i] = readBuffer(dst);
+    }
+    EXPECT_EQ(results[1], results[0]);
+}
+
+TEST_F(CudaVsCpu, HybridSnapshotCaptureAndRestoreAreOneLaunchAndByteIdentical) {
+    Bytes snapshots[2], live[2], pools[2], draftPools[2];
+    for (int i = 0; i < 2; ++i) {
+        DeviceBackend& b = backend(i);
+        ResidentState state(b, hybridState(48));
+        KvPagePool base(b, KvPoolGeometry{6, 16, DType::kFp16, std::vector<KvLayerShape>(16, KvLayerShape{2, 24})});
+        KvPagePool draft(b, KvPoolGeometry{4, 16, DType::kFp8E4m3, {{1, 40}}});
+        fillState(state, 10);
+        fillPool(base, 20);
+        fillPool(draft, 30);
+        SnapshotStorage storage(b, &state, &base, &draft, SnapshotBudgets{size_t{1} << 22, size_t{1} << 22, true});
+        SnapshotTransfer t;
+        t.batchSlot = 2;
+        t.recurrentSlot = 3;
+        t.partialKvSlot = 1;
+        t.basePage = 4;
+        t.draftPage = 1;
+        t.validTokens = 11;
+        LaunchCounters const before = b.counters();
+        storage.capture(t);
+        LaunchCounters const after = b.counters();
+        EXPECT_EQ(after.kernels, before.kernels + 1) << b.name();
+        if (b.kind() == BackendKind::kCuda) EXPECT_EQ(after.transfers, before.transfers + 1) << "one table upload";
+        t.batchSlot = 0;
+        t.basePage = 1;
+        t.draftPage = 3;
+        storage.restore(t);
+        EXPECT_EQ(b.counters().kernels, after.kernels + 1) << b.name();
+        for (int32_t layer = 0; layer < 48; ++layer)
+            for (StatePart part : {StatePart::kRecurrent, StatePart::kConv}) {
+                Bytes region(storage.regionBytes(part, layer));
+                storage.readRegion(part, layer, 3, region.data(), region.size());
+                snapshots[i].insert(snapshots[i].end(), region.begin(), region.end());
+            }
+        for (int32_t layer = 0; layer < 16; ++layer) {
+            Bytes region(storage.regionBytes(StatePart::kPartialKv, layer));
+            storage.readRegion(StatePart::kPartialKv, layer, 1, region.data(), region.size());
+            snapshots[i].insert(snapshots[i].end(), region.begin(), region.end());
+        }
+        live[i] = readState(state);
+        for (int32_t layer = 0; layer < 16; ++layer) {
+            Bytes const p = readPool(base, layer);
+            pools[i].insert(pools[i].end(), p.begin(), p.end());
+        }
+        draftPools[i] = readPool(draft, 0);
+        state.zeroSlot(1);
+        Bytes const zeroed = readState(state);
+        live[i].insert(live[i].end(), zeroed.begin(), zeroed.end());
+    }
+    EXPECT_EQ(snapshots[1], snapshots[0]);
+    EXPECT_EQ(live[1], live[0]);
+    EXPECT_EQ(pools[1], pools[0]);
+    EXPECT_EQ(draftPools[1], draftPools[0]);
+}
+
+TEST_F(CudaVsCpu, BatchCompactionMatchesForAnyRowSizeAndAlignment) {
+    std::mt19937 rng(5);
+    for (size_t rowBytes : {size_t{1}, size_t{2}, size_t{4}, size_t{12}, size_t{37}, size_t{4096}, size_t{65536 + 48}}) {
+        for (size_t offset : {size_t{0}, size_t{4}, size_t{3}}) {
+            int32_t const oldBatch = 9;
+            std::vector<int32_t> map(oldBatch);
+            int32_t next = 0;
+            for (int32_t& m : map) m = (rng() % 3 == 0) ? -1 : next++;
+            Bytes const data = randomBytes(oldBatch * rowBytes + offset, static_cast<uint32_t>(rowBytes + offset));
+            Bytes results[2];
+            for (int i = 0; i < 2; ++i) {
+                DeviceBuffer buffer(backend(i), data.size());
+                buffer.write(0, data.data(), data.size());
+                compactBatch(backend(i), buffer.bytes() + offset, rowBytes, oldBatch, map.data(), oldBatch, next);
+                results[i] = readBuffer(buffer);
+            }
+            EXPECT_EQ(results[1], results[0]) << "rowBytes " << rowBytes << " offset " << offset;
+        }
+    }
+}
+
+TEST_F(CudaVsCpu, ResidentStateCompactionRebasingAndLengthsMatch) {
+    int32_t const map[] = {-1, 0, 1, -1};
+    Bytes states[2];
+    std::vector<int32_t> indices[2], lengths[2];
+    std::vector<int32_t> const rows = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -5, 12, 100};
+    for (int i = 0; i < 2; ++i) {
+        DeviceBackend& b = backend(i);
+        ResidentState state(b, hybridState(5));
+        fillState(state, 40);
+        state.compact(map, 4, 2);
+        states[i] = readState(state);
+        DeviceBuffer buffer(b, rows.size() * 4);
+        buffer.write(0, rows.data(), rows.size() * 4);
+        rebaseExecutionRowIndices(b, static_cast<int32_t*>(buffer.data()), static_cast<int64_t>(rows.size()), map, 4, 2, 3);
+        indices[i] = asVector<int32_t>(readBuffer(buffer));
+        KvLengths kv(b, 4), inc(b, 4);
+        int32_t const start[] = {10, 20, 30, 40}, step[] = {1, 2, 3, 4};
+        kv.set(start, 4);
+        inc.set(step, 4);
+        kv.add(inc);
+        kv.add(7);
+        kv.compact(map, 4, 2);
+        lengths[i] = kv.read();
+    }
+    EXPECT_EQ(states[1], states[0]);
+    EXPECT_EQ(indices[1], indices[0]);
+    EXPECT_EQ(lengths[1], lengths[0]);
+    EXPECT_EQ(lengths[0], (std::vector<int32_t>{29, 40}));
+}
+
+TEST_F(CudaVsCpu, PagedGatherMatchesForEveryDtypeWithDequantisationAndZeroFill) {
+    struct Case {
+        DType pool;
+        DType out;
+        int32_t headDim;
+    };
+    std::vector<Case> const cases = {{DType::kFp16, DType::kFp16, 64}, {DType::kBf16, DType::kBf16, 3},
+                                     {DType::kFp32, DType::kFp32, 8},  {DType::kFp8E4m3, DType::kFp8E4m3, 5},
+                                     {DType::kFp8E4m3, DType::kFp16, 64}, {DType::kFp8E4m3, DType::kBf16, 7},
+                                     {DType::kFp8E4m3, DType::kFp32, 16}};
+    for (Case const& c : cases) {
+        Bytes results[2];
+        for (int i = 0; i < 2; ++i) {
+            DeviceBackend& b = backend(i);
+            KvPagePool pool(b, KvPoolGeometry{12, 16, c.pool, {{2, c.headDim}}});
+            fillPool(pool, 50);  // fp8 random bytes include NaN encodings
+            KvPageTable table(b, 3, 5, 12, KvPageTable::Mode::kSparseWindow);
+            std::vector<int32_t> const r0 = {3, 7, 0, 11, 2}, r1 = {5, -1, 9}, r2 = {1};
+            table.setRow(0, r0.data(), 5);
+            table.setRow(1, r1.data(), 3);
+            table.setRow(2, r2.data(), 1);
+            table.upload();
+            KvLengths lengths(b, 3);
+            int32_t const lens[] = {70, 40, 100};
+            lengths.set(lens, 3);
+            KvGatherRequest r;
+            r.batch = 3;
+            r.seqLen = 77;
+            r.outDtype = c.out;
+            r.kScale = 0.37f;
+            r.vScale = 3.5f;
+            size_t const bytes = gatherOutputBytes(pool, r);
+            DeviceBuffer k(b, bytes), v(b, bytes);
+            gatherPagedKv(pool, table, &lengths, r, k.data(), v.data(), bytes);
+            results[i] = readBuffer(k);
+            Bytes const vb = readBuffer(v);
+            results[i].insert(results[i].end(), vb.begin(), vb.end());
+        }
+        EXPECT_EQ(results[1], results[0]) << dtypeName(c.pool) << " -> " << dtypeName(c.out) << " headDim " << c.headDim;
+    }
+}
+
+TEST_F(CudaVsCpu, ChunkedHashIsBitIdenticalToTheHost) {
+#if defined(CTXCACHE_TEST_EMULATED_CUDA)  // one host thread per emulated GPU thread: keep the grids small
+    std::vector<size_t> const sizes = {0, 5, 2048, 100003};
+    std::vector<uint32_t> const chunkCounts = {1u, 33u, kDefaultHashChunks};
+#else
+    std::vector<size_t> const sizes = {0, 5, 2048, 100003, (1 << 22) + 7};
+    std::vector<uint32_t> const chunkCounts = {1u, 33u, kDefaultHashChunks, 65536u};
+#endif
+    for (size_t size : sizes) {
+        Bytes const data = randomBytes(size + 8, static_cast<uint32_t>(size));
+        DeviceBuffer buffer(*cuda, size + 8);
+        buffer.write(0, data.data(), data.size());
+        for (size_t offset : {size_t{0}, size_t{5}}) {
+            for (uint32_t chunks : chunkCounts) {
+                Hash128 const host = chunkedFnv1a128Host(data.data() + offset, size, chunks);
+                EXPECT_EQ(chunkedFnv1a128(*cuda, buffer.bytes() + offset, size, chunks), host)
+                    << size << " bytes at offset " << offset << ", " << chunks << " chunks";
+            }
+        }
+    }
+}
+
+TEST_F(CudaVsCpu, PageTableUploadsMatchTheHostTruth) {
+    KvPageTable table(*cuda, 8, 6, 64, KvPageTable::Mode::kSparseWindow);
+    std::mt19937 rng(9);
+    for (int round = 0; round < 20; ++round) {
+        int32_t const slot = static_cast<int32_t>(rng() % 8);
+        std::vector<int32_t> pages(rng() % 7);
+        for (int32_t& p : pages) p = static_cast<int32_t>(rng() % 65) - 1;
+        table.setRow(slot, pages.data(), static_cast<int32_t>(pages.size()));
+        if (round % 3 == 0) table.upload();
+    }
+    table.upload();
+    std::vector<int32_t> device(table.entryCount());
+    cuda->download(device.data(), table.deviceView(), device.size() * 4);
+    EXPECT_EQ(device, std::vector<int32_t>(table.hostData(), table.hostData() + table.entryCount()));
+}
