@@ -91,8 +91,8 @@ BlockHash const* inputHashes(ctxc_hash128_t const* hashes, size_t count) {
     return reinterpret_cast<BlockHash const*>(hashes);
 }
 
-void fillPublishResult(ManagerObject& m, PublishResult const& r, ctxc_publish_result_t& out) {
-    m.publishedPages.assign(r.canonicalBasePages.begin(), r.canonicalBasePages.end());
+void fillPublishResult(ManagerObject& m, PublishResult r, ctxc_publish_result_t& out) {
+    m.publishedPages = std::move(r.canonicalBasePages);
     out.status = static_cast<int32_t>(r.status);
     out.record = r.record.value_or(kNoRecord);
     out.published_base_full_block_count = r.publishedBaseFullBlockCount;

@@ -511,6 +511,7 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
 void ContextCacheManager::checkInvariants() const {
     pools_.checkInvariants();
     baseIndex_.checkInvariants();
+    draftIndex_.checkInvariants();
     records_.checkInvariants();
 
     ResourceDemand const capacities = pools_.capacities();

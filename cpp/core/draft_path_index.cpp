@@ -18,13 +18,20 @@ void DraftPathIndex::insert(CacheRecord const& record) {
                                 std::to_string(i + 1) + " is already indexed");
     size_t inserted = 0;
     try {
-        for (; inserted < length; ++inserted)
-            byHash_[record.logicalBlockHashes[inserted]].push_back({record.id, static_cast<int32_t>(inserted + 1)});
+        for (; inserted < length; ++inserted) {
+            std::vector<DraftPathMatch>& matches = byHash_[record.logicalBlockHashes[inserted]];
+            size_t const before = matches.capacity();
+            matches.push_back({record.id, static_cast<int32_t>(inserted + 1)});
+            matchCapacity_ += matches.capacity() - before;
+        }
     } catch (...) {
         for (size_t i = 0; i < inserted; ++i) {
             auto it = byHash_.find(record.logicalBlockHashes[i]);
             it->second.pop_back();
-            if (it->second.empty()) byHash_.erase(it);
+            if (it->second.empty()) {
+                matchCapacity_ -= it->second.capacity();
+                byHash_.erase(it);
+            }
         }
         throw;
     }
@@ -60,16 +67,33 @@ void DraftPathIndex::erase(CacheRecord const& record) {
         if (m == matches.end()) continue;
         matches.erase(m);
         --entries_;
-        if (matches.empty()) byHash_.erase(it);
+        if (matches.empty()) {
+            matchCapacity_ -= matches.capacity();
+            byHash_.erase(it);
+        }
     }
 }
 
+namespace {
+// One node of byHash_: its payload, two pointers and the allocator's 16-byte header.
+constexpr size_t kNodeBytes = sizeof(std::pair<BlockHash const, std::vector<DraftPathMatch>>) + 2 * sizeof(void*) + 16;
+}  // namespace
+
 size_t DraftPathIndex::memoryBytes() const noexcept {
-    size_t bytes = byHash_.bucket_count() * sizeof(void*);
-    for (auto const& [hash, matches] : byHash_)
-        bytes += sizeof(std::pair<BlockHash const, std::vector<DraftPathMatch>>) + 2 * sizeof(void*) + 16 +
-                 matches.capacity() * sizeof(DraftPathMatch);
-    return bytes;
+    return byHash_.bucket_count() * sizeof(void*) + byHash_.size() * kNodeBytes + matchCapacity_ * sizeof(DraftPathMatch);
+}
+
+void DraftPathIndex::checkInvariants() const {
+    size_t entries = 0, capacity = 0;
+    for (auto const& [hash, matches] : byHash_) {
+        entries += matches.size();
+        capacity += matches.capacity();
+    }
+    if (entries != entries_)
+        throw InvariantError("DraftPathIndex: " + std::to_string(entries) + " entries but counted " + std::to_string(entries_));
+    if (capacity != matchCapacity_)
+        throw InvariantError("DraftPathIndex: match storage is " + std::to_string(capacity) + " entries but accounted " +
+                             std::to_string(matchCapacity_));
 }
 
 }  // namespace ctxcache

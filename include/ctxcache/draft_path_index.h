@@ -7,7 +7,8 @@
 // Errors:     insert of a record without a complete draft path, or of an entry already present:
 //             ContractError, nothing changed (strong guarantee).
 // Cost:       insert/erase O(path length x entries per hash); lookupLongest O(maxBlockCount x entries per hash)
-//             in the worst case, O(1) per probed boundary for chained hashes.
+//             in the worst case, O(1) per probed boundary for chained hashes; memoryBytes O(1) (kept up to date
+//             by insert and erase; checkInvariants recounts it in O(entries)).
 // Threading:  single writer, no internal locks.
 #pragma once
 
@@ -47,10 +48,13 @@ public:
             for (DraftPathMatch const& m : matches) f(hash, m);
     }
     size_t memoryBytes() const noexcept;
+    // Throws InvariantError when the entry count or the memory accounting disagrees with the map.
+    void checkInvariants() const;
 
 private:
     std::unordered_map<BlockHash, std::vector<DraftPathMatch>, Hash128Hasher> byHash_;
     size_t entries_ = 0;
+    size_t matchCapacity_ = 0;  // sum of the capacities of byHash_'s vectors: memoryBytes() without a walk
 };
 
 }  // namespace ctxcache

@@ -105,16 +105,14 @@ def read_only_int32(pointer, count: int) -> np.ndarray:
     """A read-only int32 array holding a copy of a C view (C views die at the next mutation)."""
     if count == 0:
         out = np.empty(0, dtype=np.int32)
-    else:
-        out = np.frombuffer(ffi.buffer(pointer, count * 4), dtype=np.int32).copy()
-    out.flags.writeable = False
-    return out
+        out.flags.writeable = False
+        return out
+    return np.frombuffer(bytes(ffi.buffer(pointer, count * 4)), dtype=np.int32)  # over immutable bytes: read-only
 
 
 def read_only_hashes(pointer, count: int) -> np.ndarray:
     if count == 0:
         out = np.empty((0, 2), dtype=np.uint64)
-    else:
-        out = np.frombuffer(ffi.buffer(pointer, count * 16), dtype=np.uint64).reshape(count, 2).copy()
-    out.flags.writeable = False
-    return out
+        out.flags.writeable = False
+        return out
+    return np.frombuffer(bytes(ffi.buffer(pointer, count * 16)), dtype=np.uint64).reshape(count, 2)

@@ -6,19 +6,36 @@ must stay identical (see the C++ file's header comment for the full list):
 
 - token expansion: hash id ``h`` becomes ``int32(splitmix64(h * 512 + j) mod 32000)`` for ``j`` in 0..511 (all
   arithmetic mod 2**64); a request's tokens are the concatenation over its ``hash_ids``, cut to ``input_length``;
-- per request (file order, stably sorted by timestamp): keyed SHA-256 ``hash_full_blocks`` (timed apart), then
-  ``acquire_vanilla``; ``grow_base_pages`` to ``ceil((input_length + output_length) / P)`` pages when that adds
-  any; ``publish(lease, hashes, input_length)`` when there is a full block; ``lease.close()`` (release);
-- capacity: ``floor(distinct 512-token blocks / 2) * (512 / P)`` base pages, 1,000,000 records; the upper bound
-  is the same replay with a pool that nothing evicts from;
-- figures: hit rate = sum(reuse_token_length) / sum(input_length); pages touched = lease pages after growth +
-  published blocks; manager time = acquire + grow + publish + release; metadata bytes per cached block =
-  ``metadata_bytes / (capacity - free base pages)`` after the last request; each request is hashed ``--repeat``
-  times back to back and the replay runs ``--repeat`` times: every request counts with its fastest repetition
-  (they do identical work; this filters the noise of a shared machine).
+- hashing phase (once per page size, shared by the modes): keyed SHA-256 ``hash_full_blocks`` (timed apart);
+- per request (file order, stably sorted by timestamp), in three modes (``--mode``, default all three):
 
-Usage: ``ctxcache bench [--trace PATH] [--requests N] [--page-size P]... [--capacity-blocks B]
-[--max-records R] [--key STRING] [--repeat K] [--no-upper-bound] [--table]``. Prints one JSON object.
+  - vanilla: ``acquire_vanilla``; ``grow_base_pages`` to ``ceil((input_length + output_length) / P)`` pages when
+    that adds any; ``publish(lease, hashes, input_length)`` when there is a full block; ``lease.close()``;
+  - hybrid (attention + recurrent, one exact checkpoint at every prompt end): ``hybrid_candidate_lengths(n)``,
+    the K longest tried (``--hybrid-candidates``, default 8, 0 = all) with their keyed ``hash_exact_prefix``
+    digests, computed incrementally from the request's chained full-block hashes (``hashes[L // P - 1]`` when P
+    divides L, else ``hash_block(parent, tokens[L // P * P:L])``; checked against ``hash_exact_prefix`` at every
+    request's own length); ``acquire_hybrid(candidates, hashes, n, True)``;
+    ``release_restored_hybrid_snapshots``; grow as vanilla; ``reserve_hybrid_snapshots(lease, n % P != 0)``
+    (None = snapshot pressure: counted, nothing published); ``publish_hybrid(lease, hashes, (digest(n), n),
+    reservation)``; ``retire_hybrid_snapshot_reservation``; ``lease.close()``;
+  - spec (greedy EAGLE, paired base + draft pools): ``acquire_spec``; ``grow_spec_pages`` by the same count in
+    both pools; ``publish(lease, hashes, input_length)``; ``lease.close()``. A hit replays its boundary page:
+    reuse = matched - P (checked); replayed pages = sum of (matched - reuse) / P;
+
+- capacity: ``floor(distinct 512-token blocks / 2) * (512 / P)`` base pages (spec: a draft pool of the same size;
+  hybrid: ``max(1, requests // 2)`` recurrent and as many partial-KV snapshot slots), 1,000,000 records; the
+  upper bound is the same replay with pools that nothing evicts from;
+- figures: hit rate = sum(reuse_token_length) / sum(input_length); pages touched = base + draft lease pages after
+  growth + published blocks; manager time = every manager call of the request; hybrid digest time (candidates'
+  and publication digests, building the candidate list included) is reported apart; metadata bytes per cached
+  block = ``metadata_bytes / (capacity - free base pages)`` after the last request (spec: also per cached base +
+  draft page); each request is hashed ``--repeat`` times back to back and the replay runs ``--repeat`` times: every
+  request counts with its fastest repetition (they do identical work; this filters the noise of a shared machine).
+
+Usage: ``ctxcache bench [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
+[--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] [--repeat K]
+[--no-upper-bound] [--table]``. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -37,11 +54,14 @@ import numpy as np
 
 from .enums import AcquireStatus, PublishStatus, ResourceType
 from .hashing import Hasher
-from .manager import ContextCacheManager, ResourceDemand
+from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
 
 TRACE_BLOCK = 512
 DEFAULT_KEY = "ctxcache-bench-key"
 DEFAULT_MAX_RECORDS = 1_000_000
+DEFAULT_HYBRID_CANDIDATES = 8
+MODES = ("vanilla", "hybrid", "spec")
+_MASK64 = 2**64 - 1
 _REPO_TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
 
 
@@ -97,6 +117,13 @@ def expand_tokens(hash_ids: Sequence[int], input_length: int) -> np.ndarray:
     return (splitmix64(x) % np.uint64(32000)).astype(np.int32)
 
 
+def expand_range(hash_ids: Sequence[int], begin: int, end: int) -> np.ndarray:
+    """Tokens [begin, end) of a request (int32), as expand_tokens would give them."""
+    pos = np.arange(begin, end, dtype=np.uint64)
+    ids = np.asarray(hash_ids, dtype=np.uint64)[(pos // np.uint64(TRACE_BLOCK)).astype(np.intp)]
+    return (splitmix64(ids * np.uint64(TRACE_BLOCK) + pos % np.uint64(TRACE_BLOCK)) % np.uint64(32000)).astype(np.int32)
+
+
 # ---- the replay -------------------------------------------------------------------------------------------------
 
 def _ceil_div(a: int, b: int) -> int:
@@ -105,6 +132,35 @@ def _ceil_div(a: int, b: int) -> int:
 
 def replay(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
            max_records: int, sample_peak: bool = True) -> dict:
+    """The vanilla replay (see replay_vanilla)."""
+    return replay_vanilla(requests, hashes, page_size, capacity_pages, max_records, sample_peak)
+
+
+def _finish(manager: ContextCacheManager, out: dict, capacities: ResourceDemand, peak: int) -> None:
+    """What every replay reads at its end."""
+    manager.check_invariants()
+    metrics = manager.metrics
+    pools = manager.pools
+    out["capacity_pages"] = capacities.base_kv_pages
+    out["cached_pages"] = capacities.base_kv_pages - pools.free_count(ResourceType.BASE_KV_PAGE)
+    out["cached_draft_pages"] = capacities.draft_kv_pages - pools.free_count(ResourceType.DRAFT_KV_PAGE)
+    out["cached_recurrent_snapshots"] = (capacities.recurrent_snapshot_slots
+                                         - pools.free_count(ResourceType.RECURRENT_SNAPSHOT))
+    out["cached_partial_kv_snapshots"] = (capacities.partial_kv_snapshot_slots
+                                          - pools.free_count(ResourceType.PARTIAL_KV_SNAPSHOT))
+    out["records"] = len(manager.records)
+    out["base_index_entries"] = len(manager.base_index)
+    out["metadata_bytes"] = manager.metadata_bytes
+    out["peak_metadata_bytes"] = max(peak, out["metadata_bytes"])
+    out["evicted_records"] = metrics.evicted_records
+    out["reclaimed_base_pages"] = metrics.reclaimed_base_kv_pages
+    out["reclaimed_draft_pages"] = metrics.reclaimed_draft_kv_pages
+    out["reclaimed_recurrent_snapshots"] = metrics.reclaimed_recurrent_snapshots
+    out["reclaimed_partial_kv_snapshots"] = metrics.reclaimed_partial_kv_snapshots
+
+
+def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
+                   max_records: int, sample_peak: bool = True) -> dict:
     """One pass of acquire / grow / publish / release over every request. Only the manager calls are timed."""
     manager = ContextCacheManager(page_size, ResourceDemand(base_kv_pages=capacity_pages), max_records)
     perf = time.perf_counter_ns
@@ -171,16 +227,229 @@ def replay(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size:
             if sample_peak:
                 peak = max(peak, manager.metadata_bytes)
 
-        manager.check_invariants()
-        metrics = manager.metrics
-        out["capacity_pages"] = capacity_pages
-        out["cached_pages"] = capacity_pages - manager.pools.free_count(ResourceType.BASE_KV_PAGE)
-        out["records"] = len(manager.records)
-        out["base_index_entries"] = len(manager.base_index)
-        out["metadata_bytes"] = manager.metadata_bytes
-        out["peak_metadata_bytes"] = max(peak, out["metadata_bytes"])
-        out["evicted_records"] = metrics.evicted_records
-        out["reclaimed_base_pages"] = metrics.reclaimed_base_kv_pages
+        _finish(manager, out, ResourceDemand(base_kv_pages=capacity_pages), peak)
+        out["request_ns"] = request_ns
+    finally:
+        manager.close()
+    return out
+
+
+def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: int, tail: np.ndarray):
+    """The exact-prefix digest at ``length`` from the request's chained full-block hashes and its tokens
+    ``[length // P * P, length)`` (``tail``)."""
+    full, rest = divmod(length, page_size)
+    parent = hashes[full - 1] if full else None
+    return parent if rest == 0 else hasher.hash_block(parent, tail)
+
+
+def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
+                  max_records: int, *, snapshot_slots: int, hasher: Hasher,
+                  candidate_cap: int = DEFAULT_HYBRID_CANDIDATES, exact_digests: Sequence[np.ndarray] | None = None,
+                  sample_peak: bool = True) -> dict:
+    """One pass of the hybrid protocol (attention + recurrent, a checkpoint at every prompt end). The manager
+    calls and the exact-prefix digests are timed apart; expanding the digests' tokens is not timed."""
+    capacities = ResourceDemand(base_kv_pages=capacity_pages, recurrent_snapshot_slots=snapshot_slots,
+                                partial_kv_snapshot_slots=snapshot_slots)
+    manager = ContextCacheManager(page_size, capacities, max_records)
+    perf = time.perf_counter_ns
+    out = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
+               published_new=0, published_existing=0, manager_calls=0, input_tokens=0, reused_tokens=0,
+               matched_tokens=0, lease_pages=0, published_blocks=0, pages_touched=0, hits=0,
+               candidate_lengths_offered=0, candidates_tried=0, digests=0, digest_tokens=0, reserve_calls=0,
+               snapshot_pressure_skips=0)
+    digest_hi = digest_lo = 0
+    request_ns = [0] * len(requests)
+    request_digest_ns = [0] * len(requests)
+    peak = 0
+    acquired_ok = AcquireStatus.ACQUIRED
+    published_ok = PublishStatus.PUBLISHED
+    gc.collect()
+    try:
+        for i, (r, h) in enumerate(zip(requests, hashes)):
+            n = r.input_length
+            input_pages = _ceil_div(n, page_size)
+            grow = _ceil_div(n + r.output_length, page_size) - input_pages  # a hybrid lease holds input_pages
+
+            t0 = perf()
+            lengths = manager.hybrid_candidate_lengths(n)
+            t1 = perf()
+            tried = lengths[:candidate_cap] if candidate_cap else lengths
+            digest_lengths = tried + [n] if n > 0 else tried
+            tails = [expand_range(r.hash_ids, length // page_size * page_size, length) for length in digest_lengths]
+            t2 = perf()
+            candidates = [HybridCheckpointCandidate(length, _chained_digest(hasher, h, length, page_size, tail))
+                          for length, tail in zip(tried, tails)]
+            published_digest = _chained_digest(hasher, h, n, page_size, tails[-1]) if n > 0 else None
+            t3 = perf()
+
+            out["requests"] += 1
+            out["input_tokens"] += n
+            out["manager_calls"] += 1  # hybrid_candidate_lengths
+            out["candidate_lengths_offered"] += len(lengths)
+            out["candidates_tried"] += len(tried)
+            out["digests"] += len(digest_lengths)
+            out["digest_tokens"] += sum(t.shape[0] for t in tails)
+            for c in candidates:
+                digest_hi += int(c.exact_prefix_digest[0])
+                digest_lo += int(c.exact_prefix_digest[1])
+            if published_digest is not None:
+                digest_hi += int(published_digest[0])
+                digest_lo += int(published_digest[1])
+                if exact_digests is not None and not np.array_equal(published_digest, exact_digests[i]):
+                    raise AssertionError("the chained exact-prefix digest differs from hash_exact_prefix")
+            request_digest_ns[i] = t3 - t2
+
+            t4 = perf()
+            result = manager.acquire_hybrid(candidates, h, n, True)
+            lease = result.lease
+            if lease is None:
+                t5 = perf()
+                request_ns[i] = (t1 - t0) + (t5 - t4)
+                out["manager_calls"] += 1
+                out["insufficient_capacity"] += 1
+                continue
+            manager.release_restored_hybrid_snapshots(lease)
+            grown = manager.grow_base_pages(lease, grow) if grow > 0 else True
+            reservation = published = None
+            if n > 0:
+                reservation = manager.reserve_hybrid_snapshots(lease, n % page_size != 0)
+                if reservation is not None:
+                    published = manager.publish_hybrid(lease, h, HybridCheckpointKey(published_digest, n), reservation)
+                    manager.retire_hybrid_snapshot_reservation(lease, reservation)
+            lease.close()
+            t5 = perf()
+
+            request_ns[i] = (t1 - t0) + (t5 - t4)
+            plan = result.plan
+            if result.status != acquired_ok or plan.bound_base_page_count + plan.demand.base_kv_pages != input_pages:
+                raise AssertionError("a hybrid lease with attention must hold ceil(input_length / page_size) pages")
+            out["acquired"] += 1
+            out["manager_calls"] += 3  # acquire + release restored + release
+            out["reused_tokens"] += plan.reuse_token_length
+            out["matched_tokens"] += plan.matched_token_length
+            if plan.reuse_token_length > 0:
+                out["hits"] += 1
+            pages = input_pages
+            if grow > 0:
+                out["grow_calls"] += 1
+                out["manager_calls"] += 1
+                if grown:
+                    pages += grow
+                else:
+                    out["grow_failures"] += 1
+            if n > 0:
+                out["reserve_calls"] += 1
+                out["manager_calls"] += 1
+                if reservation is None:
+                    out["snapshot_pressure_skips"] += 1
+            blocks = 0
+            if published is not None:
+                out["publish_calls"] += 1
+                out["manager_calls"] += 2  # publish + retire
+                blocks = published.published_base_full_block_count
+                if published.status == published_ok:
+                    out["published_new"] += 1
+                else:
+                    out["published_existing"] += 1
+            out["lease_pages"] += pages
+            out["published_blocks"] += blocks
+            out["pages_touched"] += pages + blocks
+            if sample_peak:
+                peak = max(peak, manager.metadata_bytes)
+
+        _finish(manager, out, capacities, peak)
+        out["snapshot_slots"] = snapshot_slots
+        out["digest_sum_hi"] = str(digest_hi & _MASK64)
+        out["digest_sum_lo"] = str(digest_lo & _MASK64)
+        out["request_ns"] = request_ns
+        out["request_digest_ns"] = request_digest_ns
+    finally:
+        manager.close()
+    return out
+
+
+def replay_spec(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
+                max_records: int, sample_peak: bool = True) -> dict:
+    """One pass of the EAGLE protocol: paired base + draft pools of the same size. Only manager calls are timed."""
+    capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages)
+    manager = ContextCacheManager(page_size, capacities, max_records)
+    perf = time.perf_counter_ns
+    out = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
+               published_new=0, published_existing=0, manager_calls=0, input_tokens=0, reused_tokens=0,
+               matched_tokens=0, lease_pages=0, lease_base_pages=0, lease_draft_pages=0, published_blocks=0,
+               pages_touched=0, hits=0, replayed_pages=0)
+    request_ns = [0] * len(requests)
+    peak = 0
+    acquired_ok = AcquireStatus.ACQUIRED
+    published_ok = PublishStatus.PUBLISHED
+    gc.collect()
+    try:
+        for i, (r, h) in enumerate(zip(requests, hashes)):
+            n_in = r.input_length
+            input_pages = _ceil_div(n_in, page_size)
+            grow = _ceil_div(n_in + r.output_length, page_size) - input_pages  # a spec lease holds input_pages x 2
+            publishes = h.shape[0] > 0
+
+            t0 = perf()
+            result = manager.acquire_spec(h, n_in)
+            lease = result.lease
+            if lease is None:
+                t1 = perf()
+                request_ns[i] = t1 - t0
+                out["requests"] += 1
+                out["input_tokens"] += n_in
+                out["manager_calls"] += 1
+                out["insufficient_capacity"] += 1
+                continue
+            grown = manager.grow_spec_pages(lease, grow, grow) if grow > 0 else True
+            published = manager.publish(lease, h, n_in) if publishes else None
+            lease.close()
+            t1 = perf()
+
+            request_ns[i] = t1 - t0
+            plan = result.plan
+            if (result.status != acquired_ok or plan.bound_base_page_count + plan.demand.base_kv_pages != input_pages
+                    or plan.bound_draft_page_count + plan.demand.draft_kv_pages != input_pages):
+                raise AssertionError("a spec lease must hold ceil(input_length / page_size) pages in both pools")
+            matched, reused = plan.matched_token_length, plan.reuse_token_length
+            if matched > 0 and reused != matched - page_size:
+                raise AssertionError("a spec hit must replay exactly its boundary page")
+            out["requests"] += 1
+            out["input_tokens"] += n_in
+            out["acquired"] += 1
+            out["manager_calls"] += 2
+            out["reused_tokens"] += reused
+            out["matched_tokens"] += matched
+            out["replayed_pages"] += (matched - reused) // page_size
+            if reused > 0:
+                out["hits"] += 1
+            pages = input_pages
+            if grow > 0:
+                out["grow_calls"] += 1
+                out["manager_calls"] += 1
+                if grown:
+                    pages += grow
+                else:
+                    out["grow_failures"] += 1
+            blocks = 0
+            if published is not None:
+                out["publish_calls"] += 1
+                out["manager_calls"] += 1
+                blocks = published.published_base_full_block_count
+                if published.status == published_ok:
+                    out["published_new"] += 1
+                else:
+                    out["published_existing"] += 1
+            out["lease_pages"] += 2 * pages
+            out["lease_base_pages"] += pages
+            out["lease_draft_pages"] += pages
+            out["published_blocks"] += blocks
+            out["pages_touched"] += 2 * pages + blocks
+            if sample_peak:
+                peak = max(peak, manager.metadata_bytes)
+
+        _finish(manager, out, capacities, peak)
+        out["draft_capacity_pages"] = capacity_pages
         out["request_ns"] = request_ns
     finally:
         manager.close()
@@ -196,25 +465,68 @@ def _sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def run_page_size(requests: Sequence[Request], page_size: int, *, capacity_blocks: int | None = None,
-                  max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY, repeat: int = 5,
-                  upper_bound: bool = True) -> dict:
-    """The benchmark at one page size: hashing phase, bounded replay, upper-bound replay; one result dict."""
+def _best_of(repeat: int, run) -> dict:
+    """One mode's bounded replay ``repeat`` times: the figures must repeat; each request keeps its fastest time."""
+    best = None
+    for pass_no in range(repeat):
+        r = run(pass_no)
+        if best is None:
+            best = r
+            continue
+        for k in ("reused_tokens", "pages_touched", "evicted_records", "metadata_bytes", "snapshot_pressure_skips",
+                  "digest_sum_hi", "digest_sum_lo"):
+            if r.get(k) != best.get(k):
+                raise AssertionError("the replay is not deterministic")
+        best["request_ns"] = [min(x, y) for x, y in zip(best["request_ns"], r["request_ns"])]
+        if "request_digest_ns" in best:
+            best["request_digest_ns"] = [min(x, y) for x, y in zip(best["request_digest_ns"], r["request_digest_ns"])]
+    best["manager_ns"] = sum(best["request_ns"])
+    best["digest_ns"] = sum(best.get("request_digest_ns", ()))
+    return best
+
+
+def run_page_size(requests: Sequence[Request], page_size: int, *, mode: str = "vanilla",
+                  capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
+                  repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
+                  hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> dict:
+    """The benchmark at one page size in one mode: hashing phase, bounded replay, upper-bound replay."""
+    return run_modes(requests, page_size, [mode], capacity_blocks=capacity_blocks, max_records=max_records, key=key,
+                     repeat=repeat, upper_bound=upper_bound, snapshot_slots=snapshot_slots,
+                     hybrid_candidates=hybrid_candidates)[0]
+
+
+def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] = MODES, *,
+              capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
+              repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
+              hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> list[dict]:
+    """The benchmark at one page size: one hashing phase, then per mode (in the order vanilla, hybrid, spec) the
+    bounded replay and the upper-bound replay; one result dict per mode."""
     if page_size <= 0 or TRACE_BLOCK % page_size:
         raise ValueError(f"page size {page_size} does not divide {TRACE_BLOCK}")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {unknown} (vanilla, hybrid or spec)")
+    modes = [m for m in MODES if m in modes]
+    if hybrid_candidates < 0:
+        raise ValueError("hybrid_candidates must be >= 0 (0 = every candidate length)")
     repeat = max(1, repeat)
     distinct = len({h for r in requests for h in r.hash_ids})
     trace_blocks = sum(len(r.hash_ids) for r in requests)
     max_request_tokens = max((r.input_length + r.output_length for r in requests), default=0)
     if capacity_blocks is None:
         capacity_blocks = distinct // 2
+    if snapshot_slots is None:
+        snapshot_slots = max(1, len(requests) // 2)
     pages_per_block = TRACE_BLOCK // page_size
     capacity_pages = capacity_blocks * pages_per_block
+    want_hybrid = "hybrid" in modes
 
     hasher = Hasher("sha256", key.encode("utf-8"))
     perf = time.perf_counter_ns
     hashes: list[np.ndarray] = []
+    exact_digests: list[np.ndarray] = []
     hash_request_ns = [None] * len(requests)
+    results = []
     try:
         for i, r in enumerate(requests):
             tokens = expand_tokens(r.hash_ids, r.input_length)
@@ -227,83 +539,162 @@ def run_page_size(requests: Sequence[Request], page_size: int, *, capacity_block
                     hashes.append(h)
                 elif not np.array_equal(h, hashes[i]):
                     raise AssertionError("hashing is not deterministic")
+            if want_hybrid:  # untimed reference for the chained digests
+                exact_digests.append(hasher.hash_exact_prefix(tokens, page_size))
+        hash_ns = sum(hash_request_ns)
+        hashed_blocks = sum(h.shape[0] for h in hashes)
+        hashed_tokens = hashed_blocks * page_size
+        all_hashes = np.concatenate(hashes) if hashes else np.empty((0, 2), dtype=np.uint64)
+        sum_hi = int(all_hashes[:, 0].sum(dtype=np.uint64)) if hashed_blocks else 0
+        sum_lo = int(all_hashes[:, 1].sum(dtype=np.uint64)) if hashed_blocks else 0
+        del all_hashes
+
+        for mode in modes:
+            def run_once(base_pages: int, slots: int, sample_peak: bool, check: bool, mode=mode) -> dict:
+                if mode == "vanilla":
+                    return replay_vanilla(requests, hashes, page_size, base_pages, max_records, sample_peak)
+                if mode == "spec":
+                    return replay_spec(requests, hashes, page_size, base_pages, max_records, sample_peak)
+                return replay_hybrid(requests, hashes, page_size, base_pages, max_records, snapshot_slots=slots,
+                                     hasher=hasher, candidate_cap=hybrid_candidates,
+                                     exact_digests=exact_digests if check else None, sample_peak=sample_peak)
+
+            run = _best_of(repeat, lambda pass_no: run_once(capacity_pages, snapshot_slots, pass_no == 0, pass_no == 0))
+
+            bound = None
+            bound_capacity = bound_slots = 0
+            if upper_bound:
+                bound_capacity = distinct * pages_per_block + _ceil_div(max_request_tokens, page_size) + 1
+                bound_slots = len(requests) + 2
+                while True:
+                    if bound_capacity > 2**31 - 1:
+                        raise ValueError("upper-bound capacity exceeds INT32_MAX pages")
+                    bound = run_once(bound_capacity, bound_slots if mode == "hybrid" else 0, False, False)
+                    if (bound["evicted_records"] == 0 and bound["insufficient_capacity"] == 0
+                            and bound.get("snapshot_pressure_skips", 0) == 0):
+                        break
+                    bound_capacity *= 2
+                    bound_slots *= 2
+
+            results.append(_result(mode, run, bound, page_size=page_size, repeat=repeat, distinct=distinct,
+                                   trace_blocks=trace_blocks, capacity_blocks=capacity_blocks,
+                                   max_records=max_records, hashed_tokens=hashed_tokens, hashed_blocks=hashed_blocks,
+                                   sum_hi=sum_hi, sum_lo=sum_lo, hash_ns=hash_ns, bound_capacity=bound_capacity,
+                                   bound_slots=bound_slots, hybrid_candidates=hybrid_candidates))
     finally:
         hasher.close()
-    hash_ns = sum(hash_request_ns)
-    hashed_blocks = sum(h.shape[0] for h in hashes)
-    hashed_tokens = hashed_blocks * page_size
-    all_hashes = np.concatenate(hashes) if hashes else np.empty((0, 2), dtype=np.uint64)
-    sum_hi = int(all_hashes[:, 0].sum(dtype=np.uint64)) if hashed_blocks else 0
-    sum_lo = int(all_hashes[:, 1].sum(dtype=np.uint64)) if hashed_blocks else 0
-    del all_hashes
+    return results
 
-    run = None
-    for pass_no in range(repeat):
-        r = replay(requests, hashes, page_size, capacity_pages, max_records, sample_peak=pass_no == 0)
-        if run is None:
-            run = r
-            continue
-        for k in ("reused_tokens", "pages_touched", "evicted_records", "metadata_bytes"):
-            if r[k] != run[k]:
-                raise AssertionError("the replay is not deterministic")
-        run["request_ns"] = [min(a, b) for a, b in zip(run["request_ns"], r["request_ns"])]
-    run["manager_ns"] = sum(run["request_ns"])
 
-    bound = None
-    bound_capacity = 0
-    if upper_bound:
-        bound_capacity = distinct * pages_per_block + _ceil_div(max_request_tokens, page_size) + 1
-        while True:
-            if bound_capacity > 2**31 - 1:
-                raise ValueError("upper-bound capacity exceeds INT32_MAX pages")
-            bound = replay(requests, hashes, page_size, bound_capacity, max_records, sample_peak=False)
-            if bound["evicted_records"] == 0 and bound["insufficient_capacity"] == 0:
-                break
-            bound_capacity *= 2
-
-    res = {
-        "page_size": page_size, "repeat": repeat, "requests": run["requests"], "distinct_blocks": distinct,
-        "trace_blocks": trace_blocks, "capacity_blocks": capacity_blocks, "capacity_pages": capacity_pages,
-        "max_records": max_records, "input_tokens": run["input_tokens"], "hashed_tokens": hashed_tokens,
-        "hashed_blocks": hashed_blocks, "hash_sum_hi": str(sum_hi), "hash_sum_lo": str(sum_lo),
-    }
-    for k in ("acquired", "insufficient_capacity", "grow_calls", "grow_failures", "publish_calls", "published_new",
-              "published_existing", "manager_calls", "reused_tokens", "matched_tokens"):
+def _result(mode: str, run: dict, bound: dict | None, *, page_size: int, repeat: int, distinct: int,
+            trace_blocks: int, capacity_blocks: int, max_records: int, hashed_tokens: int, hashed_blocks: int,
+            sum_hi: int, sum_lo: int, hash_ns: int, bound_capacity: int, bound_slots: int,
+            hybrid_candidates: int) -> dict:
+    """One mode's result: the same keys, in the same order, as the C++ benchmark prints."""
+    hybrid, spec = mode == "hybrid", mode == "spec"
+    res = {"page_size": page_size, "mode": mode, "repeat": repeat, "requests": run["requests"],
+           "distinct_blocks": distinct, "trace_blocks": trace_blocks, "capacity_blocks": capacity_blocks,
+           "capacity_pages": run["capacity_pages"]}
+    if spec:
+        res["draft_capacity_pages"] = run["draft_capacity_pages"]
+    if hybrid:
+        res["snapshot_slots"] = run["snapshot_slots"]
+        res["hybrid_candidate_cap"] = hybrid_candidates
+    res.update({"max_records": max_records, "input_tokens": run["input_tokens"], "hashed_tokens": hashed_tokens,
+                "hashed_blocks": hashed_blocks, "hash_sum_hi": str(sum_hi), "hash_sum_lo": str(sum_lo)})
+    if hybrid:
+        for k in ("candidate_lengths_offered", "candidates_tried", "digests", "digest_tokens", "digest_sum_hi",
+                  "digest_sum_lo"):
+            res[k] = run[k]
+    for k in ("acquired", "insufficient_capacity", "grow_calls", "grow_failures"):
         res[k] = run[k]
+    if hybrid:
+        res["reserve_calls"] = run["reserve_calls"]
+        res["snapshot_pressure_skips"] = run["snapshot_pressure_skips"]
+    for k in ("publish_calls", "published_new", "published_existing", "manager_calls", "reused_tokens",
+              "matched_tokens"):
+        res[k] = run[k]
+    if mode != "vanilla":
+        res["hits"] = run["hits"]
+    if spec:
+        res["replayed_pages"] = run["replayed_pages"]
     res["hit_rate"] = _sig(_ratio(run["reused_tokens"], run["input_tokens"]))
     if bound is not None:
         res["upper_bound_reused_tokens"] = bound["reused_tokens"]
         res["upper_bound_hit_rate"] = _sig(_ratio(bound["reused_tokens"], bound["input_tokens"]))
         res["upper_bound_capacity_pages"] = bound_capacity
+        if hybrid:
+            res["upper_bound_snapshot_slots"] = bound_slots
         res["upper_bound_cached_pages"] = bound["cached_pages"]
-    for k in ("lease_pages", "published_blocks", "pages_touched", "evicted_records", "reclaimed_base_pages", "records",
-              "base_index_entries", "cached_pages", "metadata_bytes"):
+        if spec:
+            res["upper_bound_cached_draft_pages"] = bound["cached_draft_pages"]
+    res["lease_pages"] = run["lease_pages"]
+    if spec:
+        res["lease_base_pages"] = run["lease_base_pages"]
+        res["lease_draft_pages"] = run["lease_draft_pages"]
+    for k in ("published_blocks", "pages_touched", "evicted_records", "reclaimed_base_pages"):
         res[k] = run[k]
+    if spec:
+        res["reclaimed_draft_pages"] = run["reclaimed_draft_pages"]
+    if hybrid:
+        res["reclaimed_recurrent_snapshots"] = run["reclaimed_recurrent_snapshots"]
+        res["reclaimed_partial_kv_snapshots"] = run["reclaimed_partial_kv_snapshots"]
+    for k in ("records", "base_index_entries", "cached_pages"):
+        res[k] = run[k]
+    if spec:
+        res["cached_draft_pages"] = run["cached_draft_pages"]
+    if hybrid:
+        res["cached_recurrent_snapshots"] = run["cached_recurrent_snapshots"]
+        res["cached_partial_kv_snapshots"] = run["cached_partial_kv_snapshots"]
+    res["metadata_bytes"] = run["metadata_bytes"]
     res["metadata_bytes_per_cached_block"] = _sig(_ratio(run["metadata_bytes"], run["cached_pages"]))
+    if spec:
+        res["metadata_bytes_per_cached_page"] = _sig(_ratio(run["metadata_bytes"],
+                                                            run["cached_pages"] + run["cached_draft_pages"]))
     res["peak_metadata_bytes"] = run["peak_metadata_bytes"]
-    hash_s, manager_s = hash_ns * 1e-9, run["manager_ns"] * 1e-9
+    hash_s, manager_s, digest_s = hash_ns * 1e-9, run["manager_ns"] * 1e-9, run["digest_ns"] * 1e-9
     res["hash_seconds"] = _sig(hash_s)
+    if hybrid:
+        res["digest_seconds"] = _sig(digest_s)
     res["manager_seconds"] = _sig(manager_s)
     res["hash_ns_per_token"] = _sig(_ratio(hash_ns, hashed_tokens))
+    if hybrid:
+        res["digest_ns_per_token"] = _sig(_ratio(run["digest_ns"], hashed_tokens))
+        res["digest_ns_per_digest"] = _sig(_ratio(run["digest_ns"], run["digests"]))
     res["manager_ns_per_page_touched"] = _sig(_ratio(run["manager_ns"], run["pages_touched"]))
     res["manager_ns_per_call"] = _sig(_ratio(run["manager_ns"], run["manager_calls"]))
     res["manager_requests_per_second"] = _sig(_ratio(run["requests"], manager_s))
-    res["requests_per_second"] = _sig(_ratio(run["requests"], hash_s + manager_s))
+    res["requests_per_second"] = _sig(_ratio(run["requests"], hash_s + digest_s + manager_s))
     return res
 
 
 def _table(results: Sequence[dict]) -> str:
-    rows = [("page size", "page_size", "{}"), ("requests/s (incl. hashing)", "requests_per_second", "{:,.0f}"),
+    rows = [("page size", "page_size", "{}"), ("mode", "mode", "{}"),
+            ("requests/s (incl. hashing)", "requests_per_second", "{:,.0f}"),
             ("manager ns / page touched", "manager_ns_per_page_touched", "{:.1f}"),
             ("manager ns / call", "manager_ns_per_call", "{:,.0f}"),
-            ("hashing ns / token", "hash_ns_per_token", "{:.2f}"), ("hit rate", "hit_rate", "{:.4f}"),
+            ("hashing ns / token", "hash_ns_per_token", "{:.2f}"),
+            ("+ digest ns / token", "digest_ns_per_token", "{:.3f}"), ("hit rate", "hit_rate", "{:.4f}"),
             ("upper bound", "upper_bound_hit_rate", "{:.4f}"), ("evicted records", "evicted_records", "{:,}"),
-            ("metadata B / cached block", "metadata_bytes_per_cached_block", "{:.1f}")]
+            ("snapshot pressure skips", "snapshot_pressure_skips", "{:,}"),
+            ("replayed pages", "replayed_pages", "{:,}"),
+            ("metadata B / cached block", "metadata_bytes_per_cached_block", "{:.1f}"),
+            ("metadata B / cached page", "metadata_bytes_per_cached_page", "{:.1f}")]
     lines = []
     for label, key, fmt in rows:
         cells = [fmt.format(r[key]) if key in r else "-" for r in results]
         lines.append(f"{label:<28}" + "".join(f"{c:>14}" for c in cells))
     return "\n".join(lines)
+
+
+def _modes(values: Sequence[str] | None) -> list[str]:
+    if not values:
+        return list(MODES)
+    modes = [m for v in values for m in v.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown mode(s) {', '.join(unknown)} (vanilla, hybrid or spec)")
+    return [m for m in MODES if m in modes]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -313,24 +704,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=None, help="replay only the first N requests")
     parser.add_argument("--page-size", type=int, action="append", dest="page_sizes",
                         help="page size (repeatable; default 16 and 128)")
+    parser.add_argument("--mode", action="append", dest="modes",
+                        help="vanilla, hybrid or spec (repeatable or comma separated; default all three)")
     parser.add_argument("--capacity-blocks", type=int, default=None,
-                        help="base pool capacity in 512-token blocks (default: half the distinct blocks)")
+                        help="base (and spec draft) pool capacity in 512-token blocks (default: half the distinct "
+                             "blocks)")
     parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
+    parser.add_argument("--snapshot-slots", type=int, default=None,
+                        help="hybrid recurrent and partial-KV snapshot slots, each (default: half the requests)")
+    parser.add_argument("--hybrid-candidates", type=int, default=DEFAULT_HYBRID_CANDIDATES,
+                        help="hybrid: try the K longest candidate lengths (default 8; 0 = all)")
     parser.add_argument("--key", default=DEFAULT_KEY, help="SHA-256 hashing key")
     parser.add_argument("--repeat", type=int, default=5,
                         help="identical passes; each request counts with its fastest (default 5)")
     parser.add_argument("--no-upper-bound", action="store_true", help="skip the unbounded-cache replay")
     parser.add_argument("--table", action="store_true", help="also print a readable table on stderr")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        modes = _modes(args.modes)
+    except argparse.ArgumentTypeError as e:
+        parser.error(str(e))
+    if args.hybrid_candidates < 0:
+        parser.error("--hybrid-candidates must be >= 0")
 
     trace = Path(args.trace) if args.trace else default_trace()
     if not trace.is_file():
         parser.error(f"trace {trace} not found (pass --trace)")
     requests = load_trace(trace, args.requests)
     page_sizes = args.page_sizes or [16, 128]
-    results = [run_page_size(requests, p, capacity_blocks=args.capacity_blocks, max_records=args.max_records,
-                             key=args.key, repeat=args.repeat, upper_bound=not args.no_upper_bound)
-               for p in page_sizes]
+    results = [r for p in page_sizes
+               for r in run_modes(requests, p, modes, capacity_blocks=args.capacity_blocks,
+                                  max_records=args.max_records, key=args.key, repeat=args.repeat,
+                                  upper_bound=not args.no_upper_bound, snapshot_slots=args.snapshot_slots,
+                                  hybrid_candidates=args.hybrid_candidates)]
     print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", "results": results}))
     if args.table:
         print(_table(results), file=sys.stderr)

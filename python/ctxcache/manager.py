@@ -163,12 +163,30 @@ class AcquireResult:
         return f"AcquireResult(status={self.status.name}, lease={self.lease!r}, plan={self.plan!r})"
 
 
-@dataclass(frozen=True)
 class PublishResult:
-    status: PublishStatus
-    record: int | None
-    canonical_base_pages: np.ndarray
-    published_base_full_block_count: int
+    """What a publication committed. canonical_base_pages: the record's pages (read-only int32), never a
+    page-table update recipe: the lease keeps its own pages."""
+
+    __slots__ = ("status", "record", "canonical_base_pages", "published_base_full_block_count")
+
+    def __init__(self, status: PublishStatus, record: int | None, canonical_base_pages: np.ndarray,
+                 published_base_full_block_count: int):
+        self.status = status
+        self.record = record
+        self.canonical_base_pages = canonical_base_pages
+        self.published_base_full_block_count = published_base_full_block_count
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, PublishResult) and (self.status, self.record, self.published_base_full_block_count)
+                == (other.status, other.record, other.published_base_full_block_count)
+                and np.array_equal(self.canonical_base_pages, other.canonical_base_pages))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (f"PublishResult(status={self.status.name}, record={self.record}, canonical_base_pages="
+                f"{list(self.canonical_base_pages)}, published_base_full_block_count="
+                f"{self.published_base_full_block_count})")
 
 
 @dataclass(frozen=True)

@@ -98,5 +98,23 @@ TEST(DraftPathIndex, EraseRemovesExactlyThatRecordAndBaseOnlyEraseIsANoOp) {
     EXPECT_EQ(*match, (DraftPathMatch{1, 3}));
 }
 
+TEST(DraftPathIndex, MemoryBytesIsAccountedIncrementally) {
+    DraftPathIndex index;
+    size_t const empty = index.memoryBytes();
+    index.checkInvariants();
+    for (RecordId id = 1; id <= 8; ++id) {  // shared prefixes: several entries under one hash, vectors grow
+        index.insert(pairedRecord(id, testing::extend(chain(1, 3), 100 + static_cast<uint64_t>(id), 4), 0));
+        index.checkInvariants();
+    }
+    EXPECT_GT(index.memoryBytes(), empty);
+    for (RecordId id = 1; id <= 8; ++id) {
+        index.erase(pairedRecord(id, testing::extend(chain(1, 3), 100 + static_cast<uint64_t>(id), 4), 0));
+        index.checkInvariants();
+    }
+    EXPECT_EQ(index.entryCount(), 0u);
+    index.insert(pairedRecord(9, chain(1, 2), 0));
+    index.checkInvariants();
+}
+
 }  // namespace
 }  // namespace ctxcache

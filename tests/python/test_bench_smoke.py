@@ -77,9 +77,78 @@ def test_bench_figures_are_self_consistent(trace, page_size):
     assert r["manager_seconds"] > 0 and r["hash_seconds"] > 0
 
 
+@pytest.mark.parametrize("page_size", [16, 128])
+def test_hybrid_figures_are_self_consistent(trace, page_size):
+    requests = bench.load_trace(trace)
+    r = bench.run_page_size(requests, page_size, mode="hybrid", repeat=2)
+
+    assert r["mode"] == "hybrid" and r["snapshot_slots"] == 25 and r["hybrid_candidate_cap"] == 8
+    assert r["acquired"] == r["requests"] == 50 and r["insufficient_capacity"] == 0 and r["grow_failures"] == 0
+    assert r["candidates_tried"] <= min(r["candidate_lengths_offered"], 8 * r["requests"])
+    assert r["digests"] == r["candidates_tried"] + r["requests"]  # + the publication digest of every prompt
+    assert r["digest_tokens"] < r["digests"] * page_size
+    assert r["reserve_calls"] == r["acquired"] and r["snapshot_pressure_skips"] == 0
+    assert r["publish_calls"] == r["reserve_calls"] - r["snapshot_pressure_skips"]
+    assert r["published_new"] + r["published_existing"] == r["publish_calls"]
+    assert r["manager_calls"] == (r["requests"] + 3 * r["acquired"] + r["grow_calls"] + r["reserve_calls"]
+                                  + 2 * r["publish_calls"])
+    assert r["published_blocks"] == r["hashed_blocks"]  # a checkpoint publishes floor(n / P) full blocks
+    assert r["pages_touched"] == r["lease_pages"] + r["published_blocks"]
+    assert r["reused_tokens"] == r["matched_tokens"] and r["hits"] > 0  # exact checkpoints: reuse = match
+    assert 0 < r["hit_rate"] <= r["upper_bound_hit_rate"] < 1
+    assert r["records"] == r["published_new"] - r["evicted_records"]
+    assert r["cached_recurrent_snapshots"] == r["records"] <= r["snapshot_slots"]
+    assert r["cached_partial_kv_snapshots"] <= r["cached_recurrent_snapshots"]
+    assert r["digest_seconds"] > 0 and r["manager_seconds"] > 0
+
+    uncapped = bench.run_page_size(requests, page_size, mode="hybrid", repeat=1, hybrid_candidates=0)
+    assert uncapped["candidates_tried"] == uncapped["candidate_lengths_offered"]
+    assert uncapped["upper_bound_hit_rate"] >= r["upper_bound_hit_rate"]  # unbounded: more candidates, more reuse
+
+
+def test_chained_digests_are_exact_prefix_digests():
+    hasher = bench.Hasher("sha256", bench.DEFAULT_KEY.encode())
+    try:
+        tokens = bench.expand_tokens([3, 9, 4], 1300)
+        for page_size in (16, 128):
+            hashes = hasher.hash_full_blocks(tokens, page_size)
+            for length in (1, page_size - 1, page_size, page_size + 1, 512, 700, 1299, 1300):
+                tail = bench.expand_range([3, 9, 4], length // page_size * page_size, length)
+                np.testing.assert_array_equal(tail, tokens[length // page_size * page_size:length])
+                np.testing.assert_array_equal(bench._chained_digest(hasher, hashes, length, page_size, tail),
+                                              hasher.hash_exact_prefix(tokens[:length], page_size))
+    finally:
+        hasher.close()
+
+
+@pytest.mark.parametrize("page_size", [16, 128])
+def test_spec_figures_are_self_consistent(trace, page_size):
+    requests = bench.load_trace(trace)
+    r = bench.run_page_size(requests, page_size, mode="spec", repeat=2)
+
+    assert r["mode"] == "spec" and r["draft_capacity_pages"] == r["capacity_pages"]
+    assert r["acquired"] == r["requests"] == 50 and r["insufficient_capacity"] == 0 and r["grow_failures"] == 0
+    assert r["manager_calls"] == 2 * r["acquired"] + r["grow_calls"] + r["publish_calls"]
+    assert r["lease_base_pages"] == r["lease_draft_pages"] and r["lease_pages"] == 2 * r["lease_base_pages"]
+    assert r["pages_touched"] == r["lease_pages"] + r["published_blocks"]
+    assert r["published_blocks"] == r["hashed_blocks"]
+    assert r["hits"] > 0 and r["replayed_pages"] >= r["hits"]  # a one-block match replays its only page
+    assert r["reused_tokens"] == r["matched_tokens"] - page_size * r["replayed_pages"]
+    assert 0 < r["hit_rate"] <= r["upper_bound_hit_rate"] < 1
+    assert r["evicted_records"] > 0 and r["records"] == r["published_new"] - r["evicted_records"]
+    assert r["cached_draft_pages"] <= r["draft_capacity_pages"]
+    assert r["metadata_bytes_per_cached_page"] == pytest.approx(
+        r["metadata_bytes"] / (r["cached_pages"] + r["cached_draft_pages"]), rel=1e-5)
+
+
 def test_main_prints_one_json_object(trace, capsys):
     assert bench.main(["--trace", str(trace), "--requests", "20", "--page-size", "16", "--repeat", "1",
                        "--no-upper-bound"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["path"] == "python" and [r["page_size"] for r in out["results"]] == [16]
+    assert out["path"] == "python" and [r["page_size"] for r in out["results"]] == [16, 16, 16]
+    assert [r["mode"] for r in out["results"]] == ["vanilla", "hybrid", "spec"]  # the default: every mode
     assert out["results"][0]["requests"] == 20 and "upper_bound_hit_rate" not in out["results"][0]
+    assert bench.main(["--trace", str(trace), "--requests", "20", "--page-size", "128", "--repeat", "1",
+                       "--mode", "spec,vanilla", "--no-upper-bound"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["page_size"], r["mode"]) for r in out["results"]] == [(128, "vanilla"), (128, "spec")]

@@ -1,34 +1,66 @@
 // bench_manager: replay a Mooncake-format trace through the context cache manager (C++ path).
 //
-//   bench_manager [--trace PATH] [--requests N] [--page-size P]... [--capacity-blocks B] [--max-records R]
+//   bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
+//                 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K]
 //                 [--key STRING] [--repeat K] [--no-upper-bound]
 //
-// Prints one JSON object on stdout: {"path": "c++", ..., "results": [one object per page size]}.
-// python/ctxcache/bench.py is the same benchmark through the Python package; tools/bench_manager runs both and
-// checks that every non-timing figure agrees. The definitions below are shared by both and must stay identical.
+// Prints one JSON object on stdout: {"path": "c++", ..., "results": [one object per page size and mode, page
+// sizes outer, modes inner in the order vanilla, hybrid, spec]}. --mode is repeatable (or comma separated);
+// the default is all three. python/ctxcache/bench.py is the same benchmark through the Python package;
+// tools/bench_manager runs both and checks that every non-timing figure agrees. The definitions below are shared
+// by both and must stay identical.
 //
 // Token expansion: hash id h becomes the 512 pseudo-tokens
 //     token[j] = int32(splitmix64(h * 512 + j) mod 32000),  j = 0..511   (all arithmetic mod 2^64)
 // and a request's tokens are the concatenation over its hash_ids, truncated to input_length. Page sizes that
 // divide 512 keep the trace's sharing structure exactly.
 //
-// Per request (file order, stably sorted by timestamp):
-//     hashes = keyed SHA-256 hashFullBlocks(tokens, P)                           [hashing phase, timed apart]
-//     acquireVanilla(hashes, input_length); INSUFFICIENT_CAPACITY: counted, request skipped
-//     growBasePages(lease, ceil((input_length + output_length) / P) - lease pages)  if > 0 (failure counted)
-//     publish(lease, {hashes, input_length})                                      if any full block
-//     release(lease)
-// Capacity: base pool = floor(distinct 512-token blocks of the replayed requests / 2) * (512 / P) pages (or
-// --capacity-blocks B: B * 512 / P); max records 1,000,000 by default so that only capacity pressure evicts.
-// Upper bound: the same replay with a pool no request can exhaust (distinct blocks * 512/P + the largest
-// request, doubled until nothing is evicted).
+// Hashing phase (once per page size, shared by the modes): hashes = keyed SHA-256 hashFullBlocks(tokens, P)
+// (floor(n/P) hashes for an input of n tokens), timed apart from the manager.
 //
-// Figures: hit rate = sum(reuse_token_length) / sum(input_length). Pages touched per request = pages in the
-// lease after growth + blocks published. Manager time = acquire + grow + publish + release (hashing excluded),
-// ns per page touched = manager time / pages touched. Hash ns per token = hashing time / tokens hashed (full
-// blocks * P). requests/s = requests / (hashing time + manager time). Metadata bytes per cached block =
-// metadataBytes() / cached base pages (pages with a cache ref: capacity - free after the last release), at the
-// end of the run; the peak of metadataBytes() is sampled after every request, outside the timed region.
+// Per request (file order, stably sorted by timestamp), n = input_length, total = ceil((n + output_length) / P):
+//   vanilla  acquireVanilla(hashes, n); INSUFFICIENT_CAPACITY: counted, request skipped
+//            growBasePages(lease, total - lease pages)  if > 0 (failure counted)
+//            publish(lease, {hashes, n})                if any full block
+//            release(lease)
+//   hybrid   (attention + recurrent, hasAttention = true; one exact checkpoint at every prompt end)
+//            lengths = hybridCandidateLengths(n) (stored exact lengths < n, longest first); the K longest are
+//            tried (--hybrid-candidates K, default 8; 0 = all): candidate L gets digest = the keyed SHA-256
+//            hashExactPrefix(tokens[:L], P), computed incrementally from the request's own chained full-block
+//            hashes: hashes[L/P - 1] when P divides L, else hashBlock(L >= P ? hashes[L/P - 1] : chain root,
+//            tokens[floor(L/P)*P : L]) (at most P - 1 tokens per digest; the identity is checked against
+//            hashExactPrefix at every request's own length n before the replay). The publication digest (at n)
+//            is computed in the same step.
+//            acquireHybrid(candidates, hashes, n, true); INSUFFICIENT_CAPACITY: counted, request skipped
+//            releaseRestoredHybridSnapshots(lease)       (the restore is complete at once)
+//            growBasePages(lease, total - lease pages)  if > 0 (failure counted)
+//            reserveHybridSnapshots(lease, n % P != 0); nullopt = snapshot pressure: counted, nothing published
+//            publishHybrid(lease, hashes, {digest(n), n}, reservation); retireHybridSnapshotReservation(...)
+//            release(lease)
+//   spec     (greedy EAGLE, paired base + draft pools)
+//            acquireSpec(hashes, n); INSUFFICIENT_CAPACITY: counted, request skipped
+//            growSpecPages(lease, g, g), g = total - lease base pages (= lease draft pages)  if > 0
+//            publish(lease, {hashes, n})  if any full block (base and draft both materialized through n)
+//            release(lease)
+//            A paired hit always replays its boundary page: reuse = matched - P (checked on every hit);
+//            replayed pages = sum over acquired requests of (matched - reuse) / P (one per hit).
+// Capacity: base pool = floor(distinct 512-token blocks of the replayed requests / 2) * (512 / P) pages (or
+// --capacity-blocks B: B * 512 / P); spec: a draft pool of the same size; hybrid: recurrent and partial-KV
+// snapshot pools of S slots each, S = max(1, floor(replayed requests / 2)) (or --snapshot-slots S). Max records
+// 1,000,000 by default so that only capacity pressure evicts.
+// Upper bound: the same replay with pools no request can exhaust (base and draft: distinct blocks * 512/P + the
+// largest request; snapshots: requests + 2; all doubled until nothing is evicted, refused or skipped).
+//
+// Figures: hit rate = sum(reuse_token_length) / sum(input_length). Pages touched per request = base + draft
+// pages in the lease after growth + blocks published. Manager time = every manager call of the request (hybrid:
+// hybridCandidateLengths, acquire, release restored, grow, reserve, publish, retire, release), ns per page
+// touched = manager time / pages touched. Hash ns per token = full-block hashing time / tokens hashed (full
+// blocks * P), the same in every mode; hybrid digest ns per token = exact-prefix digest time (the candidates'
+// and the publication's, building the candidate list included) / the same tokens, so hybrid hashing costs
+// hash + digest ns per token. requests/s = requests / (hashing time [+ digest time] + manager time). Metadata
+// bytes per cached block = metadataBytes() / cached base pages (pages with a cache ref: capacity - free after
+// the last release), at the end of the run; spec also per cached base + draft page; the peak of metadataBytes()
+// is sampled after every request, outside the timed region.
 // Timings: each request is hashed --repeat K times back to back (default 5) and the whole replay is run K times
 // (a fresh manager per replay, whose figures must repeat exactly); every request counts with its fastest
 // repetition (they do identical work, so this filters out preemption and other noise of a shared machine).
@@ -190,6 +222,15 @@ void expandTokens(Request const& r, std::vector<int32_t>& tokens) {
     }
 }
 
+// Tokens [begin, end) of the request (end <= input_length), into `out`.
+void expandRange(Request const& r, int32_t begin, int32_t end, std::vector<int32_t>& out) {
+    out.clear();
+    for (int32_t pos = begin; pos < end; ++pos) {
+        uint64_t const id = r.hashIds[static_cast<size_t>(pos / kTraceBlock)];
+        out.push_back(static_cast<int32_t>(splitmix64(id * kTraceBlock + static_cast<uint64_t>(pos % kTraceBlock)) % 32000u));
+    }
+}
+
 // ---- the replay -------------------------------------------------------------------------------------------
 
 using Clock = std::chrono::steady_clock;
@@ -224,10 +265,46 @@ struct Replay {
     int64_t peakMetadataBytes = 0;
     int64_t poolBytes = 0, baseIndexBytes = 0, draftIndexBytes = 0, recordBytes = 0;  // metadataBytes() parts
     ContextCacheManagerMetrics metrics;
+    // hybrid and spec
+    int64_t hits = 0;  // acquired requests with reuse > 0
+    int64_t leaseBasePages = 0, leaseDraftPages = 0;
+    // hybrid
+    int64_t snapshotSlots = 0;
+    int64_t candidateLengthsOffered = 0, candidatesTried = 0;
+    int64_t digests = 0, digestTokens = 0;
+    uint64_t digestSumHi = 0, digestSumLo = 0;
+    std::vector<int64_t> requestDigestNs;  // exact-prefix digest time of each request
+    int64_t digestNs = 0;
+    int64_t snapshotPressureSkips = 0;
+    int64_t reserveCalls = 0;
+    int64_t cachedRecurrentSlots = 0, cachedPartialSlots = 0;
+    // spec
+    int64_t draftCapacityPages = 0;
+    int64_t cachedDraftPages = 0;
+    int64_t replayedPages = 0;
 };
 
-Replay replay(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes, int32_t pageSize,
-              int32_t capacityPages, int32_t maxRecords, bool samplePeak) {
+// What every replay reads at its end.
+void finishReplay(ContextCacheManager const& manager, Replay& out) {
+    manager.checkInvariants();
+    ResourcePools const& pools = manager.pools();
+    out.cachedPages = out.capacityPages - pools.freeCount(ResourceType::kBaseKvPage);
+    out.cachedDraftPages = out.draftCapacityPages - pools.freeCount(ResourceType::kDraftKvPage);
+    out.cachedRecurrentSlots = out.snapshotSlots - pools.freeCount(ResourceType::kRecurrentSnapshot);
+    out.cachedPartialSlots = out.snapshotSlots - pools.freeCount(ResourceType::kPartialKvSnapshot);
+    out.records = static_cast<int64_t>(manager.records().size());
+    out.baseIndexEntries = static_cast<int64_t>(manager.baseIndex().size());
+    out.metadataBytes = static_cast<int64_t>(manager.metadataBytes());
+    out.poolBytes = static_cast<int64_t>(pools.memoryBytes());
+    out.baseIndexBytes = static_cast<int64_t>(manager.baseIndex().memoryBytes());
+    out.draftIndexBytes = static_cast<int64_t>(manager.draftIndex().memoryBytes());
+    out.recordBytes = static_cast<int64_t>(manager.records().memoryBytes());
+    out.peakMetadataBytes = std::max(out.peakMetadataBytes, out.metadataBytes);
+    out.metrics = manager.metrics();
+}
+
+Replay replayVanilla(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes,
+                     int32_t pageSize, int32_t capacityPages, int32_t maxRecords, bool samplePeak) {
     ResourceDemand capacities;
     capacities.baseKvPages = capacityPages;
     ContextCacheManager manager(pageSize, capacities, maxRecords);
@@ -292,17 +369,228 @@ Replay replay(std::vector<Request> const& requests, std::vector<std::vector<Bloc
         out.pagesTouched += pagesAfterGrowth + published;
         if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
     }
-    manager.checkInvariants();
-    out.cachedPages = capacityPages - manager.pools().freeCount(ResourceType::kBaseKvPage);
-    out.records = static_cast<int64_t>(manager.records().size());
-    out.baseIndexEntries = static_cast<int64_t>(manager.baseIndex().size());
-    out.metadataBytes = static_cast<int64_t>(manager.metadataBytes());
-    out.poolBytes = static_cast<int64_t>(manager.pools().memoryBytes());
-    out.baseIndexBytes = static_cast<int64_t>(manager.baseIndex().memoryBytes());
-    out.draftIndexBytes = static_cast<int64_t>(manager.draftIndex().memoryBytes());
-    out.recordBytes = static_cast<int64_t>(manager.records().memoryBytes());
-    out.peakMetadataBytes = std::max(out.peakMetadataBytes, out.metadataBytes);
-    out.metrics = manager.metrics();
+    finishReplay(manager, out);
+    return out;
+}
+
+struct HybridOptions {
+    int32_t snapshotSlots = 0;
+    int32_t candidateCap = 8;  // 0 = every candidate length
+    BlockHasher const* hasher = nullptr;
+    std::vector<BlockHash> const* exactDigests = nullptr;  // hashExactPrefix(tokens[:n]) per request: checked
+};
+
+// The exact-prefix digest at length L from the request's chained full-block hashes and its tokens
+// [floor(L/P)*P, L) (`tail`).
+inline BlockHash chainedDigest(BlockHasher const& hasher, std::vector<BlockHash> const& hashes, int32_t length,
+                               int32_t pageSize, int32_t const* tail) {
+    int32_t const full = length / pageSize, rest = length % pageSize;
+    BlockHash const parent = full > 0 ? hashes[static_cast<size_t>(full - 1)] : kChainRoot;
+    if (rest == 0) return parent;
+    return hasher.hashBlock(parent, tail, static_cast<size_t>(rest));
+}
+
+Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes, int32_t pageSize,
+                    int32_t capacityPages, int32_t maxRecords, HybridOptions const& options, bool samplePeak) {
+    ResourceDemand capacities;
+    capacities.baseKvPages = capacityPages;
+    capacities.recurrentSnapshotSlots = options.snapshotSlots;
+    capacities.partialKvSnapshotSlots = options.snapshotSlots;
+    ContextCacheManager manager(pageSize, capacities, maxRecords);
+    BlockHasher const& hasher = *options.hasher;
+    Replay out;
+    out.capacityPages = capacityPages;
+    out.snapshotSlots = options.snapshotSlots;
+    out.requestNs.assign(requests.size(), 0);
+    out.requestDigestNs.assign(requests.size(), 0);
+    std::vector<HybridCheckpointCandidate> candidates;
+    std::vector<int32_t> tails;          // the tokens each digest hashes, back to back (expanded untimed)
+    std::vector<int32_t> tailLengths;    // candidate lengths, then n
+    std::vector<int32_t> scratch;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        Request const& r = requests[i];
+        std::vector<BlockHash> const& h = hashes[i];
+        int32_t const n = r.inputLength;
+        ++out.requests;
+        out.inputTokens += n;
+        int64_t const totalPages = (static_cast<int64_t>(n) + r.outputLength + pageSize - 1) / pageSize;
+
+        Clock::time_point const t0 = Clock::now();
+        std::vector<int32_t> const lengths = manager.hybridCandidateLengths(n);
+        Clock::time_point const t1 = Clock::now();
+
+        // Untimed: the tokens the digests will hash (what a runtime already holds).
+        size_t const tried = options.candidateCap > 0 ? std::min(lengths.size(), static_cast<size_t>(options.candidateCap))
+                                                      : lengths.size();
+        tailLengths.assign(lengths.begin(), lengths.begin() + static_cast<std::ptrdiff_t>(tried));
+        if (n > 0) tailLengths.push_back(n);
+        tails.clear();
+        for (int32_t length : tailLengths) {
+            expandRange(r, length / pageSize * pageSize, length, scratch);
+            tails.insert(tails.end(), scratch.begin(), scratch.end());
+        }
+
+        Clock::time_point const t2 = Clock::now();
+        candidates.clear();
+        size_t offset = 0;
+        for (size_t k = 0; k < tried; ++k) {
+            int32_t const length = tailLengths[k];
+            candidates.push_back({length, chainedDigest(hasher, h, length, pageSize, tails.data() + offset)});
+            offset += static_cast<size_t>(length % pageSize);
+        }
+        BlockHash const published = n > 0 ? chainedDigest(hasher, h, n, pageSize, tails.data() + offset) : kChainRoot;
+        Clock::time_point const t3 = Clock::now();
+
+        out.candidateLengthsOffered += static_cast<int64_t>(lengths.size());
+        out.candidatesTried += static_cast<int64_t>(tried);
+        out.digests += static_cast<int64_t>(tailLengths.size());
+        out.digestTokens += static_cast<int64_t>(tails.size());
+        for (HybridCheckpointCandidate const& c : candidates) out.digestSumHi += c.exactPrefixDigest.hi, out.digestSumLo += c.exactPrefixDigest.lo;
+        if (n > 0) {
+            out.digestSumHi += published.hi, out.digestSumLo += published.lo;
+            if (options.exactDigests && (*options.exactDigests)[i] != published)
+                fail("the chained exact-prefix digest differs from hashExactPrefix");
+        }
+        out.requestDigestNs[i] = ns(t2, t3);
+        ++out.managerCalls;  // hybridCandidateLengths
+
+        Clock::time_point const t4 = Clock::now();
+        AcquireResult acquired = manager.acquireHybrid(candidates, h.data(), h.size(), n, true);
+        if (!acquired.lease) {
+            Clock::time_point const t5 = Clock::now();
+            out.requestNs[i] = ns(t0, t1) + ns(t4, t5);
+            ++out.managerCalls;
+            ++out.insufficientCapacity;
+            continue;
+        }
+        CacheRequestLease& lease = *acquired.lease;
+        manager.releaseRestoredHybridSnapshots(lease);
+        int64_t const grow = totalPages - static_cast<int64_t>(lease.basePages().size());
+        bool grown = true;
+        if (grow > 0) grown = manager.growBasePages(lease, static_cast<int32_t>(grow));
+        int64_t const pagesAfterGrowth = static_cast<int64_t>(lease.basePages().size());
+        bool reserved = false;
+        int32_t publishedBlocks = 0;
+        PublishStatus status = PublishStatus::kPublished;
+        if (n > 0) {
+            std::optional<HybridSnapshotReservation> const reservation =
+                manager.reserveHybridSnapshots(lease, n % pageSize != 0);
+            if (reservation) {
+                reserved = true;
+                PublishResult const result =
+                    manager.publishHybrid(lease, h.data(), h.size(), HybridCheckpointKey{published, n}, *reservation);
+                publishedBlocks = result.publishedBaseFullBlockCount;
+                status = result.status;
+                manager.retireHybridSnapshotReservation(lease, *reservation);
+            }
+        }
+        lease.release();
+        Clock::time_point const t5 = Clock::now();
+
+        out.requestNs[i] = ns(t0, t1) + ns(t4, t5);
+        ++out.acquired;
+        out.managerCalls += 3;  // acquire + release restored + release
+        out.reusedTokens += acquired.plan.reuseTokenLength;
+        out.matchedTokens += acquired.plan.matchedTokenLength;
+        if (acquired.plan.reuseTokenLength > 0) ++out.hits;
+        if (grow > 0) {
+            ++out.growCalls;
+            ++out.managerCalls;
+            if (!grown) ++out.growFailures;
+        }
+        if (n > 0) {
+            ++out.reserveCalls;
+            ++out.managerCalls;
+            if (!reserved) ++out.snapshotPressureSkips;
+        }
+        if (reserved) {
+            ++out.publishCalls;
+            out.managerCalls += 2;  // publish + retire
+            if (status == PublishStatus::kPublished) ++out.publishedNew;
+            else ++out.publishedExisting;
+        }
+        out.leasePages += pagesAfterGrowth;
+        out.leaseBasePages += pagesAfterGrowth;
+        out.publishedBlocks += publishedBlocks;
+        out.pagesTouched += pagesAfterGrowth + publishedBlocks;
+        if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
+    }
+    finishReplay(manager, out);
+    return out;
+}
+
+Replay replaySpec(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes, int32_t pageSize,
+                  int32_t capacityPages, int32_t maxRecords, bool samplePeak) {
+    ResourceDemand capacities;
+    capacities.baseKvPages = capacityPages;
+    capacities.draftKvPages = capacityPages;
+    ContextCacheManager manager(pageSize, capacities, maxRecords);
+    Replay out;
+    out.capacityPages = capacityPages;
+    out.draftCapacityPages = capacityPages;
+    out.requestNs.assign(requests.size(), 0);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        Request const& r = requests[i];
+        std::vector<BlockHash> const& h = hashes[i];
+        int32_t const n = r.inputLength;
+        ++out.requests;
+        out.inputTokens += n;
+        int64_t const totalPages = (static_cast<int64_t>(n) + r.outputLength + pageSize - 1) / pageSize;
+
+        Clock::time_point const t0 = Clock::now();
+        AcquireResult acquired = manager.acquireSpec(h.data(), h.size(), n);
+        if (!acquired.lease) {
+            Clock::time_point const t1 = Clock::now();
+            out.requestNs[i] = ns(t0, t1);
+            ++out.managerCalls;
+            ++out.insufficientCapacity;
+            continue;
+        }
+        CacheRequestLease& lease = *acquired.lease;
+        int64_t const grow = totalPages - static_cast<int64_t>(lease.basePages().size());
+        bool grown = true;
+        if (grow > 0) grown = manager.growSpecPages(lease, static_cast<int32_t>(grow), static_cast<int32_t>(grow));
+        int64_t const basePages = static_cast<int64_t>(lease.basePages().size());
+        int64_t const draftPages = static_cast<int64_t>(lease.draftPages().size());
+        int32_t published = 0;
+        PublishStatus status = PublishStatus::kPublished;
+        if (!h.empty()) {
+            PublishResult const result = manager.publish(lease, h.data(), h.size(), n);
+            published = result.publishedBaseFullBlockCount;
+            status = result.status;
+        }
+        lease.release();
+        Clock::time_point const t1 = Clock::now();
+
+        out.requestNs[i] = ns(t0, t1);
+        ReusePlan const& plan = acquired.plan;
+        if (plan.matchedTokenLength > 0 && plan.reuseTokenLength != plan.matchedTokenLength - pageSize)
+            fail("a spec hit must replay exactly its boundary page");
+        ++out.acquired;
+        out.managerCalls += 2;  // acquire + release
+        out.reusedTokens += plan.reuseTokenLength;
+        out.matchedTokens += plan.matchedTokenLength;
+        out.replayedPages += (plan.matchedTokenLength - plan.reuseTokenLength) / pageSize;
+        if (plan.reuseTokenLength > 0) ++out.hits;
+        if (grow > 0) {
+            ++out.growCalls;
+            ++out.managerCalls;
+            if (!grown) ++out.growFailures;
+        }
+        if (!h.empty()) {
+            ++out.publishCalls;
+            ++out.managerCalls;
+            if (status == PublishStatus::kPublished) ++out.publishedNew;
+            else ++out.publishedExisting;
+        }
+        out.leasePages += basePages + draftPages;
+        out.leaseBasePages += basePages;
+        out.leaseDraftPages += draftPages;
+        out.publishedBlocks += published;
+        out.pagesTouched += basePages + draftPages + published;
+        if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
+    }
+    finishReplay(manager, out);
     return out;
 }
 
@@ -341,15 +629,51 @@ double ratio(double a, double b) { return b == 0 ? 0.0 : a / b; }
 
 }  // namespace
 
+enum class Mode { kVanilla, kHybrid, kSpec };
+char const* modeName(Mode m) { return m == Mode::kVanilla ? "vanilla" : m == Mode::kHybrid ? "hybrid" : "spec"; }
+
+// One mode's bounded replay --repeat times (figures must repeat; each request keeps its fastest timing).
+template <typename ReplayFn>
+Replay bestOf(int repeat, ReplayFn&& run) {
+    Replay best;
+    for (int pass = 0; pass < repeat; ++pass) {
+        Replay const r = run(pass);
+        if (pass == 0) {
+            best = r;
+            continue;
+        }
+        if (r.reusedTokens != best.reusedTokens || r.pagesTouched != best.pagesTouched ||
+            r.metrics.evictedRecords != best.metrics.evictedRecords || r.metadataBytes != best.metadataBytes ||
+            r.snapshotPressureSkips != best.snapshotPressureSkips || r.digestSumHi != best.digestSumHi ||
+            r.digestSumLo != best.digestSumLo)
+            fail("the replay is not deterministic");
+        for (size_t i = 0; i < best.requestNs.size(); ++i) best.requestNs[i] = std::min(best.requestNs[i], r.requestNs[i]);
+        for (size_t i = 0; i < best.requestDigestNs.size(); ++i)
+            best.requestDigestNs[i] = std::min(best.requestDigestNs[i], r.requestDigestNs[i]);
+    }
+    best.managerNs = 0;
+    for (int64_t t : best.requestNs) best.managerNs += t;
+    best.digestNs = 0;
+    for (int64_t t : best.requestDigestNs) best.digestNs += t;
+    return best;
+}
+
 int main(int argc, char** argv) {
     std::string trace = kDefaultTrace;
     std::string key = kDefaultKey;
     int64_t limit = -1;
     int64_t capacityBlocks = -1;
     int64_t maxRecords = 1000000;
+    int64_t snapshotSlotsOption = -1;
+    int64_t candidateCap = 8;
     bool upperBound = true;
     int repeat = 5;
     std::vector<int32_t> pageSizes;
+    std::vector<Mode> modes;
+    char const* const usage =
+        "bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]... "
+        "[--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] "
+        "[--repeat K] [--no-upper-bound]";
     for (int i = 1; i < argc; ++i) {
         std::string const a = argv[i];
         auto value = [&]() -> std::string {
@@ -359,21 +683,35 @@ int main(int argc, char** argv) {
         if (a == "--trace") trace = value();
         else if (a == "--requests") limit = std::stoll(value());
         else if (a == "--page-size") pageSizes.push_back(static_cast<int32_t>(std::stol(value())));
-        else if (a == "--capacity-blocks") capacityBlocks = std::stoll(value());
+        else if (a == "--mode") {
+            std::stringstream list(value());
+            std::string m;
+            while (std::getline(list, m, ',')) {
+                Mode const mode = m == "vanilla" ? Mode::kVanilla : m == "hybrid" ? Mode::kHybrid : m == "spec" ? Mode::kSpec
+                                  : (fail("unknown mode \"" + m + "\" (vanilla, hybrid or spec)"), Mode::kVanilla);
+                if (std::find(modes.begin(), modes.end(), mode) == modes.end()) modes.push_back(mode);
+            }
+        } else if (a == "--capacity-blocks") capacityBlocks = std::stoll(value());
         else if (a == "--max-records") maxRecords = std::stoll(value());
+        else if (a == "--snapshot-slots") snapshotSlotsOption = std::stoll(value());
+        else if (a == "--hybrid-candidates") candidateCap = std::stoll(value());
         else if (a == "--key") key = value();
         else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
         else if (a == "--no-upper-bound") upperBound = false;
         else if (a == "-h" || a == "--help") {
-            std::puts("bench_manager [--trace PATH] [--requests N] [--page-size P]... [--capacity-blocks B] "
-                      "[--max-records R] [--key STRING] [--repeat K] [--no-upper-bound]");
+            std::puts(usage);
             return 0;
         } else fail("unknown argument " + a);
     }
     if (pageSizes.empty()) pageSizes = {16, 128};
+    if (modes.empty()) modes = {Mode::kVanilla, Mode::kHybrid, Mode::kSpec};
+    std::sort(modes.begin(), modes.end());
     for (int32_t p : pageSizes)
         if (p <= 0 || kTraceBlock % p != 0) fail("page size " + std::to_string(p) + " does not divide 512");
     if (maxRecords < 0 || maxRecords > INT32_MAX) fail("--max-records out of range");
+    if (candidateCap < 0 || candidateCap > INT32_MAX) fail("--hybrid-candidates out of range");
+    if (snapshotSlotsOption > INT32_MAX / 4) fail("--snapshot-slots out of range");
+    bool const wantHybrid = std::find(modes.begin(), modes.end(), Mode::kHybrid) != modes.end();
 
     std::vector<Request> const requests = loadTrace(trace, limit);
     std::unordered_set<uint64_t> distinct;
@@ -385,6 +723,8 @@ int main(int argc, char** argv) {
     }
     int64_t const distinctBlocks = static_cast<int64_t>(distinct.size());
     if (capacityBlocks < 0) capacityBlocks = distinctBlocks / 2;
+    int64_t const snapshotSlots = snapshotSlotsOption >= 0 ? snapshotSlotsOption
+                                                           : std::max<int64_t>(1, static_cast<int64_t>(requests.size()) / 2);
 
     BlockHasher const hasher(HashAlgorithm::kSha256, key);
     std::vector<int32_t> tokens;
@@ -396,7 +736,9 @@ int main(int argc, char** argv) {
 
         // Hashing phase: expand each request's tokens (untimed), then hash them --repeat times back to back
         // (timed; the fastest counts; repetitions after the first go to scratch storage and must match it).
+        // Hybrid: also the untimed reference hashExactPrefix(tokens[:n]) of every request.
         std::vector<std::vector<BlockHash>> hashes(requests.size());
+        std::vector<BlockHash> exactDigests(wantHybrid ? requests.size() : 0);
         std::vector<BlockHash> scratch;
         std::vector<int64_t> hashRequestNs(requests.size(), INT64_MAX);
         int64_t hashNs = 0, hashedTokens = 0, hashedBlocks = 0;
@@ -412,6 +754,7 @@ int main(int argc, char** argv) {
                 hashRequestNs[i] = std::min(hashRequestNs[i], ns(t0, Clock::now()));
                 if (pass > 0 && out != hashes[i]) fail("hashing is not deterministic");
             }
+            if (wantHybrid) exactDigests[i] = hasher.hashExactPrefix(tokens.data(), tokens.size(), pageSize);
         }
         for (int64_t t : hashRequestNs) hashNs += t;
         for (std::vector<BlockHash> const& hs : hashes) {
@@ -420,98 +763,149 @@ int main(int argc, char** argv) {
         }
         hashedTokens = hashedBlocks * pageSize;
 
-        Replay run;
-        for (int pass = 0; pass < repeat; ++pass) {
-            Replay const r = replay(requests, hashes, pageSize, static_cast<int32_t>(capacityPages),
-                                    static_cast<int32_t>(maxRecords), pass == 0);
-            if (pass == 0) {
-                run = r;
-                continue;
-            }
-            if (r.reusedTokens != run.reusedTokens || r.pagesTouched != run.pagesTouched ||
-                r.metrics.evictedRecords != run.metrics.evictedRecords || r.metadataBytes != run.metadataBytes)
-                fail("the replay is not deterministic");
-            for (size_t i = 0; i < run.requestNs.size(); ++i) run.requestNs[i] = std::min(run.requestNs[i], r.requestNs[i]);
-        }
-        run.managerNs = 0;
-        for (int64_t t : run.requestNs) run.managerNs += t;
+        for (Mode mode : modes) {
+            auto runOnce = [&](int64_t basePages, int64_t slots, bool samplePeak, bool check) -> Replay {
+                if (basePages > INT32_MAX || slots > INT32_MAX) fail("capacity exceeds INT32_MAX");
+                int32_t const pages = static_cast<int32_t>(basePages), records = static_cast<int32_t>(maxRecords);
+                switch (mode) {
+                    case Mode::kVanilla: return replayVanilla(requests, hashes, pageSize, pages, records, samplePeak);
+                    case Mode::kSpec: return replaySpec(requests, hashes, pageSize, pages, records, samplePeak);
+                    case Mode::kHybrid: break;
+                }
+                HybridOptions options;
+                options.snapshotSlots = static_cast<int32_t>(slots);
+                options.candidateCap = static_cast<int32_t>(candidateCap);
+                options.hasher = &hasher;
+                options.exactDigests = check ? &exactDigests : nullptr;
+                return replayHybrid(requests, hashes, pageSize, pages, records, options, samplePeak);
+            };
+            Replay run = bestOf(repeat, [&](int pass) { return runOnce(capacityPages, snapshotSlots, pass == 0, pass == 0); });
 
-        Replay bound;
-        int64_t boundCapacity = 0;
-        if (upperBound) {
-            boundCapacity = distinctBlocks * pagesPerBlock + (maxRequestTokens + pageSize - 1) / pageSize + 1;
-            for (;;) {
-                if (boundCapacity > INT32_MAX) fail("upper-bound capacity exceeds INT32_MAX pages");
-                bound = replay(requests, hashes, pageSize, static_cast<int32_t>(boundCapacity),
-                               static_cast<int32_t>(maxRecords), false);
-                if (bound.metrics.evictedRecords == 0 && bound.insufficientCapacity == 0) break;
-                boundCapacity *= 2;
+            Replay bound;
+            int64_t boundCapacity = 0, boundSlots = 0;
+            if (upperBound) {
+                boundCapacity = distinctBlocks * pagesPerBlock + (maxRequestTokens + pageSize - 1) / pageSize + 1;
+                boundSlots = static_cast<int64_t>(requests.size()) + 2;
+                for (;;) {
+                    if (boundCapacity > INT32_MAX) fail("upper-bound capacity exceeds INT32_MAX pages");
+                    bound = runOnce(boundCapacity, mode == Mode::kHybrid ? boundSlots : 0, false, false);
+                    if (bound.metrics.evictedRecords == 0 && bound.insufficientCapacity == 0 &&
+                        bound.snapshotPressureSkips == 0)
+                        break;
+                    boundCapacity *= 2;
+                    boundSlots *= 2;
+                }
             }
-        }
 
-        Json j;
-        j.num("page_size", static_cast<int64_t>(pageSize));
-        j.num("repeat", static_cast<int64_t>(repeat));
-        j.num("requests", run.requests);
-        j.num("distinct_blocks", distinctBlocks);
-        j.num("trace_blocks", traceBlocks);
-        j.num("capacity_blocks", capacityBlocks);
-        j.num("capacity_pages", run.capacityPages);
-        j.num("max_records", maxRecords);
-        j.num("input_tokens", run.inputTokens);
-        j.num("hashed_tokens", hashedTokens);
-        j.num("hashed_blocks", hashedBlocks);
-        j.str("hash_sum_hi", std::to_string(sumHi));
-        j.str("hash_sum_lo", std::to_string(sumLo));
-        j.num("acquired", run.acquired);
-        j.num("insufficient_capacity", run.insufficientCapacity);
-        j.num("grow_calls", run.growCalls);
-        j.num("grow_failures", run.growFailures);
-        j.num("publish_calls", run.publishCalls);
-        j.num("published_new", run.publishedNew);
-        j.num("published_existing", run.publishedExisting);
-        j.num("manager_calls", run.managerCalls);
-        j.num("reused_tokens", run.reusedTokens);
-        j.num("matched_tokens", run.matchedTokens);
-        j.real("hit_rate", ratio(static_cast<double>(run.reusedTokens), static_cast<double>(run.inputTokens)));
-        if (upperBound) {
-            j.num("upper_bound_reused_tokens", bound.reusedTokens);
-            j.real("upper_bound_hit_rate", ratio(static_cast<double>(bound.reusedTokens), static_cast<double>(bound.inputTokens)));
-            j.num("upper_bound_capacity_pages", boundCapacity);
-            j.num("upper_bound_cached_pages", bound.cachedPages);
+            Json j;
+            j.num("page_size", static_cast<int64_t>(pageSize));
+            j.str("mode", modeName(mode));
+            j.num("repeat", static_cast<int64_t>(repeat));
+            j.num("requests", run.requests);
+            j.num("distinct_blocks", distinctBlocks);
+            j.num("trace_blocks", traceBlocks);
+            j.num("capacity_blocks", capacityBlocks);
+            j.num("capacity_pages", run.capacityPages);
+            if (mode == Mode::kSpec) j.num("draft_capacity_pages", run.draftCapacityPages);
+            if (mode == Mode::kHybrid) {
+                j.num("snapshot_slots", run.snapshotSlots);
+                j.num("hybrid_candidate_cap", candidateCap);
+            }
+            j.num("max_records", maxRecords);
+            j.num("input_tokens", run.inputTokens);
+            j.num("hashed_tokens", hashedTokens);
+            j.num("hashed_blocks", hashedBlocks);
+            j.str("hash_sum_hi", std::to_string(sumHi));
+            j.str("hash_sum_lo", std::to_string(sumLo));
+            if (mode == Mode::kHybrid) {
+                j.num("candidate_lengths_offered", run.candidateLengthsOffered);
+                j.num("candidates_tried", run.candidatesTried);
+                j.num("digests", run.digests);
+                j.num("digest_tokens", run.digestTokens);
+                j.str("digest_sum_hi", std::to_string(run.digestSumHi));
+                j.str("digest_sum_lo", std::to_string(run.digestSumLo));
+            }
+            j.num("acquired", run.acquired);
+            j.num("insufficient_capacity", run.insufficientCapacity);
+            j.num("grow_calls", run.growCalls);
+            j.num("grow_failures", run.growFailures);
+            if (mode == Mode::kHybrid) {
+                j.num("reserve_calls", run.reserveCalls);
+                j.num("snapshot_pressure_skips", run.snapshotPressureSkips);
+            }
+            j.num("publish_calls", run.publishCalls);
+            j.num("published_new", run.publishedNew);
+            j.num("published_existing", run.publishedExisting);
+            j.num("manager_calls", run.managerCalls);
+            j.num("reused_tokens", run.reusedTokens);
+            j.num("matched_tokens", run.matchedTokens);
+            if (mode != Mode::kVanilla) j.num("hits", run.hits);
+            if (mode == Mode::kSpec) j.num("replayed_pages", run.replayedPages);
+            j.real("hit_rate", ratio(static_cast<double>(run.reusedTokens), static_cast<double>(run.inputTokens)));
+            if (upperBound) {
+                j.num("upper_bound_reused_tokens", bound.reusedTokens);
+                j.real("upper_bound_hit_rate", ratio(static_cast<double>(bound.reusedTokens), static_cast<double>(bound.inputTokens)));
+                j.num("upper_bound_capacity_pages", boundCapacity);
+                if (mode == Mode::kHybrid) j.num("upper_bound_snapshot_slots", boundSlots);
+                j.num("upper_bound_cached_pages", bound.cachedPages);
+                if (mode == Mode::kSpec) j.num("upper_bound_cached_draft_pages", bound.cachedDraftPages);
+            }
+            j.num("lease_pages", run.leasePages);
+            if (mode == Mode::kSpec) {
+                j.num("lease_base_pages", run.leaseBasePages);
+                j.num("lease_draft_pages", run.leaseDraftPages);
+            }
+            j.num("published_blocks", run.publishedBlocks);
+            j.num("pages_touched", run.pagesTouched);
+            j.num("evicted_records", static_cast<uint64_t>(run.metrics.evictedRecords));
+            j.num("reclaimed_base_pages", static_cast<uint64_t>(run.metrics.reclaimedBaseKvPages));
+            if (mode == Mode::kSpec) j.num("reclaimed_draft_pages", static_cast<uint64_t>(run.metrics.reclaimedDraftKvPages));
+            if (mode == Mode::kHybrid) {
+                j.num("reclaimed_recurrent_snapshots", static_cast<uint64_t>(run.metrics.reclaimedRecurrentSnapshots));
+                j.num("reclaimed_partial_kv_snapshots", static_cast<uint64_t>(run.metrics.reclaimedPartialKvSnapshots));
+            }
+            j.num("records", run.records);
+            j.num("base_index_entries", run.baseIndexEntries);
+            j.num("cached_pages", run.cachedPages);
+            if (mode == Mode::kSpec) j.num("cached_draft_pages", run.cachedDraftPages);
+            if (mode == Mode::kHybrid) {
+                j.num("cached_recurrent_snapshots", run.cachedRecurrentSlots);
+                j.num("cached_partial_kv_snapshots", run.cachedPartialSlots);
+            }
+            j.num("metadata_bytes", run.metadataBytes);
+            j.real("metadata_bytes_per_cached_block", ratio(static_cast<double>(run.metadataBytes), static_cast<double>(run.cachedPages)));
+            if (mode == Mode::kSpec)
+                j.real("metadata_bytes_per_cached_page", ratio(static_cast<double>(run.metadataBytes),
+                                                               static_cast<double>(run.cachedPages + run.cachedDraftPages)));
+            j.num("peak_metadata_bytes", run.peakMetadataBytes);
+            {  // C++ only (the C ABI reports the total): where the metadata bytes per cached block go
+                Json b;
+                double const cached = static_cast<double>(run.cachedPages);
+                b.real("pools", ratio(static_cast<double>(run.poolBytes), cached));
+                b.real("base_index", ratio(static_cast<double>(run.baseIndexBytes), cached));
+                b.real("draft_index", ratio(static_cast<double>(run.draftIndexBytes), cached));
+                b.real("records", ratio(static_cast<double>(run.recordBytes), cached));
+                b.real("manager_object", ratio(static_cast<double>(run.metadataBytes - run.poolBytes - run.baseIndexBytes -
+                                                                   run.draftIndexBytes - run.recordBytes), cached));
+                j.raw("cpp_metadata_bytes_per_cached_block_by_part", b.done());
+            }
+            // timings
+            double const hashS = static_cast<double>(hashNs) * 1e-9, managerS = static_cast<double>(run.managerNs) * 1e-9;
+            double const digestS = static_cast<double>(run.digestNs) * 1e-9;
+            j.real("hash_seconds", hashS);
+            if (mode == Mode::kHybrid) j.real("digest_seconds", digestS);
+            j.real("manager_seconds", managerS);
+            j.real("hash_ns_per_token", ratio(static_cast<double>(hashNs), static_cast<double>(hashedTokens)));
+            if (mode == Mode::kHybrid) {
+                j.real("digest_ns_per_token", ratio(static_cast<double>(run.digestNs), static_cast<double>(hashedTokens)));
+                j.real("digest_ns_per_digest", ratio(static_cast<double>(run.digestNs), static_cast<double>(run.digests)));
+            }
+            j.real("manager_ns_per_page_touched", ratio(static_cast<double>(run.managerNs), static_cast<double>(run.pagesTouched)));
+            j.real("manager_ns_per_call", ratio(static_cast<double>(run.managerNs), static_cast<double>(run.managerCalls)));
+            j.real("manager_requests_per_second", ratio(static_cast<double>(run.requests), managerS));
+            j.real("requests_per_second", ratio(static_cast<double>(run.requests), hashS + digestS + managerS));
+            results.push_back(j.done());
         }
-        j.num("lease_pages", run.leasePages);
-        j.num("published_blocks", run.publishedBlocks);
-        j.num("pages_touched", run.pagesTouched);
-        j.num("evicted_records", static_cast<uint64_t>(run.metrics.evictedRecords));
-        j.num("reclaimed_base_pages", static_cast<uint64_t>(run.metrics.reclaimedBaseKvPages));
-        j.num("records", run.records);
-        j.num("base_index_entries", run.baseIndexEntries);
-        j.num("cached_pages", run.cachedPages);
-        j.num("metadata_bytes", run.metadataBytes);
-        j.real("metadata_bytes_per_cached_block", ratio(static_cast<double>(run.metadataBytes), static_cast<double>(run.cachedPages)));
-        j.num("peak_metadata_bytes", run.peakMetadataBytes);
-        {  // C++ only (the C ABI reports the total): where the metadata bytes per cached block go
-            Json b;
-            double const cached = static_cast<double>(run.cachedPages);
-            b.real("pools", ratio(static_cast<double>(run.poolBytes), cached));
-            b.real("base_index", ratio(static_cast<double>(run.baseIndexBytes), cached));
-            b.real("draft_index", ratio(static_cast<double>(run.draftIndexBytes), cached));
-            b.real("records", ratio(static_cast<double>(run.recordBytes), cached));
-            b.real("manager_object", ratio(static_cast<double>(run.metadataBytes - run.poolBytes - run.baseIndexBytes -
-                                                               run.draftIndexBytes - run.recordBytes), cached));
-            j.raw("cpp_metadata_bytes_per_cached_block_by_part", b.done());
-        }
-        // timings
-        double const hashS = static_cast<double>(hashNs) * 1e-9, managerS = static_cast<double>(run.managerNs) * 1e-9;
-        j.real("hash_seconds", hashS);
-        j.real("manager_seconds", managerS);
-        j.real("hash_ns_per_token", ratio(static_cast<double>(hashNs), static_cast<double>(hashedTokens)));
-        j.real("manager_ns_per_page_touched", ratio(static_cast<double>(run.managerNs), static_cast<double>(run.pagesTouched)));
-        j.real("manager_ns_per_call", ratio(static_cast<double>(run.managerNs), static_cast<double>(run.managerCalls)));
-        j.real("manager_requests_per_second", ratio(static_cast<double>(run.requests), managerS));
-        j.real("requests_per_second", ratio(static_cast<double>(run.requests), hashS + managerS));
-        results.push_back(j.done());
     }
 
     Json top;
