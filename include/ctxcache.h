@@ -279,6 +279,13 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t *manager, const 
 CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_t *manager, int32_t input_token_count,
                                                              int32_t *out_lengths, size_t out_capacity,
                                                              size_t *out_count);
+/* The same, narrowed to checkpoints whose last full block is one of the prompt's own `count` full-block hashes
+ * (or that have no full block): the only ones an acquire can accept, found in O(count). Two-call pattern. */
+CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths_for(const ctxc_manager_t *manager,
+                                                                 int32_t input_token_count,
+                                                                 const ctxc_hash128_t *hashes, size_t count,
+                                                                 int32_t *out_lengths, size_t out_capacity,
+                                                                 size_t *out_count);
 
 /* Append `count` private base pages to a vanilla or hybrid lease. *out_ok = 1, or 0 when capacity is short
  * (then nothing changed). */

@@ -213,6 +213,20 @@ CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_
     });
 }
 
+CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths_for(const ctxc_manager_t* manager,
+                                                                 int32_t input_token_count,
+                                                                 const ctxc_hash128_t* hashes, size_t count,
+                                                                 int32_t* out_lengths, size_t out_capacity,
+                                                                 size_t* out_count) {
+    return guard(__func__, [&] {
+        ManagerObject& m = requireManager(manager);
+        requireNonNegative(input_token_count, "input_token_count");
+        BlockHashSpan const input{inputHashes(hashes, count), count};
+        return copyOut(m.manager->hybridCandidateLengths(input_token_count, input), out_lengths, out_capacity, out_count,
+                       "out_lengths");
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_manager_grow_base_pages(ctxc_manager_t* manager, ctxc_lease_t* lease, int32_t count,
                                                     int32_t* out_ok) {
     return guard(__func__, [&] {

@@ -1,10 +1,21 @@
 #include "ctxcache/cache_record_store.h"
 
+#include <algorithm>
 #include <string>
 
 #include "ctxcache/errors.h"
 
 namespace ctxcache {
+
+namespace {
+
+// Where a hybrid checkpoint hangs off its prompt's block chain: its last full block (or the chain root).
+CacheRecordKey anchorOf(CacheRecord const& record) {
+    int32_t const blocks = record.key.fullBlockCount;
+    return {blocks > 0 ? record.logicalBlockHashes.back() : kChainRoot, blocks};
+}
+
+}  // namespace
 
 CacheRecordStore::CacheRecordStore(int32_t maxRecords) : maxRecords_(maxRecords) {
     if (maxRecords < 0) throw ContractError("CacheRecordStore: maxRecords must be non-negative");
@@ -41,12 +52,23 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
         try {
             if (hybrid) {
                 hybridIndex_.tryEmplace(*hybrid, id);
-                ++hybridLengths_[hybrid->exactLength];
+                std::vector<int32_t>& lengths = hybridAnchors_[anchorOf(it->second.record)];
+                lengths.push_back(hybrid->exactLength);
+                ++hybridLengths_[hybrid->exactLength];  // last: nothing after it can throw
             } else {
                 exactIndex_.tryEmplace(it->second.record.key, id);
             }
         } catch (...) {
-            if (hybrid) hybridIndex_.erase(*hybrid);
+            if (hybrid) {
+                hybridIndex_.erase(*hybrid);
+                auto anchor = hybridAnchors_.find(anchorOf(it->second.record));
+                if (anchor != hybridAnchors_.end()) {
+                    auto& lengths = anchor->second;
+                    auto at = std::find(lengths.begin(), lengths.end(), hybrid->exactLength);
+                    if (at != lengths.end()) lengths.erase(at);
+                    if (lengths.empty()) hybridAnchors_.erase(anchor);
+                }
+            }
             records_.erase(it);
             throw;
         }
@@ -71,6 +93,23 @@ std::optional<RecordId> CacheRecordStore::findHybrid(HybridCheckpointKey const& 
 std::vector<int32_t> CacheRecordStore::hybridCandidateLengths(int32_t inputTokenCount) const {
     std::vector<int32_t> lengths;
     for (auto it = hybridLengths_.upper_bound(inputTokenCount); it != hybridLengths_.end(); ++it) lengths.push_back(it->first);
+    return lengths;
+}
+
+std::vector<int32_t> CacheRecordStore::hybridCandidateLengths(int32_t inputTokenCount,
+                                                              BlockHashSpan inputFullBlockHashes) const {
+    std::vector<int32_t> lengths;
+    if (hybridAnchors_.empty()) return lengths;
+    for (size_t blocks = 0; blocks <= inputFullBlockHashes.size; ++blocks) {
+        CacheRecordKey const anchor{blocks > 0 ? inputFullBlockHashes[blocks - 1] : kChainRoot,
+                                    static_cast<int32_t>(blocks)};
+        auto it = hybridAnchors_.find(anchor);
+        if (it == hybridAnchors_.end()) continue;
+        for (int32_t length : it->second)
+            if (length < inputTokenCount) lengths.push_back(length);
+    }
+    std::sort(lengths.begin(), lengths.end(), std::greater<int32_t>());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     return lengths;
 }
 
@@ -109,6 +148,13 @@ CacheRecord CacheRecordStore::erase(RecordId id) {
         hybridIndex_.erase(*hybrid);
         auto it = hybridLengths_.find(hybrid->exactLength);
         if (it != hybridLengths_.end() && --it->second == 0) hybridLengths_.erase(it);
+        auto anchor = hybridAnchors_.find(anchorOf(record));
+        if (anchor != hybridAnchors_.end()) {
+            auto& lengths = anchor->second;
+            auto at = std::find(lengths.begin(), lengths.end(), hybrid->exactLength);
+            if (at != lengths.end()) lengths.erase(at);
+            if (lengths.empty()) hybridAnchors_.erase(anchor);
+        }
     } else {
         exactIndex_.erase(record.key);
     }
@@ -148,6 +194,17 @@ void CacheRecordStore::checkInvariants() const {
     if (hybridIndex_.size() != hybrids || exactIndex_.size() != records_.size() - hybrids)
         throw InvariantError("CacheRecordStore: key indexes hold entries of no record");
     if (lengths != hybridLengths_) throw InvariantError("CacheRecordStore: hybrid length counts are stale");
+    size_t anchored = 0;
+    for (auto const& [anchor, anchorLengths] : hybridAnchors_) anchored += anchorLengths.size();
+    if (anchored != hybrids) throw InvariantError("CacheRecordStore: hybrid anchors hold " + std::to_string(anchored) +
+                                                  " lengths for " + std::to_string(hybrids) + " hybrid records");
+    for (auto const& [id, e] : records_) {
+        if (!e.record.isHybrid()) continue;
+        auto anchor = hybridAnchors_.find(anchorOf(e.record));
+        if (anchor == hybridAnchors_.end() ||
+            std::find(anchor->second.begin(), anchor->second.end(), *e.record.exactCheckpointLength) == anchor->second.end())
+            throw InvariantError("CacheRecordStore: hybrid record " + std::to_string(id) + " is not anchored");
+    }
 }
 
 size_t CacheRecordStore::memoryBytes() const noexcept {
@@ -158,6 +215,9 @@ size_t CacheRecordStore::memoryBytes() const noexcept {
     bytes += records_.size() * (sizeof(std::pair<RecordId const, Entry>) + kNodeOverhead);
     bytes += lru_.size() * (sizeof(RecordId) + kNodeOverhead);
     bytes += hybridLengths_.size() * (sizeof(std::pair<int32_t const, int32_t>) + 4 * sizeof(void*) + 16);
+    bytes += hybridAnchors_.bucket_count() * sizeof(void*);
+    for (auto const& [anchor, lengths] : hybridAnchors_)
+        bytes += sizeof(std::pair<CacheRecordKey const, std::vector<int32_t>>) + kNodeOverhead + lengths.capacity() * sizeof(int32_t);
     for (auto const& [id, e] : records_) {
         bytes += e.record.logicalBlockHashes.capacity() * sizeof(BlockHash);
         bytes += e.record.basePagePath.capacity() * sizeof(PageId);

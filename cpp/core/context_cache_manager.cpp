@@ -195,6 +195,13 @@ std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTo
     return records_.hybridCandidateLengths(inputTokenCount);
 }
 
+std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount,
+                                                                 BlockHashSpan inputFullBlockHashes) const {
+    if (inputTokenCount < 0) contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
+    if (inputFullBlockHashes.size > 0 && !inputFullBlockHashes.data) contract("hybridCandidateLengths", "hashes is null");
+    return records_.hybridCandidateLengths(inputTokenCount, inputFullBlockHashes);
+}
+
 AcquireResult ContextCacheManager::acquire(ReusePlan plan) {
     CacheRequestLease lease = newLease(plan.mode);
     LeaseState& s = *lease.state_;

@@ -7,8 +7,8 @@
 //             while a publication commits).
 // Errors:     insert of an invalid record, get/touch/erase/setDraftState of an unknown id: ContractError,
 //             nothing changed.
-// Cost:       insert/find/touch/erase O(1) expected plus the record's size; hybridCandidateLengths
-//             O(distinct stored lengths below n).
+// Cost:       insert/find/touch/erase O(1) expected plus the record's size; hybridCandidateLengths(n)
+//             O(distinct stored lengths below n), hybridCandidateLengths(n, hashes) O(input blocks + results).
 // Threading:  single writer, no internal locks.
 #pragma once
 
@@ -39,6 +39,10 @@ public:
     std::optional<RecordId> findHybrid(HybridCheckpointKey const& key) const;
     // Every stored hybrid exact length below inputTokenCount, longest first, without duplicates.
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
+    // Only the lengths whose checkpoint's full blocks are a prefix of `inputFullBlockHashes` as far as its last
+    // full block (fb = length / pageSize blocks, anchored at hash fb-1, or at the chain root for fb = 0), below
+    // inputTokenCount, longest first, without duplicates. O(input blocks + lengths returned).
+    std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount, BlockHashSpan inputFullBlockHashes) const;
 
     CacheRecord const& get(RecordId id) const;
     bool contains(RecordId id) const noexcept { return records_.find(id) != records_.end(); }
@@ -76,6 +80,8 @@ private:
     detail::FlatHashMap<CacheRecordKey, RecordId, CacheRecordKeyHasher> exactIndex_;
     detail::FlatHashMap<HybridCheckpointKey, RecordId, HybridCheckpointKeyHasher> hybridIndex_;
     std::map<int32_t, int32_t, std::greater<int32_t>> hybridLengths_;  // exact length -> record count
+    // (hash of the checkpoint's last full block or the chain root, full-block count) -> exact lengths.
+    std::unordered_map<CacheRecordKey, std::vector<int32_t>, CacheRecordKeyHasher> hybridAnchors_;
     std::list<RecordId> lru_;
 };
 

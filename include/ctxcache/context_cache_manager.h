@@ -101,6 +101,9 @@ public:
                                 bool hasAttention,
                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
+    // Only the stored lengths below inputTokenCount whose checkpoint hangs off this prompt's own block chain (its
+    // last full block is one of the prompt's): the candidates worth a digest. O(prompt blocks + results).
+    std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount, BlockHashSpan inputFullBlockHashes) const;
     // The caller must first select greedy, non-hybrid EAGLE on a supported deployment.
     AcquireResult acquireSpec(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);

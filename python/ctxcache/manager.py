@@ -572,11 +572,18 @@ class ContextCacheManager(Resource):
                                             _lookup_policy(lookup_policy), result, self._lease_out))
         return self._finish_acquire(result)
 
-    def hybrid_candidate_lengths(self, input_token_count: int) -> list[int]:
+    def hybrid_candidate_lengths(self, input_token_count: int, full_block_hashes=None) -> list[int]:
+        """Stored checkpoint lengths below input_token_count, longest first. With the prompt's full-block hashes,
+        only the checkpoints that hang off the prompt's own block chain (found in O(blocks))."""
         n = _arrays.integer(input_token_count, "input_token_count")
-        return [int(x) for x in self._two_call(
-            lambda buf, cap, cnt: lib.ctxc_manager_hybrid_candidate_lengths(self._live(), n, buf, cap, cnt),
-            "int32_t", np.int32)]
+        if full_block_hashes is None:
+            call = lambda buf, cap, cnt: lib.ctxc_manager_hybrid_candidate_lengths(self._live(), n, buf, cap, cnt)
+        else:
+            hashes = _arrays.hash_array(full_block_hashes)
+            pointer = _arrays.hash_pointer(hashes)
+            call = lambda buf, cap, cnt: lib.ctxc_manager_hybrid_candidate_lengths_for(  # noqa: E731
+                self._live(), n, pointer, hashes.shape[0], buf, cap, cnt)
+        return [int(x) for x in self._two_call(call, "int32_t", np.int32)]
 
     # -- grow / snapshots --------------------------------------------------------------------------------------
     def _lease_handle(self, lease) -> Any:

@@ -322,3 +322,37 @@ TEST(HybridManager, HybridPublicationMustExtendTheRestoredPrefix) {
 
 }  // namespace
 }  // namespace ctxcache
+
+namespace ctxcache {
+namespace {
+
+TEST(HybridManager, CandidateLengthsForAPromptFollowItsOwnBlockChain) {
+    ContextCacheManager m(kPage, ResourceDemand{32, 0, 8, 8}, 16);
+    auto publish = [&](std::vector<BlockHash> const& hashes, int32_t length, uint64_t lane) {
+        std::vector<BlockHash> const prompt(hashes.begin(), hashes.begin() + length / kPage);
+        AcquireResult r = m.acquireHybrid({}, prompt, length, true, ContextCacheLookupPolicy::kBypass);
+        checkpoint(m, *r.lease, hashes, length, digest(lane, length));
+    };
+    auto const a = chain(1, 4);
+    auto const b = chain(2, 4);
+    publish(a, 6, 1);   // 1 full block of a, then 2 tokens
+    publish(a, 9, 1);   // 2 full blocks of a
+    publish(a, 12, 1);  // 3 full blocks of a, page aligned
+    publish(b, 10, 2);  // 2 full blocks of b
+    publish(b, 3, 2);   // no full block: anchored at the chain root
+    EXPECT_EQ(m.hybridCandidateLengths(13), (std::vector<int32_t>{12, 10, 9, 6, 3}));
+    // A prompt following a for 4 blocks: only a's checkpoints and the rootless one hang off its chain.
+    EXPECT_EQ(m.hybridCandidateLengths(16, a), (std::vector<int32_t>{12, 9, 6, 3}));
+    EXPECT_EQ(m.hybridCandidateLengths(12, a), (std::vector<int32_t>{9, 6, 3}));  // below n only
+    EXPECT_EQ(m.hybridCandidateLengths(16, extend(chain(1, 2), 3, 2)), (std::vector<int32_t>{9, 6, 3}));
+    EXPECT_EQ(m.hybridCandidateLengths(16, b), (std::vector<int32_t>{10, 3}));
+    EXPECT_EQ(m.hybridCandidateLengths(16, std::vector<BlockHash>{}), (std::vector<int32_t>{3}));
+    // Eviction removes a checkpoint from both views.
+    m.evictRecord(m.records().lruToMru().front());
+    EXPECT_EQ(m.hybridCandidateLengths(16, a), (std::vector<int32_t>{12, 9, 3}));
+    EXPECT_THROW(m.hybridCandidateLengths(-1, a), ContractError);
+    EXPECT_NO_THROW(m.checkInvariants());
+}
+
+}  // namespace
+}  // namespace ctxcache

@@ -528,6 +528,16 @@ class Model:
         record = Record(0, digest, fb, list(hashes), base, [], r, p, length)
         return self._commit(record, published)
 
+    def hybrid_candidate_lengths_for(self, n, hashes):
+        """Lengths whose checkpoint's last full block (or the chain root) is the prompt's block at that count."""
+        out = set()
+        for r in self.records.values():
+            if r.exact_length is None or r.exact_length >= n or r.full_block_count > len(hashes):
+                continue
+            if r.full_block_count == 0 or r.hashes[-1] == hashes[r.full_block_count - 1]:
+                out.add(r.exact_length)
+        return sorted(out, reverse=True)
+
     def hybrid_candidate_lengths(self, n):
         return sorted({r.exact_length for r in self.records.values() if r.exact_length is not None and r.exact_length < n},
                       reverse=True)

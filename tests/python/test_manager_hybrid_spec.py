@@ -407,3 +407,21 @@ def test_draft_index_view_names_one_coherent_record(make_manager):
         m.draft_index.lookup_longest(full_hashes(16), -1)
     m.evict_record(first.record)
     assert len(m.draft_index) == 0
+
+
+def test_candidate_lengths_narrowed_to_the_prompts_own_chain(make_manager):
+    m = make_manager(base_kv_pages=32, recurrent_snapshot_slots=8, partial_kv_snapshot_slots=8)
+    other = np.arange(900, 940, dtype=np.int32)
+    for tokens, n in ((TOKENS, 6), (TOKENS, 9), (other, 10), (other, 3)):
+        with m.acquire_hybrid([], ctxcache.hash_full_blocks(tokens[:n], P), n, True,
+                              lookup_policy=LookupPolicy.BYPASS).lease as lease:
+            reservation = m.reserve_hybrid_snapshots(lease, n % P != 0)
+            m.publish_hybrid(lease, ctxcache.hash_full_blocks(tokens[:n], P),
+                             HybridCheckpointKey(ctxcache.hash_exact_prefix(tokens[:n], P), n), reservation)
+            m.retire_hybrid_snapshot_reservation(lease, reservation)
+    assert m.hybrid_candidate_lengths(20) == [10, 9, 6, 3]
+    assert m.hybrid_candidate_lengths(20, full_hashes(20)) == [9, 6, 3]
+    assert m.hybrid_candidate_lengths(9, full_hashes(8)) == [6, 3]
+    assert m.hybrid_candidate_lengths(20, ctxcache.hash_full_blocks(other[:20], P)) == [10, 3]
+    with pytest.raises(ctxcache.ArgumentTypeError):
+        m.hybrid_candidate_lengths(20, full_hashes(20).astype(np.int64))

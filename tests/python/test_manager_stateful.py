@@ -144,7 +144,7 @@ class ManagerMachine(RuleBasedStateMachine):
                    diverge_at=st.one_of(st.just(SEQUENCE_LENGTH), st.integers(0, SEQUENCE_LENGTH)),
                    salt=st.integers(0, 3), bypass=st.sampled_from([False, False, False, True]))
 
-    def _acquire(self, kind, sequence, length, diverge_at, salt, bypass):
+    def _acquire(self, kind, sequence, length, diverge_at, salt, bypass, narrow=False):
         tokens = self.tokens(sequence, length, diverge_at, salt)
         hashes = self.hashes(tokens)
         model_hashes = as_tuples(hashes)
@@ -159,6 +159,10 @@ class ManagerMachine(RuleBasedStateMachine):
             attention = kind == "hybrid"
             lengths = self.manager.hybrid_candidate_lengths(length)
             assert lengths == self.model.hybrid_candidate_lengths(length)
+            narrowed = self.manager.hybrid_candidate_lengths(length, hashes)
+            assert narrowed == self.model.hybrid_candidate_lengths_for(length, model_hashes)
+            if narrow:
+                lengths = narrowed
             candidates, model_candidates = [], []
             for n in lengths:
                 key, digest = self.digest(tokens, n)
@@ -175,9 +179,9 @@ class ManagerMachine(RuleBasedStateMachine):
         return entry
 
     @precondition(lambda self: sum(e[1].live for e in self.leases) < 4)
-    @rule(kind=KINDS, **REQUEST)
-    def acquire(self, kind, sequence, length, diverge_at, salt, bypass):
-        self._acquire(kind, sequence, length, diverge_at, salt, bypass)
+    @rule(kind=KINDS, narrow=st.booleans(), **REQUEST)
+    def acquire(self, kind, sequence, length, diverge_at, salt, bypass, narrow):
+        self._acquire(kind, sequence, length, diverge_at, salt, bypass, narrow)
 
     @rule(kind=KINDS, **REQUEST)
     def serve(self, kind, sequence, length, diverge_at, salt, bypass):
