@@ -11,7 +11,8 @@ must stay identical (see the C++ file's header comment for the full list):
 
   - vanilla: ``acquire_vanilla``; ``grow_base_pages`` to ``ceil((input_length + output_length) / P)`` pages when
     that adds any; ``publish(lease, hashes, input_length)`` when there is a full block; ``lease.close()``;
-  - hybrid (attention + recurrent, one exact checkpoint at every prompt end): ``hybrid_candidate_lengths(n)``,
+  - hybrid (attention + recurrent, one exact checkpoint at every prompt end): ``hybrid_candidate_lengths(n,
+    hashes)`` (only checkpoints that hang off the prompt's own block chain),
     the K longest tried (``--hybrid-candidates``, default 8, 0 = all) with their keyed ``hash_exact_prefix``
     digests, computed incrementally from the request's chained full-block hashes (``hashes[L // P - 1]`` when P
     divides L, else ``hash_block(parent, tokens[L // P * P:L])``; checked against ``hash_exact_prefix`` at every
@@ -271,7 +272,7 @@ def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
             grow = _ceil_div(n + r.output_length, page_size) - input_pages  # a hybrid lease holds input_pages
 
             t0 = perf()
-            lengths = manager.hybrid_candidate_lengths(n)
+            lengths = manager.hybrid_candidate_lengths(n, h)
             t1 = perf()
             tried = lengths[:candidate_cap] if candidate_cap else lengths
             digest_lengths = tried + [n] if n > 0 else tried

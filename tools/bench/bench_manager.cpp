@@ -24,7 +24,8 @@
 //            publish(lease, {hashes, n})                if any full block
 //            release(lease)
 //   hybrid   (attention + recurrent, hasAttention = true; one exact checkpoint at every prompt end)
-//            lengths = hybridCandidateLengths(n) (stored exact lengths < n, longest first); the K longest are
+//            lengths = hybridCandidateLengths(n, hashes) (stored exact lengths < n whose checkpoint hangs off this
+//            prompt's own block chain, longest first); the K longest are
 //            tried (--hybrid-candidates K, default 8; 0 = all): candidate L gets digest = the keyed SHA-256
 //            hashExactPrefix(tokens[:L], P), computed incrementally from the request's own chained full-block
 //            hashes: hashes[L/P - 1] when P divides L, else hashBlock(L >= P ? hashes[L/P - 1] : chain root,
@@ -416,7 +417,7 @@ Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vecto
         int64_t const totalPages = (static_cast<int64_t>(n) + r.outputLength + pageSize - 1) / pageSize;
 
         Clock::time_point const t0 = Clock::now();
-        std::vector<int32_t> const lengths = manager.hybridCandidateLengths(n);
+        std::vector<int32_t> const lengths = manager.hybridCandidateLengths(n, h);
         Clock::time_point const t1 = Clock::now();
 
         // Untimed: the tokens the digests will hash (what a runtime already holds).
