@@ -6,7 +6,8 @@ page ids, record ids, canonical pages), a broken contract must fail on both, and
 observable state must agree (free lists in allocation order, every refcount, record LRU, metrics, index size)
 and check_invariants() must pass.
 
-Budget: CTXCACHE_HYPOTHESIS_EXAMPLES (default 200) examples of CTXCACHE_HYPOTHESIS_STEPS (default 50) steps.
+Budget: at least CTXCACHE_HYPOTHESIS_EXAMPLES (default 200) examples that run all CTXCACHE_HYPOTHESIS_STEPS
+(default 50) steps; Hypothesis is given twice that many examples because it also explores short programs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -23,8 +25,11 @@ from ctxcache import LookupPolicy, ResourceDemand, ResourceType
 
 import manager_model as mm
 
-EXAMPLES = int(os.environ.get("CTXCACHE_HYPOTHESIS_EXAMPLES", "200"))
 STEPS = int(os.environ.get("CTXCACHE_HYPOTHESIS_STEPS", "50"))
+# Hypothesis also tries short programs; FULL_LENGTH examples must run all STEPS (test_budget_was_met checks).
+FULL_LENGTH = int(os.environ.get("CTXCACHE_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = 2 * FULL_LENGTH
+_steps_per_example: list[int] = []
 SEQUENCE_LENGTH = 16
 
 _rng = np.random.default_rng(20261129)
@@ -82,6 +87,8 @@ class ManagerMachine(RuleBasedStateMachine):
     def teardown(self):
         if not hasattr(self, "manager"):
             return
+        # State comparisons made: one per step (Hypothesis counts the create step within stateful_step_count).
+        _steps_per_example.append(getattr(self, "_steps", 0))
         if os.environ.get("CTXCACHE_STATEFUL_TRACE"):
             print(f"steps={getattr(self, '_steps', 0)} leases={len(self.leases)} records={len(self.manager.records)} "
                   f"next_record_id={self.model.next_id} evicted={self.manager.metrics.evicted_records}")
@@ -366,3 +373,11 @@ ManagerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestManagerAgainstModel = ManagerMachine.TestCase
+
+
+def test_budget_was_met():
+    """Runs after the state machine (pytest keeps file order): enough examples ran every step."""
+    if not _steps_per_example:
+        pytest.skip("the state machine did not run in this session (deselected)")
+    full = sum(1 for steps in _steps_per_example if steps >= STEPS)
+    assert full >= FULL_LENGTH, f"only {full} of {len(_steps_per_example)} examples ran all {STEPS} steps"
