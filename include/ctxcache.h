@@ -418,7 +418,7 @@ typedef struct ctxc_device_backend_options {
     int32_t kind;                 /* CTXC_BACKEND_* (default AUTO: CUDA when usable, else CPU) */
     int32_t device;               /* CUDA device ordinal (default 0) */
     uint32_t max_hash_chunks;     /* capacity of ctxc_device_hash_chunked (default 65536) */
-    size_t max_table_bytes;       /* per-operation descriptor table, >= 4096 (default 1 MiB) */
+    size_t max_table_bytes;       /* per-operation descriptor table, in [4096, 1 GiB] (default 1 MiB) */
     void *stream;                 /* CUDA: the cudaStream_t to run on; NULL = a stream of the backend's own */
 } ctxc_device_backend_options_t;
 
@@ -531,7 +531,8 @@ CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t *pool, int32_t la
 CTXC_API ctxc_status_t ctxc_kv_pool_read_pages(const ctxc_kv_pool_t *pool, int32_t layer, int32_t first_flat_page,
                                                int32_t page_count, void *dst, size_t size);
 
-/* A [max_batch, 2, max_pages_per_seq] int32 page table (K ids, then V ids = K + num_pages; -1 unused). The host
+/* A [max_batch, 2, max_pages_per_seq] int32 page table (K ids, then V ids = K + num_pages; -1 unused; at most
+ * INT32_MAX entries). The host
  * table is the truth; ctxc_kv_page_table_upload copies the rows changed since the last upload. */
 CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t *backend, int32_t max_batch,
                                                  int32_t max_pages_per_seq, int32_t num_pages, int32_t mode,
@@ -598,7 +599,7 @@ CTXC_API ctxc_status_t ctxc_resident_state_compact(ctxc_resident_state_t *state,
 
 CTXC_API void ctxc_snapshot_storage_options_init(ctxc_snapshot_storage_options_t *options);
 CTXC_API void ctxc_snapshot_transfer_init(ctxc_snapshot_transfer_t *transfer);
-/* state, base_pool, draft_pool: each optional (NULL); a draft pool needs a base pool. */
+/* state, base_pool, draft_pool: each optional (NULL); a draft pool needs a base pool and must be another pool. */
 CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t *backend, ctxc_resident_state_t *state,
                                                     ctxc_kv_pool_t *base_pool, ctxc_kv_pool_t *draft_pool,
                                                     const ctxc_snapshot_storage_options_t *options,

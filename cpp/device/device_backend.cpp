@@ -25,8 +25,9 @@ bool overlaps(void const* a, void const* b, uint64_t bytes) {
 }  // namespace
 
 DeviceBackend::DeviceBackend(BackendKind kind, BackendOptions const& options) : kind_(kind), options_(options) {
-    if (options.maxTableBytes < 4096)
-        fail("DeviceBackend", "maxTableBytes must be >= 4096 (got " + std::to_string(options.maxTableBytes) + ")");
+    if (options.maxTableBytes < 4096 || options.maxTableBytes > kMaxTableBytes)
+        fail("DeviceBackend", "maxTableBytes must be in [4096, " + std::to_string(kMaxTableBytes) + "] (got " +
+                                  std::to_string(options.maxTableBytes) + ")");
     if (options.maxHashChunks == 0) fail("DeviceBackend", "maxHashChunks must be positive");
     if (options.device < 0) fail("DeviceBackend", "device must be >= 0 (got " + std::to_string(options.device) + ")");
     spanScratch_.reserve(options.maxTableBytes / sizeof(SpanCopy));

@@ -1,6 +1,7 @@
 // Paged-to-dense gather: cross-object checks, then the backend's single launch.
 #include "ctxcache/device/kv_gather.h"
 
+#include <limits>
 #include <string>
 
 #include "ctxcache/errors.h"
@@ -14,8 +15,12 @@ namespace {
 size_t gatherOutputBytes(KvPagePool const& pool, KvGatherRequest const& r) {
     if (!isValidDType(static_cast<int32_t>(r.outDtype))) fail("unknown output dtype");
     if (r.batch < 0 || r.seqLen < 0) fail("batch and seqLen must be >= 0");
-    return static_cast<size_t>(r.batch) * static_cast<size_t>(r.seqLen) * (pool.tokenBytes(r.layer) / dtypeSize(pool.dtype())) *
-           dtypeSize(r.outDtype);
+    size_t const tokenBytes = (pool.tokenBytes(r.layer) / dtypeSize(pool.dtype())) * dtypeSize(r.outDtype);
+    size_t const tokens = static_cast<size_t>(r.batch) * static_cast<size_t>(r.seqLen);  // < 2^62
+    if (tokenBytes != 0 && tokens > std::numeric_limits<size_t>::max() / tokenBytes)
+        fail("batch " + std::to_string(r.batch) + " * seqLen " + std::to_string(r.seqLen) + " tokens of " +
+             std::to_string(tokenBytes) + " bytes overflow size_t");
+    return tokens * tokenBytes;
 }
 
 void gatherPagedKv(KvPagePool const& pool, KvPageTable const& table, KvLengths const* lengths,

@@ -12,18 +12,19 @@ namespace {
 [[noreturn]] void fail(char const* op, std::string const& why) {
     throw ContractError(std::string("KvLengths::") + op + ": " + why);
 }
-int32_t validatedBatch(int32_t maxBatch) {
+// Validated before anything is allocated: a refused geometry costs nothing.
+int32_t validatedBatch(DeviceBackend const& backend, int32_t maxBatch) {
     if (maxBatch <= 0) fail("KvLengths", "maxBatch must be positive (got " + std::to_string(maxBatch) + ")");
+    if (static_cast<size_t>(maxBatch) * sizeof(RowMove) + sizeof(CompactTensor) + 16 > backend.options().maxTableBytes)
+        fail("KvLengths", "maxBatch " + std::to_string(maxBatch) + " is too large for the backend's descriptor table");
     return maxBatch;
 }
 }  // namespace
 
 KvLengths::KvLengths(DeviceBackend& backend, int32_t maxBatch)
-    : backend_(&backend), maxBatch_(validatedBatch(maxBatch)),
+    : backend_(&backend), maxBatch_(validatedBatch(backend, maxBatch)),
       storage_(backend, static_cast<size_t>(maxBatch) * sizeof(int32_t)) {
     moves_.reserve(static_cast<size_t>(maxBatch));
-    if (static_cast<size_t>(maxBatch) * sizeof(RowMove) + sizeof(CompactTensor) + 16 > backend.options().maxTableBytes)
-        fail("KvLengths", "maxBatch too large for the backend's descriptor table");
 }
 
 void KvLengths::set(int32_t const* lengths, int32_t count) {

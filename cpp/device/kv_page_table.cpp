@@ -21,7 +21,10 @@ size_t tableEntries(int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages) 
         fail("KvPageTable", "maxBatch, maxPagesPerSeq and numPages must be positive (got " + std::to_string(maxBatch) +
                                 ", " + std::to_string(maxPagesPerSeq) + ", " + std::to_string(numPages) + ")");
     if (numPages > std::numeric_limits<int32_t>::max() / 2) fail("KvPageTable", "numPages too large for V ids");
-    return static_cast<size_t>(maxBatch) * 2 * static_cast<size_t>(maxPagesPerSeq);
+    int64_t const entries = static_cast<int64_t>(maxBatch) * 2 * maxPagesPerSeq;
+    if (entries > std::numeric_limits<int32_t>::max())
+        fail("KvPageTable", "maxBatch * 2 * maxPagesPerSeq = " + std::to_string(entries) + " entries exceeds INT32_MAX");
+    return static_cast<size_t>(entries);
 }
 
 }  // namespace
@@ -157,13 +160,13 @@ void KvPageTable::compactRows(int32_t const* oldToNew, int32_t oldBatch, int32_t
             fail("compactRows", "oldToNew[" + std::to_string(b) + "] = " + std::to_string(to) + " is outside [-1, " +
                                     std::to_string(newBatch) + ")");
         if (source[static_cast<size_t>(to)] != -1)
-            fail("compactRows", "overlapping map: rows " + std::to_string(source[static_cast<size_t>(to)]) + " and " +
-                                    std::to_string(b) + " both go to " + std::to_string(to));
+            fail("compactRows", "overlapping map: oldToNew[" + std::to_string(b) + "] = " + std::to_string(to) +
+                                    " repeats the destination of row " + std::to_string(source[static_cast<size_t>(to)]));
         source[static_cast<size_t>(to)] = b;
     }
     for (int32_t to = 0; to < newBatch; ++to)
         if (source[static_cast<size_t>(to)] == -1)
-            fail("compactRows", "no row goes to " + std::to_string(to) + " (the map must fill [0, newBatch))");
+            fail("compactRows", "no row goes to " + std::to_string(to) + " (oldToNew must fill [0, newBatch))");
     size_t const rowEntries = 2 * static_cast<size_t>(maxPagesPerSeq_);
     std::copy(host_.begin(), host_.end(), scratch_.begin());
     for (int32_t b = 0; b < maxBatch_; ++b) {

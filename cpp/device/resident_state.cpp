@@ -17,7 +17,8 @@ size_t alignUp(size_t value) { return (value + kSlabAlignment - 1) / kSlabAlignm
     throw ContractError(std::string("ResidentState::") + op + ": " + why);
 }
 
-ResidentStateGeometry const& validated(ResidentStateGeometry const& g) {
+// Every check runs before anything is allocated: a refused geometry costs nothing.
+ResidentStateGeometry const& validated(DeviceBackend const& backend, ResidentStateGeometry const& g) {
     if (g.maxBatch <= 0) fail("ResidentState", "maxBatch must be positive (got " + std::to_string(g.maxBatch) + ")");
     if (g.numLayers < 0 || g.hiddenSize < 0) fail("ResidentState", "numLayers and hiddenSize must be >= 0");
     if (g.numLayers == 0 && g.hiddenSize == 0) fail("ResidentState", "no recurrent layer and no hidden row: nothing to store");
@@ -31,13 +32,21 @@ ResidentStateGeometry const& validated(ResidentStateGeometry const& g) {
         long double const row = 1.0L * g.recurrentHeads * g.recurrentHeadDim * g.stateSize * 4 + 1.0L * g.convDim * g.convKernel * 4;
         if (row * g.maxBatch * g.numLayers > 1e18L) fail("ResidentState", "state too large");
     }
+    // zeroSlot's table holds two spans per layer; compact's holds every slab and a move per row.
+    size_t const layers = static_cast<size_t>(g.numLayers);
+    size_t const slabs = layers * (g.numLayers > 0 && g.convDim > 0 ? 2 : 1) + (g.hiddenSize > 0 ? 1 : 0);
+    if (2 * layers > backend.tableCapacity(sizeof(SpanCopy)) ||
+        slabs * sizeof(CompactTensor) + 16 + static_cast<size_t>(g.maxBatch) * sizeof(RowMove) > backend.options().maxTableBytes)
+        fail("ResidentState", std::to_string(g.numLayers) + " layers of " + std::to_string(g.maxBatch) +
+                                  " rows need a larger descriptor table than the backend's " +
+                                  std::to_string(backend.options().maxTableBytes) + " bytes (raise maxTableBytes)");
     return g;
 }
 
 }  // namespace
 
 ResidentState::ResidentState(DeviceBackend& backend, ResidentStateGeometry const& geometry)
-    : backend_(&backend), geometry_(validated(geometry)) {
+    : backend_(&backend), geometry_(validated(backend, geometry)) {
     size_t offset = 0;
     size_t const batch = static_cast<size_t>(geometry_.maxBatch);
     for (int32_t layer = 0; layer < geometry_.numLayers; ++layer) {
@@ -56,9 +65,6 @@ ResidentState::ResidentState(DeviceBackend& backend, ResidentStateGeometry const
     if (geometry_.hiddenSize > 0) slabs_.push_back(slab(StatePart::kBoundaryHidden, 0));
     spans_.reserve(2 * static_cast<size_t>(geometry_.numLayers));
     moves_.reserve(batch);
-    if (2 * static_cast<size_t>(geometry_.numLayers) > backend.tableCapacity(sizeof(SpanCopy)) ||
-        slabs_.size() * sizeof(CompactTensor) + 16 + batch * sizeof(RowMove) > backend.options().maxTableBytes)
-        fail("ResidentState", "too many layers for the backend's descriptor table (raise maxTableBytes)");
 }
 
 size_t ResidentState::rowBytes(StatePart part) const {

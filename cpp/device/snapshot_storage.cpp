@@ -50,6 +50,8 @@ SnapshotStorage::SnapshotStorage(DeviceBackend& backend, ResidentState const* st
         (draftPool && &draftPool->backend() != &backend))
         fail("SnapshotStorage", "the state and pools must live on the storage's backend");
     if (draftPool && !basePool) fail("SnapshotStorage", "a draft pool needs a base pool");
+    // One pool as both would let a restore write the same page from two regions in one launch (unordered on CUDA).
+    if (draftPool && draftPool == basePool) fail("SnapshotStorage", "the draft pool must be another pool than the base pool");
     if (boundaryHidden_ && (!state || state->geometry().hiddenSize == 0))
         fail("SnapshotStorage", "boundaryHidden needs a resident state with hiddenSize > 0");
     recurrentBytesPerSlot_ = state ? recurrentBytesPerSlot(state->geometry(), boundaryHidden_) : 0;

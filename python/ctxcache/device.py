@@ -7,7 +7,10 @@ bytes. Device memory is never exposed: arrays are copied in with ``write_*`` and
 
 Element types map to numpy as: fp16 -> ``float16``, bf16 -> ``uint16`` (bit patterns; numpy has no bfloat16),
 fp8 e4m3 -> ``uint8`` (bit patterns), fp32 -> ``float32``. Writes also accept raw ``uint8`` bytes. Arrays must be
-C-contiguous; a wrong dtype or layout raises :class:`ctxcache.ArgumentTypeError` before anything reaches C.
+C-contiguous; a wrong dtype or layout raises :class:`ctxcache.ArgumentTypeError` before anything reaches C, and so
+does an object of the wrong type (or None) where a backend, pool, table, lengths or buffer is expected. Nothing is
+allocated for a call that is then refused: output arrays and buffers are sized only after the arguments are
+checked, and temporary buffers are freed when the call fails.
 
 Single-writer: a backend and everything built on it must not be used from several threads at once. Objects are
 context managers; closing them in any order is safe (an object keeps what it was built from alive).
@@ -24,7 +27,7 @@ import numpy as np
 from . import _arrays
 from ._resource import Resource
 from ._ffi import check, ffi, lib
-from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
 
 _NULL = ffi.NULL
 DEFAULT_HASH_CHUNKS = 2048
@@ -96,6 +99,13 @@ def _enum(enum_type, value: Any, name: str):
         return enum_type(number)
     except ValueError:
         raise InvalidArgumentError(f"{name} {number} is not a {enum_type.__name__} value") from None
+
+
+def _handle(value: Any, kind: type, name: str):
+    """The live C handle of an object that must be a `kind` (None and other types are ArgumentTypeError)."""
+    if not isinstance(value, kind):
+        raise ArgumentTypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value._live()
 
 
 def _contiguous(array: Any, name: str, dtypes: Sequence[np.dtype]) -> np.ndarray:
@@ -218,6 +228,8 @@ class Backend(_Handle):
     def buffer(self, data: Any) -> "DeviceBuffer":
         """A zero-filled buffer of ``data`` bytes, or a buffer holding a copy of a numpy array."""
         if isinstance(data, np.ndarray):
+            if not data.flags.c_contiguous:
+                raise ArgumentTypeError("data must be C-contiguous (use np.ascontiguousarray)")
             buffer = DeviceBuffer(self, data.nbytes)
             buffer.write(data)
             return buffer
@@ -234,7 +246,7 @@ class DeviceBuffer(_Handle):
     def __init__(self, backend: Backend, nbytes: int):
         nbytes = _arrays.integer(nbytes, "nbytes", maximum=2**62)
         out = ffi.new("ctxc_device_buffer_t **")
-        check(lib.ctxc_device_buffer_create(backend._live(), nbytes, out))
+        check(lib.ctxc_device_buffer_create(_handle(backend, Backend, "backend"), nbytes, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
 
@@ -255,9 +267,12 @@ class DeviceBuffer(_Handle):
         """``count`` elements of ``dtype`` from byte ``offset`` (default: the rest of the buffer)."""
         dtype = np.dtype(dtype)
         offset = _arrays.integer(offset, "offset", maximum=2**62)
+        size = self.nbytes
         if count is None:
-            count = max(self.nbytes - offset, 0) // dtype.itemsize
+            count = max(size - offset, 0) // dtype.itemsize
         count = _arrays.integer(count, "count", maximum=2**62)
+        if offset + count * dtype.itemsize > size:  # before the output array is allocated
+            raise ContractError(f"read: [{offset}, +{count * dtype.itemsize}) is outside the buffer's {size} bytes")
         array, pointer = _out(count * dtype.itemsize, dtype)
         check(lib.ctxc_device_buffer_read(self._live(), offset, pointer, array.nbytes))
         return array
@@ -294,7 +309,7 @@ class KvPagePool(_Handle):
         options.layers = c_layers if shapes else _NULL
         options.layer_count = len(shapes)
         out = ffi.new("ctxc_kv_pool_t **")
-        check(lib.ctxc_kv_pool_create(backend._live(), options, out))
+        check(lib.ctxc_kv_pool_create(_handle(backend, Backend, "backend"), options, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
 
@@ -318,10 +333,12 @@ class KvPagePool(_Handle):
     def read_pages(self, layer: int, first_flat_page: int, count: int) -> np.ndarray:
         """(count, page_size, kv_heads, head_dim) array of the pool's numpy dtype."""
         count = _arrays.integer(count, "count")
+        first_flat_page = _arrays.integer(first_flat_page, "first_flat_page", minimum=None)
         heads, dim = self.layers[_arrays.integer(layer, "layer", maximum=len(self.layers) - 1)]
+        if first_flat_page < 0 or first_flat_page + count > 2 * self.num_pages:  # before the output is allocated
+            raise ContractError(f"read_pages: pages [{first_flat_page}, +{count}) are outside [0, {2 * self.num_pages})")
         array, pointer = _out(count * self.page_bytes(layer), self.dtype.numpy_dtype, (count, self.page_size, heads, dim))
-        check(lib.ctxc_kv_pool_read_pages(self._live(), layer, _arrays.integer(first_flat_page, "first_flat_page", minimum=None),
-                                          count, pointer, array.nbytes))
+        check(lib.ctxc_kv_pool_read_pages(self._live(), layer, first_flat_page, count, pointer, array.nbytes))
         return array
 
 
@@ -339,7 +356,7 @@ class KvPageTable(_Handle):
         self.max_pages_per_seq = _arrays.integer(max_pages_per_seq, "max_pages_per_seq", minimum=None)
         self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
         out = ffi.new("ctxc_kv_page_table_t **")
-        check(lib.ctxc_kv_page_table_create(backend._live(), self.max_batch, self.max_pages_per_seq, self.num_pages,
+        check(lib.ctxc_kv_page_table_create(_handle(backend, Backend, "backend"), self.max_batch, self.max_pages_per_seq, self.num_pages,
                                             self.mode, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
@@ -409,7 +426,7 @@ class KvLengths(_Handle):
     def __init__(self, backend: Backend, max_batch: int):
         self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         out = ffi.new("ctxc_kv_lengths_t **")
-        check(lib.ctxc_kv_lengths_create(backend._live(), self.max_batch, out))
+        check(lib.ctxc_kv_lengths_create(_handle(backend, Backend, "backend"), self.max_batch, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
 
@@ -466,7 +483,7 @@ class ResidentState(_Handle):
         self.max_batch = int(options.max_batch)
         self.num_layers = int(options.num_layers)
         out = ffi.new("ctxc_resident_state_t **")
-        check(lib.ctxc_resident_state_create(backend._live(), options, out))
+        check(lib.ctxc_resident_state_create(_handle(backend, Backend, "backend"), options, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
 
@@ -525,7 +542,7 @@ class SnapshotStorage(_Handle):
         options.partial_kv_budget_bytes = _arrays.integer(partial_kv_budget_bytes, "partial_kv_budget_bytes", maximum=2**62)
         options.boundary_hidden = int(_arrays.boolean(boundary_hidden, "boundary_hidden"))
         out = ffi.new("ctxc_snapshot_storage_t **")
-        check(lib.ctxc_snapshot_storage_create(backend._live(), state._live() if state else _NULL,
+        check(lib.ctxc_snapshot_storage_create(_handle(backend, Backend, "backend"), state._live() if state else _NULL,
                                                base_pool._live() if base_pool else _NULL,
                                                draft_pool._live() if draft_pool else _NULL, options, out))
         super().__init__(out[0], (backend, state, base_pool, draft_pool))
@@ -589,7 +606,7 @@ def compact_rows(buffer: DeviceBuffer, *, row_bytes: int, rows: int, old_to_new:
     """In-place dim-0 compaction of ``rows`` rows of ``row_bytes`` bytes at ``offset`` by a dense,
     order-preserving map (``len(old_to_new) <= rows`` entries, -1 = retired)."""
     mapping = _int32_array(old_to_new, "old_to_new")
-    check(lib.ctxc_device_compact_rows(buffer._live(), _arrays.integer(offset, "offset", maximum=2**62),
+    check(lib.ctxc_device_compact_rows(_handle(buffer, DeviceBuffer, "buffer"), _arrays.integer(offset, "offset", maximum=2**62),
                                        _arrays.integer(row_bytes, "row_bytes", maximum=2**62), _arrays.integer(rows, "rows"),
                                        _int32_pointer(mapping), mapping.size, _arrays.integer(new_batch, "new_batch", minimum=None)))
 
@@ -598,7 +615,7 @@ def rebase_execution_rows(buffer: DeviceBuffer, *, count: int, old_to_new: Any, 
                           rows_per_sequence: int, offset: int = 0) -> None:
     """Rebase ``count`` int32 execution-row indices at ``offset`` after a compaction by ``old_to_new``."""
     mapping = _int32_array(old_to_new, "old_to_new")
-    check(lib.ctxc_device_rebase_execution_rows(buffer._live(), _arrays.integer(offset, "offset", maximum=2**62),
+    check(lib.ctxc_device_rebase_execution_rows(_handle(buffer, DeviceBuffer, "buffer"), _arrays.integer(offset, "offset", maximum=2**62),
                                                 _arrays.integer(count, "count", maximum=2**62), _int32_pointer(mapping),
                                                 mapping.size, _arrays.integer(new_batch, "new_batch", minimum=None),
                                                 _arrays.integer(rows_per_sequence, "rows_per_sequence", minimum=None)))
@@ -624,12 +641,32 @@ def gather_kv(pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = 
     """Dense K and V [batch, seq_len, kv_heads, head_dim] of one layer, read through the uploaded page table.
     ``out_dtype`` defaults to the pool's; an fp8 pool may dequantise into fp16, bf16 or fp32. ``out``: reuse two
     device buffers (else two are allocated for the call)."""
+    pool_handle = _handle(pool, KvPagePool, "pool")
+    table_handle = _handle(table, KvPageTable, "table")
+    lengths_handle = _NULL if lengths is None else _handle(lengths, KvLengths, "lengths")
     out_dtype = pool.dtype if out_dtype is None else _enum(DType, out_dtype, "out_dtype")
     request = _gather_request(layer, batch, seq_len, out_dtype, k_scale, v_scale)
-    nbytes = _size_out(lib.ctxc_kv_gather_output_bytes, pool._live(), request)
-    k, v = out if out is not None else (DeviceBuffer(pool.backend, nbytes), DeviceBuffer(pool.backend, nbytes))
-    check(lib.ctxc_kv_gather(pool._live(), table._live(), lengths._live() if lengths is not None else _NULL, request,
-                             k._live(), v._live()))
+    nbytes = _size_out(lib.ctxc_kv_gather_output_bytes, pool_handle, request)
+    if out is not None:
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise ArgumentTypeError(f"out must be a (k, v) tuple of DeviceBuffer, got {type(out).__name__}")
+        k, v = out
+        check(lib.ctxc_kv_gather(pool_handle, table_handle, lengths_handle, request, _handle(k, DeviceBuffer, "out[0]"),
+                                 _handle(v, DeviceBuffer, "out[1]")))
+    else:
+        # Refuse what the table cannot hold before sizing two output buffers for it.
+        if request.batch > table.max_batch:
+            raise ContractError(f"gatherPagedKv: batch {request.batch} exceeds the table's {table.max_batch} slots")
+        if request.seq_len > table.max_pages_per_seq * pool.page_size:
+            raise ContractError(f"gatherPagedKv: seqLen {request.seq_len} needs more pages than the table's "
+                                f"{table.max_pages_per_seq} per sequence")
+        k, v = DeviceBuffer(pool.backend, nbytes), DeviceBuffer(pool.backend, nbytes)
+        try:
+            check(lib.ctxc_kv_gather(pool_handle, table_handle, lengths_handle, request, k._live(), v._live()))
+        except BaseException:
+            k.close()  # a refused gather keeps no device memory
+            v.close()
+            raise
     heads, dim = pool.layers[request.layer]
     shape = (batch, seq_len, heads, dim)
     return (k.read(out_dtype.numpy_dtype, nbytes // out_dtype.itemsize).reshape(shape),
@@ -643,10 +680,11 @@ def _digest(out) -> np.ndarray:
 def hash_chunked(buffer: DeviceBuffer, size: int | None = None, *, offset: int = 0,
                  num_chunks: int = DEFAULT_HASH_CHUNKS) -> np.ndarray:
     """Chunked 128-bit FNV-1a of [offset, offset + size) of a device buffer, as a (2,) uint64 array (hi, lo)."""
+    handle = _handle(buffer, DeviceBuffer, "buffer")
     offset = _arrays.integer(offset, "offset", maximum=2**62)
     size = buffer.nbytes - offset if size is None else _arrays.integer(size, "size", maximum=2**62)
     out = ffi.new("ctxc_hash128_t *")
-    check(lib.ctxc_device_hash_chunked(buffer._live(), offset, size, _arrays.integer(num_chunks, "num_chunks", maximum=2**32 - 1), out))
+    check(lib.ctxc_device_hash_chunked(handle, offset, size, _arrays.integer(num_chunks, "num_chunks", maximum=2**32 - 1), out))
     return _digest(out)
 
 

@@ -6,7 +6,9 @@
 //                partial as hi u64 LE, lo u64 LE.
 // The host path computes everything with ctxcache::fnv1a128; the device path runs the chunk phase as one launch
 // (one thread per chunk) and reduces the partials on the host: the digests are bit-identical.
-// Cost: O(n) either way; the device path is one launch, one small download and O(numChunks) host work.
+// Cost: O(n + numChunks) either way; the host path needs O(1) memory (partials are folded in as computed); the
+// device path is one launch, one small download and O(numChunks) host work, and refuses a chunk count above the
+// backend's maxHashChunks before it sizes anything.
 // Threading: the host functions are pure; the device path follows the backend's single-writer contract.
 #pragma once
 

@@ -28,8 +28,12 @@ namespace ctxcache::device {
 // Values are part of the C ABI (CTXC_BACKEND_*).
 enum class BackendKind : int32_t { kAuto = 0, kCpu = 1, kCuda = 2 };
 
+// The largest descriptor table a backend accepts: the table and its host staging are allocated at construction.
+inline constexpr size_t kMaxTableBytes = size_t{1} << 30;
+
 struct BackendOptions {
-    size_t maxTableBytes = size_t{1} << 20;  // per-op descriptor table (device copy and pinned staging), >= 4096
+    size_t maxTableBytes = size_t{1} << 20;  // per-op descriptor table (device copy and pinned staging), in
+                                             // [4096, kMaxTableBytes]
     uint32_t maxHashChunks = 65536;          // capacity of the chunk-partials buffer of hashChunks()
     int32_t device = 0;                      // CUDA device ordinal
     void* stream = nullptr;                  // CUDA: a cudaStream_t to run on; null = the backend creates its own

@@ -29,7 +29,7 @@ public:
         std::vector<int32_t> kPages;  // may hold -1 (a hole) only in sparse-window mode
     };
 
-    // Every entry starts at -1, uploaded. ContractError on a non-positive size.
+    // Every entry starts at -1, uploaded. ContractError on a non-positive size or more than INT32_MAX entries.
     KvPageTable(DeviceBackend& backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
                 Mode mode = Mode::kDense);
 

@@ -44,8 +44,8 @@ struct SnapshotTransfer {
 class SnapshotStorage {
 public:
     // state / basePool / draftPool may be null (nothing of that kind to snapshot); a draft pool needs a base
-    // pool. Everything must live on `backend`. ContractError otherwise, or when boundaryHidden is asked of a
-    // state without hidden rows.
+    // pool and must be another pool. Everything must live on `backend`. ContractError otherwise, or when
+    // boundaryHidden is asked of a state without hidden rows.
     SnapshotStorage(DeviceBackend& backend, ResidentState const* state, KvPagePool const* basePool,
                     KvPagePool const* draftPool, SnapshotBudgets const& budgets);
 
