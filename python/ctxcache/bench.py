@@ -160,27 +160,34 @@ def _finish(manager: ContextCacheManager, out: dict, capacities: ResourceDemand,
     out["reclaimed_partial_kv_snapshots"] = metrics.reclaimed_partial_kv_snapshots
 
 
-def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                   max_records: int, sample_peak: bool = True) -> dict:
-    """One pass of acquire / grow / publish / release over every request. Only the manager calls are timed."""
-    manager = ContextCacheManager(page_size, ResourceDemand(base_kv_pages=capacity_pages), max_records)
+def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
+                  max_records: int, sample_peak: bool, spec: bool) -> dict:
+    """One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
+    pool (both grown alike). Only the manager calls are timed."""
+    capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
+    manager = ContextCacheManager(page_size, capacities, max_records)
+    pools = 2 if spec else 1
+    acquire = manager.acquire_spec if spec else manager.acquire_vanilla
     perf = time.perf_counter_ns
     out = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
                published_new=0, published_existing=0, manager_calls=0, input_tokens=0, reused_tokens=0,
                matched_tokens=0, lease_pages=0, published_blocks=0, pages_touched=0)
+    if spec:
+        out.update(lease_base_pages=0, lease_draft_pages=0, hits=0, replayed_pages=0)
     request_ns = [0] * len(requests)
     peak = 0
     acquired_ok = AcquireStatus.ACQUIRED
+    published_ok = PublishStatus.PUBLISHED
     gc.collect()
     try:
         for i, (r, h) in enumerate(zip(requests, hashes)):
             n_in = r.input_length
             input_pages = _ceil_div(n_in, page_size)
-            grow = _ceil_div(n_in + r.output_length, page_size) - input_pages  # a vanilla lease holds input_pages
+            grow = _ceil_div(n_in + r.output_length, page_size) - input_pages  # a lease holds input_pages per pool
             publishes = h.shape[0] > 0
 
             t0 = perf()
-            result = manager.acquire_vanilla(h, n_in)
+            result = acquire(h, n_in)
             lease = result.lease
             if lease is None:
                 t1 = perf()
@@ -190,21 +197,32 @@ def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], pa
                 out["manager_calls"] += 1
                 out["insufficient_capacity"] += 1
                 continue
-            grown = manager.grow_base_pages(lease, grow) if grow > 0 else True
+            if grow > 0:
+                grown = manager.grow_spec_pages(lease, grow, grow) if spec else manager.grow_base_pages(lease, grow)
+            else:
+                grown = True
             published = manager.publish(lease, h, n_in) if publishes else None
             lease.close()
             t1 = perf()
 
             request_ns[i] = t1 - t0
             plan = result.plan
-            if result.status != acquired_ok or plan.bound_base_page_count + plan.demand.base_kv_pages != input_pages:
-                raise AssertionError("a vanilla lease must hold ceil(input_length / page_size) pages after acquire")
+            if (result.status != acquired_ok or plan.bound_base_page_count + plan.demand.base_kv_pages != input_pages
+                    or (spec and plan.bound_draft_page_count + plan.demand.draft_kv_pages != input_pages)):
+                raise AssertionError("a lease must hold ceil(input_length / page_size) pages in each pool after acquire")
+            matched, reused = plan.matched_token_length, plan.reuse_token_length
             out["requests"] += 1
             out["input_tokens"] += n_in
             out["acquired"] += 1
             out["manager_calls"] += 2
-            out["reused_tokens"] += plan.reuse_token_length
-            out["matched_tokens"] += plan.matched_token_length
+            out["reused_tokens"] += reused
+            out["matched_tokens"] += matched
+            if spec:
+                if matched > 0 and reused != matched - page_size:
+                    raise AssertionError("a spec hit must replay exactly its boundary page")
+                out["replayed_pages"] += (matched - reused) // page_size
+                if reused > 0:
+                    out["hits"] += 1
             pages = input_pages
             if grow > 0:
                 out["grow_calls"] += 1
@@ -218,21 +236,32 @@ def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], pa
                 out["publish_calls"] += 1
                 out["manager_calls"] += 1
                 blocks = published.published_base_full_block_count
-                if published.status == PublishStatus.PUBLISHED:
+                if published.status == published_ok:
                     out["published_new"] += 1
                 else:
                     out["published_existing"] += 1
-            out["lease_pages"] += pages
+            out["lease_pages"] += pools * pages
+            if spec:
+                out["lease_base_pages"] += pages
+                out["lease_draft_pages"] += pages
             out["published_blocks"] += blocks
-            out["pages_touched"] += pages + blocks
+            out["pages_touched"] += pools * pages + blocks
             if sample_peak:
                 peak = max(peak, manager.metadata_bytes)
 
-        _finish(manager, out, ResourceDemand(base_kv_pages=capacity_pages), peak)
+        _finish(manager, out, capacities, peak)
+        if spec:
+            out["draft_capacity_pages"] = capacity_pages
         out["request_ns"] = request_ns
     finally:
         manager.close()
     return out
+
+
+def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
+                   max_records: int, sample_peak: bool = True) -> dict:
+    """One pass of acquire / grow / publish / release over every request. Only the manager calls are timed."""
+    return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=False)
 
 
 def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: int, tail: np.ndarray):
@@ -372,89 +401,7 @@ def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 def replay_spec(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
                 max_records: int, sample_peak: bool = True) -> dict:
     """One pass of the EAGLE protocol: paired base + draft pools of the same size. Only manager calls are timed."""
-    capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages)
-    manager = ContextCacheManager(page_size, capacities, max_records)
-    perf = time.perf_counter_ns
-    out = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
-               published_new=0, published_existing=0, manager_calls=0, input_tokens=0, reused_tokens=0,
-               matched_tokens=0, lease_pages=0, lease_base_pages=0, lease_draft_pages=0, published_blocks=0,
-               pages_touched=0, hits=0, replayed_pages=0)
-    request_ns = [0] * len(requests)
-    peak = 0
-    acquired_ok = AcquireStatus.ACQUIRED
-    published_ok = PublishStatus.PUBLISHED
-    gc.collect()
-    try:
-        for i, (r, h) in enumerate(zip(requests, hashes)):
-            n_in = r.input_length
-            input_pages = _ceil_div(n_in, page_size)
-            grow = _ceil_div(n_in + r.output_length, page_size) - input_pages  # a spec lease holds input_pages x 2
-            publishes = h.shape[0] > 0
-
-            t0 = perf()
-            result = manager.acquire_spec(h, n_in)
-            lease = result.lease
-            if lease is None:
-                t1 = perf()
-                request_ns[i] = t1 - t0
-                out["requests"] += 1
-                out["input_tokens"] += n_in
-                out["manager_calls"] += 1
-                out["insufficient_capacity"] += 1
-                continue
-            grown = manager.grow_spec_pages(lease, grow, grow) if grow > 0 else True
-            published = manager.publish(lease, h, n_in) if publishes else None
-            lease.close()
-            t1 = perf()
-
-            request_ns[i] = t1 - t0
-            plan = result.plan
-            if (result.status != acquired_ok or plan.bound_base_page_count + plan.demand.base_kv_pages != input_pages
-                    or plan.bound_draft_page_count + plan.demand.draft_kv_pages != input_pages):
-                raise AssertionError("a spec lease must hold ceil(input_length / page_size) pages in both pools")
-            matched, reused = plan.matched_token_length, plan.reuse_token_length
-            if matched > 0 and reused != matched - page_size:
-                raise AssertionError("a spec hit must replay exactly its boundary page")
-            out["requests"] += 1
-            out["input_tokens"] += n_in
-            out["acquired"] += 1
-            out["manager_calls"] += 2
-            out["reused_tokens"] += reused
-            out["matched_tokens"] += matched
-            out["replayed_pages"] += (matched - reused) // page_size
-            if reused > 0:
-                out["hits"] += 1
-            pages = input_pages
-            if grow > 0:
-                out["grow_calls"] += 1
-                out["manager_calls"] += 1
-                if grown:
-                    pages += grow
-                else:
-                    out["grow_failures"] += 1
-            blocks = 0
-            if published is not None:
-                out["publish_calls"] += 1
-                out["manager_calls"] += 1
-                blocks = published.published_base_full_block_count
-                if published.status == published_ok:
-                    out["published_new"] += 1
-                else:
-                    out["published_existing"] += 1
-            out["lease_pages"] += 2 * pages
-            out["lease_base_pages"] += pages
-            out["lease_draft_pages"] += pages
-            out["published_blocks"] += blocks
-            out["pages_touched"] += 2 * pages + blocks
-            if sample_peak:
-                peak = max(peak, manager.metadata_bytes)
-
-        _finish(manager, out, capacities, peak)
-        out["draft_capacity_pages"] = capacity_pages
-        out["request_ns"] = request_ns
-    finally:
-        manager.close()
-    return out
+    return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=True)
 
 
 def _ratio(a: float, b: float) -> float:
