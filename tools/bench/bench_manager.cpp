@@ -304,24 +304,29 @@ void finishReplay(ContextCacheManager const& manager, Replay& out) {
     out.metrics = manager.metrics();
 }
 
-Replay replayVanilla(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes,
-                     int32_t pageSize, int32_t capacityPages, int32_t maxRecords, bool samplePeak) {
+// One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
+// pool (both grown alike). Only manager calls are timed.
+Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>> const& hashes,
+                   int32_t pageSize, int32_t capacityPages, int32_t maxRecords, bool samplePeak, bool spec) {
     ResourceDemand capacities;
     capacities.baseKvPages = capacityPages;
+    capacities.draftKvPages = spec ? capacityPages : 0;
     ContextCacheManager manager(pageSize, capacities, maxRecords);
     Replay out;
     out.capacityPages = capacityPages;
+    out.draftCapacityPages = capacities.draftKvPages;
     out.requestNs.assign(requests.size(), 0);
-    PublishRequest publish;
     for (size_t i = 0; i < requests.size(); ++i) {
         Request const& r = requests[i];
-        std::vector<BlockHash>& h = hashes[i];
+        std::vector<BlockHash> const& h = hashes[i];
+        int32_t const n = r.inputLength;
         ++out.requests;
-        out.inputTokens += r.inputLength;
-        int64_t const totalPages = (static_cast<int64_t>(r.inputLength) + r.outputLength + pageSize - 1) / pageSize;
+        out.inputTokens += n;
+        int64_t const totalPages = (static_cast<int64_t>(n) + r.outputLength + pageSize - 1) / pageSize;
 
         Clock::time_point const t0 = Clock::now();
-        AcquireResult acquired = manager.acquireVanilla(h, r.inputLength);
+        AcquireResult acquired =
+            spec ? manager.acquireSpec(h.data(), h.size(), n) : manager.acquireVanilla(h.data(), h.size(), n);
         if (!acquired.lease) {
             Clock::time_point const t1 = Clock::now();
             out.requestNs[i] = ns(t0, t1);
@@ -333,15 +338,16 @@ Replay replayVanilla(std::vector<Request> const& requests, std::vector<std::vect
         CacheRequestLease& lease = *acquired.lease;
         int64_t const grow = totalPages - static_cast<int64_t>(lease.basePages().size());
         bool grown = true;
-        if (grow > 0) grown = manager.growBasePages(lease, static_cast<int32_t>(grow));
-        int64_t const pagesAfterGrowth = static_cast<int64_t>(lease.basePages().size());
+        if (grow > 0) {
+            auto const g = static_cast<int32_t>(grow);
+            grown = spec ? manager.growSpecPages(lease, g, g) : manager.growBasePages(lease, g);
+        }
+        int64_t const basePages = static_cast<int64_t>(lease.basePages().size());
+        int64_t const draftPages = static_cast<int64_t>(lease.draftPages().size());
         int32_t published = 0;
         PublishStatus status = PublishStatus::kPublished;
         if (!h.empty()) {
-            publish.fullBlockHashes.swap(h);  // the caller's hashes, moved in and back (no copy)
-            publish.residentStateLength = r.inputLength;
-            PublishResult const result = manager.publish(lease, publish);
-            publish.fullBlockHashes.swap(h);
+            PublishResult const result = manager.publish(lease, h.data(), h.size(), n);
             published = result.publishedBaseFullBlockCount;
             status = result.status;
         }
@@ -350,10 +356,17 @@ Replay replayVanilla(std::vector<Request> const& requests, std::vector<std::vect
 
         out.requestNs[i] = ns(t0, t1);
         out.managerNs += out.requestNs[i];
+        ReusePlan const& plan = acquired.plan;
         ++out.acquired;
         out.managerCalls += 2;  // acquire + release
-        out.reusedTokens += acquired.plan.reuseTokenLength;
-        out.matchedTokens += acquired.plan.matchedTokenLength;
+        out.reusedTokens += plan.reuseTokenLength;
+        out.matchedTokens += plan.matchedTokenLength;
+        if (spec) {
+            if (plan.matchedTokenLength > 0 && plan.reuseTokenLength != plan.matchedTokenLength - pageSize)
+                fail("a spec hit must replay exactly its boundary page");
+            out.replayedPages += (plan.matchedTokenLength - plan.reuseTokenLength) / pageSize;
+            if (plan.reuseTokenLength > 0) ++out.hits;
+        }
         if (grow > 0) {
             ++out.growCalls;
             ++out.managerCalls;
@@ -365,9 +378,13 @@ Replay replayVanilla(std::vector<Request> const& requests, std::vector<std::vect
             if (status == PublishStatus::kPublished) ++out.publishedNew;
             else ++out.publishedExisting;
         }
-        out.leasePages += pagesAfterGrowth;
+        out.leasePages += basePages + draftPages;
+        if (spec) {
+            out.leaseBasePages += basePages;
+            out.leaseDraftPages += draftPages;
+        }
         out.publishedBlocks += published;
-        out.pagesTouched += pagesAfterGrowth + published;
+        out.pagesTouched += basePages + draftPages + published;
         if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
     }
     finishReplay(manager, out);
@@ -514,81 +531,6 @@ Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vecto
         out.leaseBasePages += pagesAfterGrowth;
         out.publishedBlocks += publishedBlocks;
         out.pagesTouched += pagesAfterGrowth + publishedBlocks;
-        if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
-    }
-    finishReplay(manager, out);
-    return out;
-}
-
-Replay replaySpec(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes, int32_t pageSize,
-                  int32_t capacityPages, int32_t maxRecords, bool samplePeak) {
-    ResourceDemand capacities;
-    capacities.baseKvPages = capacityPages;
-    capacities.draftKvPages = capacityPages;
-    ContextCacheManager manager(pageSize, capacities, maxRecords);
-    Replay out;
-    out.capacityPages = capacityPages;
-    out.draftCapacityPages = capacityPages;
-    out.requestNs.assign(requests.size(), 0);
-    for (size_t i = 0; i < requests.size(); ++i) {
-        Request const& r = requests[i];
-        std::vector<BlockHash> const& h = hashes[i];
-        int32_t const n = r.inputLength;
-        ++out.requests;
-        out.inputTokens += n;
-        int64_t const totalPages = (static_cast<int64_t>(n) + r.outputLength + pageSize - 1) / pageSize;
-
-        Clock::time_point const t0 = Clock::now();
-        AcquireResult acquired = manager.acquireSpec(h.data(), h.size(), n);
-        if (!acquired.lease) {
-            Clock::time_point const t1 = Clock::now();
-            out.requestNs[i] = ns(t0, t1);
-            ++out.managerCalls;
-            ++out.insufficientCapacity;
-            continue;
-        }
-        CacheRequestLease& lease = *acquired.lease;
-        int64_t const grow = totalPages - static_cast<int64_t>(lease.basePages().size());
-        bool grown = true;
-        if (grow > 0) grown = manager.growSpecPages(lease, static_cast<int32_t>(grow), static_cast<int32_t>(grow));
-        int64_t const basePages = static_cast<int64_t>(lease.basePages().size());
-        int64_t const draftPages = static_cast<int64_t>(lease.draftPages().size());
-        int32_t published = 0;
-        PublishStatus status = PublishStatus::kPublished;
-        if (!h.empty()) {
-            PublishResult const result = manager.publish(lease, h.data(), h.size(), n);
-            published = result.publishedBaseFullBlockCount;
-            status = result.status;
-        }
-        lease.release();
-        Clock::time_point const t1 = Clock::now();
-
-        out.requestNs[i] = ns(t0, t1);
-        ReusePlan const& plan = acquired.plan;
-        if (plan.matchedTokenLength > 0 && plan.reuseTokenLength != plan.matchedTokenLength - pageSize)
-            fail("a spec hit must replay exactly its boundary page");
-        ++out.acquired;
-        out.managerCalls += 2;  // acquire + release
-        out.reusedTokens += plan.reuseTokenLength;
-        out.matchedTokens += plan.matchedTokenLength;
-        out.replayedPages += (plan.matchedTokenLength - plan.reuseTokenLength) / pageSize;
-        if (plan.reuseTokenLength > 0) ++out.hits;
-        if (grow > 0) {
-            ++out.growCalls;
-            ++out.managerCalls;
-            if (!grown) ++out.growFailures;
-        }
-        if (!h.empty()) {
-            ++out.publishCalls;
-            ++out.managerCalls;
-            if (status == PublishStatus::kPublished) ++out.publishedNew;
-            else ++out.publishedExisting;
-        }
-        out.leasePages += basePages + draftPages;
-        out.leaseBasePages += basePages;
-        out.leaseDraftPages += draftPages;
-        out.publishedBlocks += published;
-        out.pagesTouched += basePages + draftPages + published;
         if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
     }
     finishReplay(manager, out);
@@ -769,8 +711,8 @@ int main(int argc, char** argv) {
                 if (basePages > INT32_MAX || slots > INT32_MAX) fail("capacity exceeds INT32_MAX");
                 int32_t const pages = static_cast<int32_t>(basePages), records = static_cast<int32_t>(maxRecords);
                 switch (mode) {
-                    case Mode::kVanilla: return replayVanilla(requests, hashes, pageSize, pages, records, samplePeak);
-                    case Mode::kSpec: return replaySpec(requests, hashes, pageSize, pages, records, samplePeak);
+                    case Mode::kVanilla: return replayPaged(requests, hashes, pageSize, pages, records, samplePeak, false);
+                    case Mode::kSpec: return replayPaged(requests, hashes, pageSize, pages, records, samplePeak, true);
                     case Mode::kHybrid: break;
                 }
                 HybridOptions options;
