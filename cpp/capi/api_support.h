@@ -99,7 +99,6 @@ ResourceType resourceType(int32_t value, char const* name);
 
 inline Hash128 toHash(ctxc_hash128_t const& h) { return Hash128{h.hi, h.lo}; }
 inline ctxc_hash128_t fromHash(Hash128 const& h) { return ctxc_hash128_t{h.hi, h.lo}; }
-std::vector<BlockHash> toHashes(ctxc_hash128_t const* hashes, size_t count, char const* name);
 
 // Copies `values` into a caller buffer (two-call pattern): always sets *outCount; CTXC_E_BUFFER_TOO_SMALL (and
 // nothing copied) when the buffer is short.

@@ -9,10 +9,6 @@
 namespace ctxcache {
 namespace {
 
-constexpr ResourceType kAllTypes[kResourceTypeCount] = {ResourceType::kBaseKvPage, ResourceType::kDraftKvPage,
-                                                        ResourceType::kRecurrentSnapshot,
-                                                        ResourceType::kPartialKvSnapshot};
-
 std::string str(int64_t v) { return std::to_string(v); }
 
 [[noreturn]] void contract(char const* operation, std::string const& why) {
@@ -523,7 +519,7 @@ void ContextCacheManager::checkInvariants() const {
 
     ResourceDemand const capacities = pools_.capacities();
     std::vector<int32_t> active[kResourceTypeCount], cache[kResourceTypeCount];
-    for (ResourceType type : kAllTypes) {
+    for (ResourceType type : kAllResourceTypes) {
         active[static_cast<int>(type)].assign(static_cast<size_t>(capacities.get(type)), 0);
         cache[static_cast<int>(type)].assign(static_cast<size_t>(capacities.get(type)), 0);
     }
@@ -568,7 +564,7 @@ void ContextCacheManager::checkInvariants() const {
         throw InvariantError("draft index holds " + str(static_cast<int64_t>(draftIndex_.entryCount())) + " entries for " +
                              str(static_cast<int64_t>(pairedBoundaries)) + " paired boundaries");
 
-    for (ResourceType type : kAllTypes) {
+    for (ResourceType type : kAllResourceTypes) {
         int const t = static_cast<int>(type);
         for (int32_t index = 0; index < capacities.get(type); ++index) {
             ResourceId const id{type, index};

@@ -7,12 +7,8 @@
 namespace ctxcache {
 namespace {
 
-constexpr ResourceType kAllTypes[kResourceTypeCount] = {ResourceType::kBaseKvPage, ResourceType::kDraftKvPage,
-                                                        ResourceType::kRecurrentSnapshot,
-                                                        ResourceType::kPartialKvSnapshot};
-
 bool satisfied(ResourceDemand const& demand, ResourcePools const& pools, ResourceDemand const& reclaimed) {
-    for (ResourceType type : kAllTypes)
+    for (ResourceType type : kAllResourceTypes)
         if (pools.freeCount(type) + reclaimed.get(type) < demand.get(type)) return false;
     return true;
 }
@@ -64,7 +60,7 @@ EvictionPlan EvictionPlanner::plan(ResourceDemand const& demand, ResourcePools c
         return result;
     }
     // Evicting every record frees exactly the reclaimable resources: if even that is short, stop here.
-    for (ResourceType type : kAllTypes)
+    for (ResourceType type : kAllResourceTypes)
         if (pools.freeCount(type) + pools.reclaimableCount(type) < demand.get(type)) return result;
 
     if (mruRecord && !records.contains(*mruRecord)) mruRecord.reset();

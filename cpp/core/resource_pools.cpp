@@ -12,15 +12,11 @@ std::string describe(ResourceId const& id) {
     return std::string(toString(id.type)) + " " + std::to_string(id.index);
 }
 
-constexpr ResourceType kAllTypes[kResourceTypeCount] = {ResourceType::kBaseKvPage, ResourceType::kDraftKvPage,
-                                                        ResourceType::kRecurrentSnapshot,
-                                                        ResourceType::kPartialKvSnapshot};
-
 }  // namespace
 
 ResourcePools::ResourcePools(ResourceDemand capacities) {
     if (!capacities.isNonNegative()) throw ContractError("ResourcePools: capacities must be non-negative");
-    for (ResourceType type : kAllTypes) {
+    for (ResourceType type : kAllResourceTypes) {
         Pool& pool = pools_[index(type)];
         pool.capacity = capacities.get(type);
         pool.slots.assign(static_cast<size_t>(pool.capacity), Slot{});
@@ -33,13 +29,13 @@ ResourcePools::ResourcePools(ResourceDemand capacities) {
 
 ResourceDemand ResourcePools::capacities() const noexcept {
     ResourceDemand result;
-    for (ResourceType type : kAllTypes) result.at(type) = capacity(type);
+    for (ResourceType type : kAllResourceTypes) result.at(type) = capacity(type);
     return result;
 }
 
 bool ResourcePools::canAllocate(ResourceDemand const& demand) const noexcept {
     if (!demand.isNonNegative()) return false;
-    for (ResourceType type : kAllTypes)
+    for (ResourceType type : kAllResourceTypes)
         if (demand.get(type) > freeCount(type)) return false;
     return true;
 }
@@ -69,9 +65,9 @@ bool ResourcePools::allocateInto(ResourceDemand const& demand, std::vector<Resou
     if (!canAllocate(demand)) return false;
     // Reserve first so that push_back cannot throw half way (all-or-nothing even under bad_alloc).
     int64_t total = 0;
-    for (ResourceType type : kAllTypes) total += demand.get(type);
+    for (ResourceType type : kAllResourceTypes) total += demand.get(type);
     resources.reserve(resources.size() + static_cast<size_t>(total));
-    for (ResourceType type : kAllTypes) takeFree(pools_[index(type)], demand.get(type), nullptr, &resources, type);
+    for (ResourceType type : kAllResourceTypes) takeFree(pools_[index(type)], demand.get(type), nullptr, &resources, type);
     return true;
 }
 
@@ -157,7 +153,7 @@ std::vector<int32_t> ResourcePools::freeList(ResourceType type) const {
 }
 
 void ResourcePools::checkInvariants() const {
-    for (ResourceType type : kAllTypes) {
+    for (ResourceType type : kAllResourceTypes) {
         Pool const& pool = pools_[index(type)];
         std::string const what = std::string("ResourcePools (") + toString(type) + "): ";
         if (pool.freeCount < 0 || pool.freeCount > pool.capacity)

@@ -20,6 +20,9 @@ inline constexpr RecordId kNoRecord = 0;
 // Values 0..3 are the pool index; they are part of the C ABI (ctxc_resource_type_t).
 enum class ResourceType : uint8_t { kBaseKvPage = 0, kDraftKvPage = 1, kRecurrentSnapshot = 2, kPartialKvSnapshot = 3 };
 inline constexpr int kResourceTypeCount = 4;
+inline constexpr ResourceType kAllResourceTypes[kResourceTypeCount] = {
+    ResourceType::kBaseKvPage, ResourceType::kDraftKvPage, ResourceType::kRecurrentSnapshot,
+    ResourceType::kPartialKvSnapshot};
 
 char const* toString(ResourceType type) noexcept;
 
