@@ -24,16 +24,16 @@
 #include "ctxcache/device/resident_state.h"
 #include "ctxcache/device/snapshot_storage.h"
 #include "device_test_support.h"
-#include "manager_test_support.h"
+#include "test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;
 using ctxcache::test::Bytes;
 using ctxcache::test::expectContractError;
 using ctxcache::test::pattern;
-using ctxcache::testing::chain;
-using ctxcache::testing::poolsFull;
-using ctxcache::testing::snapshot;
+using ctxcache::test::chain;
+using ctxcache::test::poolsFull;
+using ctxcache::test::describe;
 
 namespace {
 
@@ -50,13 +50,13 @@ struct Served {
         m.publish(*producer.lease, {hashes, 8});
         producer.lease->release();
         std::vector<BlockHash> longer = hashes;
-        longer.push_back(ctxcache::testing::blockHash(1, 2));
+        longer.push_back(ctxcache::test::blockHash(1, 2));
         lease = std::move(*m.acquireVanilla(longer, 12).lease);
     }
 
     void drainAndCheck() {
         lease.release();
-        ctxcache::testing::evictAll(m);
+        ctxcache::test::evictAll(m);
         EXPECT_TRUE(poolsFull(m));
         EXPECT_NO_THROW(m.checkInvariants());
     }
@@ -162,10 +162,10 @@ TEST(BadInputs, ReleasedLeaseIsRefusedLikeADoubleRelease) {
     AcquireResult other = s.m.acquireVanilla({}, 4);
     other.lease->release();
     other.lease->release();  // a second release is a no-op in C++ (the C ABI answers CTXC_E_INVALID_HANDLE)
-    auto const before = snapshot(s.m);
+    auto const before = describe(s.m);
     expectContractError([&] { s.m.growBasePages(*other.lease, 1); }, "growBasePages: lease is empty (released or moved from)");
     expectContractError([&] { s.m.publish(*other.lease, {s.hashes, 8}); }, "lease is empty");
-    EXPECT_EQ(snapshot(s.m), before);
+    EXPECT_EQ(describe(s.m), before);
     s.drainAndCheck();
 }
 
@@ -175,21 +175,21 @@ TEST(BadInputs, LeaseUsedAfterItsManagerDiedIsRefused) {
     dead.reset();
     EXPECT_FALSE(orphan.valid());
     Served s;
-    auto const before = snapshot(s.m);
+    auto const before = describe(s.m);
     expectContractError([&] { s.m.growBasePages(orphan, 1); }, "lease outlived its manager");
     expectContractError([&] { s.m.publish(orphan, {s.hashes, 8}); }, "lease outlived its manager");
-    EXPECT_EQ(snapshot(s.m), before);
+    EXPECT_EQ(describe(s.m), before);
     orphan.release();  // a no-op that must not touch the destroyed manager (ASan would see it)
     s.drainAndCheck();
 }
 
 TEST(BadInputs, LeaseOfAnotherManagerIsRefused) {
     Served a, b;
-    auto const beforeA = snapshot(a.m), beforeB = snapshot(b.m);
+    auto const beforeA = describe(a.m), beforeB = describe(b.m);
     expectContractError([&] { b.m.publish(a.lease, {a.hashes, 8}); }, "lease belongs to another manager");
     expectContractError([&] { b.m.growBasePages(a.lease, 1); }, "lease belongs to another manager");
-    EXPECT_EQ(snapshot(a.m), beforeA);
-    EXPECT_EQ(snapshot(b.m), beforeB);
+    EXPECT_EQ(describe(a.m), beforeA);
+    EXPECT_EQ(describe(b.m), beforeB);
     a.drainAndCheck();
     b.drainAndCheck();
 }
@@ -198,11 +198,11 @@ TEST(BadInputs, LeaseOfAnotherManagerIsRefused) {
 
 TEST(BadInputs, NegativeCountsAreRefused) {
     Served s;
-    auto const before = snapshot(s.m);
+    auto const before = describe(s.m);
     expectContractError([&] { s.m.growBasePages(s.lease, -1); }, "count is negative (-1)");
     expectContractError([&] { s.m.acquireVanilla({}, -4); }, "-4");
     expectContractError([&] { s.m.publish(s.lease, {s.hashes, -8}); }, "residentStateLength");
-    EXPECT_EQ(snapshot(s.m), before);
+    EXPECT_EQ(describe(s.m), before);
     s.drainAndCheck();
 
     DeviceWorld w;
@@ -219,9 +219,9 @@ TEST(BadInputs, NegativeCountsAreRefused) {
 
 TEST(BadInputs, HugeCountsAreRefusedOrAnswered) {
     Served s;
-    auto const before = snapshot(s.m);
+    auto const before = describe(s.m);
     EXPECT_FALSE(s.m.growBasePages(s.lease, std::numeric_limits<int32_t>::max()));  // a capacity answer
-    EXPECT_EQ(snapshot(s.m), before);
+    EXPECT_EQ(describe(s.m), before);
     s.drainAndCheck();
 
     DeviceWorld w;
@@ -240,21 +240,21 @@ TEST(BadInputs, HugeCountsAreRefusedOrAnswered) {
 
 TEST(BadInputs, HashesOfTheWrongLengthAreRefused) {
     Served s;
-    auto const before = snapshot(s.m);
+    auto const before = describe(s.m);
     expectContractError([&] { s.m.acquireVanilla(chain(2, 3), 11); }, "3 full-block hashes for 11 tokens");
     expectContractError([&] { s.m.acquireVanilla(s.hashes, 0); }, "2 full-block hashes for 0 tokens");
     expectContractError([&] { s.m.publish(s.lease, {chain(1, 4), 16}); }, "4 blocks but the lease holds 3 base pages");
-    EXPECT_EQ(snapshot(s.m), before);
+    EXPECT_EQ(describe(s.m), before);
     s.drainAndCheck();
 }
 
 TEST(BadInputs, PublishOfHashesThatNoLongerDescribeTheAcquiredPrefixIsRefused) {
     Served s;
-    auto const before = snapshot(s.m);
+    auto const before = describe(s.m);
     std::vector<BlockHash> changed = s.hashes;
     changed[1].lo ^= 1;
     expectContractError([&] { s.m.publish(s.lease, {changed, 8}); }, "fullBlockHashes[1] no longer describes the acquired prefix");
-    EXPECT_EQ(snapshot(s.m), before);
+    EXPECT_EQ(describe(s.m), before);
     EXPECT_EQ(s.m.publish(s.lease, {s.hashes, 8}).status, PublishStatus::kExistingRecord);  // still good afterwards
     s.drainAndCheck();
 }
@@ -289,9 +289,9 @@ TEST(BadInputs, CompactionMapThatDuplicatesIsRefused) {
 
 TEST(BadInputs, PageIdsOutOfRangeAreRefused) {
     Served s;
-    auto const before = snapshot(s.m);
+    auto const before = describe(s.m);
     expectContractError([&] { (void)s.m.pools().activeRefCount({ResourceType::kBaseKvPage, 8}); }, "out of range [0, 8)");
-    EXPECT_EQ(snapshot(s.m), before);
+    EXPECT_EQ(describe(s.m), before);
     s.drainAndCheck();
 
     DeviceWorld w;

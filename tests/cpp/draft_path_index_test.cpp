@@ -2,13 +2,13 @@
 
 #include "ctxcache/draft_path_index.h"
 #include "ctxcache/errors.h"
-#include "manager_test_support.h"
+#include "test_support.h"
 
 namespace ctxcache {
 namespace {
 
-using testing::blockHash;
-using testing::chain;
+using test::blockHash;
+using test::chain;
 
 CacheRecord pairedRecord(RecordId id, std::vector<BlockHash> hashes, PageId firstPage) {
     CacheRecord r;
@@ -26,14 +26,14 @@ TEST(DraftPathIndex, DraftLookupSelectsOneCoherentRecordPath) {
     DraftPathIndex index;
     std::vector<BlockHash> const shared = chain(1, 2);
     index.insert(pairedRecord(1, chain(1, 4), 0));  // 4 paired blocks
-    index.insert(pairedRecord(2, testing::extend(shared, 2, 1), 10));  // shares 2 blocks, then diverges
+    index.insert(pairedRecord(2, test::extend(shared, 2, 1), 10));  // shares 2 blocks, then diverges
 
     // An input following record 1 for 3 blocks: the longest boundary is record 1's third.
     auto match = index.lookupLongest(chain(1, 3), 3);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{1, 3}));
     // An input following record 2's branch: one coherent path of record 2, never stitched from both.
-    match = index.lookupLongest(testing::extend(shared, 2, 1), 3);
+    match = index.lookupLongest(test::extend(shared, 2, 1), 3);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{2, 3}));
     // Within the shared prefix the most recently inserted record wins.
@@ -103,12 +103,12 @@ TEST(DraftPathIndex, MemoryBytesIsAccountedIncrementally) {
     size_t const empty = index.memoryBytes();
     index.checkInvariants();
     for (RecordId id = 1; id <= 8; ++id) {  // shared prefixes: several entries under one hash, vectors grow
-        index.insert(pairedRecord(id, testing::extend(chain(1, 3), 100 + static_cast<uint64_t>(id), 4), 0));
+        index.insert(pairedRecord(id, test::extend(chain(1, 3), 100 + static_cast<uint64_t>(id), 4), 0));
         index.checkInvariants();
     }
     EXPECT_GT(index.memoryBytes(), empty);
     for (RecordId id = 1; id <= 8; ++id) {
-        index.erase(pairedRecord(id, testing::extend(chain(1, 3), 100 + static_cast<uint64_t>(id), 4), 0));
+        index.erase(pairedRecord(id, test::extend(chain(1, 3), 100 + static_cast<uint64_t>(id), 4), 0));
         index.checkInvariants();
     }
     EXPECT_EQ(index.entryCount(), 0u);

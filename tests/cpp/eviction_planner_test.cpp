@@ -44,7 +44,7 @@ struct CacheState {
     }
     // Drop the producers' active refs on every id of every pool except `pinned`.
     void finishProducers(std::vector<ResourceId> const& pinned = {}) {
-        for (ResourceType type : test::kAllResourceTypes)
+        for (ResourceType type : kAllResourceTypes)
             for (int32_t i = 0; i < pools.capacity(type); ++i) {
                 ResourceId const id{type, i};
                 if (std::find(pinned.begin(), pinned.end(), id) == pinned.end()) pools.releaseActiveRef(id);

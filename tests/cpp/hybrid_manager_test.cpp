@@ -4,15 +4,15 @@
 
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/errors.h"
-#include "manager_test_support.h"
+#include "test_support.h"
 
 namespace ctxcache {
 namespace {
 
-using testing::blockHash;
-using testing::chain;
-using testing::extend;
-using testing::snapshot;
+using test::blockHash;
+using test::chain;
+using test::describe;
+using test::extend;
 
 constexpr int32_t kPage = 4;
 constexpr ResourceType kBase = ResourceType::kBaseKvPage;
@@ -207,9 +207,9 @@ TEST(HybridManager, SnapshotPressureReturnsNulloptAndEvictsOnlyWhenThatHelps) {
 
     // The only snapshot slots belong to a record that a live hit pins: no reservation possible.
     AcquireResult hit = m.acquireHybrid({{10, digest(1, 10)}}, extend(a, 2, 1), 14, true);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     EXPECT_FALSE(m.reserveHybridSnapshots(*hit.lease, true));
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     // Once the restore is done the pins go, and reserving evicts the record to reuse its slots.
     m.releaseRestoredHybridSnapshots(*hit.lease);
     std::optional<HybridSnapshotReservation> r = m.reserveHybridSnapshots(*hit.lease, true);
@@ -223,10 +223,10 @@ TEST(HybridManager, SnapshotPressureReturnsNulloptAndEvictsOnlyWhenThatHelps) {
 TEST(HybridManager, StandardPublicationRejectsHybridLease) {
     ContextCacheManager m(kPage, ResourceDemand{16, 0, 4, 4}, 8);
     AcquireResult r = m.acquireHybrid({}, chain(1, 2), 10, true);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     EXPECT_THROW(m.publish(*r.lease, {chain(1, 2), 10}), ContractError);
     EXPECT_THROW(m.growSpecPages(*r.lease, 1, 0), ContractError);
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_TRUE(m.growBasePages(*r.lease, 1));  // hybrid leases grow base pages
     EXPECT_NO_THROW(m.checkInvariants());
 }
@@ -235,12 +235,12 @@ TEST(HybridManager, HybridOperationsRejectOtherLeaseKinds) {
     ContextCacheManager m(kPage, ResourceDemand{16, 4, 4, 4}, 8);
     AcquireResult vanilla = m.acquireVanilla(chain(1, 2), 10);
     AcquireResult spec = m.acquireSpec(chain(2, 2), 10);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     EXPECT_THROW(m.reserveHybridSnapshots(*vanilla.lease, false), ContractError);
     EXPECT_THROW(m.releaseRestoredHybridSnapshots(*spec.lease), ContractError);
     EXPECT_THROW(m.retireHybridSnapshotReservation(*vanilla.lease, {0, std::nullopt}), ContractError);
     EXPECT_THROW(m.publishHybrid(*vanilla.lease, {chain(1, 2), {digest(1, 10), 10}, {0, 0}}), ContractError);
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
@@ -250,16 +250,16 @@ TEST(HybridManager, SnapshotsNotOwnedByTheLeaseAreRejected) {
     AcquireResult thief = m.acquireHybrid({}, chain(2, 2), 10, true);
     std::optional<HybridSnapshotReservation> reservation = m.reserveHybridSnapshots(*owner.lease, true);
     ASSERT_TRUE(reservation);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     EXPECT_THROW(m.retireHybridSnapshotReservation(*thief.lease, *reservation), ContractError);
     EXPECT_THROW(m.publishHybrid(*thief.lease, {chain(2, 2), {digest(2, 10), 10}, *reservation}), ContractError);
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     // A reservation the lease owns only half of.
     std::optional<HybridSnapshotReservation> own = m.reserveHybridSnapshots(*thief.lease, true);
-    auto const afterReserve = snapshot(m);
+    auto const afterReserve = describe(m);
     EXPECT_THROW(m.retireHybridSnapshotReservation(*thief.lease, {own->recurrentSnapshotSlot, reservation->partialKvSnapshotSlot}),
                  ContractError);
-    EXPECT_EQ(snapshot(m), afterReserve);
+    EXPECT_EQ(describe(m), afterReserve);
     m.retireHybridSnapshotReservation(*thief.lease, *own);
     EXPECT_THROW(m.retireHybridSnapshotReservation(*thief.lease, *own), ContractError);  // already retired
     EXPECT_NO_THROW(m.checkInvariants());
@@ -269,14 +269,14 @@ TEST(HybridManager, PartialSnapshotRulesFollowAttentionAndAlignment) {
     ContextCacheManager m(kPage, ResourceDemand{16, 0, 4, 4}, 8);
     AcquireResult noAttention = m.acquireHybrid({}, chain(1, 2), 10, false);
     AcquireResult attention = m.acquireHybrid({}, chain(2, 2), 10, true);
-    auto before = snapshot(m);
+    auto before = describe(m);
     EXPECT_THROW(m.reserveHybridSnapshots(*noAttention.lease, true), ContractError);  // partial without attention
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
 
     std::optional<HybridSnapshotReservation> recurrentOnly = m.reserveHybridSnapshots(*noAttention.lease, false);
     std::optional<HybridSnapshotReservation> both = m.reserveHybridSnapshots(*attention.lease, true);
     std::optional<HybridSnapshotReservation> aligned = m.reserveHybridSnapshots(*attention.lease, false);
-    before = snapshot(m);
+    before = describe(m);
     // Mid-page on an attention model needs the partial slot ...
     EXPECT_THROW(m.publishHybrid(*attention.lease, {chain(2, 2), {digest(2, 10), 10}, *aligned}), ContractError);
     // ... a page-aligned checkpoint takes none ...
@@ -288,19 +288,19 @@ TEST(HybridManager, PartialSnapshotRulesFollowAttentionAndAlignment) {
     EXPECT_THROW(m.publishHybrid(*attention.lease, {chain(2, 1), {digest(2, 10), 10}, *both}), ContractError);
     EXPECT_THROW(m.publishHybrid(*attention.lease, {{}, {digest(2, 0), 0}, *aligned}), ContractError);
     // Hashes must still describe the acquired prefix (here: a hit that bound two blocks).
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
 TEST(HybridManager, CandidateLengthsOutOfRangeAreContractErrors) {
     ContextCacheManager m(kPage, ResourceDemand{16, 0, 4, 4}, 8);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     EXPECT_THROW(m.acquireHybrid({{0, digest(1, 0)}}, chain(1, 2), 10, true), ContractError);
     EXPECT_THROW(m.acquireHybrid({{-3, digest(1, 3)}}, chain(1, 2), 10, true), ContractError);
     EXPECT_THROW(m.acquireHybrid({{10, digest(1, 10)}}, chain(1, 2), 10, true), ContractError);
     EXPECT_THROW(m.acquireHybrid({{11, digest(1, 11)}}, chain(1, 2), 10, true), ContractError);
     EXPECT_THROW(m.hybridCandidateLengths(-1), ContractError);
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_EQ(m.liveLeaseCount(), 0u);
 }
 
@@ -312,11 +312,11 @@ TEST(HybridManager, HybridPublicationMustExtendTheRestoredPrefix) {
     first.lease->release();
     AcquireResult warm = m.acquireHybrid({{10, digest(1, 10)}}, extend(a, 2, 1), 14, true);
     std::optional<HybridSnapshotReservation> r = m.reserveHybridSnapshots(*warm.lease, true);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     auto wrong = extend(a, 2, 1);
     wrong[1] = blockHash(55, 1);
     EXPECT_THROW(m.publishHybrid(*warm.lease, {wrong, {digest(3, 14), 14}, *r}), ContractError);
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_NO_THROW(m.checkInvariants());
 }
 

@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "ctxcache/context_cache_manager.h"
-#include "manager_test_support.h"
+#include "test_support.h"
 
 namespace ctxcache {
 namespace {
 
-using testing::chain;
-using testing::extend;
+using test::chain;
+using test::extend;
 
 constexpr int32_t kPage = 4;
 constexpr ResourceType kBase = ResourceType::kBaseKvPage;
@@ -23,11 +23,11 @@ std::vector<BlockHash> prefix(std::vector<BlockHash> const& hashes, int32_t bloc
 }
 
 void expectDrainsToFullPools(ContextCacheManager& m) {
-    testing::evictAll(m);
+    test::evictAll(m);
     EXPECT_EQ(m.records().size(), 0u);
     EXPECT_EQ(m.baseIndex().size(), 0u);
     EXPECT_EQ(m.draftIndex().entryCount(), 0u);
-    EXPECT_TRUE(testing::poolsFull(m));
+    EXPECT_TRUE(test::poolsFull(m));
     EXPECT_NO_THROW(m.checkInvariants());
 }
 

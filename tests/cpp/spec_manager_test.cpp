@@ -3,14 +3,14 @@
 
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/errors.h"
-#include "manager_test_support.h"
+#include "test_support.h"
 
 namespace ctxcache {
 namespace {
 
-using testing::chain;
-using testing::extend;
-using testing::snapshot;
+using test::chain;
+using test::describe;
+using test::extend;
 
 constexpr int32_t kPage = 4;
 constexpr ResourceType kBase = ResourceType::kBaseKvPage;
@@ -50,9 +50,9 @@ TEST(SpecPlanning, SpecPlanningUsesOneCoherentPathAndOneFullPageReplay) {
     ASSERT_EQ(first.status, PublishStatus::kPublished);
 
     auto const longer = extend(h, 2, 1);  // 4 full blocks, the first 3 shared
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     ReusePlan const plan = makeSpecReusePlan(longer, 18, kPage, m.baseIndex(), m.draftIndex(), m.records());
-    EXPECT_EQ(snapshot(m), before);  // planning is side-effect free
+    EXPECT_EQ(describe(m), before);  // planning is side-effect free
     EXPECT_EQ(plan.mode, ReusePlanMode::kSpec);
     EXPECT_EQ(plan.kind, ReusePlanKind::kStandard);
     EXPECT_EQ(plan.specReplayMode, SpecReplayMode::kFullPage);
@@ -148,12 +148,12 @@ TEST(SpecManager, SpecFullPageReplayRejectsChangedShiftedTokenDependency) {
     auto const longer = extend(h, 2, 1);
     AcquireResult r = m.acquireSpec(longer, 18);
     auto changed = longer;
-    changed[2] = testing::blockHash(77, 2);  // the replayed boundary block no longer matches what was paired
-    auto const before = snapshot(m);
+    changed[2] = test::blockHash(77, 2);  // the replayed boundary block no longer matches what was paired
+    auto const before = describe(m);
     EXPECT_THROW(m.publish(*r.lease, {changed, 16}), ContractError);
     // Publishing fewer blocks than the dependency's boundary is also refused.
     EXPECT_THROW(m.publish(*r.lease, {longer, 8}), ContractError);
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
@@ -229,7 +229,7 @@ TEST(SpecManager, EvictingUpgradedSpecRecordReleasesDraftIndexAndReferences) {
     EXPECT_EQ(m.baseIndex().size(), 0u);
     EXPECT_EQ(m.metrics().reclaimedDraftKvPages, 3u);
     EXPECT_EQ(m.metrics().reclaimedBaseKvPages, 3u);
-    EXPECT_TRUE(testing::poolsFull(m));
+    EXPECT_TRUE(test::poolsFull(m));
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
@@ -243,7 +243,7 @@ TEST(SpecManager, SpecEvictionRemovesBothIndices) {
     EXPECT_EQ(m.baseIndex().size(), 0u);
     EXPECT_EQ(m.draftIndex().entryCount(), 0u);
     EXPECT_FALSE(m.draftIndex().lookupLongest(h, 2));
-    EXPECT_TRUE(testing::poolsFull(m));
+    EXPECT_TRUE(test::poolsFull(m));
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
@@ -251,10 +251,10 @@ TEST(SpecManager, SpecGrowthIsAtomicAcrossBaseAndDraftPools) {
     ContextCacheManager m(kPage, specCapacities(8, 4), 8);
     AcquireResult r = m.acquireSpec(chain(1, 2), 9);  // 3 pages in each pool
     ASSERT_EQ(r.status, AcquireStatus::kAcquired);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     std::vector<PageId> const base = r.lease->basePages();
     EXPECT_FALSE(m.growSpecPages(*r.lease, 2, 2));  // base has 5 free, draft only 1
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_EQ(r.lease->basePages(), base);
     EXPECT_TRUE(m.growSpecPages(*r.lease, 2, 1));
     EXPECT_EQ(r.lease->basePages().size(), 5u);
@@ -286,12 +286,12 @@ TEST(SpecManager, InfeasibleSpecAcquirePreservesLruAndTypedReferences) {
     auto const h = chain(1, 3);
     serveSpec(m, h, 12);
     AcquireResult holder = m.acquireSpec(chain(2, 1), 4);  // pins one more page per pool
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     AcquireResult r = m.acquireSpec(extend(h, 3, 6), 40);  // needs 8 draft pages: impossible
     EXPECT_EQ(r.status, AcquireStatus::kInsufficientCapacity);
     EXPECT_FALSE(r.lease);
     EXPECT_EQ(r.plan.reuseTokenLength, 8);  // the plan is still reported
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_EQ(m.metrics().evictedRecords, 0u);
     EXPECT_NO_THROW(m.checkInvariants());
 }
@@ -300,13 +300,13 @@ TEST(SpecManager, LeaseKindsAreEnforced) {
     ContextCacheManager m(kPage, ResourceDemand{16, 16, 2, 2}, 8);
     AcquireResult spec = m.acquireSpec(chain(1, 1), 5);
     AcquireResult vanilla = m.acquireVanilla(chain(2, 1), 5);
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     EXPECT_THROW(m.growBasePages(*spec.lease, 1), ContractError);
     EXPECT_THROW(m.growSpecPages(*vanilla.lease, 1, 1), ContractError);
     EXPECT_THROW(m.reserveHybridSnapshots(*spec.lease, false), ContractError);
     EXPECT_THROW(m.growSpecPages(*spec.lease, -1, 0), ContractError);
     EXPECT_THROW(m.growSpecPages(*spec.lease, 0, -1), ContractError);
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
@@ -315,9 +315,9 @@ TEST(SpecManager, SpecPublicationNeedsDraftPagesThroughTheBoundary) {
     auto const h = chain(1, 4);
     AcquireResult r = m.acquireSpec(chain(1, 2), 8);  // 2 pages per pool
     ASSERT_TRUE(m.growSpecPages(*r.lease, 2, 0));     // base grows to 4, draft stays at 2
-    auto const before = snapshot(m);
+    auto const before = describe(m);
     EXPECT_THROW(m.publish(*r.lease, {h, 16}), ContractError);  // 4 blocks but only 2 draft pages
-    EXPECT_EQ(snapshot(m), before);
+    EXPECT_EQ(describe(m), before);
     EXPECT_EQ(m.publish(*r.lease, {h, 8}).publishedBaseFullBlockCount, 2);
     EXPECT_NO_THROW(m.checkInvariants());
 }

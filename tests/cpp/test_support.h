@@ -23,14 +23,36 @@ inline std::vector<BlockHash> Hs(std::initializer_list<uint64_t> ns) {
     return out;
 }
 
+// A distinct synthetic block hash per (lane, index): the manager never looks inside hashes.
+inline BlockHash blockHash(uint64_t lane, uint64_t index) { return BlockHash{0xC0FFEE00ull + lane, index}; }
+
+// hashes[i] = blockHash(lane, i) for i in [0, count).
+inline std::vector<BlockHash> chain(uint64_t lane, int count) {
+    std::vector<BlockHash> out;
+    for (int i = 0; i < count; ++i) out.push_back(blockHash(lane, static_cast<uint64_t>(i)));
+    return out;
+}
+
+// `prefix` followed by `count` hashes of another lane: a request sharing `prefix` then diverging.
+inline std::vector<BlockHash> extend(std::vector<BlockHash> prefix, uint64_t lane, int count) {
+    for (int i = 0; i < count; ++i) prefix.push_back(blockHash(lane, static_cast<uint64_t>(prefix.size())));
+    return prefix;
+}
+
+inline bool poolsFull(ContextCacheManager const& m) {
+    for (ResourceType type : kAllResourceTypes)
+        if (m.pools().freeCount(type) != m.pools().capacity(type)) return false;
+    return true;
+}
+
+inline void evictAll(ContextCacheManager& m) {
+    for (RecordId id : m.records().lruToMru()) m.evictRecord(id);
+}
+
 inline ResourceId basePage(int32_t i) { return {ResourceType::kBaseKvPage, i}; }
 inline ResourceId draftPage(int32_t i) { return {ResourceType::kDraftKvPage, i}; }
 inline ResourceId recurrentSlot(int32_t i) { return {ResourceType::kRecurrentSnapshot, i}; }
 inline ResourceId partialSlot(int32_t i) { return {ResourceType::kPartialKvSnapshot, i}; }
-
-inline constexpr ResourceType kAllResourceTypes[] = {ResourceType::kBaseKvPage, ResourceType::kDraftKvPage,
-                                                     ResourceType::kRecurrentSnapshot,
-                                                     ResourceType::kPartialKvSnapshot};
 
 inline std::string describe(Hash128 const& h) { return toHex(h); }
 
