@@ -79,7 +79,7 @@ def single_hash(value: Any, name: str) -> np.ndarray:
     raise ArgumentTypeError(f"{name} must be a (2,) uint64 array or a (hi, lo) tuple, got {type(value).__name__}")
 
 
-def token_array(value: Any, name: str = "tokens") -> np.ndarray:
+def int32_array(value: Any, name: str = "tokens") -> np.ndarray:
     """A 1-D C-contiguous int32 array; Python sequences are converted with a range check."""
     if isinstance(value, np.ndarray):
         if value.dtype != np.int32:

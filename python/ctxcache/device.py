@@ -124,21 +124,6 @@ def _typed(array: Any, dtype: DType, name: str) -> np.ndarray:
     return _contiguous(array, name, (dtype.numpy_dtype, np.dtype(np.uint8)))
 
 
-def _int32_array(values: Any, name: str) -> np.ndarray:
-    if isinstance(values, np.ndarray):
-        array = _contiguous(values, name, (np.dtype(np.int32),))
-        if array.ndim != 1:
-            raise InvalidArgumentError(f"{name} must be 1-D, got shape {array.shape}")
-        return array
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise ArgumentTypeError(f"{name} must be an int32 array or a sequence of ints, got {type(values).__name__}")
-    return np.array([_arrays.integer(v, f"{name}[{i}]", minimum=-(2**31)) for i, v in enumerate(values)], dtype=np.int32)
-
-
-def _int32_pointer(array: np.ndarray):
-    return _NULL if array.size == 0 else ffi.cast("const int32_t *", ffi.from_buffer(array))
-
-
 def _in(array: np.ndarray):
     return _NULL if array.nbytes == 0 else ffi.from_buffer(array)
 
@@ -362,9 +347,9 @@ class KvPageTable(_Handle):
         self.backend = backend
 
     def set_row(self, slot: int, k_pages: Any) -> None:
-        pages = _int32_array(k_pages, "k_pages")
+        pages = _arrays.int32_array(k_pages, "k_pages")
         check(lib.ctxc_kv_page_table_set_row(self._live(), _arrays.integer(slot, "slot", minimum=None),
-                                             _int32_pointer(pages), pages.size))
+                                             _arrays.int32_pointer(pages), pages.size))
 
     def clear_row(self, slot: int) -> None:
         check(lib.ctxc_kv_page_table_clear_row(self._live(), _arrays.integer(slot, "slot", minimum=None)))
@@ -382,8 +367,8 @@ class KvPageTable(_Handle):
                                                  _arrays.integer(logical_page, "logical_page", minimum=None)))
 
     def compact_rows(self, old_to_new: Any, new_batch: int) -> None:
-        mapping = _int32_array(old_to_new, "old_to_new")
-        check(lib.ctxc_kv_page_table_compact_rows(self._live(), _int32_pointer(mapping), mapping.size,
+        mapping = _arrays.int32_array(old_to_new, "old_to_new")
+        check(lib.ctxc_kv_page_table_compact_rows(self._live(), _arrays.int32_pointer(mapping), mapping.size,
                                                   _arrays.integer(new_batch, "new_batch", minimum=None)))
 
     def check_invariants(self) -> None:
@@ -431,8 +416,8 @@ class KvLengths(_Handle):
         self.backend = backend
 
     def set(self, values: Any) -> None:
-        array = _int32_array(values, "values")
-        check(lib.ctxc_kv_lengths_set(self._live(), _int32_pointer(array), array.size))
+        array = _arrays.int32_array(values, "values")
+        check(lib.ctxc_kv_lengths_set(self._live(), _arrays.int32_pointer(array), array.size))
 
     def add(self, increment: Any) -> None:
         """Add an int to every active length, or another KvLengths element-wise."""
@@ -442,8 +427,8 @@ class KvLengths(_Handle):
             check(lib.ctxc_kv_lengths_add(self._live(), _arrays.integer(increment, "increment", minimum=-(2**31))))
 
     def compact(self, old_to_new: Any, new_batch: int) -> None:
-        mapping = _int32_array(old_to_new, "old_to_new")
-        check(lib.ctxc_kv_lengths_compact(self._live(), _int32_pointer(mapping), mapping.size,
+        mapping = _arrays.int32_array(old_to_new, "old_to_new")
+        check(lib.ctxc_kv_lengths_compact(self._live(), _arrays.int32_pointer(mapping), mapping.size,
                                           _arrays.integer(new_batch, "new_batch", minimum=None)))
 
     def read(self) -> np.ndarray:
@@ -517,8 +502,8 @@ class ResidentState(_Handle):
         check(lib.ctxc_resident_state_zero_slot(self._live(), _arrays.integer(slot, "slot", minimum=None)))
 
     def compact(self, old_to_new: Any, new_batch: int) -> None:
-        mapping = _int32_array(old_to_new, "old_to_new")
-        check(lib.ctxc_resident_state_compact(self._live(), _int32_pointer(mapping), mapping.size,
+        mapping = _arrays.int32_array(old_to_new, "old_to_new")
+        check(lib.ctxc_resident_state_compact(self._live(), _arrays.int32_pointer(mapping), mapping.size,
                                               _arrays.integer(new_batch, "new_batch", minimum=None)))
 
 
@@ -605,18 +590,18 @@ def compact_rows(buffer: DeviceBuffer, *, row_bytes: int, rows: int, old_to_new:
                  offset: int = 0) -> None:
     """In-place dim-0 compaction of ``rows`` rows of ``row_bytes`` bytes at ``offset`` by a dense,
     order-preserving map (``len(old_to_new) <= rows`` entries, -1 = retired)."""
-    mapping = _int32_array(old_to_new, "old_to_new")
+    mapping = _arrays.int32_array(old_to_new, "old_to_new")
     check(lib.ctxc_device_compact_rows(_handle(buffer, DeviceBuffer, "buffer"), _arrays.integer(offset, "offset", maximum=2**62),
                                        _arrays.integer(row_bytes, "row_bytes", maximum=2**62), _arrays.integer(rows, "rows"),
-                                       _int32_pointer(mapping), mapping.size, _arrays.integer(new_batch, "new_batch", minimum=None)))
+                                       _arrays.int32_pointer(mapping), mapping.size, _arrays.integer(new_batch, "new_batch", minimum=None)))
 
 
 def rebase_execution_rows(buffer: DeviceBuffer, *, count: int, old_to_new: Any, new_batch: int,
                           rows_per_sequence: int, offset: int = 0) -> None:
     """Rebase ``count`` int32 execution-row indices at ``offset`` after a compaction by ``old_to_new``."""
-    mapping = _int32_array(old_to_new, "old_to_new")
+    mapping = _arrays.int32_array(old_to_new, "old_to_new")
     check(lib.ctxc_device_rebase_execution_rows(_handle(buffer, DeviceBuffer, "buffer"), _arrays.integer(offset, "offset", maximum=2**62),
-                                                _arrays.integer(count, "count", maximum=2**62), _int32_pointer(mapping),
+                                                _arrays.integer(count, "count", maximum=2**62), _arrays.int32_pointer(mapping),
                                                 mapping.size, _arrays.integer(new_batch, "new_batch", minimum=None),
                                                 _arrays.integer(rows_per_sequence, "rows_per_sequence", minimum=None)))
 

@@ -144,7 +144,7 @@ class Hasher(Resource):
             self._handle = _arrays._NULL
 
     def hash_full_blocks(self, tokens, page_size: int, extras=None, per_position_media_hashes=None) -> np.ndarray:
-        tokens = _arrays.token_array(tokens)
+        tokens = _arrays.int32_array(tokens)
         page_size = _arrays.integer(page_size, "page_size", minimum=1)
         extras_ptr, extras_count, keep = _extras_array(extras)
         media = _media_pointer(per_position_media_hashes, tokens.shape[0])
@@ -160,7 +160,7 @@ class Hasher(Resource):
         return out
 
     def hash_exact_prefix(self, tokens, page_size: int, extras=None, per_position_media_hashes=None) -> np.ndarray:
-        tokens = _arrays.token_array(tokens)
+        tokens = _arrays.int32_array(tokens)
         page_size = _arrays.integer(page_size, "page_size", minimum=1)
         extras_ptr, extras_count, keep = _extras_array(extras)
         media = _media_pointer(per_position_media_hashes, tokens.shape[0])
@@ -174,7 +174,7 @@ class Hasher(Resource):
         return np.array([digest.hi, digest.lo], dtype=np.uint64)
 
     def hash_block(self, parent, tokens, extras: BlockKeyExtras | None = None, per_position_media_hashes=None) -> np.ndarray:
-        tokens = _arrays.token_array(tokens)
+        tokens = _arrays.int32_array(tokens)
         parent_ptr = _arrays._NULL
         if parent is not None:
             p = _arrays.single_hash(parent, "parent")
