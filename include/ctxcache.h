@@ -6,8 +6,8 @@
  *   - Handles are opaque and checked: a NULL, stale (destroyed), double-released, foreign (another manager's
  *     lease) or wrongly typed handle returns CTXC_E_INVALID_HANDLE, never a crash. A lease whose manager was
  *     destroyed first is detected and reported the same way.
- *   - Every fallible call returns ctxc_status_t (CTXC_OK == 0). On failure nothing changed, and
- *     ctxc_last_error() (thread-local, never NULL) says which call, which argument and why.
+ *   - Every fallible call returns ctxc_status_t (CTXC_OK == 0). On failure nothing changed (but see
+ *     CTXC_E_DEVICE), and ctxc_last_error() (thread-local, never NULL) says which call, which argument and why.
  *   - Capacity shortage is an answer, not an error: an acquire reports CTXC_ACQUIRE_INSUFFICIENT_CAPACITY in its
  *     result, grow and reserve set *out_ok = 0.
  *   - Options structs begin with struct_size; fill them with the matching _init() call.
@@ -15,6 +15,25 @@
  *     on the same manager (or lease), or caller buffers with the two-call pattern (out_capacity, *out_count:
  *     CTXC_E_BUFFER_TOO_SMALL still sets *out_count to the size needed).
  *   - Hashes are ctxc_hash128_t {hi, lo}: an array of n of them is the same memory as an (n, 2) uint64 array.
+ *
+ * Errors: which status for which failure (the one statement of it; the code and the tests follow it)
+ *   CTXC_E_INVALID_ARGUMENT  an argument malformed in itself, whatever the state: a required pointer NULL, a NULL
+ *                            array or byte buffer with a non-zero count, a negative count or length, a value that
+ *                            is not one of its CTXC_* constants, a 0/1 flag with another value, a struct_size
+ *                            smaller than the struct's.
+ *   CTXC_E_CONTRACT          an argument inconsistent with the state of the objects it names: an id, index, slot,
+ *                            page, layer, record or byte range outside what the object holds (every out-of-range
+ *                            read or write, on every object), an invalid geometry, a wrong lease kind, a changed
+ *                            prefix, objects from different backends.
+ *   CTXC_E_INVALID_HANDLE    a NULL, stale, double-released, foreign, orphaned or wrongly typed handle.
+ *   CTXC_E_DEVICE            the CUDA runtime failed (the CUDA error is in ctxc_last_error()); device memory the
+ *                            call touched is unspecified, the objects can still be destroyed.
+ *   CTXC_E_NO_MEMORY         a host allocation failed.
+ *   CTXC_E_UNSUPPORTED       the build or the machine lacks what was asked for (CUDA), with the reason.
+ *   CTXC_E_BUFFER_TOO_SMALL  a two-call output buffer is short (*out_count says how much is needed).
+ *   CTXC_E_INVARIANT         a check_invariants call found the state inconsistent (a ctxcache bug).
+ *   CTXC_E_LEASES_OUTSTANDING  ctxc_manager_destroy orphaned live leases (the manager is destroyed anyway).
+ *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
  * Threading: a manager and its leases follow a single-writer contract: the caller serializes every call that
  * touches them. Different managers may be used from different threads. Hashers are immutable and shareable.
@@ -48,7 +67,8 @@ typedef enum ctxc_status {
     CTXC_E_BUFFER_TOO_SMALL = 7,
     CTXC_E_UNSUPPORTED = 8,
     CTXC_E_INTERNAL = 9,
-    CTXC_E_DEVICE = 10              /* the CUDA runtime failed; device memory touched by the call is unspecified */
+    CTXC_E_DEVICE = 10,             /* the CUDA runtime failed; device memory touched by the call is unspecified */
+    CTXC_STATUS_COUNT               /* not a status: one past the last code (a new code goes before it) */
 } ctxc_status_t;
 
 enum {
@@ -386,9 +406,9 @@ CTXC_API ctxc_status_t ctxc_lease_destroy(ctxc_lease_t *lease);
  * between host buffers and objects with the *_write / *_read calls. Every storage object allocates all its device
  * memory at creation and reports its exact footprint; no operation allocates device memory.
  *
- * Errors: an invalid geometry, an out-of-range id, slot or page, an overlapping or reordering compaction map and
- * a wrong dtype are CTXC_E_CONTRACT (nothing changed); a failing CUDA call is CTXC_E_INTERNAL with the CUDA error
- * in ctxc_last_error(); asking for CUDA where it is unavailable is CTXC_E_UNSUPPORTED with the reason.
+ * Errors (the table at the top applies): an invalid geometry, an out-of-range id, slot, page or byte range, an
+ * overlapping or reordering compaction map and a dtype the operation cannot take are CTXC_E_CONTRACT (nothing
+ * changed); a failing CUDA call is CTXC_E_DEVICE; asking for CUDA where it is unavailable is CTXC_E_UNSUPPORTED.
  * Lifetimes: an object keeps what it was built from alive (its backend, the pools and state of a snapshot
  * storage), so handles may be destroyed in any order. Objects used together must share one backend.
  * Threading: a backend and everything built on it follow the single-writer contract. */

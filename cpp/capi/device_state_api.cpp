@@ -43,11 +43,12 @@ KvGatherRequest toGatherRequest(ctxc_kv_gather_request_t const* request) {
     return out;
 }
 
-// The [offset, offset + bytes) window of a buffer, or CTXC_E_INVALID_ARGUMENT when it does not fit.
+// The [offset, offset + bytes) window of a buffer, or CTXC_E_CONTRACT (out of range, like every read) when it
+// does not fit.
 unsigned char* window(BufferObject& b, size_t offset, size_t bytes, char const* name) {
     size_t const size = b.buffer.size();
     if (offset > size || bytes > size - offset)
-        invalidArgument(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+        throw ContractError(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
                         ") is outside the buffer's " + std::to_string(size) + " bytes");
     return b.buffer.bytes() + offset;
 }

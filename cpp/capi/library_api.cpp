@@ -25,6 +25,7 @@ CTXC_API const char* ctxc_status_string(ctxc_status_t status) {
         case CTXC_E_UNSUPPORTED: return "CTXC_E_UNSUPPORTED";
         case CTXC_E_INTERNAL: return "CTXC_E_INTERNAL";
         case CTXC_E_DEVICE: return "CTXC_E_DEVICE";
+        case CTXC_STATUS_COUNT: break;
     }
     return "CTXC_UNKNOWN_STATUS";
 }

@@ -28,7 +28,7 @@ namespace {
 }
 
 void checkStatus(ctxc_status_t status) {
-    if (status < CTXC_OK || status > CTXC_E_DEVICE) fail("unknown status code", status);
+    if (status < CTXC_OK || status >= CTXC_STATUS_COUNT) fail("unknown status code", status);
     if (status == CTXC_E_INTERNAL || status == CTXC_E_INVARIANT || status == CTXC_E_DEVICE)
         fail("internal error, invariant violation or device failure", status);
 }

@@ -266,7 +266,7 @@ struct Arg {
 };
 
 void checkStatus(char const* fn, ctxc_status_t s) {
-    if (s < CTXC_OK || s > CTXC_E_DEVICE) fail("unknown status code " + std::to_string(static_cast<int>(s)));
+    if (s < CTXC_OK || s >= CTXC_STATUS_COUNT) fail("unknown status code " + std::to_string(static_cast<int>(s)));
     if (s == CTXC_E_INTERNAL || s == CTXC_E_INVARIANT || s == CTXC_E_DEVICE)
         fail(std::string(fn) + " returned " + ctxc_status_string(s));
     if (s != CTXC_OK && s != CTXC_E_BUFFER_TOO_SMALL) {

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ctxcache
-from ctxcache import _ffi
+from ctxcache import _ffi, device, enums, errors
 from ctxcache._ffi import ffi, lib
 
 HEADER_TEXT = Path(_ffi._header_path).read_text()
@@ -76,28 +76,85 @@ def test_sizeof_unknown_or_null_name_is_zero():
 
 # ---- status codes -----------------------------------------------------------------------------------------
 
-STATUSES = [
-    (1, "CTXC_E_INVALID_ARGUMENT", ctxcache.InvalidArgumentError),
-    (2, "CTXC_E_CONTRACT", ctxcache.ContractError),
-    (3, "CTXC_E_INVALID_HANDLE", ctxcache.InvalidHandleError),
-    (4, "CTXC_E_NO_MEMORY", ctxcache.OutOfMemoryError),
-    (5, "CTXC_E_INVARIANT", ctxcache.InvariantError),
-    (6, "CTXC_E_LEASES_OUTSTANDING", ctxcache.LeasesOutstandingError),
-    (7, "CTXC_E_BUFFER_TOO_SMALL", ctxcache.BufferTooSmallError),
-    (8, "CTXC_E_UNSUPPORTED", ctxcache.UnsupportedError),
-    (9, "CTXC_E_INTERNAL", ctxcache.InternalError),
-]
+STATUS_EXCEPTIONS = {
+    "CTXC_E_INVALID_ARGUMENT": ctxcache.InvalidArgumentError,
+    "CTXC_E_CONTRACT": ctxcache.ContractError,
+    "CTXC_E_INVALID_HANDLE": ctxcache.InvalidHandleError,
+    "CTXC_E_NO_MEMORY": ctxcache.OutOfMemoryError,
+    "CTXC_E_INVARIANT": ctxcache.InvariantError,
+    "CTXC_E_LEASES_OUTSTANDING": ctxcache.LeasesOutstandingError,
+    "CTXC_E_BUFFER_TOO_SMALL": ctxcache.BufferTooSmallError,
+    "CTXC_E_UNSUPPORTED": ctxcache.UnsupportedError,
+    "CTXC_E_INTERNAL": ctxcache.InternalError,
+    "CTXC_E_DEVICE": ctxcache.DeviceError,
+}
 
 
-@pytest.mark.parametrize("code,name,exception", STATUSES, ids=[s[1] for s in STATUSES])
-def test_status_code_maps_to_exception_class(code, name, exception):
-    assert ffi.string(lib.ctxc_status_string(code)).decode() == name
-    assert getattr(lib, name) == code
-    assert exception.status == code
-    with pytest.raises(exception) as info:
-        _ffi.check(code)
-    assert type(info.value) is exception
-    assert isinstance(info.value, ctxcache.Error)
+def _library_constants(prefix: str) -> dict[str, int]:
+    """Every CTXC_ constant of the header (the cdef) whose name starts with `prefix`, read from the library."""
+    return {name: getattr(lib, name) for name in dir(lib) if name.startswith(prefix)}
+
+
+def test_every_error_code_below_the_sentinel_has_a_name_and_an_exception():
+    # Iterating up to CTXC_STATUS_COUNT: a new code cannot be skipped by this test or by the mapping.
+    codes = _library_constants("CTXC_E_")
+    assert sorted(codes.values()) == list(range(1, lib.CTXC_STATUS_COUNT))
+    assert set(codes) == set(STATUS_EXCEPTIONS)
+    assert set(errors.STATUS_EXCEPTIONS) == set(range(1, lib.CTXC_STATUS_COUNT))
+    for code in range(1, lib.CTXC_STATUS_COUNT):
+        name = ffi.string(lib.ctxc_status_string(code)).decode()
+        exception = STATUS_EXCEPTIONS[name]
+        assert codes[name] == code
+        assert exception.status == code
+        assert errors.STATUS_EXCEPTIONS[code] is exception
+        with pytest.raises(exception) as info:
+            _ffi.check(code)
+        assert type(info.value) is exception
+        assert isinstance(info.value, ctxcache.Error)
+
+
+# Every group of CTXC_ constants and the Python enum that mirrors it. A constant of no group fails the test, so a
+# new group cannot go unmirrored.
+ENUM_GROUPS = {
+    "CTXC_RESOURCE_": enums.ResourceType,
+    "CTXC_LOOKUP_": enums.LookupPolicy,
+    "CTXC_PLAN_": enums.ReusePlanKind,
+    "CTXC_MODE_": enums.ReusePlanMode,
+    "CTXC_SPEC_REPLAY_": enums.SpecReplayMode,
+    "CTXC_ACQUIRE_": enums.AcquireStatus,
+    "CTXC_PUBLISH_": enums.PublishStatus,
+    "CTXC_HASH_": enums.HashAlgorithm,
+    "CTXC_LEASE_": enums.LeaseState,
+    "CTXC_BACKEND_": device.BackendKind,
+    "CTXC_DTYPE_": device.DType,
+    "CTXC_STATE_": device.StatePart,
+    "CTXC_PAGE_TABLE_": device.PageTableMode,
+}
+# Constants that are no enum member, each with the Python name that mirrors it (None: nothing to mirror).
+SINGLE_CONSTANTS = {
+    "CTXC_OK": 0,
+    "CTXC_STATUS_COUNT": None,
+    "CTXC_DEFAULT_HASH_CHUNKS": device.DEFAULT_HASH_CHUNKS,
+}
+
+
+@pytest.mark.parametrize("prefix", ENUM_GROUPS, ids=list(ENUM_GROUPS))
+def test_python_enum_equals_the_library_constants(prefix):
+    constants = {name[len(prefix):]: value for name, value in _library_constants(prefix).items()}
+    members = {member.name: int(member) for member in ENUM_GROUPS[prefix]}
+    assert constants, f"no {prefix}* constant in the header"
+    assert members == constants
+
+
+def test_every_library_constant_belongs_to_a_mirrored_group():
+    unmirrored = [
+        name for name in dir(lib)
+        if name.startswith("CTXC_") and not name.startswith("CTXC_E_")
+        and not any(name.startswith(prefix) for prefix in ENUM_GROUPS) and name not in SINGLE_CONSTANTS
+    ]
+    assert unmirrored == []
+    assert lib.CTXC_OK == SINGLE_CONSTANTS["CTXC_OK"]
+    assert lib.CTXC_DEFAULT_HASH_CHUNKS == SINGLE_CONSTANTS["CTXC_DEFAULT_HASH_CHUNKS"]
 
 
 def test_ok_status_raises_nothing():

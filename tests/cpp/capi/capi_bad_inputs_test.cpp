@@ -411,7 +411,7 @@ TEST_F(Device, HugeCountsAreRefused) {
     EXPECT_TRUE(refused(ctxc_device_rebase_execution_rows(buffer, 0, SIZE_MAX, map, 1, 1, 1), CTXC_E_INVALID_ARGUMENT,
                         "ctxc_device_rebase_execution_rows", "count overflows"));
     ctxc_hash128_t h;
-    EXPECT_TRUE(refused(ctxc_device_hash_chunked(buffer, SIZE_MAX, 1, 1, &h), CTXC_E_INVALID_ARGUMENT,
+    EXPECT_TRUE(refused(ctxc_device_hash_chunked(buffer, SIZE_MAX, 1, 1, &h), CTXC_E_CONTRACT,
                         "ctxc_device_hash_chunked", "outside the buffer's 64 bytes"));
     EXPECT_TRUE(refused(ctxc_kv_page_table_compact_rows(table, map, INT32_MAX, 0), CTXC_E_CONTRACT,
                         "ctxc_kv_page_table_compact_rows", "oldBatch 2147483647 is outside [0, 3]"));
