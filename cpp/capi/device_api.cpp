@@ -81,8 +81,8 @@ CTXC_API void ctxc_device_backend_options_init(ctxc_device_backend_options_t* op
     options->stream = nullptr;
 }
 
-CTXC_API ctxc_status_t ctxc_device_backend_create(ctxc_device_backend_t** out_backend,
-                                                  const ctxc_device_backend_options_t* options) {
+CTXC_API ctxc_status_t ctxc_device_backend_create(const ctxc_device_backend_options_t* options,
+                                                  ctxc_device_backend_t** out_backend) {
     return guard(__func__, [&] {
         requireOut(out_backend, "out_backend") = nullptr;
         ctxc_device_backend_options_t const& o = requireOut(const_cast<ctxc_device_backend_options_t*>(options), "options");
@@ -130,8 +130,10 @@ CTXC_API ctxc_status_t ctxc_device_backend_counters(const ctxc_device_backend_t*
                                                     ctxc_launch_counters_t* out_counters) {
     return guard(__func__, [&] {
         ctxc_launch_counters_t& out = requireOut(out_counters, "out_counters");
+        requireStructSize(&out, "out_counters");
         LaunchCounters const c = backendOf(backend)->counters();
-        out = ctxc_launch_counters_t{c.kernels, c.transfers};
+        out.kernels = c.kernels;
+        out.transfers = c.transfers;
         return CTXC_OK;
     });
 }
@@ -146,14 +148,23 @@ CTXC_API ctxc_status_t ctxc_device_backend_allocated_bytes(const ctxc_device_bac
 
 // ---- buffers --------------------------------------------------------------------------------------------------
 
-CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend, size_t bytes,
+CTXC_API void ctxc_device_buffer_options_init(ctxc_device_buffer_options_t* options) {
+    if (!options) return;
+    *options = ctxc_device_buffer_options_t{};
+    options->struct_size = sizeof(ctxc_device_buffer_options_t);
+}
+
+CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend,
+                                                 const ctxc_device_buffer_options_t* options,
                                                  ctxc_device_buffer_t** out_buffer) {
     return guard(__func__, [&] {
         requireOut(out_buffer, "out_buffer") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        ctxc_device_buffer_options_t const& o = requireOut(const_cast<ctxc_device_buffer_options_t*>(options), "options");
+        requireStructSize(&o, "options");
         auto object = std::make_unique<BufferObject>();
         object->backend = b;
-        object->buffer = DeviceBuffer(*b, bytes);
+        object->buffer = DeviceBuffer(*b, o.bytes);
         *out_buffer = static_cast<ctxc_device_buffer_t*>(deviceBuffers().add(std::move(object)));
         return CTXC_OK;
     });
@@ -262,18 +273,27 @@ CTXC_API ctxc_status_t ctxc_kv_pool_read_pages(const ctxc_kv_pool_t* pool, int32
 
 // ---- page tables ----------------------------------------------------------------------------------------------
 
-CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend, int32_t max_batch,
-                                                 int32_t max_pages_per_seq, int32_t num_pages, int32_t mode,
+CTXC_API void ctxc_kv_page_table_options_init(ctxc_kv_page_table_options_t* options) {
+    if (!options) return;
+    *options = ctxc_kv_page_table_options_t{};
+    options->struct_size = sizeof(ctxc_kv_page_table_options_t);
+    options->mode = CTXC_PAGE_TABLE_DENSE;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend,
+                                                 const ctxc_kv_page_table_options_t* options,
                                                  ctxc_kv_page_table_t** out_table) {
     return guard(__func__, [&] {
         requireOut(out_table, "out_table") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
-        if (mode != CTXC_PAGE_TABLE_DENSE && mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
-            invalidArgument("mode " + std::to_string(mode) + " is not a CTXC_PAGE_TABLE_* value");
+        ctxc_kv_page_table_options_t const& o = requireOut(const_cast<ctxc_kv_page_table_options_t*>(options), "options");
+        requireStructSize(&o, "options");
+        if (o.mode != CTXC_PAGE_TABLE_DENSE && o.mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
+            invalidArgument("options->mode " + std::to_string(o.mode) + " is not a CTXC_PAGE_TABLE_* value");
         auto object = std::make_unique<PageTableObject>();
         object->backend = b;
-        object->table = std::make_unique<KvPageTable>(*b, max_batch, max_pages_per_seq, num_pages,
-                                                      static_cast<KvPageTable::Mode>(mode));
+        object->table = std::make_unique<KvPageTable>(*b, o.max_batch, o.max_pages_per_seq, o.num_pages,
+                                                      static_cast<KvPageTable::Mode>(o.mode));
         *out_table = static_cast<ctxc_kv_page_table_t*>(pageTables().add(std::move(object)));
         return CTXC_OK;
     });
@@ -349,7 +369,7 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t* table, in
     });
 }
 
-CTXC_API ctxc_status_t ctxc_kv_page_table_is_dirty(const ctxc_kv_page_table_t* table, int32_t* out_dirty) {
+CTXC_API ctxc_status_t ctxc_debug_kv_page_table_is_dirty(const ctxc_kv_page_table_t* table, int32_t* out_dirty) {
     return guard(__func__, [&] {
         int32_t& out = requireOut(out_dirty, "out_dirty");
         out = requireObject(pageTables(), table, "table").table->dirty() ? 1 : 0;
@@ -366,7 +386,7 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t* 
     });
 }
 
-CTXC_API ctxc_status_t ctxc_kv_page_table_read_device(const ctxc_kv_page_table_t* table, int32_t* out_entries,
+CTXC_API ctxc_status_t ctxc_debug_kv_page_table_read_device(const ctxc_kv_page_table_t* table, int32_t* out_entries,
                                                       size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
         KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
@@ -379,14 +399,22 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_read_device(const ctxc_kv_page_table_t
 
 // ---- KV lengths -----------------------------------------------------------------------------------------------
 
-CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, int32_t max_batch,
+CTXC_API void ctxc_kv_lengths_options_init(ctxc_kv_lengths_options_t* options) {
+    if (!options) return;
+    *options = ctxc_kv_lengths_options_t{};
+    options->struct_size = sizeof(ctxc_kv_lengths_options_t);
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, const ctxc_kv_lengths_options_t* options,
                                               ctxc_kv_lengths_t** out_lengths) {
     return guard(__func__, [&] {
         requireOut(out_lengths, "out_lengths") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        ctxc_kv_lengths_options_t const& o = requireOut(const_cast<ctxc_kv_lengths_options_t*>(options), "options");
+        requireStructSize(&o, "options");
         auto object = std::make_unique<KvLengthsObject>();
         object->backend = b;
-        object->lengths = std::make_unique<KvLengths>(*b, max_batch);
+        object->lengths = std::make_unique<KvLengths>(*b, o.max_batch);
         *out_lengths = static_cast<ctxc_kv_lengths_t*>(kvLengths().add(std::move(object)));
         return CTXC_OK;
     });

@@ -20,6 +20,7 @@ void requireBytes(void const* pointer, size_t size, char const* name) {
 
 SnapshotTransfer toTransfer(ctxc_snapshot_transfer_t const* transfer) {
     ctxc_snapshot_transfer_t const& t = requireOut(const_cast<ctxc_snapshot_transfer_t*>(transfer), "transfer");
+    requireStructSize(&t, "transfer");
     SnapshotTransfer out;
     out.batchSlot = t.batch_slot;
     out.recurrentSlot = t.recurrent_slot;
@@ -162,7 +163,7 @@ CTXC_API void ctxc_snapshot_storage_options_init(ctxc_snapshot_storage_options_t
 
 CTXC_API void ctxc_snapshot_transfer_init(ctxc_snapshot_transfer_t* transfer) {
     if (!transfer) return;
-    *transfer = ctxc_snapshot_transfer_t{-1, -1, -1, -1, -1, 0};
+    *transfer = ctxc_snapshot_transfer_t{sizeof(ctxc_snapshot_transfer_t), -1, -1, -1, -1, -1, 0, 0};
 }
 
 CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backend, ctxc_resident_state_t* state,
@@ -199,8 +200,8 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_layout(const ctxc_snapshot_storage_
                                                     ctxc_snapshot_layout_t* out_layout) {
     return guard(__func__, [&] {
         ctxc_snapshot_layout_t& out = requireOut(out_layout, "out_layout");
+        requireStructSize(&out, "out_layout");
         SnapshotStorage const& s = *requireObject(snapshotStorages(), storage, "storage").storage;
-        out = ctxc_snapshot_layout_t{};
         out.recurrent_bytes_per_slot = s.recurrentBytesPerSlot();
         out.partial_kv_bytes_per_slot = s.partialKvBytesPerSlot();
         out.recurrent_slots = s.recurrentSlots();

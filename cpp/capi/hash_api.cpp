@@ -59,7 +59,7 @@ CTXC_API void ctxc_hasher_options_init(ctxc_hasher_options_t* options) {
     options->algorithm = CTXC_HASH_SHA256;
 }
 
-CTXC_API ctxc_status_t ctxc_hasher_create(ctxc_hasher_t** out_hasher, const ctxc_hasher_options_t* options) {
+CTXC_API ctxc_status_t ctxc_hasher_create(const ctxc_hasher_options_t* options, ctxc_hasher_t** out_hasher) {
     return guard(__func__, [&] {
         requireOut(out_hasher, "out_hasher") = nullptr;
         ctxc_hasher_options_t const& o = requireOut(const_cast<ctxc_hasher_options_t*>(options), "options");

@@ -41,8 +41,8 @@ CTXC_API ctxc_status_t ctxc_lease_draft_pages(const ctxc_lease_t* lease, const i
 CTXC_API ctxc_status_t ctxc_lease_info(const ctxc_lease_t* lease, ctxc_lease_info_t* out_info) {
     return guard(__func__, [&] {
         ctxc_lease_info_t& out = requireOut(out_info, "out_info");
+        requireStructSize(&out, "out_info");
         LeaseObject& l = requireLease(lease);
-        out = ctxc_lease_info_t{};
         out.state = l.state;
         out.mode = static_cast<int32_t>(l.lease.mode());
         out.hybrid_has_attention = l.lease.hybridHasAttention() ? 1 : 0;

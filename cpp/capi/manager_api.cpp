@@ -121,7 +121,7 @@ CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t* options) {
     options->max_records = 1024;
 }
 
-CTXC_API ctxc_status_t ctxc_manager_create(ctxc_manager_t** out_manager, const ctxc_manager_options_t* options) {
+CTXC_API ctxc_status_t ctxc_manager_create(const ctxc_manager_options_t* options, ctxc_manager_t** out_manager) {
     return guard(__func__, [&] {
         requireOut(out_manager, "out_manager") = nullptr;
         ctxc_manager_options_t const& o = requireOut(const_cast<ctxc_manager_options_t*>(options), "options");
@@ -336,9 +336,13 @@ CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t* manager, uint64
 CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_manager_metrics_t* out_metrics) {
     return guard(__func__, [&] {
         ctxc_manager_metrics_t& out = requireOut(out_metrics, "out_metrics");
+        requireStructSize(&out, "out_metrics");
         ContextCacheManagerMetrics const& mm = requireManager(manager).manager->metrics();
-        out = ctxc_manager_metrics_t{mm.evictedRecords, mm.reclaimedBaseKvPages, mm.reclaimedDraftKvPages,
-                                     mm.reclaimedRecurrentSnapshots, mm.reclaimedPartialKvSnapshots};
+        out.evicted_records = mm.evictedRecords;
+        out.reclaimed_base_kv_pages = mm.reclaimedBaseKvPages;
+        out.reclaimed_draft_kv_pages = mm.reclaimedDraftKvPages;
+        out.reclaimed_recurrent_snapshots = mm.reclaimedRecurrentSnapshots;
+        out.reclaimed_partial_kv_snapshots = mm.reclaimedPartialKvSnapshots;
         return CTXC_OK;
     });
 }
@@ -361,7 +365,7 @@ CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t* manager, i
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_ref_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t index,
+CTXC_API ctxc_status_t ctxc_debug_manager_ref_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t index,
                                                int32_t* out_active, int32_t* out_cache) {
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
@@ -376,7 +380,7 @@ CTXC_API ctxc_status_t ctxc_manager_ref_counts(const ctxc_manager_t* manager, in
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_free_list(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_ids,
+CTXC_API ctxc_status_t ctxc_debug_manager_free_list(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_ids,
                                               size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
@@ -391,20 +395,20 @@ CTXC_API ctxc_status_t ctxc_manager_record_count(const ctxc_manager_t* manager, 
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_records_lru(const ctxc_manager_t* manager, uint64_t* out_ids, size_t out_capacity,
+CTXC_API ctxc_status_t ctxc_debug_manager_records_lru(const ctxc_manager_t* manager, uint64_t* out_ids, size_t out_capacity,
                                                 size_t* out_count) {
     return guard(__func__, [&] {
         return copyOut(requireManager(manager).manager->records().lruToMru(), out_ids, out_capacity, out_count, "out_ids");
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t* manager, uint64_t record, ctxc_record_view_t* out_view) {
+CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, uint64_t record, ctxc_record_view_t* out_view) {
     return guard(__func__, [&] {
         ctxc_record_view_t& out = requireOut(out_view, "out_view");
+        requireStructSize(&out, "out_view");
         CacheRecordStore const& records = requireManager(manager).manager->records();
         if (!records.contains(record)) throw ContractError("record " + std::to_string(record) + " does not exist");
         CacheRecord const& r = records.get(record);
-        out = ctxc_record_view_t{};
         out.id = r.id;
         out.terminal_hash = fromHash(r.key.terminalHash);
         out.full_block_count = r.key.fullBlockCount;
@@ -421,7 +425,7 @@ CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t* manager, uint64
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_base_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hash,
+CTXC_API ctxc_status_t ctxc_debug_manager_base_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hash,
                                                       int32_t* out_page) {
     return guard(__func__, [&] {
         int32_t& out = requireOut(out_page, "out_page");
@@ -439,7 +443,7 @@ CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t* manage
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_draft_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
+CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
                                                        size_t count, int32_t max_block_count, uint64_t* out_record,
                                                        int32_t* out_path_block_count) {
     return guard(__func__, [&] {
@@ -459,7 +463,7 @@ CTXC_API ctxc_status_t ctxc_manager_draft_index_lookup(const ctxc_manager_t* man
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_draft_index_size(const ctxc_manager_t* manager, size_t* out_entries) {
+CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_size(const ctxc_manager_t* manager, size_t* out_entries) {
     return guard(__func__, [&] {
         requireOut(out_entries, "out_entries") = requireManager(manager).manager->draftIndex().entryCount();
         return CTXC_OK;

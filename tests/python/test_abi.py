@@ -40,7 +40,7 @@ pytest_plugins = ["pytester"]
 
 def test_abi_version_of_library_matches_header():
     declared = int(re.search(r"#define\s+CTXC_ABI_VERSION\s+(\d+)", HEADER_TEXT).group(1))
-    assert declared == 1
+    assert declared == 2
     assert ctxcache.HEADER_ABI_VERSION == declared
     assert ctxcache.abi_version() == declared
     assert lib.ctxc_abi_version() == declared
@@ -207,7 +207,7 @@ def test_options_init_fills_documented_defaults():
 
 def test_invalid_argument_message_names_function_and_argument():
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, _options(page_size=0)) == lib.CTXC_E_INVALID_ARGUMENT
+    assert lib.ctxc_manager_create(_options(page_size=0), out) == lib.CTXC_E_INVALID_ARGUMENT
     assert out[0] == ffi.NULL
     message = _ffi.last_error()
     assert message.startswith("ctxc_manager_create: ")
@@ -218,14 +218,62 @@ def test_struct_size_too_small_is_refused():
     options = _options()
     options.struct_size = 4
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, options) == lib.CTXC_E_INVALID_ARGUMENT
+    assert lib.ctxc_manager_create(options, out) == lib.CTXC_E_INVALID_ARGUMENT
     assert "struct_size" in _ffi.last_error()
     assert out[0] == ffi.NULL
 
 
+# The structs without struct_size: small values used in arrays or embedded, frozen by static_assert in the library.
+FROZEN_STRUCTS = {
+    "ctxc_hash128_t", "ctxc_resource_demand_t", "ctxc_media_span_key_t", "ctxc_block_key_extras_t",
+    "ctxc_hybrid_candidate_t", "ctxc_hybrid_snapshot_reservation_t", "ctxc_hybrid_checkpoint_key_t",
+    "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t",
+}
+
+
+@pytest.mark.parametrize("name", HEADER_STRUCTS)
+def test_every_struct_can_grow_or_is_frozen(name):
+    fields = [field for field, _ in ffi.typeof(name).fields]
+    if name in FROZEN_STRUCTS:
+        assert "struct_size" not in fields
+    else:
+        assert fields[0] == "struct_size", f"{name} neither starts with struct_size nor is listed as frozen"
+
+
+def _output_struct_calls(manager, backend):
+    """Each call that fills an output struct, as (struct type, call taking the struct pointer)."""
+    return [
+        ("ctxc_manager_metrics_t", lambda out: lib.ctxc_manager_metrics(manager, out)),
+        ("ctxc_record_view_t", lambda out: lib.ctxc_debug_manager_record(manager, 1, out)),
+        ("ctxc_acquire_result_t", lambda out: lib.ctxc_manager_acquire_vanilla(
+            manager, ffi.NULL, 0, 0, 0, out, ffi.new("ctxc_lease_t **"))),
+        ("ctxc_launch_counters_t", lambda out: lib.ctxc_device_backend_counters(backend, out)),
+    ]
+
+
+def test_output_structs_with_a_short_struct_size_are_refused_and_left_alone():
+    out = ffi.new("ctxc_manager_t **")
+    assert lib.ctxc_manager_create(_options(), out) == lib.CTXC_OK
+    options = ffi.new("ctxc_device_backend_options_t *")
+    lib.ctxc_device_backend_options_init(options)
+    options.kind = lib.CTXC_BACKEND_CPU
+    backend = ffi.new("ctxc_device_backend_t **")
+    assert lib.ctxc_device_backend_create(options, backend) == lib.CTXC_OK
+    try:
+        for ctype, call in _output_struct_calls(out[0], backend[0]):
+            struct = ffi.new(ctype + " *")
+            struct.struct_size = ffi.sizeof(ctype) - 1
+            assert call(struct) == lib.CTXC_E_INVALID_ARGUMENT, ctype
+            assert "struct_size" in _ffi.last_error()
+            assert struct.struct_size == ffi.sizeof(ctype) - 1
+    finally:
+        assert lib.ctxc_device_backend_destroy(backend[0]) == lib.CTXC_OK
+        assert lib.ctxc_manager_destroy(out[0]) == lib.CTXC_OK
+
+
 def test_raw_handles_are_checked_not_dereferenced():
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, _options()) == lib.CTXC_OK
+    assert lib.ctxc_manager_create(_options(), out) == lib.CTXC_OK
     manager = out[0]
     try:
         result = ffi.new("ctxc_acquire_result_t *")
@@ -259,7 +307,7 @@ def test_raw_handles_are_checked_not_dereferenced():
 
 def test_null_out_pointers_are_invalid_arguments():
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, _options()) == lib.CTXC_OK
+    assert lib.ctxc_manager_create(_options(), out) == lib.CTXC_OK
     manager = out[0]
     try:
         result = ffi.new("ctxc_acquire_result_t *")
