@@ -42,14 +42,14 @@
 namespace {
 
 // The device creates through their options structs, with the arguments the tests vary.
-ctxc_status_t createBuffer(ctxc_device_backend_t* backend, size_t bytes, ctxc_device_buffer_t** out) {
+ctxc_status_t bufferCreate(ctxc_device_backend_t* backend, size_t bytes, ctxc_device_buffer_t** out) {
     ctxc_device_buffer_options_t o;
     ctxc_device_buffer_options_init(&o);
     o.bytes = bytes;
     return ctxc_device_buffer_create(backend, &o, out);
 }
 
-ctxc_status_t createPageTable(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
+ctxc_status_t pageTableCreate(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
                               int32_t mode, ctxc_kv_page_table_t** out) {
     ctxc_kv_page_table_options_t o;
     ctxc_kv_page_table_options_init(&o);
@@ -60,7 +60,7 @@ ctxc_status_t createPageTable(ctxc_device_backend_t* backend, int32_t maxBatch, 
     return ctxc_kv_page_table_create(backend, &o, out);
 }
 
-ctxc_status_t createLengths(ctxc_device_backend_t* backend, int32_t maxBatch, ctxc_kv_lengths_t** out) {
+ctxc_status_t lengthsCreate(ctxc_device_backend_t* backend, int32_t maxBatch, ctxc_kv_lengths_t** out) {
     ctxc_kv_lengths_options_t o;
     ctxc_kv_lengths_options_init(&o);
     o.max_batch = maxBatch;
@@ -827,7 +827,7 @@ private:
         call("ctxc_device_buffer_create", b.valid() && !nullOut, [&] {
             ctxc_device_buffer_t* out = nullptr;
             ctxc_status_t const s =
-                createBuffer(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
+                bufferCreate(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
             if (s == CTXC_OK) {
                 BufferSlot& slot = buffers_[*i];
                 slot.h = out;
@@ -1026,7 +1026,7 @@ private:
         call("ctxc_kv_page_table_create", valid, [&] {
             ctxc_kv_page_table_t* out = nullptr;
             ctxc_status_t const s =
-                createPageTable(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, mpps, numPages, mode, &out);
+                pageTableCreate(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, mpps, numPages, mode, &out);
             if (s == CTXC_OK) {
                 TableSlot& t = tables_[*i];
                 t.h = out;
@@ -1261,7 +1261,7 @@ private:
         if (valid && static_cast<size_t>(maxBatch) * 4 > kMaxLegitBytes) return;
         call("ctxc_kv_lengths_create", valid, [&] {
             ctxc_kv_lengths_t* out = nullptr;
-            ctxc_status_t const s = createLengths(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
+            ctxc_status_t const s = lengthsCreate(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
             if (s == CTXC_OK) {
                 LengthsSlot& l = lengths_[*i];
                 l.h = out;
