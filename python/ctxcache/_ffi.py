@@ -12,6 +12,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import cffi
 
@@ -76,6 +77,13 @@ if lib.ctxc_abi_version() != HEADER_ABI_VERSION:
 
 def last_error() -> str:
     return ffi.string(lib.ctxc_last_error()).decode("utf-8", "replace")
+
+
+def new_output(ctype: str) -> Any:
+    """A zeroed output struct (``ctype`` names the struct type) with struct_size filled, as the library requires."""
+    out = ffi.new(ctype + " *")
+    out.struct_size = ffi.sizeof(ctype)
+    return out
 
 
 def check(status: int) -> None:

@@ -133,7 +133,7 @@ class Hasher(Resource):
             options.key = ffi.cast("const uint8_t *", key_buffer)
             options.key_length = len(key)
         out = ffi.new("ctxc_hasher_t **")
-        check(lib.ctxc_hasher_create(out, options))
+        check(lib.ctxc_hasher_create(options, out))
         self._handle = out[0]
         self.algorithm = HashAlgorithm(code)
         self.keyed = bool(key)

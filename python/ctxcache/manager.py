@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import _arrays
-from ._ffi import check, ffi, lib
+from ._ffi import check, ffi, lib, new_output
 from ._resource import Resource
 from .enums import (
     AcquireStatus,
@@ -242,7 +242,7 @@ class Lease(Resource):
         return self._draft_pages
 
     def _info(self):
-        info = ffi.new("ctxc_lease_info_t *")
+        info = new_output("ctxc_lease_info_t")
         check(lib.ctxc_lease_info(self._live_handle(), info))
         return info
 
@@ -328,7 +328,7 @@ class Pools:
             rid, index = _rid_fields(rid)
         active = ffi.new("int32_t *")
         cache = ffi.new("int32_t *")
-        check(lib.ctxc_manager_ref_counts(self._manager._live(), _resource_type(rid),
+        check(lib.ctxc_debug_manager_ref_counts(self._manager._live(), _resource_type(rid),
                                           _arrays.integer(index, "index", minimum=None, maximum=2**31 - 1),
                                           active, cache))
         return active[0], cache[0]
@@ -340,7 +340,7 @@ class Pools:
         return self._refs(rid, index)[1]
 
     def free_list(self, resource_type) -> np.ndarray:
-        return self._manager._two_call(lambda buf, cap, n: lib.ctxc_manager_free_list(
+        return self._manager._two_call(lambda buf, cap, n: lib.ctxc_debug_manager_free_list(
             self._manager._live(), _resource_type(resource_type), buf, cap, n), "int32_t", np.int32)
 
 
@@ -375,7 +375,7 @@ class Records:
     def lru(self) -> list[int]:
         """Record ids, least recently used first."""
         return [int(x) for x in self._manager._two_call(
-            lambda buf, cap, n: lib.ctxc_manager_records_lru(self._manager._live(), buf, cap, n), "uint64_t", np.uint64)]
+            lambda buf, cap, n: lib.ctxc_debug_manager_records_lru(self._manager._live(), buf, cap, n), "uint64_t", np.uint64)]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.lru())
@@ -384,8 +384,8 @@ class Records:
         return record_id in self.lru()
 
     def __getitem__(self, record_id: int) -> CacheRecord:
-        view = ffi.new("ctxc_record_view_t *")
-        check(lib.ctxc_manager_record(self._manager._live(),
+        view = new_output("ctxc_record_view_t")
+        check(lib.ctxc_debug_manager_record(self._manager._live(),
                                       _arrays.integer(record_id, "record_id", maximum=2**64 - 1), view))
         return CacheRecord(
             id=int(view.id),
@@ -412,7 +412,7 @@ class BaseIndex:
         h = _arrays.single_hash(block_hash, "block_hash")
         page = ffi.new("int32_t *")
         c = ffi.new("ctxc_hash128_t *", {"hi": int(h[0]), "lo": int(h[1])})
-        check(lib.ctxc_manager_base_index_lookup(self._manager._live(), c, page))
+        check(lib.ctxc_debug_manager_base_index_lookup(self._manager._live(), c, page))
         return None if page[0] < 0 else page[0]
 
     def __len__(self) -> int:
@@ -437,13 +437,13 @@ class DraftIndex:
         hashes = _arrays.hash_array(full_block_hashes)
         record = ffi.new("uint64_t *")
         blocks = ffi.new("int32_t *")
-        check(lib.ctxc_manager_draft_index_lookup(self._manager._live(), _arrays.hash_pointer(hashes), hashes.shape[0],
+        check(lib.ctxc_debug_manager_draft_index_lookup(self._manager._live(), _arrays.hash_pointer(hashes), hashes.shape[0],
                                                   _arrays.integer(max_block_count, "max_block_count"), record, blocks))
         return DraftPathMatch(int(record[0]), blocks[0]) if record[0] else None
 
     def __len__(self) -> int:
         out = ffi.new("size_t *")
-        check(lib.ctxc_manager_draft_index_size(self._manager._live(), out))
+        check(lib.ctxc_debug_manager_draft_index_size(self._manager._live(), out))
         return out[0]
 
 
@@ -490,7 +490,7 @@ class ContextCacheManager(Resource):
         options.capacities.partial_kv_snapshot_slots = capacities.partial_kv_snapshot_slots
         options.max_records = _arrays.integer(max_records, "max_records")
         out = ffi.new("ctxc_manager_t **")
-        check(lib.ctxc_manager_create(out, options))
+        check(lib.ctxc_manager_create(options, out))
         self._handle = out[0]
         self.page_size = options.page_size
         self._lease_out = ffi.new("ctxc_lease_t **")
@@ -663,7 +663,7 @@ class ContextCacheManager(Resource):
     # -- inspection ---------------------------------------------------------------------------------------------
     @property
     def metrics(self) -> ManagerMetrics:
-        m = ffi.new("ctxc_manager_metrics_t *")
+        m = new_output("ctxc_manager_metrics_t")
         check(lib.ctxc_manager_metrics(self._live(), m))
         return ManagerMetrics(m.evicted_records, m.reclaimed_base_kv_pages, m.reclaimed_draft_kv_pages,
                               m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots)
