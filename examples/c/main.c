@@ -62,7 +62,7 @@ int main(void) {
     options.capacities.base_kv_pages = 64;
     options.max_records = 16;
     ctxc_manager_t *manager = NULL;
-    check(ctxc_manager_create(&manager, &options), "ctxc_manager_create");
+    check(ctxc_manager_create(&options, &manager), "ctxc_manager_create");
 
     int32_t first[SYSTEM_TOKENS + 3], second[SYSTEM_TOKENS + 4];
     for (int32_t i = 0; i < SYSTEM_TOKENS; ++i) first[i] = second[i] = i;
