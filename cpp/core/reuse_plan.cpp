@@ -1,3 +1,8 @@
+// Reuse planners (reference c.6): vanilla, hybrid/pure-recurrent and EAGLE spec plans as pure functions of the
+// indexes: they read, never add references, touch recency or allocate ids. Validation (pageSize, n, hash count)
+// comes first; an empty input is kStandard with nothing to do, bypass and misses are cold kNoReusablePrefix
+// plans, and hybrid candidates outside (0, n) are skipped. Full contract and cost: include/ctxcache/reuse_plan.h.
+
 #include "ctxcache/reuse_plan.h"
 
 #include <algorithm>
