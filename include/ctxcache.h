@@ -303,7 +303,8 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t *manager, con
                                                     int32_t input_token_count, int32_t lookup_policy,
                                                     ctxc_acquire_result_t *out_result, ctxc_lease_t **out_lease);
 /* Acquire on a hybrid (attention + recurrent) or pure-recurrent deployment: the longest complete exact checkpoint
- * among `candidates` (lengths in (0, input_token_count)) whose record matches `hashes`. */
+ * among `candidates` whose record matches `hashes`; a candidate whose length is not in (0, input_token_count) is
+ * skipped, never an error. */
 CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t *manager, const ctxc_hybrid_candidate_t *candidates,
                                                    size_t candidate_count, const ctxc_hash128_t *hashes, size_t count,
                                                    int32_t input_token_count, int32_t has_attention,

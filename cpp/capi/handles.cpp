@@ -1,3 +1,7 @@
+// The C ABI's handle tables (managers, leases, hashers: one process-wide table per kind, each with its tag) and
+// the checked lookups that turn a handle into its object or throw ApiError(CTXC_E_INVALID_HANDLE); a NULL hasher
+// means the default hasher. See handles.h.
+
 #include "capi/handles.h"
 
 namespace ctxcache::capi {

@@ -541,7 +541,9 @@ class ContextCacheManager(Resource):
     def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes,
                        input_token_count: int, has_attention: bool,
                        lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
-        """Lease on a hybrid / pure-recurrent deployment: the longest complete exact checkpoint."""
+        """Lease on a hybrid / pure-recurrent deployment: the longest complete exact checkpoint.
+
+        A candidate whose length is not in (0, input_token_count) is skipped, never an error."""
         hashes = _arrays.hash_array(full_block_hashes)
         n = _arrays.integer(input_token_count, "input_token_count")
         attention = _arrays.boolean(has_attention, "has_attention")
