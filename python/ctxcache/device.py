@@ -25,7 +25,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _arrays
-from ._resource import Resource
+from . import _resource
+from ._resource import Family, Resource
 from ._ffi import check, ffi, lib, new_output
 from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
 
@@ -142,7 +143,8 @@ def _size_out(fn, *args) -> int:
 
 
 class _Handle(Resource):
-    """Owns one C handle; closing is idempotent and also happens on garbage collection."""
+    """Owns one C handle; closing is idempotent and also happens on garbage collection (see _resource.py).
+    Everything built on a backend is one family with it: keep[0] is that backend."""
 
     _destroy = None
     _what = "object"
@@ -150,8 +152,11 @@ class _Handle(Resource):
     def __init__(self, handle, keep: tuple = ()):
         self._handle = handle
         self._keep = keep  # Python objects whose handles this one was built from (for readable repr / lifetime)
+        self._join(keep[0]._family if keep else Family())
 
     def _live(self):
+        if self._family.pending or _resource.orphans:
+            _resource.drain(self._family)
         if self._handle == _NULL:
             raise InvalidHandleError(f"{self._what} was closed")
         return self._handle

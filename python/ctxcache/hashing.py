@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _arrays
 from ._ffi import check, ffi, lib
-from ._resource import Resource
+from ._resource import Family, Resource
 from .enums import HashAlgorithm
 from .errors import ArgumentTypeError, InvalidArgumentError
 
@@ -115,10 +115,12 @@ def _algorithm(value: Any) -> int:
 class Hasher(Resource):
     """An algorithm and optional secret key, created once and reused (the key block is absorbed once)."""
 
-    __slots__ = ("_handle", "algorithm", "keyed")
+    __slots__ = ("_handle", "_family", "algorithm", "keyed", "__weakref__")
+    _destroy = staticmethod(lib.ctxc_hasher_destroy)
 
     def __init__(self, algorithm: str | HashAlgorithm = "sha256", key: bytes | str | None = None):
         self._handle = _arrays._NULL
+        self._join(Family())
         code = _algorithm(algorithm)
         if isinstance(key, str):
             key = key.encode("utf-8")

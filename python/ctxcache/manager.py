@@ -15,7 +15,8 @@ import numpy as np
 
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
-from ._resource import Resource
+from . import _resource
+from ._resource import Family, Resource
 from .enums import (
     AcquireStatus,
     LeaseState,
@@ -205,15 +206,19 @@ class CacheRecord:
 class Lease(Resource):
     """One request's pins and page bindings. Release it (or use it as a context manager) when done."""
 
-    __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "__weakref__")
+    __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "_family", "__weakref__")
+    _destroy = staticmethod(lib.ctxc_lease_destroy)
 
     def __init__(self, manager: "ContextCacheManager", handle):
         self._manager = manager
         self._handle = handle
+        self._join(manager._family)
         self._base_pages = None
         self._draft_pages = None
 
     def _live_handle(self):
+        if self._family.pending or _resource.orphans:
+            _resource.drain(self._family)
         if self._handle == _NULL:
             raise InvalidHandleError("lease was destroyed")
         return self._handle
@@ -474,11 +479,13 @@ class ContextCacheManager(Resource):
     ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none).
     """
 
-    __slots__ = ("_handle", "_acquire_out", "_lease_out", "_publish_out", "pools", "records", "base_index",
-                 "draft_index", "page_size", "__weakref__")
+    __slots__ = ("_handle", "_acquire_out", "_lease_out", "_publish_out", "_family", "page_size", "__weakref__")
+    _destroy = staticmethod(lib.ctxc_manager_destroy)
+    _rank = 1  # destroyed after its leases when both wait in the family
 
     def __init__(self, page_size: int, capacities: ResourceDemand, max_records: int = 1024):
         self._handle = _NULL
+        self._join(Family())
         if not isinstance(capacities, ResourceDemand):
             raise ArgumentTypeError(f"capacities must be a ResourceDemand, got {type(capacities).__name__}")
         options = ffi.new("ctxc_manager_options_t *")
@@ -496,19 +503,25 @@ class ContextCacheManager(Resource):
         self._lease_out = ffi.new("ctxc_lease_t **")
         self._publish_out = ffi.new("ctxc_publish_result_t *")
         self._publish_out.struct_size = ffi.sizeof("ctxc_publish_result_t")
-        self.pools = Pools(self)
-        self.records = Records(self)
-        self.base_index = BaseIndex(self)
-        self.draft_index = DraftIndex(self)
+
+    # Views are made on demand and hold the manager; the manager holds none of them (no reference cycle, so
+    # dropping a manager frees it by reference counting, never in the cyclic collector: see _resource.py).
+    pools = property(lambda self: Pools(self), doc="Read-only view of the four resource pools.")
+    records = property(lambda self: Records(self), doc="Read-only view of the record store.")
+    base_index = property(lambda self: BaseIndex(self))
+    draft_index = property(lambda self: DraftIndex(self), doc="Read-only view of the EAGLE draft path index.")
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def _live(self):
+        if self._family.pending or _resource.orphans:
+            _resource.drain(self._family)
         if self._handle == _NULL:
             raise InvalidHandleError("manager is closed")
         return self._handle
 
     def close(self) -> None:
         """Destroy the manager. Raises LeasesOutstandingError (after closing) if leases were still alive."""
+        _resource.drain(self._family)  # leases collected in a cycle first: they are not outstanding
         if self._handle != _NULL:
             handle, self._handle = self._handle, _NULL
             check(lib.ctxc_manager_destroy(handle))
