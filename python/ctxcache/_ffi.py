@@ -93,7 +93,7 @@ def _resolve_everything() -> None:
             missing.append(name)
     if missing:
         raise ImportError(f"ctxcache: {_library_path} lacks functions its header declares: {', '.join(missing)}")
-    typedefs = [key.split(" ", 1)[1] for key in ffi._parser._declarations if key.startswith("typedef ")]
+    typedefs = sorted(set(re.findall(r"\b(ctxc_\w+_t)\b", _header_text)))  # the header names every type ctxc_*_t
     for name in typedefs + ["int32_t", "uint64_t", "size_t", "uint8_t", "char"]:
         ffi.typeof(name)
         for spelling in ("%s *", "%s **", "const %s *", "const %s **"):
