@@ -24,15 +24,6 @@ StatePart requirePart(int32_t value, char const* name) {
 
 }  // namespace ctxcache::capi
 
-namespace {
-
-std::shared_ptr<DeviceBackend> const& backendOf(ctxc_device_backend_t const* handle) {
-    return requireObject(deviceBackends(), handle, "backend").backend;
-}
-
-
-}  // namespace
-
 extern "C" {
 
 // ---- backends -------------------------------------------------------------------------------------------------
@@ -111,13 +102,12 @@ CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend,
                                                  const ctxc_device_buffer_options_t* options,
                                                  ctxc_device_buffer_t** out_buffer) {
     return guard(__func__, [&] {
-        requireOut(out_buffer, "out_buffer") = nullptr;
-        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
-        ctxc_device_buffer_options_t const& o = requireSized(options, "options");
-        auto object = std::make_unique<BufferObject>();
-        object->backend = b;
-        object->buffer = DeviceBuffer(*b, o.bytes);
-        *out_buffer = static_cast<ctxc_device_buffer_t*>(deviceBuffers().add(std::move(object)));
+        createOnBackend(deviceBuffers(), backend, options, out_buffer, "out_buffer",
+                        [](DeviceBackend& b, ctxc_device_buffer_options_t const& o) {
+                            auto object = std::make_unique<BufferObject>();
+                            object->buffer = DeviceBuffer(b, o.bytes);
+                            return object;
+                        });
     });
 }
 
@@ -158,19 +148,19 @@ CTXC_API void ctxc_kv_pool_options_init(ctxc_kv_pool_options_t* options) {
 CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t* backend, const ctxc_kv_pool_options_t* options,
                                            ctxc_kv_pool_t** out_pool) {
     return guard(__func__, [&] {
-        requireOut(out_pool, "out_pool") = nullptr;
-        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
-        ctxc_kv_pool_options_t const& o = requireSized(options, "options");
-        requireArray(o.layers, o.layer_count, "options->layers");
-        KvPoolGeometry geometry;
-        geometry.numPages = o.num_pages;
-        geometry.pageSize = o.page_size;
-        geometry.dtype = requireDType(o.dtype, "options->dtype");
-        for (size_t i = 0; i < o.layer_count; ++i) geometry.layers.push_back(KvLayerShape{o.layers[i].kv_heads, o.layers[i].head_dim});
-        auto object = std::make_unique<KvPoolObject>();
-        object->backend = b;
-        object->pool = std::make_shared<KvPagePool>(*b, std::move(geometry));
-        *out_pool = static_cast<ctxc_kv_pool_t*>(kvPools().add(std::move(object)));
+        createOnBackend(kvPools(), backend, options, out_pool, "out_pool",
+                        [](DeviceBackend& b, ctxc_kv_pool_options_t const& o) {
+                            requireArray(o.layers, o.layer_count, "options->layers");
+                            KvPoolGeometry geometry;
+                            geometry.numPages = o.num_pages;
+                            geometry.pageSize = o.page_size;
+                            geometry.dtype = requireDType(o.dtype, "options->dtype");
+                            for (size_t i = 0; i < o.layer_count; ++i)
+                                geometry.layers.push_back(KvLayerShape{o.layers[i].kv_heads, o.layers[i].head_dim});
+                            auto object = std::make_unique<KvPoolObject>();
+                            object->pool = std::make_shared<KvPagePool>(b, std::move(geometry));
+                            return object;
+                        });
     });
 }
 
@@ -219,16 +209,17 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend,
                                                  const ctxc_kv_page_table_options_t* options,
                                                  ctxc_kv_page_table_t** out_table) {
     return guard(__func__, [&] {
-        requireOut(out_table, "out_table") = nullptr;
-        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
-        ctxc_kv_page_table_options_t const& o = requireSized(options, "options");
-        if (o.mode != CTXC_PAGE_TABLE_DENSE && o.mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
-            invalidArgument("options->mode " + std::to_string(o.mode) + " is not a CTXC_PAGE_TABLE_* value");
-        auto object = std::make_unique<PageTableObject>();
-        object->backend = b;
-        object->table = std::make_unique<KvPageTable>(*b, o.max_batch, o.max_pages_per_seq, o.num_pages,
-                                                      static_cast<KvPageTable::Mode>(o.mode));
-        *out_table = static_cast<ctxc_kv_page_table_t*>(pageTables().add(std::move(object)));
+        createOnBackend(pageTables(), backend, options, out_table, "out_table",
+                        [](DeviceBackend& b, ctxc_kv_page_table_options_t const& o) {
+                            if (o.mode != CTXC_PAGE_TABLE_DENSE && o.mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
+                                invalidArgument("options->mode " + std::to_string(o.mode) +
+                                                " is not a CTXC_PAGE_TABLE_* value");
+                            auto object = std::make_unique<PageTableObject>();
+                            object->table = std::make_unique<KvPageTable>(b, o.max_batch, o.max_pages_per_seq,
+                                                                          o.num_pages,
+                                                                          static_cast<KvPageTable::Mode>(o.mode));
+                            return object;
+                        });
     });
 }
 
@@ -328,13 +319,12 @@ CTXC_API void ctxc_kv_lengths_options_init(ctxc_kv_lengths_options_t* options) {
 CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, const ctxc_kv_lengths_options_t* options,
                                               ctxc_kv_lengths_t** out_lengths) {
     return guard(__func__, [&] {
-        requireOut(out_lengths, "out_lengths") = nullptr;
-        std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
-        ctxc_kv_lengths_options_t const& o = requireSized(options, "options");
-        auto object = std::make_unique<KvLengthsObject>();
-        object->backend = b;
-        object->lengths = std::make_unique<KvLengths>(*b, o.max_batch);
-        *out_lengths = static_cast<ctxc_kv_lengths_t*>(kvLengths().add(std::move(object)));
+        createOnBackend(kvLengths(), backend, options, out_lengths, "out_lengths",
+                        [](DeviceBackend& b, ctxc_kv_lengths_options_t const& o) {
+                            auto object = std::make_unique<KvLengthsObject>();
+                            object->lengths = std::make_unique<KvLengths>(b, o.max_batch);
+                            return object;
+                        });
     });
 }
 

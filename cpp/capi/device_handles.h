@@ -63,6 +63,24 @@ inline auto& kvLengths() { return handleTable<KvLengthsObject, 0xC8>(); }
 inline auto& residentStates() { return handleTable<ResidentStateObject, 0xC9>(); }
 inline auto& snapshotStorages() { return handleTable<SnapshotStorageObject, 0xCA>(); }
 
+// The backend a handle names, or CTXC_E_INVALID_HANDLE.
+inline std::shared_ptr<device::DeviceBackend> const& backendOf(ctxc_device_backend_t const* handle) {
+    return requireObject(deviceBackends(), handle, "backend").backend;
+}
+
+// The body every create on a backend shares: clear *out, check the backend and the options, let
+// `make(backend, options)` build the object, give it its backend, register it and hand out its handle.
+template <class Handle, class Options, class T, uint8_t Tag, class Make>
+void createOnBackend(HandleTable<T, Tag>& table, ctxc_device_backend_t const* backend, Options const* options,
+                     Handle** out, char const* outName, Make&& make) {
+    requireOut(out, outName) = nullptr;
+    std::shared_ptr<device::DeviceBackend> const& b = backendOf(backend);
+    Options const& o = requireSized(options, "options");
+    std::unique_ptr<T> object = make(*b, o);
+    object->backend = b;
+    *out = addObject<Handle>(table, std::move(object));
+}
+
 device::DType requireDType(int32_t value, char const* name);
 device::StatePart requirePart(int32_t value, char const* name);
 

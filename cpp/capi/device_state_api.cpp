@@ -65,9 +65,8 @@ CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend
                                                   const ctxc_resident_state_options_t* options,
                                                   ctxc_resident_state_t** out_state) {
     return guard(__func__, [&] {
-        requireOut(out_state, "out_state") = nullptr;
-        std::shared_ptr<DeviceBackend> const& b = requireObject(deviceBackends(), backend, "backend").backend;
-        ctxc_resident_state_options_t const& o = requireSized(options, "options");
+        createOnBackend(residentStates(), backend, options, out_state, "out_state",
+                        [](DeviceBackend& b, ctxc_resident_state_options_t const& o) {
         ResidentStateGeometry g;
         g.maxBatch = o.max_batch;
         g.numLayers = o.num_layers;
@@ -80,9 +79,9 @@ CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend
         g.convDtype = requireDType(o.conv_dtype, "options->conv_dtype");
         g.hiddenSize = o.hidden_size;
         auto object = std::make_unique<ResidentStateObject>();
-        object->backend = b;
-        object->state = std::make_shared<ResidentState>(*b, g);
-        *out_state = static_cast<ctxc_resident_state_t*>(residentStates().add(std::move(object)));
+        object->state = std::make_shared<ResidentState>(b, g);
+        return object;
+                        });
     });
 }
 
@@ -151,11 +150,9 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backe
                                                     const ctxc_snapshot_storage_options_t* options,
                                                     ctxc_snapshot_storage_t** out_storage) {
     return guard(__func__, [&] {
-        requireOut(out_storage, "out_storage") = nullptr;
-        std::shared_ptr<DeviceBackend> const& b = requireObject(deviceBackends(), backend, "backend").backend;
-        ctxc_snapshot_storage_options_t const& o = requireSized(options, "options");
+        createOnBackend(snapshotStorages(), backend, options, out_storage, "out_storage",
+                        [&](DeviceBackend& b, ctxc_snapshot_storage_options_t const& o) {
         auto object = std::make_unique<SnapshotStorageObject>();
-        object->backend = b;
         if (state) object->state = requireObject(residentStates(), state, "state").state;
         if (base_pool) object->base = requireObject(kvPools(), base_pool, "base_pool").pool;
         if (draft_pool) object->draft = requireObject(kvPools(), draft_pool, "draft_pool").pool;
@@ -163,9 +160,10 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backe
         budgets.recurrentBytes = o.recurrent_budget_bytes;
         budgets.partialKvBytes = o.partial_kv_budget_bytes;
         budgets.boundaryHidden = requireBool(o.boundary_hidden, "options->boundary_hidden");
-        object->storage = std::make_unique<SnapshotStorage>(*b, object->state.get(), object->base.get(),
+        object->storage = std::make_unique<SnapshotStorage>(b, object->state.get(), object->base.get(),
                                                             object->draft.get(), budgets);
-        *out_storage = static_cast<ctxc_snapshot_storage_t*>(snapshotStorages().add(std::move(object)));
+        return object;
+                        });
     });
 }
 
