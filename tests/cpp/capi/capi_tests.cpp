@@ -645,6 +645,63 @@ TEST(CApi, MalformedArgumentsAreRejectedBeforeAnyChange) {
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
 }
 
+// An output struct that may grow starts with struct_size; a caller built against an older, smaller struct is
+// refused with INVALID_ARGUMENT before the library writes a byte of it.
+template <class Out, class Call>
+void refusesShortStructSize(Call&& call, char const* function) {
+    Out out;
+    std::memset(&out, 0xAB, sizeof out);
+    out.struct_size = sizeof(Out) - 1;
+    Out const before = out;
+    EXPECT_EQ(call(&out), CTXC_E_INVALID_ARGUMENT) << function;
+    EXPECT_TRUE(lastErrorFrom(function));
+    EXPECT_NE(std::string(ctxc_last_error()).find("struct_size"), std::string::npos) << ctxc_last_error();
+    EXPECT_EQ(std::memcmp(&out, &before, sizeof out), 0) << function << " wrote into a refused struct";
+    out.struct_size = sizeof(Out);
+    EXPECT_EQ(call(&out), CTXC_OK) << function << ": " << ctxc_last_error();
+}
+
+TEST(CApi, EveryGrowableOutputStructRefusesAShortStructSizeUntouched) {
+    ctxc_manager_t* m = makeManager(4, {4, 0, 0, 0});
+    std::vector<ctxc_hash128_t> const hashes = {H(1)};
+    ctxc_lease_t* lease = acquire(m, hashes, 5);
+    ASSERT_NE(lease, nullptr);
+    refusesShortStructSize<ctxc_manager_metrics_t>([&](auto* out) { return ctxc_manager_metrics(m, out); },
+                                                   "ctxc_manager_metrics");
+    refusesShortStructSize<ctxc_lease_info_t>([&](auto* out) { return ctxc_lease_info(lease, out); },
+                                              "ctxc_lease_info");
+    refusesShortStructSize<ctxc_publish_result_t>(
+        [&](auto* out) { return ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), 5, out); },
+        "ctxc_manager_publish");
+    uint64_t record = 0;
+    size_t count = 0;
+    ASSERT_EQ(ctxc_debug_manager_records_lru(m, &record, 1, &count), CTXC_OK);
+    ASSERT_EQ(count, 1u);
+    refusesShortStructSize<ctxc_record_view_t>([&](auto* out) { return ctxc_debug_manager_record(m, record, out); },
+                                               "ctxc_debug_manager_record");
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    refusesShortStructSize<ctxc_acquire_result_t>(
+        [&](auto* out) {
+            ctxc_lease_t* again = nullptr;
+            ctxc_status_t const status =
+                ctxc_manager_acquire_vanilla(m, hashes.data(), hashes.size(), 5, CTXC_LOOKUP_USE_CACHE, out, &again);
+            if (again) EXPECT_EQ(ctxc_lease_destroy(again), CTXC_OK);
+            return status;
+        },
+        "ctxc_manager_acquire_vanilla");
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+
+    ctxc_device_backend_options_t options;
+    ctxc_device_backend_options_init(&options);
+    options.kind = CTXC_BACKEND_CPU;
+    ctxc_device_backend_t* backend = nullptr;
+    ASSERT_EQ(ctxc_device_backend_create(&options, &backend), CTXC_OK) << ctxc_last_error();
+    refusesShortStructSize<ctxc_launch_counters_t>(
+        [&](auto* out) { return ctxc_device_backend_counters(backend, out); }, "ctxc_device_backend_counters");
+    EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+}
+
 TEST(CApi, LastErrorIsThreadLocal) {
     EXPECT_EQ(ctxc_manager_check_invariants(nullptr), CTXC_E_INVALID_HANDLE);
     ASSERT_TRUE(lastErrorFrom("ctxc_manager_check_invariants"));
