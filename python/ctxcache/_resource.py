@@ -6,17 +6,25 @@ and closes it when garbage-collected (errors there are swallowed: a finalizer mu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypeVar
+
+_R = TypeVar("_R", bound="Resource")
+
 
 class Resource:
     __slots__ = ()
 
-    def __enter__(self):
+    if TYPE_CHECKING:
+
+        def close(self) -> None: ...
+
+    def __enter__(self: _R) -> _R:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
