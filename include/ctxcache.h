@@ -6,15 +6,48 @@
  *   - Handles are opaque and checked: a NULL, stale (destroyed), double-released, foreign (another manager's
  *     lease) or wrongly typed handle returns CTXC_E_INVALID_HANDLE, never a crash. A lease whose manager was
  *     destroyed first is detected and reported the same way.
- *   - Every fallible call returns ctxc_status_t (CTXC_OK == 0). On failure nothing changed, and
- *     ctxc_last_error() (thread-local, never NULL) says which call, which argument and why.
+ *   - Every fallible call returns ctxc_status_t (CTXC_OK == 0). On failure nothing changed (but see
+ *     CTXC_E_DEVICE), and ctxc_last_error() (thread-local, never NULL) says which call, which argument and why.
  *   - Capacity shortage is an answer, not an error: an acquire reports CTXC_ACQUIRE_INSUFFICIENT_CAPACITY in its
  *     result, grow and reserve set *out_ok = 0.
- *   - Options structs begin with struct_size; fill them with the matching _init() call.
+ *   - Argument order: the object first, then inputs, then outputs. Every output parameter (out_*: a handle, a
+ *     struct, a scalar, or a two-call buffer out_x, out_capacity, out_count) comes last, creates included:
+ *     ctxc_<object>_create(<parents...>, options, out_object).
+ *   - Every create takes an options struct. Every struct that may grow begins with uint32_t struct_size: options
+ *     and request structs (inputs) are filled by their _init() call; output structs are filled by the caller with
+ *     sizeof (or zero-initialised and struct_size set), and the library writes them only when struct_size is at
+ *     least its own sizeof (else CTXC_E_INVALID_ARGUMENT, nothing written). A new field goes at the end of its
+ *     struct. The small value structs used in arrays or embedded (ctxc_hash128_t, ctxc_resource_demand_t,
+ *     ctxc_media_span_key_t, ctxc_block_key_extras_t, ctxc_hybrid_candidate_t, ctxc_hybrid_snapshot_reservation_t,
+ *     ctxc_hybrid_checkpoint_key_t, ctxc_kv_layer_shape_t, and ctxc_reuse_plan_t, the last member of
+ *     ctxc_acquire_result_t whose struct_size covers it) are frozen: their size is static_asserted in the
+ *     library and a change to them is a new type.
+ *   - The calls in the "introspection" sections, named ctxc_debug_*, read internal state for tests and checkers
+ *     (reference counts, free lists, records, indexes, the device copy of a page table). A runtime needs none of
+ *     them; they may cost O(state) and may change with CTXC_ABI_VERSION like any other call.
  *   - Variable-size outputs are pointer + count views owned by the library, valid until the next mutating call
  *     on the same manager (or lease), or caller buffers with the two-call pattern (out_capacity, *out_count:
  *     CTXC_E_BUFFER_TOO_SMALL still sets *out_count to the size needed).
  *   - Hashes are ctxc_hash128_t {hi, lo}: an array of n of them is the same memory as an (n, 2) uint64 array.
+ *
+ * Errors: which status for which failure (the one statement of it; the code and the tests follow it)
+ *   CTXC_E_INVALID_ARGUMENT  an argument malformed in itself, whatever the state: a required pointer NULL, a NULL
+ *                            array or byte buffer with a non-zero count, a negative count or length, a value that
+ *                            is not one of its CTXC_* constants, a 0/1 flag with another value, a struct_size
+ *                            smaller than the struct's.
+ *   CTXC_E_CONTRACT          an argument inconsistent with the state of the objects it names: an id, index, slot,
+ *                            page, layer, record or byte range outside what the object holds (every out-of-range
+ *                            read or write, on every object), an invalid geometry, a wrong lease kind, a changed
+ *                            prefix, objects from different backends.
+ *   CTXC_E_INVALID_HANDLE    a NULL, stale, double-released, foreign, orphaned or wrongly typed handle.
+ *   CTXC_E_DEVICE            the CUDA runtime failed (the CUDA error is in ctxc_last_error()); device memory the
+ *                            call touched is unspecified, the objects can still be destroyed.
+ *   CTXC_E_NO_MEMORY         a host allocation failed.
+ *   CTXC_E_UNSUPPORTED       the build or the machine lacks what was asked for (CUDA), with the reason.
+ *   CTXC_E_BUFFER_TOO_SMALL  a two-call output buffer is short (*out_count says how much is needed).
+ *   CTXC_E_INVARIANT         a check_invariants call found the state inconsistent (a ctxcache bug).
+ *   CTXC_E_LEASES_OUTSTANDING  ctxc_manager_destroy orphaned live leases (the manager is destroyed anyway).
+ *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
  * Threading: a manager and its leases follow a single-writer contract: the caller serializes every call that
  * touches them. Different managers may be used from different threads. Hashers are immutable and shareable.
@@ -35,7 +68,7 @@ extern "C" {
 #define CTXC_API
 #endif
 
-#define CTXC_ABI_VERSION 1
+#define CTXC_ABI_VERSION 2
 
 typedef enum ctxc_status {
     CTXC_OK = 0,
@@ -48,7 +81,8 @@ typedef enum ctxc_status {
     CTXC_E_BUFFER_TOO_SMALL = 7,
     CTXC_E_UNSUPPORTED = 8,
     CTXC_E_INTERNAL = 9,
-    CTXC_E_DEVICE = 10              /* the CUDA runtime failed; device memory touched by the call is unspecified */
+    CTXC_E_DEVICE = 10,             /* the CUDA runtime failed; device memory touched by the call is unspecified */
+    CTXC_STATUS_COUNT               /* not a status: one past the last code (a new code goes before it) */
 } ctxc_status_t;
 
 enum {
@@ -134,7 +168,7 @@ typedef struct ctxc_block_key_extras {
 
 CTXC_API void ctxc_hasher_options_init(ctxc_hasher_options_t *options);
 /* A hasher for an algorithm and optional key. Release with ctxc_hasher_destroy. */
-CTXC_API ctxc_status_t ctxc_hasher_create(ctxc_hasher_t **out_hasher, const ctxc_hasher_options_t *options);
+CTXC_API ctxc_status_t ctxc_hasher_create(const ctxc_hasher_options_t *options, ctxc_hasher_t **out_hasher);
 /* NULL is accepted (no-op). */
 CTXC_API ctxc_status_t ctxc_hasher_destroy(ctxc_hasher_t *hasher);
 
@@ -169,6 +203,7 @@ typedef struct ctxc_manager_options {
     int32_t max_records;                /* >= 0; 0 keeps no record at all (default 1024) */
 } ctxc_manager_options_t;
 
+/* Frozen: only ever the last member of ctxc_acquire_result_t, whose struct_size covers it. */
 typedef struct ctxc_reuse_plan {
     int32_t mode;                       /* CTXC_MODE_* */
     int32_t kind;                       /* CTXC_PLAN_* */
@@ -225,6 +260,8 @@ typedef struct ctxc_publish_result {
 } ctxc_publish_result_t;
 
 typedef struct ctxc_manager_metrics {
+    uint32_t struct_size;
+    uint32_t reserved;
     uint64_t evicted_records;
     uint64_t reclaimed_base_kv_pages;
     uint64_t reclaimed_draft_kv_pages;
@@ -234,6 +271,8 @@ typedef struct ctxc_manager_metrics {
 
 /* A stored record, as views valid until the next mutating call on the manager. */
 typedef struct ctxc_record_view {
+    uint32_t struct_size;
+    uint32_t reserved;
     uint64_t id;
     ctxc_hash128_t terminal_hash;             /* the exact-prefix digest for a hybrid checkpoint */
     int32_t full_block_count;
@@ -249,7 +288,7 @@ typedef struct ctxc_record_view {
 } ctxc_record_view_t;
 
 CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t *options);
-CTXC_API ctxc_status_t ctxc_manager_create(ctxc_manager_t **out_manager, const ctxc_manager_options_t *options);
+CTXC_API ctxc_status_t ctxc_manager_create(const ctxc_manager_options_t *options, ctxc_manager_t **out_manager);
 /* Destroys the manager (NULL is a no-op). If leases are still alive they are orphaned (every later use reports
  * CTXC_E_INVALID_HANDLE; ctxc_lease_destroy frees them) and CTXC_E_LEASES_OUTSTANDING is returned: the manager
  * is destroyed either way. */
@@ -264,7 +303,8 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t *manager, con
                                                     int32_t input_token_count, int32_t lookup_policy,
                                                     ctxc_acquire_result_t *out_result, ctxc_lease_t **out_lease);
 /* Acquire on a hybrid (attention + recurrent) or pure-recurrent deployment: the longest complete exact checkpoint
- * among `candidates` (lengths in (0, input_token_count)) whose record matches `hashes`. */
+ * among `candidates` whose record matches `hashes`; a candidate whose length is not in (0, input_token_count) is
+ * skipped, never an error. */
 CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t *manager, const ctxc_hybrid_candidate_t *candidates,
                                                    size_t candidate_count, const ctxc_hash128_t *hashes, size_t count,
                                                    int32_t input_token_count, int32_t has_attention,
@@ -324,43 +364,53 @@ CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t *manager, ctxc_
 CTXC_API ctxc_status_t ctxc_manager_page_size(const ctxc_manager_t *manager, int32_t *out_page_size);
 CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t *manager, int32_t resource_type, int32_t *out_free,
                                                 int32_t *out_capacity);
-CTXC_API ctxc_status_t ctxc_manager_ref_counts(const ctxc_manager_t *manager, int32_t resource_type, int32_t index,
-                                               int32_t *out_active, int32_t *out_cache);
-/* Free ids of one pool in allocation order (oldest first). Two-call pattern. */
-CTXC_API ctxc_status_t ctxc_manager_free_list(const ctxc_manager_t *manager, int32_t resource_type, int32_t *out_ids,
-                                              size_t out_capacity, size_t *out_count);
 CTXC_API ctxc_status_t ctxc_manager_record_count(const ctxc_manager_t *manager, size_t *out_count);
-/* Record ids, least recently used first. Two-call pattern. */
-CTXC_API ctxc_status_t ctxc_manager_records_lru(const ctxc_manager_t *manager, uint64_t *out_ids, size_t out_capacity,
-                                                size_t *out_count);
-CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t *manager, uint64_t record, ctxc_record_view_t *out_view);
-/* The canonical page of a block hash, or -1. */
-CTXC_API ctxc_status_t ctxc_manager_base_index_lookup(const ctxc_manager_t *manager, const ctxc_hash128_t *hash,
-                                                      int32_t *out_page);
+/* Entries (block hashes) in the base block index. */
 CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t *manager, size_t *out_size);
-/* The EAGLE draft path index: the longest n <= min(max_block_count, count) such that ONE paired record's
- * boundary n ends at hashes[n-1] (most recent record first). *out_record = 0 and *out_path_block_count = 0 when
- * there is none. Read-only. */
-CTXC_API ctxc_status_t ctxc_manager_draft_index_lookup(const ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
-                                                       size_t count, int32_t max_block_count, uint64_t *out_record,
-                                                       int32_t *out_path_block_count);
-/* Entries (record boundaries) in the draft path index. */
-CTXC_API ctxc_status_t ctxc_manager_draft_index_size(const ctxc_manager_t *manager, size_t *out_entries);
 CTXC_API ctxc_status_t ctxc_manager_live_lease_count(const ctxc_manager_t *manager, size_t *out_count);
 /* Heap bytes of every index and record: the cache's metadata cost. */
 CTXC_API ctxc_status_t ctxc_manager_metadata_bytes(const ctxc_manager_t *manager, size_t *out_bytes);
 /* CTXC_OK, or CTXC_E_INVARIANT with the first violation in ctxc_last_error(). O(capacity + records). */
 CTXC_API ctxc_status_t ctxc_manager_check_invariants(const ctxc_manager_t *manager);
 
+/* ---- manager introspection (tests and checkers; see Conventions) ---------------------------------------- */
+
+/* Reference counts of one id: index in [0, capacity) of its pool (else CTXC_E_CONTRACT). */
+CTXC_API ctxc_status_t ctxc_debug_manager_ref_counts(const ctxc_manager_t *manager, int32_t resource_type,
+                                                     int32_t index, int32_t *out_active, int32_t *out_cache);
+/* Free ids of one pool in allocation order (oldest first). Two-call pattern. */
+CTXC_API ctxc_status_t ctxc_debug_manager_free_list(const ctxc_manager_t *manager, int32_t resource_type,
+                                                    int32_t *out_ids, size_t out_capacity, size_t *out_count);
+/* Record ids, least recently used first. Two-call pattern. */
+CTXC_API ctxc_status_t ctxc_debug_manager_records_lru(const ctxc_manager_t *manager, uint64_t *out_ids,
+                                                      size_t out_capacity, size_t *out_count);
+/* One stored record (CTXC_E_CONTRACT if there is none with that id). */
+CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t *manager, uint64_t record,
+                                                 ctxc_record_view_t *out_view);
+/* The canonical page of a block hash, or -1. */
+CTXC_API ctxc_status_t ctxc_debug_manager_base_index_lookup(const ctxc_manager_t *manager, const ctxc_hash128_t *hash,
+                                                            int32_t *out_page);
+/* The EAGLE draft path index: the longest n <= min(max_block_count, count) such that ONE paired record's
+ * boundary n ends at hashes[n-1] (most recent record first). *out_record = 0 and *out_path_block_count = 0 when
+ * there is none. Read-only. */
+CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_lookup(const ctxc_manager_t *manager,
+                                                             const ctxc_hash128_t *hashes, size_t count,
+                                                             int32_t max_block_count, uint64_t *out_record,
+                                                             int32_t *out_path_block_count);
+/* Entries (record boundaries) in the draft path index. */
+CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_size(const ctxc_manager_t *manager, size_t *out_entries);
+
 /* ---- leases ---------------------------------------------------------------------------------------------- */
 
 typedef struct ctxc_lease_info {
+    uint32_t struct_size;
     int32_t state;                      /* CTXC_LEASE_* */
     int32_t mode;                       /* CTXC_MODE_* */
     int32_t hybrid_has_attention;
     int32_t recurrent_snapshot_slot;    /* restored (hit) slot, -1 = none */
     int32_t partial_kv_snapshot_slot;   /* -1 = none */
     int32_t reserved_snapshot_count;    /* producer reservations still owned */
+    int32_t reserved;
     size_t base_page_count;
     size_t draft_page_count;
 } ctxc_lease_info_t;
@@ -386,9 +436,9 @@ CTXC_API ctxc_status_t ctxc_lease_destroy(ctxc_lease_t *lease);
  * between host buffers and objects with the *_write / *_read calls. Every storage object allocates all its device
  * memory at creation and reports its exact footprint; no operation allocates device memory.
  *
- * Errors: an invalid geometry, an out-of-range id, slot or page, an overlapping or reordering compaction map and
- * a wrong dtype are CTXC_E_CONTRACT (nothing changed); a failing CUDA call is CTXC_E_INTERNAL with the CUDA error
- * in ctxc_last_error(); asking for CUDA where it is unavailable is CTXC_E_UNSUPPORTED with the reason.
+ * Errors (the table at the top applies): an invalid geometry, an out-of-range id, slot, page or byte range, an
+ * overlapping or reordering compaction map and a dtype the operation cannot take are CTXC_E_CONTRACT (nothing
+ * changed); a failing CUDA call is CTXC_E_DEVICE; asking for CUDA where it is unavailable is CTXC_E_UNSUPPORTED.
  * Lifetimes: an object keeps what it was built from alive (its backend, the pools and state of a snapshot
  * storage), so handles may be destroyed in any order. Objects used together must share one backend.
  * Threading: a backend and everything built on it follow the single-writer contract. */
@@ -423,6 +473,8 @@ typedef struct ctxc_device_backend_options {
 } ctxc_device_backend_options_t;
 
 typedef struct ctxc_launch_counters {
+    uint32_t struct_size;
+    uint32_t reserved;
     uint64_t kernels;             /* kernel launches (the CPU backend counts one per operation) */
     uint64_t transfers;           /* copies and memsets, descriptor-table uploads included */
 } ctxc_launch_counters_t;
@@ -466,24 +518,48 @@ typedef struct ctxc_snapshot_storage_options {
 } ctxc_snapshot_storage_options_t;
 
 typedef struct ctxc_snapshot_layout {
+    uint32_t struct_size;
+    uint32_t reserved;
     size_t recurrent_bytes_per_slot;   /* layers * (recurrent + conv row) [+ hidden row] */
     size_t partial_kv_bytes_per_slot;  /* sum over base and draft layers of 2 * page bytes */
     int32_t recurrent_slots;           /* recurrent_budget_bytes / recurrent_bytes_per_slot */
     int32_t partial_kv_slots;
     size_t footprint_bytes;            /* exactly slots * bytes per slot, both kinds */
     int32_t max_descriptors;           /* descriptors of the largest transfer (all in one launch) */
-    int32_t reserved;
+    int32_t reserved2;
 } ctxc_snapshot_layout_t;
 
 /* One checkpoint transfer; a part whose slot is -1 is skipped (ctxc_snapshot_transfer_init sets all to -1). */
 typedef struct ctxc_snapshot_transfer {
+    uint32_t struct_size;
     int32_t batch_slot;           /* resident slot of the recurrent part */
     int32_t recurrent_slot;
     int32_t partial_kv_slot;
     int32_t base_page;            /* K page id in the base pool */
     int32_t draft_page;           /* K page id in the draft pool (iff the storage has one) */
     int32_t valid_tokens;         /* 0 < valid_tokens < page_size */
+    int32_t reserved;
 } ctxc_snapshot_transfer_t;
+
+typedef struct ctxc_device_buffer_options {
+    uint32_t struct_size;
+    uint32_t reserved;
+    size_t bytes;                 /* size of the zero-filled buffer (default 0) */
+} ctxc_device_buffer_options_t;
+
+/* A [max_batch, 2, max_pages_per_seq] int32 page table (K ids, then V ids = K + num_pages; -1 unused). */
+typedef struct ctxc_kv_page_table_options {
+    uint32_t struct_size;
+    int32_t max_batch;
+    int32_t max_pages_per_seq;
+    int32_t num_pages;            /* K pages of the pool the table indexes */
+    int32_t mode;                 /* CTXC_PAGE_TABLE_* (default DENSE) */
+} ctxc_kv_page_table_options_t;
+
+typedef struct ctxc_kv_lengths_options {
+    uint32_t struct_size;
+    int32_t max_batch;
+} ctxc_kv_lengths_options_t;
 
 typedef struct ctxc_kv_gather_request {
     uint32_t struct_size;
@@ -497,8 +573,8 @@ typedef struct ctxc_kv_gather_request {
 
 CTXC_API void ctxc_device_backend_options_init(ctxc_device_backend_options_t *options);
 /* CTXC_E_UNSUPPORTED (with the reason) when kind is CUDA and CUDA is not built in or sees no device. */
-CTXC_API ctxc_status_t ctxc_device_backend_create(ctxc_device_backend_t **out_backend,
-                                                  const ctxc_device_backend_options_t *options);
+CTXC_API ctxc_status_t ctxc_device_backend_create(const ctxc_device_backend_options_t *options,
+                                                  ctxc_device_backend_t **out_backend);
 /* NULL is a no-op. Objects built on the backend keep it alive until they are destroyed too. */
 CTXC_API ctxc_status_t ctxc_device_backend_destroy(ctxc_device_backend_t *backend);
 /* CTXC_BACKEND_CPU or CTXC_BACKEND_CUDA. */
@@ -510,7 +586,9 @@ CTXC_API ctxc_status_t ctxc_device_backend_counters(const ctxc_device_backend_t 
 CTXC_API ctxc_status_t ctxc_device_backend_allocated_bytes(const ctxc_device_backend_t *backend, size_t *out_bytes);
 
 /* A plain zero-filled device buffer (inputs and outputs of the generic operations). */
-CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t *backend, size_t bytes,
+CTXC_API void ctxc_device_buffer_options_init(ctxc_device_buffer_options_t *options);
+CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t *backend,
+                                                 const ctxc_device_buffer_options_t *options,
                                                  ctxc_device_buffer_t **out_buffer);
 CTXC_API ctxc_status_t ctxc_device_buffer_destroy(ctxc_device_buffer_t *buffer);
 CTXC_API ctxc_status_t ctxc_device_buffer_size(const ctxc_device_buffer_t *buffer, size_t *out_bytes);
@@ -531,11 +609,11 @@ CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t *pool, int32_t la
 CTXC_API ctxc_status_t ctxc_kv_pool_read_pages(const ctxc_kv_pool_t *pool, int32_t layer, int32_t first_flat_page,
                                                int32_t page_count, void *dst, size_t size);
 
-/* A [max_batch, 2, max_pages_per_seq] int32 page table (K ids, then V ids = K + num_pages; -1 unused; at most
- * INT32_MAX entries). The host
- * table is the truth; ctxc_kv_page_table_upload copies the rows changed since the last upload. */
-CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t *backend, int32_t max_batch,
-                                                 int32_t max_pages_per_seq, int32_t num_pages, int32_t mode,
+/* A page table of at most INT32_MAX entries (see ctxc_kv_page_table_options_t). The host table is the truth;
+ * ctxc_kv_page_table_upload copies the rows changed since the last upload. */
+CTXC_API void ctxc_kv_page_table_options_init(ctxc_kv_page_table_options_t *options);
+CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t *backend,
+                                                 const ctxc_kv_page_table_options_t *options,
                                                  ctxc_kv_page_table_t **out_table);
 CTXC_API ctxc_status_t ctxc_kv_page_table_destroy(ctxc_kv_page_table_t *table);
 /* Slot reads K pages k_pages[0..count) then -1. -1 entries (holes) only in sparse-window mode. */
@@ -554,15 +632,21 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_compact_rows(ctxc_kv_page_table_t *tab
 CTXC_API ctxc_status_t ctxc_kv_page_table_check_invariants(const ctxc_kv_page_table_t *table);
 /* *out_copies (optional): the number of row-range copies issued (0 when nothing changed). */
 CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t *table, int32_t *out_copies);
-CTXC_API ctxc_status_t ctxc_kv_page_table_is_dirty(const ctxc_kv_page_table_t *table, int32_t *out_dirty);
-/* The whole host table, or the device copy read back: max_batch * 2 * max_pages_per_seq entries. Two-call. */
+/* The whole host table: max_batch * 2 * max_pages_per_seq entries. Two-call. */
 CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t *table, int32_t *out_entries,
                                                     size_t out_capacity, size_t *out_count);
-CTXC_API ctxc_status_t ctxc_kv_page_table_read_device(const ctxc_kv_page_table_t *table, int32_t *out_entries,
-                                                      size_t out_capacity, size_t *out_count);
+
+/* ---- page table introspection (tests and checkers; see Conventions) ------------------------------------- */
+
+/* 1 when host rows changed since the last upload. */
+CTXC_API ctxc_status_t ctxc_debug_kv_page_table_is_dirty(const ctxc_kv_page_table_t *table, int32_t *out_dirty);
+/* The device copy read back (what the kernels see): max_batch * 2 * max_pages_per_seq entries. Two-call. */
+CTXC_API ctxc_status_t ctxc_debug_kv_page_table_read_device(const ctxc_kv_page_table_t *table, int32_t *out_entries,
+                                                            size_t out_capacity, size_t *out_count);
 
 /* Device int32 KV lengths of the active sequences (at most max_batch). */
-CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t *backend, int32_t max_batch,
+CTXC_API void ctxc_kv_lengths_options_init(ctxc_kv_lengths_options_t *options);
+CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t *backend, const ctxc_kv_lengths_options_t *options,
                                               ctxc_kv_lengths_t **out_lengths);
 CTXC_API ctxc_status_t ctxc_kv_lengths_destroy(ctxc_kv_lengths_t *lengths);
 /* Starts a batch of `count` sequences with these lengths (each >= 0). */

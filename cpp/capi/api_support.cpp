@@ -1,3 +1,6 @@
+// The C ABI's thread-local last-error message and the resource-type argument check. The firewall (guard) and
+// the other checks are inline in api_support.h, which states the contract.
+
 #include "capi/api_support.h"
 
 namespace ctxcache::capi {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ctxcache.h"
@@ -37,10 +38,16 @@ private:
 void setLastError(char const* function, char const* message) noexcept;
 char const* lastErrorMessage() noexcept;
 
+// A body returns its status, or nothing for CTXC_OK.
 template <class F>
 ctxc_status_t guard(char const* function, F&& body) noexcept {
     try {
-        return body();
+        if constexpr (std::is_void_v<decltype(body())>) {
+            body();
+            return CTXC_OK;
+        } else {
+            return body();
+        }
     } catch (ApiError const& e) {
         setLastError(function, e.what());
         return e.status();
@@ -93,6 +100,47 @@ void requireStructSize(S const* s, char const* name) {
     if (s->struct_size < sizeof(S))
         invalidArgument(std::string(name) + "->struct_size is " + std::to_string(s->struct_size) + ", expected " +
                         std::to_string(sizeof(S)) + " (call the matching _init function)");
+}
+
+// A caller's byte buffer: NULL only with size 0.
+inline void requireBytes(void const* pointer, size_t size, char const* name) {
+    if (!pointer && size > 0) invalidArgument(std::string(name) + " is NULL but size is " + std::to_string(size));
+}
+
+// A struct that begins with struct_size: present (input options, or an output to fill) and at least as large as
+// this library's version of it.
+template <class S>
+S& requireSized(S* s, char const* name) {
+    requireStructSize(&requireOut(s, name), name);
+    return *s;
+}
+template <class S>
+S const& requireSized(S const* s, char const* name) {
+    return requireSized(const_cast<S*>(s), name);
+}
+
+// The body of every _init function: zero, then struct_size; the caller sets its defaults on the result.
+template <class S>
+S* initSized(S* s) noexcept {
+    if (!s) return nullptr;
+    *s = S{};
+    s->struct_size = sizeof(S);
+    return s;
+}
+
+// The whole body of a getter: check the out-parameter, then write what `get` returns (it looks up the handle).
+template <class T, class Get>
+ctxc_status_t getInto(char const* function, T* out, char const* name, Get&& get) noexcept {
+    return guard(function, [&] {
+        T& o = requireOut(out, name);
+        o = get();
+    });
+}
+
+// A compaction map of old_batch entries.
+inline void requireMap(int32_t const* oldToNew, int32_t oldBatch) {
+    requireNonNegative(oldBatch, "old_batch");
+    requireArray(oldToNew, static_cast<size_t>(oldBatch), "old_to_new");
 }
 
 ResourceType resourceType(int32_t value, char const* name);

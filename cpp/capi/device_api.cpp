@@ -11,35 +11,6 @@ using namespace ctxcache::device;
 
 namespace ctxcache::capi {
 
-HandleTable<BackendObject, 0xC4>& deviceBackends() {
-    static HandleTable<BackendObject, 0xC4> table;
-    return table;
-}
-HandleTable<BufferObject, 0xC5>& deviceBuffers() {
-    static HandleTable<BufferObject, 0xC5> table;
-    return table;
-}
-HandleTable<KvPoolObject, 0xC6>& kvPools() {
-    static HandleTable<KvPoolObject, 0xC6> table;
-    return table;
-}
-HandleTable<PageTableObject, 0xC7>& pageTables() {
-    static HandleTable<PageTableObject, 0xC7> table;
-    return table;
-}
-HandleTable<KvLengthsObject, 0xC8>& kvLengths() {
-    static HandleTable<KvLengthsObject, 0xC8> table;
-    return table;
-}
-HandleTable<ResidentStateObject, 0xC9>& residentStates() {
-    static HandleTable<ResidentStateObject, 0xC9> table;
-    return table;
-}
-HandleTable<SnapshotStorageObject, 0xCA>& snapshotStorages() {
-    static HandleTable<SnapshotStorageObject, 0xCA> table;
-    return table;
-}
-
 DType requireDType(int32_t value, char const* name) {
     if (!isValidDType(value)) invalidArgument(std::string(name) + " " + std::to_string(value) + " is not a CTXC_DTYPE_* value");
     return static_cast<DType>(value);
@@ -59,9 +30,6 @@ std::shared_ptr<DeviceBackend> const& backendOf(ctxc_device_backend_t const* han
     return requireObject(deviceBackends(), handle, "backend").backend;
 }
 
-void requireBytes(void const* pointer, size_t size, char const* name) {
-    if (!pointer && size > 0) invalidArgument(std::string(name) + " is NULL but size is " + std::to_string(size));
-}
 
 }  // namespace
 
@@ -81,12 +49,11 @@ CTXC_API void ctxc_device_backend_options_init(ctxc_device_backend_options_t* op
     options->stream = nullptr;
 }
 
-CTXC_API ctxc_status_t ctxc_device_backend_create(ctxc_device_backend_t** out_backend,
-                                                  const ctxc_device_backend_options_t* options) {
+CTXC_API ctxc_status_t ctxc_device_backend_create(const ctxc_device_backend_options_t* options,
+                                                  ctxc_device_backend_t** out_backend) {
     return guard(__func__, [&] {
         requireOut(out_backend, "out_backend") = nullptr;
-        ctxc_device_backend_options_t const& o = requireOut(const_cast<ctxc_device_backend_options_t*>(options), "options");
-        requireStructSize(&o, "options");
+        ctxc_device_backend_options_t const& o = requireSized(options, "options");
         if (o.kind < CTXC_BACKEND_AUTO || o.kind > CTXC_BACKEND_CUDA)
             invalidArgument("options->kind " + std::to_string(o.kind) + " is not a CTXC_BACKEND_* value");
         BackendOptions bo;
@@ -103,71 +70,64 @@ CTXC_API ctxc_status_t ctxc_device_backend_create(ctxc_device_backend_t** out_ba
         auto object = std::make_unique<BackendObject>();
         object->backend = std::move(backend);
         *out_backend = static_cast<ctxc_device_backend_t*>(deviceBackends().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_device_backend_destroy(ctxc_device_backend_t* backend) {
-    return guard(__func__, [&] { return destroyObject(deviceBackends(), backend, "backend"); });
+    return guard(__func__, [&] { destroyObject(deviceBackends(), backend, "backend"); });
 }
 
 CTXC_API ctxc_status_t ctxc_device_backend_kind(const ctxc_device_backend_t* backend, int32_t* out_kind) {
-    return guard(__func__, [&] {
-        int32_t& out = requireOut(out_kind, "out_kind");
-        out = static_cast<int32_t>(backendOf(backend)->kind());
-        return CTXC_OK;
-    });
+    return getInto(__func__, out_kind, "out_kind", [&] { return static_cast<int32_t>(backendOf(backend)->kind()); });
 }
 
 CTXC_API ctxc_status_t ctxc_device_backend_synchronize(ctxc_device_backend_t* backend) {
     return guard(__func__, [&] {
         backendOf(backend)->synchronize();
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_device_backend_counters(const ctxc_device_backend_t* backend,
                                                     ctxc_launch_counters_t* out_counters) {
     return guard(__func__, [&] {
-        ctxc_launch_counters_t& out = requireOut(out_counters, "out_counters");
+        ctxc_launch_counters_t& out = requireSized(out_counters, "out_counters");
         LaunchCounters const c = backendOf(backend)->counters();
-        out = ctxc_launch_counters_t{c.kernels, c.transfers};
-        return CTXC_OK;
+        out.kernels = c.kernels;
+        out.transfers = c.transfers;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_device_backend_allocated_bytes(const ctxc_device_backend_t* backend, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = backendOf(backend)->allocatedBytes();
-        return CTXC_OK;
-    });
+    return getInto(__func__, out_bytes, "out_bytes", [&] { return backendOf(backend)->allocatedBytes(); });
 }
 
 // ---- buffers --------------------------------------------------------------------------------------------------
 
-CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend, size_t bytes,
+CTXC_API void ctxc_device_buffer_options_init(ctxc_device_buffer_options_t* options) {
+    if (!initSized(options)) return;
+}
+
+CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend,
+                                                 const ctxc_device_buffer_options_t* options,
                                                  ctxc_device_buffer_t** out_buffer) {
     return guard(__func__, [&] {
         requireOut(out_buffer, "out_buffer") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        ctxc_device_buffer_options_t const& o = requireSized(options, "options");
         auto object = std::make_unique<BufferObject>();
         object->backend = b;
-        object->buffer = DeviceBuffer(*b, bytes);
+        object->buffer = DeviceBuffer(*b, o.bytes);
         *out_buffer = static_cast<ctxc_device_buffer_t*>(deviceBuffers().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_device_buffer_destroy(ctxc_device_buffer_t* buffer) {
-    return guard(__func__, [&] { return destroyObject(deviceBuffers(), buffer, "buffer"); });
+    return guard(__func__, [&] { destroyObject(deviceBuffers(), buffer, "buffer"); });
 }
 
 CTXC_API ctxc_status_t ctxc_device_buffer_size(const ctxc_device_buffer_t* buffer, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = requireObject(deviceBuffers(), buffer, "buffer").buffer.size();
-        return CTXC_OK;
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return requireObject(deviceBuffers(), buffer, "buffer").buffer.size();
     });
 }
 
@@ -176,7 +136,6 @@ CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t* buffer, si
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
         requireBytes(src, size, "src");
         b.buffer.write(offset, src, size);
-        return CTXC_OK;
     });
 }
 
@@ -185,16 +144,13 @@ CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t* buffe
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
         requireBytes(dst, size, "dst");
         b.buffer.read(offset, dst, size);
-        return CTXC_OK;
     });
 }
 
 // ---- KV pools -------------------------------------------------------------------------------------------------
 
 CTXC_API void ctxc_kv_pool_options_init(ctxc_kv_pool_options_t* options) {
-    if (!options) return;
-    *options = ctxc_kv_pool_options_t{};
-    options->struct_size = sizeof(ctxc_kv_pool_options_t);
+    if (!initSized(options)) return;
     options->page_size = 128;
     options->dtype = CTXC_DTYPE_FP16;
 }
@@ -204,8 +160,7 @@ CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t* backend, const
     return guard(__func__, [&] {
         requireOut(out_pool, "out_pool") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
-        ctxc_kv_pool_options_t const& o = requireOut(const_cast<ctxc_kv_pool_options_t*>(options), "options");
-        requireStructSize(&o, "options");
+        ctxc_kv_pool_options_t const& o = requireSized(options, "options");
         requireArray(o.layers, o.layer_count, "options->layers");
         KvPoolGeometry geometry;
         geometry.numPages = o.num_pages;
@@ -216,27 +171,22 @@ CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t* backend, const
         object->backend = b;
         object->pool = std::make_shared<KvPagePool>(*b, std::move(geometry));
         *out_pool = static_cast<ctxc_kv_pool_t*>(kvPools().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_pool_destroy(ctxc_kv_pool_t* pool) {
-    return guard(__func__, [&] { return destroyObject(kvPools(), pool, "pool"); });
+    return guard(__func__, [&] { destroyObject(kvPools(), pool, "pool"); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_pool_page_bytes(const ctxc_kv_pool_t* pool, int32_t layer, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = requireObject(kvPools(), pool, "pool").pool->pageBytes(layer);
-        return CTXC_OK;
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return requireObject(kvPools(), pool, "pool").pool->pageBytes(layer);
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_pool_footprint_bytes(const ctxc_kv_pool_t* pool, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = requireObject(kvPools(), pool, "pool").pool->footprintBytes();
-        return CTXC_OK;
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return requireObject(kvPools(), pool, "pool").pool->footprintBytes();
     });
 }
 
@@ -246,7 +196,6 @@ CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t* pool, int32_t la
         KvPoolObject& p = requireObject(kvPools(), pool, "pool");
         requireBytes(src, size, "src");
         p.pool->writePages(layer, first_flat_page, page_count, src, size);
-        return CTXC_OK;
     });
 }
 
@@ -256,31 +205,35 @@ CTXC_API ctxc_status_t ctxc_kv_pool_read_pages(const ctxc_kv_pool_t* pool, int32
         KvPoolObject& p = requireObject(kvPools(), pool, "pool");
         requireBytes(dst, size, "dst");
         p.pool->readPages(layer, first_flat_page, page_count, dst, size);
-        return CTXC_OK;
     });
 }
 
 // ---- page tables ----------------------------------------------------------------------------------------------
 
-CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend, int32_t max_batch,
-                                                 int32_t max_pages_per_seq, int32_t num_pages, int32_t mode,
+CTXC_API void ctxc_kv_page_table_options_init(ctxc_kv_page_table_options_t* options) {
+    if (!initSized(options)) return;
+    options->mode = CTXC_PAGE_TABLE_DENSE;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend,
+                                                 const ctxc_kv_page_table_options_t* options,
                                                  ctxc_kv_page_table_t** out_table) {
     return guard(__func__, [&] {
         requireOut(out_table, "out_table") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
-        if (mode != CTXC_PAGE_TABLE_DENSE && mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
-            invalidArgument("mode " + std::to_string(mode) + " is not a CTXC_PAGE_TABLE_* value");
+        ctxc_kv_page_table_options_t const& o = requireSized(options, "options");
+        if (o.mode != CTXC_PAGE_TABLE_DENSE && o.mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
+            invalidArgument("options->mode " + std::to_string(o.mode) + " is not a CTXC_PAGE_TABLE_* value");
         auto object = std::make_unique<PageTableObject>();
         object->backend = b;
-        object->table = std::make_unique<KvPageTable>(*b, max_batch, max_pages_per_seq, num_pages,
-                                                      static_cast<KvPageTable::Mode>(mode));
+        object->table = std::make_unique<KvPageTable>(*b, o.max_batch, o.max_pages_per_seq, o.num_pages,
+                                                      static_cast<KvPageTable::Mode>(o.mode));
         *out_table = static_cast<ctxc_kv_page_table_t*>(pageTables().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_destroy(ctxc_kv_page_table_t* table) {
-    return guard(__func__, [&] { return destroyObject(pageTables(), table, "table"); });
+    return guard(__func__, [&] { destroyObject(pageTables(), table, "table"); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_set_row(ctxc_kv_page_table_t* table, int32_t slot, const int32_t* k_pages,
@@ -289,21 +242,18 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_set_row(ctxc_kv_page_table_t* table, i
         KvPageTable& t = *requireObject(pageTables(), table, "table").table;
         requireArray(k_pages, count, "k_pages");
         t.setRow(slot, k_pages, static_cast<int32_t>(count));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_clear_row(ctxc_kv_page_table_t* table, int32_t slot) {
     return guard(__func__, [&] {
         requireObject(pageTables(), table, "table").table->clearRow(slot);
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_set_identity(ctxc_kv_page_table_t* table) {
     return guard(__func__, [&] {
         requireObject(pageTables(), table, "table").table->setIdentity();
-        return CTXC_OK;
     });
 }
 
@@ -311,14 +261,12 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_set_entry(ctxc_kv_page_table_t* table,
                                                     int32_t k_page) {
     return guard(__func__, [&] {
         requireObject(pageTables(), table, "table").table->setEntry(slot, logical_page, k_page);
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_clear_entry(ctxc_kv_page_table_t* table, int32_t slot, int32_t logical_page) {
     return guard(__func__, [&] {
         requireObject(pageTables(), table, "table").table->clearEntry(slot, logical_page);
-        return CTXC_OK;
     });
 }
 
@@ -326,10 +274,8 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_compact_rows(ctxc_kv_page_table_t* tab
                                                        int32_t old_batch, int32_t new_batch) {
     return guard(__func__, [&] {
         KvPageTable& t = *requireObject(pageTables(), table, "table").table;
-        requireNonNegative(old_batch, "old_batch");
-        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        requireMap(old_to_new, old_batch);
         t.compactRows(old_to_new, old_batch, new_batch);
-        return CTXC_OK;
     });
 }
 
@@ -337,7 +283,6 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_check_invariants(const ctxc_kv_page_ta
     return guard(__func__, [&] {
         std::string why;
         if (!requireObject(pageTables(), table, "table").table->checkInvariants(&why)) throw ApiError(CTXC_E_INVARIANT, why);
-        return CTXC_OK;
     });
 }
 
@@ -345,15 +290,12 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t* table, in
     return guard(__func__, [&] {
         int32_t const copies = requireObject(pageTables(), table, "table").table->upload();
         if (out_copies) *out_copies = copies;
-        return CTXC_OK;
     });
 }
 
-CTXC_API ctxc_status_t ctxc_kv_page_table_is_dirty(const ctxc_kv_page_table_t* table, int32_t* out_dirty) {
-    return guard(__func__, [&] {
-        int32_t& out = requireOut(out_dirty, "out_dirty");
-        out = requireObject(pageTables(), table, "table").table->dirty() ? 1 : 0;
-        return CTXC_OK;
+CTXC_API ctxc_status_t ctxc_debug_kv_page_table_is_dirty(const ctxc_kv_page_table_t* table, int32_t* out_dirty) {
+    return getInto(__func__, out_dirty, "out_dirty", [&] {
+        return requireObject(pageTables(), table, "table").table->dirty() ? 1 : 0;
     });
 }
 
@@ -366,7 +308,7 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t* 
     });
 }
 
-CTXC_API ctxc_status_t ctxc_kv_page_table_read_device(const ctxc_kv_page_table_t* table, int32_t* out_entries,
+CTXC_API ctxc_status_t ctxc_debug_kv_page_table_read_device(const ctxc_kv_page_table_t* table, int32_t* out_entries,
                                                       size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
         KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
@@ -379,21 +321,25 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_read_device(const ctxc_kv_page_table_t
 
 // ---- KV lengths -----------------------------------------------------------------------------------------------
 
-CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, int32_t max_batch,
+CTXC_API void ctxc_kv_lengths_options_init(ctxc_kv_lengths_options_t* options) {
+    if (!initSized(options)) return;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, const ctxc_kv_lengths_options_t* options,
                                               ctxc_kv_lengths_t** out_lengths) {
     return guard(__func__, [&] {
         requireOut(out_lengths, "out_lengths") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = backendOf(backend);
+        ctxc_kv_lengths_options_t const& o = requireSized(options, "options");
         auto object = std::make_unique<KvLengthsObject>();
         object->backend = b;
-        object->lengths = std::make_unique<KvLengths>(*b, max_batch);
+        object->lengths = std::make_unique<KvLengths>(*b, o.max_batch);
         *out_lengths = static_cast<ctxc_kv_lengths_t*>(kvLengths().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_lengths_destroy(ctxc_kv_lengths_t* lengths) {
-    return guard(__func__, [&] { return destroyObject(kvLengths(), lengths, "lengths"); });
+    return guard(__func__, [&] { destroyObject(kvLengths(), lengths, "lengths"); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_lengths_set(ctxc_kv_lengths_t* lengths, const int32_t* values, size_t count) {
@@ -401,14 +347,12 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_set(ctxc_kv_lengths_t* lengths, const int
         KvLengths& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
         requireArray(values, count, "values");
         l.set(values, static_cast<int32_t>(count));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_lengths_add(ctxc_kv_lengths_t* lengths, int32_t increment) {
     return guard(__func__, [&] {
         requireObject(kvLengths(), lengths, "lengths").lengths->add(increment);
-        return CTXC_OK;
     });
 }
 
@@ -417,7 +361,6 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_add_lengths(ctxc_kv_lengths_t* lengths, c
         KvLengths& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
         KvLengths const& inc = *requireObject(kvLengths(), increments, "increments").lengths;
         l.add(inc);
-        return CTXC_OK;
     });
 }
 
@@ -425,10 +368,8 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_compact(ctxc_kv_lengths_t* lengths, const
                                                int32_t new_batch) {
     return guard(__func__, [&] {
         KvLengths& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
-        requireNonNegative(old_batch, "old_batch");
-        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        requireMap(old_to_new, old_batch);
         l.compact(old_to_new, old_batch, new_batch);
-        return CTXC_OK;
     });
 }
 

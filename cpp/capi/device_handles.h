@@ -55,30 +55,13 @@ struct SnapshotStorageObject {
     std::unique_ptr<device::SnapshotStorage> storage;
 };
 
-HandleTable<BackendObject, 0xC4>& deviceBackends();
-HandleTable<BufferObject, 0xC5>& deviceBuffers();
-HandleTable<KvPoolObject, 0xC6>& kvPools();
-HandleTable<PageTableObject, 0xC7>& pageTables();
-HandleTable<KvLengthsObject, 0xC8>& kvLengths();
-HandleTable<ResidentStateObject, 0xC9>& residentStates();
-HandleTable<SnapshotStorageObject, 0xCA>& snapshotStorages();
-
-// The live object of a handle, or CTXC_E_INVALID_HANDLE naming `what`.
-template <class T, uint8_t Tag>
-T& requireObject(HandleTable<T, Tag>& table, void const* handle, char const* what) {
-    if (!handle) invalidHandle(std::string(what) + " is NULL");
-    T* object = table.find(handle);
-    if (!object) invalidHandle(std::string(what) + " is not a live handle of its type (destroyed, or another type)");
-    return *object;
-}
-
-// Destroy a handle (NULL is a no-op).
-template <class T, uint8_t Tag>
-ctxc_status_t destroyObject(HandleTable<T, Tag>& table, void const* handle, char const* what) {
-    if (!handle) return CTXC_OK;
-    if (!table.remove(handle)) invalidHandle(std::string(what) + " is not a live handle of its type");
-    return CTXC_OK;
-}
+inline auto& deviceBackends() { return handleTable<BackendObject, 0xC4>(); }
+inline auto& deviceBuffers() { return handleTable<BufferObject, 0xC5>(); }
+inline auto& kvPools() { return handleTable<KvPoolObject, 0xC6>(); }
+inline auto& pageTables() { return handleTable<PageTableObject, 0xC7>(); }
+inline auto& kvLengths() { return handleTable<KvLengthsObject, 0xC8>(); }
+inline auto& residentStates() { return handleTable<ResidentStateObject, 0xC9>(); }
+inline auto& snapshotStorages() { return handleTable<SnapshotStorageObject, 0xCA>(); }
 
 device::DType requireDType(int32_t value, char const* name);
 device::StatePart requirePart(int32_t value, char const* name);

@@ -14,12 +14,9 @@ using namespace ctxcache::device;
 
 namespace {
 
-void requireBytes(void const* pointer, size_t size, char const* name) {
-    if (!pointer && size > 0) invalidArgument(std::string(name) + " is NULL but size is " + std::to_string(size));
-}
 
 SnapshotTransfer toTransfer(ctxc_snapshot_transfer_t const* transfer) {
-    ctxc_snapshot_transfer_t const& t = requireOut(const_cast<ctxc_snapshot_transfer_t*>(transfer), "transfer");
+    ctxc_snapshot_transfer_t const& t = requireSized(transfer, "transfer");
     SnapshotTransfer out;
     out.batchSlot = t.batch_slot;
     out.recurrentSlot = t.recurrent_slot;
@@ -31,8 +28,7 @@ SnapshotTransfer toTransfer(ctxc_snapshot_transfer_t const* transfer) {
 }
 
 KvGatherRequest toGatherRequest(ctxc_kv_gather_request_t const* request) {
-    ctxc_kv_gather_request_t const& r = requireOut(const_cast<ctxc_kv_gather_request_t*>(request), "request");
-    requireStructSize(&r, "request");
+    ctxc_kv_gather_request_t const& r = requireSized(request, "request");
     KvGatherRequest out;
     out.layer = r.layer;
     out.batch = r.batch;
@@ -43,11 +39,12 @@ KvGatherRequest toGatherRequest(ctxc_kv_gather_request_t const* request) {
     return out;
 }
 
-// The [offset, offset + bytes) window of a buffer, or CTXC_E_INVALID_ARGUMENT when it does not fit.
+// The [offset, offset + bytes) window of a buffer, or CTXC_E_CONTRACT (out of range, like every read) when it
+// does not fit.
 unsigned char* window(BufferObject& b, size_t offset, size_t bytes, char const* name) {
     size_t const size = b.buffer.size();
     if (offset > size || bytes > size - offset)
-        invalidArgument(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+        throw ContractError(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
                         ") is outside the buffer's " + std::to_string(size) + " bytes");
     return b.buffer.bytes() + offset;
 }
@@ -59,9 +56,7 @@ extern "C" {
 // ---- resident state -------------------------------------------------------------------------------------------
 
 CTXC_API void ctxc_resident_state_options_init(ctxc_resident_state_options_t* options) {
-    if (!options) return;
-    *options = ctxc_resident_state_options_t{};
-    options->struct_size = sizeof(ctxc_resident_state_options_t);
+    if (!initSized(options)) return;
     options->recurrent_dtype = CTXC_DTYPE_FP32;
     options->conv_dtype = CTXC_DTYPE_FP16;
 }
@@ -72,8 +67,7 @@ CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend
     return guard(__func__, [&] {
         requireOut(out_state, "out_state") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = requireObject(deviceBackends(), backend, "backend").backend;
-        ctxc_resident_state_options_t const& o = requireOut(const_cast<ctxc_resident_state_options_t*>(options), "options");
-        requireStructSize(&o, "options");
+        ctxc_resident_state_options_t const& o = requireSized(options, "options");
         ResidentStateGeometry g;
         g.maxBatch = o.max_batch;
         g.numLayers = o.num_layers;
@@ -89,27 +83,22 @@ CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend
         object->backend = b;
         object->state = std::make_shared<ResidentState>(*b, g);
         *out_state = static_cast<ctxc_resident_state_t*>(residentStates().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_destroy(ctxc_resident_state_t* state) {
-    return guard(__func__, [&] { return destroyObject(residentStates(), state, "state"); });
+    return guard(__func__, [&] { destroyObject(residentStates(), state, "state"); });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_row_bytes(const ctxc_resident_state_t* state, int32_t part, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = requireObject(residentStates(), state, "state").state->rowBytes(requirePart(part, "part"));
-        return CTXC_OK;
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return requireObject(residentStates(), state, "state").state->rowBytes(requirePart(part, "part"));
     });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_footprint_bytes(const ctxc_resident_state_t* state, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = requireObject(residentStates(), state, "state").state->footprintBytes();
-        return CTXC_OK;
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return requireObject(residentStates(), state, "state").state->footprintBytes();
     });
 }
 
@@ -119,7 +108,6 @@ CTXC_API ctxc_status_t ctxc_resident_state_write_row(ctxc_resident_state_t* stat
         ResidentState& s = *requireObject(residentStates(), state, "state").state;
         requireBytes(src, size, "src");
         s.writeRow(requirePart(part, "part"), layer, slot, src, size);
-        return CTXC_OK;
     });
 }
 
@@ -129,14 +117,12 @@ CTXC_API ctxc_status_t ctxc_resident_state_read_row(const ctxc_resident_state_t*
         ResidentState const& s = *requireObject(residentStates(), state, "state").state;
         requireBytes(dst, size, "dst");
         s.readRow(requirePart(part, "part"), layer, slot, dst, size);
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_zero_slot(ctxc_resident_state_t* state, int32_t slot) {
     return guard(__func__, [&] {
         requireObject(residentStates(), state, "state").state->zeroSlot(slot);
-        return CTXC_OK;
     });
 }
 
@@ -144,24 +130,20 @@ CTXC_API ctxc_status_t ctxc_resident_state_compact(ctxc_resident_state_t* state,
                                                    int32_t old_batch, int32_t new_batch) {
     return guard(__func__, [&] {
         ResidentState& s = *requireObject(residentStates(), state, "state").state;
-        requireNonNegative(old_batch, "old_batch");
-        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        requireMap(old_to_new, old_batch);
         s.compact(old_to_new, old_batch, new_batch);
-        return CTXC_OK;
     });
 }
 
 // ---- snapshot storage -----------------------------------------------------------------------------------------
 
 CTXC_API void ctxc_snapshot_storage_options_init(ctxc_snapshot_storage_options_t* options) {
-    if (!options) return;
-    *options = ctxc_snapshot_storage_options_t{};
-    options->struct_size = sizeof(ctxc_snapshot_storage_options_t);
+    if (!initSized(options)) return;
 }
 
 CTXC_API void ctxc_snapshot_transfer_init(ctxc_snapshot_transfer_t* transfer) {
     if (!transfer) return;
-    *transfer = ctxc_snapshot_transfer_t{-1, -1, -1, -1, -1, 0};
+    *transfer = ctxc_snapshot_transfer_t{sizeof(ctxc_snapshot_transfer_t), -1, -1, -1, -1, -1, 0, 0};
 }
 
 CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backend, ctxc_resident_state_t* state,
@@ -171,9 +153,7 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backe
     return guard(__func__, [&] {
         requireOut(out_storage, "out_storage") = nullptr;
         std::shared_ptr<DeviceBackend> const& b = requireObject(deviceBackends(), backend, "backend").backend;
-        ctxc_snapshot_storage_options_t const& o =
-            requireOut(const_cast<ctxc_snapshot_storage_options_t*>(options), "options");
-        requireStructSize(&o, "options");
+        ctxc_snapshot_storage_options_t const& o = requireSized(options, "options");
         auto object = std::make_unique<SnapshotStorageObject>();
         object->backend = b;
         if (state) object->state = requireObject(residentStates(), state, "state").state;
@@ -186,27 +166,24 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backe
         object->storage = std::make_unique<SnapshotStorage>(*b, object->state.get(), object->base.get(),
                                                             object->draft.get(), budgets);
         *out_storage = static_cast<ctxc_snapshot_storage_t*>(snapshotStorages().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_snapshot_storage_destroy(ctxc_snapshot_storage_t* storage) {
-    return guard(__func__, [&] { return destroyObject(snapshotStorages(), storage, "storage"); });
+    return guard(__func__, [&] { destroyObject(snapshotStorages(), storage, "storage"); });
 }
 
 CTXC_API ctxc_status_t ctxc_snapshot_storage_layout(const ctxc_snapshot_storage_t* storage,
                                                     ctxc_snapshot_layout_t* out_layout) {
     return guard(__func__, [&] {
-        ctxc_snapshot_layout_t& out = requireOut(out_layout, "out_layout");
+        ctxc_snapshot_layout_t& out = requireSized(out_layout, "out_layout");
         SnapshotStorage const& s = *requireObject(snapshotStorages(), storage, "storage").storage;
-        out = ctxc_snapshot_layout_t{};
         out.recurrent_bytes_per_slot = s.recurrentBytesPerSlot();
         out.partial_kv_bytes_per_slot = s.partialKvBytesPerSlot();
         out.recurrent_slots = s.recurrentSlots();
         out.partial_kv_slots = s.partialKvSlots();
         out.footprint_bytes = s.footprintBytes();
         out.max_descriptors = s.maxDescriptors();
-        return CTXC_OK;
     });
 }
 
@@ -215,7 +192,6 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_capture(ctxc_snapshot_storage_t* st
     return guard(__func__, [&] {
         SnapshotStorage& s = *requireObject(snapshotStorages(), storage, "storage").storage;
         s.capture(toTransfer(transfer));
-        return CTXC_OK;
     });
 }
 
@@ -224,16 +200,13 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_restore(ctxc_snapshot_storage_t* st
     return guard(__func__, [&] {
         SnapshotStorage& s = *requireObject(snapshotStorages(), storage, "storage").storage;
         s.restore(toTransfer(transfer));
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_snapshot_storage_region_bytes(const ctxc_snapshot_storage_t* storage, int32_t part,
                                                           int32_t layer, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = requireObject(snapshotStorages(), storage, "storage").storage->regionBytes(requirePart(part, "part"), layer);
-        return CTXC_OK;
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return requireObject(snapshotStorages(), storage, "storage").storage->regionBytes(requirePart(part, "part"), layer);
     });
 }
 
@@ -243,7 +216,6 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_write_region(ctxc_snapshot_storage_
         SnapshotStorage& s = *requireObject(snapshotStorages(), storage, "storage").storage;
         requireBytes(src, size, "src");
         s.writeRegion(requirePart(part, "part"), layer, slot, src, size);
-        return CTXC_OK;
     });
 }
 
@@ -253,7 +225,6 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_read_region(const ctxc_snapshot_sto
         SnapshotStorage const& s = *requireObject(snapshotStorages(), storage, "storage").storage;
         requireBytes(dst, size, "dst");
         s.readRegion(requirePart(part, "part"), layer, slot, dst, size);
-        return CTXC_OK;
     });
 }
 
@@ -265,13 +236,11 @@ CTXC_API ctxc_status_t ctxc_device_compact_rows(ctxc_device_buffer_t* buffer, si
     return guard(__func__, [&] {
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
         requireNonNegative(rows, "rows");
-        requireNonNegative(old_batch, "old_batch");
-        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        requireMap(old_to_new, old_batch);
         if (row_bytes == 0) invalidArgument("row_bytes is 0");
         if (static_cast<size_t>(rows) > SIZE_MAX / row_bytes) invalidArgument("rows * row_bytes overflows");
         unsigned char* base = window(b, offset, static_cast<size_t>(rows) * row_bytes, "rows");
         compactBatch(*b.backend, base, row_bytes, rows, old_to_new, old_batch, new_batch);
-        return CTXC_OK;
     });
 }
 
@@ -280,21 +249,17 @@ CTXC_API ctxc_status_t ctxc_device_rebase_execution_rows(ctxc_device_buffer_t* b
                                                          int32_t new_batch, int32_t rows_per_sequence) {
     return guard(__func__, [&] {
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
-        requireNonNegative(old_batch, "old_batch");
-        requireArray(old_to_new, static_cast<size_t>(old_batch), "old_to_new");
+        requireMap(old_to_new, old_batch);
         if (count > SIZE_MAX / sizeof(int32_t)) invalidArgument("count overflows");
         unsigned char* base = window(b, offset, count * sizeof(int32_t), "indices");
         if (reinterpret_cast<uintptr_t>(base) % alignof(int32_t) != 0) invalidArgument("offset is not 4-byte aligned");
         rebaseExecutionRowIndices(*b.backend, reinterpret_cast<int32_t*>(base), static_cast<int64_t>(count), old_to_new,
                                   old_batch, new_batch, rows_per_sequence);
-        return CTXC_OK;
     });
 }
 
 CTXC_API void ctxc_kv_gather_request_init(ctxc_kv_gather_request_t* request) {
-    if (!request) return;
-    *request = ctxc_kv_gather_request_t{};
-    request->struct_size = sizeof(ctxc_kv_gather_request_t);
+    if (!initSized(request)) return;
     request->out_dtype = CTXC_DTYPE_FP16;
     request->k_scale = 1.0f;
     request->v_scale = 1.0f;
@@ -302,10 +267,8 @@ CTXC_API void ctxc_kv_gather_request_init(ctxc_kv_gather_request_t* request) {
 
 CTXC_API ctxc_status_t ctxc_kv_gather_output_bytes(const ctxc_kv_pool_t* pool, const ctxc_kv_gather_request_t* request,
                                                    size_t* out_bytes) {
-    return guard(__func__, [&] {
-        size_t& out = requireOut(out_bytes, "out_bytes");
-        out = gatherOutputBytes(*requireObject(kvPools(), pool, "pool").pool, toGatherRequest(request));
-        return CTXC_OK;
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return gatherOutputBytes(*requireObject(kvPools(), pool, "pool").pool, toGatherRequest(request));
     });
 }
 
@@ -323,7 +286,6 @@ CTXC_API ctxc_status_t ctxc_kv_gather(const ctxc_kv_pool_t* pool, const ctxc_kv_
             throw ContractError("the output buffers live on another backend than the pool");
         KvGatherRequest const r = toGatherRequest(request);
         gatherPagedKv(p, t, l, r, k.buffer.data(), v.buffer.data(), std::min(k.buffer.size(), v.buffer.size()));
-        return CTXC_OK;
     });
 }
 
@@ -336,7 +298,6 @@ CTXC_API ctxc_status_t ctxc_device_hash_chunked(const ctxc_device_buffer_t* buff
         if (num_chunks == 0) invalidArgument("num_chunks must be positive");
         thread_local std::vector<Hash128> partials;
         out = fromHash(chunkedFnv1a128(*b.backend, base, size, num_chunks, &partials));
-        return CTXC_OK;
     });
 }
 
@@ -346,7 +307,6 @@ CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void* bytes, size_t size, ui
         requireBytes(bytes, size, "bytes");
         if (num_chunks == 0) invalidArgument("num_chunks must be positive");
         out = fromHash(chunkedFnv1a128Host(bytes, size, num_chunks));
-        return CTXC_OK;
     });
 }
 

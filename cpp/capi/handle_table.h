@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include "capi/api_support.h"
 
 static_assert(sizeof(void*) == 8, "handles encode a 32-bit generation above a 24-bit slot");
 
@@ -80,5 +83,33 @@ private:
     std::vector<uint32_t> freeSlots_;
     uint32_t nextGeneration_ = 1;
 };
+
+// The one table of each handle type (tag): a function-local static, created on first use.
+template <class T, uint8_t Tag>
+HandleTable<T, Tag>& handleTable() {
+    static HandleTable<T, Tag> table;
+    return table;
+}
+
+// The live object of a handle, or CTXC_E_INVALID_HANDLE naming `what`.
+template <class T, uint8_t Tag>
+T& requireObject(HandleTable<T, Tag>& table, void const* handle, char const* what) {
+    if (!handle) invalidHandle(std::string(what) + " is NULL");
+    T* object = table.find(handle);
+    if (!object) invalidHandle(std::string(what) + " is not a live handle of its type (destroyed, or another type)");
+    return *object;
+}
+
+// Destroy a handle (NULL is a no-op).
+template <class T, uint8_t Tag>
+void destroyObject(HandleTable<T, Tag>& table, void const* handle, char const* what) {
+    if (handle && !table.remove(handle)) invalidHandle(std::string(what) + " is not a live handle of its type");
+}
+
+// Register a new object and return its handle as the C type.
+template <class Handle, class T, uint8_t Tag>
+Handle* addObject(HandleTable<T, Tag>& table, std::unique_ptr<T> object) {
+    return static_cast<Handle*>(table.add(std::move(object)));
+}
 
 }  // namespace ctxcache::capi

@@ -1,33 +1,14 @@
+// The C ABI's handle tables (managers, leases, hashers: one process-wide table per kind, each with its tag) and
+// the checked lookups that turn a handle into its object or throw ApiError(CTXC_E_INVALID_HANDLE); a NULL hasher
+// means the default hasher. See handles.h.
+
 #include "capi/handles.h"
 
 namespace ctxcache::capi {
 
-HandleTable<ManagerObject, 0xC1>& managers() {
-    static HandleTable<ManagerObject, 0xC1> table;
-    return table;
-}
-HandleTable<LeaseObject, 0xC2>& leases() {
-    static HandleTable<LeaseObject, 0xC2> table;
-    return table;
-}
-HandleTable<HasherObject, 0xC3>& hashers() {
-    static HandleTable<HasherObject, 0xC3> table;
-    return table;
-}
+ManagerObject& requireManager(void const* handle) { return requireObject(managers(), handle, "manager"); }
 
-ManagerObject& requireManager(void const* handle) {
-    if (!handle) invalidHandle("manager is NULL");
-    ManagerObject* m = managers().find(handle);
-    if (!m) invalidHandle("manager is not a live ctxc_manager_t (destroyed, or not a manager handle)");
-    return *m;
-}
-
-LeaseObject& requireLease(void const* handle) {
-    if (!handle) invalidHandle("lease is NULL");
-    LeaseObject* l = leases().find(handle);
-    if (!l) invalidHandle("lease is not a live ctxc_lease_t (destroyed, or not a lease handle)");
-    return *l;
-}
+LeaseObject& requireLease(void const* handle) { return requireObject(leases(), handle, "lease"); }
 
 LeaseObject& requireLiveLease(void const* handle, void const* managerHandle) {
     LeaseObject& l = requireLease(handle);

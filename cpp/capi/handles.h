@@ -34,9 +34,9 @@ struct HasherObject {
     BlockHasher hasher;
 };
 
-HandleTable<ManagerObject, 0xC1>& managers();
-HandleTable<LeaseObject, 0xC2>& leases();
-HandleTable<HasherObject, 0xC3>& hashers();
+inline auto& managers() { return handleTable<ManagerObject, 0xC1>(); }
+inline auto& leases() { return handleTable<LeaseObject, 0xC2>(); }
+inline auto& hashers() { return handleTable<HasherObject, 0xC3>(); }
 
 ManagerObject& requireManager(void const* handle);
 // A live lease of `managerHandle` (or of any manager when managerHandle is null).

@@ -53,17 +53,14 @@ void requireExtrasCount(size_t extrasCount, size_t blocks) {
 extern "C" {
 
 CTXC_API void ctxc_hasher_options_init(ctxc_hasher_options_t* options) {
-    if (!options) return;
-    *options = ctxc_hasher_options_t{};
-    options->struct_size = sizeof(ctxc_hasher_options_t);
+    if (!initSized(options)) return;
     options->algorithm = CTXC_HASH_SHA256;
 }
 
-CTXC_API ctxc_status_t ctxc_hasher_create(ctxc_hasher_t** out_hasher, const ctxc_hasher_options_t* options) {
+CTXC_API ctxc_status_t ctxc_hasher_create(const ctxc_hasher_options_t* options, ctxc_hasher_t** out_hasher) {
     return guard(__func__, [&] {
         requireOut(out_hasher, "out_hasher") = nullptr;
-        ctxc_hasher_options_t const& o = requireOut(const_cast<ctxc_hasher_options_t*>(options), "options");
-        requireStructSize(&o, "options");
+        ctxc_hasher_options_t const& o = requireSized(options, "options");
         if (o.algorithm != CTXC_HASH_SHA256 && o.algorithm != CTXC_HASH_FNV1A128)
             invalidArgument("options->algorithm " + std::to_string(o.algorithm) + " is not a CTXC_HASH_* value");
         if (!o.key && o.key_length > 0) invalidArgument("options->key is NULL but key_length is " + std::to_string(o.key_length));
@@ -71,7 +68,6 @@ CTXC_API ctxc_status_t ctxc_hasher_create(ctxc_hasher_t** out_hasher, const ctxc
         std::string_view key(reinterpret_cast<char const*>(o.key), o.key ? o.key_length : 0);
         auto object = std::make_unique<HasherObject>(BlockHasher(static_cast<HashAlgorithm>(o.algorithm), key));
         *out_hasher = static_cast<ctxc_hasher_t*>(hashers().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
@@ -122,7 +118,6 @@ CTXC_API ctxc_status_t ctxc_hash_exact_prefix(const ctxc_hasher_t* hasher, const
         requireExtrasCount(extras_count, (token_count + static_cast<size_t>(page_size) - 1) / static_cast<size_t>(page_size));
         out = fromHash(h.hashExactPrefix(tokens, token_count, page_size, toExtras(extras, extras_count),
                                          mediaHashes(per_position_media_hashes)));
-        return CTXC_OK;
     });
 }
 
@@ -136,7 +131,6 @@ CTXC_API ctxc_status_t ctxc_hash_block(const ctxc_hasher_t* hasher, const ctxc_h
         std::vector<BlockKeyExtras> const e = toExtras(extras, extras ? 1 : 0);
         out = fromHash(h.hashBlock(parent ? toHash(*parent) : kChainRoot, tokens, token_count,
                                    e.empty() ? BlockKeyExtras{} : e.front(), mediaHashes(per_position_media_hashes)));
-        return CTXC_OK;
     });
 }
 
@@ -144,10 +138,9 @@ CTXC_API ctxc_status_t ctxc_hash_opaque_identity(const ctxc_hasher_t* hasher, co
                                                  ctxc_hash128_t* out_hash) {
     return guard(__func__, [&] {
         BlockHasher const& h = requireHasher(hasher);
-        if (!bytes && size > 0) invalidArgument("bytes is NULL but size is " + std::to_string(size));
+        requireBytes(bytes, size, "bytes");
         requireOut(out_hash, "out_hash") =
             fromHash(h.hashOpaqueIdentity(std::string_view(static_cast<char const*>(bytes), bytes ? size : 0)));
-        return CTXC_OK;
     });
 }
 

@@ -12,37 +12,32 @@ void unlinkFromManager(LeaseObject const& lease, void const* leaseHandle) {
     if (ManagerObject* m = managers().find(lease.managerHandle)) m->leases.erase(leaseHandle);
 }
 
+// A live lease's page list as a pointer + count view.
+void pagesView(ctxc_lease_t const* lease, int32_t const** outPages, size_t* outCount,
+               std::vector<PageId> const& (CacheRequestLease::*pages)() const) {
+    int32_t const*& p = requireOut(outPages, "out_pages");
+    size_t& count = requireOut(outCount, "out_count");
+    std::vector<PageId> const& v = (requireLiveLease(lease, nullptr).lease.*pages)();
+    p = v.data();
+    count = v.size();
+}
+
 }  // namespace
 
 extern "C" {
 
 CTXC_API ctxc_status_t ctxc_lease_base_pages(const ctxc_lease_t* lease, const int32_t** out_pages, size_t* out_count) {
-    return guard(__func__, [&] {
-        int32_t const*& pages = requireOut(out_pages, "out_pages");
-        size_t& count = requireOut(out_count, "out_count");
-        std::vector<PageId> const& v = requireLiveLease(lease, nullptr).lease.basePages();
-        pages = v.data();
-        count = v.size();
-        return CTXC_OK;
-    });
+    return guard(__func__, [&] { pagesView(lease, out_pages, out_count, &CacheRequestLease::basePages); });
 }
 
 CTXC_API ctxc_status_t ctxc_lease_draft_pages(const ctxc_lease_t* lease, const int32_t** out_pages, size_t* out_count) {
-    return guard(__func__, [&] {
-        int32_t const*& pages = requireOut(out_pages, "out_pages");
-        size_t& count = requireOut(out_count, "out_count");
-        std::vector<PageId> const& v = requireLiveLease(lease, nullptr).lease.draftPages();
-        pages = v.data();
-        count = v.size();
-        return CTXC_OK;
-    });
+    return guard(__func__, [&] { pagesView(lease, out_pages, out_count, &CacheRequestLease::draftPages); });
 }
 
 CTXC_API ctxc_status_t ctxc_lease_info(const ctxc_lease_t* lease, ctxc_lease_info_t* out_info) {
     return guard(__func__, [&] {
-        ctxc_lease_info_t& out = requireOut(out_info, "out_info");
+        ctxc_lease_info_t& out = requireSized(out_info, "out_info");
         LeaseObject& l = requireLease(lease);
-        out = ctxc_lease_info_t{};
         out.state = l.state;
         out.mode = static_cast<int32_t>(l.lease.mode());
         out.hybrid_has_attention = l.lease.hybridHasAttention() ? 1 : 0;
@@ -51,7 +46,6 @@ CTXC_API ctxc_status_t ctxc_lease_info(const ctxc_lease_t* lease, ctxc_lease_inf
         out.reserved_snapshot_count = static_cast<int32_t>(l.lease.reservedSnapshots().size());
         out.base_page_count = l.lease.basePages().size();
         out.draft_page_count = l.lease.draftPages().size();
-        return CTXC_OK;
     });
 }
 
@@ -60,7 +54,6 @@ CTXC_API ctxc_status_t ctxc_lease_release(ctxc_lease_t* lease) {
         LeaseObject& l = requireLiveLease(lease, nullptr);
         l.lease.release();
         l.state = CTXC_LEASE_RELEASED;
-        return CTXC_OK;
     });
 }
 

@@ -1,10 +1,24 @@
 // C ABI: library-wide entry points (version, errors, layout checks, CUDA probe).
+#include <cstddef>
 #include <cstring>
 
 #include "capi/api_support.h"
 #include "device/cuda_probe.h"
 
 using namespace ctxcache::capi;
+
+// The frozen structs (no struct_size; see the header's Conventions): a change to one of them must be a new type.
+static_assert(sizeof(ctxc_hash128_t) == 16);
+static_assert(sizeof(ctxc_resource_demand_t) == 16);
+static_assert(sizeof(ctxc_media_span_key_t) == 48);
+static_assert(sizeof(ctxc_block_key_extras_t) == 104);
+static_assert(sizeof(ctxc_hybrid_candidate_t) == 24);
+static_assert(sizeof(ctxc_hybrid_snapshot_reservation_t) == 8);
+static_assert(sizeof(ctxc_hybrid_checkpoint_key_t) == 24);
+static_assert(sizeof(ctxc_kv_layer_shape_t) == 8);
+static_assert(sizeof(ctxc_reuse_plan_t) == 120);
+// The reuse plan can still grow: it is the last member of the acquire result, whose struct_size covers it.
+static_assert(offsetof(ctxc_acquire_result_t, plan) + sizeof(ctxc_reuse_plan_t) == sizeof(ctxc_acquire_result_t));
 
 extern "C" {
 
@@ -25,6 +39,7 @@ CTXC_API const char* ctxc_status_string(ctxc_status_t status) {
         case CTXC_E_UNSUPPORTED: return "CTXC_E_UNSUPPORTED";
         case CTXC_E_INTERNAL: return "CTXC_E_INTERNAL";
         case CTXC_E_DEVICE: return "CTXC_E_DEVICE";
+        case CTXC_STATUS_COUNT: break;
     }
     return "CTXC_UNKNOWN_STATUS";
 }
@@ -61,6 +76,9 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_snapshot_layout_t),
         CTXC_SIZEOF_ENTRY(ctxc_snapshot_transfer_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_gather_request_t),
+        CTXC_SIZEOF_ENTRY(ctxc_device_buffer_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_page_table_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_lengths_options_t),
     };
 #undef CTXC_SIZEOF_ENTRY
     for (Entry const& e : table)

@@ -70,15 +70,23 @@ ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireRes
 // The common shape of the three acquires: outputs cleared first, then manager, length and policy checked, then
 // `acquire(manager, policy)` runs and its result is reported.
 template <class Acquire>
-ctxc_status_t acquireWith(ctxc_manager_t* handle, int32_t inputTokenCount, int32_t lookupPolicyValue,
-                          ctxc_acquire_result_t* outResult, ctxc_lease_t** outLease, Acquire&& acquire) {
+ctxc_status_t acquireChecked(ctxc_manager_t* handle, int32_t inputTokenCount, int32_t lookupPolicyValue,
+                             ctxc_acquire_result_t* outResult, ctxc_lease_t** outLease, Acquire&& acquire) {
     requireOut(outLease, "out_lease") = nullptr;
-    ctxc_acquire_result_t& result = requireOut(outResult, "out_result");
-    requireStructSize(&result, "out_result");
+    ctxc_acquire_result_t& result = requireSized(outResult, "out_result");
     ManagerObject& m = requireManager(handle);
     requireNonNegative(inputTokenCount, "input_token_count");
     ContextCacheLookupPolicy const policy = lookupPolicy(lookupPolicyValue);
     return finishAcquire(handle, m, acquire(*m.manager, policy), result, outLease);
+}
+
+template <class Acquire>
+ctxc_status_t acquireWith(char const* function, ctxc_manager_t* handle, int32_t inputTokenCount,
+                          int32_t lookupPolicyValue, ctxc_acquire_result_t* outResult, ctxc_lease_t** outLease,
+                          Acquire&& acquire) noexcept {
+    return guard(function, [&] {
+        return acquireChecked(handle, inputTokenCount, lookupPolicyValue, outResult, outLease, acquire);
+    });
 }
 
 // The caller's hash array, read in place: ctxc_hash128_t and BlockHash are the same two little-endian u64.
@@ -114,18 +122,15 @@ HybridSnapshotReservation toReservation(ctxc_hybrid_snapshot_reservation_t const
 extern "C" {
 
 CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t* options) {
-    if (!options) return;
-    *options = ctxc_manager_options_t{};
-    options->struct_size = sizeof(ctxc_manager_options_t);
+    if (!initSized(options)) return;
     options->page_size = 128;
     options->max_records = 1024;
 }
 
-CTXC_API ctxc_status_t ctxc_manager_create(ctxc_manager_t** out_manager, const ctxc_manager_options_t* options) {
+CTXC_API ctxc_status_t ctxc_manager_create(const ctxc_manager_options_t* options, ctxc_manager_t** out_manager) {
     return guard(__func__, [&] {
         requireOut(out_manager, "out_manager") = nullptr;
-        ctxc_manager_options_t const& o = requireOut(const_cast<ctxc_manager_options_t*>(options), "options");
-        requireStructSize(&o, "options");
+        ctxc_manager_options_t const& o = requireSized(options, "options");
         if (o.page_size <= 0) invalidArgument("options->page_size must be positive (got " + std::to_string(o.page_size) + ")");
         requireNonNegative(o.capacities.base_kv_pages, "options->capacities.base_kv_pages");
         requireNonNegative(o.capacities.draft_kv_pages, "options->capacities.draft_kv_pages");
@@ -137,7 +142,6 @@ CTXC_API ctxc_status_t ctxc_manager_create(ctxc_manager_t** out_manager, const c
         auto object = std::make_unique<ManagerObject>();
         object->manager = std::make_unique<ContextCacheManager>(o.page_size, capacities, o.max_records);
         *out_manager = static_cast<ctxc_manager_t*>(managers().add(std::move(object)));
-        return CTXC_OK;
     });
 }
 
@@ -164,12 +168,10 @@ CTXC_API ctxc_status_t ctxc_manager_destroy(ctxc_manager_t* manager) {
 CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t* manager, const ctxc_hash128_t* hashes, size_t count,
                                                     int32_t input_token_count, int32_t lookup_policy,
                                                     ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
-    return guard(__func__, [&] {
-        return acquireWith(manager, input_token_count, lookup_policy, out_result, out_lease,
-                           [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-                               return m.acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
-                           });
-    });
+    return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
+                       [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
+                           return m.acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
+                       });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, const ctxc_hybrid_candidate_t* candidates,
@@ -177,30 +179,26 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, cons
                                                    int32_t input_token_count, int32_t has_attention,
                                                    int32_t lookup_policy, ctxc_acquire_result_t* out_result,
                                                    ctxc_lease_t** out_lease) {
-    return guard(__func__, [&] {
-        return acquireWith(manager, input_token_count, lookup_policy, out_result, out_lease,
-                           [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-                               bool const attention = requireBool(has_attention, "has_attention");
-                               requireArray(candidates, candidate_count, "candidates");
-                               std::vector<HybridCheckpointCandidate> c(candidate_count);
-                               for (size_t i = 0; i < candidate_count; ++i)
-                                   c[i] = HybridCheckpointCandidate{candidates[i].exact_length,
-                                                                    toHash(candidates[i].exact_prefix_digest)};
-                               return m.acquireHybrid(c, inputHashes(hashes, count), count, input_token_count,
-                                                      attention, policy);
-                           });
-    });
+    return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
+                       [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
+                           bool const attention = requireBool(has_attention, "has_attention");
+                           requireArray(candidates, candidate_count, "candidates");
+                           std::vector<HybridCheckpointCandidate> c(candidate_count);
+                           for (size_t i = 0; i < candidate_count; ++i)
+                               c[i] = HybridCheckpointCandidate{candidates[i].exact_length,
+                                                                toHash(candidates[i].exact_prefix_digest)};
+                           return m.acquireHybrid(c, inputHashes(hashes, count), count, input_token_count,
+                                                  attention, policy);
+                       });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const ctxc_hash128_t* hashes, size_t count,
                                                  int32_t input_token_count, int32_t lookup_policy,
                                                  ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
-    return guard(__func__, [&] {
-        return acquireWith(manager, input_token_count, lookup_policy, out_result, out_lease,
-                           [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-                               return m.acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
-                           });
-    });
+    return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
+                       [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
+                           return m.acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
+                       });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_t* manager, int32_t input_token_count,
@@ -236,7 +234,6 @@ CTXC_API ctxc_status_t ctxc_manager_grow_base_pages(ctxc_manager_t* manager, ctx
         LeaseObject& l = requireLiveLease(lease, manager);
         requireNonNegative(count, "count");
         ok = m.manager->growBasePages(l.lease, count) ? 1 : 0;
-        return CTXC_OK;
     });
 }
 
@@ -250,7 +247,6 @@ CTXC_API ctxc_status_t ctxc_manager_grow_spec_pages(ctxc_manager_t* manager, ctx
         requireNonNegative(base_count, "base_count");
         requireNonNegative(draft_count, "draft_count");
         ok = m.manager->growSpecPages(l.lease, base_count, draft_count) ? 1 : 0;
-        return CTXC_OK;
     });
 }
 
@@ -279,7 +275,6 @@ CTXC_API ctxc_status_t ctxc_manager_release_restored_hybrid_snapshots(ctxc_manag
     return guard(__func__, [&] {
         ManagerObject& m = requireManager(manager);
         m.manager->releaseRestoredHybridSnapshots(requireLiveLease(lease, manager).lease);
-        return CTXC_OK;
     });
 }
 
@@ -290,7 +285,6 @@ CTXC_API ctxc_status_t ctxc_manager_retire_hybrid_snapshot_reservation(
         LeaseObject& l = requireLiveLease(lease, manager);
         if (!reservation) invalidArgument("reservation is NULL");
         m.manager->retireHybridSnapshotReservation(l.lease, toReservation(*reservation));
-        return CTXC_OK;
     });
 }
 
@@ -298,13 +292,11 @@ CTXC_API ctxc_status_t ctxc_manager_publish(ctxc_manager_t* manager, ctxc_lease_
                                             size_t count, int32_t resident_state_length,
                                             ctxc_publish_result_t* out_result) {
     return guard(__func__, [&] {
-        ctxc_publish_result_t& out = requireOut(out_result, "out_result");
-        requireStructSize(&out, "out_result");
+        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
         ManagerObject& m = requireManager(manager);
         LeaseObject& l = requireLiveLease(lease, manager);
         requireNonNegative(resident_state_length, "resident_state_length");
         fillPublishResult(m, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length), out);
-        return CTXC_OK;
     });
 }
 
@@ -314,39 +306,37 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                    ctxc_publish_result_t* out_result) {
     return guard(__func__, [&] {
-        ctxc_publish_result_t& out = requireOut(out_result, "out_result");
-        requireStructSize(&out, "out_result");
+        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
         ManagerObject& m = requireManager(manager);
         LeaseObject& l = requireLiveLease(lease, manager);
         if (!checkpoint) invalidArgument("checkpoint is NULL");
         if (!snapshots) invalidArgument("snapshots is NULL");
         HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
         fillPublishResult(m, m.manager->publishHybrid(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)), out);
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t* manager, uint64_t record) {
     return guard(__func__, [&] {
         requireManager(manager).manager->evictRecord(record);
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_manager_metrics_t* out_metrics) {
     return guard(__func__, [&] {
-        ctxc_manager_metrics_t& out = requireOut(out_metrics, "out_metrics");
+        ctxc_manager_metrics_t& out = requireSized(out_metrics, "out_metrics");
         ContextCacheManagerMetrics const& mm = requireManager(manager).manager->metrics();
-        out = ctxc_manager_metrics_t{mm.evictedRecords, mm.reclaimedBaseKvPages, mm.reclaimedDraftKvPages,
-                                     mm.reclaimedRecurrentSnapshots, mm.reclaimedPartialKvSnapshots};
-        return CTXC_OK;
+        out.evicted_records = mm.evictedRecords;
+        out.reclaimed_base_kv_pages = mm.reclaimedBaseKvPages;
+        out.reclaimed_draft_kv_pages = mm.reclaimedDraftKvPages;
+        out.reclaimed_recurrent_snapshots = mm.reclaimedRecurrentSnapshots;
+        out.reclaimed_partial_kv_snapshots = mm.reclaimedPartialKvSnapshots;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_page_size(const ctxc_manager_t* manager, int32_t* out_page_size) {
-    return guard(__func__, [&] {
-        requireOut(out_page_size, "out_page_size") = requireManager(manager).manager->pageSize();
-        return CTXC_OK;
+    return getInto(__func__, out_page_size, "out_page_size", [&] {
+        return requireManager(manager).manager->pageSize();
     });
 }
 
@@ -357,11 +347,10 @@ CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t* manager, i
         ResourceType const type = resourceType(resource_type, "resource_type");
         if (out_free) *out_free = pools.freeCount(type);
         if (out_capacity) *out_capacity = pools.capacity(type);
-        return CTXC_OK;
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_ref_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t index,
+CTXC_API ctxc_status_t ctxc_debug_manager_ref_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t index,
                                                int32_t* out_active, int32_t* out_cache) {
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
@@ -372,11 +361,10 @@ CTXC_API ctxc_status_t ctxc_manager_ref_counts(const ctxc_manager_t* manager, in
             throw ContractError("index " + std::to_string(index) + " is out of range [0, " + std::to_string(pools.capacity(id.type)) + ")");
         if (out_active) *out_active = pools.activeRefCount(id);
         if (out_cache) *out_cache = pools.cacheRefCount(id);
-        return CTXC_OK;
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_free_list(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_ids,
+CTXC_API ctxc_status_t ctxc_debug_manager_free_list(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_ids,
                                               size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
@@ -385,26 +373,22 @@ CTXC_API ctxc_status_t ctxc_manager_free_list(const ctxc_manager_t* manager, int
 }
 
 CTXC_API ctxc_status_t ctxc_manager_record_count(const ctxc_manager_t* manager, size_t* out_count) {
-    return guard(__func__, [&] {
-        requireOut(out_count, "out_count") = requireManager(manager).manager->records().size();
-        return CTXC_OK;
-    });
+    return getInto(__func__, out_count, "out_count", [&] { return requireManager(manager).manager->records().size(); });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_records_lru(const ctxc_manager_t* manager, uint64_t* out_ids, size_t out_capacity,
+CTXC_API ctxc_status_t ctxc_debug_manager_records_lru(const ctxc_manager_t* manager, uint64_t* out_ids, size_t out_capacity,
                                                 size_t* out_count) {
     return guard(__func__, [&] {
         return copyOut(requireManager(manager).manager->records().lruToMru(), out_ids, out_capacity, out_count, "out_ids");
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t* manager, uint64_t record, ctxc_record_view_t* out_view) {
+CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, uint64_t record, ctxc_record_view_t* out_view) {
     return guard(__func__, [&] {
-        ctxc_record_view_t& out = requireOut(out_view, "out_view");
+        ctxc_record_view_t& out = requireSized(out_view, "out_view");
         CacheRecordStore const& records = requireManager(manager).manager->records();
         if (!records.contains(record)) throw ContractError("record " + std::to_string(record) + " does not exist");
         CacheRecord const& r = records.get(record);
-        out = ctxc_record_view_t{};
         out.id = r.id;
         out.terminal_hash = fromHash(r.key.terminalHash);
         out.full_block_count = r.key.fullBlockCount;
@@ -417,29 +401,24 @@ CTXC_API ctxc_status_t ctxc_manager_record(const ctxc_manager_t* manager, uint64
         out.base_page_count = r.basePagePath.size();
         out.draft_page_path = r.draftPagePath.data();
         out.draft_page_count = r.draftPagePath.size();
-        return CTXC_OK;
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_base_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hash,
+CTXC_API ctxc_status_t ctxc_debug_manager_base_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hash,
                                                       int32_t* out_page) {
     return guard(__func__, [&] {
         int32_t& out = requireOut(out_page, "out_page");
         ManagerObject& m = requireManager(manager);
         if (!hash) invalidArgument("hash is NULL");
         out = m.manager->baseIndex().lookup(toHash(*hash)).value_or(-1);
-        return CTXC_OK;
     });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t* manager, size_t* out_size) {
-    return guard(__func__, [&] {
-        requireOut(out_size, "out_size") = requireManager(manager).manager->baseIndex().size();
-        return CTXC_OK;
-    });
+    return getInto(__func__, out_size, "out_size", [&] { return requireManager(manager).manager->baseIndex().size(); });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_draft_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
+CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
                                                        size_t count, int32_t max_block_count, uint64_t* out_record,
                                                        int32_t* out_path_block_count) {
     return guard(__func__, [&] {
@@ -455,35 +434,26 @@ CTXC_API ctxc_status_t ctxc_manager_draft_index_lookup(const ctxc_manager_t* man
             record = match->record;
             blocks = match->pathBlockCount;
         }
-        return CTXC_OK;
     });
 }
 
-CTXC_API ctxc_status_t ctxc_manager_draft_index_size(const ctxc_manager_t* manager, size_t* out_entries) {
-    return guard(__func__, [&] {
-        requireOut(out_entries, "out_entries") = requireManager(manager).manager->draftIndex().entryCount();
-        return CTXC_OK;
+CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_size(const ctxc_manager_t* manager, size_t* out_entries) {
+    return getInto(__func__, out_entries, "out_entries", [&] {
+        return requireManager(manager).manager->draftIndex().entryCount();
     });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_live_lease_count(const ctxc_manager_t* manager, size_t* out_count) {
-    return guard(__func__, [&] {
-        requireOut(out_count, "out_count") = requireManager(manager).manager->liveLeaseCount();
-        return CTXC_OK;
-    });
+    return getInto(__func__, out_count, "out_count", [&] { return requireManager(manager).manager->liveLeaseCount(); });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_metadata_bytes(const ctxc_manager_t* manager, size_t* out_bytes) {
-    return guard(__func__, [&] {
-        requireOut(out_bytes, "out_bytes") = requireManager(manager).manager->metadataBytes();
-        return CTXC_OK;
-    });
+    return getInto(__func__, out_bytes, "out_bytes", [&] { return requireManager(manager).manager->metadataBytes(); });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_check_invariants(const ctxc_manager_t* manager) {
     return guard(__func__, [&] {
         requireManager(manager).manager->checkInvariants();
-        return CTXC_OK;
     });
 }
 

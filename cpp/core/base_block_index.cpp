@@ -1,3 +1,8 @@
+// BaseBlockIndex: the canonical hash -> base page map (a flat hash table) and its page -> hash reverse array.
+// insert() is first-committer-wins and changes nothing before its one allocation; erasePage() removes the forward
+// entry only if it still names that page. Full contract (invariants, errors, cost, threading):
+// include/ctxcache/base_block_index.h.
+
 #include "ctxcache/base_block_index.h"
 
 #include <string>

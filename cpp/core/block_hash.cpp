@@ -1,3 +1,9 @@
+// Block hashing: serializes a block's tagged byte stream (reference c.1) into a reusable thread_local buffer and
+// compresses it with FNV-1a 128 or truncated, optionally keyed, SHA-256 (OpenSSL's SHA256_CTX, padded in place so
+// one SHA256_Update does all the work). Little-endian hosts only (static_assert). A BlockHasher is immutable after
+// construction, so it may be shared between threads; the buffer is per thread. Stream format, chaining and cost:
+// include/ctxcache/block_hash.h.
+
 #include "ctxcache/block_hash.h"
 
 #define OPENSSL_SUPPRESS_DEPRECATED  // SHA256_Init/Update/Final: the state is a POD we can copy per block

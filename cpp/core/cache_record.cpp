@@ -1,3 +1,7 @@
+// CacheRecord: the resources a record lists (one per page and snapshot slot, in path order) and validate(),
+// which checks the invariants stated in include/ctxcache/cache_record.h and throws ContractError on the first
+// broken one. Pure functions of the record; no shared state.
+
 #include "ctxcache/cache_record.h"
 
 #include <string>

@@ -1,3 +1,10 @@
+// CacheRecordStore: records by id (unordered_map), the exact-key and hybrid-key indexes (flat hash tables), the
+// LRU (std::list, least recent at the front; touch is a splice), and two hybrid side tables kept in step with the
+// records: stored lengths with their counts (hybridCandidateLengths(n)) and lengths per anchor block, the last
+// full block a checkpoint hangs off (hybridCandidateLengths(n, hashes)). insert undoes its partial work if an
+// allocation fails, leaving the store unchanged. Full contract (invariants, errors, cost, threading):
+// include/ctxcache/cache_record_store.h.
+
 #include "ctxcache/cache_record_store.h"
 
 #include <algorithm>

@@ -1,3 +1,7 @@
+// CacheRequestLease: a move-only handle on its heap State (cpp/core/lease_state.h). Accessors read that state
+// (empty values once released or moved from); release() and the destructor hand the state to the manager,
+// which drops every reference it holds (noexcept). Contract and threading: include/ctxcache/cache_request_lease.h.
+
 #include "ctxcache/cache_request_lease.h"
 
 #include "ctxcache/context_cache_manager.h"

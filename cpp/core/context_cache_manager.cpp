@@ -1,3 +1,9 @@
+// ContextCacheManager: acquire (plan, pin the hit, plan eviction read-only, then evict + allocate or roll back),
+// grow and snapshot reservation, publication (validate everything first, then canonical base projection and a
+// single commit that rolls back on any failure), eviction with its metrics, and checkInvariants(), which
+// recounts every reference from the live leases and the records. Invariants, atomicity, recency, errors, cost
+// and threading (single writer, no internal locks): include/ctxcache/context_cache_manager.h.
+
 #include "ctxcache/context_cache_manager.h"
 
 #include <algorithm>

@@ -1,3 +1,8 @@
+// DraftPathIndex: hash -> list of {record, boundary} entries, one per boundary of every draft-paired record.
+// insert checks for duplicates before it changes anything and undoes a partial insert if an allocation fails;
+// memoryBytes is kept up to date incrementally. Full contract (invariants, errors, cost, threading):
+// include/ctxcache/draft_path_index.h.
+
 #include "ctxcache/draft_path_index.h"
 
 #include <algorithm>

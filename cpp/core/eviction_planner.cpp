@@ -1,3 +1,8 @@
+// EvictionPlanner: simulates dropping the victims' cache references without touching the pools (a local map
+// counts resources listed more than once) and returns the shortest feasible LRU prefix, the protected record
+// last. Exits early when the pools already suffice or when even every reclaimable resource could not.
+// Read-only; contract and cost: include/ctxcache/eviction_planner.h.
+
 #include "ctxcache/eviction_planner.h"
 
 #include <unordered_map>

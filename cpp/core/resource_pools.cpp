@@ -1,3 +1,8 @@
+// ResourcePools: per type, a slot array of {active, cache} refcounts and a FIFO free ring (allocation takes the
+// head, a freed id goes to the tail), plus the reclaimable count kept on every refcount transition. The pools'
+// storage is allocated in the constructor; every operation is O(1) per id, and multi-type allocation is
+// all-or-nothing. Full contract (invariants, errors, threading): include/ctxcache/resource_pools.h.
+
 #include "ctxcache/resource_pools.h"
 
 #include <limits>

@@ -1,3 +1,8 @@
+// Reuse planners (reference c.6): vanilla, hybrid/pure-recurrent and EAGLE spec plans as pure functions of the
+// indexes: they read, never add references, touch recency or allocate ids. Validation (pageSize, n, hash count)
+// comes first; an empty input is kStandard with nothing to do, bypass and misses are cold kNoReusablePrefix
+// plans, and hybrid candidates outside (0, n) are skipped. Full contract and cost: include/ctxcache/reuse_plan.h.
+
 #include "ctxcache/reuse_plan.h"
 
 #include <algorithm>
@@ -19,10 +24,12 @@ void validateCommon(char const* planner, BlockHashSpan hashes, int32_t n, int32_
                             std::to_string(n / pageSize) + " at page size " + std::to_string(pageSize) + ")");
 }
 
+// Nothing reused: every input page private. An empty input (n == 0) has nothing to reuse or allocate and is
+// kStandard, the reference's default kind, in every mode; a non-empty one is kNoReusablePrefix.
 ReusePlan coldPlan(ReusePlanMode mode, int32_t n, int32_t pageSize, bool basePages, bool draftPages) {
     ReusePlan plan;
     plan.mode = mode;
-    plan.kind = ReusePlanKind::kNoReusablePrefix;
+    plan.kind = n == 0 ? ReusePlanKind::kStandard : ReusePlanKind::kNoReusablePrefix;
     int32_t const total = ceilDiv(n, pageSize);
     plan.demand.baseKvPages = basePages ? total : 0;
     plan.demand.draftKvPages = draftPages ? total : 0;
@@ -76,10 +83,6 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
                               BlockHashSpan hashes, int32_t n, int32_t pageSize, bool hasAttention,
                               CacheRecordStore const& records, ContextCacheLookupPolicy lookupPolicy) {
     validateCommon("makeHybridReusePlan", hashes, n, pageSize);
-    for (HybridCheckpointCandidate const& c : candidates)
-        if (c.exactLength <= 0 || c.exactLength >= n)
-            throw ContractError("makeHybridReusePlan: candidate length " + std::to_string(c.exactLength) +
-                                " is outside (0, inputTokenCount = " + std::to_string(n) + ")");
     ReusePlan plan = coldPlan(ReusePlanMode::kHybrid, n, pageSize, hasAttention, false);
     plan.hybridHasAttention = hasAttention;
     if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
@@ -91,6 +94,8 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
                      [](auto const* a, auto const* b) { return a->exactLength > b->exactLength; });
 
     for (HybridCheckpointCandidate const* c : ordered) {
+        // A checkpoint must leave at least one token to compute; any other length is no candidate at all.
+        if (c->exactLength <= 0 || c->exactLength >= n) continue;
         HybridCheckpointKey const key{c->exactPrefixDigest, c->exactLength};
         std::optional<RecordId> id = records.findHybrid(key);
         if (!id) continue;

@@ -1,3 +1,5 @@
+// Core vocabulary (include/ctxcache/types.h): the display names of the resource types. No state.
+
 #include "ctxcache/types.h"
 
 namespace ctxcache {

@@ -11,8 +11,10 @@
 //            block's first token, and a dependency {hash of block Pp, Pp} is recorded for publication.
 //
 // Common: totalInputPages = ceil(n/P); the hash list may not exceed floor(n/P) entries; `demand` covers only
-// the pages still to allocate.
-// Errors: negative n, too many hashes, candidate lengths outside (0, n): ContractError.
+// the pages still to allocate. An empty input (n == 0) plans nothing in every mode: kind kStandard, reuse 0,
+// demand 0. A cold plan (bypass, or no usable hit) is kNoReusablePrefix with every input page in `demand`.
+// Hybrid candidates of length <= 0 or >= n are skipped (never an error), so they cannot hide a valid shorter hit.
+// Errors: negative n, too many hashes, pageSize <= 0: ContractError.
 // Cost:   O(matched blocks + 1) index probes (hybrid: + candidates x checkpoint blocks).
 #pragma once
 

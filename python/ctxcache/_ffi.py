@@ -75,8 +75,45 @@ if lib.ctxc_abi_version() != HEADER_ABI_VERSION:
     )
 
 
+def _resolve_everything() -> None:
+    """Look up every function and parse every type the package uses, now, at import.
+
+    cffi (ABI mode) does both lazily, the first time under ``ffi._lock``, which is not re-entrant: a garbage
+    collection that runs inside that first-time work (it allocates) and finalizes an object whose cleanup needs
+    the lock deadlocks the thread on itself. Resolving everything here leaves nothing lazy for later calls,
+    finalizers included (which, besides, never call C: see _resource.py). Types are parsed per spelling, so each
+    typedef is resolved in every spelling the package writes (``T *``, ``T **``, ``const T *``, ``T[]``);
+    tests/python/test_finalizers.py checks that every spelling in the sources is covered.
+    """
+    missing = []
+    for name in dir(lib):
+        try:
+            getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+    if missing:
+        raise ImportError(f"ctxcache: {_library_path} lacks functions its header declares: {', '.join(missing)}")
+    typedefs = sorted(set(re.findall(r"\b(ctxc_\w+_t)\b", _header_text)))  # the header names every type ctxc_*_t
+    for name in typedefs + ["int32_t", "uint64_t", "size_t", "uint8_t", "char"]:
+        ffi.typeof(name)
+        for spelling in ("%s *", "%s **", "const %s *", "const %s **"):
+            ffi.typeof(spelling % name)
+        if ffi.typeof(name).kind not in ("struct", "union") or ffi.typeof(name).fields is not None:
+            ffi.typeof(name + "[]")  # not for opaque handles: an array of an incomplete type is an error
+
+
+_resolve_everything()
+
+
 def last_error() -> str:
     return str(ffi.string(lib.ctxc_last_error()).decode("utf-8", "replace"))
+
+
+def new_output(ctype: str) -> Any:
+    """A zeroed output struct (``ctype`` names the struct type) with struct_size filled, as the library requires."""
+    out = ffi.new(ctype + " *")
+    out.struct_size = ffi.sizeof(ctype)
+    return out
 
 
 def check(status: int) -> None:

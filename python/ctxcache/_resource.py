@@ -1,31 +1,112 @@
 """Resource: the lifetime protocol every handle-owning object shares.
 
-A subclass defines ``close()`` (idempotent: frees its C handle once); this base makes it a context manager
-and closes it when garbage-collected (errors there are swallowed: a finalizer must not raise).
+``close()`` (or a ``with`` block) is the protocol: a subclass defines it (idempotent: frees its C handle once).
+Finalization is only a safety net, and it never calls into C at an arbitrary point:
+
+- No handle owner sits in a reference cycle of the package's making (views hold their owner, owners never hold
+  their views), so dropping the last reference frees an object by reference counting, at a point the caller
+  chose: its handle is destroyed there, as ``close()`` would.
+- An object the cyclic garbage collector finalizes (the caller put it in a cycle) is finalized at an arbitrary
+  allocation: inside cffi's first-time parsing (whose lock is not re-entrant), between a C call and the reading
+  of the view it returned, or on another thread than the one using its manager or backend. There its finalizer
+  only queues the handle on its :class:`Family`; the next call on any object of that family destroys it (one of
+  them, on the family's own thread, under the single-writer contract). A family none of whose objects is left is
+  destroyed by the next call on any object, or at exit.
+
+Every C function is resolved at import (_ffi.py), so even the reference-counting path never takes cffi's lock.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+import atexit
+import gc
 
-_R = TypeVar("_R", bound="Resource")
+from ._ffi import ffi
+
+_NULL = ffi.NULL
+_collecting = False  # True while the cyclic collector runs (its finalizers must not call into C)
+orphans: list = []  # families with no object left (collected in a cycle): anyone may destroy their handles
+
+
+def _gc_phase(phase: str, info: dict) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+gc.callbacks.append(_gc_phase)
+
+
+class Family:
+    """The objects behind one single-writer contract (a manager and its leases; a backend and what is built on
+    it; a hasher alone), and the handles of its collected objects, waiting to be destroyed."""
+
+    __slots__ = ("pending", "members")
+
+    def __init__(self):
+        self.pending = []  # (rank, destroy, handle): rank 1 (a manager) after rank 0 (its leases)
+        self.members = 0  # Python objects of the family not finalized yet
+
+
+def drain(family: Family | None = None) -> None:
+    """Destroy the queued handles of ``family`` and of every orphaned family. Never inside a collection."""
+    if _collecting:
+        return
+    if family is not None and family.pending:
+        _destroy_pending(family)
+    while orphans:
+        try:
+            _destroy_pending(orphans.pop())
+        except IndexError:  # another thread took the last one
+            break
+
+
+def _destroy_pending(family: Family) -> None:
+    entries = []
+    while family.pending:
+        try:
+            entries.append(family.pending.pop())
+        except IndexError:
+            break
+    entries.sort(key=lambda entry: entry[0])
+    for _, destroy, handle in entries:
+        destroy(handle)  # a finalizer's cleanup: its status has no one to go to
+
+
+atexit.register(drain)
 
 
 class Resource:
+    """Subclasses set ``_destroy`` (the C destroy function, bound at import), ``_handle`` and, through
+    :meth:`_join`, ``_family`` before they own a handle."""
+
     __slots__ = ()
+    _destroy = None
+    _rank = 0
 
-    if TYPE_CHECKING:
+    def _join(self, family: Family) -> None:
+        self._family = family
+        family.members += 1
 
-        def close(self) -> None: ...
-
-    def __enter__(self: _R) -> _R:
+    def __enter__(self):
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc) -> None:
         self.close()
 
-    def __del__(self) -> None:
+    def __del__(self):
         try:
-            self.close()
-        except Exception:
+            family = self._family
+        except AttributeError:  # __init__ failed before the object owned anything
+            return
+        try:
+            family.members -= 1
+            handle = getattr(self, "_handle", _NULL)
+            if handle != _NULL:
+                self._handle = _NULL
+                family.pending.append((self._rank, type(self)._destroy, handle))
+            if not _collecting:
+                drain(family)  # reference counting: the caller's own point, as close() would be
+            elif family.members <= 0:
+                orphans.append(family)
+        except Exception:  # a finalizer must not raise
             pass

@@ -25,8 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _arrays
-from ._resource import Resource
-from ._ffi import check, ffi, lib
+from . import _resource
+from ._resource import Family, Resource
+from ._ffi import check, ffi, lib, new_output
 from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
 
 _NULL = ffi.NULL
@@ -142,7 +143,8 @@ def _size_out(fn, *args) -> int:
 
 
 class _Handle(Resource):
-    """Owns one C handle; closing is idempotent and also happens on garbage collection."""
+    """Owns one C handle; closing is idempotent and also happens on garbage collection (see _resource.py).
+    Everything built on a backend is one family with it: keep[0] is that backend."""
 
     _destroy = None
     _what = "object"
@@ -150,8 +152,11 @@ class _Handle(Resource):
     def __init__(self, handle, keep: tuple = ()):
         self._handle = handle
         self._keep = keep  # Python objects whose handles this one was built from (for readable repr / lifetime)
+        self._join(keep[0]._family if keep else Family())
 
     def _live(self):
+        if self._family.pending or _resource.orphans:
+            _resource.drain(self._family)
         if self._handle == _NULL:
             raise InvalidHandleError(f"{self._what} was closed")
         return self._handle
@@ -188,7 +193,7 @@ class Backend(_Handle):
         if max_hash_chunks is not None:
             options.max_hash_chunks = _arrays.integer(max_hash_chunks, "max_hash_chunks", maximum=2**32 - 1)
         out = ffi.new("ctxc_device_backend_t **")
-        check(lib.ctxc_device_backend_create(out, options))
+        check(lib.ctxc_device_backend_create(options, out))
         super().__init__(out[0])
 
     @property
@@ -202,7 +207,7 @@ class Backend(_Handle):
 
     @property
     def counters(self) -> LaunchCounters:
-        out = ffi.new("ctxc_launch_counters_t *")
+        out = new_output("ctxc_launch_counters_t")
         check(lib.ctxc_device_backend_counters(self._live(), out))
         return LaunchCounters(int(out.kernels), int(out.transfers))
 
@@ -230,8 +235,11 @@ class DeviceBuffer(_Handle):
 
     def __init__(self, backend: Backend, nbytes: int):
         nbytes = _arrays.integer(nbytes, "nbytes", maximum=2**62)
+        options = ffi.new("ctxc_device_buffer_options_t *")
+        lib.ctxc_device_buffer_options_init(options)
+        options.bytes = nbytes
         out = ffi.new("ctxc_device_buffer_t **")
-        check(lib.ctxc_device_buffer_create(_handle(backend, Backend, "backend"), nbytes, out))
+        check(lib.ctxc_device_buffer_create(_handle(backend, Backend, "backend"), options, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
 
@@ -340,9 +348,14 @@ class KvPageTable(_Handle):
         self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         self.max_pages_per_seq = _arrays.integer(max_pages_per_seq, "max_pages_per_seq", minimum=None)
         self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
+        options = ffi.new("ctxc_kv_page_table_options_t *")
+        lib.ctxc_kv_page_table_options_init(options)
+        options.max_batch = self.max_batch
+        options.max_pages_per_seq = self.max_pages_per_seq
+        options.num_pages = self.num_pages
+        options.mode = self.mode
         out = ffi.new("ctxc_kv_page_table_t **")
-        check(lib.ctxc_kv_page_table_create(_handle(backend, Backend, "backend"), self.max_batch, self.max_pages_per_seq, self.num_pages,
-                                            self.mode, out))
+        check(lib.ctxc_kv_page_table_create(_handle(backend, Backend, "backend"), options, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
 
@@ -384,7 +397,7 @@ class KvPageTable(_Handle):
     @property
     def dirty(self) -> bool:
         out = ffi.new("int32_t *")
-        check(lib.ctxc_kv_page_table_is_dirty(self._live(), out))
+        check(lib.ctxc_debug_kv_page_table_is_dirty(self._live(), out))
         return bool(out[0])
 
     def _read(self, fn) -> np.ndarray:
@@ -399,7 +412,7 @@ class KvPageTable(_Handle):
 
     def device_table(self) -> np.ndarray:
         """The device copy, read back (current only when not dirty)."""
-        return self._read(lib.ctxc_kv_page_table_read_device)
+        return self._read(lib.ctxc_debug_kv_page_table_read_device)
 
 
 class KvLengths(_Handle):
@@ -410,8 +423,11 @@ class KvLengths(_Handle):
 
     def __init__(self, backend: Backend, max_batch: int):
         self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
+        options = ffi.new("ctxc_kv_lengths_options_t *")
+        lib.ctxc_kv_lengths_options_init(options)
+        options.max_batch = self.max_batch
         out = ffi.new("ctxc_kv_lengths_t **")
-        check(lib.ctxc_kv_lengths_create(_handle(backend, Backend, "backend"), self.max_batch, out))
+        check(lib.ctxc_kv_lengths_create(_handle(backend, Backend, "backend"), options, out))
         super().__init__(out[0], (backend,))
         self.backend = backend
 
@@ -535,7 +551,7 @@ class SnapshotStorage(_Handle):
 
     @property
     def layout(self) -> SnapshotLayout:
-        out = ffi.new("ctxc_snapshot_layout_t *")
+        out = new_output("ctxc_snapshot_layout_t")
         check(lib.ctxc_snapshot_storage_layout(self._live(), out))
         return SnapshotLayout(int(out.recurrent_bytes_per_slot), int(out.partial_kv_bytes_per_slot),
                               int(out.recurrent_slots), int(out.partial_kv_slots), int(out.footprint_bytes),

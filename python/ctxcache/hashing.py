@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _arrays
 from ._ffi import check, ffi, lib
-from ._resource import Resource
+from ._resource import Family, Resource
 from .enums import HashAlgorithm
 from .errors import ArgumentTypeError, InvalidArgumentError
 
@@ -116,10 +116,12 @@ def _algorithm(value: Any) -> int:
 class Hasher(Resource):
     """An algorithm and optional secret key, created once and reused (the key block is absorbed once)."""
 
-    __slots__ = ("_handle", "algorithm", "keyed")
+    __slots__ = ("_handle", "_family", "algorithm", "keyed", "__weakref__")
+    _destroy = staticmethod(lib.ctxc_hasher_destroy)
 
     def __init__(self, algorithm: str | HashAlgorithm = "sha256", key: bytes | bytearray | memoryview | str | None = None):
         self._handle = _arrays._NULL
+        self._join(Family())
         code = _algorithm(algorithm)
         if isinstance(key, str):
             key = key.encode("utf-8")
@@ -134,7 +136,7 @@ class Hasher(Resource):
             options.key = ffi.cast("const uint8_t *", key_buffer)
             options.key_length = len(key)
         out = ffi.new("ctxc_hasher_t **")
-        check(lib.ctxc_hasher_create(out, options))
+        check(lib.ctxc_hasher_create(options, out))
         self._handle = out[0]
         self.algorithm = HashAlgorithm(code)
         self.keyed = bool(key)

@@ -14,8 +14,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import _arrays
-from ._ffi import check, ffi, lib
-from ._resource import Resource
+from ._ffi import check, ffi, lib, new_output
+from . import _resource
+from ._resource import Family, Resource
 from .enums import (
     AcquireStatus,
     LeaseState,
@@ -205,15 +206,19 @@ class CacheRecord:
 class Lease(Resource):
     """One request's pins and page bindings. Release it (or use it as a context manager) when done."""
 
-    __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "__weakref__")
+    __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "_family", "__weakref__")
+    _destroy = staticmethod(lib.ctxc_lease_destroy)
 
     def __init__(self, manager: "ContextCacheManager", handle):
         self._manager = manager
         self._handle = handle
+        self._join(manager._family)
         self._base_pages = None
         self._draft_pages = None
 
     def _live_handle(self):
+        if self._family.pending or _resource.orphans:
+            _resource.drain(self._family)
         if self._handle == _NULL:
             raise InvalidHandleError("lease was destroyed")
         return self._handle
@@ -242,7 +247,7 @@ class Lease(Resource):
         return self._draft_pages
 
     def _info(self):
-        info = ffi.new("ctxc_lease_info_t *")
+        info = new_output("ctxc_lease_info_t")
         check(lib.ctxc_lease_info(self._live_handle(), info))
         return info
 
@@ -328,7 +333,7 @@ class Pools:
             rid, index = _rid_fields(rid)
         active = ffi.new("int32_t *")
         cache = ffi.new("int32_t *")
-        check(lib.ctxc_manager_ref_counts(self._manager._live(), _resource_type(rid),
+        check(lib.ctxc_debug_manager_ref_counts(self._manager._live(), _resource_type(rid),
                                           _arrays.integer(index, "index", minimum=None, maximum=2**31 - 1),
                                           active, cache))
         return active[0], cache[0]
@@ -340,7 +345,7 @@ class Pools:
         return self._refs(rid, index)[1]
 
     def free_list(self, resource_type) -> np.ndarray:
-        return self._manager._two_call(lambda buf, cap, n: lib.ctxc_manager_free_list(
+        return self._manager._two_call(lambda buf, cap, n: lib.ctxc_debug_manager_free_list(
             self._manager._live(), _resource_type(resource_type), buf, cap, n), "int32_t", np.int32)
 
 
@@ -375,7 +380,7 @@ class Records:
     def lru(self) -> list[int]:
         """Record ids, least recently used first."""
         return [int(x) for x in self._manager._two_call(
-            lambda buf, cap, n: lib.ctxc_manager_records_lru(self._manager._live(), buf, cap, n), "uint64_t", np.uint64)]
+            lambda buf, cap, n: lib.ctxc_debug_manager_records_lru(self._manager._live(), buf, cap, n), "uint64_t", np.uint64)]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.lru())
@@ -384,8 +389,8 @@ class Records:
         return record_id in self.lru()
 
     def __getitem__(self, record_id: int) -> CacheRecord:
-        view = ffi.new("ctxc_record_view_t *")
-        check(lib.ctxc_manager_record(self._manager._live(),
+        view = new_output("ctxc_record_view_t")
+        check(lib.ctxc_debug_manager_record(self._manager._live(),
                                       _arrays.integer(record_id, "record_id", maximum=2**64 - 1), view))
         return CacheRecord(
             id=int(view.id),
@@ -412,7 +417,7 @@ class BaseIndex:
         h = _arrays.single_hash(block_hash, "block_hash")
         page = ffi.new("int32_t *")
         c = ffi.new("ctxc_hash128_t *", {"hi": int(h[0]), "lo": int(h[1])})
-        check(lib.ctxc_manager_base_index_lookup(self._manager._live(), c, page))
+        check(lib.ctxc_debug_manager_base_index_lookup(self._manager._live(), c, page))
         return None if page[0] < 0 else page[0]
 
     def __len__(self) -> int:
@@ -437,13 +442,13 @@ class DraftIndex:
         hashes = _arrays.hash_array(full_block_hashes)
         record = ffi.new("uint64_t *")
         blocks = ffi.new("int32_t *")
-        check(lib.ctxc_manager_draft_index_lookup(self._manager._live(), _arrays.hash_pointer(hashes), hashes.shape[0],
+        check(lib.ctxc_debug_manager_draft_index_lookup(self._manager._live(), _arrays.hash_pointer(hashes), hashes.shape[0],
                                                   _arrays.integer(max_block_count, "max_block_count"), record, blocks))
         return DraftPathMatch(int(record[0]), blocks[0]) if record[0] else None
 
     def __len__(self) -> int:
         out = ffi.new("size_t *")
-        check(lib.ctxc_manager_draft_index_size(self._manager._live(), out))
+        check(lib.ctxc_debug_manager_draft_index_size(self._manager._live(), out))
         return out[0]
 
 
@@ -474,11 +479,13 @@ class ContextCacheManager(Resource):
     ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none).
     """
 
-    __slots__ = ("_handle", "_acquire_out", "_lease_out", "_publish_out", "pools", "records", "base_index",
-                 "draft_index", "page_size", "__weakref__")
+    __slots__ = ("_handle", "_acquire_out", "_lease_out", "_publish_out", "_family", "page_size", "__weakref__")
+    _destroy = staticmethod(lib.ctxc_manager_destroy)
+    _rank = 1  # destroyed after its leases when both wait in the family
 
     def __init__(self, page_size: int, capacities: ResourceDemand, max_records: int = 1024):
         self._handle = _NULL
+        self._join(Family())
         if not isinstance(capacities, ResourceDemand):
             raise ArgumentTypeError(f"capacities must be a ResourceDemand, got {type(capacities).__name__}")
         options = ffi.new("ctxc_manager_options_t *")
@@ -490,25 +497,31 @@ class ContextCacheManager(Resource):
         options.capacities.partial_kv_snapshot_slots = capacities.partial_kv_snapshot_slots
         options.max_records = _arrays.integer(max_records, "max_records")
         out = ffi.new("ctxc_manager_t **")
-        check(lib.ctxc_manager_create(out, options))
+        check(lib.ctxc_manager_create(options, out))
         self._handle = out[0]
         self.page_size = options.page_size
         self._lease_out = ffi.new("ctxc_lease_t **")
         self._publish_out = ffi.new("ctxc_publish_result_t *")
         self._publish_out.struct_size = ffi.sizeof("ctxc_publish_result_t")
-        self.pools = Pools(self)
-        self.records = Records(self)
-        self.base_index = BaseIndex(self)
-        self.draft_index = DraftIndex(self)
+
+    # Views are made on demand and hold the manager; the manager holds none of them (no reference cycle, so
+    # dropping a manager frees it by reference counting, never in the cyclic collector: see _resource.py).
+    pools = property(lambda self: Pools(self), doc="Read-only view of the four resource pools.")
+    records = property(lambda self: Records(self), doc="Read-only view of the record store.")
+    base_index = property(lambda self: BaseIndex(self))
+    draft_index = property(lambda self: DraftIndex(self), doc="Read-only view of the EAGLE draft path index.")
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def _live(self):
+        if self._family.pending or _resource.orphans:
+            _resource.drain(self._family)
         if self._handle == _NULL:
             raise InvalidHandleError("manager is closed")
         return self._handle
 
     def close(self) -> None:
         """Destroy the manager. Raises LeasesOutstandingError (after closing) if leases were still alive."""
+        _resource.drain(self._family)  # leases collected in a cycle first: they are not outstanding
         if self._handle != _NULL:
             handle, self._handle = self._handle, _NULL
             check(lib.ctxc_manager_destroy(handle))
@@ -541,7 +554,9 @@ class ContextCacheManager(Resource):
     def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes,
                        input_token_count: int, has_attention: bool,
                        lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
-        """Lease on a hybrid / pure-recurrent deployment: the longest complete exact checkpoint."""
+        """Lease on a hybrid / pure-recurrent deployment: the longest complete exact checkpoint.
+
+        A candidate whose length is not in (0, input_token_count) is skipped, never an error."""
         hashes = _arrays.hash_array(full_block_hashes)
         n = _arrays.integer(input_token_count, "input_token_count")
         attention = _arrays.boolean(has_attention, "has_attention")
@@ -663,7 +678,7 @@ class ContextCacheManager(Resource):
     # -- inspection ---------------------------------------------------------------------------------------------
     @property
     def metrics(self) -> ManagerMetrics:
-        m = ffi.new("ctxc_manager_metrics_t *")
+        m = new_output("ctxc_manager_metrics_t")
         check(lib.ctxc_manager_metrics(self._live(), m))
         return ManagerMetrics(m.evicted_records, m.reclaimed_base_kv_pages, m.reclaimed_draft_kv_pages,
                               m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots)

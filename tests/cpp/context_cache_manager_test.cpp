@@ -164,6 +164,7 @@ TEST(ContextCacheManager, EmptyInputAcquiresALeaseWithoutPages) {
     ContextCacheManager m(kPage, {2, 0, 0, 0}, 8);
     AcquireResult r = m.acquireVanilla(kNoHashes, 0);
     ASSERT_TRUE(r.lease.has_value());
+    EXPECT_EQ(r.plan.kind, ReusePlanKind::kStandard);  // c.6: the reference's empty (default) plan
     EXPECT_TRUE(r.lease->valid());
     EXPECT_TRUE(r.lease->basePages().empty());
     EXPECT_EQ(r.plan.demand, (ResourceDemand{}));

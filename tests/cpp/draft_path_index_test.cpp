@@ -1,3 +1,7 @@
+// DraftPathIndex: one coherent record path per lookup, bounded by the caller's block count; repeated hashes as
+// distinct boundaries; insert refuses incomplete paths and duplicates; exact erase; incremental memory accounting
+// (reference c.3).
+
 #include <gtest/gtest.h>
 
 #include "ctxcache/draft_path_index.h"

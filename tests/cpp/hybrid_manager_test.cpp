@@ -146,6 +146,21 @@ TEST(HybridManager, HybridPlanningRequiresOneCompleteExactCheckpoint) {
                                                  ContextCacheLookupPolicy::kBypass);
     EXPECT_EQ(bypass.kind, ReusePlanKind::kNoReusablePrefix);
     EXPECT_EQ(bypass.demand.baseKvPages, 4);
+
+    // A checkpoint as long as the input leaves no token to compute: skipped (c.6), even though its record is
+    // complete and matches; the plan is cold, not an error.
+    ReusePlan const exactInput = makeHybridReusePlan({{8, digest(1, 8)}}, a, 8, kPage, true, store);
+    EXPECT_EQ(exactInput.kind, ReusePlanKind::kNoReusablePrefix);
+    EXPECT_EQ(exactInput.reuseTokenLength, 0);
+    EXPECT_FALSE(exactInput.hybridRecord);
+    EXPECT_EQ(exactInput.demand, (ResourceDemand{2, 0, 0, 0}));
+    // ... and beside a shorter complete one it does not hide it.
+    ReusePlan const shorter = makeHybridReusePlan({{8, digest(1, 8)}, {10, digest(1, 10)}, {0, digest(1, 0)},
+                                                   {-4, digest(1, 4)}, {9, digest(1, 9)}},
+                                                  a, 9, kPage, true, store);
+    EXPECT_EQ(shorter.kind, ReusePlanKind::kStandard);
+    EXPECT_EQ(shorter.reuseTokenLength, 8);
+    EXPECT_EQ(shorter.hybridRecord, std::optional<RecordId>(eight));
 }
 
 TEST(HybridManager, HybridPublicationProjectsCanonicalOverlapAndRetainsDescendant) {
@@ -292,16 +307,53 @@ TEST(HybridManager, PartialSnapshotRulesFollowAttentionAndAlignment) {
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
-TEST(HybridManager, CandidateLengthsOutOfRangeAreContractErrors) {
+// c.6: a candidate of length <= 0 or >= n is skipped, never a ContractError, so a bad candidate cannot throw away
+// a valid shorter hit; under bypass no candidate is looked at, nothing is reused and nothing throws.
+TEST(HybridManager, OutOfRangeCandidatesAreSkippedBesideAValidShorterHit) {
     ContextCacheManager m(kPage, ResourceDemand{16, 0, 4, 4}, 8);
-    auto const before = describe(m);
-    EXPECT_THROW(m.acquireHybrid({{0, digest(1, 0)}}, chain(1, 2), 10, true), ContractError);
-    EXPECT_THROW(m.acquireHybrid({{-3, digest(1, 3)}}, chain(1, 2), 10, true), ContractError);
-    EXPECT_THROW(m.acquireHybrid({{10, digest(1, 10)}}, chain(1, 2), 10, true), ContractError);
-    EXPECT_THROW(m.acquireHybrid({{11, digest(1, 11)}}, chain(1, 2), 10, true), ContractError);
-    EXPECT_THROW(m.hybridCandidateLengths(-1), ContractError);
-    EXPECT_EQ(describe(m), before);
+    auto const a = chain(1, 2);
+    auto const b = extend(a, 2, 1);  // 14 tokens: a's 10, then 4 more
+    AcquireResult first = m.acquireHybrid({}, a, 10, true);
+    Published const ten = checkpoint(m, *first.lease, a, 10, digest(1, 10));
+    first.lease->release();
+    AcquireResult second = m.acquireHybrid({}, b, 14, true);
+    Published const whole = checkpoint(m, *second.lease, b, 14, digest(1, 14));  // a record as long as the input
+    second.lease->release();
+    ASSERT_TRUE(ten.result.record && whole.result.record);
+    std::vector<HybridCheckpointCandidate> const candidates{
+        {14, digest(1, 14)}, {0, digest(1, 0)}, {-3, digest(1, 3)}, {15, digest(1, 15)}, {10, digest(1, 10)}};
+
+    AcquireResult hit = m.acquireHybrid(candidates, b, 14, true);
+    ASSERT_EQ(hit.status, AcquireStatus::kAcquired);
+    EXPECT_EQ(hit.plan.kind, ReusePlanKind::kStandard);
+    EXPECT_EQ(hit.plan.reuseTokenLength, 10);
+    EXPECT_EQ(hit.plan.hybridRecord, ten.result.record);
+    EXPECT_EQ(m.records().lruToMru().back(), *ten.result.record);  // the hit, not the skipped record, is touched
+    hit.lease->release();
+
+    // Only bad candidates: a cold plan, not an error.
+    AcquireResult cold = m.acquireHybrid({{0, digest(1, 0)}, {14, digest(1, 14)}}, b, 14, true);
+    ASSERT_EQ(cold.status, AcquireStatus::kAcquired);
+    EXPECT_EQ(cold.plan.kind, ReusePlanKind::kNoReusablePrefix);
+    EXPECT_EQ(cold.plan.reuseTokenLength, 0);
+    EXPECT_FALSE(cold.plan.hybridRecord);
+    cold.lease->release();
+
+    // Bypass: nothing reused, nothing thrown, no record touched.
+    auto const lru = m.records().lruToMru();
+    AcquireResult bypass = m.acquireHybrid(candidates, b, 14, true, ContextCacheLookupPolicy::kBypass);
+    ASSERT_EQ(bypass.status, AcquireStatus::kAcquired);
+    EXPECT_EQ(bypass.plan.kind, ReusePlanKind::kNoReusablePrefix);
+    EXPECT_EQ(bypass.plan.reuseTokenLength, 0);
+    EXPECT_FALSE(bypass.plan.hybridRecord);
+    EXPECT_EQ(bypass.plan.demand, (ResourceDemand{4, 0, 0, 0}));
+    EXPECT_FALSE(bypass.lease->recurrentSnapshotSlot());
+    EXPECT_EQ(m.records().lruToMru(), lru);
+    bypass.lease->release();
+
+    EXPECT_THROW(m.hybridCandidateLengths(-1), ContractError);  // a negative input length is still a contract error
     EXPECT_EQ(m.liveLeaseCount(), 0u);
+    EXPECT_NO_THROW(m.checkInvariants());
 }
 
 TEST(HybridManager, HybridPublicationMustExtendTheRestoredPrefix) {

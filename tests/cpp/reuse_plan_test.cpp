@@ -1,4 +1,5 @@
-// Vanilla reuse planning (reference c.6): longest indexed prefix, full-input rewind, private tail, bypass.
+// Vanilla reuse planning (reference c.6): longest indexed prefix, full-input rewind, private tail, bypass; and the
+// empty input, which every planner (vanilla, hybrid, spec) answers with the reference's default kStandard plan.
 #include "ctxcache/reuse_plan.h"
 
 #include <gtest/gtest.h>
@@ -119,12 +120,53 @@ TEST(VanillaReusePlan, BypassPlanIgnoresTheIndex) {
 TEST(VanillaReusePlan, EmptyInputPlansNothing) {
     BaseBlockIndex const index = indexWith({{1, 5}});
     ReusePlan const plan = makeVanillaReusePlan({}, 0, kPage, index);
-    EXPECT_EQ(plan.kind, ReusePlanKind::kNoReusablePrefix);
+    EXPECT_EQ(plan.kind, ReusePlanKind::kStandard);  // c.6: n == 0 -> the reference's empty (default) plan
     EXPECT_EQ(plan.reuseTokenLength, 0);
     EXPECT_EQ(plan.demand, (ResourceDemand{}));
     ReusePlan const shortInput = makeVanillaReusePlan({}, 3, kPage, index);  // no full block: one private page
     EXPECT_EQ(shortInput.kind, ReusePlanKind::kNoReusablePrefix);
     EXPECT_EQ(shortInput.demand, (ResourceDemand{1, 0, 0, 0}));
+}
+
+// c.6: an empty input is planned before the lookup policy is looked at, in every mode: kind kStandard (the
+// reference's default), nothing matched or reused, nothing to allocate, no bindings; hybrid candidates are not
+// even examined, so none can be out of range.
+TEST(ReusePlan, EmptyInputIsAStandardPlanWithNothingToDoInEveryMode) {
+    ContextCacheManager m(kPage, {8, 8, 2, 2}, 8);
+    AcquireResult a = m.acquireSpec(Hs({1, 2}), 9);
+    ASSERT_TRUE(a.lease);
+    m.publish(*a.lease, {Hs({1, 2}), 8});  // something to find, were anything looked up
+    a.lease->release();
+    std::string const before = test::describe(m);
+    std::vector<HybridCheckpointCandidate> const candidates{{0, H(7)}, {-1, H(8)}, {4, H(9)}};
+    for (ContextCacheLookupPolicy policy : {ContextCacheLookupPolicy::kUseCache, ContextCacheLookupPolicy::kBypass}) {
+        SCOPED_TRACE(static_cast<int>(policy));
+        std::vector<ReusePlan> plans;
+        plans.push_back(makeVanillaReusePlan({}, 0, kPage, m.baseIndex(), policy));
+        plans.push_back(makeHybridReusePlan(candidates, {}, 0, kPage, true, m.records(), policy));
+        plans.push_back(makeHybridReusePlan(candidates, {}, 0, kPage, false, m.records(), policy));
+        plans.push_back(makeSpecReusePlan({}, 0, kPage, m.baseIndex(), m.draftIndex(), m.records(), policy));
+        std::vector<ReusePlanMode> const modes{ReusePlanMode::kVanilla, ReusePlanMode::kHybrid, ReusePlanMode::kHybrid,
+                                               ReusePlanMode::kSpec};
+        for (size_t i = 0; i < plans.size(); ++i) {
+            ReusePlan const& plan = plans[i];
+            EXPECT_EQ(plan.mode, modes[i]);
+            EXPECT_EQ(plan.kind, ReusePlanKind::kStandard);
+            EXPECT_EQ(plan.matchedTokenLength, 0);
+            EXPECT_EQ(plan.reuseTokenLength, 0);
+            EXPECT_EQ(plan.demand, ResourceDemand{});
+            EXPECT_TRUE(plan.basePageBindings.empty());
+            EXPECT_TRUE(plan.draftPageBindings.empty());
+            EXPECT_TRUE(plan.matchedBlockHashes.empty());
+            EXPECT_FALSE(plan.draftRecord || plan.hybridRecord || plan.hybridCheckpoint);
+            EXPECT_FALSE(plan.recurrentSnapshotBinding || plan.partialKvSnapshotBinding);
+            EXPECT_FALSE(plan.specReplayDependency);
+            EXPECT_EQ(plan.specReplayMode, SpecReplayMode::kNone);
+        }
+        EXPECT_TRUE(plans[1].hybridHasAttention);
+        EXPECT_FALSE(plans[2].hybridHasAttention);
+    }
+    EXPECT_EQ(test::describe(m), before);
 }
 
 TEST(VanillaReusePlan, TooManyHashesOrBadSizesThrowContractError) {

@@ -28,7 +28,7 @@ namespace {
 }
 
 void checkStatus(ctxc_status_t status) {
-    if (status < CTXC_OK || status > CTXC_E_DEVICE) fail("unknown status code", status);
+    if (status < CTXC_OK || status >= CTXC_STATUS_COUNT) fail("unknown status code", status);
     if (status == CTXC_E_INTERNAL || status == CTXC_E_INVARIANT || status == CTXC_E_DEVICE)
         fail("internal error, invariant violation or device failure", status);
 }
@@ -61,9 +61,9 @@ Observed observe(ctxc_manager_t* m) {
             fail("pool_counts on a live manager", CTXC_E_INTERNAL);
     }
     size_t count = 0;
-    ctxc_manager_records_lru(m, nullptr, 0, &count);
+    ctxc_debug_manager_records_lru(m, nullptr, 0, &count);
     o.lru.resize(count);
-    if (count && ctxc_manager_records_lru(m, o.lru.data(), count, &count) != CTXC_OK) fail("records_lru", CTXC_E_INTERNAL);
+    if (count && ctxc_debug_manager_records_lru(m, o.lru.data(), count, &count) != CTXC_OK) fail("records_lru", CTXC_E_INTERNAL);
     return o;
 }
 
@@ -195,7 +195,7 @@ private:
                                 in_.ConsumeIntegralInRange<int32_t>(0, 3), in_.ConsumeIntegralInRange<int32_t>(0, 3)};
                 o.max_records = in_.ConsumeIntegralInRange<int32_t>(-1, 4);
                 ctxc_manager_t* m = nullptr;
-                ctxc_status_t const s = ctxc_manager_create(&m, &o);
+                ctxc_status_t const s = ctxc_manager_create(&o, &m);
                 checkStatus(s);
                 if (s == CTXC_OK) {
                     managers_[static_cast<size_t>(i)] = {m, true};
@@ -320,17 +320,17 @@ private:
             case 15: {  // read-only queries with arbitrary arguments
                 ctxc_manager_t* m = managerArg();
                 int32_t a = 0, b = 0;
-                checkStatus(ctxc_manager_ref_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4), in_.ConsumeIntegralInRange<int32_t>(-2, 20), &a, &b));
+                checkStatus(ctxc_debug_manager_ref_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4), in_.ConsumeIntegralInRange<int32_t>(-2, 20), &a, &b));
                 checkStatus(ctxc_manager_pool_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4), &a, &b));
                 std::vector<int32_t> ids(in_.ConsumeIntegralInRange<size_t>(0, 20));
                 size_t count = 0;
-                checkStatus(ctxc_manager_free_list(m, in_.ConsumeIntegralInRange<int32_t>(0, 4), ids.empty() ? nullptr : ids.data(), ids.size(), &count));
+                checkStatus(ctxc_debug_manager_free_list(m, in_.ConsumeIntegralInRange<int32_t>(0, 4), ids.empty() ? nullptr : ids.data(), ids.size(), &count));
                 std::vector<int32_t> lengths(in_.ConsumeIntegralInRange<size_t>(0, 4));
                 checkStatus(ctxc_manager_hybrid_candidate_lengths(m, smallCount(), lengths.empty() ? nullptr : lengths.data(), lengths.size(), &count));
-                ctxc_record_view_t view;
-                checkStatus(ctxc_manager_record(m, in_.ConsumeIntegralInRange<uint64_t>(0, 12), &view));
+                ctxc_record_view_t view{sizeof(ctxc_record_view_t)};
+                checkStatus(ctxc_debug_manager_record(m, in_.ConsumeIntegralInRange<uint64_t>(0, 12), &view));
                 ctxc_hash128_t const h = hash(in_.ConsumeIntegral<uint8_t>());
-                checkStatus(ctxc_manager_base_index_lookup(m, in_.ConsumeBool() ? &h : nullptr, &a));
+                checkStatus(ctxc_debug_manager_base_index_lookup(m, in_.ConsumeBool() ? &h : nullptr, &a));
                 break;
             }
             case 16: {  // lease queries
@@ -343,7 +343,7 @@ private:
                     for (size_t i = 0; i < count; ++i)
                         if (pages[i] < 0) fail("negative page id in a lease", s);
                 checkStatus(ctxc_lease_draft_pages(l, &pages, &count));
-                ctxc_lease_info_t info;
+                ctxc_lease_info_t info{sizeof(ctxc_lease_info_t)};
                 checkStatus(ctxc_lease_info(l, in_.ConsumeBool() ? &info : nullptr));
                 break;
             }
@@ -392,9 +392,9 @@ private:
         for (ManagerSlot& m : managers_) {
             if (!m.live) continue;
             size_t count = 0;
-            ctxc_manager_records_lru(m.handle, nullptr, 0, &count);
+            ctxc_debug_manager_records_lru(m.handle, nullptr, 0, &count);
             std::vector<uint64_t> ids(count);
-            if (count) ctxc_manager_records_lru(m.handle, ids.data(), count, &count);
+            if (count) ctxc_debug_manager_records_lru(m.handle, ids.data(), count, &count);
             for (uint64_t id : ids)
                 if (ctxc_manager_evict_record(m.handle, id) != CTXC_OK) fail("evicting a listed record", CTXC_E_INTERNAL);
             for (int32_t t = 0; t < 4; ++t) {

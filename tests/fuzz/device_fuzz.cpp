@@ -41,6 +41,32 @@
 
 namespace {
 
+// The device creates through their options structs, with the arguments the tests vary.
+ctxc_status_t bufferCreate(ctxc_device_backend_t* backend, size_t bytes, ctxc_device_buffer_t** out) {
+    ctxc_device_buffer_options_t o;
+    ctxc_device_buffer_options_init(&o);
+    o.bytes = bytes;
+    return ctxc_device_buffer_create(backend, &o, out);
+}
+
+ctxc_status_t pageTableCreate(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
+                              int32_t mode, ctxc_kv_page_table_t** out) {
+    ctxc_kv_page_table_options_t o;
+    ctxc_kv_page_table_options_init(&o);
+    o.max_batch = maxBatch;
+    o.max_pages_per_seq = maxPagesPerSeq;
+    o.num_pages = numPages;
+    o.mode = mode;
+    return ctxc_kv_page_table_create(backend, &o, out);
+}
+
+ctxc_status_t lengthsCreate(ctxc_device_backend_t* backend, int32_t maxBatch, ctxc_kv_lengths_t** out) {
+    ctxc_kv_lengths_options_t o;
+    ctxc_kv_lengths_options_init(&o);
+    o.max_batch = maxBatch;
+    return ctxc_kv_lengths_create(backend, &o, out);
+}
+
 using Bytes = std::vector<uint8_t>;
 using Key = std::array<int32_t, 3>;  // (part, layer, slot) of a resident row or a snapshot region
 
@@ -266,7 +292,7 @@ struct Arg {
 };
 
 void checkStatus(char const* fn, ctxc_status_t s) {
-    if (s < CTXC_OK || s > CTXC_E_DEVICE) fail("unknown status code " + std::to_string(static_cast<int>(s)));
+    if (s < CTXC_OK || s >= CTXC_STATUS_COUNT) fail("unknown status code " + std::to_string(static_cast<int>(s)));
     if (s == CTXC_E_INTERNAL || s == CTXC_E_INVARIANT || s == CTXC_E_DEVICE)
         fail(std::string(fn) + " returned " + ctxc_status_string(s));
     if (s != CTXC_OK && s != CTXC_E_BUFFER_TOO_SMALL) {
@@ -534,8 +560,8 @@ private:
             t.device.resize(n);
             size_t count = 0;
             must(ctxc_kv_page_table_read_host(h, t.host.data(), n, &count), "ctxc_kv_page_table_read_host");
-            must(ctxc_kv_page_table_read_device(h, t.device.data(), n, &count), "ctxc_kv_page_table_read_device");
-            must(ctxc_kv_page_table_is_dirty(h, &t.dirty), "ctxc_kv_page_table_is_dirty");
+            must(ctxc_debug_kv_page_table_read_device(h, t.device.data(), n, &count), "ctxc_debug_kv_page_table_read_device");
+            must(ctxc_debug_kv_page_table_is_dirty(h, &t.dirty), "ctxc_debug_kv_page_table_is_dirty");
             o.tables[i] = std::move(t);
         }
         for (size_t i = 0; i < kLengths; ++i) {
@@ -726,7 +752,7 @@ private:
         if (valid && o.max_table_bytes > (size_t{1} << 20)) return;  // a legal but large host staging table
         call("ctxc_device_backend_create", valid, [&] {
             ctxc_device_backend_t* b = nullptr;
-            ctxc_status_t const s = ctxc_device_backend_create(&b, nullOptions ? nullptr : &o);
+            ctxc_status_t const s = ctxc_device_backend_create(nullOptions ? nullptr : &o, &b);
             if (s != CTXC_OK && b) fail("a failed create returned a handle");
             if (s == CTXC_OK) {
                 int32_t kind = -1;
@@ -769,7 +795,7 @@ private:
                      nothing, !a.valid());
                 break;
             case 2: {
-                ctxc_launch_counters_t c;
+                ctxc_launch_counters_t c{sizeof(ctxc_launch_counters_t)};
                 call("ctxc_device_backend_counters", a.valid() && !nullOut,
                      [&] { return ctxc_device_backend_counters(b, nullOut ? nullptr : &c); }, nothing);
                 break;
@@ -801,7 +827,7 @@ private:
         call("ctxc_device_buffer_create", b.valid() && !nullOut, [&] {
             ctxc_device_buffer_t* out = nullptr;
             ctxc_status_t const s =
-                ctxc_device_buffer_create(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
+                bufferCreate(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
             if (s == CTXC_OK) {
                 BufferSlot& slot = buffers_[*i];
                 slot.h = out;
@@ -1000,7 +1026,7 @@ private:
         call("ctxc_kv_page_table_create", valid, [&] {
             ctxc_kv_page_table_t* out = nullptr;
             ctxc_status_t const s =
-                ctxc_kv_page_table_create(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, mpps, numPages, mode, &out);
+                pageTableCreate(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, mpps, numPages, mode, &out);
             if (s == CTXC_OK) {
                 TableSlot& t = tables_[*i];
                 t.h = out;
@@ -1198,9 +1224,9 @@ private:
                 bool const nullCount = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
                 std::vector<int32_t> out(capacity + 1, 77);
                 size_t count = 0;
-                char const* fn = device ? "ctxc_kv_page_table_read_device" : "ctxc_kv_page_table_read_host";
+                char const* fn = device ? "ctxc_debug_kv_page_table_read_device" : "ctxc_kv_page_table_read_host";
                 call(fn, a.valid() && !nullCount && capacity >= n && !nullEntries, [&] {
-                    auto read = device ? ctxc_kv_page_table_read_device : ctxc_kv_page_table_read_host;
+                    auto read = device ? ctxc_debug_kv_page_table_read_device : ctxc_kv_page_table_read_host;
                     ctxc_status_t const s = read(h, nullEntries ? nullptr : out.data(), capacity, nullCount ? nullptr : &count);
                     if ((s == CTXC_OK || s == CTXC_E_BUFFER_TOO_SMALL) && count != n) fail("read reports a wrong entry count");
                     if (s == CTXC_OK) {
@@ -1214,7 +1240,7 @@ private:
             }
             default: {
                 int32_t dirty = -1;
-                call("ctxc_kv_page_table_is_dirty", a.valid(), [&] { return ctxc_kv_page_table_is_dirty(h, &dirty); },
+                call("ctxc_debug_kv_page_table_is_dirty", a.valid(), [&] { return ctxc_debug_kv_page_table_is_dirty(h, &dirty); },
                      nothing, !a.valid());
                 call("ctxc_kv_page_table_check_invariants", a.valid(),
                      [&] { return ctxc_kv_page_table_check_invariants(h); }, nothing, !a.valid());
@@ -1235,7 +1261,7 @@ private:
         if (valid && static_cast<size_t>(maxBatch) * 4 > kMaxLegitBytes) return;
         call("ctxc_kv_lengths_create", valid, [&] {
             ctxc_kv_lengths_t* out = nullptr;
-            ctxc_status_t const s = ctxc_kv_lengths_create(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
+            ctxc_status_t const s = lengthsCreate(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
             if (s == CTXC_OK) {
                 LengthsSlot& l = lengths_[*i];
                 l.h = out;
@@ -1558,7 +1584,7 @@ private:
                 static_cast<ctxc_device_backend_t*>(b.ptr), static_cast<ctxc_resident_state_t*>(state.ptr),
                 static_cast<ctxc_kv_pool_t*>(base.ptr), static_cast<ctxc_kv_pool_t*>(draft.ptr), nullOptions ? nullptr : &o, &out);
             if (s == CTXC_OK) {
-                ctxc_snapshot_layout_t layout;
+                ctxc_snapshot_layout_t layout{sizeof(ctxc_snapshot_layout_t)};
                 must(ctxc_snapshot_storage_layout(out, &layout), "ctxc_snapshot_storage_layout");
                 if (layout.recurrent_bytes_per_slot != st.rbps || layout.partial_kv_bytes_per_slot != st.pbps ||
                     layout.recurrent_slots != st.rslots || layout.partial_kv_slots != st.pslots ||
@@ -1727,7 +1753,7 @@ private:
                 break;
             }
             default: {
-                ctxc_snapshot_layout_t layout;
+                ctxc_snapshot_layout_t layout{sizeof(ctxc_snapshot_layout_t)};
                 call("ctxc_snapshot_storage_layout", a.valid(), [&] {
                     ctxc_status_t const s = ctxc_snapshot_storage_layout(h, &layout);
                     if (s == CTXC_OK && (layout.recurrent_slots != st.rslots || layout.partial_kv_slots != st.pslots))

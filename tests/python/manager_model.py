@@ -29,6 +29,11 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def cold_kind(n: int) -> int:
+    """A plan that reuses nothing: an empty input is the reference's default STANDARD in every mode (c.6)."""
+    return STANDARD if n == 0 else NO_REUSABLE_PREFIX
+
+
 class Pools:
     def __init__(self, capacities):
         self.capacity = list(capacities)
@@ -236,7 +241,7 @@ class Model:
     def plan_vanilla(self, hashes, n, bypass):
         self._validate(hashes, n)
         total = ceil_div(n, self.P)
-        plan = Plan(VANILLA, demand=[total, 0, 0, 0])
+        plan = Plan(VANILLA, kind=cold_kind(n), demand=[total, 0, 0, 0])
         if n == 0 or bypass:
             return plan
         pages = self.lookup_prefix(hashes)
@@ -254,14 +259,13 @@ class Model:
 
     def plan_hybrid(self, candidates, hashes, n, attention, bypass):
         self._validate(hashes, n)
-        for length, _ in candidates:
-            if length <= 0 or length >= n:
-                raise ModelContractError("candidate length out of range")
         total = ceil_div(n, self.P)
-        plan = Plan(HYBRID, has_attention=attention, demand=[total if attention else 0, 0, 0, 0])
+        plan = Plan(HYBRID, kind=cold_kind(n), has_attention=attention, demand=[total if attention else 0, 0, 0, 0])
         if n == 0 or bypass:
             return plan
         for length, digest in sorted(candidates, key=lambda c: -c[0]):
+            if length <= 0 or length >= n:  # reference c.6: skipped, never an error
+                continue
             rid = self.hybrid.get((digest, length))
             if rid is None:
                 continue
@@ -287,7 +291,7 @@ class Model:
     def plan_spec(self, hashes, n, bypass):
         self._validate(hashes, n)
         total = ceil_div(n, self.P)
-        plan = Plan(SPEC, demand=[total, total, 0, 0])
+        plan = Plan(SPEC, kind=cold_kind(n), demand=[total, total, 0, 0])
         if n == 0 or bypass:
             return plan
         base_pages = self.lookup_prefix(hashes)

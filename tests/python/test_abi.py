@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ctxcache
-from ctxcache import _ffi
+from ctxcache import _ffi, device, enums, errors
 from ctxcache._ffi import ffi, lib
 
 HEADER_TEXT = Path(_ffi._header_path).read_text()
@@ -40,7 +40,7 @@ pytest_plugins = ["pytester"]
 
 def test_abi_version_of_library_matches_header():
     declared = int(re.search(r"#define\s+CTXC_ABI_VERSION\s+(\d+)", HEADER_TEXT).group(1))
-    assert declared == 1
+    assert declared == 2
     assert ctxcache.HEADER_ABI_VERSION == declared
     assert ctxcache.abi_version() == declared
     assert lib.ctxc_abi_version() == declared
@@ -76,28 +76,85 @@ def test_sizeof_unknown_or_null_name_is_zero():
 
 # ---- status codes -----------------------------------------------------------------------------------------
 
-STATUSES = [
-    (1, "CTXC_E_INVALID_ARGUMENT", ctxcache.InvalidArgumentError),
-    (2, "CTXC_E_CONTRACT", ctxcache.ContractError),
-    (3, "CTXC_E_INVALID_HANDLE", ctxcache.InvalidHandleError),
-    (4, "CTXC_E_NO_MEMORY", ctxcache.OutOfMemoryError),
-    (5, "CTXC_E_INVARIANT", ctxcache.InvariantError),
-    (6, "CTXC_E_LEASES_OUTSTANDING", ctxcache.LeasesOutstandingError),
-    (7, "CTXC_E_BUFFER_TOO_SMALL", ctxcache.BufferTooSmallError),
-    (8, "CTXC_E_UNSUPPORTED", ctxcache.UnsupportedError),
-    (9, "CTXC_E_INTERNAL", ctxcache.InternalError),
-]
+STATUS_EXCEPTIONS = {
+    "CTXC_E_INVALID_ARGUMENT": ctxcache.InvalidArgumentError,
+    "CTXC_E_CONTRACT": ctxcache.ContractError,
+    "CTXC_E_INVALID_HANDLE": ctxcache.InvalidHandleError,
+    "CTXC_E_NO_MEMORY": ctxcache.OutOfMemoryError,
+    "CTXC_E_INVARIANT": ctxcache.InvariantError,
+    "CTXC_E_LEASES_OUTSTANDING": ctxcache.LeasesOutstandingError,
+    "CTXC_E_BUFFER_TOO_SMALL": ctxcache.BufferTooSmallError,
+    "CTXC_E_UNSUPPORTED": ctxcache.UnsupportedError,
+    "CTXC_E_INTERNAL": ctxcache.InternalError,
+    "CTXC_E_DEVICE": ctxcache.DeviceError,
+}
 
 
-@pytest.mark.parametrize("code,name,exception", STATUSES, ids=[s[1] for s in STATUSES])
-def test_status_code_maps_to_exception_class(code, name, exception):
-    assert ffi.string(lib.ctxc_status_string(code)).decode() == name
-    assert getattr(lib, name) == code
-    assert exception.status == code
-    with pytest.raises(exception) as info:
-        _ffi.check(code)
-    assert type(info.value) is exception
-    assert isinstance(info.value, ctxcache.Error)
+def _library_constants(prefix: str) -> dict[str, int]:
+    """Every CTXC_ constant of the header (the cdef) whose name starts with `prefix`, read from the library."""
+    return {name: getattr(lib, name) for name in dir(lib) if name.startswith(prefix)}
+
+
+def test_every_error_code_below_the_sentinel_has_a_name_and_an_exception():
+    # Iterating up to CTXC_STATUS_COUNT: a new code cannot be skipped by this test or by the mapping.
+    codes = _library_constants("CTXC_E_")
+    assert sorted(codes.values()) == list(range(1, lib.CTXC_STATUS_COUNT))
+    assert set(codes) == set(STATUS_EXCEPTIONS)
+    assert set(errors.STATUS_EXCEPTIONS) == set(range(1, lib.CTXC_STATUS_COUNT))
+    for code in range(1, lib.CTXC_STATUS_COUNT):
+        name = ffi.string(lib.ctxc_status_string(code)).decode()
+        exception = STATUS_EXCEPTIONS[name]
+        assert codes[name] == code
+        assert exception.status == code
+        assert errors.STATUS_EXCEPTIONS[code] is exception
+        with pytest.raises(exception) as info:
+            _ffi.check(code)
+        assert type(info.value) is exception
+        assert isinstance(info.value, ctxcache.Error)
+
+
+# Every group of CTXC_ constants and the Python enum that mirrors it. A constant of no group fails the test, so a
+# new group cannot go unmirrored.
+ENUM_GROUPS = {
+    "CTXC_RESOURCE_": enums.ResourceType,
+    "CTXC_LOOKUP_": enums.LookupPolicy,
+    "CTXC_PLAN_": enums.ReusePlanKind,
+    "CTXC_MODE_": enums.ReusePlanMode,
+    "CTXC_SPEC_REPLAY_": enums.SpecReplayMode,
+    "CTXC_ACQUIRE_": enums.AcquireStatus,
+    "CTXC_PUBLISH_": enums.PublishStatus,
+    "CTXC_HASH_": enums.HashAlgorithm,
+    "CTXC_LEASE_": enums.LeaseState,
+    "CTXC_BACKEND_": device.BackendKind,
+    "CTXC_DTYPE_": device.DType,
+    "CTXC_STATE_": device.StatePart,
+    "CTXC_PAGE_TABLE_": device.PageTableMode,
+}
+# Constants that are no enum member, each with the Python name that mirrors it (None: nothing to mirror).
+SINGLE_CONSTANTS = {
+    "CTXC_OK": 0,
+    "CTXC_STATUS_COUNT": None,
+    "CTXC_DEFAULT_HASH_CHUNKS": device.DEFAULT_HASH_CHUNKS,
+}
+
+
+@pytest.mark.parametrize("prefix", ENUM_GROUPS, ids=list(ENUM_GROUPS))
+def test_python_enum_equals_the_library_constants(prefix):
+    constants = {name[len(prefix):]: value for name, value in _library_constants(prefix).items()}
+    members = {member.name: int(member) for member in ENUM_GROUPS[prefix]}
+    assert constants, f"no {prefix}* constant in the header"
+    assert members == constants
+
+
+def test_every_library_constant_belongs_to_a_mirrored_group():
+    unmirrored = [
+        name for name in dir(lib)
+        if name.startswith("CTXC_") and not name.startswith("CTXC_E_")
+        and not any(name.startswith(prefix) for prefix in ENUM_GROUPS) and name not in SINGLE_CONSTANTS
+    ]
+    assert unmirrored == []
+    assert lib.CTXC_OK == SINGLE_CONSTANTS["CTXC_OK"]
+    assert lib.CTXC_DEFAULT_HASH_CHUNKS == SINGLE_CONSTANTS["CTXC_DEFAULT_HASH_CHUNKS"]
 
 
 def test_ok_status_raises_nothing():
@@ -150,7 +207,7 @@ def test_options_init_fills_documented_defaults():
 
 def test_invalid_argument_message_names_function_and_argument():
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, _options(page_size=0)) == lib.CTXC_E_INVALID_ARGUMENT
+    assert lib.ctxc_manager_create(_options(page_size=0), out) == lib.CTXC_E_INVALID_ARGUMENT
     assert out[0] == ffi.NULL
     message = _ffi.last_error()
     assert message.startswith("ctxc_manager_create: ")
@@ -161,14 +218,62 @@ def test_struct_size_too_small_is_refused():
     options = _options()
     options.struct_size = 4
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, options) == lib.CTXC_E_INVALID_ARGUMENT
+    assert lib.ctxc_manager_create(options, out) == lib.CTXC_E_INVALID_ARGUMENT
     assert "struct_size" in _ffi.last_error()
     assert out[0] == ffi.NULL
 
 
+# The structs without struct_size: small values used in arrays or embedded, frozen by static_assert in the library.
+FROZEN_STRUCTS = {
+    "ctxc_hash128_t", "ctxc_resource_demand_t", "ctxc_media_span_key_t", "ctxc_block_key_extras_t",
+    "ctxc_hybrid_candidate_t", "ctxc_hybrid_snapshot_reservation_t", "ctxc_hybrid_checkpoint_key_t",
+    "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t",
+}
+
+
+@pytest.mark.parametrize("name", HEADER_STRUCTS)
+def test_every_struct_can_grow_or_is_frozen(name):
+    fields = [field for field, _ in ffi.typeof(name).fields]
+    if name in FROZEN_STRUCTS:
+        assert "struct_size" not in fields
+    else:
+        assert fields[0] == "struct_size", f"{name} neither starts with struct_size nor is listed as frozen"
+
+
+def _output_struct_calls(manager, backend):
+    """Each call that fills an output struct, as (struct type, call taking the struct pointer)."""
+    return [
+        ("ctxc_manager_metrics_t", lambda out: lib.ctxc_manager_metrics(manager, out)),
+        ("ctxc_record_view_t", lambda out: lib.ctxc_debug_manager_record(manager, 1, out)),
+        ("ctxc_acquire_result_t", lambda out: lib.ctxc_manager_acquire_vanilla(
+            manager, ffi.NULL, 0, 0, 0, out, ffi.new("ctxc_lease_t **"))),
+        ("ctxc_launch_counters_t", lambda out: lib.ctxc_device_backend_counters(backend, out)),
+    ]
+
+
+def test_output_structs_with_a_short_struct_size_are_refused_and_left_alone():
+    out = ffi.new("ctxc_manager_t **")
+    assert lib.ctxc_manager_create(_options(), out) == lib.CTXC_OK
+    options = ffi.new("ctxc_device_backend_options_t *")
+    lib.ctxc_device_backend_options_init(options)
+    options.kind = lib.CTXC_BACKEND_CPU
+    backend = ffi.new("ctxc_device_backend_t **")
+    assert lib.ctxc_device_backend_create(options, backend) == lib.CTXC_OK
+    try:
+        for ctype, call in _output_struct_calls(out[0], backend[0]):
+            struct = ffi.new(ctype + " *")
+            struct.struct_size = ffi.sizeof(ctype) - 1
+            assert call(struct) == lib.CTXC_E_INVALID_ARGUMENT, ctype
+            assert "struct_size" in _ffi.last_error()
+            assert struct.struct_size == ffi.sizeof(ctype) - 1
+    finally:
+        assert lib.ctxc_device_backend_destroy(backend[0]) == lib.CTXC_OK
+        assert lib.ctxc_manager_destroy(out[0]) == lib.CTXC_OK
+
+
 def test_raw_handles_are_checked_not_dereferenced():
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, _options()) == lib.CTXC_OK
+    assert lib.ctxc_manager_create(_options(), out) == lib.CTXC_OK
     manager = out[0]
     try:
         result = ffi.new("ctxc_acquire_result_t *")
@@ -202,7 +307,7 @@ def test_raw_handles_are_checked_not_dereferenced():
 
 def test_null_out_pointers_are_invalid_arguments():
     out = ffi.new("ctxc_manager_t **")
-    assert lib.ctxc_manager_create(out, _options()) == lib.CTXC_OK
+    assert lib.ctxc_manager_create(_options(), out) == lib.CTXC_OK
     manager = out[0]
     try:
         result = ffi.new("ctxc_acquire_result_t *")

@@ -193,7 +193,7 @@ def test_compaction_maps_are_validated(cpu):
         device.compact_rows(buffer, row_bytes=4, rows=4, old_to_new=[0, 0, -1, -1], new_batch=1)
     with pytest.raises(ctxcache.ContractError, match="reorders"):
         device.compact_rows(buffer, row_bytes=4, rows=4, old_to_new=[1, 0, -1, -1], new_batch=2)
-    with pytest.raises(ctxcache.InvalidArgumentError, match="outside the buffer"):
+    with pytest.raises(ctxcache.ContractError, match="outside the buffer"):
         device.compact_rows(buffer, row_bytes=32, rows=4, old_to_new=[0, 1], new_batch=2)
 
 

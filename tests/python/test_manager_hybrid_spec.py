@@ -274,6 +274,63 @@ def test_spec_scenario(make_manager):
     pressure.lease.close()
 
 
+# ---- out-of-range candidates and the empty input (reference c.6) -----------------------------------------------
+
+
+def test_out_of_range_candidates_are_skipped_beside_a_valid_shorter_hit(make_manager):
+    m = make_manager(base_kv_pages=16, recurrent_snapshot_slots=4, partial_kv_snapshot_slots=4)
+    with acquire_hybrid(m, 10, True).lease as lease:
+        ten, _ = checkpoint(m, lease, 10, True)
+    with acquire_hybrid(m, 14, True, lookup_policy=LookupPolicy.BYPASS).lease as lease:
+        whole, _ = checkpoint(m, lease, 14, True)  # a complete record exactly as long as the next input
+    bad = [HybridCheckpointCandidate(14, digest(14)), HybridCheckpointCandidate(0, digest(4)),
+           HybridCheckpointCandidate(-4, digest(4)), HybridCheckpointCandidate(15, digest(15))]
+
+    hit = m.acquire_hybrid(bad + [HybridCheckpointCandidate(10, digest(10))], full_hashes(14), 14, True)
+    assert hit.status == AcquireStatus.ACQUIRED and hit.plan.kind == ReusePlanKind.STANDARD
+    assert hit.plan.reuse_token_length == 10 and hit.plan.hybrid_record == ten.record
+    assert m.records.lru()[-1] == ten.record  # the hit is touched, the skipped record is not
+    hit.lease.close()
+
+    with m.acquire_hybrid(bad, full_hashes(14), 14, True).lease as lease:  # only bad ones: cold, not an error
+        assert lease is not None
+    lru = m.records.lru()
+    bypass = m.acquire_hybrid(bad + [HybridCheckpointCandidate(10, digest(10))], full_hashes(14), 14, True,
+                              lookup_policy=LookupPolicy.BYPASS)
+    assert bypass.status == AcquireStatus.ACQUIRED and bypass.plan.kind == ReusePlanKind.NO_REUSABLE_PREFIX
+    assert bypass.plan.reuse_token_length == 0 and bypass.plan.hybrid_record is None
+    assert bypass.plan.demand == ctxcache.ResourceDemand(base_kv_pages=4)
+    assert bypass.lease.recurrent_snapshot_slot is None
+    assert m.records.lru() == lru and whole.record in lru
+    bypass.lease.close()
+    m.check_invariants()
+
+
+@pytest.mark.parametrize("policy", [LookupPolicy.USE_CACHE, LookupPolicy.BYPASS])
+def test_empty_input_is_a_standard_plan_in_every_mode(make_manager, policy):
+    m = make_manager(base_kv_pages=8, draft_kv_pages=8, recurrent_snapshot_slots=2, partial_kv_snapshot_slots=2)
+    none = np.zeros((0, 2), dtype=np.uint64)
+    junk = [HybridCheckpointCandidate(0, digest(4)), HybridCheckpointCandidate(4, digest(4))]
+    before = pool_state(m)
+    results = {
+        ReusePlanMode.VANILLA: [m.acquire_vanilla(none, 0, policy)],
+        ReusePlanMode.HYBRID: [m.acquire_hybrid(junk, none, 0, attention, policy) for attention in (True, False)],
+        ReusePlanMode.SPEC: [m.acquire_spec(none, 0, policy)],
+    }
+    for mode, acquired in results.items():
+        for result in acquired:
+            plan = result.plan
+            assert result.status == AcquireStatus.ACQUIRED and plan.mode == mode
+            assert plan.kind == ReusePlanKind.STANDARD
+            assert (plan.matched_token_length, plan.reuse_token_length) == (0, 0)
+            assert plan.demand == ctxcache.ResourceDemand()
+            assert plan.hybrid_record is None and plan.draft_record is None
+            assert len(result.lease.base_pages) == 0 and len(result.lease.draft_pages) == 0
+            result.lease.close()
+    assert pool_state(m) == before
+    m.check_invariants()
+
+
 # ---- bad inputs specific to these paths: typed errors, nothing changed -----------------------------------------
 
 
@@ -309,16 +366,6 @@ BAD_CALLS = {
     "publish_hybrid with slots the lease does not own": (
         lambda m, l: m.publish_hybrid(l["hybrid"], full_hashes(10), HybridCheckpointKey(digest(10), 10),
                                       HybridSnapshotReservation(3, 3)), ctxcache.ContractError),
-    "candidate length zero": (lambda m, l: m.acquire_hybrid([HybridCheckpointCandidate(0, digest(4))],
-                                                            full_hashes(8), 9, True), ctxcache.ContractError),
-    "candidate length negative": (lambda m, l: m.acquire_hybrid([HybridCheckpointCandidate(-4, digest(4))],
-                                                                full_hashes(8), 9, True), ctxcache.ContractError),
-    "candidate length equal to the input": (lambda m, l: m.acquire_hybrid([HybridCheckpointCandidate(9, digest(9))],
-                                                                          full_hashes(8), 9, True),
-                                            ctxcache.ContractError),
-    "candidate length beyond the input": (lambda m, l: m.acquire_hybrid([HybridCheckpointCandidate(12, digest(12))],
-                                                                        full_hashes(8), 9, True),
-                                          ctxcache.ContractError),
     "negative length for candidate lengths": (lambda m, l: m.hybrid_candidate_lengths(-1),
                                               ctxcache.InvalidArgumentError),
     "candidate of the wrong type": (lambda m, l: m.acquire_hybrid([(4, digest(4))], full_hashes(8), 9, True),

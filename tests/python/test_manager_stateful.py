@@ -151,7 +151,7 @@ class ManagerMachine(RuleBasedStateMachine):
                    diverge_at=st.one_of(st.just(SEQUENCE_LENGTH), st.integers(0, SEQUENCE_LENGTH)),
                    salt=st.integers(0, 3), bypass=st.sampled_from([False, False, False, True]))
 
-    def _acquire(self, kind, sequence, length, diverge_at, salt, bypass, narrow=False):
+    def _acquire(self, kind, sequence, length, diverge_at, salt, bypass, narrow=False, junk=False):
         tokens = self.tokens(sequence, length, diverge_at, salt)
         hashes = self.hashes(tokens)
         model_hashes = as_tuples(hashes)
@@ -175,6 +175,11 @@ class ManagerMachine(RuleBasedStateMachine):
                 key, digest = self.digest(tokens, n)
                 candidates.append(ctxcache.HybridCheckpointCandidate(n, digest))
                 model_candidates.append((n, key))
+            if junk:  # lengths outside (0, length), one of them keyed like a checkpoint of the whole prompt: skipped
+                for n in (0, -1, length, length + 2):
+                    key, digest = self.digest(tokens, max(n, 0))
+                    candidates.insert(0, ctxcache.HybridCheckpointCandidate(n, digest))
+                    model_candidates.insert(0, (n, key))
             real = self.manager.acquire_hybrid(candidates, hashes, length, attention, policy)
             plan = self.model.plan_hybrid(model_candidates, model_hashes, length, attention, bypass)
         status, model_lease = self.model.acquire(plan)
@@ -186,9 +191,9 @@ class ManagerMachine(RuleBasedStateMachine):
         return entry
 
     @precondition(lambda self: sum(e[1].live for e in self.leases) < 4)
-    @rule(kind=KINDS, narrow=st.booleans(), **REQUEST)
-    def acquire(self, kind, sequence, length, diverge_at, salt, bypass, narrow):
-        self._acquire(kind, sequence, length, diverge_at, salt, bypass, narrow)
+    @rule(kind=KINDS, narrow=st.booleans(), junk=st.booleans(), **REQUEST)
+    def acquire(self, kind, sequence, length, diverge_at, salt, bypass, narrow, junk):
+        self._acquire(kind, sequence, length, diverge_at, salt, bypass, narrow, junk)
 
     @rule(kind=KINDS, **REQUEST)
     def serve(self, kind, sequence, length, diverge_at, salt, bypass):

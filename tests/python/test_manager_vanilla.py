@@ -81,7 +81,7 @@ def test_cold_miss_allocates_every_input_page(manager, hashes, n):
 def test_empty_prompt_gets_an_empty_lease(manager):
     result = manager.acquire_vanilla(np.zeros((0, 2), dtype=np.uint64), 0)
     assert result.status == AcquireStatus.ACQUIRED
-    assert result.plan.kind == ReusePlanKind.NO_REUSABLE_PREFIX
+    assert result.plan.kind == ReusePlanKind.STANDARD  # reference c.6: n == 0 gives the default (empty) plan
     assert result.plan.demand == ctxcache.ResourceDemand()
     with result.lease as lease:
         assert pages(lease) == []
@@ -632,8 +632,9 @@ def test_random_operations_keep_invariants(operations, capacity, max_records):
                 bound = plan.bound_base_page_count
                 assert plan.reuse_token_length == bound * PAGE <= plan.matched_token_length
                 assert plan.demand.base_kv_pages == total - bound
-                if bypass or n == 0:
-                    assert plan.kind == ReusePlanKind.NO_REUSABLE_PREFIX and plan.matched_token_length == 0
+                if bypass or n == 0:  # an empty input is the reference's default STANDARD plan (c.6)
+                    cold = ReusePlanKind.STANDARD if n == 0 else ReusePlanKind.NO_REUSABLE_PREFIX
+                    assert plan.kind == cold and plan.matched_token_length == 0
                 else:
                     hits = 0
                     while hits < len(lookups) and lookups[hits] is not None:

@@ -16,6 +16,32 @@
 
 namespace {
 
+// The device creates through their options structs, with the arguments the tests vary.
+ctxc_status_t createBuffer(ctxc_device_backend_t* backend, size_t bytes, ctxc_device_buffer_t** out) {
+    ctxc_device_buffer_options_t o;
+    ctxc_device_buffer_options_init(&o);
+    o.bytes = bytes;
+    return ctxc_device_buffer_create(backend, &o, out);
+}
+
+ctxc_status_t createPageTable(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
+                              int32_t mode, ctxc_kv_page_table_t** out) {
+    ctxc_kv_page_table_options_t o;
+    ctxc_kv_page_table_options_init(&o);
+    o.max_batch = maxBatch;
+    o.max_pages_per_seq = maxPagesPerSeq;
+    o.num_pages = numPages;
+    o.mode = mode;
+    return ctxc_kv_page_table_create(backend, &o, out);
+}
+
+ctxc_status_t createLengths(ctxc_device_backend_t* backend, int32_t maxBatch, ctxc_kv_lengths_t** out) {
+    ctxc_kv_lengths_options_t o;
+    ctxc_kv_lengths_options_init(&o);
+    o.max_batch = maxBatch;
+    return ctxc_kv_lengths_create(backend, &o, out);
+}
+
 // status == want, and ctxc_last_error() is "<function>: ..." containing `needle`.
 ::testing::AssertionResult refused(ctxc_status_t got, ctxc_status_t want, char const* function, char const* needle) {
     std::string const message = ctxc_last_error();
@@ -42,7 +68,7 @@ ctxc_device_backend_t* cpuBackend(size_t maxTableBytes = 0) {
     o.kind = CTXC_BACKEND_CPU;
     if (maxTableBytes) o.max_table_bytes = maxTableBytes;
     ctxc_device_backend_t* b = nullptr;
-    EXPECT_EQ(ctxc_device_backend_create(&b, &o), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ctxc_device_backend_create(&o, &b), CTXC_OK) << ctxc_last_error();
     return b;
 }
 
@@ -84,12 +110,12 @@ protected:
             std::vector<uint8_t> const bytes = pattern(8 * pageBytes, static_cast<unsigned>(layer) + 1);
             ASSERT_EQ(ctxc_kv_pool_write_pages(pool, layer, 0, 8, bytes.data(), bytes.size()), CTXC_OK);
         }
-        ASSERT_EQ(ctxc_kv_page_table_create(backend, 3, 3, 4, CTXC_PAGE_TABLE_DENSE, &table), CTXC_OK);
+        ASSERT_EQ(createPageTable(backend, 3, 3, 4, CTXC_PAGE_TABLE_DENSE, &table), CTXC_OK);
         int32_t const row0[] = {1, 2}, row1[] = {3};
         ASSERT_EQ(ctxc_kv_page_table_set_row(table, 0, row0, 2), CTXC_OK);
         ASSERT_EQ(ctxc_kv_page_table_set_row(table, 1, row1, 1), CTXC_OK);
         ASSERT_EQ(ctxc_kv_page_table_upload(table, nullptr), CTXC_OK);
-        ASSERT_EQ(ctxc_kv_lengths_create(backend, 4, &lengths), CTXC_OK);
+        ASSERT_EQ(createLengths(backend, 4, &lengths), CTXC_OK);
         int32_t const active[] = {5, 3, 7};
         ASSERT_EQ(ctxc_kv_lengths_set(lengths, active, 3), CTXC_OK);
 
@@ -117,7 +143,7 @@ protected:
         sto.recurrent_budget_bytes = 2 * (16 + 8 + 8);
         sto.partial_kv_budget_bytes = 2 * (2 * 16 + 2 * 32);
         ASSERT_EQ(ctxc_snapshot_storage_create(backend, state, pool, nullptr, &sto, &storage), CTXC_OK);
-        ctxc_snapshot_layout_t layout;
+        ctxc_snapshot_layout_t layout{sizeof(ctxc_snapshot_layout_t)};
         ASSERT_EQ(ctxc_snapshot_storage_layout(storage, &layout), CTXC_OK);
         ASSERT_EQ(layout.recurrent_slots, 2);
         ASSERT_EQ(layout.partial_kv_slots, 2);
@@ -130,7 +156,7 @@ protected:
         t.valid_tokens = 3;
         ASSERT_EQ(ctxc_snapshot_storage_capture(storage, &t), CTXC_OK);
 
-        ASSERT_EQ(ctxc_device_buffer_create(backend, 64, &buffer), CTXC_OK);
+        ASSERT_EQ(createBuffer(backend, 64, &buffer), CTXC_OK);
         std::vector<uint8_t> const bytes = pattern(64, 9);
         ASSERT_EQ(ctxc_device_buffer_write(buffer, 0, bytes.data(), bytes.size()), CTXC_OK);
         footprint = allocated();
@@ -165,10 +191,10 @@ protected:
         size_t count = 0;
         EXPECT_EQ(ctxc_kv_page_table_read_host(table, entries.data(), entries.size(), &count), CTXC_OK);
         add(entries.data(), 4 * count);
-        EXPECT_EQ(ctxc_kv_page_table_read_device(table, entries.data(), entries.size(), &count), CTXC_OK);
+        EXPECT_EQ(ctxc_debug_kv_page_table_read_device(table, entries.data(), entries.size(), &count), CTXC_OK);
         add(entries.data(), 4 * count);
         int32_t dirty = -1;
-        EXPECT_EQ(ctxc_kv_page_table_is_dirty(table, &dirty), CTXC_OK);
+        EXPECT_EQ(ctxc_debug_kv_page_table_is_dirty(table, &dirty), CTXC_OK);
         add(&dirty, sizeof dirty);
         std::vector<int32_t> values(4);
         EXPECT_EQ(ctxc_kv_lengths_read(lengths, values.data(), values.size(), &count), CTXC_OK);
@@ -264,11 +290,11 @@ TEST_F(Device, NullHandlesAreInvalidHandles) {
 TEST_F(Device, DanglingHandlesAreInvalidHandlesAndNeverAliasANewObject) {
     ctxc_kv_pool_t* gonePool = makePool(backend, 2, 2, {{1, 1}});
     ctxc_kv_page_table_t* goneTable = nullptr;
-    ASSERT_EQ(ctxc_kv_page_table_create(backend, 1, 1, 2, CTXC_PAGE_TABLE_DENSE, &goneTable), CTXC_OK);
+    ASSERT_EQ(createPageTable(backend, 1, 1, 2, CTXC_PAGE_TABLE_DENSE, &goneTable), CTXC_OK);
     ctxc_kv_lengths_t* goneLengths = nullptr;
-    ASSERT_EQ(ctxc_kv_lengths_create(backend, 2, &goneLengths), CTXC_OK);
+    ASSERT_EQ(createLengths(backend, 2, &goneLengths), CTXC_OK);
     ctxc_device_buffer_t* goneBuffer = nullptr;
-    ASSERT_EQ(ctxc_device_buffer_create(backend, 8, &goneBuffer), CTXC_OK);
+    ASSERT_EQ(createBuffer(backend, 8, &goneBuffer), CTXC_OK);
     ctxc_device_backend_t* goneBackend = cpuBackend();
     ASSERT_EQ(ctxc_kv_pool_destroy(gonePool), CTXC_OK);
     ASSERT_EQ(ctxc_kv_page_table_destroy(goneTable), CTXC_OK);
@@ -291,7 +317,7 @@ TEST_F(Device, DanglingHandlesAreInvalidHandlesAndNeverAliasANewObject) {
     EXPECT_TRUE(refused(ctxc_device_buffer_read(goneBuffer, 0, &byte, 1), CTXC_E_INVALID_HANDLE, "ctxc_device_buffer_read",
                         "buffer is not a live handle"));
     ctxc_device_buffer_t* none = buffer;
-    EXPECT_TRUE(refused(ctxc_device_buffer_create(goneBackend, 8, &none), CTXC_E_INVALID_HANDLE,
+    EXPECT_TRUE(refused(createBuffer(goneBackend, 8, &none), CTXC_E_INVALID_HANDLE,
                         "ctxc_device_buffer_create", "backend is not a live handle"));
     EXPECT_EQ(none, nullptr);
     ctxc_kv_gather_request_t const r = gatherRequest(0, 1, 4);
@@ -303,9 +329,9 @@ TEST_F(Device, DanglingHandlesAreInvalidHandlesAndNeverAliasANewObject) {
 TEST_F(Device, DoubleDestroyIsAnInvalidHandle) {
     ctxc_kv_pool_t* p = makePool(backend, 2, 2, {{1, 1}});
     ctxc_device_buffer_t* b = nullptr;
-    ASSERT_EQ(ctxc_device_buffer_create(backend, 8, &b), CTXC_OK);
+    ASSERT_EQ(createBuffer(backend, 8, &b), CTXC_OK);
     ctxc_kv_page_table_t* t = nullptr;
-    ASSERT_EQ(ctxc_kv_page_table_create(backend, 1, 1, 2, CTXC_PAGE_TABLE_DENSE, &t), CTXC_OK);
+    ASSERT_EQ(createPageTable(backend, 1, 1, 2, CTXC_PAGE_TABLE_DENSE, &t), CTXC_OK);
     ctxc_device_backend_t* other = cpuBackend();
     EXPECT_EQ(ctxc_kv_pool_destroy(p), CTXC_OK);
     EXPECT_EQ(ctxc_device_buffer_destroy(b), CTXC_OK);
@@ -332,7 +358,7 @@ TEST_F(Device, WronglyTypedHandlesAreInvalidHandles) {
     mo.page_size = 4;
     mo.capacities = {2, 0, 0, 0};
     ctxc_manager_t* m = nullptr;
-    ASSERT_EQ(ctxc_manager_create(&m, &mo), CTXC_OK);
+    ASSERT_EQ(ctxc_manager_create(&mo, &m), CTXC_OK);
     size_t bytes = 0;
     EXPECT_TRUE(refused(ctxc_kv_pool_footprint_bytes(reinterpret_cast<ctxc_kv_pool_t*>(m), &bytes), CTXC_E_INVALID_HANDLE,
                         "ctxc_kv_pool_footprint_bytes", "pool is not a live handle"));
@@ -411,13 +437,13 @@ TEST_F(Device, HugeCountsAreRefused) {
     EXPECT_TRUE(refused(ctxc_device_rebase_execution_rows(buffer, 0, SIZE_MAX, map, 1, 1, 1), CTXC_E_INVALID_ARGUMENT,
                         "ctxc_device_rebase_execution_rows", "count overflows"));
     ctxc_hash128_t h;
-    EXPECT_TRUE(refused(ctxc_device_hash_chunked(buffer, SIZE_MAX, 1, 1, &h), CTXC_E_INVALID_ARGUMENT,
+    EXPECT_TRUE(refused(ctxc_device_hash_chunked(buffer, SIZE_MAX, 1, 1, &h), CTXC_E_CONTRACT,
                         "ctxc_device_hash_chunked", "outside the buffer's 64 bytes"));
     EXPECT_TRUE(refused(ctxc_kv_page_table_compact_rows(table, map, INT32_MAX, 0), CTXC_E_CONTRACT,
                         "ctxc_kv_page_table_compact_rows", "oldBatch 2147483647 is outside [0, 3]"));
     ctxc_kv_gather_request_t const r = gatherRequest(0, 3, INT32_MAX);
     ctxc_device_buffer_t* k = nullptr;
-    ASSERT_EQ(ctxc_device_buffer_create(backend, 64, &k), CTXC_OK);
+    ASSERT_EQ(createBuffer(backend, 64, &k), CTXC_OK);
     EXPECT_TRUE(refused(ctxc_kv_gather(pool, table, nullptr, &r, k, buffer), CTXC_E_CONTRACT, "ctxc_kv_gather",
                         "outputs hold 64 bytes"));
     EXPECT_EQ(ctxc_device_buffer_destroy(k), CTXC_OK);
@@ -528,13 +554,13 @@ TEST_F(Device, ZeroCapacitiesAreRefused) {
     EXPECT_TRUE(refused(ctxc_kv_pool_create(backend, &po, &p), CTXC_E_CONTRACT, "ctxc_kv_pool_create",
                         "layer 0 needs positive kvHeads and headDim (got 0, 2)"));
     ctxc_kv_page_table_t* t = table;
-    EXPECT_TRUE(refused(ctxc_kv_page_table_create(backend, 0, 3, 4, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
+    EXPECT_TRUE(refused(createPageTable(backend, 0, 3, 4, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
                         "ctxc_kv_page_table_create", "maxBatch, maxPagesPerSeq and numPages must be positive (got 0, 3, 4)"));
-    EXPECT_TRUE(refused(ctxc_kv_page_table_create(backend, 3, 3, 0, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
+    EXPECT_TRUE(refused(createPageTable(backend, 3, 3, 0, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
                         "ctxc_kv_page_table_create", "(got 3, 3, 0)"));
     EXPECT_EQ(t, nullptr);
     ctxc_kv_lengths_t* l = lengths;
-    EXPECT_TRUE(refused(ctxc_kv_lengths_create(backend, 0, &l), CTXC_E_CONTRACT, "ctxc_kv_lengths_create",
+    EXPECT_TRUE(refused(createLengths(backend, 0, &l), CTXC_E_CONTRACT, "ctxc_kv_lengths_create",
                         "maxBatch must be positive (got 0)"));
     ctxc_resident_state_options_t so;
     ctxc_resident_state_options_init(&so);
@@ -552,11 +578,11 @@ TEST_F(Device, ZeroCapacitiesAreRefused) {
     bo.kind = CTXC_BACKEND_CPU;
     bo.max_hash_chunks = 0;
     ctxc_device_backend_t* b = backend;
-    EXPECT_TRUE(refused(ctxc_device_backend_create(&b, &bo), CTXC_E_CONTRACT, "ctxc_device_backend_create",
+    EXPECT_TRUE(refused(ctxc_device_backend_create(&bo, &b), CTXC_E_CONTRACT, "ctxc_device_backend_create",
                         "maxHashChunks must be positive"));
     bo.max_hash_chunks = 16;
     bo.max_table_bytes = 0;
-    EXPECT_TRUE(refused(ctxc_device_backend_create(&b, &bo), CTXC_E_CONTRACT, "ctxc_device_backend_create",
+    EXPECT_TRUE(refused(ctxc_device_backend_create(&bo, &b), CTXC_E_CONTRACT, "ctxc_device_backend_create",
                         "maxTableBytes must be in [4096, 1073741824] (got 0)"));
     EXPECT_EQ(b, nullptr);
 
@@ -574,7 +600,7 @@ TEST_F(Device, ZeroCapacitiesAreRefused) {
     EXPECT_EQ(ctxc_snapshot_storage_destroy(empty), CTXC_OK);
     // A zero-byte buffer is legal too; any byte of it is out of range.
     ctxc_device_buffer_t* zero = nullptr;
-    ASSERT_EQ(ctxc_device_buffer_create(backend, 0, &zero), CTXC_OK);
+    ASSERT_EQ(createBuffer(backend, 0, &zero), CTXC_OK);
     uint8_t byte = 0;
     EXPECT_TRUE(refused(ctxc_device_buffer_write(zero, 0, &byte, 1), CTXC_E_CONTRACT, "ctxc_device_buffer_write",
                         "outside the buffer's 0 bytes"));
@@ -587,7 +613,7 @@ TEST(CApiBadInputs, ZeroCapacityManagerAnswersInsufficientCapacity) {
     o.page_size = 4;
     o.capacities = {0, 0, 0, 0};
     ctxc_manager_t* m = nullptr;
-    ASSERT_EQ(ctxc_manager_create(&m, &o), CTXC_OK);  // zero capacities are legal: every acquire is an answer
+    ASSERT_EQ(ctxc_manager_create(&o, &m), CTXC_OK);  // zero capacities are legal: every acquire is an answer
     ctxc_hash128_t const hashes[] = {{1, 2}};
     ctxc_acquire_result_t r;
     std::memset(&r, 0xAB, sizeof r);
@@ -603,13 +629,13 @@ TEST(CApiBadInputs, ZeroCapacityManagerAnswersInsufficientCapacity) {
         EXPECT_EQ(capacity, 0);
     }
     int32_t active = 0, cache = 0;
-    EXPECT_TRUE(refused(ctxc_manager_ref_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, 0, &active, &cache), CTXC_E_CONTRACT,
-                        "ctxc_manager_ref_counts", "index 0 is out of range [0, 0)"));
+    EXPECT_TRUE(refused(ctxc_debug_manager_ref_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, 0, &active, &cache), CTXC_E_CONTRACT,
+                        "ctxc_debug_manager_ref_counts", "index 0 is out of range [0, 0)"));
     EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
     o.page_size = 0;
     m = reinterpret_cast<ctxc_manager_t*>(uintptr_t{0x1});
-    EXPECT_TRUE(refused(ctxc_manager_create(&m, &o), CTXC_E_INVALID_ARGUMENT, "ctxc_manager_create", "page_size"));
+    EXPECT_TRUE(refused(ctxc_manager_create(&o, &m), CTXC_E_INVALID_ARGUMENT, "ctxc_manager_create", "page_size"));
     EXPECT_EQ(m, nullptr);
 }
 
@@ -617,9 +643,9 @@ TEST(CApiBadInputs, ZeroCapacityManagerAnswersInsufficientCapacity) {
 
 TEST_F(Device, GeometryThatDoesNotMatchAPoolIsRefused) {
     ctxc_device_buffer_t* k = nullptr;
-    ASSERT_EQ(ctxc_device_buffer_create(backend, 256, &k), CTXC_OK);
+    ASSERT_EQ(createBuffer(backend, 256, &k), CTXC_OK);
     ctxc_kv_page_table_t* five = nullptr;  // addresses 5 pages: not this 4-page pool
-    ASSERT_EQ(ctxc_kv_page_table_create(backend, 3, 3, 5, CTXC_PAGE_TABLE_DENSE, &five), CTXC_OK);
+    ASSERT_EQ(createPageTable(backend, 3, 3, 5, CTXC_PAGE_TABLE_DENSE, &five), CTXC_OK);
     ctxc_kv_gather_request_t r = gatherRequest(0, 1, 4);
     EXPECT_TRUE(refused(ctxc_kv_gather(pool, five, nullptr, &r, k, buffer), CTXC_E_CONTRACT, "ctxc_kv_gather",
                         "the table addresses 5 pages, the pool has 4"));
@@ -670,7 +696,7 @@ TEST_F(Device, GeometryThatDoesNotMatchAPoolIsRefused) {
     EXPECT_TRUE(refused(ctxc_kv_gather(foreignPool, table, nullptr, &r, k, buffer), CTXC_E_CONTRACT, "ctxc_kv_gather",
                         "the output buffers live on another backend than the pool"));
     ctxc_kv_lengths_t* foreignLengths = nullptr;
-    ASSERT_EQ(ctxc_kv_lengths_create(other, 4, &foreignLengths), CTXC_OK);
+    ASSERT_EQ(createLengths(other, 4, &foreignLengths), CTXC_OK);
     int32_t const three[] = {1, 1, 1};
     ASSERT_EQ(ctxc_kv_lengths_set(foreignLengths, three, 3), CTXC_OK);
     EXPECT_TRUE(refused(ctxc_kv_lengths_add_lengths(lengths, foreignLengths), CTXC_E_CONTRACT,
@@ -694,7 +720,7 @@ TEST(DeviceFuzzRegressions, HugeDescriptorTableIsAContractError) {
     ctxc_device_backend_t* b = nullptr;
     for (size_t bytes : {SIZE_MAX, size_t{1} << 40, (size_t{1} << 30) + 1}) {  // was CTXC_E_INTERNAL / a 1 TiB reserve
         o.max_table_bytes = bytes;
-        EXPECT_TRUE(refused(ctxc_device_backend_create(&b, &o), CTXC_E_CONTRACT, "ctxc_device_backend_create",
+        EXPECT_TRUE(refused(ctxc_device_backend_create(&o, &b), CTXC_E_CONTRACT, "ctxc_device_backend_create",
                             "maxTableBytes must be in [4096, 1073741824]"));
         EXPECT_EQ(b, nullptr);
     }
@@ -704,9 +730,9 @@ TEST(DeviceFuzzRegressions, PageTableOfMoreThanInt32MaxEntriesIsAContractError) 
     ctxc_device_backend_t* b = cpuBackend();
     ctxc_kv_page_table_t* t = nullptr;
     // INT32_MAX x INT32_MAX escaped as std::length_error (CTXC_E_INTERNAL); INT32_MAX x 1 tried 16 GiB.
-    EXPECT_TRUE(refused(ctxc_kv_page_table_create(b, INT32_MAX, INT32_MAX, 4, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
+    EXPECT_TRUE(refused(createPageTable(b, INT32_MAX, INT32_MAX, 4, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
                         "ctxc_kv_page_table_create", "entries exceeds INT32_MAX"));
-    EXPECT_TRUE(refused(ctxc_kv_page_table_create(b, INT32_MAX, 1, 4, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
+    EXPECT_TRUE(refused(createPageTable(b, INT32_MAX, 1, 4, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
                         "ctxc_kv_page_table_create", "maxBatch * 2 * maxPagesPerSeq = 4294967294 entries"));
     EXPECT_EQ(t, nullptr);
     EXPECT_EQ(sizeOf(ctxc_device_backend_allocated_bytes, b), 0u);
@@ -716,7 +742,7 @@ TEST(DeviceFuzzRegressions, PageTableOfMoreThanInt32MaxEntriesIsAContractError) 
 TEST(DeviceFuzzRegressions, GeometriesTooLargeForTheDescriptorTableAreRefusedBeforeAllocating) {
     ctxc_device_backend_t* b = cpuBackend();
     ctxc_kv_lengths_t* l = nullptr;  // allocated (and zeroed) 8 GiB before refusing
-    EXPECT_TRUE(refused(ctxc_kv_lengths_create(b, INT32_MAX, &l), CTXC_E_CONTRACT, "ctxc_kv_lengths_create",
+    EXPECT_TRUE(refused(createLengths(b, INT32_MAX, &l), CTXC_E_CONTRACT, "ctxc_kv_lengths_create",
                         "maxBatch 2147483647 is too large for the backend's descriptor table"));
     ctxc_resident_state_options_t o;
     ctxc_resident_state_options_init(&o);
@@ -733,7 +759,7 @@ TEST(DeviceFuzzRegressions, GeometriesTooLargeForTheDescriptorTableAreRefusedBef
 TEST(DeviceFuzzRegressions, ChunkCountBeyondTheBackendIsRefusedBeforeSizingPartials) {
     ctxc_device_backend_t* b = cpuBackend();
     ctxc_device_buffer_t* buffer = nullptr;
-    ASSERT_EQ(ctxc_device_buffer_create(b, 16, &buffer), CTXC_OK);
+    ASSERT_EQ(createBuffer(b, 16, &buffer), CTXC_OK);
     ctxc_hash128_t h{};
     // A 64 GiB host vector of partials was sized (CTXC_E_NO_MEMORY, or the OOM killer) before the check.
     EXPECT_TRUE(refused(ctxc_device_hash_chunked(buffer, 0, 16, UINT32_MAX, &h), CTXC_E_CONTRACT,
@@ -783,7 +809,7 @@ TEST(CApiBadInputs, HugeCountsAreRefusedOrAnsweredByTheManager) {
     o.page_size = 4;
     o.capacities = {4, 0, 0, 0};
     ctxc_manager_t* m = nullptr;
-    ASSERT_EQ(ctxc_manager_create(&m, &o), CTXC_OK);
+    ASSERT_EQ(ctxc_manager_create(&o, &m), CTXC_OK);
     ctxc_hash128_t const hashes[] = {{1, 2}};
     ctxc_acquire_result_t r;
     std::memset(&r, 0, sizeof r);
@@ -801,8 +827,8 @@ TEST(CApiBadInputs, HugeCountsAreRefusedOrAnsweredByTheManager) {
     int32_t free = -1, capacity = -1;
     ASSERT_EQ(ctxc_manager_pool_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, &free, &capacity), CTXC_OK);
     EXPECT_EQ(free, 3);
-    EXPECT_TRUE(refused(ctxc_manager_ref_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, INT32_MAX, &free, &capacity),
-                        CTXC_E_CONTRACT, "ctxc_manager_ref_counts", "index 2147483647 is out of range [0, 4)"));
+    EXPECT_TRUE(refused(ctxc_debug_manager_ref_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, INT32_MAX, &free, &capacity),
+                        CTXC_E_CONTRACT, "ctxc_debug_manager_ref_counts", "index 2147483647 is out of range [0, 4)"));
     EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
     ASSERT_EQ(ctxc_manager_pool_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, &free, &capacity), CTXC_OK);
     EXPECT_EQ(free, capacity);

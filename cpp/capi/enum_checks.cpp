@@ -1,0 +1,77 @@
+// The C header's CTXC_* constants are the one truth for every enum's values; the C++ enums the capi casts them to
+// must agree, and this file refuses to compile when one drifts. (Python checks the same constants at test time:
+// tests/python/test_abi.py.) A capi body converts with static_cast<Enum>(value) after a range check, so equal
+// values here are what makes those casts correct.
+#include "ctxcache.h"
+#include "ctxcache/block_hash.h"
+#include "ctxcache/context_cache_manager.h"
+#include "ctxcache/device/device_backend.h"
+#include "ctxcache/device/dtype.h"
+#include "ctxcache/device/kv_page_table.h"
+#include "ctxcache/device/layout.h"
+#include "ctxcache/device/resident_state.h"
+#include "ctxcache/reuse_plan.h"
+#include "ctxcache/types.h"
+
+namespace ctxcache::capi {
+namespace {
+
+template <class E>
+constexpr bool same(E cpp, int c) {
+    return static_cast<int>(cpp) == c;
+}
+
+static_assert(same(ResourceType::kBaseKvPage, CTXC_RESOURCE_BASE_KV_PAGE));
+static_assert(same(ResourceType::kDraftKvPage, CTXC_RESOURCE_DRAFT_KV_PAGE));
+static_assert(same(ResourceType::kRecurrentSnapshot, CTXC_RESOURCE_RECURRENT_SNAPSHOT));
+static_assert(same(ResourceType::kPartialKvSnapshot, CTXC_RESOURCE_PARTIAL_KV_SNAPSHOT));
+static_assert(kResourceTypeCount == CTXC_RESOURCE_PARTIAL_KV_SNAPSHOT + 1);
+
+static_assert(same(ContextCacheLookupPolicy::kUseCache, CTXC_LOOKUP_USE_CACHE));
+static_assert(same(ContextCacheLookupPolicy::kBypass, CTXC_LOOKUP_BYPASS));
+
+static_assert(same(ReusePlanKind::kStandard, CTXC_PLAN_STANDARD));
+static_assert(same(ReusePlanKind::kNoReusablePrefix, CTXC_PLAN_NO_REUSABLE_PREFIX));
+static_assert(same(ReusePlanKind::kFullInputRewind, CTXC_PLAN_FULL_INPUT_REWIND));
+
+static_assert(same(ReusePlanMode::kVanilla, CTXC_MODE_VANILLA));
+static_assert(same(ReusePlanMode::kHybrid, CTXC_MODE_HYBRID));
+static_assert(same(ReusePlanMode::kSpec, CTXC_MODE_SPEC));
+
+static_assert(same(SpecReplayMode::kNone, CTXC_SPEC_REPLAY_NONE));
+static_assert(same(SpecReplayMode::kFullPage, CTXC_SPEC_REPLAY_FULL_PAGE));
+
+static_assert(same(AcquireStatus::kAcquired, CTXC_ACQUIRE_ACQUIRED));
+static_assert(same(AcquireStatus::kInsufficientCapacity, CTXC_ACQUIRE_INSUFFICIENT_CAPACITY));
+
+static_assert(same(PublishStatus::kPublished, CTXC_PUBLISH_PUBLISHED));
+static_assert(same(PublishStatus::kExistingRecord, CTXC_PUBLISH_EXISTING_RECORD));
+
+static_assert(same(HashAlgorithm::kSha256, CTXC_HASH_SHA256));
+static_assert(same(HashAlgorithm::kFnv1a128, CTXC_HASH_FNV1A128));
+
+static_assert(same(device::BackendKind::kAuto, CTXC_BACKEND_AUTO));
+static_assert(same(device::BackendKind::kCpu, CTXC_BACKEND_CPU));
+static_assert(same(device::BackendKind::kCuda, CTXC_BACKEND_CUDA));
+
+static_assert(same(device::DType::kFp16, CTXC_DTYPE_FP16));
+static_assert(same(device::DType::kBf16, CTXC_DTYPE_BF16));
+static_assert(same(device::DType::kFp8E4m3, CTXC_DTYPE_FP8_E4M3));
+static_assert(same(device::DType::kFp32, CTXC_DTYPE_FP32));
+static_assert(device::kDTypeCount == CTXC_DTYPE_FP32 + 1);
+
+static_assert(same(device::StatePart::kRecurrent, CTXC_STATE_RECURRENT));
+static_assert(same(device::StatePart::kConv, CTXC_STATE_CONV));
+static_assert(same(device::StatePart::kBoundaryHidden, CTXC_STATE_BOUNDARY_HIDDEN));
+static_assert(same(device::StatePart::kPartialKv, CTXC_STATE_PARTIAL_KV));
+static_assert(same(device::StatePart::kDraftPartialKv, CTXC_STATE_DRAFT_PARTIAL_KV));
+
+static_assert(same(device::KvPageTable::Mode::kDense, CTXC_PAGE_TABLE_DENSE));
+static_assert(same(device::KvPageTable::Mode::kSparseWindow, CTXC_PAGE_TABLE_SPARSE_WINDOW));
+
+static_assert(device::kDefaultHashChunks == CTXC_DEFAULT_HASH_CHUNKS);
+
+// CTXC_LEASE_* has no C++ twin: the lease state is a capi notion (LeaseObject::state holds the constant itself).
+
+}  // namespace
+}  // namespace ctxcache::capi
