@@ -18,16 +18,16 @@ context managers; closing them in any order is safe (an object keeps what it was
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from . import _arrays
-from . import _resource
-from ._resource import Family, Resource
+from . import _arrays, _resource
 from ._ffi import check, ffi, lib, new_output
+from ._resource import Family, Resource
 from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
 
 _NULL = ffi.NULL
@@ -215,7 +215,7 @@ class Backend(_Handle):
     def allocated_bytes(self) -> int:
         return _size_out(lib.ctxc_device_backend_allocated_bytes, self._live())
 
-    def buffer(self, data: Any) -> "DeviceBuffer":
+    def buffer(self, data: Any) -> DeviceBuffer:
         """A zero-filled buffer of ``data`` bytes, or a buffer holding a copy of a numpy array."""
         if isinstance(data, np.ndarray):
             if not data.flags.c_contiguous:

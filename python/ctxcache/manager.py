@@ -8,14 +8,14 @@ use raises InvalidHandleError) and raises LeasesOutstandingError.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, _resource
 from ._ffi import check, ffi, lib, new_output
-from . import _resource
 from ._resource import Family, Resource
 from .enums import (
     AcquireStatus,
@@ -155,7 +155,7 @@ class ReusePlan:
 class AcquireResult:
     __slots__ = ("status", "lease", "plan")
 
-    def __init__(self, status: AcquireStatus, lease: "Lease | None", plan: ReusePlan):
+    def __init__(self, status: AcquireStatus, lease: Lease | None, plan: ReusePlan):
         self.status = status
         self.lease = lease
         self.plan = plan
@@ -209,7 +209,7 @@ class Lease(Resource):
     __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "_family", "__weakref__")
     _destroy = staticmethod(lib.ctxc_lease_destroy)
 
-    def __init__(self, manager: "ContextCacheManager", handle):
+    def __init__(self, manager: ContextCacheManager, handle):
         self._manager = manager
         self._handle = handle
         self._join(manager._family)
@@ -311,7 +311,7 @@ class Pools:
 
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
     def _counts(self, resource_type):
@@ -369,7 +369,7 @@ class Records:
 
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
     def __len__(self) -> int:
@@ -410,7 +410,7 @@ class Records:
 class BaseIndex:
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
     def lookup(self, block_hash) -> int | None:
@@ -434,7 +434,7 @@ class DraftIndex:
 
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
     def lookup_longest(self, full_block_hashes, max_block_count: int) -> DraftPathMatch | None:
