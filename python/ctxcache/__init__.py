@@ -91,4 +91,16 @@ from .device import DType, KvLengths, KvPagePool, KvPageTable, ResidentState, Sn
 
 DeviceBackend = device.Backend
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# Spelled out (not computed) so that type checkers see what the package exports.
+__all__ = [
+    "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
+    "CacheRecord", "CacheRequestLease", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType",
+    "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",
+    "HybridCheckpointCandidate", "HybridCheckpointKey", "HybridSnapshotReservation", "InternalError",
+    "InvalidArgumentError", "InvalidHandleError", "InvariantError", "KvLengths", "KvPagePool", "KvPageTable", "Lease",
+    "LeaseState", "LeasesOutstandingError", "LookupPolicy", "ManagerMetrics", "MediaSpanKey", "OutOfMemoryError",
+    "PublishResult", "PublishStatus", "ResidentState", "ResourceDemand", "ResourceId", "ResourceType", "ReusePlan",
+    "ReusePlanKind", "ReusePlanMode", "SnapshotStorage", "SpecReplayDependency", "SpecReplayMode", "StatePart",
+    "UnsupportedError", "abi_version", "cuda_compiled", "cuda_device_count", "device", "enums", "errors", "ffi",
+    "hash_block", "hash_exact_prefix", "hash_full_blocks", "hash_opaque_identity", "hashing", "lib", "manager",
+]

@@ -33,7 +33,7 @@ def integer(value: Any, name: str, *, minimum: int | None = 0, maximum: int = IN
         raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
     if value > maximum:
         raise InvalidArgumentError(f"{name} must be <= {maximum}, got {value}")
-    return value
+    return int(value)
 
 
 def boolean(value: Any, name: str) -> bool:
@@ -57,7 +57,7 @@ def hash_array(value: Any, name: str = "full_block_hashes") -> np.ndarray:
     return value
 
 
-def hash_pointer(array: np.ndarray):
+def hash_pointer(array: np.ndarray) -> Any:
     """A ctxc_hash128_t* over the array's memory (no copy), NULL when empty."""
     if array.shape[0] == 0:
         return _NULL
@@ -95,13 +95,13 @@ def int32_array(value: Any, name: str = "tokens") -> np.ndarray:
     return np.array(converted, dtype=np.int32)
 
 
-def int32_pointer(array: np.ndarray):
+def int32_pointer(array: np.ndarray) -> Any:
     if array.shape[0] == 0:
         return _NULL
     return ffi.cast("const int32_t *", ffi.from_buffer(array))
 
 
-def read_only_int32(pointer, count: int) -> np.ndarray:
+def read_only_int32(pointer: Any, count: int) -> np.ndarray:
     """A read-only int32 array holding a copy of a C view (C views die at the next mutation)."""
     if count == 0:
         out = np.empty(0, dtype=np.int32)
@@ -110,7 +110,7 @@ def read_only_int32(pointer, count: int) -> np.ndarray:
     return np.frombuffer(bytes(ffi.buffer(pointer, count * 4)), dtype=np.int32)  # over immutable bytes: read-only
 
 
-def read_only_hashes(pointer, count: int) -> np.ndarray:
+def read_only_hashes(pointer: Any, count: int) -> np.ndarray:
     if count == 0:
         out = np.empty((0, 2), dtype=np.uint64)
         out.flags.writeable = False

@@ -61,13 +61,13 @@ def _locate() -> tuple[str, str]:
     return library, header
 
 
-ffi = cffi.FFI()
+ffi: Any = cffi.FFI()  # ABI mode: what the cdef declares exists only at run time
 _library_path, _header_path = _locate()
 _header_text = Path(_header_path).read_text()
 ffi.cdef(_header_to_cdef(_header_text))
-lib = ffi.dlopen(_library_path)
+lib: Any = ffi.dlopen(_library_path)
 
-HEADER_ABI_VERSION = int(re.search(r"#define CTXC_ABI_VERSION (\d+)", _header_text).group(1))
+HEADER_ABI_VERSION = int(re.search(r"#define CTXC_ABI_VERSION (\d+)", _header_text).group(1))  # type: ignore[union-attr]
 if lib.ctxc_abi_version() != HEADER_ABI_VERSION:
     raise ImportError(
         f"ctxcache: library ABI {lib.ctxc_abi_version()} does not match header ABI {HEADER_ABI_VERSION} "
@@ -106,7 +106,7 @@ _resolve_everything()
 
 
 def last_error() -> str:
-    return ffi.string(lib.ctxc_last_error()).decode("utf-8", "replace")
+    return str(ffi.string(lib.ctxc_last_error()).decode("utf-8", "replace"))
 
 
 def new_output(ctype: str) -> Any:

@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import atexit
 import gc
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ._ffi import ffi
 
+if TYPE_CHECKING:
+    _Entry = tuple[int, Callable[[Any], Any], Any]  # a queued handle: (rank, destroy, handle)
+
 _NULL = ffi.NULL
 _collecting = False  # True while the cyclic collector runs (its finalizers must not call into C)
-orphans: list = []  # families with no object left (collected in a cycle): anyone may destroy their handles
+orphans: list[Family] = []  # families with no object left (collected in a cycle): anyone may destroy their handles
 
 
-def _gc_phase(phase: str, info: dict) -> None:
+def _gc_phase(phase: str, info: dict[str, Any]) -> None:
     global _collecting
     _collecting = phase == "start"
 
@@ -42,8 +46,8 @@ class Family:
 
     __slots__ = ("pending", "members")
 
-    def __init__(self):
-        self.pending = []  # (rank, destroy, handle): rank 1 (a manager) after rank 0 (its leases)
+    def __init__(self) -> None:
+        self.pending: list[_Entry] = []  # (rank, destroy, handle): rank 1 (a manager) after rank 0 (its leases)
         self.members = 0  # Python objects of the family not finalized yet
 
 
@@ -61,7 +65,7 @@ def drain(family: Family | None = None) -> None:
 
 
 def _destroy_pending(family: Family) -> None:
-    entries = []
+    entries: list[_Entry] = []
     while family.pending:
         try:
             entries.append(family.pending.pop())
@@ -75,25 +79,35 @@ def _destroy_pending(family: Family) -> None:
 atexit.register(drain)
 
 
+_R = TypeVar("_R", bound="Resource")
+
+
 class Resource:
     """Subclasses set ``_destroy`` (the C destroy function, bound at import), ``_handle`` and, through
     :meth:`_join`, ``_family`` before they own a handle."""
 
     __slots__ = ()
-    _destroy = None
+    _destroy: Any = None  # a cffi function (Any: ABI mode), wrapped in staticmethod by each subclass
     _rank = 0
 
+    if TYPE_CHECKING:  # declared for the type checker only: each subclass lists them in its own __slots__
+        _family: Family
+        _handle: Any
+
+        def close(self) -> None: ...
+
     def _join(self, family: Family) -> None:
-        self._family = family
+        # A slot of each subclass (this base has none), which mypy's __slots__ check does not see from here.
+        self._family = family  # type: ignore[misc]
         family.members += 1
 
-    def __enter__(self):
+    def __enter__(self: _R) -> _R:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             family = self._family
         except AttributeError:  # __init__ failed before the object owned anything

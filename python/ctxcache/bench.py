@@ -47,9 +47,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -71,14 +72,14 @@ class Request:
     timestamp: int
     input_length: int
     output_length: int
-    hash_ids: tuple
+    hash_ids: tuple[int, ...]
 
 
 def default_trace() -> Path:
     return Path(os.environ.get("CTXCACHE_TRACE", str(_REPO_TRACE)))
 
 
-def load_trace(path: str | os.PathLike, limit: int | None = None) -> list[Request]:
+def load_trace(path: str | os.PathLike[str], limit: int | None = None) -> list[Request]:
     """The first ``limit`` requests of a Mooncake JSONL trace, stably sorted by timestamp."""
     requests: list[Request] = []
     with open(path, encoding="utf-8") as f:
@@ -132,12 +133,12 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def replay(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-           max_records: int, sample_peak: bool = True) -> dict:
+           max_records: int, sample_peak: bool = True) -> dict[str, Any]:
     """The vanilla replay (see replay_vanilla)."""
     return replay_vanilla(requests, hashes, page_size, capacity_pages, max_records, sample_peak)
 
 
-def _finish(manager: ContextCacheManager, out: dict, capacities: ResourceDemand, peak: int) -> None:
+def _finish(manager: ContextCacheManager, out: dict[str, Any], capacities: ResourceDemand, peak: int) -> None:
     """What every replay reads at its end."""
     manager.check_invariants()
     metrics = manager.metrics
@@ -161,7 +162,7 @@ def _finish(manager: ContextCacheManager, out: dict, capacities: ResourceDemand,
 
 
 def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                  max_records: int, sample_peak: bool, spec: bool) -> dict:
+                  max_records: int, sample_peak: bool, spec: bool) -> dict[str, Any]:
     """One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
     pool (both grown alike). Only the manager calls are timed."""
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
@@ -169,7 +170,7 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
     pools = 2 if spec else 1
     acquire = manager.acquire_spec if spec else manager.acquire_vanilla
     perf = time.perf_counter_ns
-    out = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
+    out: dict[str, Any] = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
                published_new=0, published_existing=0, manager_calls=0, input_tokens=0, reused_tokens=0,
                matched_tokens=0, lease_pages=0, published_blocks=0, pages_touched=0)
     if spec:
@@ -259,12 +260,12 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 
 
 def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                   max_records: int, sample_peak: bool = True) -> dict:
+                   max_records: int, sample_peak: bool = True) -> dict[str, Any]:
     """One pass of acquire / grow / publish / release over every request. Only the manager calls are timed."""
     return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=False)
 
 
-def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: int, tail: np.ndarray):
+def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: int, tail: np.ndarray) -> Any:
     """The exact-prefix digest at ``length`` from the request's chained full-block hashes and its tokens
     ``[length // P * P, length)`` (``tail``)."""
     full, rest = divmod(length, page_size)
@@ -275,14 +276,14 @@ def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: 
 def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
                   max_records: int, *, snapshot_slots: int, hasher: Hasher,
                   candidate_cap: int = DEFAULT_HYBRID_CANDIDATES, exact_digests: Sequence[np.ndarray] | None = None,
-                  sample_peak: bool = True) -> dict:
+                  sample_peak: bool = True) -> dict[str, Any]:
     """One pass of the hybrid protocol (attention + recurrent, a checkpoint at every prompt end). The manager
     calls and the exact-prefix digests are timed apart; expanding the digests' tokens is not timed."""
     capacities = ResourceDemand(base_kv_pages=capacity_pages, recurrent_snapshot_slots=snapshot_slots,
                                 partial_kv_snapshot_slots=snapshot_slots)
     manager = ContextCacheManager(page_size, capacities, max_records)
     perf = time.perf_counter_ns
-    out = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
+    out: dict[str, Any] = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
                published_new=0, published_existing=0, manager_calls=0, input_tokens=0, reused_tokens=0,
                matched_tokens=0, lease_pages=0, published_blocks=0, pages_touched=0, hits=0,
                candidate_lengths_offered=0, candidates_tried=0, digests=0, digest_tokens=0, reserve_calls=0,
@@ -399,7 +400,7 @@ def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 
 
 def replay_spec(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                max_records: int, sample_peak: bool = True) -> dict:
+                max_records: int, sample_peak: bool = True) -> dict[str, Any]:
     """One pass of the EAGLE protocol: paired base + draft pools of the same size. Only manager calls are timed."""
     return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=True)
 
@@ -413,9 +414,9 @@ def _sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def _best_of(repeat: int, run) -> dict:
+def _best_of(repeat: int, run: Any) -> dict[str, Any]:
     """One mode's bounded replay ``repeat`` times: the figures must repeat; each request keeps its fastest time."""
-    best = None
+    best: Any = None  # the first pass's dict (None before it)
     for pass_no in range(repeat):
         r = run(pass_no)
         if best is None:
@@ -430,13 +431,13 @@ def _best_of(repeat: int, run) -> dict:
             best["request_digest_ns"] = [min(x, y) for x, y in zip(best["request_digest_ns"], r["request_digest_ns"])]
     best["manager_ns"] = sum(best["request_ns"])
     best["digest_ns"] = sum(best.get("request_digest_ns", ()))
-    return best
+    return cast("dict[str, Any]", best)
 
 
 def run_page_size(requests: Sequence[Request], page_size: int, *, mode: str = "vanilla",
                   capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
                   repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
-                  hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> dict:
+                  hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> dict[str, Any]:
     """The benchmark at one page size in one mode: hashing phase, bounded replay, upper-bound replay."""
     return run_modes(requests, page_size, [mode], capacity_blocks=capacity_blocks, max_records=max_records, key=key,
                      repeat=repeat, upper_bound=upper_bound, snapshot_slots=snapshot_slots,
@@ -446,7 +447,7 @@ def run_page_size(requests: Sequence[Request], page_size: int, *, mode: str = "v
 def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] = MODES, *,
               capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
               repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
-              hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> list[dict]:
+              hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> list[dict[str, Any]]:
     """The benchmark at one page size: one hashing phase, then per mode (in the order vanilla, hybrid, spec) the
     bounded replay and the upper-bound replay; one result dict per mode."""
     if page_size <= 0 or TRACE_BLOCK % page_size:
@@ -473,7 +474,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
     perf = time.perf_counter_ns
     hashes: list[np.ndarray] = []
     exact_digests: list[np.ndarray] = []
-    hash_request_ns = [None] * len(requests)
+    hash_request_ns: list[Any] = [None] * len(requests)
     results = []
     try:
         for i, r in enumerate(requests):
@@ -498,7 +499,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
         del all_hashes
 
         for mode in modes:
-            def run_once(base_pages: int, slots: int, sample_peak: bool, check: bool, mode=mode) -> dict:
+            def run_once(base_pages: int, slots: int, sample_peak: bool, check: bool, mode: str = mode) -> dict[str, Any]:
                 if mode == "vanilla":
                     return replay_vanilla(requests, hashes, page_size, base_pages, max_records, sample_peak)
                 if mode == "spec":
@@ -534,10 +535,10 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
     return results
 
 
-def _result(mode: str, run: dict, bound: dict | None, *, page_size: int, repeat: int, distinct: int,
+def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, page_size: int, repeat: int, distinct: int,
             trace_blocks: int, capacity_blocks: int, max_records: int, hashed_tokens: int, hashed_blocks: int,
             sum_hi: int, sum_lo: int, hash_ns: int, bound_capacity: int, bound_slots: int,
-            hybrid_candidates: int) -> dict:
+            hybrid_candidates: int) -> dict[str, Any]:
     """One mode's result: the same keys, in the same order, as the C++ benchmark prints."""
     hybrid, spec = mode == "hybrid", mode == "spec"
     res = {"page_size": page_size, "mode": mode, "repeat": repeat, "requests": run["requests"],
@@ -616,7 +617,7 @@ def _result(mode: str, run: dict, bound: dict | None, *, page_size: int, repeat:
     return res
 
 
-def _table(results: Sequence[dict]) -> str:
+def _table(results: Sequence[dict[str, Any]]) -> str:
     rows = [("page size", "page_size", "{}"), ("mode", "mode", "{}"),
             ("requests/s (incl. hashing)", "requests_per_second", "{:,.0f}"),
             ("manager ns / page touched", "manager_ns_per_page_touched", "{:.1f}"),

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         args.bench_args = extra + list(args.bench_args)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))
-    return args.run(args)
+    return int(args.run(args))
 
 
 if __name__ == "__main__":

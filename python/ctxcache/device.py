@@ -18,16 +18,16 @@ context managers; closing them in any order is safe (an object keeps what it was
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from . import _arrays
-from . import _resource
-from ._resource import Family, Resource
+from . import _arrays, _resource
 from ._ffi import check, ffi, lib, new_output
+from ._resource import Family, Resource
 from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
 
 _NULL = ffi.NULL
@@ -87,7 +87,7 @@ class SnapshotLayout:
 # ---- argument helpers -----------------------------------------------------------------------------------------
 
 
-def _enum(enum_type, value: Any, name: str):
+def _enum(enum_type: Any, value: Any, name: str) -> Any:
     if isinstance(value, str):
         try:
             return enum_type[value.upper()]
@@ -102,7 +102,7 @@ def _enum(enum_type, value: Any, name: str):
         raise InvalidArgumentError(f"{name} {number} is not a {enum_type.__name__} value") from None
 
 
-def _handle(value: Any, kind: type, name: str):
+def _handle(value: Any, kind: type[_Handle], name: str) -> Any:
     """The live C handle of an object that must be a `kind` (None and other types are ArgumentTypeError)."""
     if not isinstance(value, kind):
         raise ArgumentTypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
@@ -125,18 +125,18 @@ def _typed(array: Any, dtype: DType, name: str) -> np.ndarray:
     return _contiguous(array, name, (dtype.numpy_dtype, np.dtype(np.uint8)))
 
 
-def _in(array: np.ndarray):
+def _in(array: np.ndarray) -> Any:
     return _NULL if array.nbytes == 0 else ffi.from_buffer(array)
 
 
-def _out(nbytes: int, dtype, shape=None) -> tuple[np.ndarray, Any]:
+def _out(nbytes: int, dtype: Any, shape: Any = None) -> tuple[np.ndarray, Any]:
     array = np.empty(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
     if shape is not None:
         array = array.reshape(shape)
     return array, (_NULL if nbytes == 0 else ffi.from_buffer(array))
 
 
-def _size_out(fn, *args) -> int:
+def _size_out(fn: Any, *args: Any) -> int:
     out = ffi.new("size_t *")
     check(fn(*args, out))
     return int(out[0])
@@ -146,15 +146,15 @@ class _Handle(Resource):
     """Owns one C handle; closing is idempotent and also happens on garbage collection (see _resource.py).
     Everything built on a backend is one family with it: keep[0] is that backend."""
 
-    _destroy = None
+    _destroy: Any = None
     _what = "object"
 
-    def __init__(self, handle, keep: tuple = ()):
+    def __init__(self, handle: Any, keep: tuple[Any, ...] = ()) -> None:
         self._handle = handle
         self._keep = keep  # Python objects whose handles this one was built from (for readable repr / lifetime)
         self._join(keep[0]._family if keep else Family())
 
-    def _live(self):
+    def _live(self) -> Any:
         if self._family.pending or _resource.orphans:
             _resource.drain(self._family)
         if self._handle == _NULL:
@@ -163,7 +163,7 @@ class _Handle(Resource):
 
     @property
     def closed(self) -> bool:
-        return self._handle == _NULL
+        return bool(self._handle == _NULL)
 
     def close(self) -> None:
         if self._handle != _NULL:
@@ -215,7 +215,7 @@ class Backend(_Handle):
     def allocated_bytes(self) -> int:
         return _size_out(lib.ctxc_device_backend_allocated_bytes, self._live())
 
-    def buffer(self, data: Any) -> "DeviceBuffer":
+    def buffer(self, data: Any) -> DeviceBuffer:
         """A zero-filled buffer of ``data`` bytes, or a buffer holding a copy of a numpy array."""
         if isinstance(data, np.ndarray):
             if not data.flags.c_contiguous:
@@ -400,7 +400,7 @@ class KvPageTable(_Handle):
         check(lib.ctxc_debug_kv_page_table_is_dirty(self._live(), out))
         return bool(out[0])
 
-    def _read(self, fn) -> np.ndarray:
+    def _read(self, fn: Any) -> np.ndarray:
         shape = (self.max_batch, 2, self.max_pages_per_seq)
         array, pointer = _out(4 * self.max_batch * 2 * self.max_pages_per_seq, np.int32, shape)
         count = ffi.new("size_t *")
@@ -476,7 +476,7 @@ class ResidentState(_Handle):
                             ("recurrent_head_dim", recurrent_head_dim), ("state_size", state_size),
                             ("conv_dim", conv_dim), ("conv_kernel", conv_kernel), ("hidden_size", hidden_size)):
             setattr(options, name, _arrays.integer(value, name, minimum=None))
-        self.dtypes = {StatePart.RECURRENT: _enum(DType, recurrent_dtype, "recurrent_dtype"),
+        self.dtypes: dict[StatePart, DType] = {StatePart.RECURRENT: _enum(DType, recurrent_dtype, "recurrent_dtype"),
                        StatePart.CONV: _enum(DType, conv_dtype, "conv_dtype"),
                        StatePart.BOUNDARY_HIDDEN: DType.FP16}
         options.recurrent_dtype = self.dtypes[StatePart.RECURRENT]
@@ -558,7 +558,8 @@ class SnapshotStorage(_Handle):
                               int(out.max_descriptors))
 
     @staticmethod
-    def _transfer(batch_slot, recurrent_slot, partial_kv_slot, base_page, draft_page, valid_tokens):
+    def _transfer(batch_slot: Any, recurrent_slot: Any, partial_kv_slot: Any, base_page: Any, draft_page: Any,
+                  valid_tokens: Any) -> Any:
         t = ffi.new("ctxc_snapshot_transfer_t *")
         lib.ctxc_snapshot_transfer_init(t)
         for name, value in (("batch_slot", batch_slot), ("recurrent_slot", recurrent_slot),
@@ -622,7 +623,7 @@ def rebase_execution_rows(buffer: DeviceBuffer, *, count: int, old_to_new: Any, 
                                                 _arrays.integer(rows_per_sequence, "rows_per_sequence", minimum=None)))
 
 
-def _gather_request(layer, batch, seq_len, out_dtype, k_scale, v_scale):
+def _gather_request(layer: Any, batch: Any, seq_len: Any, out_dtype: Any, k_scale: Any, v_scale: Any) -> Any:
     request = ffi.new("ctxc_kv_gather_request_t *")
     lib.ctxc_kv_gather_request_init(request)
     request.layer = _arrays.integer(layer, "layer", minimum=None)
@@ -674,7 +675,7 @@ def gather_kv(pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = 
             v.read(out_dtype.numpy_dtype, nbytes // out_dtype.itemsize).reshape(shape))
 
 
-def _digest(out) -> np.ndarray:
+def _digest(out: Any) -> np.ndarray:
     return np.array([out.hi, out.lo], dtype=np.uint64)
 
 

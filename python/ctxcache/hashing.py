@@ -7,8 +7,9 @@ one applies to every block, a list gives one per block.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,13 +41,13 @@ class BlockKeyExtras:
     isolation_digest: Digest | None = None
 
 
-def _set_hash(target, value: Digest, name: str) -> None:
+def _set_hash(target: Any, value: Digest, name: str) -> None:
     h = _arrays.single_hash(value, name)
     target.hi = int(h[0])
     target.lo = int(h[1])
 
 
-def _extras_array(extras: BlockKeyExtras | Sequence[BlockKeyExtras] | None):
+def _extras_array(extras: BlockKeyExtras | Sequence[BlockKeyExtras] | None) -> Any:
     """ctxc_block_key_extras_t[] and the keep-alive list of their media arrays."""
     if extras is None:
         return _arrays._NULL, 0, []
@@ -91,7 +92,7 @@ def _extras_array(extras: BlockKeyExtras | Sequence[BlockKeyExtras] | None):
     return out, len(items), keep
 
 
-def _media_pointer(per_position_media_hashes, token_count: int):
+def _media_pointer(per_position_media_hashes: Any, token_count: int) -> Any:
     if per_position_media_hashes is None:
         return _arrays._NULL
     media = _arrays.hash_array(per_position_media_hashes, "per_position_media_hashes")
@@ -118,7 +119,7 @@ class Hasher(Resource):
     __slots__ = ("_handle", "_family", "algorithm", "keyed", "__weakref__")
     _destroy = staticmethod(lib.ctxc_hasher_destroy)
 
-    def __init__(self, algorithm: str | HashAlgorithm = "sha256", key: bytes | str | None = None):
+    def __init__(self, algorithm: str | HashAlgorithm = "sha256", key: bytes | bytearray | memoryview | str | None = None):
         self._handle = _arrays._NULL
         self._join(Family())
         code = _algorithm(algorithm)
@@ -145,7 +146,7 @@ class Hasher(Resource):
             lib.ctxc_hasher_destroy(self._handle)
             self._handle = _arrays._NULL
 
-    def hash_full_blocks(self, tokens, page_size: int, extras=None, per_position_media_hashes=None) -> np.ndarray:
+    def hash_full_blocks(self, tokens: Any, page_size: int, extras: Any = None, per_position_media_hashes: Any = None) -> np.ndarray:
         tokens = _arrays.int32_array(tokens)
         page_size = _arrays.integer(page_size, "page_size", minimum=1)
         extras_ptr, extras_count, keep = _extras_array(extras)
@@ -161,7 +162,7 @@ class Hasher(Resource):
         del keep
         return out
 
-    def hash_exact_prefix(self, tokens, page_size: int, extras=None, per_position_media_hashes=None) -> np.ndarray:
+    def hash_exact_prefix(self, tokens: Any, page_size: int, extras: Any = None, per_position_media_hashes: Any = None) -> np.ndarray:
         tokens = _arrays.int32_array(tokens)
         page_size = _arrays.integer(page_size, "page_size", minimum=1)
         extras_ptr, extras_count, keep = _extras_array(extras)
@@ -175,7 +176,7 @@ class Hasher(Resource):
         del keep
         return np.array([digest.hi, digest.lo], dtype=np.uint64)
 
-    def hash_block(self, parent, tokens, extras: BlockKeyExtras | None = None, per_position_media_hashes=None) -> np.ndarray:
+    def hash_block(self, parent: Any, tokens: Any, extras: BlockKeyExtras | None = None, per_position_media_hashes: Any = None) -> np.ndarray:
         tokens = _arrays.int32_array(tokens)
         parent_ptr = _arrays._NULL
         if parent is not None:
@@ -206,7 +207,7 @@ class Hasher(Resource):
 _default_hashers: dict[tuple[int, bytes], Hasher] = {}
 
 
-def _hasher(algorithm, key) -> Hasher:
+def _hasher(algorithm: str | HashAlgorithm, key: Any) -> Hasher:
     if isinstance(key, str):
         key = key.encode("utf-8")
     if key is not None and not isinstance(key, (bytes, bytearray, memoryview)):
@@ -220,20 +221,20 @@ def _hasher(algorithm, key) -> Hasher:
     return hasher
 
 
-def hash_full_blocks(tokens, page_size: int, algorithm: str = "sha256", key: bytes | None = None, *, extras=None,
-                     per_position_media_hashes=None) -> np.ndarray:
+def hash_full_blocks(tokens: Any, page_size: int, algorithm: str = "sha256", key: bytes | None = None, *, extras: Any = None,
+                     per_position_media_hashes: Any = None) -> np.ndarray:
     """Chained hashes of the full blocks of ``tokens``: a (floor(n / page_size), 2) uint64 array (hi, lo)."""
     return _hasher(algorithm, key).hash_full_blocks(tokens, page_size, extras, per_position_media_hashes)
 
 
-def hash_exact_prefix(tokens, page_size: int, algorithm: str = "sha256", key: bytes | None = None, *, extras=None,
-                      per_position_media_hashes=None) -> np.ndarray:
+def hash_exact_prefix(tokens: Any, page_size: int, algorithm: str = "sha256", key: bytes | None = None, *, extras: Any = None,
+                      per_position_media_hashes: Any = None) -> np.ndarray:
     """Digest of the exact prefix (the last block may be partial): a (2,) uint64 array (hi, lo)."""
     return _hasher(algorithm, key).hash_exact_prefix(tokens, page_size, extras, per_position_media_hashes)
 
 
-def hash_block(parent, tokens, algorithm: str = "sha256", key: bytes | None = None, *, extras=None,
-               per_position_media_hashes=None) -> np.ndarray:
+def hash_block(parent: Any, tokens: Any, algorithm: str = "sha256", key: bytes | None = None, *, extras: Any = None,
+               per_position_media_hashes: Any = None) -> np.ndarray:
     """One block under ``parent`` (None = the chain root)."""
     return _hasher(algorithm, key).hash_block(parent, tokens, extras, per_position_media_hashes)
 

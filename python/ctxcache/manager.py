@@ -8,14 +8,14 @@ use raises InvalidHandleError) and raises LeasesOutstandingError.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from . import _arrays
+from . import _arrays, _resource
 from ._ffi import check, ffi, lib, new_output
-from . import _resource
 from ._resource import Family, Resource
 from .enums import (
     AcquireStatus,
@@ -41,7 +41,7 @@ class ResourceDemand:
     recurrent_snapshot_slots: int = 0
     partial_kv_snapshot_slots: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("base_kv_pages", "draft_kv_pages", "recurrent_snapshot_slots", "partial_kv_snapshot_slots"):
             _arrays.integer(getattr(self, name), name)
 
@@ -100,7 +100,7 @@ _PUBLISH_STATUSES = tuple(PublishStatus)
 _ACQUIRE_RESULT_SIZE = ffi.sizeof("ctxc_acquire_result_t")
 
 
-def _demand(c) -> ResourceDemand:
+def _demand(c: Any) -> ResourceDemand:
     return ResourceDemand(c.base_kv_pages, c.draft_kv_pages, c.recurrent_snapshot_slots, c.partial_kv_snapshot_slots)
 
 
@@ -113,7 +113,7 @@ class ReusePlan:
 
     __slots__ = ("_c", "_owner")
 
-    def __init__(self, result):
+    def __init__(self, result: Any) -> None:
         self._owner = result  # the ctxc_acquire_result_t that owns the memory of ...
         self._c = result.plan  # ... this nested ctxc_reuse_plan_t (a view, not a copy)
 
@@ -155,7 +155,7 @@ class ReusePlan:
 class AcquireResult:
     __slots__ = ("status", "lease", "plan")
 
-    def __init__(self, status: AcquireStatus, lease: "Lease | None", plan: ReusePlan):
+    def __init__(self, status: AcquireStatus, lease: Lease | None, plan: ReusePlan):
         self.status = status
         self.lease = lease
         self.plan = plan
@@ -177,12 +177,12 @@ class PublishResult:
         self.canonical_base_pages = canonical_base_pages
         self.published_base_full_block_count = published_base_full_block_count
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return (isinstance(other, PublishResult) and (self.status, self.record, self.published_base_full_block_count)
                 == (other.status, other.record, other.published_base_full_block_count)
                 and np.array_equal(self.canonical_base_pages, other.canonical_base_pages))
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose (it defines __eq__); typeshed's object.__hash__ is a method
 
     def __repr__(self) -> str:
         return (f"PublishResult(status={self.status.name}, record={self.record}, canonical_base_pages="
@@ -209,14 +209,14 @@ class Lease(Resource):
     __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "_family", "__weakref__")
     _destroy = staticmethod(lib.ctxc_lease_destroy)
 
-    def __init__(self, manager: "ContextCacheManager", handle):
+    def __init__(self, manager: ContextCacheManager, handle: Any) -> None:
         self._manager = manager
         self._handle = handle
         self._join(manager._family)
-        self._base_pages = None
-        self._draft_pages = None
+        self._base_pages: np.ndarray | None = None
+        self._draft_pages: np.ndarray | None = None
 
-    def _live_handle(self):
+    def _live_handle(self) -> Any:
         if self._family.pending or _resource.orphans:
             _resource.drain(self._family)
         if self._handle == _NULL:
@@ -227,7 +227,7 @@ class Lease(Resource):
         self._base_pages = None
         self._draft_pages = None
 
-    def _pages(self, getter) -> np.ndarray:
+    def _pages(self, getter: Any) -> np.ndarray:
         ptr = ffi.new("const int32_t **")
         count = ffi.new("size_t *")
         check(getter(self._live_handle(), ptr, count))
@@ -246,7 +246,7 @@ class Lease(Resource):
             self._draft_pages = self._pages(lib.ctxc_lease_draft_pages)
         return self._draft_pages
 
-    def _info(self):
+    def _info(self) -> Any:
         info = new_output("ctxc_lease_info_t")
         check(lib.ctxc_lease_info(self._live_handle(), info))
         return info
@@ -257,7 +257,7 @@ class Lease(Resource):
 
     @property
     def valid(self) -> bool:
-        return self._handle != _NULL and self._info().state == LeaseState.LIVE
+        return bool(self._handle != _NULL and self._info().state == LeaseState.LIVE)
 
     @property
     def mode(self) -> ReusePlanMode:
@@ -277,10 +277,10 @@ class Lease(Resource):
 
     @property
     def reserved_snapshot_count(self) -> int:
-        return self._info().reserved_snapshot_count
+        return int(self._info().reserved_snapshot_count)
 
     @staticmethod
-    def _require_live(info) -> None:
+    def _require_live(info: Any) -> None:
         if info.state == LeaseState.RELEASED:
             raise InvalidHandleError("lease was already released")
         if info.state == LeaseState.ORPHANED:
@@ -311,22 +311,22 @@ class Pools:
 
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
-    def _counts(self, resource_type):
+    def _counts(self, resource_type: Any) -> tuple[int, int]:
         free = ffi.new("int32_t *")
         capacity = ffi.new("int32_t *")
         check(lib.ctxc_manager_pool_counts(self._manager._live(), _resource_type(resource_type), free, capacity))
         return free[0], capacity[0]
 
-    def free_count(self, resource_type) -> int:
+    def free_count(self, resource_type: Any) -> int:
         return self._counts(resource_type)[0]
 
-    def capacity(self, resource_type) -> int:
+    def capacity(self, resource_type: Any) -> int:
         return self._counts(resource_type)[1]
 
-    def _refs(self, rid, index):
+    def _refs(self, rid: Any, index: int | None) -> tuple[int, int]:
         if index is None:
             if not isinstance(rid, (ResourceId, tuple)) or len(tuple(_rid_fields(rid))) != 2:
                 raise ArgumentTypeError("expected a ResourceId, a (type, index) tuple, or (type, index) arguments")
@@ -338,24 +338,24 @@ class Pools:
                                           active, cache))
         return active[0], cache[0]
 
-    def active_ref_count(self, rid, index: int | None = None) -> int:
+    def active_ref_count(self, rid: Any, index: int | None = None) -> int:
         return self._refs(rid, index)[0]
 
-    def cache_ref_count(self, rid, index: int | None = None) -> int:
+    def cache_ref_count(self, rid: Any, index: int | None = None) -> int:
         return self._refs(rid, index)[1]
 
-    def free_list(self, resource_type) -> np.ndarray:
+    def free_list(self, resource_type: Any) -> np.ndarray:
         return self._manager._two_call(lambda buf, cap, n: lib.ctxc_debug_manager_free_list(
             self._manager._live(), _resource_type(resource_type), buf, cap, n), "int32_t", np.int32)
 
 
-def _rid_fields(rid):
+def _rid_fields(rid: Any) -> tuple[Any, ...]:
     if isinstance(rid, ResourceId):
         return rid.type, rid.index
     return tuple(rid)
 
 
-def _resource_type(value) -> int:
+def _resource_type(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ArgumentTypeError(f"resource type must be a ResourceType, got {type(value).__name__}")
     try:
@@ -369,13 +369,13 @@ class Records:
 
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
     def __len__(self) -> int:
         out = ffi.new("size_t *")
         check(lib.ctxc_manager_record_count(self._manager._live(), out))
-        return out[0]
+        return int(out[0])
 
     def lru(self) -> list[int]:
         """Record ids, least recently used first."""
@@ -385,7 +385,7 @@ class Records:
     def __iter__(self) -> Iterator[int]:
         return iter(self.lru())
 
-    def __contains__(self, record_id) -> bool:
+    def __contains__(self, record_id: Any) -> bool:
         return record_id in self.lru()
 
     def __getitem__(self, record_id: int) -> CacheRecord:
@@ -410,10 +410,10 @@ class Records:
 class BaseIndex:
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
-    def lookup(self, block_hash) -> int | None:
+    def lookup(self, block_hash: Any) -> int | None:
         h = _arrays.single_hash(block_hash, "block_hash")
         page = ffi.new("int32_t *")
         c = ffi.new("ctxc_hash128_t *", {"hi": int(h[0]), "lo": int(h[1])})
@@ -423,7 +423,7 @@ class BaseIndex:
     def __len__(self) -> int:
         out = ffi.new("size_t *")
         check(lib.ctxc_manager_base_index_size(self._manager._live(), out))
-        return out[0]
+        return int(out[0])
 
 
 _POLICY_CODES = {LookupPolicy.USE_CACHE: 0, LookupPolicy.BYPASS: 1}
@@ -434,10 +434,10 @@ class DraftIndex:
 
     __slots__ = ("_manager",)
 
-    def __init__(self, manager: "ContextCacheManager"):
+    def __init__(self, manager: ContextCacheManager):
         self._manager = manager
 
-    def lookup_longest(self, full_block_hashes, max_block_count: int) -> DraftPathMatch | None:
+    def lookup_longest(self, full_block_hashes: Any, max_block_count: int) -> DraftPathMatch | None:
         """The longest coherent paired path of one record within the first max_block_count hashes."""
         hashes = _arrays.hash_array(full_block_hashes)
         record = ffi.new("uint64_t *")
@@ -449,10 +449,10 @@ class DraftIndex:
     def __len__(self) -> int:
         out = ffi.new("size_t *")
         check(lib.ctxc_debug_manager_draft_index_size(self._manager._live(), out))
-        return out[0]
+        return int(out[0])
 
 
-def _lookup_policy(value) -> int:
+def _lookup_policy(value: Any) -> int:
     if type(value) is LookupPolicy:  # the common case, without constructing an enum
         return _POLICY_CODES[value]
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -463,7 +463,7 @@ def _lookup_policy(value) -> int:
         raise InvalidArgumentError(f"lookup_policy {value} is not a LookupPolicy") from None
 
 
-def _reservation(value) -> Any:
+def _reservation(value: Any) -> Any:
     if not isinstance(value, HybridSnapshotReservation):
         raise ArgumentTypeError(f"expected a HybridSnapshotReservation, got {type(value).__name__}")
     c = ffi.new("ctxc_hybrid_snapshot_reservation_t *")
@@ -512,7 +512,7 @@ class ContextCacheManager(Resource):
     draft_index = property(lambda self: DraftIndex(self), doc="Read-only view of the EAGLE draft path index.")
 
     # -- lifecycle --------------------------------------------------------------------------------------
-    def _live(self):
+    def _live(self) -> Any:
         if self._family.pending or _resource.orphans:
             _resource.drain(self._family)
         if self._handle == _NULL:
@@ -528,20 +528,20 @@ class ContextCacheManager(Resource):
 
     @property
     def closed(self) -> bool:
-        return self._handle == _NULL
+        return bool(self._handle == _NULL)
 
     # -- acquire ------------------------------------------------------------------------------------------
-    def _new_result(self):
+    def _new_result(self) -> Any:
         result = ffi.new("ctxc_acquire_result_t *")
         result.struct_size = _ACQUIRE_RESULT_SIZE
         return result
 
-    def _finish_acquire(self, result) -> AcquireResult:
+    def _finish_acquire(self, result: Any) -> AcquireResult:
         status = _ACQUIRE_STATUSES[result.status]
         lease = Lease(self, self._lease_out[0]) if status is AcquireStatus.ACQUIRED else None
         return AcquireResult(status, lease, ReusePlan(result))
 
-    def acquire_vanilla(self, full_block_hashes, input_token_count: int,
+    def acquire_vanilla(self, full_block_hashes: Any, input_token_count: int,
                         lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
         """Lease for a prompt on an attention-only deployment: the longest cached full-block prefix."""
         hashes = _arrays.hash_array(full_block_hashes)
@@ -551,7 +551,7 @@ class ContextCacheManager(Resource):
                                                _lookup_policy(lookup_policy), result, self._lease_out))
         return self._finish_acquire(result)
 
-    def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes,
+    def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
                        input_token_count: int, has_attention: bool,
                        lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
         """Lease on a hybrid / pure-recurrent deployment: the longest complete exact checkpoint.
@@ -577,7 +577,7 @@ class ContextCacheManager(Resource):
                                               _lookup_policy(lookup_policy), result, self._lease_out))
         return self._finish_acquire(result)
 
-    def acquire_spec(self, full_block_hashes, input_token_count: int,
+    def acquire_spec(self, full_block_hashes: Any, input_token_count: int,
                      lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
         """Lease for greedy, non-hybrid EAGLE: one coherent paired record, boundary page replayed."""
         hashes = _arrays.hash_array(full_block_hashes)
@@ -587,12 +587,12 @@ class ContextCacheManager(Resource):
                                             _lookup_policy(lookup_policy), result, self._lease_out))
         return self._finish_acquire(result)
 
-    def hybrid_candidate_lengths(self, input_token_count: int, full_block_hashes=None) -> list[int]:
+    def hybrid_candidate_lengths(self, input_token_count: int, full_block_hashes: Any = None) -> list[int]:
         """Stored checkpoint lengths below input_token_count, longest first. With the prompt's full-block hashes,
         only the checkpoints that hang off the prompt's own block chain (found in O(blocks))."""
         n = _arrays.integer(input_token_count, "input_token_count")
         if full_block_hashes is None:
-            call = lambda buf, cap, cnt: lib.ctxc_manager_hybrid_candidate_lengths(self._live(), n, buf, cap, cnt)
+            call = lambda buf, cap, cnt: lib.ctxc_manager_hybrid_candidate_lengths(self._live(), n, buf, cap, cnt)  # noqa: E731
         else:
             hashes = _arrays.hash_array(full_block_hashes)
             pointer = _arrays.hash_pointer(hashes)
@@ -601,7 +601,7 @@ class ContextCacheManager(Resource):
         return [int(x) for x in self._two_call(call, "int32_t", np.int32)]
 
     # -- grow / snapshots --------------------------------------------------------------------------------------
-    def _lease_handle(self, lease) -> Any:
+    def _lease_handle(self, lease: Any) -> Any:
         if not isinstance(lease, Lease):
             raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
         return lease._live_handle()
@@ -647,7 +647,7 @@ class ContextCacheManager(Resource):
                              _arrays.read_only_int32(out.canonical_base_pages, out.canonical_base_page_count),
                              out.published_base_full_block_count)
 
-    def publish(self, lease: Lease, full_block_hashes, resident_state_length: int) -> PublishResult:
+    def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int) -> PublishResult:
         """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record."""
         handle = self._lease_handle(lease)
         hashes = _arrays.hash_array(full_block_hashes)
@@ -656,7 +656,7 @@ class ContextCacheManager(Resource):
                                        resident, self._publish_out))
         return self._publish_result()
 
-    def publish_hybrid(self, lease: Lease, full_block_hashes, checkpoint: HybridCheckpointKey,
+    def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
                        snapshots: HybridSnapshotReservation) -> PublishResult:
         """Publish one captured exact checkpoint (its floor(exact_length / page_size) full-block hashes)."""
         handle = self._lease_handle(lease)
@@ -687,19 +687,19 @@ class ContextCacheManager(Resource):
     def live_lease_count(self) -> int:
         out = ffi.new("size_t *")
         check(lib.ctxc_manager_live_lease_count(self._live(), out))
-        return out[0]
+        return int(out[0])
 
     @property
     def metadata_bytes(self) -> int:
         out = ffi.new("size_t *")
         check(lib.ctxc_manager_metadata_bytes(self._live(), out))
-        return out[0]
+        return int(out[0])
 
     def check_invariants(self) -> None:
         """Raise InvariantError describing the first inconsistency in the whole state."""
         check(lib.ctxc_manager_check_invariants(self._live()))
 
-    def _two_call(self, call, ctype: str, dtype) -> np.ndarray:
+    def _two_call(self, call: Any, ctype: str, dtype: Any) -> np.ndarray:
         count = ffi.new("size_t *")
         status = call(_NULL, 0, count)
         if status not in (0, 7):  # CTXC_OK, CTXC_E_BUFFER_TOO_SMALL (the size query)

@@ -36,7 +36,7 @@ def trace(tmp_path):
     rng = np.random.default_rng(7)
     lines, next_id, t = [], 0, 0
     conversations = [[] for _ in range(10)]
-    for turn in range(5):
+    for _turn in range(5):
         for c in range(10):
             new_blocks = int(rng.integers(1, 4))
             conversations[c] += list(range(next_id, next_id + new_blocks))

@@ -8,7 +8,7 @@ import pytest
 
 import ctxcache
 from ctxcache import device
-from ctxcache.device import DType, StatePart
+from ctxcache.device import StatePart
 
 FNV_BASIS = (0x6C62272E07BB0142 << 64) | 0x62B821756295C58D
 FNV_PRIME = (1 << 88) + 0x13B

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ctxcache import device
-from ctxcache.device import DType, StatePart
+from ctxcache.device import StatePart
 
 pytestmark = pytest.mark.gpu
 

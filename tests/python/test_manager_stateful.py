@@ -52,11 +52,11 @@ class Outcome:
                 model()
             except mm.ModelContractError:
                 return None, None
-            raise AssertionError(f"library raised ContractError ({error}) but the model accepted the call")
+            raise AssertionError(f"library raised ContractError ({error}) but the model accepted the call") from error
         try:
             model_result = model()
         except mm.ModelContractError as error:
-            raise AssertionError(f"the model refused ({error}) but the library accepted the call: {real_result!r}")
+            raise AssertionError(f"the model refused ({error}) but the library accepted the call: {real_result!r}") from error
         return real_result, model_result
 
 
