@@ -50,8 +50,9 @@ public:
             check(cudaMalloc(&table_, options.maxTableBytes), "cudaMalloc(descriptor table)");
             check(cudaMalloc(&partials_, static_cast<size_t>(options.maxHashChunks) * 16), "cudaMalloc(hash partials)");
             for (int i = 0; i < kStagingSlots; ++i) {
-                check(cudaHostAlloc(reinterpret_cast<void**>(&staging_[i]), options.maxTableBytes, cudaHostAllocDefault),
-                      "cudaHostAlloc(staging)");
+                check(
+                    cudaHostAlloc(reinterpret_cast<void**>(&staging_[i]), options.maxTableBytes, cudaHostAllocDefault),
+                    "cudaHostAlloc(staging)");
                 check(cudaEventCreateWithFlags(&uploaded_[i], cudaEventDisableTiming), "cudaEventCreate");
             }
         } catch (...) {
@@ -141,7 +142,8 @@ protected:
         select();
         uint64_t maxColumns = 0;
         for (int32_t i = 0; i < tensorCount; ++i) {
-            uint64_t const columns = tensors[i].rowBytes / kernels::compactUnitBytes(tensors[i].base, tensors[i].rowBytes);
+            uint64_t const columns =
+                tensors[i].rowBytes / kernels::compactUnitBytes(tensors[i].base, tensors[i].rowBytes);
             if (columns > maxColumns) maxColumns = columns;
         }
         Table t = beginTable();
@@ -183,7 +185,8 @@ protected:
                                   static_cast<unsigned long long*>(partials_), stream_);
         launched("hashChunks");
         static_assert(sizeof(Hash128) == 16, "Hash128 is two uint64 (hi, lo)");
-        check(cudaMemcpyAsync(hostPartials, partials_, static_cast<size_t>(numChunks) * 16, cudaMemcpyDeviceToHost, stream_),
+        check(cudaMemcpyAsync(hostPartials, partials_, static_cast<size_t>(numChunks) * 16, cudaMemcpyDeviceToHost,
+                              stream_),
               "cudaMemcpyAsync(hash partials)");
         ++counters_.transfers;
         check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(hashChunks)");
@@ -265,8 +268,8 @@ std::unique_ptr<DeviceBackend> createCudaBackend(BackendOptions const& options) 
     int count = 0;
     check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (options.device >= count)
-        throw BackendUnavailableError("createCudaBackend: device " + std::to_string(options.device) + " does not exist (" +
-                                      std::to_string(count) + " visible)");
+        throw BackendUnavailableError("createCudaBackend: device " + std::to_string(options.device) +
+                                      " does not exist (" + std::to_string(count) + " visible)");
     return std::make_unique<CudaBackend>(options);
 }
 

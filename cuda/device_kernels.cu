@@ -66,7 +66,8 @@ __device__ __forceinline__ void blockCopyBytes(unsigned char* dst, unsigned char
     else blockCopyUnits<unsigned char>(dst, src, n);
 }
 
-__global__ void __launch_bounds__(kThreads) copySpansKernel(SpanCopy const* spans, int32_t count, uint64_t totalChunks) {
+__global__ void __launch_bounds__(kThreads) copySpansKernel(SpanCopy const* spans, int32_t count,
+                                                            uint64_t totalChunks) {
     for (uint64_t chunk = blockIdx.x; chunk < totalChunks; chunk += gridDim.x) {
         SpanCopy const span = spans[spanOfChunk(spans, count, chunk)];
         uint64_t const begin = (chunk - span.firstChunk) * kSpanChunkBytes;
@@ -112,7 +113,8 @@ __global__ void __launch_bounds__(kThreads) compactRowsKernel(CompactTensor cons
     }
 }
 
-__device__ __forceinline__ int32_t rebaseRow(int32_t v, int64_t limit, int32_t const* oldToNew, int32_t rowsPerSequence) {
+__device__ __forceinline__ int32_t rebaseRow(int32_t v, int64_t limit, int32_t const* oldToNew,
+                                             int32_t rowsPerSequence) {
     if (v < 0 || v >= limit) return -1;
     int32_t const target = oldToNew[v / rowsPerSequence];
     return target < 0 ? -1 : target * rowsPerSequence + v % rowsPerSequence;
@@ -191,7 +193,8 @@ __device__ __forceinline__ void blockDequant(unsigned char* out, uint8_t const* 
 // One block per (token range of a logical page, sequence, K/V half): a page's tokens are contiguous in the pool
 // and in the dense output, so the gather is a span copy (or dequantisation) of the valid tokens plus a zero-fill
 // of the rest. A page is split into ranges of tokensPerBlock tokens so that every block writes ~kSpanChunkBytes.
-__global__ void __launch_bounds__(kThreads) gatherPagedKvKernel(PagedKvGather g, int32_t splits, int32_t tokensPerBlock) {
+__global__ void __launch_bounds__(kThreads) gatherPagedKvKernel(PagedKvGather g, int32_t splits,
+                                                                int32_t tokensPerBlock) {
     int32_t const logicalPage = static_cast<int32_t>(blockIdx.x) / splits;
     int32_t const first = (static_cast<int32_t>(blockIdx.x) % splits) * tokensPerBlock;  // token within the page
     int32_t const b = blockIdx.y;
@@ -292,11 +295,12 @@ void launchRebaseRows(int32_t* indices, int64_t count, int32_t const* oldToNew, 
                       int32_t rowsPerSequence, int maxBlocks, cudaStream_t stream) {
     int64_t const misalign = static_cast<int64_t>((reinterpret_cast<uintptr_t>(indices) & 15) / sizeof(int32_t));
     int64_t const head = misalign == 0 ? 0 : (4 - misalign < count ? 4 - misalign : count);
-    CTXC_LAUNCH(rebaseRowsKernel, blocksFor(static_cast<uint64_t>(count / 4 + 1), kThreads, maxBlocks), kThreads, stream)(
-        indices, count, head, oldToNew, oldBatch, rowsPerSequence);
+    CTXC_LAUNCH(rebaseRowsKernel, blocksFor(static_cast<uint64_t>(count / 4 + 1), kThreads, maxBlocks), kThreads,
+                stream)(indices, count, head, oldToNew, oldBatch, rowsPerSequence);
 }
 
-void launchAddToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments, cudaStream_t stream) {
+void launchAddToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments,
+                        cudaStream_t stream) {
     CTXC_LAUNCH(addToLengthsKernel, blocksFor(static_cast<uint64_t>(count), kThreads, 1024), kThreads, stream)(
         lengths, count, scalar, increments);
 }
@@ -305,7 +309,9 @@ void launchGatherPagedKv(PagedKvGather const& params, cudaStream_t stream) {
     uint64_t const tokenBytes = static_cast<uint64_t>(params.kvHeads) * params.headDim * dtypeBytes(params.outDtype);
     uint64_t const perBlock = kSpanChunkBytes / tokenBytes;
     int32_t const tokensPerBlock =
-        perBlock == 0 ? 1 : (perBlock < static_cast<uint64_t>(params.pageSize) ? static_cast<int32_t>(perBlock) : params.pageSize);
+        perBlock == 0
+            ? 1
+            : (perBlock < static_cast<uint64_t>(params.pageSize) ? static_cast<int32_t>(perBlock) : params.pageSize);
     int32_t const splits = (params.pageSize + tokensPerBlock - 1) / tokensPerBlock;
     uint64_t const pages = (static_cast<uint64_t>(params.seqLen) + params.pageSize - 1) / params.pageSize;
     dim3 const grid(static_cast<unsigned>(pages * splits), static_cast<unsigned>(params.batch), 2);

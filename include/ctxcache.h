@@ -593,8 +593,10 @@ CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t *backend,
 CTXC_API ctxc_status_t ctxc_device_buffer_destroy(ctxc_device_buffer_t *buffer);
 CTXC_API ctxc_status_t ctxc_device_buffer_size(const ctxc_device_buffer_t *buffer, size_t *out_bytes);
 /* [offset, offset + size) must lie inside the buffer. */
-CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t *buffer, size_t offset, const void *src, size_t size);
-CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t *buffer, size_t offset, void *dst, size_t size);
+CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t *buffer, size_t offset, const void *src,
+                                                size_t size);
+CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t *buffer, size_t offset, void *dst,
+                                               size_t size);
 
 CTXC_API void ctxc_kv_pool_options_init(ctxc_kv_pool_options_t *options);
 CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t *backend, const ctxc_kv_pool_options_t *options,
@@ -655,11 +657,11 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_add(ctxc_kv_lengths_t *lengths, int32_t i
 /* Element-wise: increments must cover the same active batch. */
 CTXC_API ctxc_status_t ctxc_kv_lengths_add_lengths(ctxc_kv_lengths_t *lengths, const ctxc_kv_lengths_t *increments);
 /* Dense, order-preserving map of the active batch; the active batch becomes new_batch. */
-CTXC_API ctxc_status_t ctxc_kv_lengths_compact(ctxc_kv_lengths_t *lengths, const int32_t *old_to_new,
-                                               int32_t old_batch, int32_t new_batch);
+CTXC_API ctxc_status_t ctxc_kv_lengths_compact(ctxc_kv_lengths_t *lengths, const int32_t *old_to_new, int32_t old_batch,
+                                               int32_t new_batch);
 /* The active lengths. Two-call pattern. */
-CTXC_API ctxc_status_t ctxc_kv_lengths_read(const ctxc_kv_lengths_t *lengths, int32_t *out_values,
-                                            size_t out_capacity, size_t *out_count);
+CTXC_API ctxc_status_t ctxc_kv_lengths_read(const ctxc_kv_lengths_t *lengths, int32_t *out_values, size_t out_capacity,
+                                            size_t *out_count);
 
 CTXC_API void ctxc_resident_state_options_init(ctxc_resident_state_options_t *options);
 CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t *backend,

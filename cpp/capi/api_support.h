@@ -91,7 +91,8 @@ inline void requireNonNegative(int64_t value, char const* name) {
 }
 
 inline bool requireBool(int32_t value, char const* name) {
-    if (value != 0 && value != 1) invalidArgument(std::string(name) + " must be 0 or 1 (got " + std::to_string(value) + ")");
+    if (value != 0 && value != 1)
+        invalidArgument(std::string(name) + " must be 0 or 1 (got " + std::to_string(value) + ")");
     return value == 1;
 }
 

@@ -12,7 +12,8 @@ using namespace ctxcache::device;
 namespace ctxcache::capi {
 
 DType requireDType(int32_t value, char const* name) {
-    if (!isValidDType(value)) invalidArgument(std::string(name) + " " + std::to_string(value) + " is not a CTXC_DTYPE_* value");
+    if (!isValidDType(value))
+        invalidArgument(std::string(name) + " " + std::to_string(value) + " is not a CTXC_DTYPE_* value");
     return static_cast<DType>(value);
 }
 
@@ -73,9 +74,7 @@ CTXC_API ctxc_status_t ctxc_device_backend_kind(const ctxc_device_backend_t* bac
 }
 
 CTXC_API ctxc_status_t ctxc_device_backend_synchronize(ctxc_device_backend_t* backend) {
-    return guard(__func__, [&] {
-        backendOf(backend)->synchronize();
-    });
+    return guard(__func__, [&] { backendOf(backend)->synchronize(); });
 }
 
 CTXC_API ctxc_status_t ctxc_device_backend_counters(const ctxc_device_backend_t* backend,
@@ -104,10 +103,10 @@ CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend,
     return guard(__func__, [&] {
         createOnBackend(deviceBuffers(), backend, options, out_buffer, "out_buffer",
                         [](DeviceBackend& b, ctxc_device_buffer_options_t const& o) {
-                            auto object = std::make_unique<BufferObject>();
-                            object->buffer = DeviceBuffer(b, o.bytes);
-                            return object;
-                        });
+            auto object = std::make_unique<BufferObject>();
+            object->buffer = DeviceBuffer(b, o.bytes);
+            return object;
+        });
     });
 }
 
@@ -116,12 +115,12 @@ CTXC_API ctxc_status_t ctxc_device_buffer_destroy(ctxc_device_buffer_t* buffer) 
 }
 
 CTXC_API ctxc_status_t ctxc_device_buffer_size(const ctxc_device_buffer_t* buffer, size_t* out_bytes) {
-    return getInto(__func__, out_bytes, "out_bytes", [&] {
-        return requireObject(deviceBuffers(), buffer, "buffer").buffer.size();
-    });
+    return getInto(__func__, out_bytes, "out_bytes",
+                   [&] { return requireObject(deviceBuffers(), buffer, "buffer").buffer.size(); });
 }
 
-CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t* buffer, size_t offset, const void* src, size_t size) {
+CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t* buffer, size_t offset, const void* src,
+                                                size_t size) {
     return guard(__func__, [&] {
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
         requireBytes(src, size, "src");
@@ -129,7 +128,8 @@ CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t* buffer, si
     });
 }
 
-CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t* buffer, size_t offset, void* dst, size_t size) {
+CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t* buffer, size_t offset, void* dst,
+                                               size_t size) {
     return guard(__func__, [&] {
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
         requireBytes(dst, size, "dst");
@@ -150,17 +150,17 @@ CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t* backend, const
     return guard(__func__, [&] {
         createOnBackend(kvPools(), backend, options, out_pool, "out_pool",
                         [](DeviceBackend& b, ctxc_kv_pool_options_t const& o) {
-                            requireArray(o.layers, o.layer_count, "options->layers");
-                            KvPoolGeometry geometry;
-                            geometry.numPages = o.num_pages;
-                            geometry.pageSize = o.page_size;
-                            geometry.dtype = requireDType(o.dtype, "options->dtype");
-                            for (size_t i = 0; i < o.layer_count; ++i)
-                                geometry.layers.push_back(KvLayerShape{o.layers[i].kv_heads, o.layers[i].head_dim});
-                            auto object = std::make_unique<KvPoolObject>();
-                            object->pool = std::make_shared<KvPagePool>(b, std::move(geometry));
-                            return object;
-                        });
+            requireArray(o.layers, o.layer_count, "options->layers");
+            KvPoolGeometry geometry;
+            geometry.numPages = o.num_pages;
+            geometry.pageSize = o.page_size;
+            geometry.dtype = requireDType(o.dtype, "options->dtype");
+            for (size_t i = 0; i < o.layer_count; ++i)
+                geometry.layers.push_back(KvLayerShape{o.layers[i].kv_heads, o.layers[i].head_dim});
+            auto object = std::make_unique<KvPoolObject>();
+            object->pool = std::make_shared<KvPagePool>(b, std::move(geometry));
+            return object;
+        });
     });
 }
 
@@ -169,15 +169,13 @@ CTXC_API ctxc_status_t ctxc_kv_pool_destroy(ctxc_kv_pool_t* pool) {
 }
 
 CTXC_API ctxc_status_t ctxc_kv_pool_page_bytes(const ctxc_kv_pool_t* pool, int32_t layer, size_t* out_bytes) {
-    return getInto(__func__, out_bytes, "out_bytes", [&] {
-        return requireObject(kvPools(), pool, "pool").pool->pageBytes(layer);
-    });
+    return getInto(__func__, out_bytes, "out_bytes",
+                   [&] { return requireObject(kvPools(), pool, "pool").pool->pageBytes(layer); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_pool_footprint_bytes(const ctxc_kv_pool_t* pool, size_t* out_bytes) {
-    return getInto(__func__, out_bytes, "out_bytes", [&] {
-        return requireObject(kvPools(), pool, "pool").pool->footprintBytes();
-    });
+    return getInto(__func__, out_bytes, "out_bytes",
+                   [&] { return requireObject(kvPools(), pool, "pool").pool->footprintBytes(); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t* pool, int32_t layer, int32_t first_flat_page,
@@ -211,15 +209,13 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend,
     return guard(__func__, [&] {
         createOnBackend(pageTables(), backend, options, out_table, "out_table",
                         [](DeviceBackend& b, ctxc_kv_page_table_options_t const& o) {
-                            if (o.mode != CTXC_PAGE_TABLE_DENSE && o.mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
-                                invalidArgument("options->mode " + std::to_string(o.mode) +
-                                                " is not a CTXC_PAGE_TABLE_* value");
-                            auto object = std::make_unique<PageTableObject>();
-                            object->table = std::make_unique<KvPageTable>(b, o.max_batch, o.max_pages_per_seq,
-                                                                          o.num_pages,
-                                                                          static_cast<KvPageTable::Mode>(o.mode));
-                            return object;
-                        });
+            if (o.mode != CTXC_PAGE_TABLE_DENSE && o.mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
+                invalidArgument("options->mode " + std::to_string(o.mode) + " is not a CTXC_PAGE_TABLE_* value");
+            auto object = std::make_unique<PageTableObject>();
+            object->table = std::make_unique<KvPageTable>(b, o.max_batch, o.max_pages_per_seq, o.num_pages,
+                                                          static_cast<KvPageTable::Mode>(o.mode));
+            return object;
+        });
     });
 }
 
@@ -237,28 +233,21 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_set_row(ctxc_kv_page_table_t* table, i
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_clear_row(ctxc_kv_page_table_t* table, int32_t slot) {
-    return guard(__func__, [&] {
-        requireObject(pageTables(), table, "table").table->clearRow(slot);
-    });
+    return guard(__func__, [&] { requireObject(pageTables(), table, "table").table->clearRow(slot); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_set_identity(ctxc_kv_page_table_t* table) {
-    return guard(__func__, [&] {
-        requireObject(pageTables(), table, "table").table->setIdentity();
-    });
+    return guard(__func__, [&] { requireObject(pageTables(), table, "table").table->setIdentity(); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_set_entry(ctxc_kv_page_table_t* table, int32_t slot, int32_t logical_page,
                                                     int32_t k_page) {
-    return guard(__func__, [&] {
-        requireObject(pageTables(), table, "table").table->setEntry(slot, logical_page, k_page);
-    });
+    return guard(__func__,
+                 [&] { requireObject(pageTables(), table, "table").table->setEntry(slot, logical_page, k_page); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_clear_entry(ctxc_kv_page_table_t* table, int32_t slot, int32_t logical_page) {
-    return guard(__func__, [&] {
-        requireObject(pageTables(), table, "table").table->clearEntry(slot, logical_page);
-    });
+    return guard(__func__, [&] { requireObject(pageTables(), table, "table").table->clearEntry(slot, logical_page); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_compact_rows(ctxc_kv_page_table_t* table, const int32_t* old_to_new,
@@ -273,7 +262,8 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_compact_rows(ctxc_kv_page_table_t* tab
 CTXC_API ctxc_status_t ctxc_kv_page_table_check_invariants(const ctxc_kv_page_table_t* table) {
     return guard(__func__, [&] {
         std::string why;
-        if (!requireObject(pageTables(), table, "table").table->checkInvariants(&why)) throw ApiError(CTXC_E_INVARIANT, why);
+        if (!requireObject(pageTables(), table, "table").table->checkInvariants(&why))
+            throw ApiError(CTXC_E_INVARIANT, why);
     });
 }
 
@@ -285,9 +275,8 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t* table, in
 }
 
 CTXC_API ctxc_status_t ctxc_debug_kv_page_table_is_dirty(const ctxc_kv_page_table_t* table, int32_t* out_dirty) {
-    return getInto(__func__, out_dirty, "out_dirty", [&] {
-        return requireObject(pageTables(), table, "table").table->dirty() ? 1 : 0;
-    });
+    return getInto(__func__, out_dirty, "out_dirty",
+                   [&] { return requireObject(pageTables(), table, "table").table->dirty() ? 1 : 0; });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t* table, int32_t* out_entries,
@@ -300,7 +289,7 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t* 
 }
 
 CTXC_API ctxc_status_t ctxc_debug_kv_page_table_read_device(const ctxc_kv_page_table_t* table, int32_t* out_entries,
-                                                      size_t out_capacity, size_t* out_count) {
+                                                            size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
         KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
         std::vector<int32_t> entries(t.entryCount());
@@ -321,10 +310,10 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, co
     return guard(__func__, [&] {
         createOnBackend(kvLengths(), backend, options, out_lengths, "out_lengths",
                         [](DeviceBackend& b, ctxc_kv_lengths_options_t const& o) {
-                            auto object = std::make_unique<KvLengthsObject>();
-                            object->lengths = std::make_unique<KvLengths>(b, o.max_batch);
-                            return object;
-                        });
+            auto object = std::make_unique<KvLengthsObject>();
+            object->lengths = std::make_unique<KvLengths>(b, o.max_batch);
+            return object;
+        });
     });
 }
 
@@ -341,9 +330,7 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_set(ctxc_kv_lengths_t* lengths, const int
 }
 
 CTXC_API ctxc_status_t ctxc_kv_lengths_add(ctxc_kv_lengths_t* lengths, int32_t increment) {
-    return guard(__func__, [&] {
-        requireObject(kvLengths(), lengths, "lengths").lengths->add(increment);
-    });
+    return guard(__func__, [&] { requireObject(kvLengths(), lengths, "lengths").lengths->add(increment); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_lengths_add_lengths(ctxc_kv_lengths_t* lengths, const ctxc_kv_lengths_t* increments) {

@@ -14,7 +14,6 @@ using namespace ctxcache::device;
 
 namespace {
 
-
 SnapshotTransfer toTransfer(ctxc_snapshot_transfer_t const* transfer) {
     ctxc_snapshot_transfer_t const& t = requireSized(transfer, "transfer");
     SnapshotTransfer out;
@@ -45,7 +44,7 @@ unsigned char* window(BufferObject& b, size_t offset, size_t bytes, char const* 
     size_t const size = b.buffer.size();
     if (offset > size || bytes > size - offset)
         throw ContractError(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
-                        ") is outside the buffer's " + std::to_string(size) + " bytes");
+                            ") is outside the buffer's " + std::to_string(size) + " bytes");
     return b.buffer.bytes() + offset;
 }
 
@@ -67,21 +66,21 @@ CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend
     return guard(__func__, [&] {
         createOnBackend(residentStates(), backend, options, out_state, "out_state",
                         [](DeviceBackend& b, ctxc_resident_state_options_t const& o) {
-        ResidentStateGeometry g;
-        g.maxBatch = o.max_batch;
-        g.numLayers = o.num_layers;
-        g.recurrentHeads = o.recurrent_heads;
-        g.recurrentHeadDim = o.recurrent_head_dim;
-        g.stateSize = o.state_size;
-        g.recurrentDtype = requireDType(o.recurrent_dtype, "options->recurrent_dtype");
-        g.convDim = o.conv_dim;
-        g.convKernel = o.conv_kernel;
-        g.convDtype = requireDType(o.conv_dtype, "options->conv_dtype");
-        g.hiddenSize = o.hidden_size;
-        auto object = std::make_unique<ResidentStateObject>();
-        object->state = std::make_shared<ResidentState>(b, g);
-        return object;
-                        });
+            ResidentStateGeometry g;
+            g.maxBatch = o.max_batch;
+            g.numLayers = o.num_layers;
+            g.recurrentHeads = o.recurrent_heads;
+            g.recurrentHeadDim = o.recurrent_head_dim;
+            g.stateSize = o.state_size;
+            g.recurrentDtype = requireDType(o.recurrent_dtype, "options->recurrent_dtype");
+            g.convDim = o.conv_dim;
+            g.convKernel = o.conv_kernel;
+            g.convDtype = requireDType(o.conv_dtype, "options->conv_dtype");
+            g.hiddenSize = o.hidden_size;
+            auto object = std::make_unique<ResidentStateObject>();
+            object->state = std::make_shared<ResidentState>(b, g);
+            return object;
+        });
     });
 }
 
@@ -89,16 +88,16 @@ CTXC_API ctxc_status_t ctxc_resident_state_destroy(ctxc_resident_state_t* state)
     return guard(__func__, [&] { destroyObject(residentStates(), state, "state"); });
 }
 
-CTXC_API ctxc_status_t ctxc_resident_state_row_bytes(const ctxc_resident_state_t* state, int32_t part, size_t* out_bytes) {
+CTXC_API ctxc_status_t ctxc_resident_state_row_bytes(const ctxc_resident_state_t* state, int32_t part,
+                                                     size_t* out_bytes) {
     return getInto(__func__, out_bytes, "out_bytes", [&] {
         return requireObject(residentStates(), state, "state").state->rowBytes(requirePart(part, "part"));
     });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_footprint_bytes(const ctxc_resident_state_t* state, size_t* out_bytes) {
-    return getInto(__func__, out_bytes, "out_bytes", [&] {
-        return requireObject(residentStates(), state, "state").state->footprintBytes();
-    });
+    return getInto(__func__, out_bytes, "out_bytes",
+                   [&] { return requireObject(residentStates(), state, "state").state->footprintBytes(); });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_write_row(ctxc_resident_state_t* state, int32_t part, int32_t layer,
@@ -120,9 +119,7 @@ CTXC_API ctxc_status_t ctxc_resident_state_read_row(const ctxc_resident_state_t*
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_zero_slot(ctxc_resident_state_t* state, int32_t slot) {
-    return guard(__func__, [&] {
-        requireObject(residentStates(), state, "state").state->zeroSlot(slot);
-    });
+    return guard(__func__, [&] { requireObject(residentStates(), state, "state").state->zeroSlot(slot); });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_compact(ctxc_resident_state_t* state, const int32_t* old_to_new,
@@ -152,18 +149,18 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backe
     return guard(__func__, [&] {
         createOnBackend(snapshotStorages(), backend, options, out_storage, "out_storage",
                         [&](DeviceBackend& b, ctxc_snapshot_storage_options_t const& o) {
-        auto object = std::make_unique<SnapshotStorageObject>();
-        if (state) object->state = requireObject(residentStates(), state, "state").state;
-        if (base_pool) object->base = requireObject(kvPools(), base_pool, "base_pool").pool;
-        if (draft_pool) object->draft = requireObject(kvPools(), draft_pool, "draft_pool").pool;
-        SnapshotBudgets budgets;
-        budgets.recurrentBytes = o.recurrent_budget_bytes;
-        budgets.partialKvBytes = o.partial_kv_budget_bytes;
-        budgets.boundaryHidden = requireBool(o.boundary_hidden, "options->boundary_hidden");
-        object->storage = std::make_unique<SnapshotStorage>(b, object->state.get(), object->base.get(),
-                                                            object->draft.get(), budgets);
-        return object;
-                        });
+            auto object = std::make_unique<SnapshotStorageObject>();
+            if (state) object->state = requireObject(residentStates(), state, "state").state;
+            if (base_pool) object->base = requireObject(kvPools(), base_pool, "base_pool").pool;
+            if (draft_pool) object->draft = requireObject(kvPools(), draft_pool, "draft_pool").pool;
+            SnapshotBudgets budgets;
+            budgets.recurrentBytes = o.recurrent_budget_bytes;
+            budgets.partialKvBytes = o.partial_kv_budget_bytes;
+            budgets.boundaryHidden = requireBool(o.boundary_hidden, "options->boundary_hidden");
+            object->storage = std::make_unique<SnapshotStorage>(b, object->state.get(), object->base.get(),
+                                                                object->draft.get(), budgets);
+            return object;
+        });
     });
 }
 
@@ -204,7 +201,8 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_restore(ctxc_snapshot_storage_t* st
 CTXC_API ctxc_status_t ctxc_snapshot_storage_region_bytes(const ctxc_snapshot_storage_t* storage, int32_t part,
                                                           int32_t layer, size_t* out_bytes) {
     return getInto(__func__, out_bytes, "out_bytes", [&] {
-        return requireObject(snapshotStorages(), storage, "storage").storage->regionBytes(requirePart(part, "part"), layer);
+        return requireObject(snapshotStorages(), storage, "storage")
+            .storage->regionBytes(requirePart(part, "part"), layer);
     });
 }
 
@@ -299,7 +297,8 @@ CTXC_API ctxc_status_t ctxc_device_hash_chunked(const ctxc_device_buffer_t* buff
     });
 }
 
-CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void* bytes, size_t size, uint32_t num_chunks, ctxc_hash128_t* out_hash) {
+CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void* bytes, size_t size, uint32_t num_chunks,
+                                              ctxc_hash128_t* out_hash) {
     return guard(__func__, [&] {
         ctxc_hash128_t& out = requireOut(out_hash, "out_hash");
         requireBytes(bytes, size, "bytes");

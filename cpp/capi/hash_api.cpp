@@ -63,8 +63,10 @@ CTXC_API ctxc_status_t ctxc_hasher_create(const ctxc_hasher_options_t* options, 
         ctxc_hasher_options_t const& o = requireSized(options, "options");
         if (o.algorithm != CTXC_HASH_SHA256 && o.algorithm != CTXC_HASH_FNV1A128)
             invalidArgument("options->algorithm " + std::to_string(o.algorithm) + " is not a CTXC_HASH_* value");
-        if (!o.key && o.key_length > 0) invalidArgument("options->key is NULL but key_length is " + std::to_string(o.key_length));
-        if (o.algorithm == CTXC_HASH_FNV1A128 && o.key_length > 0) invalidArgument("options->key: fnv1a128 takes no key");
+        if (!o.key && o.key_length > 0)
+            invalidArgument("options->key is NULL but key_length is " + std::to_string(o.key_length));
+        if (o.algorithm == CTXC_HASH_FNV1A128 && o.key_length > 0)
+            invalidArgument("options->key: fnv1a128 takes no key");
         std::string_view key(reinterpret_cast<char const*>(o.key), o.key ? o.key_length : 0);
         auto object = std::make_unique<HasherObject>(BlockHasher(static_cast<HashAlgorithm>(o.algorithm), key));
         *out_hasher = static_cast<ctxc_hasher_t*>(hashers().add(std::move(object)));
@@ -115,7 +117,8 @@ CTXC_API ctxc_status_t ctxc_hash_exact_prefix(const ctxc_hasher_t* hasher, const
         requireArray(tokens, token_count, "tokens");
         requirePageSize(page_size);
         ctxc_hash128_t& out = requireOut(out_digest, "out_digest");
-        requireExtrasCount(extras_count, (token_count + static_cast<size_t>(page_size) - 1) / static_cast<size_t>(page_size));
+        requireExtrasCount(extras_count,
+                           (token_count + static_cast<size_t>(page_size) - 1) / static_cast<size_t>(page_size));
         out = fromHash(h.hashExactPrefix(tokens, token_count, page_size, toExtras(extras, extras_count),
                                          mediaHashes(per_position_media_hashes)));
     });

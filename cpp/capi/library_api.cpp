@@ -50,7 +50,10 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         char const* name;
         size_t size;
     };
-#define CTXC_SIZEOF_ENTRY(type) {#type, sizeof(type)}
+#define CTXC_SIZEOF_ENTRY(type) \
+    {                           \
+        #type, sizeof(type)     \
+    }
     static Entry const table[] = {
         CTXC_SIZEOF_ENTRY(ctxc_hash128_t),
         CTXC_SIZEOF_ENTRY(ctxc_resource_demand_t),

@@ -48,8 +48,8 @@ ctxc_reuse_plan_t fromPlan(ReusePlan const& p) {
 }
 
 // Shared tail of the three acquire calls: fill the result, register the lease handle.
-ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireResult result,
-                            ctxc_acquire_result_t& out, ctxc_lease_t** outLease) {
+ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireResult result, ctxc_acquire_result_t& out,
+                            ctxc_lease_t** outLease) {
     out.status = static_cast<int32_t>(result.status);
     out.plan = fromPlan(result.plan);
     if (result.status != AcquireStatus::kAcquired) return CTXC_OK;
@@ -131,7 +131,8 @@ CTXC_API ctxc_status_t ctxc_manager_create(const ctxc_manager_options_t* options
     return guard(__func__, [&] {
         requireOut(out_manager, "out_manager") = nullptr;
         ctxc_manager_options_t const& o = requireSized(options, "options");
-        if (o.page_size <= 0) invalidArgument("options->page_size must be positive (got " + std::to_string(o.page_size) + ")");
+        if (o.page_size <= 0)
+            invalidArgument("options->page_size must be positive (got " + std::to_string(o.page_size) + ")");
         requireNonNegative(o.capacities.base_kv_pages, "options->capacities.base_kv_pages");
         requireNonNegative(o.capacities.draft_kv_pages, "options->capacities.draft_kv_pages");
         requireNonNegative(o.capacities.recurrent_snapshot_slots, "options->capacities.recurrent_snapshot_slots");
@@ -159,8 +160,9 @@ CTXC_API ctxc_status_t ctxc_manager_destroy(ctxc_manager_t* manager) {
         }
         m.reset();  // the manager detaches its remaining leases: they never touch it again
         if (orphaned > 0)
-            throw ApiError(CTXC_E_LEASES_OUTSTANDING, "destroyed with " + std::to_string(orphaned) +
-                                                          " live lease(s); they are orphaned and must still be destroyed");
+            throw ApiError(CTXC_E_LEASES_OUTSTANDING,
+                           "destroyed with " + std::to_string(orphaned) +
+                               " live lease(s); they are orphaned and must still be destroyed");
         return CTXC_OK;
     });
 }
@@ -170,8 +172,8 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t* manager, con
                                                     ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-                           return m.acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
-                       });
+        return m.acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
+    });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, const ctxc_hybrid_candidate_t* candidates,
@@ -181,15 +183,13 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, cons
                                                    ctxc_lease_t** out_lease) {
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-                           bool const attention = requireBool(has_attention, "has_attention");
-                           requireArray(candidates, candidate_count, "candidates");
-                           std::vector<HybridCheckpointCandidate> c(candidate_count);
-                           for (size_t i = 0; i < candidate_count; ++i)
-                               c[i] = HybridCheckpointCandidate{candidates[i].exact_length,
-                                                                toHash(candidates[i].exact_prefix_digest)};
-                           return m.acquireHybrid(c, inputHashes(hashes, count), count, input_token_count,
-                                                  attention, policy);
-                       });
+        bool const attention = requireBool(has_attention, "has_attention");
+        requireArray(candidates, candidate_count, "candidates");
+        std::vector<HybridCheckpointCandidate> c(candidate_count);
+        for (size_t i = 0; i < candidate_count; ++i)
+            c[i] = HybridCheckpointCandidate{candidates[i].exact_length, toHash(candidates[i].exact_prefix_digest)};
+        return m.acquireHybrid(c, inputHashes(hashes, count), count, input_token_count, attention, policy);
+    });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const ctxc_hash128_t* hashes, size_t count,
@@ -197,8 +197,8 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const 
                                                  ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-                           return m.acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
-                       });
+        return m.acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
+    });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_t* manager, int32_t input_token_count,
@@ -207,7 +207,8 @@ CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_
     return guard(__func__, [&] {
         ManagerObject& m = requireManager(manager);
         requireNonNegative(input_token_count, "input_token_count");
-        return copyOut(m.manager->hybridCandidateLengths(input_token_count), out_lengths, out_capacity, out_count, "out_lengths");
+        return copyOut(m.manager->hybridCandidateLengths(input_token_count), out_lengths, out_capacity, out_count,
+                       "out_lengths");
     });
 }
 
@@ -220,8 +221,8 @@ CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths_for(const ctxc_mana
         ManagerObject& m = requireManager(manager);
         requireNonNegative(input_token_count, "input_token_count");
         BlockHashSpan const input{inputHashes(hashes, count), count};
-        return copyOut(m.manager->hybridCandidateLengths(input_token_count, input), out_lengths, out_capacity, out_count,
-                       "out_lengths");
+        return copyOut(m.manager->hybridCandidateLengths(input_token_count, input), out_lengths, out_capacity,
+                       out_count, "out_lengths");
     });
 }
 
@@ -296,7 +297,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish(ctxc_manager_t* manager, ctxc_lease_
         ManagerObject& m = requireManager(manager);
         LeaseObject& l = requireLiveLease(lease, manager);
         requireNonNegative(resident_state_length, "resident_state_length");
-        fillPublishResult(m, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length), out);
+        fillPublishResult(m, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length),
+                          out);
     });
 }
 
@@ -312,14 +314,14 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
         if (!checkpoint) invalidArgument("checkpoint is NULL");
         if (!snapshots) invalidArgument("snapshots is NULL");
         HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
-        fillPublishResult(m, m.manager->publishHybrid(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)), out);
+        fillPublishResult(
+            m, m.manager->publishHybrid(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)),
+            out);
     });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t* manager, uint64_t record) {
-    return guard(__func__, [&] {
-        requireManager(manager).manager->evictRecord(record);
-    });
+    return guard(__func__, [&] { requireManager(manager).manager->evictRecord(record); });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_manager_metrics_t* out_metrics) {
@@ -335,9 +337,8 @@ CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_
 }
 
 CTXC_API ctxc_status_t ctxc_manager_page_size(const ctxc_manager_t* manager, int32_t* out_page_size) {
-    return getInto(__func__, out_page_size, "out_page_size", [&] {
-        return requireManager(manager).manager->pageSize();
-    });
+    return getInto(__func__, out_page_size, "out_page_size",
+                   [&] { return requireManager(manager).manager->pageSize(); });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_free,
@@ -350,25 +351,27 @@ CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t* manager, i
     });
 }
 
-CTXC_API ctxc_status_t ctxc_debug_manager_ref_counts(const ctxc_manager_t* manager, int32_t resource_type, int32_t index,
-                                               int32_t* out_active, int32_t* out_cache) {
+CTXC_API ctxc_status_t ctxc_debug_manager_ref_counts(const ctxc_manager_t* manager, int32_t resource_type,
+                                                     int32_t index, int32_t* out_active, int32_t* out_cache) {
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
         ResourceId const id{resourceType(resource_type, "resource_type"), index};
         requireNonNegative(index, "index");
         // An id beyond this manager's pool is inconsistent with its state, like any other out-of-range id.
         if (!pools.validId(id))
-            throw ContractError("index " + std::to_string(index) + " is out of range [0, " + std::to_string(pools.capacity(id.type)) + ")");
+            throw ContractError("index " + std::to_string(index) + " is out of range [0, " +
+                                std::to_string(pools.capacity(id.type)) + ")");
         if (out_active) *out_active = pools.activeRefCount(id);
         if (out_cache) *out_cache = pools.cacheRefCount(id);
     });
 }
 
-CTXC_API ctxc_status_t ctxc_debug_manager_free_list(const ctxc_manager_t* manager, int32_t resource_type, int32_t* out_ids,
-                                              size_t out_capacity, size_t* out_count) {
+CTXC_API ctxc_status_t ctxc_debug_manager_free_list(const ctxc_manager_t* manager, int32_t resource_type,
+                                                    int32_t* out_ids, size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
-        return copyOut(pools.freeList(resourceType(resource_type, "resource_type")), out_ids, out_capacity, out_count, "out_ids");
+        return copyOut(pools.freeList(resourceType(resource_type, "resource_type")), out_ids, out_capacity, out_count,
+                       "out_ids");
     });
 }
 
@@ -376,14 +379,16 @@ CTXC_API ctxc_status_t ctxc_manager_record_count(const ctxc_manager_t* manager, 
     return getInto(__func__, out_count, "out_count", [&] { return requireManager(manager).manager->records().size(); });
 }
 
-CTXC_API ctxc_status_t ctxc_debug_manager_records_lru(const ctxc_manager_t* manager, uint64_t* out_ids, size_t out_capacity,
-                                                size_t* out_count) {
+CTXC_API ctxc_status_t ctxc_debug_manager_records_lru(const ctxc_manager_t* manager, uint64_t* out_ids,
+                                                      size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
-        return copyOut(requireManager(manager).manager->records().lruToMru(), out_ids, out_capacity, out_count, "out_ids");
+        return copyOut(requireManager(manager).manager->records().lruToMru(), out_ids, out_capacity, out_count,
+                       "out_ids");
     });
 }
 
-CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, uint64_t record, ctxc_record_view_t* out_view) {
+CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, uint64_t record,
+                                                 ctxc_record_view_t* out_view) {
     return guard(__func__, [&] {
         ctxc_record_view_t& out = requireSized(out_view, "out_view");
         CacheRecordStore const& records = requireManager(manager).manager->records();
@@ -405,7 +410,7 @@ CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, 
 }
 
 CTXC_API ctxc_status_t ctxc_debug_manager_base_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hash,
-                                                      int32_t* out_page) {
+                                                            int32_t* out_page) {
     return guard(__func__, [&] {
         int32_t& out = requireOut(out_page, "out_page");
         ManagerObject& m = requireManager(manager);
@@ -418,9 +423,10 @@ CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t* manage
     return getInto(__func__, out_size, "out_size", [&] { return requireManager(manager).manager->baseIndex().size(); });
 }
 
-CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_lookup(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
-                                                       size_t count, int32_t max_block_count, uint64_t* out_record,
-                                                       int32_t* out_path_block_count) {
+CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_lookup(const ctxc_manager_t* manager,
+                                                             const ctxc_hash128_t* hashes, size_t count,
+                                                             int32_t max_block_count, uint64_t* out_record,
+                                                             int32_t* out_path_block_count) {
     return guard(__func__, [&] {
         uint64_t& record = requireOut(out_record, "out_record");
         int32_t& blocks = requireOut(out_path_block_count, "out_path_block_count");
@@ -438,9 +444,8 @@ CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_lookup(const ctxc_manager_
 }
 
 CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_size(const ctxc_manager_t* manager, size_t* out_entries) {
-    return getInto(__func__, out_entries, "out_entries", [&] {
-        return requireManager(manager).manager->draftIndex().entryCount();
-    });
+    return getInto(__func__, out_entries, "out_entries",
+                   [&] { return requireManager(manager).manager->draftIndex().entryCount(); });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_live_lease_count(const ctxc_manager_t* manager, size_t* out_count) {
@@ -452,9 +457,7 @@ CTXC_API ctxc_status_t ctxc_manager_metadata_bytes(const ctxc_manager_t* manager
 }
 
 CTXC_API ctxc_status_t ctxc_manager_check_invariants(const ctxc_manager_t* manager) {
-    return guard(__func__, [&] {
-        requireManager(manager).manager->checkInvariants();
-    });
+    return guard(__func__, [&] { requireManager(manager).manager->checkInvariants(); });
 }
 
 }  // extern "C"

@@ -167,7 +167,8 @@ void checkExtrasCount(char const* operation, std::vector<BlockKeyExtras> const& 
 }
 
 void checkTokens(char const* operation, int32_t const* tokens, size_t count, int32_t pageSize) {
-    if (pageSize <= 0) throw ContractError(std::string(operation) + ": pageSize must be positive (" + std::to_string(pageSize) + ")");
+    if (pageSize <= 0)
+        throw ContractError(std::string(operation) + ": pageSize must be positive (" + std::to_string(pageSize) + ")");
     if (count > 0 && !tokens) throw ContractError(std::string(operation) + ": tokens is null");
 }
 
@@ -225,11 +226,13 @@ Hash128 BlockHasher::digest(unsigned char const* bytes, size_t size) const {
     buffer[size] = 0x80;
     std::memset(buffer + size + 1, 0, padded - 8 - (size + 1));
     uint64_t const bits = (static_cast<uint64_t>(size) + (keyed_ ? 64u : 0u)) * 8u;
-    for (int i = 0; i < 8; ++i) buffer[padded - 1 - static_cast<size_t>(i)] = static_cast<unsigned char>(bits >> (8 * i));
+    for (int i = 0; i < 8; ++i)
+        buffer[padded - 1 - static_cast<size_t>(i)] = static_cast<unsigned char>(bits >> (8 * i));
     SHA256_CTX ctx;
     std::memcpy(&ctx, shaState_, sizeof ctx);
     SHA256_Update(&ctx, buffer, padded);
-    return Hash128{(static_cast<uint64_t>(ctx.h[0]) << 32) | ctx.h[1], (static_cast<uint64_t>(ctx.h[2]) << 32) | ctx.h[3]};
+    return Hash128{(static_cast<uint64_t>(ctx.h[0]) << 32) | ctx.h[1],
+                   (static_cast<uint64_t>(ctx.h[2]) << 32) | ctx.h[3]};
 }
 
 BlockHash BlockHasher::hashBlock(BlockHash parent, int32_t const* tokens, size_t count, BlockKeyExtras const& extras,

@@ -99,7 +99,8 @@ std::optional<RecordId> CacheRecordStore::findHybrid(HybridCheckpointKey const& 
 
 std::vector<int32_t> CacheRecordStore::hybridCandidateLengths(int32_t inputTokenCount) const {
     std::vector<int32_t> lengths;
-    for (auto it = hybridLengths_.upper_bound(inputTokenCount); it != hybridLengths_.end(); ++it) lengths.push_back(it->first);
+    for (auto it = hybridLengths_.upper_bound(inputTokenCount); it != hybridLengths_.end(); ++it)
+        lengths.push_back(it->first);
     return lengths;
 }
 
@@ -136,8 +137,12 @@ void CacheRecordStore::touch(RecordId id) {
 
 void CacheRecordStore::setDraftState(RecordId id, std::vector<PageId> draftPagePath) {
     Entry& e = entry(id, "setDraftState");
-    if (e.record.hasDraftPath()) throw ContractError("CacheRecordStore::setDraftState: record " + std::to_string(id) + " already has a draft path");
-    if (e.record.isHybrid()) throw ContractError("CacheRecordStore::setDraftState: record " + std::to_string(id) + " is a hybrid checkpoint");
+    if (e.record.hasDraftPath())
+        throw ContractError("CacheRecordStore::setDraftState: record " + std::to_string(id) +
+                            " already has a draft path");
+    if (e.record.isHybrid())
+        throw ContractError("CacheRecordStore::setDraftState: record " + std::to_string(id) +
+                            " is a hybrid checkpoint");
     if (draftPagePath.size() != e.record.basePagePath.size())
         throw ContractError("CacheRecordStore::setDraftState: draft path has " + std::to_string(draftPagePath.size()) +
                             " pages, the base path " + std::to_string(e.record.basePagePath.size()));
@@ -175,27 +180,35 @@ void CacheRecordStore::checkInvariants() const {
                              std::to_string(records_.size()) + " records");
     for (auto it = lru_.begin(); it != lru_.end(); ++it) {
         auto rec = records_.find(*it);
-        if (rec == records_.end()) throw InvariantError("CacheRecordStore: LRU holds unknown record " + std::to_string(*it));
-        if (rec->second.lruPosition != it) throw InvariantError("CacheRecordStore: record " + std::to_string(*it) + " is in the LRU twice");
+        if (rec == records_.end())
+            throw InvariantError("CacheRecordStore: LRU holds unknown record " + std::to_string(*it));
+        if (rec->second.lruPosition != it)
+            throw InvariantError("CacheRecordStore: record " + std::to_string(*it) + " is in the LRU twice");
     }
     size_t hybrids = 0;
     std::map<int32_t, int32_t, std::greater<int32_t>> lengths;
     for (auto const& [id, e] : records_) {
         if (e.record.id != id || id == kNoRecord || id >= nextId_)
-            throw InvariantError("CacheRecordStore: record stored under id " + std::to_string(id) + " has id " + std::to_string(e.record.id));
+            throw InvariantError("CacheRecordStore: record stored under id " + std::to_string(id) + " has id " +
+                                 std::to_string(e.record.id));
         try {
             e.record.validate();
         } catch (ContractError const& error) {
-            throw InvariantError(std::string("CacheRecordStore: record ") + std::to_string(id) + " invalid: " + error.what());
+            throw InvariantError(std::string("CacheRecordStore: record ") + std::to_string(id) +
+                                 " invalid: " + error.what());
         }
         if (auto hybrid = e.record.hybridKey()) {
             ++hybrids;
             ++lengths[hybrid->exactLength];
             RecordId const* indexed = hybridIndex_.find(*hybrid);
-            if (!indexed || *indexed != id) throw InvariantError("CacheRecordStore: hybrid record " + std::to_string(id) + " missing from the hybrid index");
+            if (!indexed || *indexed != id)
+                throw InvariantError("CacheRecordStore: hybrid record " + std::to_string(id) +
+                                     " missing from the hybrid index");
         } else {
             RecordId const* indexed = exactIndex_.find(e.record.key);
-            if (!indexed || *indexed != id) throw InvariantError("CacheRecordStore: record " + std::to_string(id) + " missing from the exact-key index");
+            if (!indexed || *indexed != id)
+                throw InvariantError("CacheRecordStore: record " + std::to_string(id) +
+                                     " missing from the exact-key index");
         }
     }
     if (hybridIndex_.size() != hybrids || exactIndex_.size() != records_.size() - hybrids)
@@ -203,13 +216,14 @@ void CacheRecordStore::checkInvariants() const {
     if (lengths != hybridLengths_) throw InvariantError("CacheRecordStore: hybrid length counts are stale");
     size_t anchored = 0;
     for (auto const& [anchor, anchorLengths] : hybridAnchors_) anchored += anchorLengths.size();
-    if (anchored != hybrids) throw InvariantError("CacheRecordStore: hybrid anchors hold " + std::to_string(anchored) +
-                                                  " lengths for " + std::to_string(hybrids) + " hybrid records");
+    if (anchored != hybrids)
+        throw InvariantError("CacheRecordStore: hybrid anchors hold " + std::to_string(anchored) + " lengths for " +
+                             std::to_string(hybrids) + " hybrid records");
     for (auto const& [id, e] : records_) {
         if (!e.record.isHybrid()) continue;
         auto anchor = hybridAnchors_.find(anchorOf(e.record));
-        if (anchor == hybridAnchors_.end() ||
-            std::find(anchor->second.begin(), anchor->second.end(), *e.record.exactCheckpointLength) == anchor->second.end())
+        if (anchor == hybridAnchors_.end() || std::find(anchor->second.begin(), anchor->second.end(),
+                                                        *e.record.exactCheckpointLength) == anchor->second.end())
             throw InvariantError("CacheRecordStore: hybrid record " + std::to_string(id) + " is not anchored");
     }
 }
@@ -224,7 +238,8 @@ size_t CacheRecordStore::memoryBytes() const noexcept {
     bytes += hybridLengths_.size() * (sizeof(std::pair<int32_t const, int32_t>) + 4 * sizeof(void*) + 16);
     bytes += hybridAnchors_.bucket_count() * sizeof(void*);
     for (auto const& [anchor, lengths] : hybridAnchors_)
-        bytes += sizeof(std::pair<CacheRecordKey const, std::vector<int32_t>>) + kNodeOverhead + lengths.capacity() * sizeof(int32_t);
+        bytes += sizeof(std::pair<CacheRecordKey const, std::vector<int32_t>>) + kNodeOverhead +
+                 lengths.capacity() * sizeof(int32_t);
     for (auto const& [id, e] : records_) {
         bytes += e.record.logicalBlockHashes.capacity() * sizeof(BlockHash);
         bytes += e.record.basePagePath.capacity() * sizeof(PageId);

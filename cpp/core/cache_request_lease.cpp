@@ -37,8 +37,12 @@ void CacheRequestLease::release() noexcept {
 }
 
 bool CacheRequestLease::valid() const noexcept { return state_ && state_->manager; }
-std::vector<PageId> const& CacheRequestLease::basePages() const noexcept { return state_ ? state_->basePages : kNoPages; }
-std::vector<PageId> const& CacheRequestLease::draftPages() const noexcept { return state_ ? state_->draftPages : kNoPages; }
+std::vector<PageId> const& CacheRequestLease::basePages() const noexcept {
+    return state_ ? state_->basePages : kNoPages;
+}
+std::vector<PageId> const& CacheRequestLease::draftPages() const noexcept {
+    return state_ ? state_->draftPages : kNoPages;
+}
 std::optional<int32_t> CacheRequestLease::recurrentSnapshotSlot() const noexcept {
     return state_ ? state_->recurrentBinding : std::nullopt;
 }

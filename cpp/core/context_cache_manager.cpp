@@ -42,13 +42,14 @@ void checkMatchedPrefix(char const* operation, BlockHashSpan hashes, size_t coun
     for (size_t i = 0; i < n; ++i)
         if (hashes[i] != matched[i])
             contract(operation, "fullBlockHashes[" + str(static_cast<int64_t>(i)) +
-                                    "] no longer describes the acquired prefix (" + toHex(hashes[i]) + " != " +
-                                    toHex(matched[i]) + ")");
+                                    "] no longer describes the acquired prefix (" + toHex(hashes[i]) +
+                                    " != " + toHex(matched[i]) + ")");
 }
 
 }  // namespace
 
-ResourceDemand ContextCacheManager::validatedCapacities(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords) {
+ResourceDemand ContextCacheManager::validatedCapacities(int32_t pageSize, ResourceDemand capacities,
+                                                        int32_t maxRecords) {
     if (pageSize <= 0) contract("ContextCacheManager", "pageSize must be positive (" + str(pageSize) + ")");
     if (!capacities.isNonNegative()) contract("ContextCacheManager", "capacities must be non-negative");
     if (maxRecords < 0) contract("ContextCacheManager", "maxRecords must be non-negative (" + str(maxRecords) + ")");
@@ -85,7 +86,8 @@ CacheRequestLease ContextCacheManager::newLease(ReusePlanMode mode) {
     return CacheRequestLease(std::move(state));
 }
 
-ContextCacheManager::LeaseState& ContextCacheManager::checkLease(CacheRequestLease& lease, char const* operation) const {
+ContextCacheManager::LeaseState& ContextCacheManager::checkLease(CacheRequestLease& lease,
+                                                                 char const* operation) const {
     if (!lease.state_) contract(operation, "lease is empty (released or moved from)");
     if (!lease.state_->manager) contract(operation, "lease outlived its manager");
     if (lease.state_->manager != this) contract(operation, "lease belongs to another manager");
@@ -193,14 +195,17 @@ AcquireResult ContextCacheManager::acquireSpec(BlockHash const* hashes, size_t c
 }
 
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
-    if (inputTokenCount < 0) contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
+    if (inputTokenCount < 0)
+        contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
     return records_.hybridCandidateLengths(inputTokenCount);
 }
 
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount,
                                                                  BlockHashSpan inputFullBlockHashes) const {
-    if (inputTokenCount < 0) contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
-    if (inputFullBlockHashes.size > 0 && !inputFullBlockHashes.data) contract("hybridCandidateLengths", "hashes is null");
+    if (inputTokenCount < 0)
+        contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
+    if (inputFullBlockHashes.size > 0 && !inputFullBlockHashes.data)
+        contract("hybridCandidateLengths", "hashes is null");
     return records_.hybridCandidateLengths(inputTokenCount, inputFullBlockHashes);
 }
 
@@ -268,7 +273,8 @@ bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count)
 
 bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCount, int32_t draftCount) {
     LeaseState& s = checkLease(lease, "growSpecPages");
-    if (s.mode != ReusePlanMode::kSpec) contract("growSpecPages", std::string("needs a spec lease, got ") + leaseKind(s.mode));
+    if (s.mode != ReusePlanMode::kSpec)
+        contract("growSpecPages", std::string("needs a spec lease, got ") + leaseKind(s.mode));
     if (baseCount < 0) contract("growSpecPages", "baseCount is negative (" + str(baseCount) + ")");
     if (draftCount < 0) contract("growSpecPages", "draftCount is negative (" + str(draftCount) + ")");
     ResourceDemand demand;
@@ -328,12 +334,14 @@ void ContextCacheManager::retireHybridSnapshotReservation(CacheRequestLease& lea
     if (s.mode != ReusePlanMode::kHybrid) contract(op, std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
     ResourceId const recurrent{ResourceType::kRecurrentSnapshot, reservation.recurrentSnapshotSlot};
     if (!ownsReservation(s.reservedSnapshots, recurrent))
-        contract(op, "recurrent snapshot slot " + str(reservation.recurrentSnapshotSlot) + " is not reserved by this lease");
+        contract(
+            op, "recurrent snapshot slot " + str(reservation.recurrentSnapshotSlot) + " is not reserved by this lease");
     std::optional<ResourceId> partial;
     if (reservation.partialKvSnapshotSlot) {
         partial = ResourceId{ResourceType::kPartialKvSnapshot, *reservation.partialKvSnapshotSlot};
         if (!ownsReservation(s.reservedSnapshots, *partial))
-            contract(op, "partial-KV snapshot slot " + str(*reservation.partialKvSnapshotSlot) + " is not reserved by this lease");
+            contract(op, "partial-KV snapshot slot " + str(*reservation.partialKvSnapshotSlot) +
+                             " is not reserved by this lease");
     }
     auto drop = [&](ResourceId const& id) {
         s.reservedSnapshots.erase(std::find(s.reservedSnapshots.begin(), s.reservedSnapshots.end(), id));
@@ -416,14 +424,17 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
         contract(op, "a publication needs at least one resident full block (" + str(static_cast<int64_t>(hashes.size)) +
                          " hashes, residentStateLength " + str(residentStateLength) + ")");
     if (count > s.basePages.size())
-        contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " + str(static_cast<int64_t>(s.basePages.size())) + " base pages");
+        contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " +
+                         str(static_cast<int64_t>(s.basePages.size())) + " base pages");
     if (spec && count > s.draftPages.size())
-        contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " + str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
+        contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " +
+                         str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
     checkMatchedPrefix(op, hashes, count, s.matchedHashes);
     if (s.specReplayDependency) {
         SpecReplayDependency const& dep = *s.specReplayDependency;
         if (count < static_cast<size_t>(dep.pathBlockCount))
-            contract(op, "the replayed boundary block " + str(dep.pathBlockCount) + " is not in the " + str(static_cast<int64_t>(count)) + " published blocks");
+            contract(op, "the replayed boundary block " + str(dep.pathBlockCount) + " is not in the " +
+                             str(static_cast<int64_t>(count)) + " published blocks");
         if (hashes[static_cast<size_t>(dep.pathBlockCount - 1)] != dep.terminalHash)
             contract(op, "the replayed boundary block " + str(dep.pathBlockCount) +
                              " changed: the retained draft KV depended on the original next block");
@@ -447,7 +458,8 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
             for (; refsAdded < upgraded.draftPagePath.size(); ++refsAdded)
                 pools_.addCacheRef({ResourceType::kDraftKvPage, upgraded.draftPagePath[refsAdded]});
         } catch (...) {
-            for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef({ResourceType::kDraftKvPage, upgraded.draftPagePath[i]});
+            for (size_t i = 0; i < refsAdded; ++i)
+                pools_.releaseCacheRef({ResourceType::kDraftKvPage, upgraded.draftPagePath[i]});
             draftIndex_.erase(upgraded);
             throw;
         }
@@ -486,22 +498,27 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
                          " (expected " + str(static_cast<int64_t>(fullBlocks)) + ")");
     bool const wantsPartial = s.hybridHasAttention && midPage;
     if (snapshots.partialKvSnapshotSlot.has_value() != wantsPartial)
-        contract(op, wantsPartial ? "a mid-page checkpoint on an attention model needs a partial-KV snapshot slot"
-                                  : (s.hybridHasAttention ? "a page-aligned checkpoint takes no partial-KV snapshot slot"
-                                                          : "a lease without attention takes no partial-KV snapshot slot"));
+        contract(op, wantsPartial
+                         ? "a mid-page checkpoint on an attention model needs a partial-KV snapshot slot"
+                         : (s.hybridHasAttention ? "a page-aligned checkpoint takes no partial-KV snapshot slot"
+                                                 : "a lease without attention takes no partial-KV snapshot slot"));
     if (s.hybridHasAttention && fullBlocks > s.basePages.size())
-        contract(op, str(static_cast<int64_t>(fullBlocks)) + " full blocks but the lease holds " + str(static_cast<int64_t>(s.basePages.size())) + " base pages");
+        contract(op, str(static_cast<int64_t>(fullBlocks)) + " full blocks but the lease holds " +
+                         str(static_cast<int64_t>(s.basePages.size())) + " base pages");
     if (!ownsReservation(s.reservedSnapshots, {ResourceType::kRecurrentSnapshot, snapshots.recurrentSnapshotSlot}))
-        contract(op, "recurrent snapshot slot " + str(snapshots.recurrentSnapshotSlot) + " is not reserved by this lease");
+        contract(op,
+                 "recurrent snapshot slot " + str(snapshots.recurrentSnapshotSlot) + " is not reserved by this lease");
     if (snapshots.partialKvSnapshotSlot &&
         !ownsReservation(s.reservedSnapshots, {ResourceType::kPartialKvSnapshot, *snapshots.partialKvSnapshotSlot}))
-        contract(op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
+        contract(
+            op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
     checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
 
     int32_t const publishedBlocks = s.hybridHasAttention ? static_cast<int32_t>(fullBlocks) : 0;
     if (std::optional<RecordId> existing = records_.findHybrid(checkpoint)) {
         records_.touch(*existing);
-        return PublishResult{PublishStatus::kExistingRecord, *existing, records_.get(*existing).basePagePath, publishedBlocks};
+        return PublishResult{PublishStatus::kExistingRecord, *existing, records_.get(*existing).basePagePath,
+                             publishedBlocks};
     }
     std::vector<PageId> newlyMapped;
     CacheRecord record;
@@ -531,7 +548,8 @@ void ContextCacheManager::checkInvariants() const {
     }
     auto count = [&](std::vector<int32_t>* table, ResourceId const& id, std::string const& holder) {
         if (!pools_.validId(id))
-            throw InvariantError(holder + " holds " + toString(id.type) + " " + str(id.index) + ", which is out of range");
+            throw InvariantError(holder + " holds " + toString(id.type) + " " + str(id.index) +
+                                 ", which is out of range");
         ++table[static_cast<int>(id.type)][static_cast<size_t>(id.index)];
     };
 
@@ -545,9 +563,12 @@ void ContextCacheManager::checkInvariants() const {
         if (s->recurrentBinding) count(active, {ResourceType::kRecurrentSnapshot, *s->recurrentBinding}, holder);
         if (s->partialBinding) count(active, {ResourceType::kPartialKvSnapshot, *s->partialBinding}, holder);
         for (ResourceId const& id : s->reservedSnapshots) count(active, id, holder);
-        if (s->mode != ReusePlanMode::kSpec && !s->draftPages.empty()) throw InvariantError("a non-spec lease holds draft pages");
+        if (s->mode != ReusePlanMode::kSpec && !s->draftPages.empty())
+            throw InvariantError("a non-spec lease holds draft pages");
     }
-    if (leases != liveLeases_) throw InvariantError("live lease count " + str(static_cast<int64_t>(liveLeases_)) + " != " + str(static_cast<int64_t>(leases)));
+    if (leases != liveLeases_)
+        throw InvariantError("live lease count " + str(static_cast<int64_t>(liveLeases_)) +
+                             " != " + str(static_cast<int64_t>(leases)));
 
     size_t pairedBoundaries = 0;
     records_.forEach([&](CacheRecord const& record) {
@@ -556,43 +577,49 @@ void ContextCacheManager::checkInvariants() const {
         for (size_t i = 0; i < record.basePagePath.size(); ++i) {
             std::optional<PageId> mapped = baseIndex_.lookup(record.logicalBlockHashes[i]);
             if (!mapped || *mapped != record.basePagePath[i])
-                throw InvariantError(holder + " base page " + str(record.basePagePath[i]) + " at block " + str(static_cast<int64_t>(i)) +
-                                     " is not the canonical page of its hash");
+                throw InvariantError(holder + " base page " + str(record.basePagePath[i]) + " at block " +
+                                     str(static_cast<int64_t>(i)) + " is not the canonical page of its hash");
         }
         if (record.hasDraftPath()) {
             pairedBoundaries += record.logicalBlockHashes.size();
             for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i)
                 if (!draftIndex_.contains(record.logicalBlockHashes[i], {record.id, static_cast<int32_t>(i + 1)}))
-                    throw InvariantError(holder + " boundary " + str(static_cast<int64_t>(i + 1)) + " is missing from the draft index");
+                    throw InvariantError(holder + " boundary " + str(static_cast<int64_t>(i + 1)) +
+                                         " is missing from the draft index");
         }
     });
     if (draftIndex_.entryCount() != pairedBoundaries)
-        throw InvariantError("draft index holds " + str(static_cast<int64_t>(draftIndex_.entryCount())) + " entries for " +
-                             str(static_cast<int64_t>(pairedBoundaries)) + " paired boundaries");
+        throw InvariantError("draft index holds " + str(static_cast<int64_t>(draftIndex_.entryCount())) +
+                             " entries for " + str(static_cast<int64_t>(pairedBoundaries)) + " paired boundaries");
 
     for (ResourceType type : kAllResourceTypes) {
         int const t = static_cast<int>(type);
         for (int32_t index = 0; index < capacities.get(type); ++index) {
             ResourceId const id{type, index};
             if (pools_.activeRefCount(id) != active[t][static_cast<size_t>(index)])
-                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " + str(pools_.activeRefCount(id)) +
-                                     " active refs but leases hold " + str(active[t][static_cast<size_t>(index)]));
+                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " +
+                                     str(pools_.activeRefCount(id)) + " active refs but leases hold " +
+                                     str(active[t][static_cast<size_t>(index)]));
             if (pools_.cacheRefCount(id) != cache[t][static_cast<size_t>(index)])
-                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " + str(pools_.cacheRefCount(id)) +
-                                     " cache refs but records list it " + str(cache[t][static_cast<size_t>(index)]) + " times");
+                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " +
+                                     str(pools_.cacheRefCount(id)) + " cache refs but records list it " +
+                                     str(cache[t][static_cast<size_t>(index)]) + " times");
             if (type == ResourceType::kBaseKvPage) {
                 bool const mapped = baseIndex_.hashOfPage(index).has_value();
                 if (mapped != (cache[t][static_cast<size_t>(index)] > 0))
-                    throw InvariantError("base page " + str(index) + (mapped ? " is indexed without a cache ref" : " is cached but not indexed"));
+                    throw InvariantError("base page " + str(index) +
+                                         (mapped ? " is indexed without a cache ref" : " is cached but not indexed"));
             }
         }
     }
     if (maxRecords_ == 0 ? records_.size() != 0 : records_.size() > static_cast<size_t>(maxRecords_))
-        throw InvariantError("record count " + str(static_cast<int64_t>(records_.size())) + " exceeds maxRecords " + str(maxRecords_));
+        throw InvariantError("record count " + str(static_cast<int64_t>(records_.size())) + " exceeds maxRecords " +
+                             str(maxRecords_));
 }
 
 size_t ContextCacheManager::metadataBytes() const noexcept {
-    return sizeof(*this) + pools_.memoryBytes() + baseIndex_.memoryBytes() + draftIndex_.memoryBytes() + records_.memoryBytes();
+    return sizeof(*this) + pools_.memoryBytes() + baseIndex_.memoryBytes() + draftIndex_.memoryBytes() +
+           records_.memoryBytes();
 }
 
 }  // namespace ctxcache

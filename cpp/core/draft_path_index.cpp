@@ -43,8 +43,7 @@ void DraftPathIndex::insert(CacheRecord const& record) {
     entries_ += length;
 }
 
-std::optional<DraftPathMatch> DraftPathIndex::lookupLongest(BlockHashSpan hashes,
-                                                            int32_t maxBlockCount) const {
+std::optional<DraftPathMatch> DraftPathIndex::lookupLongest(BlockHashSpan hashes, int32_t maxBlockCount) const {
     int32_t const limit = static_cast<int32_t>(std::min<int64_t>(maxBlockCount, static_cast<int64_t>(hashes.size)));
     for (int32_t count = limit; count >= 1; --count) {
         auto it = byHash_.find(hashes[static_cast<size_t>(count - 1)]);
@@ -85,7 +84,8 @@ constexpr size_t kNodeBytes = sizeof(std::pair<BlockHash const, std::vector<Draf
 }  // namespace
 
 size_t DraftPathIndex::memoryBytes() const noexcept {
-    return byHash_.bucket_count() * sizeof(void*) + byHash_.size() * kNodeBytes + matchCapacity_ * sizeof(DraftPathMatch);
+    return byHash_.bucket_count() * sizeof(void*) + byHash_.size() * kNodeBytes +
+           matchCapacity_ * sizeof(DraftPathMatch);
 }
 
 void DraftPathIndex::checkInvariants() const {
@@ -95,10 +95,11 @@ void DraftPathIndex::checkInvariants() const {
         capacity += matches.capacity();
     }
     if (entries != entries_)
-        throw InvariantError("DraftPathIndex: " + std::to_string(entries) + " entries but counted " + std::to_string(entries_));
+        throw InvariantError("DraftPathIndex: " + std::to_string(entries) + " entries but counted " +
+                             std::to_string(entries_));
     if (capacity != matchCapacity_)
-        throw InvariantError("DraftPathIndex: match storage is " + std::to_string(capacity) + " entries but accounted " +
-                             std::to_string(matchCapacity_));
+        throw InvariantError("DraftPathIndex: match storage is " + std::to_string(capacity) +
+                             " entries but accounted " + std::to_string(matchCapacity_));
 }
 
 }  // namespace ctxcache

@@ -33,7 +33,8 @@ public:
         } else {
             auto [it, inserted] = counts_.try_emplace(id, real);
             remaining = --it->second;
-            if (remaining < 0) throw InvariantError("EvictionPlanner: records list a resource more often than its cache count");
+            if (remaining < 0)
+                throw InvariantError("EvictionPlanner: records list a resource more often than its cache count");
         }
         return remaining == 0 && pools_.activeRefCount(id) == 0;
     }
@@ -48,9 +49,11 @@ void simulateVictim(CacheRecord const& record, SimulatedCacheCounts& counts, Res
         if (counts.dropOne({ResourceType::kBaseKvPage, page})) ++reclaimed.baseKvPages;
     for (PageId page : record.draftPagePath)
         if (counts.dropOne({ResourceType::kDraftKvPage, page})) ++reclaimed.draftKvPages;
-    if (record.recurrentSnapshotSlot && counts.dropOne({ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot}))
+    if (record.recurrentSnapshotSlot &&
+        counts.dropOne({ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot}))
         ++reclaimed.recurrentSnapshotSlots;
-    if (record.partialKvSnapshotSlot && counts.dropOne({ResourceType::kPartialKvSnapshot, *record.partialKvSnapshotSlot}))
+    if (record.partialKvSnapshotSlot &&
+        counts.dropOne({ResourceType::kPartialKvSnapshot, *record.partialKvSnapshotSlot}))
         ++reclaimed.partialKvSnapshotSlots;
 }
 

@@ -13,9 +13,7 @@
 namespace ctxcache {
 namespace {
 
-std::string describe(ResourceId const& id) {
-    return std::string(toString(id.type)) + " " + std::to_string(id.index);
-}
+std::string describe(ResourceId const& id) { return std::string(toString(id.type)) + " " + std::to_string(id.index); }
 
 }  // namespace
 
@@ -45,8 +43,8 @@ bool ResourcePools::canAllocate(ResourceDemand const& demand) const noexcept {
     return true;
 }
 
-void ResourcePools::takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids,
-                             std::vector<ResourceId>* resources, ResourceType type) {
+void ResourcePools::takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
+                             ResourceType type) {
     for (int32_t i = 0; i < count; ++i) {
         int32_t const id = pool.freeRing[static_cast<size_t>(pool.freeHead)];
         pool.freeHead = pool.freeHead + 1 == pool.capacity ? 0 : pool.freeHead + 1;
@@ -72,7 +70,8 @@ bool ResourcePools::allocateInto(ResourceDemand const& demand, std::vector<Resou
     int64_t total = 0;
     for (ResourceType type : kAllResourceTypes) total += demand.get(type);
     resources.reserve(resources.size() + static_cast<size_t>(total));
-    for (ResourceType type : kAllResourceTypes) takeFree(pools_[index(type)], demand.get(type), nullptr, &resources, type);
+    for (ResourceType type : kAllResourceTypes)
+        takeFree(pools_[index(type)], demand.get(type), nullptr, &resources, type);
     return true;
 }
 
@@ -112,13 +111,12 @@ void ResourcePools::addActiveRef(ResourceId const& id) {
 
 void ResourcePools::releaseActiveRef(ResourceId const& id) {
     Slot& s = slot(id, "releaseActiveRef");
-    if (s.active == 0) throw ContractError("ResourcePools::releaseActiveRef: " + describe(id) + " has no active reference");
+    if (s.active == 0)
+        throw ContractError("ResourcePools::releaseActiveRef: " + describe(id) + " has no active reference");
     if (--s.active == 0) {
         Pool& pool = pools_[index(id.type)];
-        if (s.cache == 0)
-            pushFree(pool, id.index);
-        else
-            ++pool.reclaimable;
+        if (s.cache == 0) pushFree(pool, id.index);
+        else ++pool.reclaimable;
     }
 }
 
@@ -133,7 +131,8 @@ void ResourcePools::addCacheRef(ResourceId const& id) {
 
 void ResourcePools::releaseCacheRef(ResourceId const& id) {
     Slot& s = slot(id, "releaseCacheRef");
-    if (s.cache == 0) throw ContractError("ResourcePools::releaseCacheRef: " + describe(id) + " has no cache reference");
+    if (s.cache == 0)
+        throw ContractError("ResourcePools::releaseCacheRef: " + describe(id) + " has no cache reference");
     if (--s.cache == 0 && s.active == 0) {
         Pool& pool = pools_[index(id.type)];
         --pool.reclaimable;
@@ -165,27 +164,33 @@ void ResourcePools::checkInvariants() const {
             throw InvariantError(what + "free count " + std::to_string(pool.freeCount) + " outside [0, capacity]");
         std::vector<char> onFreeList(static_cast<size_t>(pool.capacity), 0);
         for (int32_t id : freeList(type)) {
-            if (id < 0 || id >= pool.capacity) throw InvariantError(what + "free list holds invalid id " + std::to_string(id));
-            if (onFreeList[static_cast<size_t>(id)]++) throw InvariantError(what + "id " + std::to_string(id) + " is on the free list twice");
+            if (id < 0 || id >= pool.capacity)
+                throw InvariantError(what + "free list holds invalid id " + std::to_string(id));
+            if (onFreeList[static_cast<size_t>(id)]++)
+                throw InvariantError(what + "id " + std::to_string(id) + " is on the free list twice");
         }
         int32_t reclaimable = 0;
         for (int32_t id = 0; id < pool.capacity; ++id) {
             Slot const& s = pool.slots[static_cast<size_t>(id)];
-            if (s.active < 0 || s.cache < 0) throw InvariantError(what + "id " + std::to_string(id) + " has a negative refcount");
+            if (s.active < 0 || s.cache < 0)
+                throw InvariantError(what + "id " + std::to_string(id) + " has a negative refcount");
             bool const free = s.active == 0 && s.cache == 0;
             if (free != static_cast<bool>(onFreeList[static_cast<size_t>(id)]))
-                throw InvariantError(what + "id " + std::to_string(id) + (free ? " is unreferenced but not on the free list"
-                                                                               : " is referenced but on the free list"));
+                throw InvariantError(
+                    what + "id " + std::to_string(id) +
+                    (free ? " is unreferenced but not on the free list" : " is referenced but on the free list"));
             if (s.active == 0 && s.cache > 0) ++reclaimable;
         }
         if (reclaimable != pool.reclaimable)
-            throw InvariantError(what + "reclaimable counter " + std::to_string(pool.reclaimable) + " != " + std::to_string(reclaimable));
+            throw InvariantError(what + "reclaimable counter " + std::to_string(pool.reclaimable) +
+                                 " != " + std::to_string(reclaimable));
     }
 }
 
 size_t ResourcePools::memoryBytes() const noexcept {
     size_t bytes = 0;
-    for (Pool const& pool : pools_) bytes += pool.slots.capacity() * sizeof(Slot) + pool.freeRing.capacity() * sizeof(int32_t);
+    for (Pool const& pool : pools_)
+        bytes += pool.slots.capacity() * sizeof(Slot) + pool.freeRing.capacity() * sizeof(int32_t);
     return bytes;
 }
 

@@ -19,9 +19,9 @@ void validateCommon(char const* planner, BlockHashSpan hashes, int32_t n, int32_
     if (pageSize <= 0) throw ContractError(std::string(planner) + ": pageSize must be positive");
     if (n < 0) throw ContractError(std::string(planner) + ": inputTokenCount is negative (" + std::to_string(n) + ")");
     if (hashes.size > static_cast<size_t>(n / pageSize))
-        throw ContractError(std::string(planner) + ": " + std::to_string(hashes.size) +
-                            " full-block hashes for " + std::to_string(n) + " tokens (at most " +
-                            std::to_string(n / pageSize) + " at page size " + std::to_string(pageSize) + ")");
+        throw ContractError(std::string(planner) + ": " + std::to_string(hashes.size) + " full-block hashes for " +
+                            std::to_string(n) + " tokens (at most " + std::to_string(n / pageSize) + " at page size " +
+                            std::to_string(pageSize) + ")");
 }
 
 // Nothing reused: every input page private. An empty input (n == 0) has nothing to reuse or allocate and is
@@ -56,14 +56,15 @@ char const* toString(ReusePlanMode mode) noexcept {
     return "unknown";
 }
 
-ReusePlan makeVanillaReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize,
-                               BaseBlockIndex const& index, ContextCacheLookupPolicy lookupPolicy) {
+ReusePlan makeVanillaReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize, BaseBlockIndex const& index,
+                               ContextCacheLookupPolicy lookupPolicy) {
     validateCommon("makeVanillaReusePlan", hashes, n, pageSize);
     ReusePlan plan = coldPlan(ReusePlanMode::kVanilla, n, pageSize, true, false);
     if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
 
     int32_t const total = ceilDiv(n, pageSize);
-    int32_t const matched = static_cast<int32_t>(index.lookupPrefixInto(hashes.data, hashes.size, plan.basePageBindings));
+    int32_t const matched =
+        static_cast<int32_t>(index.lookupPrefixInto(hashes.data, hashes.size, plan.basePageBindings));
     int32_t bound = matched;
     if (n % pageSize == 0 && matched == total) {
         bound = matched - 1;  // recompute the last page so the last token's logits exist
@@ -79,9 +80,9 @@ ReusePlan makeVanillaReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize
     return plan;
 }
 
-ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
-                              BlockHashSpan hashes, int32_t n, int32_t pageSize, bool hasAttention,
-                              CacheRecordStore const& records, ContextCacheLookupPolicy lookupPolicy) {
+ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates, BlockHashSpan hashes, int32_t n,
+                              int32_t pageSize, bool hasAttention, CacheRecordStore const& records,
+                              ContextCacheLookupPolicy lookupPolicy) {
     validateCommon("makeHybridReusePlan", hashes, n, pageSize);
     ReusePlan plan = coldPlan(ReusePlanMode::kHybrid, n, pageSize, hasAttention, false);
     plan.hybridHasAttention = hasAttention;
@@ -123,9 +124,9 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
     return plan;
 }
 
-ReusePlan makeSpecReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize,
-                            BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,
-                            CacheRecordStore const& records, ContextCacheLookupPolicy lookupPolicy) {
+ReusePlan makeSpecReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize, BaseBlockIndex const& baseIndex,
+                            DraftPathIndex const& draftIndex, CacheRecordStore const& records,
+                            ContextCacheLookupPolicy lookupPolicy) {
     validateCommon("makeSpecReusePlan", hashes, n, pageSize);
     ReusePlan plan = coldPlan(ReusePlanMode::kSpec, n, pageSize, true, true);
     if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
@@ -149,10 +150,8 @@ ReusePlan makeSpecReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize,
     plan.basePageBindings.assign(basePages.begin(), basePages.begin() + bound);
     plan.draftPageBindings.assign(record.draftPagePath.begin(), record.draftPagePath.begin() + bound);
     plan.matchedBlockHashes.assign(hashes.begin(), hashes.begin() + bound);
-    if (n % pageSize == 0 && paired == total)
-        plan.kind = ReusePlanKind::kFullInputRewind;
-    else
-        plan.kind = bound > 0 ? ReusePlanKind::kStandard : ReusePlanKind::kNoReusablePrefix;
+    if (n % pageSize == 0 && paired == total) plan.kind = ReusePlanKind::kFullInputRewind;
+    else plan.kind = bound > 0 ? ReusePlanKind::kStandard : ReusePlanKind::kNoReusablePrefix;
     if (bound > 0) plan.draftRecord = match->record;
     plan.demand.baseKvPages = plan.demand.draftKvPages = total - bound;
     return plan;

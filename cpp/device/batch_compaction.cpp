@@ -33,8 +33,7 @@ void planCompaction(char const* op, int32_t const* oldToNew, int32_t oldBatch, i
         lastFrom = i;
         ++next;
     }
-    if (next != newBatch)
-        fail(std::to_string(next) + " rows survive but newBatch is " + std::to_string(newBatch));
+    if (next != newBatch) fail(std::to_string(next) + " rows survive but newBatch is " + std::to_string(newBatch));
 }
 
 void compactBatch(DeviceBackend& backend, void* base, size_t rowBytes, int32_t rows, int32_t const* oldToNew,

@@ -125,7 +125,8 @@ void DeviceBackend::compactRows(CompactTensor const* tensors, int32_t tensorCoun
     }
     for (int32_t t = 0; t < tensorCount; ++t) {
         CompactTensor const& tensor = tensors[t];
-        if (!tensor.base || tensor.rowBytes == 0) fail(op, "tensor " + std::to_string(t) + " is null or has empty rows");
+        if (!tensor.base || tensor.rowBytes == 0)
+            fail(op, "tensor " + std::to_string(t) + " is null or has empty rows");
         if (moveCount > 0 && static_cast<uint64_t>(moves[moveCount - 1].from) >= tensor.rows)
             fail(op, "row " + std::to_string(moves[moveCount - 1].from) + " is outside tensor " + std::to_string(t) +
                          " (" + std::to_string(tensor.rows) + " rows)");
@@ -140,7 +141,8 @@ void DeviceBackend::rebaseExecutionRows(int32_t* indices, int64_t count, int32_t
     if (count < 0 || oldBatch < 0) fail(op, "negative count or batch");
     if (count > 0 && !indices) fail(op, "indices is null");
     if (oldBatch > 0 && !oldToNew) fail(op, "oldToNew is null");
-    if (rowsPerSequence <= 0) fail(op, "rowsPerSequence must be positive (got " + std::to_string(rowsPerSequence) + ")");
+    if (rowsPerSequence <= 0)
+        fail(op, "rowsPerSequence must be positive (got " + std::to_string(rowsPerSequence) + ")");
     if (static_cast<int64_t>(oldBatch) * rowsPerSequence > std::numeric_limits<int32_t>::max())
         fail(op, "oldBatch * rowsPerSequence exceeds INT32_MAX");
     requireTable(op, static_cast<size_t>(oldBatch) * sizeof(int32_t));

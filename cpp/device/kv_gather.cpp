@@ -23,19 +23,24 @@ size_t gatherOutputBytes(KvPagePool const& pool, KvGatherRequest const& r) {
     return tokens * tokenBytes;
 }
 
-void gatherPagedKv(KvPagePool const& pool, KvPageTable const& table, KvLengths const* lengths,
-                   KvGatherRequest const& r, void* kOut, void* vOut, size_t outBytes) {
+void gatherPagedKv(KvPagePool const& pool, KvPageTable const& table, KvLengths const* lengths, KvGatherRequest const& r,
+                   void* kOut, void* vOut, size_t outBytes) {
     DeviceBackend& backend = pool.backend();
     if (&table.backend() != &backend || (lengths && &lengths->backend() != &backend))
         fail("the pool, table and lengths must share one backend");
     if (table.numPages() != pool.numPages())
-        fail("the table addresses " + std::to_string(table.numPages()) + " pages, the pool has " + std::to_string(pool.numPages()));
+        fail("the table addresses " + std::to_string(table.numPages()) + " pages, the pool has " +
+             std::to_string(pool.numPages()));
     if (table.dirty()) fail("the page table has changes not uploaded yet (call upload() first)");
-    if (r.batch > table.maxBatch()) fail("batch " + std::to_string(r.batch) + " exceeds the table's " + std::to_string(table.maxBatch()) + " slots");
+    if (r.batch > table.maxBatch())
+        fail("batch " + std::to_string(r.batch) + " exceeds the table's " + std::to_string(table.maxBatch()) +
+             " slots");
     if (lengths && r.batch > lengths->activeBatch())
-        fail("batch " + std::to_string(r.batch) + " exceeds the " + std::to_string(lengths->activeBatch()) + " active lengths");
+        fail("batch " + std::to_string(r.batch) + " exceeds the " + std::to_string(lengths->activeBatch()) +
+             " active lengths");
     size_t const needed = gatherOutputBytes(pool, r);
-    if (outBytes < needed) fail("the outputs hold " + std::to_string(outBytes) + " bytes, " + std::to_string(needed) + " needed");
+    if (outBytes < needed)
+        fail("the outputs hold " + std::to_string(outBytes) + " bytes, " + std::to_string(needed) + " needed");
     KvLayerShape const& shape = pool.geometry().layers[static_cast<size_t>(r.layer)];
     PagedKvGather g{};
     g.pool = pool.layerData(r.layer);

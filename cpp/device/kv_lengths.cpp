@@ -22,7 +22,8 @@ int32_t validatedBatch(DeviceBackend const& backend, int32_t maxBatch) {
 }  // namespace
 
 KvLengths::KvLengths(DeviceBackend& backend, int32_t maxBatch)
-    : backend_(&backend), maxBatch_(validatedBatch(backend, maxBatch)),
+    : backend_(&backend),
+      maxBatch_(validatedBatch(backend, maxBatch)),
       storage_(backend, static_cast<size_t>(maxBatch) * sizeof(int32_t)) {
     moves_.reserve(static_cast<size_t>(maxBatch));
 }
@@ -32,7 +33,8 @@ void KvLengths::set(int32_t const* lengths, int32_t count) {
         fail("set", "count " + std::to_string(count) + " is outside [0, " + std::to_string(maxBatch_) + "]");
     if (count > 0 && !lengths) fail("set", "lengths is null");
     for (int32_t i = 0; i < count; ++i)
-        if (lengths[i] < 0) fail("set", "lengths[" + std::to_string(i) + "] is negative (" + std::to_string(lengths[i]) + ")");
+        if (lengths[i] < 0)
+            fail("set", "lengths[" + std::to_string(i) + "] is negative (" + std::to_string(lengths[i]) + ")");
     backend_->upload(data(), lengths, static_cast<size_t>(count) * sizeof(int32_t));
     activeBatch_ = count;
 }
@@ -50,7 +52,8 @@ void KvLengths::add(KvLengths const& increments) {
 
 void KvLengths::compact(int32_t const* oldToNew, int32_t oldBatch, int32_t newBatch) {
     if (oldBatch != activeBatch_)
-        fail("compact", "the map has " + std::to_string(oldBatch) + " entries, the active batch is " + std::to_string(activeBatch_));
+        fail("compact", "the map has " + std::to_string(oldBatch) + " entries, the active batch is " +
+                            std::to_string(activeBatch_));
     planCompaction("KvLengths::compact", oldToNew, oldBatch, newBatch, moves_);
     CompactTensor const tensor{data(), sizeof(int32_t), static_cast<uint64_t>(maxBatch_)};
     backend_->compactRows(&tensor, 1, moves_.data(), static_cast<int32_t>(moves_.size()));

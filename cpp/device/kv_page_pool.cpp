@@ -19,8 +19,10 @@ size_t alignUp(size_t value) { return (value + kLayerAlignment - 1) / kLayerAlig
 }
 
 KvPoolGeometry validated(KvPoolGeometry geometry) {
-    if (geometry.numPages <= 0) fail("KvPagePool", "numPages must be positive (got " + std::to_string(geometry.numPages) + ")");
-    if (geometry.pageSize <= 0) fail("KvPagePool", "pageSize must be positive (got " + std::to_string(geometry.pageSize) + ")");
+    if (geometry.numPages <= 0)
+        fail("KvPagePool", "numPages must be positive (got " + std::to_string(geometry.numPages) + ")");
+    if (geometry.pageSize <= 0)
+        fail("KvPagePool", "pageSize must be positive (got " + std::to_string(geometry.pageSize) + ")");
     if (!isValidDType(static_cast<int32_t>(geometry.dtype)))
         fail("KvPagePool", "unknown dtype " + std::to_string(static_cast<int32_t>(geometry.dtype)));
     if (geometry.layers.empty()) fail("KvPagePool", "a pool needs at least one layer");
@@ -66,7 +68,9 @@ size_t KvPagePool::pageBytes(int32_t layer) const {
     return static_cast<size_t>(geometry_.pageSize) * tokenBytes(layer);
 }
 
-size_t KvPagePool::layerBytes(int32_t layer) const { return 2 * static_cast<size_t>(geometry_.numPages) * pageBytes(layer); }
+size_t KvPagePool::layerBytes(int32_t layer) const {
+    return 2 * static_cast<size_t>(geometry_.numPages) * pageBytes(layer);
+}
 
 void* KvPagePool::layerData(int32_t layer) const {
     checkLayer("layerData", layer);

@@ -23,16 +23,23 @@ size_t tableEntries(int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages) 
     if (numPages > std::numeric_limits<int32_t>::max() / 2) fail("KvPageTable", "numPages too large for V ids");
     int64_t const entries = static_cast<int64_t>(maxBatch) * 2 * maxPagesPerSeq;
     if (entries > std::numeric_limits<int32_t>::max())
-        fail("KvPageTable", "maxBatch * 2 * maxPagesPerSeq = " + std::to_string(entries) + " entries exceeds INT32_MAX");
+        fail("KvPageTable",
+             "maxBatch * 2 * maxPagesPerSeq = " + std::to_string(entries) + " entries exceeds INT32_MAX");
     return static_cast<size_t>(entries);
 }
 
 }  // namespace
 
 KvPageTable::KvPageTable(DeviceBackend& backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages, Mode mode)
-    : backend_(&backend), maxBatch_(maxBatch), maxPagesPerSeq_(maxPagesPerSeq), numPages_(numPages), mode_(mode),
-      host_(tableEntries(maxBatch, maxPagesPerSeq, numPages), -1), dirtyRows_(static_cast<size_t>(maxBatch), 0),
-      scratch_(host_.size()), device_(backend, host_.size() * sizeof(int32_t)) {
+    : backend_(&backend),
+      maxBatch_(maxBatch),
+      maxPagesPerSeq_(maxPagesPerSeq),
+      numPages_(numPages),
+      mode_(mode),
+      host_(tableEntries(maxBatch, maxPagesPerSeq, numPages), -1),
+      dirtyRows_(static_cast<size_t>(maxBatch), 0),
+      scratch_(host_.size()),
+      device_(backend, host_.size() * sizeof(int32_t)) {
     if (mode != Mode::kDense && mode != Mode::kSparseWindow)
         fail("KvPageTable", "unknown mode " + std::to_string(static_cast<int32_t>(mode)));
     backend.upload(device_.data(), host_.data(), host_.size() * sizeof(int32_t));
@@ -86,7 +93,8 @@ void KvPageTable::setRows(std::vector<RowUpdate> const& updates) {
     std::vector<uint8_t> seen(static_cast<size_t>(maxBatch_), 0);
     for (RowUpdate const& u : updates) {
         checkSlot("setRows", u.slot);
-        if (seen[static_cast<size_t>(u.slot)]++) fail("setRows", "slot " + std::to_string(u.slot) + " is updated twice");
+        if (seen[static_cast<size_t>(u.slot)]++)
+            fail("setRows", "slot " + std::to_string(u.slot) + " is updated twice");
         if (u.kPages.size() > static_cast<size_t>(maxPagesPerSeq_))
             fail("setRows", "slot " + std::to_string(u.slot) + " gets " + std::to_string(u.kPages.size()) +
                                 " pages, more than " + std::to_string(maxPagesPerSeq_));
@@ -102,8 +110,9 @@ void KvPageTable::clearRow(int32_t slot) {
 
 void KvPageTable::setIdentity() {
     if (static_cast<int64_t>(maxBatch_) * maxPagesPerSeq_ > numPages_)
-        fail("setIdentity", "maxBatch * maxPagesPerSeq = " + std::to_string(static_cast<int64_t>(maxBatch_) * maxPagesPerSeq_) +
-                                " exceeds numPages " + std::to_string(numPages_));
+        fail("setIdentity",
+             "maxBatch * maxPagesPerSeq = " + std::to_string(static_cast<int64_t>(maxBatch_) * maxPagesPerSeq_) +
+                 " exceeds numPages " + std::to_string(numPages_));
     std::vector<int32_t> row(static_cast<size_t>(maxPagesPerSeq_));
     for (int32_t b = 0; b < maxBatch_; ++b) {
         for (int32_t i = 0; i < maxPagesPerSeq_; ++i) row[static_cast<size_t>(i)] = b * maxPagesPerSeq_ + i;
@@ -121,7 +130,8 @@ int32_t KvPageTable::liveCount(int32_t slot) const {
 void KvPageTable::setEntry(int32_t slot, int32_t logicalPage, int32_t kPage) {
     checkSlot("setEntry", slot);
     if (logicalPage < 0 || logicalPage >= maxPagesPerSeq_)
-        fail("setEntry", "logical page " + std::to_string(logicalPage) + " is outside [0, " + std::to_string(maxPagesPerSeq_) + ")");
+        fail("setEntry", "logical page " + std::to_string(logicalPage) + " is outside [0, " +
+                             std::to_string(maxPagesPerSeq_) + ")");
     checkPageId("setEntry", kPage, false);
     if (mode_ == Mode::kDense && logicalPage > liveCount(slot))
         fail("setEntry", "dense mode: logical page " + std::to_string(logicalPage) + " would leave a hole after the " +
@@ -134,7 +144,8 @@ void KvPageTable::setEntry(int32_t slot, int32_t logicalPage, int32_t kPage) {
 void KvPageTable::clearEntry(int32_t slot, int32_t logicalPage) {
     checkSlot("clearEntry", slot);
     if (logicalPage < 0 || logicalPage >= maxPagesPerSeq_)
-        fail("clearEntry", "logical page " + std::to_string(logicalPage) + " is outside [0, " + std::to_string(maxPagesPerSeq_) + ")");
+        fail("clearEntry", "logical page " + std::to_string(logicalPage) + " is outside [0, " +
+                               std::to_string(maxPagesPerSeq_) + ")");
     if (mode_ == Mode::kDense) {
         int32_t const live = liveCount(slot);
         if (logicalPage < live - 1)
@@ -148,7 +159,8 @@ void KvPageTable::clearEntry(int32_t slot, int32_t logicalPage) {
 
 void KvPageTable::compactRows(int32_t const* oldToNew, int32_t oldBatch, int32_t newBatch) {
     if (oldBatch < 0 || oldBatch > maxBatch_)
-        fail("compactRows", "oldBatch " + std::to_string(oldBatch) + " is outside [0, " + std::to_string(maxBatch_) + "]");
+        fail("compactRows",
+             "oldBatch " + std::to_string(oldBatch) + " is outside [0, " + std::to_string(maxBatch_) + "]");
     if (newBatch < 0 || newBatch > oldBatch)
         fail("compactRows", "newBatch " + std::to_string(newBatch) + " is outside [0, oldBatch]");
     if (oldBatch > 0 && !oldToNew) fail("compactRows", "oldToNew is null");
@@ -161,7 +173,8 @@ void KvPageTable::compactRows(int32_t const* oldToNew, int32_t oldBatch, int32_t
                                     std::to_string(newBatch) + ")");
         if (source[static_cast<size_t>(to)] != -1)
             fail("compactRows", "overlapping map: oldToNew[" + std::to_string(b) + "] = " + std::to_string(to) +
-                                    " repeats the destination of row " + std::to_string(source[static_cast<size_t>(to)]));
+                                    " repeats the destination of row " +
+                                    std::to_string(source[static_cast<size_t>(to)]));
         source[static_cast<size_t>(to)] = b;
     }
     for (int32_t to = 0; to < newBatch; ++to)

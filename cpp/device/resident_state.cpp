@@ -21,7 +21,8 @@ size_t alignUp(size_t value) { return (value + kSlabAlignment - 1) / kSlabAlignm
 ResidentStateGeometry const& validated(DeviceBackend const& backend, ResidentStateGeometry const& g) {
     if (g.maxBatch <= 0) fail("ResidentState", "maxBatch must be positive (got " + std::to_string(g.maxBatch) + ")");
     if (g.numLayers < 0 || g.hiddenSize < 0) fail("ResidentState", "numLayers and hiddenSize must be >= 0");
-    if (g.numLayers == 0 && g.hiddenSize == 0) fail("ResidentState", "no recurrent layer and no hidden row: nothing to store");
+    if (g.numLayers == 0 && g.hiddenSize == 0)
+        fail("ResidentState", "no recurrent layer and no hidden row: nothing to store");
     if (g.numLayers > 0) {
         if (g.recurrentHeads <= 0 || g.recurrentHeadDim <= 0 || g.stateSize <= 0)
             fail("ResidentState", "recurrentHeads, recurrentHeadDim and stateSize must be positive");
@@ -29,14 +30,16 @@ ResidentStateGeometry const& validated(DeviceBackend const& backend, ResidentSta
             fail("ResidentState", "convDim and convKernel must both be positive (or both 0: no conv state)");
         if (!isValidDType(static_cast<int32_t>(g.recurrentDtype)) || !isValidDType(static_cast<int32_t>(g.convDtype)))
             fail("ResidentState", "unknown dtype");
-        long double const row = 1.0L * g.recurrentHeads * g.recurrentHeadDim * g.stateSize * 4 + 1.0L * g.convDim * g.convKernel * 4;
+        long double const row =
+            1.0L * g.recurrentHeads * g.recurrentHeadDim * g.stateSize * 4 + 1.0L * g.convDim * g.convKernel * 4;
         if (row * g.maxBatch * g.numLayers > 1e18L) fail("ResidentState", "state too large");
     }
     // zeroSlot's table holds two spans per layer; compact's holds every slab and a move per row.
     size_t const layers = static_cast<size_t>(g.numLayers);
     size_t const slabs = layers * (g.numLayers > 0 && g.convDim > 0 ? 2 : 1) + (g.hiddenSize > 0 ? 1 : 0);
     if (2 * layers > backend.tableCapacity(sizeof(SpanCopy)) ||
-        slabs * sizeof(CompactTensor) + 16 + static_cast<size_t>(g.maxBatch) * sizeof(RowMove) > backend.options().maxTableBytes)
+        slabs * sizeof(CompactTensor) + 16 + static_cast<size_t>(g.maxBatch) * sizeof(RowMove) >
+            backend.options().maxTableBytes)
         fail("ResidentState", std::to_string(g.numLayers) + " layers of " + std::to_string(g.maxBatch) +
                                   " rows need a larger descriptor table than the backend's " +
                                   std::to_string(backend.options().maxTableBytes) + " bytes (raise maxTableBytes)");
@@ -75,9 +78,9 @@ size_t ResidentState::rowBytes(StatePart part) const {
                                     : static_cast<size_t>(g.recurrentHeads) * static_cast<size_t>(g.recurrentHeadDim) *
                                           static_cast<size_t>(g.stateSize) * dtypeSize(g.recurrentDtype);
         case StatePart::kConv:
-            return g.numLayers == 0 ? 0
-                                    : static_cast<size_t>(g.convDim) * static_cast<size_t>(g.convKernel) *
-                                          dtypeSize(g.convDtype);
+            return g.numLayers == 0
+                       ? 0
+                       : static_cast<size_t>(g.convDim) * static_cast<size_t>(g.convKernel) * dtypeSize(g.convDtype);
         case StatePart::kBoundaryHidden: return static_cast<size_t>(g.hiddenSize) * dtypeSize(DType::kFp16);
         case StatePart::kPartialKv:
         case StatePart::kDraftPartialKv: break;
@@ -125,10 +128,12 @@ void ResidentState::readRow(StatePart part, int32_t layer, int32_t slot, void* h
 
 void ResidentState::zeroSlot(int32_t slot) {
     if (slot < 0 || slot >= geometry_.maxBatch)
-        fail("zeroSlot", "slot " + std::to_string(slot) + " is outside [0, " + std::to_string(geometry_.maxBatch) + ")");
+        fail("zeroSlot",
+             "slot " + std::to_string(slot) + " is outside [0, " + std::to_string(geometry_.maxBatch) + ")");
     spans_.clear();
     for (int32_t layer = 0; layer < geometry_.numLayers; ++layer) {
-        spans_.push_back(SpanCopy{row(StatePart::kRecurrent, layer, slot), nullptr, rowBytes(StatePart::kRecurrent), 0});
+        spans_.push_back(
+            SpanCopy{row(StatePart::kRecurrent, layer, slot), nullptr, rowBytes(StatePart::kRecurrent), 0});
         if (rowBytes(StatePart::kConv) > 0)
             spans_.push_back(SpanCopy{row(StatePart::kConv, layer, slot), nullptr, rowBytes(StatePart::kConv), 0});
     }
@@ -137,7 +142,8 @@ void ResidentState::zeroSlot(int32_t slot) {
 
 void ResidentState::compact(int32_t const* oldToNew, int32_t oldBatch, int32_t newBatch) {
     if (oldBatch > geometry_.maxBatch)
-        fail("compact", "oldBatch " + std::to_string(oldBatch) + " exceeds maxBatch " + std::to_string(geometry_.maxBatch));
+        fail("compact",
+             "oldBatch " + std::to_string(oldBatch) + " exceeds maxBatch " + std::to_string(geometry_.maxBatch));
     planCompaction("ResidentState::compact", oldToNew, oldBatch, newBatch, moves_);
     backend_->compactRows(slabs_.data(), static_cast<int32_t>(slabs_.size()), moves_.data(),
                           static_cast<int32_t>(moves_.size()));

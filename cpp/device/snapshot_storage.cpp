@@ -31,10 +31,13 @@ size_t poolPartialBytes(KvPoolGeometry const& g) {
 }  // namespace
 
 size_t SnapshotStorage::recurrentBytesPerSlot(ResidentStateGeometry const& g, bool boundaryHidden) {
-    size_t const recurrent = g.numLayers == 0 ? 0
-                                              : static_cast<size_t>(g.recurrentHeads) * static_cast<size_t>(g.recurrentHeadDim) *
-                                                    static_cast<size_t>(g.stateSize) * dtypeSize(g.recurrentDtype);
-    size_t const conv = g.numLayers == 0 ? 0 : static_cast<size_t>(g.convDim) * static_cast<size_t>(g.convKernel) * dtypeSize(g.convDtype);
+    size_t const recurrent = g.numLayers == 0
+                                 ? 0
+                                 : static_cast<size_t>(g.recurrentHeads) * static_cast<size_t>(g.recurrentHeadDim) *
+                                       static_cast<size_t>(g.stateSize) * dtypeSize(g.recurrentDtype);
+    size_t const conv =
+        g.numLayers == 0 ? 0
+                         : static_cast<size_t>(g.convDim) * static_cast<size_t>(g.convKernel) * dtypeSize(g.convDtype);
     size_t const hidden = boundaryHidden ? static_cast<size_t>(g.hiddenSize) * dtypeSize(DType::kFp16) : 0;
     return static_cast<size_t>(g.numLayers) * (recurrent + conv) + hidden;
 }
@@ -51,12 +54,13 @@ SnapshotStorage::SnapshotStorage(DeviceBackend& backend, ResidentState const* st
         fail("SnapshotStorage", "the state and pools must live on the storage's backend");
     if (draftPool && !basePool) fail("SnapshotStorage", "a draft pool needs a base pool");
     // One pool as both would let a restore write the same page from two regions in one launch (unordered on CUDA).
-    if (draftPool && draftPool == basePool) fail("SnapshotStorage", "the draft pool must be another pool than the base pool");
+    if (draftPool && draftPool == basePool)
+        fail("SnapshotStorage", "the draft pool must be another pool than the base pool");
     if (boundaryHidden_ && (!state || state->geometry().hiddenSize == 0))
         fail("SnapshotStorage", "boundaryHidden needs a resident state with hiddenSize > 0");
     recurrentBytesPerSlot_ = state ? recurrentBytesPerSlot(state->geometry(), boundaryHidden_) : 0;
-    partialKvBytesPerSlot_ = partialKvBytesPerSlot(basePool ? &basePool->geometry() : nullptr,
-                                                   draftPool ? &draftPool->geometry() : nullptr);
+    partialKvBytesPerSlot_ =
+        partialKvBytesPerSlot(basePool ? &basePool->geometry() : nullptr, draftPool ? &draftPool->geometry() : nullptr);
     recurrentSlots_ = slotsFor(budgets.recurrentBytes, recurrentBytesPerSlot_);
     partialKvSlots_ = slotsFor(budgets.partialKvBytes, partialKvBytesPerSlot_);
     maxDescriptors_ = 2 * (state ? state->numLayers() : 0) + 1 + 2 * (basePool ? basePool->numLayers() : 0) +
@@ -76,15 +80,9 @@ size_t SnapshotStorage::regionBytes(StatePart part, int32_t layer) const {
     };
     switch (part) {
         case StatePart::kRecurrent:
-        case StatePart::kConv:
-            requireLayer(state_ ? state_->numLayers() : 0);
-            return state_->rowBytes(part);
-        case StatePart::kBoundaryHidden:
-            requireLayer(boundaryHidden_ ? 1 : 0);
-            return state_->rowBytes(part);
-        case StatePart::kPartialKv:
-            requireLayer(base_ ? base_->numLayers() : 0);
-            return 2 * base_->pageBytes(layer);
+        case StatePart::kConv: requireLayer(state_ ? state_->numLayers() : 0); return state_->rowBytes(part);
+        case StatePart::kBoundaryHidden: requireLayer(boundaryHidden_ ? 1 : 0); return state_->rowBytes(part);
+        case StatePart::kPartialKv: requireLayer(base_ ? base_->numLayers() : 0); return 2 * base_->pageBytes(layer);
         case StatePart::kDraftPartialKv:
             requireLayer(draft_ ? draft_->numLayers() : 0);
             return 2 * draft_->pageBytes(layer);
@@ -95,7 +93,8 @@ size_t SnapshotStorage::regionBytes(StatePart part, int32_t layer) const {
 void* SnapshotStorage::region(StatePart part, int32_t layer, int32_t slot) const {
     size_t const bytes = regionBytes(part, layer);
     if (bytes == 0) fail("region", "part " + std::to_string(static_cast<int32_t>(part)) + " holds no bytes here");
-    bool const recurrentPart = part == StatePart::kRecurrent || part == StatePart::kConv || part == StatePart::kBoundaryHidden;
+    bool const recurrentPart =
+        part == StatePart::kRecurrent || part == StatePart::kConv || part == StatePart::kBoundaryHidden;
     int32_t const slots = recurrentPart ? recurrentSlots_ : partialKvSlots_;
     if (slot < 0 || slot >= slots)
         fail("region", "slot " + std::to_string(slot) + " is outside [0, " + std::to_string(slots) + ")");
@@ -104,7 +103,9 @@ void* SnapshotStorage::region(StatePart part, int32_t layer, int32_t slot) const
         size_t const perLayer = state_->rowBytes(StatePart::kRecurrent) + state_->rowBytes(StatePart::kConv);
         offset = static_cast<size_t>(slot) * recurrentBytesPerSlot_;
         if (part == StatePart::kBoundaryHidden) offset += static_cast<size_t>(state_->numLayers()) * perLayer;
-        else offset += static_cast<size_t>(layer) * perLayer + (part == StatePart::kConv ? state_->rowBytes(StatePart::kRecurrent) : 0);
+        else
+            offset += static_cast<size_t>(layer) * perLayer +
+                      (part == StatePart::kConv ? state_->rowBytes(StatePart::kRecurrent) : 0);
         return recurrent_.bytes() + offset;
     }
     offset = static_cast<size_t>(slot) * partialKvBytesPerSlot_;
@@ -118,14 +119,16 @@ void* SnapshotStorage::region(StatePart part, int32_t layer, int32_t slot) const
 void SnapshotStorage::writeRegion(StatePart part, int32_t layer, int32_t slot, void const* host, size_t bytes) {
     void* dst = region(part, layer, slot);
     if (bytes != regionBytes(part, layer))
-        fail("writeRegion", std::to_string(bytes) + " bytes given for a region of " + std::to_string(regionBytes(part, layer)));
+        fail("writeRegion",
+             std::to_string(bytes) + " bytes given for a region of " + std::to_string(regionBytes(part, layer)));
     backend_->upload(dst, host, bytes);
 }
 
 void SnapshotStorage::readRegion(StatePart part, int32_t layer, int32_t slot, void* host, size_t bytes) const {
     void const* src = region(part, layer, slot);
     if (bytes != regionBytes(part, layer))
-        fail("readRegion", std::to_string(bytes) + " bytes asked of a region of " + std::to_string(regionBytes(part, layer)));
+        fail("readRegion",
+             std::to_string(bytes) + " bytes asked of a region of " + std::to_string(regionBytes(part, layer)));
     backend_->download(host, src, bytes);
 }
 
@@ -137,22 +140,28 @@ void SnapshotStorage::build(SnapshotTransfer const& t, bool capture) {
     if (recurrentPart) {
         if (!state_ || recurrentSlots_ == 0) fail(op, "this storage has no recurrent slots");
         if (t.recurrentSlot < 0 || t.recurrentSlot >= recurrentSlots_)
-            fail(op, "recurrent slot " + std::to_string(t.recurrentSlot) + " is outside [0, " + std::to_string(recurrentSlots_) + ")");
+            fail(op, "recurrent slot " + std::to_string(t.recurrentSlot) + " is outside [0, " +
+                         std::to_string(recurrentSlots_) + ")");
         if (t.batchSlot < 0 || t.batchSlot >= state_->maxBatch())
-            fail(op, "batch slot " + std::to_string(t.batchSlot) + " is outside [0, " + std::to_string(state_->maxBatch()) + ")");
+            fail(op, "batch slot " + std::to_string(t.batchSlot) + " is outside [0, " +
+                         std::to_string(state_->maxBatch()) + ")");
     }
     if (partialPart) {
         if (!base_ || partialKvSlots_ == 0) fail(op, "this storage has no partial-KV slots");
         if (t.partialKvSlot < 0 || t.partialKvSlot >= partialKvSlots_)
-            fail(op, "partial-KV slot " + std::to_string(t.partialKvSlot) + " is outside [0, " + std::to_string(partialKvSlots_) + ")");
+            fail(op, "partial-KV slot " + std::to_string(t.partialKvSlot) + " is outside [0, " +
+                         std::to_string(partialKvSlots_) + ")");
         if (t.basePage < 0 || t.basePage >= base_->numPages())
-            fail(op, "base page " + std::to_string(t.basePage) + " is outside [0, " + std::to_string(base_->numPages()) + ")");
+            fail(op, "base page " + std::to_string(t.basePage) + " is outside [0, " +
+                         std::to_string(base_->numPages()) + ")");
         if (draft_ && (t.draftPage < 0 || t.draftPage >= draft_->numPages()))
-            fail(op, "draft page " + std::to_string(t.draftPage) + " is outside [0, " + std::to_string(draft_->numPages()) + ")");
+            fail(op, "draft page " + std::to_string(t.draftPage) + " is outside [0, " +
+                         std::to_string(draft_->numPages()) + ")");
         if (!draft_ && t.draftPage != -1) fail(op, "a draft page was given but this storage has no draft pool");
         int32_t const pageSize = std::min(base_->pageSize(), draft_ ? draft_->pageSize() : base_->pageSize());
         if (t.validTokens <= 0 || t.validTokens >= pageSize)
-            fail(op, "validTokens " + std::to_string(t.validTokens) + " is outside (0, " + std::to_string(pageSize) + ")");
+            fail(op,
+                 "validTokens " + std::to_string(t.validTokens) + " is outside (0, " + std::to_string(pageSize) + ")");
     }
 
     spans_.clear();
@@ -161,15 +170,15 @@ void SnapshotStorage::build(SnapshotTransfer const& t, bool capture) {
     };
     if (recurrentPart) {
         for (int32_t layer = 0; layer < state_->numLayers(); ++layer) {
-            add(state_->row(StatePart::kRecurrent, layer, t.batchSlot), region(StatePart::kRecurrent, layer, t.recurrentSlot),
-                state_->rowBytes(StatePart::kRecurrent));
+            add(state_->row(StatePart::kRecurrent, layer, t.batchSlot),
+                region(StatePart::kRecurrent, layer, t.recurrentSlot), state_->rowBytes(StatePart::kRecurrent));
             if (state_->rowBytes(StatePart::kConv) > 0)
                 add(state_->row(StatePart::kConv, layer, t.batchSlot), region(StatePart::kConv, layer, t.recurrentSlot),
                     state_->rowBytes(StatePart::kConv));
         }
         if (boundaryHidden_)
-            add(state_->row(StatePart::kBoundaryHidden, 0, t.batchSlot), region(StatePart::kBoundaryHidden, 0, t.recurrentSlot),
-                state_->rowBytes(StatePart::kBoundaryHidden));
+            add(state_->row(StatePart::kBoundaryHidden, 0, t.batchSlot),
+                region(StatePart::kBoundaryHidden, 0, t.recurrentSlot), state_->rowBytes(StatePart::kBoundaryHidden));
     }
     if (partialPart) {
         auto addPool = [&](KvPagePool const& pool, StatePart part, int32_t page) {

@@ -34,7 +34,9 @@ struct Hash128 {
     uint64_t hi = 0;
     uint64_t lo = 0;
 
-    friend constexpr bool operator==(Hash128 const& a, Hash128 const& b) noexcept { return a.hi == b.hi && a.lo == b.lo; }
+    friend constexpr bool operator==(Hash128 const& a, Hash128 const& b) noexcept {
+        return a.hi == b.hi && a.lo == b.lo;
+    }
     friend constexpr bool operator!=(Hash128 const& a, Hash128 const& b) noexcept { return !(a == b); }
 };
 using BlockHash = Hash128;
@@ -147,7 +149,9 @@ std::string toHex(Hash128 const& hash);
 
 // Hash-table hash of a Hash128 (the values are already uniformly distributed): hi ^ (lo * golden ratio).
 struct Hash128Hasher {
-    size_t operator()(Hash128 const& h) const noexcept { return static_cast<size_t>(h.hi ^ (h.lo * 0x9E3779B97F4A7C15ull)); }
+    size_t operator()(Hash128 const& h) const noexcept {
+        return static_cast<size_t>(h.hi ^ (h.lo * 0x9E3779B97F4A7C15ull));
+    }
 };
 
 }  // namespace ctxcache

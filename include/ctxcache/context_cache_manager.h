@@ -163,7 +163,8 @@ private:
     CacheRequestLease newLease(ReusePlanMode mode);
     LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
     void releaseLease(LeaseState& state) noexcept;
-    std::optional<EvictionPlan> planEviction(ResourceDemand const& demand, std::optional<RecordId> protectedRecord) const;
+    std::optional<EvictionPlan> planEviction(ResourceDemand const& demand,
+                                             std::optional<RecordId> protectedRecord) const;
     void applyEviction(EvictionPlan const& plan, ResourceDemand const& demand);
     std::vector<PageId> projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
                                                  std::vector<PageId> const& producerPages,

@@ -65,17 +65,17 @@ struct ReusePlan {
     SpecReplayMode specReplayMode = SpecReplayMode::kNone;
 };
 
-ReusePlan makeVanillaReusePlan(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
-                               int32_t pageSize, BaseBlockIndex const& index,
+ReusePlan makeVanillaReusePlan(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
+                               BaseBlockIndex const& index,
                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 
 ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
-                              BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
-                              int32_t pageSize, bool hasAttention, CacheRecordStore const& records,
+                              BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
+                              bool hasAttention, CacheRecordStore const& records,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 
-ReusePlan makeSpecReusePlan(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
-                            int32_t pageSize, BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,
+ReusePlan makeSpecReusePlan(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
+                            BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,
                             CacheRecordStore const& records,
                             ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 

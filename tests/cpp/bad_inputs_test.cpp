@@ -72,7 +72,9 @@ Bytes poolBytes(KvPagePool const& pool) {
     return out;
 }
 
-std::vector<int32_t> hostTable(KvPageTable const& t) { return std::vector<int32_t>(t.hostData(), t.hostData() + t.entryCount()); }
+std::vector<int32_t> hostTable(KvPageTable const& t) {
+    return std::vector<int32_t>(t.hostData(), t.hostData() + t.entryCount());
+}
 
 // A CPU backend with a patterned pool, a table, lengths and a resident state.
 struct DeviceWorld {
@@ -99,7 +101,9 @@ struct DeviceWorld {
     // Everything observable, as bytes.
     Bytes observe() const {
         Bytes out = poolBytes(pool);
-        auto add = [&](void const* p, size_t n) { out.insert(out.end(), static_cast<uint8_t const*>(p), static_cast<uint8_t const*>(p) + n); };
+        auto add = [&](void const* p, size_t n) {
+            out.insert(out.end(), static_cast<uint8_t const*>(p), static_cast<uint8_t const*>(p) + n);
+        };
         std::vector<int32_t> const host = hostTable(table);
         add(host.data(), 4 * host.size());
         std::vector<int32_t> device(table.entryCount());
@@ -163,7 +167,8 @@ TEST(BadInputs, ReleasedLeaseIsRefusedLikeADoubleRelease) {
     other.lease->release();
     other.lease->release();  // a second release is a no-op in C++ (the C ABI answers CTXC_E_INVALID_HANDLE)
     auto const before = describe(s.m);
-    expectContractError([&] { s.m.growBasePages(*other.lease, 1); }, "growBasePages: lease is empty (released or moved from)");
+    expectContractError([&] { s.m.growBasePages(*other.lease, 1); },
+                        "growBasePages: lease is empty (released or moved from)");
     expectContractError([&] { s.m.publish(*other.lease, {s.hashes, 8}); }, "lease is empty");
     EXPECT_EQ(describe(s.m), before);
     s.drainAndCheck();
@@ -234,7 +239,8 @@ TEST(BadInputs, HugeCountsAreRefusedOrAnswered) {
     int32_t const five[] = {1, 1, 1, 1, 1};
     expectContractError([&] { w.lengths.set(five, 5); }, "count 5 is outside [0, 4]");
     int32_t const map[] = {0};
-    expectContractError([&] { w.state.compact(map, std::numeric_limits<int32_t>::max(), 1); }, "oldBatch 2147483647 exceeds maxBatch 3");
+    expectContractError([&] { w.state.compact(map, std::numeric_limits<int32_t>::max(), 1); },
+                        "oldBatch 2147483647 exceeds maxBatch 3");
     EXPECT_EQ(w.observe(), start);
 }
 
@@ -253,7 +259,8 @@ TEST(BadInputs, PublishOfHashesThatNoLongerDescribeTheAcquiredPrefixIsRefused) {
     auto const before = describe(s.m);
     std::vector<BlockHash> changed = s.hashes;
     changed[1].lo ^= 1;
-    expectContractError([&] { s.m.publish(s.lease, {changed, 8}); }, "fullBlockHashes[1] no longer describes the acquired prefix");
+    expectContractError([&] { s.m.publish(s.lease, {changed, 8}); },
+                        "fullBlockHashes[1] no longer describes the acquired prefix");
     EXPECT_EQ(describe(s.m), before);
     EXPECT_EQ(s.m.publish(s.lease, {s.hashes, 8}).status, PublishStatus::kExistingRecord);  // still good afterwards
     s.drainAndCheck();
@@ -281,7 +288,8 @@ TEST(BadInputs, CompactionMapThatDuplicatesIsRefused) {
     int32_t const twice[] = {0, 0, -1};
     expectContractError([&] { w.lengths.compact(twice, 3, 1); }, "overlapping map: oldToNew[1] = 0");
     expectContractError([&] { w.state.compact(twice, 3, 1); }, "overlapping map: oldToNew[1] = 0");
-    expectContractError([&] { w.table.compactRows(twice, 3, 1); }, "overlapping map: oldToNew[1] = 0 repeats the destination of row 0");
+    expectContractError([&] { w.table.compactRows(twice, 3, 1); },
+                        "overlapping map: oldToNew[1] = 0 repeats the destination of row 0");
     EXPECT_EQ(w.observe(), start);
 }
 
@@ -290,7 +298,8 @@ TEST(BadInputs, CompactionMapThatDuplicatesIsRefused) {
 TEST(BadInputs, PageIdsOutOfRangeAreRefused) {
     Served s;
     auto const before = describe(s.m);
-    expectContractError([&] { (void)s.m.pools().activeRefCount({ResourceType::kBaseKvPage, 8}); }, "out of range [0, 8)");
+    expectContractError([&] { (void)s.m.pools().activeRefCount({ResourceType::kBaseKvPage, 8}); },
+                        "out of range [0, 8)");
     EXPECT_EQ(describe(s.m), before);
     s.drainAndCheck();
 
@@ -300,19 +309,23 @@ TEST(BadInputs, PageIdsOutOfRangeAreRefused) {
     expectContractError([&] { w.table.setRow(1, beyond, 2); }, "page id 4 is outside [0, 4)");
     expectContractError([&] { w.table.setEntry(0, 2, -7); }, "page id -7");
     Bytes page(16);
-    expectContractError([&] { w.pool.readPages(0, 8, 1, page.data(), page.size()); }, "pages [8, +1) are outside [0, 8)");
+    expectContractError([&] { w.pool.readPages(0, 8, 1, page.data(), page.size()); },
+                        "pages [8, +1) are outside [0, 8)");
     EXPECT_EQ(w.observe(), start);
 }
 
 TEST(BadInputs, ZeroCapacitiesAreRefused) {
     auto backend = createCpuBackend();
-    expectContractError([&] { KvPagePool(*backend, KvPoolGeometry{0, 4, DType::kFp16, {{1, 1}}}); }, "numPages must be positive (got 0)");
-    expectContractError([&] { KvPagePool(*backend, KvPoolGeometry{4, 0, DType::kFp16, {{1, 1}}}); }, "pageSize must be positive (got 0)");
+    expectContractError([&] { KvPagePool(*backend, KvPoolGeometry{0, 4, DType::kFp16, {{1, 1}}}); },
+                        "numPages must be positive (got 0)");
+    expectContractError([&] { KvPagePool(*backend, KvPoolGeometry{4, 0, DType::kFp16, {{1, 1}}}); },
+                        "pageSize must be positive (got 0)");
     expectContractError([&] { KvPagePool(*backend, KvPoolGeometry{4, 4, DType::kFp16, {}}); }, "at least one layer");
     expectContractError([&] { KvPageTable(*backend, 0, 3, 4); }, "must be positive (got 0, 3, 4)");
     expectContractError([&] { KvLengths(*backend, 0); }, "maxBatch must be positive (got 0)");
-    expectContractError([&] { ResidentState(*backend, ResidentStateGeometry{0, 0, 0, 0, 0, DType::kFp32, 0, 0, DType::kFp16, 4}); },
-                        "maxBatch must be positive (got 0)");
+    expectContractError([&] {
+        ResidentState(*backend, ResidentStateGeometry{0, 0, 0, 0, 0, DType::kFp32, 0, 0, DType::kFp16, 4});
+    }, "maxBatch must be positive (got 0)");
     BackendOptions zeroChunks;
     zeroChunks.maxHashChunks = 0;
     expectContractError([&] { createCpuBackend(zeroChunks); }, "maxHashChunks must be positive");
@@ -337,9 +350,11 @@ TEST(BadInputs, DeviceGeometryThatDoesNotMatchAPoolIsRefused) {
     expectContractError([&] { gatherPagedKv(w.pool, five, nullptr, r, k.data(), v.data(), 256); },
                         "the table addresses 5 pages, the pool has 4");
     r.layer = 1;
-    expectContractError([&] { gatherPagedKv(w.pool, w.table, nullptr, r, k.data(), v.data(), 256); }, "layer 1 is outside [0, 1)");
+    expectContractError([&] { gatherPagedKv(w.pool, w.table, nullptr, r, k.data(), v.data(), 256); },
+                        "layer 1 is outside [0, 1)");
     Bytes bytes(17);
-    expectContractError([&] { w.pool.writePages(0, 0, 1, bytes.data(), bytes.size()); }, "17 bytes given for 1 pages of 16 bytes");
+    expectContractError([&] { w.pool.writePages(0, 0, 1, bytes.data(), bytes.size()); },
+                        "17 bytes given for 1 pages of 16 bytes");
     auto other = createCpuBackend();
     KvPagePool foreign(*other, KvPoolGeometry{4, 4, DType::kFp16, {{1, 2}}});
     SnapshotBudgets budgets;
@@ -368,7 +383,8 @@ TEST(DeviceFuzzRegressions, DescriptorTablesAreBounded) {
 TEST(DeviceFuzzRegressions, PageTableEntriesAreBounded) {
     auto backend = createCpuBackend();
     int32_t const max = std::numeric_limits<int32_t>::max();
-    expectContractError([&] { KvPageTable(*backend, max, max, 4); }, "entries exceeds INT32_MAX");  // was std::length_error
+    expectContractError([&] { KvPageTable(*backend, max, max, 4); },
+                        "entries exceeds INT32_MAX");  // was std::length_error
     expectContractError([&] { KvPageTable(*backend, max, 1, 4); }, "4294967294 entries");
     EXPECT_EQ(backend->allocatedBytes(), 0u);
 }
@@ -394,8 +410,8 @@ TEST(DeviceFuzzRegressions, RefusedGeometriesAllocateNothingFirst) {
     })));
     EXPECT_TRUE(completesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
         auto backend = createCpuBackend();
-        ResidentState(*backend, ResidentStateGeometry{1, std::numeric_limits<int32_t>::max() / 2, 1, 1, 1, DType::kFp32, 0, 0,
-                                                      DType::kFp16, 0});
+        ResidentState(*backend, ResidentStateGeometry{1, std::numeric_limits<int32_t>::max() / 2, 1, 1, 1, DType::kFp32,
+                                                      0, 0, DType::kFp16, 0});
     })));
     EXPECT_TRUE(completesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
         auto backend = createCpuBackend();  // 65536 chunks at most: a 64 GiB partials vector was sized first
@@ -413,12 +429,14 @@ TEST(DeviceFuzzRegressions, HostChunkedHashNeedsNoMemoryPerChunk) {
     // 2^22 chunks: the old host path sized a 64 MiB partials vector; it now folds each partial in at once.
     Bytes const data = pattern(1000, 5);
     uint32_t const chunks = 1u << 22;
-    EXPECT_TRUE(completesWithinAddressSpace(size_t{16} << 20, [&] { (void)chunkedFnv1a128Host(data.data(), data.size(), chunks); }));
+    EXPECT_TRUE(completesWithinAddressSpace(size_t{16} << 20,
+                                            [&] { (void)chunkedFnv1a128Host(data.data(), data.size(), chunks); }));
     // And the digest is still the documented reduction (checked in-process, with an explicit partials vector).
     auto backend = createCpuBackend(BackendOptions{size_t{1} << 20, chunks});
     DeviceBuffer buffer(*backend, data.size());
     buffer.write(0, data.data(), data.size());
-    EXPECT_EQ(chunkedFnv1a128(*backend, buffer.data(), data.size(), chunks), chunkedFnv1a128Host(data.data(), data.size(), chunks));
+    EXPECT_EQ(chunkedFnv1a128(*backend, buffer.data(), data.size(), chunks),
+              chunkedFnv1a128Host(data.data(), data.size(), chunks));
 #endif
 }
 

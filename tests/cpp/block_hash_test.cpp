@@ -350,7 +350,8 @@ TEST(BlockHash, KeyedSha256DiffersFromUnkeyedAndPerKey) {
 }
 
 TEST(BlockHash, FnvAndShaDiffer) {
-    EXPECT_NE(fnvHasher().hashBlock(kChainRoot, kTokens.data(), 4), shaHasher().hashBlock(kChainRoot, kTokens.data(), 4));
+    EXPECT_NE(fnvHasher().hashBlock(kChainRoot, kTokens.data(), 4),
+              shaHasher().hashBlock(kChainRoot, kTokens.data(), 4));
     EXPECT_NE(fnvHasher().hashOpaqueIdentity("x"), shaHasher().hashOpaqueIdentity("x"));
     EXPECT_EQ(fnvHasher().algorithm(), HashAlgorithm::kFnv1a128);
     EXPECT_FALSE(fnvHasher().keyed());

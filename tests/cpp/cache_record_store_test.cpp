@@ -21,8 +21,8 @@ CacheRecord vanillaRecord(std::vector<BlockHash> hashes, std::vector<PageId> pag
     return r;
 }
 
-CacheRecord hybridRecord(BlockHash digest, int32_t exactLength, std::vector<BlockHash> hashes, std::vector<PageId> pages,
-                         int32_t recurrent, std::optional<int32_t> partial) {
+CacheRecord hybridRecord(BlockHash digest, int32_t exactLength, std::vector<BlockHash> hashes,
+                         std::vector<PageId> pages, int32_t recurrent, std::optional<int32_t> partial) {
     CacheRecord r;
     r.key = CacheRecordKey{digest, static_cast<int32_t>(hashes.size())};
     r.logicalBlockHashes = std::move(hashes);

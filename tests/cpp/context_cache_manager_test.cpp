@@ -43,7 +43,8 @@ template <class F>
         call();
     } catch (ContractError const& e) {
         if (std::string(e.what()).find(mentions) != std::string::npos) return ::testing::AssertionSuccess();
-        return ::testing::AssertionFailure() << "ContractError \"" << e.what() << "\" does not mention \"" << mentions << '"';
+        return ::testing::AssertionFailure()
+               << "ContractError \"" << e.what() << "\" does not mention \"" << mentions << '"';
     } catch (std::exception const& e) {
         return ::testing::AssertionFailure() << "threw another exception: " << e.what();
     }
@@ -731,7 +732,8 @@ TEST(ContextCacheManager, RandomizedLifecycleKeepsEveryInvariant) {
         if (op <= 3 || running.empty()) {
             std::vector<int32_t> prompt(static_cast<size_t>(uniform(0, 14)));
             for (int32_t& t : prompt) t = uniform(1, 2);
-            auto const policy = uniform(0, 9) == 0 ? ContextCacheLookupPolicy::kBypass : ContextCacheLookupPolicy::kUseCache;
+            auto const policy =
+                uniform(0, 9) == 0 ? ContextCacheLookupPolicy::kBypass : ContextCacheLookupPolicy::kUseCache;
             std::string const before = describe(m);
             AcquireResult r = m.acquireVanilla(hashesOf(prompt), static_cast<int32_t>(prompt.size()), policy);
             if (r.status == AcquireStatus::kAcquired) {
@@ -748,7 +750,8 @@ TEST(ContextCacheManager, RandomizedLifecycleKeepsEveryInvariant) {
             Running& req = running[pick];
             if (op <= 5) {  // publish what is resident (sometimes a shorter prefix)
                 std::vector<int32_t> const& t = req.tokens;
-                int32_t const resident = uniform(0, 3) == 0 ? uniform(0, static_cast<int>(t.size())) : static_cast<int32_t>(t.size());
+                int32_t const resident =
+                    uniform(0, 3) == 0 ? uniform(0, static_cast<int>(t.size())) : static_cast<int32_t>(t.size());
                 std::string const before = describe(m);
                 try {
                     PublishResult const p = m.publish(req.lease, {hashesOf(t), resident});
@@ -763,7 +766,8 @@ TEST(ContextCacheManager, RandomizedLifecycleKeepsEveryInvariant) {
             } else if (op == 6) {  // decode into a new page
                 std::string const before = describe(m);
                 if (m.growBasePages(req.lease, 1)) {
-                    while (req.tokens.size() < req.lease.basePages().size() * kPage) req.tokens.push_back(uniform(1, 2));
+                    while (req.tokens.size() < req.lease.basePages().size() * kPage)
+                        req.tokens.push_back(uniform(1, 2));
                 } else {
                     ASSERT_EQ(describe(m), before) << "step " << step;
                 }

@@ -33,7 +33,11 @@ TEST(DeviceBackend, AllocationsAreZeroedAlignedAndAccounted) {
         EXPECT_EQ(backend->allocatedBytes(), 1024u);
     }
     EXPECT_EQ(backend->allocatedBytes(), 0u);
-    expectContractError([] { BackendOptions o; o.maxTableBytes = 100; createCpuBackend(o); }, "maxTableBytes");
+    expectContractError([] {
+        BackendOptions o;
+        o.maxTableBytes = 100;
+        createCpuBackend(o);
+    }, "maxTableBytes");
 }
 
 TEST(DeviceBackend, BufferTransfersAreBoundsChecked) {

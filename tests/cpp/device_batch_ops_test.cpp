@@ -47,7 +47,8 @@ TEST(BatchCompaction, CompactsInPlaceForAnyElementSize) {
         int32_t const map[] = {-1, 0, -1, 1, 2, -1};
         compactBatch(*backend, buffer.data(), rowBytes, 6, map, 6, 3);
         Bytes expected = data;  // rows 1, 3, 4 -> 0, 1, 2; rows 3.. keep what they held
-        std::copy(data.begin() + static_cast<long>(1 * rowBytes), data.begin() + static_cast<long>(2 * rowBytes), expected.begin());
+        std::copy(data.begin() + static_cast<long>(1 * rowBytes), data.begin() + static_cast<long>(2 * rowBytes),
+                  expected.begin());
         std::copy(data.begin() + static_cast<long>(3 * rowBytes), data.begin() + static_cast<long>(5 * rowBytes),
                   expected.begin() + static_cast<long>(rowBytes));
         EXPECT_EQ(readBuffer(buffer), expected) << "rowBytes " << rowBytes;
@@ -64,7 +65,8 @@ TEST(BatchCompaction, RebasesExecutionRowIndices) {
     DeviceBuffer buffer(*backend, indices.size() * 4);
     buffer.write(0, indices.data(), indices.size() * 4);
     int32_t const map[] = {-1, 0, -1, 1};
-    rebaseExecutionRowIndices(*backend, static_cast<int32_t*>(buffer.data()), static_cast<int64_t>(indices.size()), map, 4, 2, 3);
+    rebaseExecutionRowIndices(*backend, static_cast<int32_t*>(buffer.data()), static_cast<int64_t>(indices.size()), map,
+                              4, 2, 3);
     EXPECT_EQ(asVector<int32_t>(readBuffer(buffer)), (std::vector<int32_t>{-1, 0, 2, -1, 3, 5, -1, -1, 1}));
     int32_t const bad[] = {1, 0, -1, -1};
     expectContractError([&] {

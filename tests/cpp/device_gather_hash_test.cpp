@@ -17,7 +17,8 @@ struct Paged {
     KvPagePool pool;
     KvPageTable table;
     KvLengths lengths;
-    explicit Paged(DType dtype) : pool(*backend, KvPoolGeometry{3, 2, dtype, {{1, 2}}}), table(*backend, 2, 3, 3), lengths(*backend, 2) {}
+    explicit Paged(DType dtype)
+        : pool(*backend, KvPoolGeometry{3, 2, dtype, {{1, 2}}}), table(*backend, 2, 3, 3), lengths(*backend, 2) {}
 };
 
 }  // namespace
@@ -28,7 +29,8 @@ TEST(KvGather, GathersThroughThePageTableAndZeroFillsUnmappedPagesAndTokensPastT
     std::vector<uint16_t> layer(6 * 4);
     for (int f = 0; f < 6; ++f)
         for (int t = 0; t < 2; ++t)
-            for (int d = 0; d < 2; ++d) layer[static_cast<size_t>(f * 4 + t * 2 + d)] = static_cast<uint16_t>(100 * f + 10 * t + d);
+            for (int d = 0; d < 2; ++d)
+                layer[static_cast<size_t>(f * 4 + t * 2 + d)] = static_cast<uint16_t>(100 * f + 10 * t + d);
     p.pool.writePages(0, 0, 6, layer.data(), layer.size() * 2);
     int32_t const seq0[] = {2, 0};  // tokens 0-1 from page 2, tokens 2-3 from page 0
     int32_t const seq1[] = {1};     // page 1, then unmapped
@@ -49,9 +51,8 @@ TEST(KvGather, GathersThroughThePageTableAndZeroFillsUnmappedPagesAndTokensPastT
     std::vector<uint16_t> const expectedK = {
         200, 201, 210, 211, 0, 1, 0, 0, 0, 0,    // seq 0: page 2 (t0, t1), page 0 (t2; t3 past length), t4 unmapped
         100, 101, 110, 111, 0, 0, 0, 0, 0, 0};   // seq 1: page 1, then unmapped pages
-    std::vector<uint16_t> const expectedV = {
-        500, 501, 510, 511, 300, 301, 0, 0, 0, 0,
-        400, 401, 410, 411, 0, 0, 0, 0, 0, 0};
+    std::vector<uint16_t> const expectedV = {500, 501, 510, 511, 300, 301, 0, 0, 0, 0,
+                                             400, 401, 410, 411, 0,   0,   0, 0, 0, 0};
     EXPECT_EQ(asVector<uint16_t>(readBuffer(k)), expectedK);
     EXPECT_EQ(asVector<uint16_t>(readBuffer(v)), expectedV);
     // Without lengths every mapped token counts.
@@ -79,7 +80,8 @@ TEST(KvGather, DequantisesFp8WithPerHalfScales) {
         DeviceBuffer k(*p.backend, bytes), v(*p.backend, bytes);
         gatherPagedKv(p.pool, p.table, nullptr, r, k.data(), v.data(), bytes);
         if (out == DType::kFp16) {
-            EXPECT_EQ(asVector<uint16_t>(readBuffer(k)), (std::vector<uint16_t>{0x4000, 0x4200, 0xC400, 0x6300}));  // 2, 3, -4, 896
+            EXPECT_EQ(asVector<uint16_t>(readBuffer(k)),
+                      (std::vector<uint16_t>{0x4000, 0x4200, 0xC400, 0x6300}));  // 2, 3, -4, 896
             EXPECT_EQ(asVector<uint16_t>(readBuffer(v)), (std::vector<uint16_t>{0x4000, 0x4000, 0x4000, 0x4000}));
         } else if (out == DType::kBf16) {
             EXPECT_EQ(asVector<uint16_t>(readBuffer(k)), (std::vector<uint16_t>{0x4000, 0x4040, 0xC080, 0x4460}));
@@ -107,10 +109,12 @@ TEST(KvGather, InconsistentInputsAreRefused) {
     expectContractError([&] { gatherPagedKv(p.pool, p.table, nullptr, r, k.data(), v.data(), 1024); }, "upload");
     p.table.upload();
     r.batch = 2;
-    expectContractError([&] { gatherPagedKv(p.pool, p.table, &p.lengths, r, k.data(), v.data(), 1024); }, "active lengths");
+    expectContractError([&] { gatherPagedKv(p.pool, p.table, &p.lengths, r, k.data(), v.data(), 1024); },
+                        "active lengths");
     KvPageTable wrong(*p.backend, 2, 3, 4);
     r.batch = 1;
-    expectContractError([&] { gatherPagedKv(p.pool, wrong, nullptr, r, k.data(), v.data(), 1024); }, "addresses 4 pages");
+    expectContractError([&] { gatherPagedKv(p.pool, wrong, nullptr, r, k.data(), v.data(), 1024); },
+                        "addresses 4 pages");
 }
 
 TEST(ChunkedHash, FollowsTheDocumentedChunkingAndReduction) {
@@ -138,7 +142,8 @@ TEST(ChunkedHash, DevicePathIsBitIdenticalToTheHostPath) {
         DeviceBuffer buffer(*backend, size + 16);
         buffer.write(3, data.data(), size);  // an odd offset: chunks start unaligned
         for (uint32_t chunks : {1u, 7u, kDefaultHashChunks}) {
-            EXPECT_EQ(chunkedFnv1a128(*backend, buffer.bytes() + 3, size, chunks), chunkedFnv1a128Host(data.data(), size, chunks))
+            EXPECT_EQ(chunkedFnv1a128(*backend, buffer.bytes() + 3, size, chunks),
+                      chunkedFnv1a128Host(data.data(), size, chunks))
                 << size << " bytes, " << chunks << " chunks";
         }
     }

@@ -27,7 +27,8 @@ TEST(KvPagePool, SizesFollowTheGeometryAndTheFootprintIsExact) {
     EXPECT_EQ(backend->allocatedBytes(), pool.footprintBytes());
     EXPECT_EQ(static_cast<unsigned char*>(pool.layerData(1)) - static_cast<unsigned char*>(pool.layerData(0)), 768);
     // V page of K page 1 is flat page 1 + 3.
-    EXPECT_EQ(static_cast<unsigned char*>(pool.pageData(0, 4)) - static_cast<unsigned char*>(pool.layerData(0)), 4 * 128);
+    EXPECT_EQ(static_cast<unsigned char*>(pool.pageData(0, 4)) - static_cast<unsigned char*>(pool.layerData(0)),
+              4 * 128);
     KvPagePool fp8(*backend, geometry(DType::kFp8E4m3));
     EXPECT_EQ(fp8.pageBytes(0), 4u * 16);
 }

@@ -113,7 +113,8 @@ TEST(DeviceLayout, Fp8DequantisationScalesThenRounds) {
     EXPECT_EQ(dequantFp8Bits(0x7E, 512.0f, static_cast<int32_t>(DType::kFp16)), 0x7C00u);    // 229376 overflows fp16
     EXPECT_EQ(dequantFp8Bits(0xBC, 0.5f, static_cast<int32_t>(DType::kFp16)), 0xBA00u);      // -1.5 * 0.5 = -0.75
     EXPECT_EQ(dequantFp8Bits(0x7F, 1.0f, static_cast<int32_t>(DType::kFp32)), 0x7FC00000u);  // NaN stays canonical
-    EXPECT_EQ(dequantFp8Bits(0x38, std::numeric_limits<float>::quiet_NaN(), static_cast<int32_t>(DType::kBf16)), 0x7FC0u);
+    EXPECT_EQ(dequantFp8Bits(0x38, std::numeric_limits<float>::quiet_NaN(), static_cast<int32_t>(DType::kBf16)),
+              0x7FC0u);
     unsigned char out[4] = {};
     dequantFp8To(0x38, 2.0f, static_cast<int32_t>(DType::kFp32), out);
     EXPECT_EQ(out[0], 0x00);

@@ -111,8 +111,10 @@ TEST(SnapshotStorage, CaptureAndRestoreMoveEveryPartInOneLaunch) {
     std::copy(conv1.begin(), conv1.end(), slot.begin() + 108);
     std::copy(hidden.begin(), hidden.end(), slot.begin() + 120);
     Bytes snapshot(130);
-    for (auto [part, layer, offset, size] : {std::tuple{StatePart::kRecurrent, 0, 0, 48}, {StatePart::kConv, 0, 48, 12},
-                                             {StatePart::kRecurrent, 1, 60, 48}, {StatePart::kConv, 1, 108, 12},
+    for (auto [part, layer, offset, size] : {std::tuple{StatePart::kRecurrent, 0, 0, 48},
+                                             {StatePart::kConv, 0, 48, 12},
+                                             {StatePart::kRecurrent, 1, 60, 48},
+                                             {StatePart::kConv, 1, 108, 12},
                                              {StatePart::kBoundaryHidden, 0, 120, 10}})
         storage.readRegion(part, layer, 4, snapshot.data() + offset, static_cast<size_t>(size));
     EXPECT_EQ(snapshot, slot);
@@ -215,7 +217,8 @@ TEST(SnapshotStorage, InvalidTransfersAreContractErrorsAndMoveNothing) {
     expectContractError([&] { storage.restore(p); }, "validTokens 0");
     expectContractError([&] { storage.region(StatePart::kBoundaryHidden, 0, 0); }, "layer 0");
     EXPECT_EQ(h.backend->counters().kernels, 0u);
-    expectContractError([&] { SnapshotStorage(*h.backend, nullptr, nullptr, &h.draft, SnapshotBudgets{}); }, "draft pool needs");
+    expectContractError([&] { SnapshotStorage(*h.backend, nullptr, nullptr, &h.draft, SnapshotBudgets{}); },
+                        "draft pool needs");
     auto other = createCpuBackend();
     expectContractError([&] { SnapshotStorage(*other, &h.state, nullptr, nullptr, SnapshotBudgets{}); }, "backend");
 }

@@ -142,8 +142,8 @@ TEST(HybridManager, HybridPlanningRequiresOneCompleteExactCheckpoint) {
     EXPECT_EQ(noAttention.kind, ReusePlanKind::kNoReusablePrefix);
     EXPECT_EQ(noAttention.demand, ResourceDemand{});
     // Bypass never looks.
-    ReusePlan const bypass = makeHybridReusePlan(candidates, extend(a, 2, 1), 14, kPage, true, store,
-                                                 ContextCacheLookupPolicy::kBypass);
+    ReusePlan const bypass =
+        makeHybridReusePlan(candidates, extend(a, 2, 1), 14, kPage, true, store, ContextCacheLookupPolicy::kBypass);
     EXPECT_EQ(bypass.kind, ReusePlanKind::kNoReusablePrefix);
     EXPECT_EQ(bypass.demand.baseKvPages, 4);
 
@@ -155,9 +155,9 @@ TEST(HybridManager, HybridPlanningRequiresOneCompleteExactCheckpoint) {
     EXPECT_FALSE(exactInput.hybridRecord);
     EXPECT_EQ(exactInput.demand, (ResourceDemand{2, 0, 0, 0}));
     // ... and beside a shorter complete one it does not hide it.
-    ReusePlan const shorter = makeHybridReusePlan({{8, digest(1, 8)}, {10, digest(1, 10)}, {0, digest(1, 0)},
-                                                   {-4, digest(1, 4)}, {9, digest(1, 9)}},
-                                                  a, 9, kPage, true, store);
+    ReusePlan const shorter = makeHybridReusePlan(
+        {{8, digest(1, 8)}, {10, digest(1, 10)}, {0, digest(1, 0)}, {-4, digest(1, 4)}, {9, digest(1, 9)}}, a, 9, kPage,
+        true, store);
     EXPECT_EQ(shorter.kind, ReusePlanKind::kStandard);
     EXPECT_EQ(shorter.reuseTokenLength, 8);
     EXPECT_EQ(shorter.hybridRecord, std::optional<RecordId>(eight));
@@ -272,7 +272,8 @@ TEST(HybridManager, SnapshotsNotOwnedByTheLeaseAreRejected) {
     // A reservation the lease owns only half of.
     std::optional<HybridSnapshotReservation> own = m.reserveHybridSnapshots(*thief.lease, true);
     auto const afterReserve = describe(m);
-    EXPECT_THROW(m.retireHybridSnapshotReservation(*thief.lease, {own->recurrentSnapshotSlot, reservation->partialKvSnapshotSlot}),
+    EXPECT_THROW(m.retireHybridSnapshotReservation(*thief.lease,
+                                                   {own->recurrentSnapshotSlot, reservation->partialKvSnapshotSlot}),
                  ContractError);
     EXPECT_EQ(describe(m), afterReserve);
     m.retireHybridSnapshotReservation(*thief.lease, *own);
@@ -297,8 +298,11 @@ TEST(HybridManager, PartialSnapshotRulesFollowAttentionAndAlignment) {
     // ... a page-aligned checkpoint takes none ...
     EXPECT_THROW(m.publishHybrid(*attention.lease, {chain(2, 2), {digest(2, 8), 8}, *both}), ContractError);
     // ... and a lease without attention never does.
-    EXPECT_THROW(m.publishHybrid(*noAttention.lease, {chain(1, 2), {digest(1, 10), 10}, {recurrentOnly->recurrentSnapshotSlot, both->partialKvSnapshotSlot}}),
-                 ContractError);
+    EXPECT_THROW(
+        m.publishHybrid(
+            *noAttention.lease,
+            {chain(1, 2), {digest(1, 10), 10}, {recurrentOnly->recurrentSnapshotSlot, both->partialKvSnapshotSlot}}),
+        ContractError);
     // Hash counts must be exactly floor(length / page), the length positive.
     EXPECT_THROW(m.publishHybrid(*attention.lease, {chain(2, 1), {digest(2, 10), 10}, *both}), ContractError);
     EXPECT_THROW(m.publishHybrid(*attention.lease, {{}, {digest(2, 0), 0}, *aligned}), ContractError);

@@ -96,8 +96,8 @@ TEST(SpecPlanning, BypassPlansEveryPageInBothPools) {
     ContextCacheManager m(kPage, specCapacities(16, 16), 8);
     auto const h = chain(1, 3);
     serveSpec(m, h, 12);
-    ReusePlan const plan = makeSpecReusePlan(h, 13, kPage, m.baseIndex(), m.draftIndex(), m.records(),
-                                             ContextCacheLookupPolicy::kBypass);
+    ReusePlan const plan =
+        makeSpecReusePlan(h, 13, kPage, m.baseIndex(), m.draftIndex(), m.records(), ContextCacheLookupPolicy::kBypass);
     EXPECT_EQ(plan.kind, ReusePlanKind::kNoReusablePrefix);
     EXPECT_EQ(plan.demand, (ResourceDemand{4, 4, 0, 0}));
 }

@@ -63,7 +63,8 @@ Observed observe(ctxc_manager_t* m) {
     size_t count = 0;
     ctxc_debug_manager_records_lru(m, nullptr, 0, &count);
     o.lru.resize(count);
-    if (count && ctxc_debug_manager_records_lru(m, o.lru.data(), count, &count) != CTXC_OK) fail("records_lru", CTXC_E_INTERNAL);
+    if (count && ctxc_debug_manager_records_lru(m, o.lru.data(), count, &count) != CTXC_OK)
+        fail("records_lru", CTXC_E_INTERNAL);
     return o;
 }
 
@@ -154,7 +155,9 @@ private:
         ctxc_manager_t* m = managerArg(&index);
         std::vector<ctxc_hash128_t> h = hashes(6);
         int32_t n = smallCount();
-        if (in_.ConsumeBool() && n >= 0 && n < 1000) n = static_cast<int32_t>(h.size()) * pageSize_[static_cast<size_t>(index)] + in_.ConsumeIntegralInRange<int32_t>(0, 3);
+        if (in_.ConsumeBool() && n >= 0 && n < 1000)
+            n = static_cast<int32_t>(h.size()) * pageSize_[static_cast<size_t>(index)] +
+                in_.ConsumeIntegralInRange<int32_t>(0, 3);
         int32_t const policy = in_.ConsumeIntegralInRange<int32_t>(-1, 2);
         bool const nullArray = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
         ctxc_acquire_result_t result{};
@@ -177,7 +180,8 @@ private:
                 s = ctxc_manager_acquire_spec(m, data, h.size(), n, policy, &result, &lease);
             }
             unchanged = s == CTXC_OK && result.status == CTXC_ACQUIRE_INSUFFICIENT_CAPACITY;
-            if (s == CTXC_OK && result.status == CTXC_ACQUIRE_INSUFFICIENT_CAPACITY && lease) fail("lease on failure", s);
+            if (s == CTXC_OK && result.status == CTXC_ACQUIRE_INSUFFICIENT_CAPACITY && lease)
+                fail("lease on failure", s);
             return s;
         }, true);
         if (lease) leases_.push_back(LeaseSlot{lease, index, true, {}});
@@ -267,9 +271,12 @@ private:
                 ctxc_manager_t* m = managerArg();
                 LeaseSlot* slot = leaseSlot();
                 ctxc_lease_t* l = leaseArg();
-                ctxc_hybrid_snapshot_reservation_t r{in_.ConsumeIntegralInRange<int32_t>(-2, 3), in_.ConsumeIntegralInRange<int32_t>(-2, 3)};
+                ctxc_hybrid_snapshot_reservation_t r{in_.ConsumeIntegralInRange<int32_t>(-2, 3),
+                                                     in_.ConsumeIntegralInRange<int32_t>(-2, 3)};
                 if (slot && !slot->reservations.empty() && in_.ConsumeBool()) r = slot->reservations.back();
-                mutating(m, [&](bool&) { return ctxc_manager_retire_hybrid_snapshot_reservation(m, l, in_.ConsumeBool() ? &r : nullptr); });
+                mutating(m, [&](bool&) {
+                    return ctxc_manager_retire_hybrid_snapshot_reservation(m, l, in_.ConsumeBool() ? &r : nullptr);
+                });
                 break;
             }
             case 10: {
@@ -279,7 +286,9 @@ private:
                 int32_t const resident = smallCount();
                 ctxc_publish_result_t out{};
                 out.struct_size = sizeof(out);
-                mutating(m, [&](bool&) { return ctxc_manager_publish(m, l, h.empty() ? nullptr : h.data(), h.size(), resident, &out); });
+                mutating(m, [&](bool&) {
+                    return ctxc_manager_publish(m, l, h.empty() ? nullptr : h.data(), h.size(), resident, &out);
+                });
                 break;
             }
             case 11: {
@@ -289,11 +298,13 @@ private:
                 std::vector<ctxc_hash128_t> h = hashes(6);
                 ctxc_hybrid_checkpoint_key_t key{ctxc_hash128_t{0xD16Eull, in_.ConsumeIntegralInRange<uint64_t>(0, 30)},
                                                  in_.ConsumeIntegralInRange<int32_t>(-1, 30), 0};
-                ctxc_hybrid_snapshot_reservation_t r{in_.ConsumeIntegralInRange<int32_t>(-1, 3), in_.ConsumeIntegralInRange<int32_t>(-1, 3)};
+                ctxc_hybrid_snapshot_reservation_t r{in_.ConsumeIntegralInRange<int32_t>(-1, 3),
+                                                     in_.ConsumeIntegralInRange<int32_t>(-1, 3)};
                 if (slot && !slot->reservations.empty() && in_.ConsumeBool()) r = slot->reservations.back();
                 ctxc_publish_result_t out{};
                 out.struct_size = sizeof(out);
-                mutating(m, [&](bool&) { return ctxc_manager_publish_hybrid(m, l, h.data(), h.size(), &key, &r, &out); });
+                mutating(m,
+                         [&](bool&) { return ctxc_manager_publish_hybrid(m, l, h.data(), h.size(), &key, &r, &out); });
                 break;
             }
             case 12: {
@@ -320,13 +331,16 @@ private:
             case 15: {  // read-only queries with arbitrary arguments
                 ctxc_manager_t* m = managerArg();
                 int32_t a = 0, b = 0;
-                checkStatus(ctxc_debug_manager_ref_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4), in_.ConsumeIntegralInRange<int32_t>(-2, 20), &a, &b));
+                checkStatus(ctxc_debug_manager_ref_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4),
+                                                          in_.ConsumeIntegralInRange<int32_t>(-2, 20), &a, &b));
                 checkStatus(ctxc_manager_pool_counts(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4), &a, &b));
                 std::vector<int32_t> ids(in_.ConsumeIntegralInRange<size_t>(0, 20));
                 size_t count = 0;
-                checkStatus(ctxc_debug_manager_free_list(m, in_.ConsumeIntegralInRange<int32_t>(0, 4), ids.empty() ? nullptr : ids.data(), ids.size(), &count));
+                checkStatus(ctxc_debug_manager_free_list(m, in_.ConsumeIntegralInRange<int32_t>(0, 4),
+                                                         ids.empty() ? nullptr : ids.data(), ids.size(), &count));
                 std::vector<int32_t> lengths(in_.ConsumeIntegralInRange<size_t>(0, 4));
-                checkStatus(ctxc_manager_hybrid_candidate_lengths(m, smallCount(), lengths.empty() ? nullptr : lengths.data(), lengths.size(), &count));
+                checkStatus(ctxc_manager_hybrid_candidate_lengths(
+                    m, smallCount(), lengths.empty() ? nullptr : lengths.data(), lengths.size(), &count));
                 ctxc_record_view_t view{sizeof(ctxc_record_view_t)};
                 checkStatus(ctxc_debug_manager_record(m, in_.ConsumeIntegralInRange<uint64_t>(0, 12), &view));
                 ctxc_hash128_t const h = hash(in_.ConsumeIntegral<uint8_t>());
@@ -359,18 +373,21 @@ private:
                     e.media_count = in_.ConsumeIntegralInRange<size_t>(0, 1);  // media pointer stays NULL
                 }
                 size_t const extrasCount = in_.ConsumeIntegralInRange<size_t>(0, extras.size());
-                checkStatus(ctxc_hash_full_blocks(nullptr, tokens.empty() ? nullptr : tokens.data(), tokens.size(), page,
-                                                  extrasCount ? extras.data() : nullptr, extrasCount, nullptr,
+                checkStatus(ctxc_hash_full_blocks(nullptr, tokens.empty() ? nullptr : tokens.data(), tokens.size(),
+                                                  page, extrasCount ? extras.data() : nullptr, extrasCount, nullptr,
                                                   out.empty() ? nullptr : out.data(), out.size(), &count));
                 ctxc_hash128_t digest;
-                checkStatus(ctxc_hash_exact_prefix(nullptr, tokens.data(), tokens.size(), page, nullptr, 0, nullptr, &digest));
+                checkStatus(
+                    ctxc_hash_exact_prefix(nullptr, tokens.data(), tokens.size(), page, nullptr, 0, nullptr, &digest));
                 break;
             }
             case 18: {  // made-up and NULL handles everywhere
                 auto* fake = reinterpret_cast<ctxc_manager_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
-                auto* fakeLease = reinterpret_cast<ctxc_lease_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
+                auto* fakeLease =
+                    reinterpret_cast<ctxc_lease_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
                 int32_t ok = 0;
-                if (ctxc_manager_grow_base_pages(fake, fakeLease, 1, &ok) == CTXC_OK && fake) fail("fake handle accepted", CTXC_OK);
+                if (ctxc_manager_grow_base_pages(fake, fakeLease, 1, &ok) == CTXC_OK && fake)
+                    fail("fake handle accepted", CTXC_OK);
                 checkStatus(ctxc_manager_check_invariants(fake));
                 checkStatus(ctxc_lease_release(fakeLease));
                 break;
@@ -396,7 +413,8 @@ private:
             std::vector<uint64_t> ids(count);
             if (count) ctxc_debug_manager_records_lru(m.handle, ids.data(), count, &count);
             for (uint64_t id : ids)
-                if (ctxc_manager_evict_record(m.handle, id) != CTXC_OK) fail("evicting a listed record", CTXC_E_INTERNAL);
+                if (ctxc_manager_evict_record(m.handle, id) != CTXC_OK)
+                    fail("evicting a listed record", CTXC_E_INTERNAL);
             for (int32_t t = 0; t < 4; ++t) {
                 int32_t free = 0, capacity = 0;
                 ctxc_manager_pool_counts(m.handle, t, &free, &capacity);

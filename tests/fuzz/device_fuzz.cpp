@@ -49,8 +49,8 @@ ctxc_status_t bufferCreate(ctxc_device_backend_t* backend, size_t bytes, ctxc_de
     return ctxc_device_buffer_create(backend, &o, out);
 }
 
-ctxc_status_t pageTableCreate(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
-                              int32_t mode, ctxc_kv_page_table_t** out) {
+ctxc_status_t pageTableCreate(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq,
+                              int32_t numPages, int32_t mode, ctxc_kv_page_table_t** out) {
     ctxc_kv_page_table_options_t o;
     ctxc_kv_page_table_options_init(&o);
     o.max_batch = maxBatch;
@@ -210,7 +210,9 @@ struct LengthsSlot : Slot {
 struct StateGeometry {
     int32_t maxBatch = 0, numLayers = 0;
     size_t recRow = 0, convRow = 0, hidRow = 0;
-    size_t rowBytes(int32_t part) const { return part == kRec ? recRow : part == kConv ? convRow : part == kHidden ? hidRow : 0; }
+    size_t rowBytes(int32_t part) const {
+        return part == kRec ? recRow : part == kConv ? convRow : part == kHidden ? hidRow : 0;
+    }
     size_t footprint() const {
         size_t offset = 0;
         size_t const batch = static_cast<size_t>(maxBatch);
@@ -253,7 +255,9 @@ struct Holdable {
 struct TableObs {
     std::vector<int32_t> host, device;
     int32_t dirty = 0;
-    bool operator==(TableObs const& o) const { return std::tie(host, device, dirty) == std::tie(o.host, o.device, o.dirty); }
+    bool operator==(TableObs const& o) const {
+        return std::tie(host, device, dirty) == std::tie(o.host, o.device, o.dirty);
+    }
     bool operator!=(TableObs const& o) const { return !(*this == o); }
 };
 
@@ -390,13 +394,13 @@ private:
                 if (!map.empty()) map[in_.ConsumeIntegralInRange<size_t>(0, map.size() - 1)] = 0;
                 break;
             case 2: {  // an out-of-range entry
-                static constexpr int32_t kBad[] = {-2, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), 64};
+                static constexpr int32_t kBad[] = {-2, std::numeric_limits<int32_t>::min(),
+                                                   std::numeric_limits<int32_t>::max(), 64};
                 if (!map.empty())
                     map[in_.ConsumeIntegralInRange<size_t>(0, map.size() - 1)] =
                         in_.ConsumeBool() ? oldBatch : kBad[in_.ConsumeIntegralInRange<size_t>(0, std::size(kBad) - 1)];
                 break;
-            }
-                break;
+            } break;
             case 3: newBatch = in_.ConsumeIntegralInRange<int32_t>(-1, std::clamp(oldBatch, 0, 1 << 20) + 1); break;
             default: break;
         }
@@ -517,7 +521,8 @@ private:
         }
         for (int32_t s = 0; s < st.pslots; ++s) {
             for (size_t l = 0; l < st.base.layers.size(); ++l) keys.push_back({kPartial, static_cast<int32_t>(l), s});
-            for (size_t l = 0; l < st.draft.layers.size(); ++l) keys.push_back({kDraftPartial, static_cast<int32_t>(l), s});
+            for (size_t l = 0; l < st.draft.layers.size(); ++l)
+                keys.push_back({kDraftPartial, static_cast<int32_t>(l), s});
         }
         return keys;
     }
@@ -560,7 +565,8 @@ private:
             t.device.resize(n);
             size_t count = 0;
             must(ctxc_kv_page_table_read_host(h, t.host.data(), n, &count), "ctxc_kv_page_table_read_host");
-            must(ctxc_debug_kv_page_table_read_device(h, t.device.data(), n, &count), "ctxc_debug_kv_page_table_read_device");
+            must(ctxc_debug_kv_page_table_read_device(h, t.device.data(), n, &count),
+                 "ctxc_debug_kv_page_table_read_device");
             must(ctxc_debug_kv_page_table_is_dirty(h, &t.dirty), "ctxc_debug_kv_page_table_is_dirty");
             o.tables[i] = std::move(t);
         }
@@ -590,8 +596,8 @@ private:
             std::map<Key, Bytes> regions;
             for (Key const& k : storageKeys(storages_[i])) {
                 Bytes b(storages_[i].regionBytes(k[0], k[1]));
-                must(ctxc_snapshot_storage_read_region(static_cast<ctxc_snapshot_storage_t*>(storages_[i].h), k[0], k[1],
-                                                       k[2], b.data(), b.size()),
+                must(ctxc_snapshot_storage_read_region(static_cast<ctxc_snapshot_storage_t*>(storages_[i].h), k[0],
+                                                       k[1], k[2], b.data(), b.size()),
                      "ctxc_snapshot_storage_read_region");
                 regions.emplace(k, std::move(b));
             }
@@ -675,8 +681,10 @@ private:
                     s.live = false;
                 }
         };
-        destroyAll(storages_, [](void* h) { return ctxc_snapshot_storage_destroy(static_cast<ctxc_snapshot_storage_t*>(h)); });
-        destroyAll(states_, [](void* h) { return ctxc_resident_state_destroy(static_cast<ctxc_resident_state_t*>(h)); });
+        destroyAll(storages_,
+                   [](void* h) { return ctxc_snapshot_storage_destroy(static_cast<ctxc_snapshot_storage_t*>(h)); });
+        destroyAll(states_,
+                   [](void* h) { return ctxc_resident_state_destroy(static_cast<ctxc_resident_state_t*>(h)); });
         destroyAll(pools_, [](void* h) { return ctxc_kv_pool_destroy(static_cast<ctxc_kv_pool_t*>(h)); });
         destroyAll(tables_, [](void* h) { return ctxc_kv_page_table_destroy(static_cast<ctxc_kv_page_table_t*>(h)); });
         destroyAll(lengths_, [](void* h) { return ctxc_kv_lengths_destroy(static_cast<ctxc_kv_lengths_t*>(h)); });
@@ -688,7 +696,8 @@ private:
                  "ctxc_device_backend_allocated_bytes");
             if (bytes != 0) fail("device bytes leaked: " + std::to_string(bytes) + " still allocated after teardown");
         }
-        destroyAll(backends_, [](void* h) { return ctxc_device_backend_destroy(static_cast<ctxc_device_backend_t*>(h)); });
+        destroyAll(backends_,
+                   [](void* h) { return ctxc_device_backend_destroy(static_cast<ctxc_device_backend_t*>(h)); });
     }
 
     // ---- operations ---------------------------------------------------------------------------------------------
@@ -740,15 +749,16 @@ private:
         int const k = in_.ConsumeIntegralInRange<int>(0, 9);
         o.kind = k == 0 ? CTXC_BACKEND_AUTO : k == 1 ? CTXC_BACKEND_CUDA : k == 2 ? -1 : k == 3 ? 3 : CTXC_BACKEND_CPU;
         o.device = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? -1 : 0;
-        static constexpr size_t kTableBytes[] = {size_t{1} << 20, 4096, 8192, 65536, 4095, 0, SIZE_MAX, size_t{1} << 31,
-                                             size_t{1} << 40, size_t{1} << 20, 4096};
+        static constexpr size_t kTableBytes[] = {
+            size_t{1} << 20, 4096, 8192, 65536, 4095, 0, SIZE_MAX, size_t{1} << 31, size_t{1} << 40,
+            size_t{1} << 20, 4096};
         o.max_table_bytes = kTableBytes[in_.ConsumeIntegralInRange<size_t>(0, std::size(kTableBytes) - 1)];
         static constexpr uint32_t kChunks[] = {65536, 1, 7, 2048, 0, UINT32_MAX, 65536};
         o.max_hash_chunks = kChunks[in_.ConsumeIntegralInRange<size_t>(0, std::size(kChunks) - 1)];
         bool const nullOptions = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
-        bool const valid = !nullOptions && !shortStruct && (o.kind == CTXC_BACKEND_CPU || o.kind == CTXC_BACKEND_AUTO) &&
-                           o.device >= 0 && o.max_table_bytes >= 4096 && o.max_table_bytes <= kMaxTableBytes &&
-                           o.max_hash_chunks > 0;
+        bool const valid = !nullOptions && !shortStruct &&
+                           (o.kind == CTXC_BACKEND_CPU || o.kind == CTXC_BACKEND_AUTO) && o.device >= 0 &&
+                           o.max_table_bytes >= 4096 && o.max_table_bytes <= kMaxTableBytes && o.max_hash_chunks > 0;
         if (valid && o.max_table_bytes > (size_t{1} << 20)) return;  // a legal but large host staging table
         call("ctxc_device_backend_create", valid, [&] {
             ctxc_device_backend_t* b = nullptr;
@@ -850,9 +860,11 @@ private:
         Bytes data = pattern(n <= size ? n : 16);
         bool const fits = offset <= size && n <= size - offset;
         call("ctxc_device_buffer_write", a.valid() && fits && (!nullSrc || n == 0), [&] {
-            return ctxc_device_buffer_write(static_cast<ctxc_device_buffer_t*>(a.ptr), offset, nullSrc ? nullptr : data.data(), n);
-        }, [&](Obs& e, Obs const&) { std::copy(data.begin(), data.begin() + n, e.buffers[a.slot]->begin() + offset); },
-             !a.valid());
+            return ctxc_device_buffer_write(static_cast<ctxc_device_buffer_t*>(a.ptr), offset,
+                                            nullSrc ? nullptr : data.data(), n);
+        }, [&](Obs& e, Obs const&) {
+            std::copy(data.begin(), data.begin() + n, e.buffers[a.slot]->begin() + offset);
+        }, !a.valid());
     }
 
     void readBuffer() {
@@ -868,7 +880,8 @@ private:
                                                             nullDst ? nullptr : out.data(), n);
             if (s == CTXC_OK && n > 0) {
                 Bytes const all = *observe().buffers[a.slot];
-                if (!std::equal(out.begin(), out.end(), all.begin() + offset)) fail("read bytes differ from the buffer");
+                if (!std::equal(out.begin(), out.end(), all.begin() + offset))
+                    fail("read bytes differ from the buffer");
             }
             return s;
         }, nothing, !a.valid());
@@ -914,7 +927,8 @@ private:
             if (s == CTXC_OK) {
                 size_t footprint = 0, pageBytes = 0;
                 must(ctxc_kv_pool_footprint_bytes(out, &footprint), "ctxc_kv_pool_footprint_bytes");
-                if (footprint != g.footprint()) fail("pool footprint " + std::to_string(footprint) + " != " + std::to_string(g.footprint()));
+                if (footprint != g.footprint())
+                    fail("pool footprint " + std::to_string(footprint) + " != " + std::to_string(g.footprint()));
                 for (size_t l = 0; l < g.layers.size(); ++l) {
                     must(ctxc_kv_pool_page_bytes(out, static_cast<int32_t>(l), &pageBytes), "ctxc_kv_pool_page_bytes");
                     if (pageBytes != g.pageBytes(l)) fail("page bytes differ from the geometry");
@@ -942,10 +956,12 @@ private:
         PoolGeometry const g = a.valid() ? pools_[static_cast<size_t>(a.slot)].g : PoolGeometry{4, 4, 0, {{1, 1}}};
         int32_t const layer = index(static_cast<int32_t>(g.layers.size()));
         int32_t const first = index(2 * g.numPages);
-        int32_t const count = in_.ConsumeIntegralInRange<int>(0, 7) == 0 ? dim(0, 4) : in_.ConsumeIntegralInRange<int32_t>(0, 3);
+        int32_t const count =
+            in_.ConsumeIntegralInRange<int>(0, 7) == 0 ? dim(0, 4) : in_.ConsumeIntegralInRange<int32_t>(0, 3);
         bool const layerOk = layer >= 0 && layer < static_cast<int32_t>(g.layers.size());
         size_t const pageBytes = layerOk ? g.pageBytes(static_cast<size_t>(layer)) : 8;
-        bool const rangeOk = first >= 0 && count >= 0 && static_cast<int64_t>(first) + count <= 2 * static_cast<int64_t>(g.numPages);
+        bool const rangeOk =
+            first >= 0 && count >= 0 && static_cast<int64_t>(first) + count <= 2 * static_cast<int64_t>(g.numPages);
         size_t size = rangeOk ? static_cast<size_t>(count) * pageBytes : 16;
         switch (in_.ConsumeIntegralInRange<int>(0, 9)) {
             case 0: size += 1; break;
@@ -974,7 +990,8 @@ private:
             size_t bytes = 0;
             bool const nullOut = in_.ConsumeIntegralInRange<int>(0, 7) == 0;
             call("ctxc_kv_pool_page_bytes", a.valid() && layerOk && !nullOut, [&] {
-                ctxc_status_t const s = ctxc_kv_pool_page_bytes(static_cast<ctxc_kv_pool_t*>(a.ptr), layer, nullOut ? nullptr : &bytes);
+                ctxc_status_t const s =
+                    ctxc_kv_pool_page_bytes(static_cast<ctxc_kv_pool_t*>(a.ptr), layer, nullOut ? nullptr : &bytes);
                 if (s == CTXC_OK && bytes != g.pageBytes(static_cast<size_t>(layer))) fail("page bytes differ");
                 return s;
             }, nothing);
@@ -988,14 +1005,15 @@ private:
         int32_t const first = index(2 * g.numPages);
         int32_t const count = in_.ConsumeIntegralInRange<int32_t>(-1, 3);
         size_t const pageBytes = layerOk ? g.pageBytes(static_cast<size_t>(layer)) : 8;
-        bool const rangeOk = first >= 0 && count >= 0 && static_cast<int64_t>(first) + count <= 2 * static_cast<int64_t>(g.numPages);
+        bool const rangeOk =
+            first >= 0 && count >= 0 && static_cast<int64_t>(first) + count <= 2 * static_cast<int64_t>(g.numPages);
         size_t size = rangeOk ? static_cast<size_t>(count) * pageBytes : 16;
         if (in_.ConsumeIntegralInRange<int>(0, 7) == 0) size = size ? size - 1 : 1;
         bool const sizeOk = rangeOk && size == static_cast<size_t>(count) * pageBytes;
         Bytes out(sizeOk ? size : 16);
         call("ctxc_kv_pool_read_pages", a.valid() && layerOk && sizeOk, [&] {
-            ctxc_status_t const s = ctxc_kv_pool_read_pages(static_cast<ctxc_kv_pool_t*>(a.ptr), layer, first, count,
-                                                            out.data(), size);
+            ctxc_status_t const s =
+                ctxc_kv_pool_read_pages(static_cast<ctxc_kv_pool_t*>(a.ptr), layer, first, count, out.data(), size);
             if (s == CTXC_OK) {
                 Bytes const all = (*observe().pools[a.slot])[static_cast<size_t>(layer)];
                 if (!std::equal(out.begin(), out.begin() + size, all.begin() + static_cast<size_t>(first) * pageBytes))
@@ -1073,7 +1091,8 @@ private:
         int32_t const slot = index(t.maxBatch);
         size_t const count = in_.ConsumeIntegralInRange<size_t>(0, static_cast<size_t>(std::max(t.mpps, 0)) + 1);
         std::vector<int32_t> pages;
-        for (size_t p = 0; p < count; ++p) pages.push_back(in_.ConsumeIntegralInRange<int>(0, 5) == 0 ? -1 : index(t.numPages));
+        for (size_t p = 0; p < count; ++p)
+            pages.push_back(in_.ConsumeIntegralInRange<int>(0, 5) == 0 ? -1 : index(t.numPages));
         bool const nullPages = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
         bool valid = a.valid() && (!nullPages || count == 0) && slot >= 0 && slot < t.maxBatch &&
                      count <= static_cast<size_t>(t.mpps);
@@ -1144,15 +1163,17 @@ private:
     void compactTable() {
         Arg const a = arg(tables_);
         TableSlot const t = a.valid() ? tables_[static_cast<size_t>(a.slot)] : TableSlot{};
-        int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 4)
-                                                                            : in_.ConsumeIntegralInRange<int32_t>(0, t.maxBatch + 1);
+        int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                                     ? dim(0, 4)
+                                     : in_.ConsumeIntegralInRange<int32_t>(0, t.maxBatch + 1);
         int32_t newBatch = 0;
         std::vector<int32_t> map = compactionMap(std::min(oldBatch, 64), newBatch);
         if (in_.ConsumeIntegralInRange<int>(0, 3) == 0 && map.size() >= 2) {  // a permutation: legal for page tables
             std::swap(map.front(), map.back());
         }
         bool const nullMap = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
-        bool const arrayOk = oldBatch >= 0 && (!nullMap || oldBatch == 0) && static_cast<size_t>(oldBatch) == map.size();
+        bool const arrayOk =
+            oldBatch >= 0 && (!nullMap || oldBatch == 0) && static_cast<size_t>(oldBatch) == map.size();
         if (oldBatch > 64 && !nullMap) return;  // the map array must hold oldBatch entries
         bool const valid = a.valid() && arrayOk && oldBatch <= t.maxBatch && newBatch >= 0 && newBatch <= oldBatch &&
                            ontoPrefix(map, newBatch);
@@ -1168,8 +1189,9 @@ private:
                 if (map[b] >= 0) source[static_cast<size_t>(map[b])] = static_cast<int32_t>(b);
             TableSlot& ts = tables_[ti];
             for (int32_t b = 0; b < t.maxBatch; ++b) {
-                std::vector<int32_t> const next = b < newBatch ? rows[static_cast<size_t>(source[static_cast<size_t>(b)])]
-                                                               : std::vector<int32_t>(static_cast<size_t>(t.mpps), -1);
+                std::vector<int32_t> const next = b < newBatch
+                                                      ? rows[static_cast<size_t>(source[static_cast<size_t>(b)])]
+                                                      : std::vector<int32_t>(static_cast<size_t>(t.mpps), -1);
                 if (next == rows[static_cast<size_t>(b)]) continue;  // only changed rows become dirty
                 writeModelRow(ti, e, b, next);
             }
@@ -1188,7 +1210,8 @@ private:
         for (size_t b = 0; b < t.dirtyRows.size(); ++b)
             if (t.dirtyRows[b] && (b == 0 || !t.dirtyRows[b - 1])) ++runs;
         call("ctxc_kv_page_table_upload", a.valid(), [&] {
-            ctxc_status_t const s = ctxc_kv_page_table_upload(static_cast<ctxc_kv_page_table_t*>(a.ptr), nullOut ? nullptr : &copies);
+            ctxc_status_t const s =
+                ctxc_kv_page_table_upload(static_cast<ctxc_kv_page_table_t*>(a.ptr), nullOut ? nullptr : &copies);
             if (s == CTXC_OK && !nullOut && copies != runs)
                 fail("upload made " + std::to_string(copies) + " copies for " + std::to_string(runs) + " dirty runs");
             return s;
@@ -1197,7 +1220,8 @@ private:
             TableObs& o = *e.tables[static_cast<size_t>(a.slot)];
             size_t const row = 2 * static_cast<size_t>(ts.mpps);
             for (size_t b = 0; b < ts.dirtyRows.size(); ++b)
-                if (ts.dirtyRows[b]) std::copy(o.host.begin() + b * row, o.host.begin() + (b + 1) * row, o.device.begin() + b * row);
+                if (ts.dirtyRows[b])
+                    std::copy(o.host.begin() + b * row, o.host.begin() + (b + 1) * row, o.device.begin() + b * row);
             std::fill(ts.dirtyRows.begin(), ts.dirtyRows.end(), 0);
             o.dirty = 0;
         }, !a.valid());
@@ -1227,8 +1251,10 @@ private:
                 char const* fn = device ? "ctxc_debug_kv_page_table_read_device" : "ctxc_kv_page_table_read_host";
                 call(fn, a.valid() && !nullCount && capacity >= n && !nullEntries, [&] {
                     auto read = device ? ctxc_debug_kv_page_table_read_device : ctxc_kv_page_table_read_host;
-                    ctxc_status_t const s = read(h, nullEntries ? nullptr : out.data(), capacity, nullCount ? nullptr : &count);
-                    if ((s == CTXC_OK || s == CTXC_E_BUFFER_TOO_SMALL) && count != n) fail("read reports a wrong entry count");
+                    ctxc_status_t const s =
+                        read(h, nullEntries ? nullptr : out.data(), capacity, nullCount ? nullptr : &count);
+                    if ((s == CTXC_OK || s == CTXC_E_BUFFER_TOO_SMALL) && count != n)
+                        fail("read reports a wrong entry count");
                     if (s == CTXC_OK) {
                         TableObs const o = *observe().tables[static_cast<size_t>(a.slot)];
                         std::vector<int32_t> const& want = device ? o.device : o.host;
@@ -1240,8 +1266,8 @@ private:
             }
             default: {
                 int32_t dirty = -1;
-                call("ctxc_debug_kv_page_table_is_dirty", a.valid(), [&] { return ctxc_debug_kv_page_table_is_dirty(h, &dirty); },
-                     nothing, !a.valid());
+                call("ctxc_debug_kv_page_table_is_dirty", a.valid(),
+                     [&] { return ctxc_debug_kv_page_table_is_dirty(h, &dirty); }, nothing, !a.valid());
                 call("ctxc_kv_page_table_check_invariants", a.valid(),
                      [&] { return ctxc_kv_page_table_check_invariants(h); }, nothing, !a.valid());
                 break;
@@ -1285,10 +1311,13 @@ private:
         auto* h = static_cast<ctxc_kv_lengths_t*>(a.ptr);
         switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
             case 0: {
-                size_t const count = in_.ConsumeIntegralInRange<size_t>(0, static_cast<size_t>(std::max(l.maxBatch, 0)) + 1);
+                size_t const count =
+                    in_.ConsumeIntegralInRange<size_t>(0, static_cast<size_t>(std::max(l.maxBatch, 0)) + 1);
                 std::vector<int32_t> values;
                 for (size_t k = 0; k < count; ++k)
-                    values.push_back(in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 100) : in_.ConsumeIntegralInRange<int32_t>(0, 40));
+                    values.push_back(in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                                         ? dim(0, 100)
+                                         : in_.ConsumeIntegralInRange<int32_t>(0, 40));
                 bool const nullValues = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
                 bool valid = a.valid() && (!nullValues || count == 0) && count <= static_cast<size_t>(l.maxBatch);
                 for (int32_t v : values)
@@ -1299,11 +1328,13 @@ private:
                 break;
             }
             case 1: {
-                int32_t const inc = in_.ConsumeIntegralInRange<int>(0, 7) == 0 ? dim(-3, 3) : in_.ConsumeIntegralInRange<int32_t>(-2, 5);
+                int32_t const inc = in_.ConsumeIntegralInRange<int>(0, 7) == 0
+                                        ? dim(-3, 3)
+                                        : in_.ConsumeIntegralInRange<int32_t>(-2, 5);
                 call("ctxc_kv_lengths_add", a.valid(), [&] { return ctxc_kv_lengths_add(h, inc); },
                      [&](Obs& e, Obs const&) {
-                         for (int32_t& v : *e.lengths[a.slot]) v = wrapAdd(v, inc);
-                     }, !a.valid());
+                    for (int32_t& v : *e.lengths[a.slot]) v = wrapAdd(v, inc);
+                }, !a.valid());
                 break;
             }
             default: {
@@ -1332,8 +1363,9 @@ private:
         auto* h = static_cast<ctxc_kv_lengths_t*>(a.ptr);
         size_t const active = a.valid() ? observe().lengths[a.slot]->size() : 0;
         if (in_.ConsumeBool()) {
-            int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 5) == 0 ? in_.ConsumeIntegralInRange<int32_t>(-1, l.maxBatch + 1)
-                                                                                : static_cast<int32_t>(active);
+            int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 5) == 0
+                                         ? in_.ConsumeIntegralInRange<int32_t>(-1, l.maxBatch + 1)
+                                         : static_cast<int32_t>(active);
             int32_t newBatch = 0;
             std::vector<int32_t> const map = compactionMap(oldBatch, newBatch);
             bool const nullMap = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
@@ -1361,8 +1393,10 @@ private:
         bool const nullCount = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
         std::vector<int32_t> out(capacity + 1, 77);
         size_t count = 0;
-        call("ctxc_kv_lengths_read", a.valid() && !nullCount && (active == 0 || (capacity >= active && !nullValues)), [&] {
-            ctxc_status_t const s = ctxc_kv_lengths_read(h, nullValues ? nullptr : out.data(), capacity, nullCount ? nullptr : &count);
+        call("ctxc_kv_lengths_read", a.valid() && !nullCount && (active == 0 || (capacity >= active && !nullValues)),
+             [&] {
+            ctxc_status_t const s =
+                ctxc_kv_lengths_read(h, nullValues ? nullptr : out.data(), capacity, nullCount ? nullptr : &count);
             if ((s == CTXC_OK || s == CTXC_E_BUFFER_TOO_SMALL) && count != active) fail("read reports a wrong count");
             if (s == CTXC_OK) {
                 std::vector<int32_t> const want = *observe().lengths[a.slot];
@@ -1395,12 +1429,15 @@ private:
         o.hidden_size = in_.ConsumeBool() ? 0 : dim(1, 8);
         bool const nullOptions = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
         size_t const maxTable = b.valid() ? backends_[static_cast<size_t>(b.slot)].maxTable : 0;
-        bool valid = b.valid() && !nullOptions && !shortStruct && validDType(o.recurrent_dtype) && validDType(o.conv_dtype) &&
-                     o.max_batch > 0 && o.num_layers >= 0 && o.hidden_size >= 0 && (o.num_layers > 0 || o.hidden_size > 0);
+        bool valid = b.valid() && !nullOptions && !shortStruct && validDType(o.recurrent_dtype) &&
+                     validDType(o.conv_dtype) && o.max_batch > 0 && o.num_layers >= 0 && o.hidden_size >= 0 &&
+                     (o.num_layers > 0 || o.hidden_size > 0);
         if (valid && o.num_layers > 0) {
-            long double const row = 1.0L * o.recurrent_heads * o.recurrent_head_dim * o.state_size * 4 + 1.0L * o.conv_dim * o.conv_kernel * 4;
+            long double const row = 1.0L * o.recurrent_heads * o.recurrent_head_dim * o.state_size * 4 +
+                                    1.0L * o.conv_dim * o.conv_kernel * 4;
             valid = o.recurrent_heads > 0 && o.recurrent_head_dim > 0 && o.state_size > 0 && o.conv_dim >= 0 &&
-                    o.conv_kernel >= 0 && (o.conv_dim == 0) == (o.conv_kernel == 0) && row * o.max_batch * o.num_layers <= 1e18L;
+                    o.conv_kernel >= 0 && (o.conv_dim == 0) == (o.conv_kernel == 0) &&
+                    row * o.max_batch * o.num_layers <= 1e18L;
         }
         StateGeometry g;
         if (valid) {
@@ -1409,7 +1446,8 @@ private:
             if (o.num_layers > 0) {
                 g.recRow = static_cast<size_t>(o.recurrent_heads) * static_cast<size_t>(o.recurrent_head_dim) *
                            static_cast<size_t>(o.state_size) * dtypeSize(o.recurrent_dtype);
-                g.convRow = static_cast<size_t>(o.conv_dim) * static_cast<size_t>(o.conv_kernel) * dtypeSize(o.conv_dtype);
+                g.convRow =
+                    static_cast<size_t>(o.conv_dim) * static_cast<size_t>(o.conv_kernel) * dtypeSize(o.conv_dtype);
             }
             g.hidRow = static_cast<size_t>(o.hidden_size) * 2;
             size_t const slabs = static_cast<size_t>(o.num_layers) * (g.convRow ? 2 : 1) + (g.hidRow ? 1 : 0);
@@ -1502,15 +1540,15 @@ private:
         if (in_.ConsumeBool()) {
             int32_t const slot = index(g.maxBatch);
             call("ctxc_resident_state_zero_slot", a.valid() && slot >= 0 && slot < g.maxBatch,
-                 [&] { return ctxc_resident_state_zero_slot(h, slot); },
-                 [&](Obs& e, Obs const&) {
-                     for (auto& [k, row] : *e.states[a.slot])
-                         if ((k[0] == kRec || k[0] == kConv) && k[2] == slot) std::fill(row.begin(), row.end(), 0);
-                 }, !a.valid());
+                 [&] { return ctxc_resident_state_zero_slot(h, slot); }, [&](Obs& e, Obs const&) {
+                for (auto& [k, row] : *e.states[a.slot])
+                    if ((k[0] == kRec || k[0] == kConv) && k[2] == slot) std::fill(row.begin(), row.end(), 0);
+            }, !a.valid());
             return;
         }
-        int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 4)
-                                                                            : in_.ConsumeIntegralInRange<int32_t>(-1, g.maxBatch + 1);
+        int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                                     ? dim(0, 4)
+                                     : in_.ConsumeIntegralInRange<int32_t>(-1, g.maxBatch + 1);
         if (oldBatch > 64) return;
         int32_t newBatch = 0;
         std::vector<int32_t> const map = compactionMap(oldBatch, newBatch);
@@ -1548,15 +1586,21 @@ private:
         static constexpr size_t kBudgets[] = {0, 64, 100, 256, 1024, 4096, SIZE_MAX, 512};
         o.recurrent_budget_bytes = kBudgets[in_.ConsumeIntegralInRange<size_t>(0, std::size(kBudgets) - 1)];
         o.partial_kv_budget_bytes = kBudgets[in_.ConsumeIntegralInRange<size_t>(0, std::size(kBudgets) - 1)];
-        bool const handlesOk = b.valid() && (!state.ptr || state.valid()) && (!base.ptr || base.valid()) &&
-                               (!draft.ptr || draft.valid());
+        bool const handlesOk =
+            b.valid() && (!state.ptr || state.valid()) && (!base.ptr || base.valid()) && (!draft.ptr || draft.valid());
         StorageSlot st;
         bool valid = handlesOk && !shortStruct && (o.boundary_hidden == 0 || o.boundary_hidden == 1);
         if (valid) {
             st.backend = backends_[static_cast<size_t>(b.slot)].id;
-            if (state.ptr) st.state = states_[static_cast<size_t>(state.slot)].g, st.stateUid = states_[static_cast<size_t>(state.slot)].uid;
-            if (base.ptr) st.base = pools_[static_cast<size_t>(base.slot)].g, st.baseUid = pools_[static_cast<size_t>(base.slot)].uid;
-            if (draft.ptr) st.draft = pools_[static_cast<size_t>(draft.slot)].g, st.draftUid = pools_[static_cast<size_t>(draft.slot)].uid;
+            if (state.ptr)
+                st.state = states_[static_cast<size_t>(state.slot)].g,
+                st.stateUid = states_[static_cast<size_t>(state.slot)].uid;
+            if (base.ptr)
+                st.base = pools_[static_cast<size_t>(base.slot)].g,
+                st.baseUid = pools_[static_cast<size_t>(base.slot)].uid;
+            if (draft.ptr)
+                st.draft = pools_[static_cast<size_t>(draft.slot)].g,
+                st.draftUid = pools_[static_cast<size_t>(draft.slot)].uid;
             st.boundary = o.boundary_hidden == 1;
             bool const sameBackend = (!state.ptr || states_[static_cast<size_t>(state.slot)].backend == st.backend) &&
                                      (!base.ptr || pools_[static_cast<size_t>(base.slot)].backend == st.backend) &&
@@ -1569,11 +1613,14 @@ private:
             for (size_t l = 0; l < st.base.layers.size(); ++l) st.pbps += 2 * st.base.pageBytes(l);
             for (size_t l = 0; l < st.draft.layers.size(); ++l) st.pbps += 2 * st.draft.pageBytes(l);
             auto slots = [](size_t budget, size_t bps) {
-                return bps == 0 ? 0 : static_cast<int32_t>(std::min<size_t>(budget / bps, std::numeric_limits<int32_t>::max()));
+                return bps == 0
+                           ? 0
+                           : static_cast<int32_t>(std::min<size_t>(budget / bps, std::numeric_limits<int32_t>::max()));
             };
             st.rslots = slots(o.recurrent_budget_bytes, st.rbps);
             st.pslots = slots(o.partial_kv_budget_bytes, st.pbps);
-            size_t const descriptors = 2 * static_cast<size_t>(st.state.numLayers) + 1 + 2 * (st.base.layers.size() + st.draft.layers.size());
+            size_t const descriptors =
+                2 * static_cast<size_t>(st.state.numLayers) + 1 + 2 * (st.base.layers.size() + st.draft.layers.size());
             valid = valid && descriptors <= backends_[static_cast<size_t>(b.slot)].maxTable / 32;
             if (valid && (st.footprint() > kMaxLegitBytes || st.rslots + st.pslots > 32)) return;
         }
@@ -1582,7 +1629,8 @@ private:
             ctxc_snapshot_storage_t* out = nullptr;
             ctxc_status_t const s = ctxc_snapshot_storage_create(
                 static_cast<ctxc_device_backend_t*>(b.ptr), static_cast<ctxc_resident_state_t*>(state.ptr),
-                static_cast<ctxc_kv_pool_t*>(base.ptr), static_cast<ctxc_kv_pool_t*>(draft.ptr), nullOptions ? nullptr : &o, &out);
+                static_cast<ctxc_kv_pool_t*>(base.ptr), static_cast<ctxc_kv_pool_t*>(draft.ptr),
+                nullOptions ? nullptr : &o, &out);
             if (s == CTXC_OK) {
                 ctxc_snapshot_layout_t layout{sizeof(ctxc_snapshot_layout_t)};
                 must(ctxc_snapshot_storage_layout(out, &layout), "ctxc_snapshot_storage_layout");
@@ -1619,8 +1667,10 @@ private:
         bool const capture = in_.ConsumeBool();
         ctxc_snapshot_transfer_t t;
         ctxc_snapshot_transfer_init(&t);
-        bool const recurrent = st.rslots > 0 ? in_.ConsumeIntegralInRange<int>(0, 3) != 0 : in_.ConsumeIntegralInRange<int>(0, 3) == 0;
-        bool const partial = st.pslots > 0 ? in_.ConsumeIntegralInRange<int>(0, 3) != 0 : in_.ConsumeIntegralInRange<int>(0, 3) == 0;
+        bool const recurrent =
+            st.rslots > 0 ? in_.ConsumeIntegralInRange<int>(0, 3) != 0 : in_.ConsumeIntegralInRange<int>(0, 3) == 0;
+        bool const partial =
+            st.pslots > 0 ? in_.ConsumeIntegralInRange<int>(0, 3) != 0 : in_.ConsumeIntegralInRange<int>(0, 3) == 0;
         if (recurrent) {
             t.recurrent_slot = index(st.rslots);
             t.batch_slot = index(st.state.maxBatch);
@@ -1631,8 +1681,9 @@ private:
             if (st.draftUid ? in_.ConsumeIntegralInRange<int>(0, 15) != 0 : in_.ConsumeIntegralInRange<int>(0, 15) == 0)
                 t.draft_page = index(st.draft.numPages);
             int32_t const pageSize = st.draftUid ? std::min(st.base.pageSize, st.draft.pageSize) : st.base.pageSize;
-            t.valid_tokens = in_.ConsumeIntegralInRange<int>(0, 7) == 0 ? index(pageSize + 1)
-                                                                        : in_.ConsumeIntegralInRange<int32_t>(1, std::max(pageSize - 1, 1));
+            t.valid_tokens = in_.ConsumeIntegralInRange<int>(0, 7) == 0
+                                 ? index(pageSize + 1)
+                                 : in_.ConsumeIntegralInRange<int32_t>(1, std::max(pageSize - 1, 1));
         }
         bool const nullTransfer = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
         bool const hasRec = t.recurrent_slot != -1, hasPartial = t.partial_kv_slot != -1;
@@ -1683,12 +1734,17 @@ private:
                             size_t const poolOffset = static_cast<size_t>(page + half * g.numPages) * pageBytes;
                             size_t const regionOffset = static_cast<size_t>(half) * pageBytes;
                             if (capture) {
-                                if (poolSlot < 0) { lenient = true; continue; }
+                                if (poolSlot < 0) {
+                                    lenient = true;
+                                    continue;
+                                }
                                 Bytes const& layer = (*e.pools[static_cast<size_t>(poolSlot)])[l];
-                                std::copy(layer.begin() + poolOffset, layer.begin() + poolOffset + n, region.begin() + regionOffset);
+                                std::copy(layer.begin() + poolOffset, layer.begin() + poolOffset + n,
+                                          region.begin() + regionOffset);
                             } else if (poolSlot >= 0) {
                                 Bytes& layer = (*e.pools[static_cast<size_t>(poolSlot)])[l];
-                                std::copy(region.begin() + regionOffset, region.begin() + regionOffset + n, layer.begin() + poolOffset);
+                                std::copy(region.begin() + regionOffset, region.begin() + regionOffset + n,
+                                          layer.begin() + poolOffset);
                             }
                         }
                     }
@@ -1738,7 +1794,8 @@ private:
                 Bytes out(size);
                 call("ctxc_snapshot_storage_read_region", valid, [&] {
                     ctxc_status_t const s = ctxc_snapshot_storage_read_region(h, p, layer, slot, out.data(), size);
-                    if (s == CTXC_OK && out != observe().storages[a.slot]->at({p, layer, slot})) fail("read region differs");
+                    if (s == CTXC_OK && out != observe().storages[a.slot]->at({p, layer, slot}))
+                        fail("read region differs");
                     return s;
                 }, nothing, !a.valid());
                 break;
@@ -1772,17 +1829,21 @@ private:
         size_t const size = a.valid() ? buffers_[static_cast<size_t>(a.slot)].size : 64;
         static constexpr size_t kRowBytes[] = {1, 2, 3, 4, 8, 12, 0, SIZE_MAX, 5};
         size_t const rowBytes = kRowBytes[in_.ConsumeIntegralInRange<size_t>(0, std::size(kRowBytes) - 1)];
-        int32_t const rows = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 8) : in_.ConsumeIntegralInRange<int32_t>(0, 8);
-        size_t const offset = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, 16);
-        int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? in_.ConsumeIntegralInRange<int32_t>(-1, 10)
-                                                                            : in_.ConsumeIntegralInRange<int32_t>(0, std::clamp(rows, 0, 16));
+        int32_t const rows =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 8) : in_.ConsumeIntegralInRange<int32_t>(0, 8);
+        size_t const offset =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, 16);
+        int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                                     ? in_.ConsumeIntegralInRange<int32_t>(-1, 10)
+                                     : in_.ConsumeIntegralInRange<int32_t>(0, std::clamp(rows, 0, 16));
         int32_t newBatch = 0;
         std::vector<int32_t> const map = compactionMap(oldBatch, newBatch);
         bool const nullMap = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
         bool valid = a.valid() && rows >= 0 && oldBatch >= 0 && (!nullMap || oldBatch == 0) && rowBytes != 0 &&
                      static_cast<size_t>(rows) <= SIZE_MAX / rowBytes;
         size_t const span = valid ? static_cast<size_t>(rows) * rowBytes : 0;
-        valid = valid && offset <= size && span <= size - offset && oldBatch <= rows && denseOrderPreserving(map, newBatch);
+        valid =
+            valid && offset <= size && span <= size - offset && oldBatch <= rows && denseOrderPreserving(map, newBatch);
         // Rows == 0 of an empty buffer: the library refuses the (no-op) compaction of a NULL tensor; either is fine.
         std::optional<bool> predicted = valid;
         if (valid && size == 0) predicted.reset();
@@ -1802,13 +1863,17 @@ private:
         Arg const a = arg(buffers_);
         BufferSlot const buffer = a.valid() ? buffers_[static_cast<size_t>(a.slot)] : BufferSlot{};
         size_t const size = a.valid() ? buffer.size : 64;
-        size_t const offset = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : 4 * in_.ConsumeIntegralInRange<size_t>(0, 4);
-        size_t const count = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, 16);
-        int32_t const oldBatch = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 4) : in_.ConsumeIntegralInRange<int32_t>(0, 6);
+        size_t const offset =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : 4 * in_.ConsumeIntegralInRange<size_t>(0, 4);
+        size_t const count =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, 16);
+        int32_t const oldBatch =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 4) : in_.ConsumeIntegralInRange<int32_t>(0, 6);
         if (oldBatch > 64) return;
         int32_t newBatch = 0;
         std::vector<int32_t> const map = compactionMap(oldBatch, newBatch);
-        int32_t const rps = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(1, 3) : in_.ConsumeIntegralInRange<int32_t>(1, 3);
+        int32_t const rps =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(1, 3) : in_.ConsumeIntegralInRange<int32_t>(1, 3);
         bool const nullMap = in_.ConsumeIntegralInRange<int>(0, 15) == 0;
         BackendSlot const* backend = backendById(buffer.backend);
         size_t const maxTable = backend ? backend->maxTable : 0;
@@ -1819,7 +1884,8 @@ private:
                            static_cast<size_t>(oldBatch) * 4 <= maxTable;
         call("ctxc_device_rebase_execution_rows", valid, [&] {
             return ctxc_device_rebase_execution_rows(static_cast<ctxc_device_buffer_t*>(a.ptr), offset, count,
-                                                     nullMap || map.empty() ? nullptr : map.data(), oldBatch, newBatch, rps);
+                                                     nullMap || map.empty() ? nullptr : map.data(), oldBatch, newBatch,
+                                                     rps);
         }, [&](Obs& e, Obs const&) {
             Bytes& b = *e.buffers[a.slot];
             int64_t const limit = static_cast<int64_t>(oldBatch) * rps;
@@ -1842,7 +1908,8 @@ private:
         Arg const lengths = optionalArg(lengths_);
         Arg const k = arg(buffers_);
         Arg const v = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? k : arg(buffers_);
-        PoolGeometry const g = pool.valid() ? pools_[static_cast<size_t>(pool.slot)].g : PoolGeometry{4, 4, 0, {{1, 1}}};
+        PoolGeometry const g =
+            pool.valid() ? pools_[static_cast<size_t>(pool.slot)].g : PoolGeometry{4, 4, 0, {{1, 1}}};
         if (table.valid() && in_.ConsumeBool()) upload(table);  // gathers read the uploaded table
         TableSlot const t = table.valid() ? tables_[static_cast<size_t>(table.slot)] : TableSlot{};
         ctxc_kv_gather_request_t r;
@@ -1850,18 +1917,25 @@ private:
         bool const shortStruct = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
         if (shortStruct) r.struct_size = 4;
         r.layer = index(static_cast<int32_t>(g.layers.size()));
-        r.batch = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 4) : in_.ConsumeIntegralInRange<int32_t>(0, std::min(std::max(t.maxBatch, 1), 4));
+        r.batch = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                      ? dim(0, 4)
+                      : in_.ConsumeIntegralInRange<int32_t>(0, std::min(std::max(t.maxBatch, 1), 4));
         int64_t tableTokens = std::min<int64_t>(static_cast<int64_t>(t.mpps) * g.pageSize, 32);
         bool const layerInRange = r.layer >= 0 && r.layer < static_cast<int32_t>(g.layers.size());
         if (k.valid() && v.valid() && layerInRange && r.batch > 0 && in_.ConsumeBool()) {  // mostly fit the outputs
-            size_t const outSize = std::min(buffers_[static_cast<size_t>(k.slot)].size, buffers_[static_cast<size_t>(v.slot)].size);
-            size_t const perToken = g.tokenBytes(static_cast<size_t>(r.layer)) / dtypeSize(g.dtype) * dtypeSize(CTXC_DTYPE_FP32);
-            tableTokens = std::min<int64_t>(tableTokens, static_cast<int64_t>(outSize / perToken / static_cast<size_t>(r.batch)));
+            size_t const outSize =
+                std::min(buffers_[static_cast<size_t>(k.slot)].size, buffers_[static_cast<size_t>(v.slot)].size);
+            size_t const perToken =
+                g.tokenBytes(static_cast<size_t>(r.layer)) / dtypeSize(g.dtype) * dtypeSize(CTXC_DTYPE_FP32);
+            tableTokens =
+                std::min<int64_t>(tableTokens, static_cast<int64_t>(outSize / perToken / static_cast<size_t>(r.batch)));
         }
-        r.seq_len = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? dim(0, 8)
-                                                               : in_.ConsumeIntegralInRange<int32_t>(0, static_cast<int32_t>(tableTokens) + 1);
+        r.seq_len = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                        ? dim(0, 8)
+                        : in_.ConsumeIntegralInRange<int32_t>(0, static_cast<int32_t>(tableTokens) + 1);
         r.out_dtype = in_.ConsumeIntegralInRange<int>(0, 3) == 0 ? dtype() : g.dtype;
-        if (g.dtype == CTXC_DTYPE_FP8_E4M3 && in_.ConsumeBool()) r.out_dtype = in_.ConsumeIntegralInRange<int32_t>(0, 3);
+        if (g.dtype == CTXC_DTYPE_FP8_E4M3 && in_.ConsumeBool())
+            r.out_dtype = in_.ConsumeIntegralInRange<int32_t>(0, 3);
         static constexpr float kScales[] = {1.0f, 2.0f, 0.0f, -1.5f, 1e30f, 1e-30f, INFINITY, NAN};
         r.k_scale = kScales[in_.ConsumeIntegralInRange<size_t>(0, std::size(kScales) - 1)];
         r.v_scale = kScales[in_.ConsumeIntegralInRange<size_t>(0, std::size(kScales) - 1)];
@@ -1877,36 +1951,45 @@ private:
                                        : 0;
         bool const neededFits = needed <= static_cast<long double>(SIZE_MAX / 2);
         size_t outBytes = 0;
-        call("ctxc_kv_gather_output_bytes", pool.valid() && requestOk && layerOk && r.batch >= 0 && r.seq_len >= 0 && neededFits, [&] {
+        call("ctxc_kv_gather_output_bytes",
+             pool.valid() && requestOk && layerOk && r.batch >= 0 && r.seq_len >= 0 && neededFits, [&] {
             ctxc_status_t const s = ctxc_kv_gather_output_bytes(static_cast<ctxc_kv_pool_t*>(pool.ptr), req, &outBytes);
-            if (s == CTXC_OK && static_cast<long double>(outBytes) != needed) fail("gather output bytes differ from the geometry");
+            if (s == CTXC_OK && static_cast<long double>(outBytes) != needed)
+                fail("gather output bytes differ from the geometry");
             return s;
         }, nothing, !pool.valid());
 
-        bool const handlesOk = pool.valid() && table.valid() && (!lengths.ptr || lengths.valid()) && k.valid() && v.valid();
+        bool const handlesOk =
+            pool.valid() && table.valid() && (!lengths.ptr || lengths.valid()) && k.valid() && v.valid();
         bool valid = handlesOk && k.slot != v.slot && requestOk;
         Obs const now = observe();
         if (valid) {
             uint64_t const b = pools_[static_cast<size_t>(pool.slot)].backend;
             size_t const activeLengths = lengths.ptr ? now.lengths[lengths.slot]->size() : 0;
-            size_t const outSize = std::min(buffers_[static_cast<size_t>(k.slot)].size, buffers_[static_cast<size_t>(v.slot)].size);
-            bool const dtypeOk = r.out_dtype == g.dtype || (g.dtype == CTXC_DTYPE_FP8_E4M3 && r.out_dtype != CTXC_DTYPE_FP8_E4M3);
-            valid = buffers_[static_cast<size_t>(k.slot)].backend == b && buffers_[static_cast<size_t>(v.slot)].backend == b &&
-                    t.backend == b && (!lengths.ptr || lengths_[static_cast<size_t>(lengths.slot)].backend == b) &&
-                    t.numPages == g.numPages && !now.tables[table.slot]->dirty && r.batch >= 0 && r.batch <= t.maxBatch &&
-                    (!lengths.ptr || static_cast<size_t>(r.batch) <= activeLengths) && r.seq_len >= 0 && layerOk &&
-                    neededFits && static_cast<long double>(outSize) >= needed && dtypeOk && r.batch <= 65535 &&
-                    static_cast<int64_t>(r.seq_len) <= static_cast<int64_t>(t.mpps) * g.pageSize;
+            size_t const outSize =
+                std::min(buffers_[static_cast<size_t>(k.slot)].size, buffers_[static_cast<size_t>(v.slot)].size);
+            bool const dtypeOk =
+                r.out_dtype == g.dtype || (g.dtype == CTXC_DTYPE_FP8_E4M3 && r.out_dtype != CTXC_DTYPE_FP8_E4M3);
+            valid = buffers_[static_cast<size_t>(k.slot)].backend == b &&
+                    buffers_[static_cast<size_t>(v.slot)].backend == b && t.backend == b &&
+                    (!lengths.ptr || lengths_[static_cast<size_t>(lengths.slot)].backend == b) &&
+                    t.numPages == g.numPages && !now.tables[table.slot]->dirty && r.batch >= 0 &&
+                    r.batch <= t.maxBatch && (!lengths.ptr || static_cast<size_t>(r.batch) <= activeLengths) &&
+                    r.seq_len >= 0 && layerOk && neededFits && static_cast<long double>(outSize) >= needed && dtypeOk &&
+                    r.batch <= 65535 && static_cast<int64_t>(r.seq_len) <= static_cast<int64_t>(t.mpps) * g.pageSize;
         }
         call("ctxc_kv_gather", valid, [&] {
             return ctxc_kv_gather(static_cast<ctxc_kv_pool_t*>(pool.ptr), static_cast<ctxc_kv_page_table_t*>(table.ptr),
-                                  static_cast<ctxc_kv_lengths_t*>(lengths.ptr), req, static_cast<ctxc_device_buffer_t*>(k.ptr),
-                                  static_cast<ctxc_device_buffer_t*>(v.ptr));
+                                  static_cast<ctxc_kv_lengths_t*>(lengths.ptr), req,
+                                  static_cast<ctxc_device_buffer_t*>(k.ptr), static_cast<ctxc_device_buffer_t*>(v.ptr));
         }, [&](Obs& e, Obs const& after) {
             size_t const n = static_cast<size_t>(needed);
-            if (r.out_dtype != g.dtype) {  // fp8 dequantisation: not modelled, but nothing beyond the outputs may change
-                std::copy(after.buffers[k.slot]->begin(), after.buffers[k.slot]->begin() + n, e.buffers[k.slot]->begin());
-                std::copy(after.buffers[v.slot]->begin(), after.buffers[v.slot]->begin() + n, e.buffers[v.slot]->begin());
+            if (r.out_dtype !=
+                g.dtype) {  // fp8 dequantisation: not modelled, but nothing beyond the outputs may change
+                std::copy(after.buffers[k.slot]->begin(), after.buffers[k.slot]->begin() + n,
+                          e.buffers[k.slot]->begin());
+                std::copy(after.buffers[v.slot]->begin(), after.buffers[v.slot]->begin() + n,
+                          e.buffers[v.slot]->begin());
                 return;
             }
             size_t const layer = static_cast<size_t>(r.layer);
@@ -1918,15 +2001,20 @@ private:
                 Bytes& out = *e.buffers[half == 0 ? k.slot : v.slot];
                 for (int32_t b = 0; b < r.batch; ++b)
                     for (int32_t tok = 0; tok < r.seq_len; ++tok) {
-                        size_t const dst = (static_cast<size_t>(b) * static_cast<size_t>(r.seq_len) + static_cast<size_t>(tok)) * tokenBytes;
-                        int32_t page = device[(static_cast<size_t>(b) * 2 + static_cast<size_t>(half)) * static_cast<size_t>(t.mpps) +
+                        size_t const dst =
+                            (static_cast<size_t>(b) * static_cast<size_t>(r.seq_len) + static_cast<size_t>(tok)) *
+                            tokenBytes;
+                        int32_t page = device[(static_cast<size_t>(b) * 2 + static_cast<size_t>(half)) *
+                                                  static_cast<size_t>(t.mpps) +
                                               static_cast<size_t>(tok / g.pageSize)];
                         if (lens && tok >= (*lens)[static_cast<size_t>(b)]) page = -1;
                         if (page < 0 || page >= 2 * g.numPages) {
                             std::fill(out.begin() + dst, out.begin() + dst + tokenBytes, 0);
                             continue;
                         }
-                        size_t const src = (static_cast<size_t>(page) * static_cast<size_t>(g.pageSize) + static_cast<size_t>(tok % g.pageSize)) * tokenBytes;
+                        size_t const src = (static_cast<size_t>(page) * static_cast<size_t>(g.pageSize) +
+                                            static_cast<size_t>(tok % g.pageSize)) *
+                                           tokenBytes;
                         std::copy(poolBytes.begin() + src, poolBytes.begin() + src + tokenBytes, out.begin() + dst);
                     }
             }
@@ -1937,8 +2025,10 @@ private:
         Arg const a = arg(buffers_);
         BufferSlot const buffer = a.valid() ? buffers_[static_cast<size_t>(a.slot)] : BufferSlot{};
         size_t const size = a.valid() ? buffer.size : 64;
-        size_t const offset = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, size);
-        size_t const n = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, size);
+        size_t const offset =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, size);
+        size_t const n =
+            in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? offsetIn(size) : in_.ConsumeIntegralInRange<size_t>(0, size);
         BackendSlot const* backend = backendById(buffer.backend);
         uint32_t const maxChunks = backend ? backend->maxChunks : 65536;
         uint32_t chunks = in_.ConsumeIntegralInRange<uint32_t>(1, 16);
@@ -1955,8 +2045,8 @@ private:
         bool const fits = offset <= size && n <= size - offset;
         ctxc_hash128_t out{};
         call("ctxc_device_hash_chunked", a.valid() && !nullOut && fits && chunks > 0 && chunks <= maxChunks, [&] {
-            ctxc_status_t const s = ctxc_device_hash_chunked(static_cast<ctxc_device_buffer_t*>(a.ptr), offset, n, chunks,
-                                                             nullOut ? nullptr : &out);
+            ctxc_status_t const s = ctxc_device_hash_chunked(static_cast<ctxc_device_buffer_t*>(a.ptr), offset, n,
+                                                             chunks, nullOut ? nullptr : &out);
             if (s == CTXC_OK) {
                 Bytes const bytes = *observe().buffers[a.slot];
                 ctxc_hash128_t const want = chunkedDigest(bytes.data() + offset, n, chunks);
@@ -1965,7 +2055,8 @@ private:
                 g_op = "ctxc_hash_chunked_host";
                 ctxc_status_t const hs = ctxc_hash_chunked_host(n ? bytes.data() + offset : nullptr, n, chunks, &host);
                 checkStatus("ctxc_hash_chunked_host", hs);
-                if (hs != CTXC_OK || host.hi != want.hi || host.lo != want.lo) fail("host chunked hash differs from the reference");
+                if (hs != CTXC_OK || host.hi != want.hi || host.lo != want.lo)
+                    fail("host chunked hash differs from the reference");
             }
             return s;
         }, nothing, !nullOut && !a.valid());
@@ -1973,9 +2064,8 @@ private:
             uint8_t const byte = 0;
             uint32_t const hostChunks = in_.ConsumeBool() ? 0 : 3;
             bool const nullBytes = in_.ConsumeBool();
-            call("ctxc_hash_chunked_host", hostChunks > 0 && !nullBytes, [&] {
-                return ctxc_hash_chunked_host(nullBytes ? nullptr : &byte, 1, hostChunks, &out);
-            }, nothing);
+            call("ctxc_hash_chunked_host", hostChunks > 0 && !nullBytes,
+                 [&] { return ctxc_hash_chunked_host(nullBytes ? nullptr : &byte, 1, hostChunks, &out); }, nothing);
         }
     }
 
@@ -1983,52 +2073,65 @@ private:
         switch (in_.ConsumeIntegralInRange<int>(0, 5)) {
             case 0: {
                 Arg const a = arg(buffers_);
-                destroy("ctxc_device_buffer_destroy", a, [&] { return ctxc_device_buffer_destroy(static_cast<ctxc_device_buffer_t*>(a.ptr)); },
-                        [&](Obs& e) { e.buffers[a.slot].reset(); buffers_[static_cast<size_t>(a.slot)].live = false; });
+                destroy("ctxc_device_buffer_destroy", a, [&] {
+                    return ctxc_device_buffer_destroy(static_cast<ctxc_device_buffer_t*>(a.ptr));
+                }, [&](Obs& e) {
+                    e.buffers[a.slot].reset();
+                    buffers_[static_cast<size_t>(a.slot)].live = false;
+                });
                 break;
             }
             case 1: {
                 Arg const a = arg(pools_);
-                destroy("ctxc_kv_pool_destroy", a, [&] { return ctxc_kv_pool_destroy(static_cast<ctxc_kv_pool_t*>(a.ptr)); },
-                        [&](Obs& e) {
-                            e.pools[a.slot].reset();
-                            pools_[static_cast<size_t>(a.slot)].live = false;
-                            holdables_.at(pools_[static_cast<size_t>(a.slot)].uid).handleLive = false;
-                        });
+                destroy("ctxc_kv_pool_destroy", a,
+                        [&] { return ctxc_kv_pool_destroy(static_cast<ctxc_kv_pool_t*>(a.ptr)); }, [&](Obs& e) {
+                    e.pools[a.slot].reset();
+                    pools_[static_cast<size_t>(a.slot)].live = false;
+                    holdables_.at(pools_[static_cast<size_t>(a.slot)].uid).handleLive = false;
+                });
                 break;
             }
             case 2: {
                 Arg const a = arg(tables_);
-                destroy("ctxc_kv_page_table_destroy", a, [&] { return ctxc_kv_page_table_destroy(static_cast<ctxc_kv_page_table_t*>(a.ptr)); },
-                        [&](Obs& e) { e.tables[a.slot].reset(); tables_[static_cast<size_t>(a.slot)].live = false; });
+                destroy("ctxc_kv_page_table_destroy", a, [&] {
+                    return ctxc_kv_page_table_destroy(static_cast<ctxc_kv_page_table_t*>(a.ptr));
+                }, [&](Obs& e) {
+                    e.tables[a.slot].reset();
+                    tables_[static_cast<size_t>(a.slot)].live = false;
+                });
                 break;
             }
             case 3: {
                 Arg const a = arg(lengths_);
-                destroy("ctxc_kv_lengths_destroy", a, [&] { return ctxc_kv_lengths_destroy(static_cast<ctxc_kv_lengths_t*>(a.ptr)); },
-                        [&](Obs& e) { e.lengths[a.slot].reset(); lengths_[static_cast<size_t>(a.slot)].live = false; });
+                destroy("ctxc_kv_lengths_destroy", a,
+                        [&] { return ctxc_kv_lengths_destroy(static_cast<ctxc_kv_lengths_t*>(a.ptr)); }, [&](Obs& e) {
+                    e.lengths[a.slot].reset();
+                    lengths_[static_cast<size_t>(a.slot)].live = false;
+                });
                 break;
             }
             case 4: {
                 Arg const a = arg(states_);
-                destroy("ctxc_resident_state_destroy", a, [&] { return ctxc_resident_state_destroy(static_cast<ctxc_resident_state_t*>(a.ptr)); },
-                        [&](Obs& e) {
-                            e.states[a.slot].reset();
-                            states_[static_cast<size_t>(a.slot)].live = false;
-                            holdables_.at(states_[static_cast<size_t>(a.slot)].uid).handleLive = false;
-                        });
+                destroy("ctxc_resident_state_destroy", a, [&] {
+                    return ctxc_resident_state_destroy(static_cast<ctxc_resident_state_t*>(a.ptr));
+                }, [&](Obs& e) {
+                    e.states[a.slot].reset();
+                    states_[static_cast<size_t>(a.slot)].live = false;
+                    holdables_.at(states_[static_cast<size_t>(a.slot)].uid).handleLive = false;
+                });
                 break;
             }
             default: {
                 Arg const a = arg(storages_);
-                destroy("ctxc_snapshot_storage_destroy", a, [&] { return ctxc_snapshot_storage_destroy(static_cast<ctxc_snapshot_storage_t*>(a.ptr)); },
-                        [&](Obs& e) {
-                            e.storages[a.slot].reset();
-                            StorageSlot& st = storages_[static_cast<size_t>(a.slot)];
-                            st.live = false;
-                            for (uint64_t uid : {st.stateUid, st.baseUid, st.draftUid})
-                                if (uid) --holdables_.at(uid).holders;
-                        });
+                destroy("ctxc_snapshot_storage_destroy", a, [&] {
+                    return ctxc_snapshot_storage_destroy(static_cast<ctxc_snapshot_storage_t*>(a.ptr));
+                }, [&](Obs& e) {
+                    e.storages[a.slot].reset();
+                    StorageSlot& st = storages_[static_cast<size_t>(a.slot)];
+                    st.live = false;
+                    for (uint64_t uid : {st.stateUid, st.baseUid, st.draftUid})
+                        if (uid) --holdables_.at(uid).holders;
+                });
                 break;
             }
         }

@@ -128,10 +128,13 @@ int main(int argc, char** argv) {
             g.convDtype = DType::kFp16;
             g.hiddenSize = 8192;
             ResidentState state(b, g);
-            KvPagePool pool(b, KvPoolGeometry{16, 128, DType::kFp16, std::vector<KvLayerShape>(16, KvLayerShape{8, 128})});
+            KvPagePool pool(b,
+                            KvPoolGeometry{16, 128, DType::kFp16, std::vector<KvLayerShape>(16, KvLayerShape{8, 128})});
             size_t const recurrentBytes = SnapshotStorage::recurrentBytesPerSlot(g, true);
-            SnapshotStorage storage(b, &state, &pool, nullptr,
-                                    SnapshotBudgets{2 * recurrentBytes, 2 * SnapshotStorage::partialKvBytesPerSlot(&pool.geometry(), nullptr), true});
+            SnapshotStorage storage(
+                b, &state, &pool, nullptr,
+                SnapshotBudgets{2 * recurrentBytes,
+                                2 * SnapshotStorage::partialKvBytesPerSlot(&pool.geometry(), nullptr), true});
             SnapshotTransfer t;
             t.batchSlot = 1;
             t.recurrentSlot = 0;
@@ -140,8 +143,10 @@ int main(int argc, char** argv) {
             t.validTokens = 127;
             uint64_t const bytes = recurrentBytes + 16 * 2 * 127 * pool.tokenBytes(0);
             Measure const copy = baseline(bytes);
-            results.push_back({"snapshot_capture_64_layers", bytes, timeOp(b, [&] { storage.capture(t); }, minMs), copy, true});
-            results.push_back({"snapshot_restore_64_layers", bytes, timeOp(b, [&] { storage.restore(t); }, minMs), copy, true});
+            results.push_back(
+                {"snapshot_capture_64_layers", bytes, timeOp(b, [&] { storage.capture(t); }, minMs), copy, true});
+            results.push_back(
+                {"snapshot_restore_64_layers", bytes, timeOp(b, [&] { storage.restore(t); }, minMs), copy, true});
             uint64_t const zeroBytes = 48 * (state.rowBytes(StatePart::kRecurrent) + state.rowBytes(StatePart::kConv));
             results.push_back({"zero_recurrent_slot_48_layers", zeroBytes, timeOp(b, [&] { state.zeroSlot(2); }, minMs),
                                baseline(zeroBytes), true});
@@ -153,9 +158,10 @@ int main(int argc, char** argv) {
             std::vector<int32_t> map(rows);
             for (int32_t i = 0; i < rows; ++i) map[size_t(i)] = i - 1;
             uint64_t const bytes = rowBytes * (rows - 1);
-            results.push_back({"compact_rows_inplace", bytes,
-                               timeOp(b, [&] { compactBatch(b, buffer.data(), rowBytes, rows, map.data(), rows, rows - 1); }, minMs),
-                               baseline(bytes), true});
+            results.push_back(
+                {"compact_rows_inplace", bytes,
+                 timeOp(b, [&] { compactBatch(b, buffer.data(), rowBytes, rows, map.data(), rows, rows - 1); }, minMs),
+                 baseline(bytes), true});
         }
         {   // Execution-row rebasing over 64M int32 indices (256 MiB), 8 sequences of 8M rows, every other retires.
             int64_t const count = int64_t(scaled(64)) << 20;
@@ -165,7 +171,11 @@ int main(int argc, char** argv) {
             std::vector<int32_t> map = {0, -1, 1, -1, 2, -1, 3, -1};
             uint64_t const bytes = uint64_t(count) * 4;
             results.push_back({"rebase_execution_rows", bytes,
-                               timeOp(b, [&] { b.rebaseExecutionRows(static_cast<int32_t*>(indices.data()), count, map.data(), sequences, rowsPerSequence); }, minMs),
+                               timeOp(b,
+                                      [&] {
+                b.rebaseExecutionRows(static_cast<int32_t*>(indices.data()), count, map.data(), sequences,
+                                      rowsPerSequence);
+            }, minMs),
                                baseline(bytes), true});
         }
         for (DType poolType : {DType::kFp16, DType::kFp8E4m3}) {
@@ -187,10 +197,10 @@ int main(int argc, char** argv) {
             r.outDtype = DType::kFp16;
             size_t const outBytes = gatherOutputBytes(pool, r);
             DeviceBuffer k(b, outBytes), v(b, outBytes);
-            results.push_back({poolType == DType::kFp16 ? "gather_paged_kv_fp16" : "gather_paged_kv_fp8_dequant_fp16",
-                               2 * outBytes,
-                               timeOp(b, [&] { gatherPagedKv(pool, table, nullptr, r, k.data(), v.data(), outBytes); }, minMs),
-                               baseline(2 * outBytes), true});
+            results.push_back(
+                {poolType == DType::kFp16 ? "gather_paged_kv_fp16" : "gather_paged_kv_fp8_dequant_fp16", 2 * outBytes,
+                 timeOp(b, [&] { gatherPagedKv(pool, table, nullptr, r, k.data(), v.data(), outBytes); }, minMs),
+                 baseline(2 * outBytes), true});
         }
         {   // Chunked FNV-1a of 256 MiB.
             uint64_t const bytes = uint64_t(scaled(256)) << 20;
@@ -199,7 +209,8 @@ int main(int argc, char** argv) {
             Measure const copy = baseline(bytes);
             for (uint32_t chunks : {kDefaultHashChunks, 65536u}) {
                 results.push_back({"fnv1a_chunked_" + std::to_string(chunks), bytes,
-                                   timeOp(b, [&] { chunkedFnv1a128(b, data.data(), bytes, chunks, &partials); }, std::min(minMs, 20.0)),
+                                   timeOp(b, [&] { chunkedFnv1a128(b, data.data(), bytes, chunks, &partials); },
+                                          std::min(minMs, 20.0)),
                                    copy, false});
             }
         }

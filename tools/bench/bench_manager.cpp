@@ -129,7 +129,10 @@ public:
                         if (id < 0) fail(where("negative hash id"));
                         r.hashIds.push_back(static_cast<uint64_t>(id));
                         skipSpace();
-                        if (peek() == ',') { ++i_; continue; }
+                        if (peek() == ',') {
+                            ++i_;
+                            continue;
+                        }
                         expect(']');
                         break;
                     }
@@ -138,7 +141,10 @@ public:
                 fail(where("unknown key \"" + key + "\""));
             }
             skipSpace();
-            if (peek() == ',') { ++i_; continue; }
+            if (peek() == ',') {
+                ++i_;
+                continue;
+            }
             expect('}');
             break;
         }
@@ -150,9 +156,7 @@ public:
     }
 
 private:
-    std::string where(std::string const& why) const {
-        return "trace line " + std::to_string(lineNo_) + ": " + why;
-    }
+    std::string where(std::string const& why) const { return "trace line " + std::to_string(lineNo_) + ": " + why; }
     void skipSpace() {
         while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n')) ++i_;
     }
@@ -228,7 +232,8 @@ void expandRange(Request const& r, int32_t begin, int32_t end, std::vector<int32
     out.clear();
     for (int32_t pos = begin; pos < end; ++pos) {
         uint64_t const id = r.hashIds[static_cast<size_t>(pos / kTraceBlock)];
-        out.push_back(static_cast<int32_t>(splitmix64(id * kTraceBlock + static_cast<uint64_t>(pos % kTraceBlock)) % 32000u));
+        out.push_back(
+            static_cast<int32_t>(splitmix64(id * kTraceBlock + static_cast<uint64_t>(pos % kTraceBlock)) % 32000u));
     }
 }
 
@@ -385,7 +390,9 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
         }
         out.publishedBlocks += published;
         out.pagesTouched += basePages + draftPages + published;
-        if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
+        if (samplePeak)
+            out.peakMetadataBytes =
+                std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
     }
     finishReplay(manager, out);
     return out;
@@ -438,8 +445,9 @@ Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vecto
         Clock::time_point const t1 = Clock::now();
 
         // Untimed: the tokens the digests will hash (what a runtime already holds).
-        size_t const tried = options.candidateCap > 0 ? std::min(lengths.size(), static_cast<size_t>(options.candidateCap))
-                                                      : lengths.size();
+        size_t const tried = options.candidateCap > 0
+                                 ? std::min(lengths.size(), static_cast<size_t>(options.candidateCap))
+                                 : lengths.size();
         tailLengths.assign(lengths.begin(), lengths.begin() + static_cast<std::ptrdiff_t>(tried));
         if (n > 0) tailLengths.push_back(n);
         tails.clear();
@@ -463,7 +471,8 @@ Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vecto
         out.candidatesTried += static_cast<int64_t>(tried);
         out.digests += static_cast<int64_t>(tailLengths.size());
         out.digestTokens += static_cast<int64_t>(tails.size());
-        for (HybridCheckpointCandidate const& c : candidates) out.digestSumHi += c.exactPrefixDigest.hi, out.digestSumLo += c.exactPrefixDigest.lo;
+        for (HybridCheckpointCandidate const& c : candidates)
+            out.digestSumHi += c.exactPrefixDigest.hi, out.digestSumLo += c.exactPrefixDigest.lo;
         if (n > 0) {
             out.digestSumHi += published.hi, out.digestSumLo += published.lo;
             if (options.exactDigests && (*options.exactDigests)[i] != published)
@@ -531,7 +540,9 @@ Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vecto
         out.leaseBasePages += pagesAfterGrowth;
         out.publishedBlocks += publishedBlocks;
         out.pagesTouched += pagesAfterGrowth + publishedBlocks;
-        if (samplePeak) out.peakMetadataBytes = std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
+        if (samplePeak)
+            out.peakMetadataBytes =
+                std::max<int64_t>(out.peakMetadataBytes, static_cast<int64_t>(manager.metadataBytes()));
     }
     finishReplay(manager, out);
     return out;
@@ -590,7 +601,8 @@ Replay bestOf(int repeat, ReplayFn&& run) {
             r.snapshotPressureSkips != best.snapshotPressureSkips || r.digestSumHi != best.digestSumHi ||
             r.digestSumLo != best.digestSumLo)
             fail("the replay is not deterministic");
-        for (size_t i = 0; i < best.requestNs.size(); ++i) best.requestNs[i] = std::min(best.requestNs[i], r.requestNs[i]);
+        for (size_t i = 0; i < best.requestNs.size(); ++i)
+            best.requestNs[i] = std::min(best.requestNs[i], r.requestNs[i]);
         for (size_t i = 0; i < best.requestDigestNs.size(); ++i)
             best.requestDigestNs[i] = std::min(best.requestDigestNs[i], r.requestDigestNs[i]);
     }
@@ -630,8 +642,11 @@ int main(int argc, char** argv) {
             std::stringstream list(value());
             std::string m;
             while (std::getline(list, m, ',')) {
-                Mode const mode = m == "vanilla" ? Mode::kVanilla : m == "hybrid" ? Mode::kHybrid : m == "spec" ? Mode::kSpec
-                                  : (fail("unknown mode \"" + m + "\" (vanilla, hybrid or spec)"), Mode::kVanilla);
+                Mode const mode = m == "vanilla"  ? Mode::kVanilla
+                                  : m == "hybrid" ? Mode::kHybrid
+                                  : m == "spec"
+                                      ? Mode::kSpec
+                                      : (fail("unknown mode \"" + m + "\" (vanilla, hybrid or spec)"), Mode::kVanilla);
                 if (std::find(modes.begin(), modes.end(), mode) == modes.end()) modes.push_back(mode);
             }
         } else if (a == "--capacity-blocks") capacityBlocks = std::stoll(value());
@@ -666,8 +681,9 @@ int main(int argc, char** argv) {
     }
     int64_t const distinctBlocks = static_cast<int64_t>(distinct.size());
     if (capacityBlocks < 0) capacityBlocks = distinctBlocks / 2;
-    int64_t const snapshotSlots = snapshotSlotsOption >= 0 ? snapshotSlotsOption
-                                                           : std::max<int64_t>(1, static_cast<int64_t>(requests.size()) / 2);
+    int64_t const snapshotSlots = snapshotSlotsOption >= 0
+                                      ? snapshotSlotsOption
+                                      : std::max<int64_t>(1, static_cast<int64_t>(requests.size()) / 2);
 
     BlockHasher const hasher(HashAlgorithm::kSha256, key);
     std::vector<int32_t> tokens;
@@ -711,7 +727,8 @@ int main(int argc, char** argv) {
                 if (basePages > INT32_MAX || slots > INT32_MAX) fail("capacity exceeds INT32_MAX");
                 int32_t const pages = static_cast<int32_t>(basePages), records = static_cast<int32_t>(maxRecords);
                 switch (mode) {
-                    case Mode::kVanilla: return replayPaged(requests, hashes, pageSize, pages, records, samplePeak, false);
+                    case Mode::kVanilla:
+                        return replayPaged(requests, hashes, pageSize, pages, records, samplePeak, false);
                     case Mode::kSpec: return replayPaged(requests, hashes, pageSize, pages, records, samplePeak, true);
                     case Mode::kHybrid: break;
                 }
@@ -722,7 +739,8 @@ int main(int argc, char** argv) {
                 options.exactDigests = check ? &exactDigests : nullptr;
                 return replayHybrid(requests, hashes, pageSize, pages, records, options, samplePeak);
             };
-            Replay run = bestOf(repeat, [&](int pass) { return runOnce(capacityPages, snapshotSlots, pass == 0, pass == 0); });
+            Replay run =
+                bestOf(repeat, [&](int pass) { return runOnce(capacityPages, snapshotSlots, pass == 0, pass == 0); });
 
             Replay bound;
             int64_t boundCapacity = 0, boundSlots = 0;
@@ -787,7 +805,8 @@ int main(int argc, char** argv) {
             j.real("hit_rate", ratio(static_cast<double>(run.reusedTokens), static_cast<double>(run.inputTokens)));
             if (upperBound) {
                 j.num("upper_bound_reused_tokens", bound.reusedTokens);
-                j.real("upper_bound_hit_rate", ratio(static_cast<double>(bound.reusedTokens), static_cast<double>(bound.inputTokens)));
+                j.real("upper_bound_hit_rate",
+                       ratio(static_cast<double>(bound.reusedTokens), static_cast<double>(bound.inputTokens)));
                 j.num("upper_bound_capacity_pages", boundCapacity);
                 if (mode == Mode::kHybrid) j.num("upper_bound_snapshot_slots", boundSlots);
                 j.num("upper_bound_cached_pages", bound.cachedPages);
@@ -802,7 +821,8 @@ int main(int argc, char** argv) {
             j.num("pages_touched", run.pagesTouched);
             j.num("evicted_records", static_cast<uint64_t>(run.metrics.evictedRecords));
             j.num("reclaimed_base_pages", static_cast<uint64_t>(run.metrics.reclaimedBaseKvPages));
-            if (mode == Mode::kSpec) j.num("reclaimed_draft_pages", static_cast<uint64_t>(run.metrics.reclaimedDraftKvPages));
+            if (mode == Mode::kSpec)
+                j.num("reclaimed_draft_pages", static_cast<uint64_t>(run.metrics.reclaimedDraftKvPages));
             if (mode == Mode::kHybrid) {
                 j.num("reclaimed_recurrent_snapshots", static_cast<uint64_t>(run.metrics.reclaimedRecurrentSnapshots));
                 j.num("reclaimed_partial_kv_snapshots", static_cast<uint64_t>(run.metrics.reclaimedPartialKvSnapshots));
@@ -816,10 +836,12 @@ int main(int argc, char** argv) {
                 j.num("cached_partial_kv_snapshots", run.cachedPartialSlots);
             }
             j.num("metadata_bytes", run.metadataBytes);
-            j.real("metadata_bytes_per_cached_block", ratio(static_cast<double>(run.metadataBytes), static_cast<double>(run.cachedPages)));
+            j.real("metadata_bytes_per_cached_block",
+                   ratio(static_cast<double>(run.metadataBytes), static_cast<double>(run.cachedPages)));
             if (mode == Mode::kSpec)
-                j.real("metadata_bytes_per_cached_page", ratio(static_cast<double>(run.metadataBytes),
-                                                               static_cast<double>(run.cachedPages + run.cachedDraftPages)));
+                j.real("metadata_bytes_per_cached_page",
+                       ratio(static_cast<double>(run.metadataBytes),
+                             static_cast<double>(run.cachedPages + run.cachedDraftPages)));
             j.num("peak_metadata_bytes", run.peakMetadataBytes);
             {  // C++ only (the C ABI reports the total): where the metadata bytes per cached block go
                 Json b;
@@ -828,23 +850,30 @@ int main(int argc, char** argv) {
                 b.real("base_index", ratio(static_cast<double>(run.baseIndexBytes), cached));
                 b.real("draft_index", ratio(static_cast<double>(run.draftIndexBytes), cached));
                 b.real("records", ratio(static_cast<double>(run.recordBytes), cached));
-                b.real("manager_object", ratio(static_cast<double>(run.metadataBytes - run.poolBytes - run.baseIndexBytes -
-                                                                   run.draftIndexBytes - run.recordBytes), cached));
+                b.real("manager_object",
+                       ratio(static_cast<double>(run.metadataBytes - run.poolBytes - run.baseIndexBytes -
+                                                 run.draftIndexBytes - run.recordBytes),
+                             cached));
                 j.raw("cpp_metadata_bytes_per_cached_block_by_part", b.done());
             }
             // timings
-            double const hashS = static_cast<double>(hashNs) * 1e-9, managerS = static_cast<double>(run.managerNs) * 1e-9;
+            double const hashS = static_cast<double>(hashNs) * 1e-9,
+                         managerS = static_cast<double>(run.managerNs) * 1e-9;
             double const digestS = static_cast<double>(run.digestNs) * 1e-9;
             j.real("hash_seconds", hashS);
             if (mode == Mode::kHybrid) j.real("digest_seconds", digestS);
             j.real("manager_seconds", managerS);
             j.real("hash_ns_per_token", ratio(static_cast<double>(hashNs), static_cast<double>(hashedTokens)));
             if (mode == Mode::kHybrid) {
-                j.real("digest_ns_per_token", ratio(static_cast<double>(run.digestNs), static_cast<double>(hashedTokens)));
-                j.real("digest_ns_per_digest", ratio(static_cast<double>(run.digestNs), static_cast<double>(run.digests)));
+                j.real("digest_ns_per_token",
+                       ratio(static_cast<double>(run.digestNs), static_cast<double>(hashedTokens)));
+                j.real("digest_ns_per_digest",
+                       ratio(static_cast<double>(run.digestNs), static_cast<double>(run.digests)));
             }
-            j.real("manager_ns_per_page_touched", ratio(static_cast<double>(run.managerNs), static_cast<double>(run.pagesTouched)));
-            j.real("manager_ns_per_call", ratio(static_cast<double>(run.managerNs), static_cast<double>(run.managerCalls)));
+            j.real("manager_ns_per_page_touched",
+                   ratio(static_cast<double>(run.managerNs), static_cast<double>(run.pagesTouched)));
+            j.real("manager_ns_per_call",
+                   ratio(static_cast<double>(run.managerNs), static_cast<double>(run.managerCalls)));
             j.real("manager_requests_per_second", ratio(static_cast<double>(run.requests), managerS));
             j.real("requests_per_second", ratio(static_cast<double>(run.requests), hashS + digestS + managerS));
             results.push_back(j.done());

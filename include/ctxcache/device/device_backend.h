@@ -125,7 +125,8 @@ private:
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
-    DeviceBuffer(DeviceBackend& backend, size_t bytes) : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes) {}
+    DeviceBuffer(DeviceBackend& backend, size_t bytes)
+        : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes) {}
     DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
     DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
         if (this != &other) {

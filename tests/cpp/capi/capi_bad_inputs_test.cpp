@@ -24,8 +24,8 @@ ctxc_status_t createBuffer(ctxc_device_backend_t* backend, size_t bytes, ctxc_de
     return ctxc_device_buffer_create(backend, &o, out);
 }
 
-ctxc_status_t createPageTable(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
-                              int32_t mode, ctxc_kv_page_table_t** out) {
+ctxc_status_t createPageTable(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq,
+                              int32_t numPages, int32_t mode, ctxc_kv_page_table_t** out) {
     ctxc_kv_page_table_options_t o;
     ctxc_kv_page_table_options_init(&o);
     o.max_batch = maxBatch;
@@ -52,7 +52,8 @@ ctxc_status_t createLengths(ctxc_device_backend_t* backend, int32_t maxBatch, ct
     if (message.compare(0, prefix.size(), prefix) != 0)
         return ::testing::AssertionFailure() << "last error \"" << message << "\" is not from " << function;
     if (message.find(needle) == std::string::npos)
-        return ::testing::AssertionFailure() << "last error \"" << message << "\" does not mention \"" << needle << "\"";
+        return ::testing::AssertionFailure()
+               << "last error \"" << message << "\" does not mention \"" << needle << "\"";
     return ::testing::AssertionSuccess();
 }
 
@@ -166,9 +167,9 @@ protected:
     void TearDown() override {
         EXPECT_EQ(observe(), before) << "a refused call changed something";
         EXPECT_EQ(allocated(), footprint) << "a refused call allocated or freed device memory";
-        for (ctxc_status_t s : {ctxc_snapshot_storage_destroy(storage), ctxc_resident_state_destroy(state),
-                                ctxc_kv_pool_destroy(pool), ctxc_kv_page_table_destroy(table),
-                                ctxc_kv_lengths_destroy(lengths), ctxc_device_buffer_destroy(buffer)})
+        for (ctxc_status_t s :
+             {ctxc_snapshot_storage_destroy(storage), ctxc_resident_state_destroy(state), ctxc_kv_pool_destroy(pool),
+              ctxc_kv_page_table_destroy(table), ctxc_kv_lengths_destroy(lengths), ctxc_device_buffer_destroy(buffer)})
             EXPECT_EQ(s, CTXC_OK);
         EXPECT_EQ(allocated(), 0u) << "device memory leaked";
         EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
@@ -210,13 +211,15 @@ protected:
         struct Region {
             int32_t part, layer, slots;
         };
-        for (Region r : {Region{CTXC_STATE_RECURRENT, 0, 2}, Region{CTXC_STATE_CONV, 0, 2}, Region{CTXC_STATE_BOUNDARY_HIDDEN, 0, 2},
-                         Region{CTXC_STATE_PARTIAL_KV, 0, 2}, Region{CTXC_STATE_PARTIAL_KV, 1, 2}})
+        for (Region r : {Region{CTXC_STATE_RECURRENT, 0, 2}, Region{CTXC_STATE_CONV, 0, 2},
+                         Region{CTXC_STATE_BOUNDARY_HIDDEN, 0, 2}, Region{CTXC_STATE_PARTIAL_KV, 0, 2},
+                         Region{CTXC_STATE_PARTIAL_KV, 1, 2}})
             for (int32_t slot = 0; slot < r.slots; ++slot) {
                 size_t bytes = 0;
                 EXPECT_EQ(ctxc_snapshot_storage_region_bytes(storage, r.part, r.layer, &bytes), CTXC_OK);
                 std::vector<uint8_t> region(bytes);
-                EXPECT_EQ(ctxc_snapshot_storage_read_region(storage, r.part, r.layer, slot, region.data(), bytes), CTXC_OK);
+                EXPECT_EQ(ctxc_snapshot_storage_read_region(storage, r.part, r.layer, slot, region.data(), bytes),
+                          CTXC_OK);
                 add(region.data(), region.size());
             }
         std::vector<uint8_t> bytes(64);
@@ -260,18 +263,19 @@ TEST_F(Device, NullHandlesAreInvalidHandles) {
                         "backend is NULL"));
     EXPECT_EQ(newPool, nullptr);
     uint8_t byte = 0;
-    EXPECT_TRUE(refused(ctxc_device_buffer_write(nullptr, 0, &byte, 1), CTXC_E_INVALID_HANDLE, "ctxc_device_buffer_write",
-                        "buffer is NULL"));
+    EXPECT_TRUE(refused(ctxc_device_buffer_write(nullptr, 0, &byte, 1), CTXC_E_INVALID_HANDLE,
+                        "ctxc_device_buffer_write", "buffer is NULL"));
     EXPECT_TRUE(refused(ctxc_kv_pool_write_pages(nullptr, 0, 0, 0, nullptr, 0), CTXC_E_INVALID_HANDLE,
                         "ctxc_kv_pool_write_pages", "pool is NULL"));
     int32_t const page = 0;
     EXPECT_TRUE(refused(ctxc_kv_page_table_set_row(nullptr, 0, &page, 1), CTXC_E_INVALID_HANDLE,
                         "ctxc_kv_page_table_set_row", "table is NULL"));
-    EXPECT_TRUE(refused(ctxc_kv_lengths_add(nullptr, 1), CTXC_E_INVALID_HANDLE, "ctxc_kv_lengths_add", "lengths is NULL"));
+    EXPECT_TRUE(
+        refused(ctxc_kv_lengths_add(nullptr, 1), CTXC_E_INVALID_HANDLE, "ctxc_kv_lengths_add", "lengths is NULL"));
     EXPECT_TRUE(refused(ctxc_kv_lengths_add_lengths(lengths, nullptr), CTXC_E_INVALID_HANDLE,
                         "ctxc_kv_lengths_add_lengths", "increments is NULL"));
-    EXPECT_TRUE(refused(ctxc_resident_state_zero_slot(nullptr, 0), CTXC_E_INVALID_HANDLE, "ctxc_resident_state_zero_slot",
-                        "state is NULL"));
+    EXPECT_TRUE(refused(ctxc_resident_state_zero_slot(nullptr, 0), CTXC_E_INVALID_HANDLE,
+                        "ctxc_resident_state_zero_slot", "state is NULL"));
     ctxc_snapshot_transfer_t t;
     ctxc_snapshot_transfer_init(&t);
     EXPECT_TRUE(refused(ctxc_snapshot_storage_restore(nullptr, &t), CTXC_E_INVALID_HANDLE,
@@ -309,16 +313,16 @@ TEST_F(Device, DanglingHandlesAreInvalidHandlesAndNeverAliasANewObject) {
                         "pool is not a live handle"));
     EXPECT_EQ(ctxc_kv_pool_page_bytes(fresh, 0, &bytes), CTXC_OK);
     EXPECT_EQ(bytes, 4u);
-    EXPECT_TRUE(refused(ctxc_kv_page_table_clear_row(goneTable, 0), CTXC_E_INVALID_HANDLE, "ctxc_kv_page_table_clear_row",
-                        "table is not a live handle"));
+    EXPECT_TRUE(refused(ctxc_kv_page_table_clear_row(goneTable, 0), CTXC_E_INVALID_HANDLE,
+                        "ctxc_kv_page_table_clear_row", "table is not a live handle"));
     EXPECT_TRUE(refused(ctxc_kv_lengths_add(goneLengths, 1), CTXC_E_INVALID_HANDLE, "ctxc_kv_lengths_add",
                         "lengths is not a live handle"));
     uint8_t byte = 0;
-    EXPECT_TRUE(refused(ctxc_device_buffer_read(goneBuffer, 0, &byte, 1), CTXC_E_INVALID_HANDLE, "ctxc_device_buffer_read",
-                        "buffer is not a live handle"));
+    EXPECT_TRUE(refused(ctxc_device_buffer_read(goneBuffer, 0, &byte, 1), CTXC_E_INVALID_HANDLE,
+                        "ctxc_device_buffer_read", "buffer is not a live handle"));
     ctxc_device_buffer_t* none = buffer;
-    EXPECT_TRUE(refused(createBuffer(goneBackend, 8, &none), CTXC_E_INVALID_HANDLE,
-                        "ctxc_device_buffer_create", "backend is not a live handle"));
+    EXPECT_TRUE(refused(createBuffer(goneBackend, 8, &none), CTXC_E_INVALID_HANDLE, "ctxc_device_buffer_create",
+                        "backend is not a live handle"));
     EXPECT_EQ(none, nullptr);
     ctxc_kv_gather_request_t const r = gatherRequest(0, 1, 4);
     EXPECT_TRUE(refused(ctxc_kv_gather(gonePool, table, nullptr, &r, buffer, buffer), CTXC_E_INVALID_HANDLE,
@@ -337,7 +341,8 @@ TEST_F(Device, DoubleDestroyIsAnInvalidHandle) {
     EXPECT_EQ(ctxc_device_buffer_destroy(b), CTXC_OK);
     EXPECT_EQ(ctxc_kv_page_table_destroy(t), CTXC_OK);
     EXPECT_EQ(ctxc_device_backend_destroy(other), CTXC_OK);
-    EXPECT_TRUE(refused(ctxc_kv_pool_destroy(p), CTXC_E_INVALID_HANDLE, "ctxc_kv_pool_destroy", "pool is not a live handle"));
+    EXPECT_TRUE(
+        refused(ctxc_kv_pool_destroy(p), CTXC_E_INVALID_HANDLE, "ctxc_kv_pool_destroy", "pool is not a live handle"));
     EXPECT_TRUE(refused(ctxc_device_buffer_destroy(b), CTXC_E_INVALID_HANDLE, "ctxc_device_buffer_destroy",
                         "buffer is not a live handle"));
     EXPECT_TRUE(refused(ctxc_kv_page_table_destroy(t), CTXC_E_INVALID_HANDLE, "ctxc_kv_page_table_destroy",
@@ -349,7 +354,8 @@ TEST_F(Device, DoubleDestroyIsAnInvalidHandle) {
 TEST_F(Device, WronglyTypedHandlesAreInvalidHandles) {
     // Every handle carries its type: a pool is not a table, a table is not a backend, a manager is not a pool.
     EXPECT_TRUE(refused(ctxc_kv_page_table_clear_row(reinterpret_cast<ctxc_kv_page_table_t*>(pool), 0),
-                        CTXC_E_INVALID_HANDLE, "ctxc_kv_page_table_clear_row", "table is not a live handle of its type"));
+                        CTXC_E_INVALID_HANDLE, "ctxc_kv_page_table_clear_row",
+                        "table is not a live handle of its type"));
     int32_t kind = 0;
     EXPECT_TRUE(refused(ctxc_device_backend_kind(reinterpret_cast<ctxc_device_backend_t*>(table), &kind),
                         CTXC_E_INVALID_HANDLE, "ctxc_device_backend_kind", "backend is not a live handle"));
@@ -360,11 +366,11 @@ TEST_F(Device, WronglyTypedHandlesAreInvalidHandles) {
     ctxc_manager_t* m = nullptr;
     ASSERT_EQ(ctxc_manager_create(&mo, &m), CTXC_OK);
     size_t bytes = 0;
-    EXPECT_TRUE(refused(ctxc_kv_pool_footprint_bytes(reinterpret_cast<ctxc_kv_pool_t*>(m), &bytes), CTXC_E_INVALID_HANDLE,
-                        "ctxc_kv_pool_footprint_bytes", "pool is not a live handle"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_footprint_bytes(reinterpret_cast<ctxc_kv_pool_t*>(m), &bytes),
+                        CTXC_E_INVALID_HANDLE, "ctxc_kv_pool_footprint_bytes", "pool is not a live handle"));
     int32_t pageSize = 0;
-    EXPECT_TRUE(refused(ctxc_manager_page_size(reinterpret_cast<ctxc_manager_t*>(pool), &pageSize), CTXC_E_INVALID_HANDLE,
-                        "ctxc_manager_page_size", "manager"));
+    EXPECT_TRUE(refused(ctxc_manager_page_size(reinterpret_cast<ctxc_manager_t*>(pool), &pageSize),
+                        CTXC_E_INVALID_HANDLE, "ctxc_manager_page_size", "manager"));
     EXPECT_TRUE(refused(ctxc_kv_lengths_add_lengths(lengths, reinterpret_cast<ctxc_kv_lengths_t*>(buffer)),
                         CTXC_E_INVALID_HANDLE, "ctxc_kv_lengths_add_lengths", "increments is not a live handle"));
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
@@ -396,8 +402,8 @@ TEST_F(Device, NegativeCountsAreRefused) {
     int32_t const map[] = {0, 1};
     EXPECT_TRUE(refused(ctxc_kv_page_table_compact_rows(table, map, -1, 0), CTXC_E_INVALID_ARGUMENT,
                         "ctxc_kv_page_table_compact_rows", "old_batch is negative"));
-    EXPECT_TRUE(refused(ctxc_kv_lengths_compact(lengths, map, -2, 0), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_lengths_compact",
-                        "old_batch is negative"));
+    EXPECT_TRUE(refused(ctxc_kv_lengths_compact(lengths, map, -2, 0), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_lengths_compact", "old_batch is negative"));
     EXPECT_TRUE(refused(ctxc_resident_state_compact(state, map, -1, 0), CTXC_E_INVALID_ARGUMENT,
                         "ctxc_resident_state_compact", "old_batch is negative"));
     EXPECT_TRUE(refused(ctxc_device_compact_rows(buffer, 0, 4, -1, map, 0, 0), CTXC_E_INVALID_ARGUMENT,
@@ -475,7 +481,8 @@ TEST_F(Device, PageTableRowsMayBePermutedButNotDuplicated) {
     ASSERT_EQ(ctxc_kv_page_table_upload(table, nullptr), CTXC_OK);
     int32_t const twice[] = {0, 0, -1};
     EXPECT_TRUE(refused(ctxc_kv_page_table_compact_rows(table, twice, 3, 1), CTXC_E_CONTRACT,
-                        "ctxc_kv_page_table_compact_rows", "overlapping map: oldToNew[1] = 0 repeats the destination of row 0"));
+                        "ctxc_kv_page_table_compact_rows",
+                        "overlapping map: oldToNew[1] = 0 repeats the destination of row 0"));
 }
 
 TEST_F(Device, CompactionMapThatDuplicatesIsRefused) {
@@ -491,8 +498,8 @@ TEST_F(Device, CompactionMapThatDuplicatesIsRefused) {
     int32_t const outside[] = {0, 5, -1};
     EXPECT_TRUE(refused(ctxc_kv_lengths_compact(lengths, outside, 3, 2), CTXC_E_CONTRACT, "ctxc_kv_lengths_compact",
                         "oldToNew[1] = 5 is outside [-1, 2)"));
-    EXPECT_TRUE(refused(ctxc_kv_lengths_compact(lengths, nullptr, 3, 2), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_lengths_compact",
-                        "old_to_new is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_lengths_compact(lengths, nullptr, 3, 2), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_lengths_compact", "old_to_new is NULL"));
 }
 
 // ---- page ids ------------------------------------------------------------------------------------------------------
@@ -546,8 +553,8 @@ TEST_F(Device, ZeroCapacitiesAreRefused) {
                         "pageSize must be positive (got 0)"));
     po.page_size = 4;
     po.layer_count = 0;
-    EXPECT_TRUE(refused(ctxc_kv_pool_create(backend, &po, &p), CTXC_E_CONTRACT, "ctxc_kv_pool_create",
-                        "at least one layer"));
+    EXPECT_TRUE(
+        refused(ctxc_kv_pool_create(backend, &po, &p), CTXC_E_CONTRACT, "ctxc_kv_pool_create", "at least one layer"));
     ctxc_kv_layer_shape_t const noHeads{0, 2};
     po.layers = &noHeads;
     po.layer_count = 1;
@@ -555,7 +562,8 @@ TEST_F(Device, ZeroCapacitiesAreRefused) {
                         "layer 0 needs positive kvHeads and headDim (got 0, 2)"));
     ctxc_kv_page_table_t* t = table;
     EXPECT_TRUE(refused(createPageTable(backend, 0, 3, 4, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
-                        "ctxc_kv_page_table_create", "maxBatch, maxPagesPerSeq and numPages must be positive (got 0, 3, 4)"));
+                        "ctxc_kv_page_table_create",
+                        "maxBatch, maxPagesPerSeq and numPages must be positive (got 0, 3, 4)"));
     EXPECT_TRUE(refused(createPageTable(backend, 3, 3, 0, CTXC_PAGE_TABLE_DENSE, &t), CTXC_E_CONTRACT,
                         "ctxc_kv_page_table_create", "(got 3, 3, 0)"));
     EXPECT_EQ(t, nullptr);
@@ -629,8 +637,8 @@ TEST(CApiBadInputs, ZeroCapacityManagerAnswersInsufficientCapacity) {
         EXPECT_EQ(capacity, 0);
     }
     int32_t active = 0, cache = 0;
-    EXPECT_TRUE(refused(ctxc_debug_manager_ref_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, 0, &active, &cache), CTXC_E_CONTRACT,
-                        "ctxc_debug_manager_ref_counts", "index 0 is out of range [0, 0)"));
+    EXPECT_TRUE(refused(ctxc_debug_manager_ref_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, 0, &active, &cache),
+                        CTXC_E_CONTRACT, "ctxc_debug_manager_ref_counts", "index 0 is out of range [0, 0)"));
     EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
     o.page_size = 0;
@@ -667,10 +675,10 @@ TEST_F(Device, GeometryThatDoesNotMatchAPoolIsRefused) {
     std::vector<uint8_t> bytes(17);  // one page of layer 0 is 16 bytes
     EXPECT_TRUE(refused(ctxc_kv_pool_write_pages(pool, 0, 0, 1, bytes.data(), bytes.size()), CTXC_E_CONTRACT,
                         "ctxc_kv_pool_write_pages", "17 bytes given for 1 pages of 16 bytes"));
-    EXPECT_TRUE(refused(ctxc_resident_state_write_row(state, CTXC_STATE_RECURRENT, 0, 0, bytes.data(), 17), CTXC_E_CONTRACT,
-                        "ctxc_resident_state_write_row", "17 bytes given for a row of 16"));
-    EXPECT_TRUE(refused(ctxc_resident_state_write_row(state, CTXC_STATE_RECURRENT, 1, 0, bytes.data(), 16), CTXC_E_CONTRACT,
-                        "ctxc_resident_state_write_row", "layer 1 is outside [0, 1)"));
+    EXPECT_TRUE(refused(ctxc_resident_state_write_row(state, CTXC_STATE_RECURRENT, 0, 0, bytes.data(), 17),
+                        CTXC_E_CONTRACT, "ctxc_resident_state_write_row", "17 bytes given for a row of 16"));
+    EXPECT_TRUE(refused(ctxc_resident_state_write_row(state, CTXC_STATE_RECURRENT, 1, 0, bytes.data(), 16),
+                        CTXC_E_CONTRACT, "ctxc_resident_state_write_row", "layer 1 is outside [0, 1)"));
     ctxc_snapshot_transfer_t t;
     ctxc_snapshot_transfer_init(&t);
     t.partial_kv_slot = 0;
@@ -817,8 +825,8 @@ TEST(CApiBadInputs, HugeCountsAreRefusedOrAnsweredByTheManager) {
     ctxc_lease_t* lease = nullptr;
     EXPECT_TRUE(refused(ctxc_manager_acquire_vanilla(m, hashes, SIZE_MAX, 4, CTXC_LOOKUP_USE_CACHE, &r, &lease),
                         CTXC_E_INVALID_ARGUMENT, "ctxc_manager_acquire_vanilla", "exceeds INT32_MAX"));
-    EXPECT_TRUE(refused(ctxc_manager_acquire_vanilla(m, hashes, 1, 3, CTXC_LOOKUP_USE_CACHE, &r, &lease), CTXC_E_CONTRACT,
-                        "ctxc_manager_acquire_vanilla", "1 full-block hashes for 3 tokens"));
+    EXPECT_TRUE(refused(ctxc_manager_acquire_vanilla(m, hashes, 1, 3, CTXC_LOOKUP_USE_CACHE, &r, &lease),
+                        CTXC_E_CONTRACT, "ctxc_manager_acquire_vanilla", "1 full-block hashes for 3 tokens"));
     ASSERT_EQ(ctxc_manager_acquire_vanilla(m, hashes, 1, 4, CTXC_LOOKUP_USE_CACHE, &r, &lease), CTXC_OK);
     ASSERT_NE(lease, nullptr);
     int32_t ok = -1;

@@ -670,9 +670,9 @@ TEST(CApi, EveryGrowableOutputStructRefusesAShortStructSizeUntouched) {
                                                    "ctxc_manager_metrics");
     refusesShortStructSize<ctxc_lease_info_t>([&](auto* out) { return ctxc_lease_info(lease, out); },
                                               "ctxc_lease_info");
-    refusesShortStructSize<ctxc_publish_result_t>(
-        [&](auto* out) { return ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), 5, out); },
-        "ctxc_manager_publish");
+    refusesShortStructSize<ctxc_publish_result_t>([&](auto* out) {
+        return ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), 5, out);
+    }, "ctxc_manager_publish");
     uint64_t record = 0;
     size_t count = 0;
     ASSERT_EQ(ctxc_debug_manager_records_lru(m, &record, 1, &count), CTXC_OK);
@@ -680,15 +680,13 @@ TEST(CApi, EveryGrowableOutputStructRefusesAShortStructSizeUntouched) {
     refusesShortStructSize<ctxc_record_view_t>([&](auto* out) { return ctxc_debug_manager_record(m, record, out); },
                                                "ctxc_debug_manager_record");
     EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
-    refusesShortStructSize<ctxc_acquire_result_t>(
-        [&](auto* out) {
-            ctxc_lease_t* again = nullptr;
-            ctxc_status_t const status =
-                ctxc_manager_acquire_vanilla(m, hashes.data(), hashes.size(), 5, CTXC_LOOKUP_USE_CACHE, out, &again);
-            if (again) EXPECT_EQ(ctxc_lease_destroy(again), CTXC_OK);
-            return status;
-        },
-        "ctxc_manager_acquire_vanilla");
+    refusesShortStructSize<ctxc_acquire_result_t>([&](auto* out) {
+        ctxc_lease_t* again = nullptr;
+        ctxc_status_t const status =
+            ctxc_manager_acquire_vanilla(m, hashes.data(), hashes.size(), 5, CTXC_LOOKUP_USE_CACHE, out, &again);
+        if (again) EXPECT_EQ(ctxc_lease_destroy(again), CTXC_OK);
+        return status;
+    }, "ctxc_manager_acquire_vanilla");
     EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK) << ctxc_last_error();
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
 

@@ -1,8 +1,8 @@
 // cuda/cuda_backend.cu (the CUDA backend's glue: tables, staging, launches, counters) compiled as C++ against
 // the CPU stand-in of cuda_shim/, over the emulated kernels of device_kernels_emulated.cpp. Renamed so that it
 // links beside the real backend: createEmulatedCudaBackend() builds it on any machine.
-#include "cuda_runtime_api.h"
 #include "ctxcache/device/layout.h"
+#include "cuda_runtime_api.h"
 
 #define kernels emulated_kernels
 #define createCudaBackend createEmulatedCudaBackend

@@ -63,8 +63,12 @@ TEST(KernelEmulation, CopySpansMatchesTheOracleForEveryAlignmentPath) {
         long src;
         size_t bytes;
     };
-    std::vector<Spec> const specs = {{0, 16, 100},  {128, 132, 77},   {300, 301, 33},
-                                     {400, -1, 50}, {1024, 2048, kSpanChunkBytes + 5}, {kSpanChunkBytes + 4000, -1, 20000}};
+    std::vector<Spec> const specs = {{0, 16, 100},
+                                     {128, 132, 77},
+                                     {300, 301, 33},
+                                     {400, -1, 50},
+                                     {1024, 2048, kSpanChunkBytes + 5},
+                                     {kSpanChunkBytes + 4000, -1, 20000}};
     // Both run on one arena: [0, size) source, [size, 2 size) destination prefilled with 0xAB.
     Bytes initial(2 * size, 0xAB);
     std::copy(source.begin(), source.end(), initial.begin());
@@ -84,7 +88,8 @@ TEST(KernelEmulation, CopySpansMatchesTheOracleForEveryAlignmentPath) {
     Arena arena(initial.size());
     std::memcpy(arena.data(), initial.data(), initial.size());
     auto [spans, chunks] = spansOver(arena.data());
-    emulated_kernels::launchCopySpans(spans.data(), static_cast<int32_t>(spans.size()), chunks, 2, nullptr);  // 2 blocks stride
+    emulated_kernels::launchCopySpans(spans.data(), static_cast<int32_t>(spans.size()), chunks, 2,
+                                      nullptr);  // 2 blocks stride
     EXPECT_EQ(Bytes(arena.data(), arena.data() + initial.size()), expected);
 }
 
@@ -106,7 +111,8 @@ TEST(KernelEmulation, InPlaceCompactionMatchesWithConcurrentThreads) {
             std::memcpy(arena.data(), initial.data(), initial.size());
             CompactTensor const tensor{arena.data(), rowBytes, static_cast<uint64_t>(rows)};
             uint64_t const columns = rowBytes / emulated_kernels::compactUnitBytes(arena.data(), rowBytes);
-            emulated_kernels::launchCompactRows(&tensor, 1, moves.data(), static_cast<int32_t>(moves.size()), columns, 2, nullptr);
+            emulated_kernels::launchCompactRows(&tensor, 1, moves.data(), static_cast<int32_t>(moves.size()), columns,
+                                                2, nullptr);
             EXPECT_EQ(Bytes(arena.data(), arena.data() + initial.size()), expected)
                 << "rowBytes " << rowBytes << " offset " << offset;
         }
@@ -125,8 +131,8 @@ TEST(KernelEmulation, RebaseAndLengthKernelsMatch) {
         });
         Arena arena(initial.size(), offset);
         std::memcpy(arena.data(), initial.data(), initial.size());
-        emulated_kernels::launchRebaseRows(reinterpret_cast<int32_t*>(arena.data()), static_cast<int64_t>(values.size()), map, 5, 9,
-                                  2, nullptr);
+        emulated_kernels::launchRebaseRows(reinterpret_cast<int32_t*>(arena.data()),
+                                           static_cast<int64_t>(values.size()), map, 5, 9, 2, nullptr);
         EXPECT_EQ(Bytes(arena.data(), arena.data() + initial.size()), expected) << "offset " << offset;
     }
     std::vector<int32_t> lengths = {1, 2, 3, 2147483647}, increments = {5, 6, 7, 1};
@@ -148,7 +154,8 @@ TEST(KernelEmulation, GatherMatchesForSplitsDequantisationAndZeroFill) {
         int32_t heads;
         int32_t headDim;
     };
-    // tokensPerBlock = kSpanChunkBytes / token bytes: 8 x 128 fp32 tokens are 4 KiB -> 4 tokens per block, 4 splits a page.
+    // tokensPerBlock = kSpanChunkBytes / token bytes: 8 x 128 fp32 tokens are 4 KiB -> 4 tokens per block, 4 splits a
+    // page.
     std::vector<Case> const cases = {{DType::kFp16, DType::kFp16, 2, 8},      {DType::kBf16, DType::kBf16, 1, 3},
                                      {DType::kFp8E4m3, DType::kFp16, 2, 8},   {DType::kFp8E4m3, DType::kBf16, 1, 5},
                                      {DType::kFp8E4m3, DType::kFp32, 8, 128}, {DType::kFp32, DType::kFp32, 8, 128}};
@@ -157,7 +164,7 @@ TEST(KernelEmulation, GatherMatchesForSplitsDequantisationAndZeroFill) {
         size_t const inSize = dtypeSize(c.pool), outSize = dtypeSize(c.out);
         size_t const poolBytes = 2 * size_t(numPages) * pageSize * c.heads * c.headDim * inSize;
         Bytes const pool = randomBytes(poolBytes, 7);
-        std::vector<int32_t> const table = {3, 0, 4, 8, 5, 9,     // slot 0: K pages 3, 0, 4 (V = K + 5)
+        std::vector<int32_t> const table = {3, 0,  4,  8, 5,  9,     // slot 0: K pages 3, 0, 4 (V = K + 5)
                                             1, -1, -1, 6, -1, -1};  // slot 1: K page 1, then unmapped
         std::vector<int32_t> const lengths = {37, 40};
         size_t const outBytes = size_t(batch) * seqLen * c.heads * c.headDim * outSize;
@@ -200,8 +207,10 @@ TEST(KernelEmulation, GatherMatchesForSplitsDequantisationAndZeroFill) {
         g.kOut = kArena.data();
         g.vOut = vArena.data();
         emulated_kernels::launchGatherPagedKv(g, nullptr);
-        EXPECT_EQ(Bytes(kArena.data(), kArena.data() + outBytes), expectedK) << dtypeName(c.pool) << " -> " << dtypeName(c.out);
-        EXPECT_EQ(Bytes(vArena.data(), vArena.data() + outBytes), expectedV) << dtypeName(c.pool) << " -> " << dtypeName(c.out);
+        EXPECT_EQ(Bytes(kArena.data(), kArena.data() + outBytes), expectedK)
+            << dtypeName(c.pool) << " -> " << dtypeName(c.out);
+        EXPECT_EQ(Bytes(vArena.data(), vArena.data() + outBytes), expectedV)
+            << dtypeName(c.pool) << " -> " << dtypeName(c.out);
     }
 }
 

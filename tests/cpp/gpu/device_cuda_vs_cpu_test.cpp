@@ -42,7 +42,8 @@ protected:
         char const* reason = "";
         if (cudaDeviceCount(&reason) <= 0) {
             char const* require = std::getenv("CTXCACHE_REQUIRE_GPU");
-            if (require && std::string(require) == "1") FAIL() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
+            if (require && std::string(require) == "1")
+                FAIL() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
             GTEST_SKIP() << "no CUDA device: " << reason;
         }
         cpu = createCpuBackend();
@@ -126,9 +127,13 @@ TEST_F(CudaVsCpu, CopySpansMatchesForEveryAlignmentAndSize) {
         long src;
         size_t bytes;
     };
-    std::vector<Spec> const specs = {{0, 16, 100},          {128, 132, 77},      {300, 301, 33},
-                                     {400, -1, 50},         {1024, 2048, 2 * kSpanChunkBytes + 5},
-                                     {2 * kSpanChunkBytes + 2000, -1, kSpanChunkBytes + 3}, {450, 0, 0}};
+    std::vector<Spec> const specs = {{0, 16, 100},
+                                     {128, 132, 77},
+                                     {300, 301, 33},
+                                     {400, -1, 50},
+                                     {1024, 2048, 2 * kSpanChunkBytes + 5},
+                                     {2 * kSpanChunkBytes + 2000, -1, kSpanChunkBytes + 3},
+                                     {450, 0, 0}};
     Bytes results[2];
     for (int i = 0; i < 2; ++i) {
         DeviceBuffer src(backend(i), size), dst(backend(i), size);
@@ -201,7 +206,8 @@ TEST_F(CudaVsCpu, HybridSnapshotCaptureAndRestoreAreOneLaunchAndByteIdentical) {
 
 TEST_F(CudaVsCpu, BatchCompactionMatchesForAnyRowSizeAndAlignment) {
     std::mt19937 rng(5);
-    for (size_t rowBytes : {size_t{1}, size_t{2}, size_t{4}, size_t{12}, size_t{37}, size_t{4096}, size_t{65536 + 48}}) {
+    for (size_t rowBytes :
+         {size_t{1}, size_t{2}, size_t{4}, size_t{12}, size_t{37}, size_t{4096}, size_t{65536 + 48}}) {
         for (size_t offset : {size_t{0}, size_t{4}, size_t{3}}) {
             int32_t const oldBatch = 9;
             std::vector<int32_t> map(oldBatch);
@@ -233,7 +239,8 @@ TEST_F(CudaVsCpu, ResidentStateCompactionRebasingAndLengthsMatch) {
         states[i] = readState(state);
         DeviceBuffer buffer(b, rows.size() * 4);
         buffer.write(0, rows.data(), rows.size() * 4);
-        rebaseExecutionRowIndices(b, static_cast<int32_t*>(buffer.data()), static_cast<int64_t>(rows.size()), map, 4, 2, 3);
+        rebaseExecutionRowIndices(b, static_cast<int32_t*>(buffer.data()), static_cast<int64_t>(rows.size()), map, 4, 2,
+                                  3);
         indices[i] = asVector<int32_t>(readBuffer(buffer));
         KvLengths kv(b, 4), inc(b, 4);
         int32_t const start[] = {10, 20, 30, 40}, step[] = {1, 2, 3, 4};
@@ -256,8 +263,8 @@ TEST_F(CudaVsCpu, PagedGatherMatchesForEveryDtypeWithDequantisationAndZeroFill) 
         DType out;
         int32_t headDim;
     };
-    std::vector<Case> const cases = {{DType::kFp16, DType::kFp16, 64}, {DType::kBf16, DType::kBf16, 3},
-                                     {DType::kFp32, DType::kFp32, 8},  {DType::kFp8E4m3, DType::kFp8E4m3, 5},
+    std::vector<Case> const cases = {{DType::kFp16, DType::kFp16, 64},    {DType::kBf16, DType::kBf16, 3},
+                                     {DType::kFp32, DType::kFp32, 8},     {DType::kFp8E4m3, DType::kFp8E4m3, 5},
                                      {DType::kFp8E4m3, DType::kFp16, 64}, {DType::kFp8E4m3, DType::kBf16, 7},
                                      {DType::kFp8E4m3, DType::kFp32, 16}};
     for (Case const& c : cases) {
@@ -288,7 +295,8 @@ TEST_F(CudaVsCpu, PagedGatherMatchesForEveryDtypeWithDequantisationAndZeroFill) 
             Bytes const vb = readBuffer(v);
             results[i].insert(results[i].end(), vb.begin(), vb.end());
         }
-        EXPECT_EQ(results[1], results[0]) << dtypeName(c.pool) << " -> " << dtypeName(c.out) << " headDim " << c.headDim;
+        EXPECT_EQ(results[1], results[0])
+            << dtypeName(c.pool) << " -> " << dtypeName(c.out) << " headDim " << c.headDim;
     }
 }
 

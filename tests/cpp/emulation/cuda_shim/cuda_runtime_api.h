@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <new>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -23,9 +23,15 @@
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
 
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-struct alignas(8) uint2 { unsigned x, y; };
-struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
 struct dim3 {
@@ -43,7 +49,10 @@ inline uint64_t launches = 0;
 
 class Barrier {
 public:
-    void reset(unsigned count) { count_ = count; waiting_ = 0; }
+    void reset(unsigned count) {
+        count_ = count;
+        waiting_ = 0;
+    }
     void wait() {
         std::unique_lock<std::mutex> lock(mutex_);
         unsigned const generation = generation_;
@@ -95,12 +104,28 @@ auto launcher(dim3 grid, dim3 block, Kernel kernel) {
 // ---- runtime API stand-ins: host memory, everything synchronous (kernels run to completion at launch) ----
 
 enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1 };
-enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
-                      cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+};
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
-struct cudaPointerAttributes { cudaMemoryType type; int device; void* devicePointer; void* hostPointer; };
-struct cudaDeviceProp { char name[256]; int major; int minor; int multiProcessorCount; size_t totalGlobalMem; };
+struct cudaPointerAttributes {
+    cudaMemoryType type;
+    int device;
+    void* devicePointer;
+    void* hostPointer;
+};
+struct cudaDeviceProp {
+    char name[256];
+    int major;
+    int minor;
+    int multiProcessorCount;
+    size_t totalGlobalMem;
+};
 inline constexpr unsigned cudaStreamNonBlocking = 1;
 inline constexpr unsigned cudaEventDisableTiming = 2;
 inline constexpr unsigned cudaHostAllocDefault = 0;
@@ -109,8 +134,14 @@ inline char const* cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 inline char const* cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-inline cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
-inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) { *value = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* count) {
+    *count = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
+    *value = 1;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     *p = cudaDeviceProp{};
     std::snprintf(p->name, sizeof p->name, "emulated");
@@ -118,10 +149,16 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->multiProcessorCount = 1;
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = reinterpret_cast<cudaStream_t>(0x5); return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+    *s = reinterpret_cast<cudaStream_t>(0x5);
+    return cudaSuccess;
+}
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = reinterpret_cast<cudaEvent_t>(0x7); return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+    *e = reinterpret_cast<cudaEvent_t>(0x7);
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
@@ -130,10 +167,16 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     std::memset(*p, 0x5A, bytes);  // garbage, as cudaMalloc gives: the backend must zero it itself
     return cudaSuccess;
 }
-inline cudaError_t cudaFree(void* p) { ::operator delete(p, std::align_val_t{256}); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) {
+    ::operator delete(p, std::align_val_t{256});
+    return cudaSuccess;
+}
 inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
 inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
-inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { std::memset(p, value, bytes); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+    std::memset(p, value, bytes);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemcpyAsync(void* dst, void const* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
     std::memmove(dst, src, bytes);
     return cudaSuccess;
