@@ -37,35 +37,10 @@
 #include <tuple>
 #include <vector>
 
+#include "../cpp/capi/device_creates.h"
 #include "ctxcache.h"
 
 namespace {
-
-// The device creates through their options structs, with the arguments the tests vary.
-ctxc_status_t bufferCreate(ctxc_device_backend_t* backend, size_t bytes, ctxc_device_buffer_t** out) {
-    ctxc_device_buffer_options_t o;
-    ctxc_device_buffer_options_init(&o);
-    o.bytes = bytes;
-    return ctxc_device_buffer_create(backend, &o, out);
-}
-
-ctxc_status_t pageTableCreate(ctxc_device_backend_t* backend, int32_t maxBatch, int32_t maxPagesPerSeq,
-                              int32_t numPages, int32_t mode, ctxc_kv_page_table_t** out) {
-    ctxc_kv_page_table_options_t o;
-    ctxc_kv_page_table_options_init(&o);
-    o.max_batch = maxBatch;
-    o.max_pages_per_seq = maxPagesPerSeq;
-    o.num_pages = numPages;
-    o.mode = mode;
-    return ctxc_kv_page_table_create(backend, &o, out);
-}
-
-ctxc_status_t lengthsCreate(ctxc_device_backend_t* backend, int32_t maxBatch, ctxc_kv_lengths_t** out) {
-    ctxc_kv_lengths_options_t o;
-    ctxc_kv_lengths_options_init(&o);
-    o.max_batch = maxBatch;
-    return ctxc_kv_lengths_create(backend, &o, out);
-}
 
 using Bytes = std::vector<uint8_t>;
 using Key = std::array<int32_t, 3>;  // (part, layer, slot) of a resident row or a snapshot region
@@ -837,7 +812,7 @@ private:
         call("ctxc_device_buffer_create", b.valid() && !nullOut, [&] {
             ctxc_device_buffer_t* out = nullptr;
             ctxc_status_t const s =
-                bufferCreate(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
+                createBuffer(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
             if (s == CTXC_OK) {
                 BufferSlot& slot = buffers_[*i];
                 slot.h = out;
@@ -1044,7 +1019,7 @@ private:
         call("ctxc_kv_page_table_create", valid, [&] {
             ctxc_kv_page_table_t* out = nullptr;
             ctxc_status_t const s =
-                pageTableCreate(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, mpps, numPages, mode, &out);
+                createPageTable(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, mpps, numPages, mode, &out);
             if (s == CTXC_OK) {
                 TableSlot& t = tables_[*i];
                 t.h = out;
@@ -1287,7 +1262,7 @@ private:
         if (valid && static_cast<size_t>(maxBatch) * 4 > kMaxLegitBytes) return;
         call("ctxc_kv_lengths_create", valid, [&] {
             ctxc_kv_lengths_t* out = nullptr;
-            ctxc_status_t const s = lengthsCreate(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
+            ctxc_status_t const s = createLengths(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
             if (s == CTXC_OK) {
                 LengthsSlot& l = lengths_[*i];
                 l.h = out;
