@@ -812,7 +812,7 @@ private:
         call("ctxc_device_buffer_create", b.valid() && !nullOut, [&] {
             ctxc_device_buffer_t* out = nullptr;
             ctxc_status_t const s =
-                createBuffer(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
+                ::createBuffer(static_cast<ctxc_device_backend_t*>(b.ptr), bytes, nullOut ? nullptr : &out);
             if (s == CTXC_OK) {
                 BufferSlot& slot = buffers_[*i];
                 slot.h = out;
@@ -1262,7 +1262,7 @@ private:
         if (valid && static_cast<size_t>(maxBatch) * 4 > kMaxLegitBytes) return;
         call("ctxc_kv_lengths_create", valid, [&] {
             ctxc_kv_lengths_t* out = nullptr;
-            ctxc_status_t const s = createLengths(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
+            ctxc_status_t const s = ::createLengths(static_cast<ctxc_device_backend_t*>(b.ptr), maxBatch, &out);
             if (s == CTXC_OK) {
                 LengthsSlot& l = lengths_[*i];
                 l.h = out;
