@@ -479,7 +479,7 @@ class ContextCacheManager(Resource):
     ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none).
     """
 
-    __slots__ = ("_handle", "_acquire_out", "_lease_out", "_publish_out", "_family", "page_size", "__weakref__")
+    __slots__ = ("_handle", "_lease_out", "_publish_out", "_family", "page_size", "__weakref__")
     _destroy = staticmethod(lib.ctxc_manager_destroy)
     _rank = 1  # destroyed after its leases when both wait in the family
 
@@ -501,8 +501,7 @@ class ContextCacheManager(Resource):
         self._handle = out[0]
         self.page_size = options.page_size
         self._lease_out = ffi.new("ctxc_lease_t **")
-        self._publish_out = ffi.new("ctxc_publish_result_t *")
-        self._publish_out.struct_size = ffi.sizeof("ctxc_publish_result_t")
+        self._publish_out = new_output("ctxc_publish_result_t")
 
     # Views are made on demand and hold the manager; the manager holds none of them (no reference cycle, so
     # dropping a manager frees it by reference counting, never in the cyclic collector: see _resource.py).
