@@ -161,37 +161,40 @@ void ContextCacheManager::evictRecord(RecordId id) {
 // ---- acquire ----------------------------------------------------------------------------------------------
 
 AcquireResult ContextCacheManager::acquireVanilla(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
-                                                  ContextCacheLookupPolicy lookupPolicy) {
-    return acquireVanilla(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy);
+                                                  ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+    return acquireVanilla(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy, coverage);
 }
 
 AcquireResult ContextCacheManager::acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                                  ContextCacheLookupPolicy lookupPolicy) {
-    return acquire(makeVanillaReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, lookupPolicy));
+                                                  ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+    return acquire(makeVanillaReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, lookupPolicy),
+                   coverage);
 }
 
 AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
                                                  std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
-                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy) {
-    return acquireHybrid(candidates, hashes.data(), hashes.size(), inputTokenCount, hasAttention, lookupPolicy);
+                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+    return acquireHybrid(candidates, hashes.data(), hashes.size(), inputTokenCount, hasAttention, lookupPolicy, coverage);
 }
 
 AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
                                                  BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy) {
+                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
     return acquire(makeHybridReusePlan(candidates, {hashes, count}, inputTokenCount, pageSize_, hasAttention, records_,
-                                       lookupPolicy));
+                                       lookupPolicy),
+                   coverage);
 }
 
 AcquireResult ContextCacheManager::acquireSpec(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
-                                               ContextCacheLookupPolicy lookupPolicy) {
-    return acquireSpec(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy);
+                                               ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+    return acquireSpec(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy, coverage);
 }
 
 AcquireResult ContextCacheManager::acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                               ContextCacheLookupPolicy lookupPolicy) {
+                                               ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
     return acquire(makeSpecReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_,
-                                     lookupPolicy));
+                                     lookupPolicy),
+                   coverage);
 }
 
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
@@ -209,7 +212,20 @@ std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTo
     return records_.hybridCandidateLengths(inputTokenCount, inputFullBlockHashes);
 }
 
-AcquireResult ContextCacheManager::acquire(ReusePlan plan) {
+AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage) {
+    if (coverage.basePages < 0 || coverage.draftPages < 0)
+        contract("acquire", "page coverage is negative (" + str(coverage.basePages) + ", " + str(coverage.draftPages) +
+                                ")");
+    // Raise private demand so that the lease holds at least the coverage (only in the pools this plan uses).
+    bool const usesBase = plan.mode != ReusePlanMode::kHybrid || plan.hybridHasAttention;
+    if (usesBase) {
+        int32_t const have = static_cast<int32_t>(plan.basePageBindings.size()) + plan.demand.baseKvPages;
+        plan.demand.baseKvPages += std::max(0, coverage.basePages - have);
+    }
+    if (plan.mode == ReusePlanMode::kSpec) {
+        int32_t const have = static_cast<int32_t>(plan.draftPageBindings.size()) + plan.demand.draftKvPages;
+        plan.demand.draftKvPages += std::max(0, coverage.draftPages - have);
+    }
     CacheRequestLease lease = newLease(plan.mode);
     LeaseState& s = *lease.state_;
     s.hybridHasAttention = plan.hybridHasAttention;

@@ -1,6 +1,7 @@
 // KvLengths: the device KV length vector and its per-step updates.
 #include "ctxcache/device/kv_lengths.h"
 
+#include <algorithm>
 #include <string>
 
 #include "ctxcache/device/batch_compaction.h"
@@ -36,6 +37,21 @@ void KvLengths::set(int32_t const* lengths, int32_t count) {
         if (lengths[i] < 0)
             fail("set", "lengths[" + std::to_string(i) + "] is negative (" + std::to_string(lengths[i]) + ")");
     backend_->upload(data(), lengths, static_cast<size_t>(count) * sizeof(int32_t));
+    activeBatch_ = count;
+}
+
+void KvLengths::setEntry(int32_t index, int32_t value) {
+    if (index < 0 || index > activeBatch_ || index >= maxBatch_)
+        fail("setEntry", "index " + std::to_string(index) + " is outside [0, " +
+                             std::to_string(std::min(activeBatch_ + 1, maxBatch_)) + ")");
+    if (value < 0) fail("setEntry", "value is negative (" + std::to_string(value) + ")");
+    backend_->upload(data() + index, &value, sizeof(int32_t));
+    if (index == activeBatch_) ++activeBatch_;
+}
+
+void KvLengths::truncate(int32_t count) {
+    if (count < 0 || count > activeBatch_)
+        fail("truncate", "count " + std::to_string(count) + " is outside [0, " + std::to_string(activeBatch_) + "]");
     activeBatch_ = count;
 }
 

@@ -63,6 +63,14 @@ struct PublishResult {
     int32_t publishedBaseFullBlockCount = 0;
 };
 
+// The fewest pages a new lease must hold (shared prefix + private), so that a runtime's first step fits without
+// a separate grow: an acquire raises its private demand to cover them, in the same all-or-nothing step. A pool
+// the lease does not use (draft on a vanilla lease, base on a pure-recurrent one) ignores its entry.
+struct PageCoverage {
+    int32_t basePages = 0;
+    int32_t draftPages = 0;
+};
+
 // Request-private snapshot slots reserved before the runtime enqueues a hybrid capture.
 struct HybridSnapshotReservation {
     int32_t recurrentSnapshotSlot = 0;
@@ -95,27 +103,33 @@ public:
     ContextCacheManager& operator=(ContextCacheManager&&) = delete;
 
     AcquireResult acquireVanilla(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
-                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                              PageCoverage coverage = {});
     AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
                                 std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
                                 bool hasAttention,
-                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                              PageCoverage coverage = {});
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
     // Only the stored lengths below inputTokenCount whose checkpoint hangs off this prompt's own block chain (its
     // last full block is one of the prompt's): the candidates worth a digest. O(prompt blocks + results).
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount, BlockHashSpan inputFullBlockHashes) const;
     // The caller must first select greedy, non-hybrid EAGLE on a supported deployment.
     AcquireResult acquireSpec(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
-                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                              PageCoverage coverage = {});
 
     // The same acquires over `count` hashes the caller owns: read in place, never copied (the C ABI's path).
     AcquireResult acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                              PageCoverage coverage = {});
     AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates, BlockHash const* hashes,
                                 size_t count, int32_t inputTokenCount, bool hasAttention,
-                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                              PageCoverage coverage = {});
     AcquireResult acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                              PageCoverage coverage = {});
 
     // Atomically append private base pages (vanilla or hybrid lease); false changes nothing.
     bool growBasePages(CacheRequestLease& lease, int32_t count);
@@ -159,7 +173,7 @@ private:
     using LeaseState = CacheRequestLease::State;
 
     static ResourceDemand validatedCapacities(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
-    AcquireResult acquire(ReusePlan plan);
+    AcquireResult acquire(ReusePlan plan, PageCoverage coverage);
     CacheRequestLease newLease(ReusePlanMode mode);
     LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
     void releaseLease(LeaseState& state) noexcept;

@@ -25,6 +25,11 @@ public:
 
     // Start a batch: the lengths (e.g. each sequence's reuse length) of count <= maxBatch sequences, each >= 0.
     void set(int32_t const* lengths, int32_t count);
+    // One entry: index < activeBatch replaces it; index == activeBatch (< maxBatch) appends a sequence (an
+    // in-flight joiner). value >= 0. One upload.
+    void setEntry(int32_t index, int32_t value);
+    // Drop the sequences at and beyond count (count <= activeBatch): a joiner retracted before it was seated.
+    void truncate(int32_t count);
     // lengths[i] += increment for every active sequence (one decode step).
     void add(int32_t increment);
     // lengths[i] += increments[i] for every active sequence (accepted speculative tokens); the increments live on

@@ -1,0 +1,279 @@
+// ContextCacheCoordinator: drives the context-cache manager the way an engine's request lifecycle needs it, and
+// owns the device side of reuse (reference c.11, 0.11 API): page-table rows bound to resident slots, device
+// KV lengths reset to reuse lengths, hybrid snapshot restore and capture, stream synchronisation, publication
+// at prefill end and at decode end of normally finished sequences, in-flight admission of joiners, batch
+// compaction, and quarantine after a failed synchronisation.
+//
+// Lifecycle of one request (every step on its RequestHandle, in this order; a step out of order is a
+// ContractError that changes nothing):
+//   beginRequest -> preparePrefill -> [engine prefill] -> enqueuePrefillCaptures -> [engine sync]
+//   -> finalizePrefillPublication -> { prepareDecodeStep -> [engine step] -> completeDecodeStep
+//                                      | admitSequence -> [seat] -> finalize/retractSequenceAdmission
+//                                      | beginBatchCompaction -> compactBatch }* -> finish
+//
+// Invariants (checkInvariants() verifies them with the manager's):
+//   - a resident slot belongs to at most one live sequence; its page-table row lists exactly its lease's pages
+//     (base, and draft for a speculative lease); rows of free slots are empty;
+//   - per sequence: committed <= token history; committed, common length and published block count only grow;
+//     publication covers only complete blocks up to the committed (or common) boundary;
+//   - a request whose synchronisation failed is quarantined: its leases stay pinned (the device may still read
+//     them) and new admissions get kPoisoned, until shutdown() synchronises successfully.
+// Errors: a broken contract (a step out of order, malformed advances, a bad resident ref, a map that reorders
+//   survivors) throws ContractError and changes nothing; capacity is a status (kRequestFailed, kNoCapacity);
+//   device failure is kPoisoned.
+// Cost: O(blocks touched) host work per call plus the manager's; snapshot capture/restore one launch per
+//   sequence; page-table upload one copy per dirty row range.
+// Threading: single writer: callers serialise every call on the coordinator and its handles (the manager's
+//   contract). Handles must be finished or destroyed before the coordinator; any still alive then are detached.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxcache/block_hash.h"
+#include "ctxcache/context_cache_manager.h"
+#include "ctxcache/device/kv_lengths.h"
+#include "ctxcache/device/kv_page_pool.h"
+#include "ctxcache/device/kv_page_table.h"
+#include "ctxcache/device/resident_state.h"
+#include "ctxcache/device/snapshot_storage.h"
+#include "ctxcache/runtime/context_cache_metrics.h"
+#include "ctxcache/runtime/deployment_profile.h"
+#include "ctxcache/runtime/runtime_types.h"
+
+namespace ctxcache::runtime {
+
+struct SequenceState;  // cpp/runtime/request_state.h
+
+// Values are part of the C ABI (CTXC_COORDINATOR_*).
+enum class ContextCacheCoordinatorStatus : uint8_t { kOk = 0, kRequestFailed = 1, kPoisoned = 2 };
+
+struct ContextCacheConfig {
+    int32_t maxRecords = 1024;
+    int32_t maxBatch = 8;    // sequences one request may hold (<= every page table's and lengths' maxBatch)
+    int32_t pageSize = 0;    // tokens per page; 0 = the base pool's (required for a pure recurrent model)
+    HashAlgorithm hashAlgorithm = HashAlgorithm::kSha256;
+    std::string hashKey;     // optional secret of the keyed SHA-256 chain
+};
+
+// The device objects the coordinator drives; all on one backend, all outliving the coordinator. What a
+// deployment does not use is null: attention needs basePool + basePageTable + baseLengths; a paged speculative
+// contract the draft triple; checkpoint reuse residentState + snapshots.
+struct ContextCachePhysicalResources {
+    device::KvPagePool* basePool = nullptr;
+    device::KvPageTable* basePageTable = nullptr;
+    device::KvLengths* baseLengths = nullptr;
+    device::KvPagePool* draftPool = nullptr;
+    device::KvPageTable* draftPageTable = nullptr;
+    device::KvLengths* draftLengths = nullptr;
+    device::ResidentState* residentState = nullptr;
+    device::SnapshotStorage* snapshots = nullptr;
+};
+
+struct ContextCacheSequenceAdmission {
+    std::vector<int32_t> tokenIds;
+    BlockKeyExtras keyExtras;                  // request-wide identity (LoRA adapter, ...)
+    std::vector<Hash128> perPositionMediaHash; // empty, or one per token (zero = a text token)
+    ResidentRef resident;
+    std::optional<ContextCacheLookupPolicy> lookupPolicy;
+};
+
+struct ContextCacheBatchAdmission {
+    std::vector<ContextCacheSequenceAdmission> sequences;
+    bool speculativeRequest = false;
+    DecodingTokenStateContract tokenStateContract = DecodingTokenStateContract::kCommittedPlusLookahead;
+    ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache;
+    ContextCacheCommitPolicy commitPolicy = ContextCacheCommitPolicy::kIncludingGeneratedTokens;
+};
+
+// How one sequence moved in a step: the tokens accepted (appended to its history) and its committed length.
+struct ContextCacheSequenceAdvance {
+    static constexpr int32_t kHoldCommittedStateLength = -1;  // with 0 tokens: a cancelled/failed row stays put
+    int32_t const* acceptedTokenIds = nullptr;
+    int32_t acceptedTokenCount = 0;
+    int32_t committedStateLength = 0;
+};
+
+struct ContextCacheSequenceInfo {
+    ResidentRef resident;
+    int32_t inputLength = 0;
+    int32_t tokenCount = 0;  // history length (prompt + accepted tokens)
+    int32_t committedLength = 0;
+    int32_t commonLength = 0;
+    int32_t matchedLength = 0;
+    int32_t reuseLength = 0;  // the prefill start
+    ReusePlanKind planKind = ReusePlanKind::kNoReusablePrefix;
+    bool bypass = false;
+    bool forcedCold = false;
+    int32_t publishedFullBlockCount = 0;
+    std::vector<PageId> basePages;
+    std::vector<PageId> draftPages;
+};
+
+class ContextCacheCoordinator {
+public:
+    // Returns false when the stream's work failed (the device may still be using what it was given).
+    using StreamSynchronizer = std::function<bool(StreamHandle)>;
+
+    struct RequestState;  // defined in cpp/runtime/request_state.h
+
+    // A live request. Move-only; destroying it before finish() abandons the request (synchronising first when
+    // device work may be pending; a failed synchronisation quarantines and poisons).
+    class RequestHandle {
+    public:
+        RequestHandle() noexcept;
+        ~RequestHandle();
+        RequestHandle(RequestHandle&&) noexcept;
+        RequestHandle& operator=(RequestHandle&&) noexcept;
+        RequestHandle(RequestHandle const&) = delete;
+        RequestHandle& operator=(RequestHandle const&) = delete;
+
+        bool valid() const noexcept;  // bound to a live, unfinished request of a live coordinator
+        int32_t batchSize() const noexcept;
+        std::vector<int32_t> const& prefillStarts() const noexcept;
+        ContextCacheSequenceInfo sequence(int32_t row) const;
+        bool speculative() const noexcept;
+        bool hasPendingJoiner() const noexcept;
+
+    private:
+        friend class ContextCacheCoordinator;
+        explicit RequestHandle(std::unique_ptr<RequestState> state) noexcept;
+        void reset() noexcept;
+        std::unique_ptr<RequestState> state_;
+    };
+
+    struct BeginRequestResult {
+        ContextCacheCoordinatorStatus status = ContextCacheCoordinatorStatus::kOk;
+        std::optional<RequestHandle> request;  // set iff kOk
+        std::vector<int32_t> prefillStarts;
+        std::string failure;  // why, when not kOk
+    };
+
+    // Values are part of the C ABI (CTXC_ADMIT_*).
+    enum class AdmitSequenceStatus : uint8_t { kAdmitted = 0, kNoCapacity = 1, kFailed = 2 };
+    struct AdmitSequenceResult {
+        AdmitSequenceStatus status = AdmitSequenceStatus::kFailed;
+        int32_t prefillStart = 0;
+        std::string failure;
+    };
+
+    // ContractError when the profile cannot be served by the resources (missing pools, geometry that does not
+    // match, zero snapshot slots for checkpoint reuse, a speculative hybrid or recurrent profile).
+    ContextCacheCoordinator(ContextCacheConfig const& config, ContextCacheDeploymentProfile const& profile,
+                            ContextCachePhysicalResources const& resources, StreamSynchronizer synchronizer = {});
+    ~ContextCacheCoordinator();
+    ContextCacheCoordinator(ContextCacheCoordinator const&) = delete;
+    ContextCacheCoordinator& operator=(ContextCacheCoordinator const&) = delete;
+
+    // Admit a batch: one lease per sequence (forced-cold retry when a cache-derived plan does not fit),
+    // prefillStarts[i] = reuse length. kRequestFailed (nothing held) on capacity or page-table overflow;
+    // kPoisoned while quarantined work is unresolved.
+    BeginRequestResult beginRequest(ContextCacheBatchAdmission const& admission, DecodingKvHeadroom const& headroom,
+                                    StreamHandle stream = nullptr);
+    // Bind page-table rows, restore (or zero) recurrent state and partial-KV snapshots, set device KV lengths to
+    // the reuse lengths.
+    ContextCacheCoordinatorStatus preparePrefill(RequestHandle& request);
+    // Hybrid: reserve and enqueue the prefill-end checkpoint captures (after the engine's prefill kernels). A
+    // no-op for other deployments.
+    ContextCacheCoordinatorStatus enqueuePrefillCaptures(RequestHandle& request);
+    // After the engine's prefill sync: apply the prefill advances and publish prefill-end state.
+    ContextCacheCoordinatorStatus finalizePrefillPublication(RequestHandle& request,
+                                                             std::vector<ContextCacheSequenceAdvance> const& advances,
+                                                             std::vector<int32_t> const* commonStateLengths = nullptr);
+    // Grow every running row so it covers committed + headroom. kRequestFailed (request finishing) when growth
+    // or the page table cannot.
+    ContextCacheCoordinatorStatus prepareDecodeStep(RequestHandle& request, DecodingKvHeadroom const& headroom);
+    // Apply one step's advances; publish decode-end state for publishableCompletedRows (normally finished rows).
+    ContextCacheCoordinatorStatus completeDecodeStep(RequestHandle& request,
+                                                     std::vector<ContextCacheSequenceAdvance> const& advances,
+                                                     std::vector<int32_t> const& publishableCompletedRows,
+                                                     std::vector<int32_t> const* commonStateLengths = nullptr);
+    // Validate an order-preserving dense map (-1 retires a row) and copy it to deviceBatchMapping (int32, at least
+    // batch entries; data may be null to skip the copy).
+    ContextCacheCoordinatorStatus beginBatchCompaction(RequestHandle& request, std::vector<int32_t> const& oldToNew,
+                                                       int32_t newBatchSize, TensorView& deviceBatchMapping);
+    // Apply the pending compaction: retired rows' page-table rows cleared and recurrent state zeroed, lengths
+    // compacted, one synchronisation, then the retired leases released.
+    ContextCacheCoordinatorStatus compactBatch(RequestHandle& request);
+    // Synchronise pending work and release the request. An empty or finished handle is a no-op (kOk).
+    ContextCacheCoordinatorStatus finish(RequestHandle& request);
+    // Re-synchronise quarantined requests and free them. kOk clears the poison; kPoisoned when a sync still
+    // fails; kRequestFailed when requests are still live.
+    ContextCacheCoordinatorStatus shutdown() noexcept;
+
+    // In-flight admission of a joiner (attention-only, non-speculative deployments and requests): binds only the
+    // new resident row and sets its device KV length to the reuse length. kNoCapacity is transient.
+    AdmitSequenceResult admitSequence(RequestHandle& request, ContextCacheSequenceAdmission const& admission,
+                                      DecodingKvHeadroom const& headroom);
+    // The seated joiner (at batch row `row` == the batch size before admission) becomes a member: its prefill
+    // advance is applied and prefill-end blocks published.
+    ContextCacheCoordinatorStatus finalizeSequenceAdmission(RequestHandle& request, int32_t row,
+                                                            ContextCacheSequenceAdvance const& advance);
+    // Undo an admitted, not yet finalized joiner: row cleared, lease released. False when there is none.
+    bool retractSequenceAdmission(RequestHandle& request) noexcept;
+    bool supportsLiveSequenceAdmission() const noexcept;
+
+    ContextCacheMetrics metrics() const;
+    ContextCacheManager& manager() noexcept { return manager_; }
+    ContextCacheManager const& manager() const noexcept { return manager_; }
+    ContextCacheDeploymentProfile const& profile() const noexcept { return profile_; }
+    ContextCacheConfig const& config() const noexcept { return config_; }
+    BlockHasher const& hasher() const noexcept { return hasher_; }
+    int32_t pageSize() const noexcept { return pageSize_; }
+    bool poisoned() const noexcept { return poisoned_; }
+    int32_t activeRequestCount() const noexcept { return activeRequests_; }
+    size_t quarantinedRequestCount() const noexcept { return quarantine_.size(); }
+    // Why the last call that returned a failure status failed.
+    std::string const& lastFailure() const noexcept { return lastFailure_; }
+    // Throws InvariantError naming the first violation (the manager's, then the coordinator's own).
+    void checkInvariants() const;
+
+private:
+    friend class RequestHandle;
+
+    using Status = ContextCacheCoordinatorStatus;
+
+    RequestState& live(RequestHandle& request, char const* op);
+    bool acquireSequence(ContextCacheSequenceAdmission const& admission, ContextCacheLookupPolicy policy,
+                         DecodingKvHeadroom const& headroom, bool pagedSpec, SequenceState& seq, std::string& failure,
+                         bool& capacity);
+    void countAdmission(SequenceState const& seq);
+    void bindRows(SequenceState const& seq);
+    void clearRows(int32_t slot);
+    void uploadTables();
+    void restoreOrZero(SequenceState const& seq);
+    bool stageCapture(SequenceState& seq, int32_t length);
+    void publishBase(SequenceState& seq, int32_t length);
+    void publishStaged(SequenceState& seq);
+    void publishPrefillEnd(RequestState& state, SequenceState& seq);
+    void flushFrozen(SequenceState& seq);
+    bool coverRow(SequenceState& seq, DecodingKvHeadroom const& headroom, std::string& why);
+    Status failRequest(RequestState& state, std::string why);
+    Status terminalize(RequestHandle& request, RequestState& state, char const* op);
+    Status quarantineLive(RequestHandle& request, std::string why);
+    bool synchronize(RequestState& state) noexcept;
+    void abandon(std::unique_ptr<RequestState> state) noexcept;
+    void release(RequestState& state) noexcept;
+
+    ContextCacheConfig config_;
+    ContextCacheDeploymentProfile profile_;
+    ContextCachePhysicalResources resources_;
+    StreamSynchronizer synchronizer_;
+    int32_t pageSize_ = 0;
+    BlockHasher hasher_;
+    ContextCacheManager manager_;
+    ContextCacheMetrics counters_;
+    std::vector<uint64_t> residentEpochs_;  // per slot: epoch of its live sequence (0 = free)
+    std::vector<uint64_t> lastEpochs_;      // per slot: the highest epoch ever admitted
+    std::vector<std::unique_ptr<RequestState>> quarantine_;
+    RequestState* liveList_ = nullptr;  // intrusive list of live requests (for detaching at destruction)
+    int32_t activeRequests_ = 0;
+    bool poisoned_ = false;
+    std::string lastFailure_;
+};
+
+}  // namespace ctxcache::runtime
