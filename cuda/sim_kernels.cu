@@ -29,9 +29,7 @@ unsigned blocksFor(int64_t work) {
     return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < kMaxBlocksX ? blocks : kMaxBlocksX));
 }
 
-__device__ __forceinline__ int64_t firstItem() {
-    return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+__device__ __forceinline__ int64_t firstItem() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t itemStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 // Work item w of a pool's layers -> (layer, half, element); consecutive threads take consecutive elements.

@@ -43,8 +43,8 @@ int64_t tableCapacity(KvPageTable const& table, KvPagePool const& pool) {
 
 // Every entry of `slot` for the positions [first, last] (both K and V rows) addresses the pool: K in
 // [0, numPages), V in [numPages, 2 * numPages). The caller checked last < the table's capacity.
-void checkMapped(char const* op, int32_t i, char const* which, KvPageTable const& table, int32_t pageSize,
-                 int32_t slot, int32_t first, int32_t last) {
+void checkMapped(char const* op, int32_t i, char const* which, KvPageTable const& table, int32_t pageSize, int32_t slot,
+                 int32_t first, int32_t last) {
     int32_t const* row = table.hostRow(slot);
     int32_t const n = table.numPages();
     for (int32_t page = first / pageSize; page <= last / pageSize; ++page) {
@@ -59,8 +59,7 @@ void checkMapped(char const* op, int32_t i, char const* which, KvPageTable const
 
 void checkTable(char const* op, char const* which, KvPageTable const& table) {
     if (table.dirty())
-        fail(op, std::string(which) + " page table has changes not uploaded (call upload() first): the kernels read "
-                                      "the device copy");
+        fail(op, std::string(which) + " page table has changes not uploaded: call upload() first");
 }
 
 }  // namespace
@@ -145,8 +144,8 @@ SimModel::SimModel(DeviceBackend& backend, SimModelConfig const& config, SimMode
             for (StatePart part : {StatePart::kRecurrent, StatePart::kConv}) {
                 size_t const bytes = s.state->rowBytes(part);
                 if (bytes == 0) continue;
-                uint32_t const wordBytes = static_cast<uint32_t>(
-                    dtypeSize(part == StatePart::kRecurrent ? g.recurrentDtype : g.convDtype));
+                uint32_t const wordBytes =
+                    static_cast<uint32_t>(dtypeSize(part == StatePart::kRecurrent ? g.recurrentDtype : g.convDtype));
                 int32_t const words = checkedInt32("state row words", static_cast<int64_t>(bytes / wordBytes));
                 device::CompactTensor const slab = s.state->slab(part, layer);
                 uint32_t const tag = part == StatePart::kRecurrent ? kSimTagRecurrent : kSimTagConv;
@@ -252,8 +251,8 @@ void SimModel::validateSequences(char const* op, SimSequence const* sequences, i
         if (!s.tokens) fail(op, seq(i) + "tokens is null");
         auto checkSlotRange = [&](KvPageTable const& table, KvPagePool const& pool, char const* which) {
             if (s.slot >= table.maxBatch())
-                fail(op, seq(i) + "slot " + std::to_string(s.slot) + " is outside the " + which +
-                             " page table's [0, " + std::to_string(table.maxBatch()) + ")");
+                fail(op, seq(i) + "slot " + std::to_string(s.slot) + " is outside the " + which + " page table's [0, " +
+                             std::to_string(table.maxBatch()) + ")");
             if (s.end > tableCapacity(table, pool))
                 fail(op, seq(i) + "end " + std::to_string(s.end) + " exceeds the " + which + " page table's " +
                              std::to_string(tableCapacity(table, pool)) + " positions");
@@ -264,7 +263,8 @@ void SimModel::validateSequences(char const* op, SimSequence const* sequences, i
                              std::to_string(st.state->maxBatch()) + ")");
             if (slotUser[static_cast<size_t>(s.slot)] >= 0)
                 fail(op, seq(i) + "slot " + std::to_string(s.slot) + " is also sequence " +
-                             std::to_string(slotUser[static_cast<size_t>(s.slot)]) + "'s: one launch folds a slot once");
+                             std::to_string(slotUser[static_cast<size_t>(s.slot)]) +
+                             "'s: one launch folds a slot once");
             slotUser[static_cast<size_t>(s.slot)] = i;
             continue;
         }
@@ -275,8 +275,7 @@ void SimModel::validateSequences(char const* op, SimSequence const* sequences, i
             checkMapped(op, i, "draft", *st.draftTable, st.draft->pageSize(), s.slot, std::max(s.begin - 1, 0),
                         s.end - 1);
         } else {
-            checkMapped(op, i, "base", *st.baseTable, st.base->pageSize(), s.slot, std::max(s.begin - 1, 0),
-                        s.end - 1);
+            checkMapped(op, i, "base", *st.baseTable, st.base->pageSize(), s.slot, std::max(s.begin - 1, 0), s.end - 1);
         }
     }
     if (kind == Kind::kAttention) checkDisjoint(op, sequences, count, *st.baseTable, st.base->pageSize());
@@ -317,10 +316,9 @@ void SimModel::recurrent(SimSequence const* sequences, int32_t count) {
 void SimModel::draft(SimSequence const* sequences, int32_t count) {
     validateSequences("draft", sequences, count, Kind::kDraft);
     if (count == 0) return;
-    SimDraftLaunch const launch{
-        draftView_, baseView_,
-        static_cast<SimSequence const*>(uploadRequests(sequences, count * sizeof(SimSequence))), count,
-        config_.seed};
+    SimDraftLaunch const launch{draftView_, baseView_,
+                                static_cast<SimSequence const*>(uploadRequests(sequences, count * sizeof(SimSequence))),
+                                count, config_.seed};
     if (launchers_) cudaLaunchers().draft(launch, backend_->options().device, backend_->nativeStream());
     else detail::cpuSimDraft(launch);
     backend_->countLaunch();
@@ -359,8 +357,7 @@ void SimModel::sample(SimSampleRequest const* requests, int32_t count, int32_t* 
                              std::to_string(st.draftTable->maxBatch()) + ")");
             if (r.draftPosition >= tableCapacity(*st.draftTable, *st.draft))
                 fail(op, at + "draftPosition " + std::to_string(r.draftPosition) + " is beyond the draft page table");
-            checkMapped(op, i, "draft", *st.draftTable, st.draft->pageSize(), r.slot, r.draftPosition,
-                        r.draftPosition);
+            checkMapped(op, i, "draft", *st.draftTable, st.draft->pageSize(), r.slot, r.draftPosition, r.draftPosition);
         }
     }
     if (count == 0) return;

@@ -260,9 +260,7 @@ TEST(SimModel, PureRecurrentAndAttentionOnlyModelsSampleFromWhatTheyHave) {
     EXPECT_NE(folds[0], folds[1]);
     EXPECT_NE(folds[0], folds[2]);
     expectContractError([&] { rig.attention({rig.sequence(0, 0, 1, history(1))}); }, "no base pool");
-    expectContractError([&] { rig.model->sample(std::vector<SimSampleRequest>{{0, 0, 3, 0}}.data(), 1,
-                                                static_cast<int32_t*>(rig.buffers.back().data())); },
-                        "no draft pool");
+    expectContractError([&] { rig.sample({{0, 0, 3, 0}}); }, "no draft pool");
 
     SimRig attentionOnly(*backend);
     expectContractError([&] { attentionOnly.recurrent({attentionOnly.sequence(0, 0, 1, history(1))}); },

@@ -250,7 +250,8 @@ CTXC_HD int32_t simItemOfWork(Item const* items, int32_t count, int64_t work) {
 // page table.
 CTXC_HD int64_t simKvWordIndex(SimKvView const& kv, int32_t elements, int32_t slot, int32_t half, int32_t position,
                                int32_t element) {
-    int32_t const flatPage = kv.pageTable[device::pageTableIndex(slot, half, position / kv.pageSize, kv.maxPagesPerSeq)];
+    int32_t const flatPage =
+        kv.pageTable[device::pageTableIndex(slot, half, position / kv.pageSize, kv.maxPagesPerSeq)];
     return (static_cast<int64_t>(flatPage) * kv.pageSize + position % kv.pageSize) * elements + element;
 }
 
@@ -262,16 +263,17 @@ CTXC_HD void simAttentionItem(SimKvView const& kv, SimSequence const& s, int32_t
     if (s.begin >= s.end) return;
     SimKvLayer const& l = kv.layers[layer];
     uint32_t const tag = half == 0 ? kSimTagK : kSimTagV;
-    uint32_t prev = s.begin == 0 ? simSeedWord(seed, layer, element, tag, kv.wordBytes)
-                                 : simLoadWord(l.data, simKvWordIndex(kv, l.elements, s.slot, half, s.begin - 1, element),
-                                               kv.wordBytes);
+    uint32_t prev =
+        s.begin == 0
+            ? simSeedWord(seed, layer, element, tag, kv.wordBytes)
+            : simLoadWord(l.data, simKvWordIndex(kv, l.elements, s.slot, half, s.begin - 1, element), kv.wordBytes);
     for (int32_t p = s.begin; p < s.end; ++p) {
         int32_t const i = p - s.begin;
         uint32_t const media = s.media ? s.media[i] : 0u;
-        prev = simTruncate(simMix8(seed, prev, static_cast<uint32_t>(s.tokens[i]), s.salt, media,
-                                   static_cast<uint32_t>(layer), static_cast<uint32_t>(element),
-                                   static_cast<uint32_t>(p), tag),
-                           kv.wordBytes);
+        prev = simTruncate(
+            simMix8(seed, prev, static_cast<uint32_t>(s.tokens[i]), s.salt, media, static_cast<uint32_t>(layer),
+                    static_cast<uint32_t>(element), static_cast<uint32_t>(p), tag),
+            kv.wordBytes);
         simStoreWord(l.data, simKvWordIndex(kv, l.elements, s.slot, half, p, element), kv.wordBytes, prev);
     }
 }
@@ -284,10 +286,10 @@ CTXC_HD void simRecurrentItem(SimStateSegment const& g, SimSequence const& s, in
     for (int32_t p = s.begin; p < s.end; ++p) {
         int32_t const i = p - s.begin;
         uint32_t const media = s.media ? s.media[i] : 0u;
-        state = simTruncate(simMix8(seed, state, static_cast<uint32_t>(s.tokens[i]), s.salt, media,
-                                    static_cast<uint32_t>(g.layer), static_cast<uint32_t>(word),
-                                    static_cast<uint32_t>(p), g.tag),
-                            g.wordBytes);
+        state = simTruncate(
+            simMix8(seed, state, static_cast<uint32_t>(s.tokens[i]), s.salt, media, static_cast<uint32_t>(g.layer),
+                    static_cast<uint32_t>(word), static_cast<uint32_t>(p), g.tag),
+            g.wordBytes);
     }
     simStoreWord(row, word, g.wordBytes, state);
 }
@@ -299,18 +301,18 @@ CTXC_HD void simDraftItem(SimDraftLaunch const& d, SimSequence const& s, int32_t
     SimKvLayer const& b = d.base.layers[0];
     int32_t const baseElement = element % b.elements;
     uint32_t const tag = half == 0 ? kSimTagDraftK : kSimTagDraftV;
-    uint32_t prev = s.begin == 0 ? simSeedWord(d.seed, layer, element, tag, d.draft.wordBytes)
-                                 : simLoadWord(l.data,
-                                               simKvWordIndex(d.draft, l.elements, s.slot, half, s.begin - 1, element),
-                                               d.draft.wordBytes);
+    uint32_t prev = s.begin == 0
+                        ? simSeedWord(d.seed, layer, element, tag, d.draft.wordBytes)
+                        : simLoadWord(l.data, simKvWordIndex(d.draft, l.elements, s.slot, half, s.begin - 1, element),
+                                      d.draft.wordBytes);
     for (int32_t p = s.begin; p < s.end; ++p) {
         int32_t const i = p - s.begin;
         uint32_t const base =
             simLoadWord(b.data, simKvWordIndex(d.base, b.elements, s.slot, half, p, baseElement), d.base.wordBytes);
-        prev = simTruncate(simMix8(d.seed, prev, base, static_cast<uint32_t>(s.tokens[i + 1]), s.salt,
-                                   static_cast<uint32_t>(layer), static_cast<uint32_t>(element),
-                                   static_cast<uint32_t>(p), tag),
-                           d.draft.wordBytes);
+        prev = simTruncate(
+            simMix8(d.seed, prev, base, static_cast<uint32_t>(s.tokens[i + 1]), s.salt, static_cast<uint32_t>(layer),
+                    static_cast<uint32_t>(element), static_cast<uint32_t>(p), tag),
+            d.draft.wordBytes);
         simStoreWord(l.data, simKvWordIndex(d.draft, l.elements, s.slot, half, p, element), d.draft.wordBytes, prev);
     }
 }

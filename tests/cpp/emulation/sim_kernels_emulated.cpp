@@ -7,8 +7,8 @@
 
 #define kernels emulated_kernels
 #define builtinCudaSimLaunchers emulatedCudaSimLaunchers
-#include "sim_kernels.cu"
 #include "sim_cuda.cu"
+#include "sim_kernels.cu"
 #undef builtinCudaSimLaunchers
 #undef kernels
 

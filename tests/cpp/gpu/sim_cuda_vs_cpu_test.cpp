@@ -81,8 +81,7 @@ Outcome scriptedRun(DeviceBackend& b, SimRigOptions const& o) {
     auto sampled = rig.sample(requests);
     out.tokens = sampled.first;
     out.folds = sampled.second;
-    std::vector<SimSequence> const decode = {rig.sequence(0, 11, 12, t0, 0x1234u, &media),
-                                             rig.sequence(1, 5, 9, t1)};
+    std::vector<SimSequence> const decode = {rig.sequence(0, 11, 12, t0, 0x1234u, &media), rig.sequence(1, 5, 9, t1)};
     if (o.base) rig.attention(decode);
     if (o.state) rig.recurrent(decode);
     if (o.draft)
