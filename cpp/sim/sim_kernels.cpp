@@ -58,8 +58,7 @@ void checkMapped(char const* op, int32_t i, char const* which, KvPageTable const
 }
 
 void checkTable(char const* op, char const* which, KvPageTable const& table) {
-    if (table.dirty())
-        fail(op, std::string(which) + " page table has changes not uploaded: call upload() first");
+    if (table.dirty()) fail(op, std::string(which) + " page table has changes not uploaded: call upload() first");
 }
 
 }  // namespace
