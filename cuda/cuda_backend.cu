@@ -74,6 +74,8 @@ public:
                std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
     }
 
+    void* nativeStream() const noexcept override { return stream_; }
+
 protected:
     void* doAllocate(size_t bytes) override {
         select();

@@ -90,6 +90,11 @@ public:
     // hostPartials[numChunks]. Synchronous.
     void hashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials);
 
+    // For kernels launched outside the backend on its stream (the reference model's, cpp/sim/): the stream (a
+    // cudaStream_t; null on CPU), and the count of one launch, so LaunchCounters stay the truth.
+    virtual void* nativeStream() const noexcept { return nullptr; }
+    void countLaunch() noexcept { ++counters_.kernels; }
+
 protected:
     DeviceBackend(BackendKind kind, BackendOptions const& options);
 
