@@ -75,9 +75,11 @@ struct Rig {
             g.convDtype = DType::kFp32;
             state = std::make_unique<ResidentState>(*backend, g);
             SnapshotBudgets budgets;
-            budgets.recurrentBytes = static_cast<size_t>(snapshotSlots) * SnapshotStorage::recurrentBytesPerSlot(g, false);
-            if (base) budgets.partialKvBytes = static_cast<size_t>(snapshotSlots) *
-                                               SnapshotStorage::partialKvBytesPerSlot(&base->geometry(), nullptr);
+            budgets.recurrentBytes =
+                static_cast<size_t>(snapshotSlots) * SnapshotStorage::recurrentBytesPerSlot(g, false);
+            if (base)
+                budgets.partialKvBytes = static_cast<size_t>(snapshotSlots) *
+                                         SnapshotStorage::partialKvBytesPerSlot(&base->geometry(), nullptr);
             snapshots = std::make_unique<SnapshotStorage>(*backend, state.get(), base.get(), nullptr, budgets);
             r.residentState = state.get();
             r.snapshots = snapshots.get();

@@ -1,0 +1,713 @@
+// ReferenceEngine: scheduling, the facade lifecycle, SimModel launches, fault recovery and digests. Contract:
+// include/ctxcache/sim/reference_engine.h.
+#include "ctxcache/sim/reference_engine.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <deque>
+#include <string>
+#include <utility>
+
+#include "ctxcache/device/kv_lengths.h"
+#include "ctxcache/device/kv_page_pool.h"
+#include "ctxcache/device/kv_page_table.h"
+#include "ctxcache/device/resident_state.h"
+#include "ctxcache/device/snapshot_storage.h"
+#include "ctxcache/errors.h"
+#include "ctxcache/runtime/managed_kv_cache_request.h"
+#include "ctxcache/sim/sim_kernels.h"
+
+namespace ctxcache::sim {
+
+using runtime::ContextCacheCoordinator;
+using runtime::DecodingInferenceContext;
+using runtime::DecodingKvHeadroom;
+using runtime::ManagedKVCacheRequest;
+using runtime::ResidentRef;
+using runtime::SequenceStatus;
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+[[noreturn]] void contract(std::string const& why) { throw ContractError("ReferenceEngine: " + why); }
+
+bool hasAttention(DeploymentKind k) { return k != DeploymentKind::kRecurrent; }
+bool hasState(DeploymentKind k) { return k == DeploymentKind::kHybrid || k == DeploymentKind::kRecurrent; }
+
+}  // namespace
+
+char const* toString(DeploymentKind kind) noexcept {
+    switch (kind) {
+        case DeploymentKind::kAttention: return "attention";
+        case DeploymentKind::kHybrid: return "hybrid";
+        case DeploymentKind::kRecurrent: return "recurrent";
+        case DeploymentKind::kEagle: return "eagle";
+    }
+    return "unknown";
+}
+
+struct ReferenceEngine::Storage {
+    std::unique_ptr<device::KvPagePool> base, draft;
+    std::unique_ptr<device::KvPageTable> baseTable, draftTable;
+    std::unique_ptr<device::KvLengths> baseLengths, draftLengths;
+    std::unique_ptr<device::ResidentState> state;
+    std::unique_ptr<device::SnapshotStorage> snapshots;
+    device::DeviceBuffer tokens;   // staging of the tokens an op reads
+    device::DeviceBuffer media;    // staging of its media words
+    device::DeviceBuffer sampled;  // int32 per sequence
+    device::DeviceBuffer mapping;  // int32 compaction map
+    size_t stagingEntries = 0;
+};
+
+struct ReferenceEngine::Row {
+    size_t request = 0;
+    ResidentRef resident;
+    std::vector<int32_t> history;  // prompt + generated
+    int32_t inputLength = 0;
+    int32_t generated = 0;
+    int32_t prefillStart = 0;
+    int32_t maxNewTokens = 0;
+    int32_t cancelAfter = -1;
+    uint32_t salt = 0;
+    std::vector<uint32_t> media;  // per prompt position, empty when the prompt has none
+    SequenceStatus status = SequenceStatus::kRunning;
+    bool joined = false;
+
+    int32_t committed() const { return inputLength + generated - 1; }
+};
+
+// ---- construction ------------------------------------------------------------------------------------------
+
+ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(config) {
+    ReferenceEngineConfig const& c = config_;
+    if (c.deployment > DeploymentKind::kEagle) contract("unknown deployment kind");
+    if (c.pageSize <= 0 || c.basePages <= 0 || c.maxBatch <= 0 || c.maxPagesPerSequence <= 0 || c.layers <= 0 ||
+        c.kvHeads <= 0 || c.headDim <= 0 || c.vocabSize <= 0 || c.maxRecords < 0 || c.snapshotSlots < 0 ||
+        c.recurrentLayers <= 0)
+        contract(
+            "sizes must be positive (page size, pages, batch, pages per sequence, layers, heads, head dim, "
+            "vocab, recurrent layers; records and snapshot slots non-negative)");
+    if (!(c.syncFailureRate >= 0.0 && c.syncFailureRate < 1.0)) contract("syncFailureRate must lie in [0, 1)");
+    if (hasState(c.deployment) && c.snapshotSlots <= 0) contract("checkpoint deployments need snapshot slots");
+    backend_ = device::createBackend(c.backend);
+    storage_ = std::make_unique<Storage>();
+    Storage& s = *storage_;
+    device::KvPoolGeometry geometry{c.basePages, c.pageSize, c.kvDtype, {}};
+    for (int32_t l = 0; l < c.layers; ++l) geometry.layers.push_back({c.kvHeads, c.headDim});
+    runtime::ContextCachePhysicalResources resources;
+    if (hasAttention(c.deployment)) {
+        s.base = std::make_unique<device::KvPagePool>(*backend_, geometry);
+        s.baseTable = std::make_unique<device::KvPageTable>(*backend_, c.maxBatch, c.maxPagesPerSequence, c.basePages);
+        s.baseLengths = std::make_unique<device::KvLengths>(*backend_, c.maxBatch);
+        resources.basePool = s.base.get();
+        resources.basePageTable = s.baseTable.get();
+        resources.baseLengths = s.baseLengths.get();
+    }
+    if (c.deployment == DeploymentKind::kEagle) {
+        s.draft = std::make_unique<device::KvPagePool>(*backend_, geometry);
+        s.draftTable = std::make_unique<device::KvPageTable>(*backend_, c.maxBatch, c.maxPagesPerSequence, c.basePages);
+        s.draftLengths = std::make_unique<device::KvLengths>(*backend_, c.maxBatch);
+        resources.draftPool = s.draft.get();
+        resources.draftPageTable = s.draftTable.get();
+        resources.draftLengths = s.draftLengths.get();
+    }
+    if (hasState(c.deployment)) {
+        device::ResidentStateGeometry g;
+        g.maxBatch = c.maxBatch;
+        g.numLayers = c.recurrentLayers;
+        g.recurrentHeads = 2;
+        g.recurrentHeadDim = 4;
+        g.stateSize = 4;
+        g.recurrentDtype = device::DType::kFp32;
+        g.convDim = 8;
+        g.convKernel = 4;
+        g.convDtype = device::DType::kFp16;
+        s.state = std::make_unique<device::ResidentState>(*backend_, g);
+        device::SnapshotBudgets budgets;
+        budgets.recurrentBytes =
+            static_cast<size_t>(c.snapshotSlots) * device::SnapshotStorage::recurrentBytesPerSlot(g, false);
+        if (s.base)
+            budgets.partialKvBytes = static_cast<size_t>(c.snapshotSlots) *
+                                     device::SnapshotStorage::partialKvBytesPerSlot(&s.base->geometry(), nullptr);
+        s.snapshots =
+            std::make_unique<device::SnapshotStorage>(*backend_, s.state.get(), s.base.get(), nullptr, budgets);
+        resources.residentState = s.state.get();
+        resources.snapshots = s.snapshots.get();
+    }
+    s.stagingEntries = static_cast<size_t>(c.maxBatch) *
+                       (static_cast<size_t>(c.maxPagesPerSequence) * static_cast<size_t>(c.pageSize) + 2);
+    s.tokens = device::DeviceBuffer(*backend_, s.stagingEntries * sizeof(int32_t));
+    s.media = device::DeviceBuffer(*backend_, s.stagingEntries * sizeof(uint32_t));
+    s.sampled = device::DeviceBuffer(*backend_, static_cast<size_t>(c.maxBatch) * sizeof(int32_t));
+    s.mapping = device::DeviceBuffer(*backend_, static_cast<size_t>(c.maxBatch) * sizeof(int32_t));
+
+    SimModelConfig mc;
+    mc.seed = c.seed;
+    mc.vocabSize = c.vocabSize;
+    mc.maxSequences = c.maxBatch;
+    SimModelStorage ms;
+    ms.base = s.base.get();
+    ms.baseTable = s.baseTable.get();
+    ms.draft = s.draft.get();
+    ms.draftTable = s.draftTable.get();
+    ms.state = s.state.get();
+    model_ = std::make_unique<SimModel>(*backend_, mc, ms);
+
+    runtime::ContextCacheConfig cc;
+    cc.maxRecords = c.maxRecords;
+    cc.maxBatch = c.maxBatch;
+    cc.pageSize = c.deployment == DeploymentKind::kRecurrent ? c.pageSize : 0;
+    cc.hashAlgorithm = c.hashAlgorithm;
+    runtime::ContextCacheDeploymentProfile profile;
+    switch (c.deployment) {
+        case DeploymentKind::kAttention: break;
+        case DeploymentKind::kHybrid: profile.baseStateKind = runtime::ContextCacheModelStateKind::kHybrid; break;
+        case DeploymentKind::kRecurrent:
+            profile.baseStateKind = runtime::ContextCacheModelStateKind::kPureRecurrent;
+            break;
+        case DeploymentKind::kEagle: profile.specReuseContract = runtime::SpecReuseContract{true, 1}; break;
+    }
+    faultState_ = 0x9E3779B97F4A7C15ull ^ c.faultSeed;
+    coordinator_ = std::make_unique<ContextCacheCoordinator>(cc, profile, resources,
+                                                             [this](runtime::StreamHandle) { return synchronize(); });
+    for (int32_t slot = c.maxBatch - 1; slot >= 0; --slot) freeSlots_.push_back(slot);
+}
+
+ReferenceEngine::~ReferenceEngine() = default;
+
+bool ReferenceEngine::synchronize() {
+    ++stats_.syncCalls;
+    backend_->synchronize();
+    if (config_.syncFailureRate <= 0.0) return true;
+    // splitmix64: a seeded, reproducible fault schedule.
+    uint64_t z = (faultState_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double const u = static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+    if (u < config_.syncFailureRate) {
+        ++stats_.syncFailures;
+        return false;
+    }
+    return true;
+}
+
+ResidentRef ReferenceEngine::takeResident() {
+    if (freeSlots_.empty()) throw InvariantError("ReferenceEngine: no free resident slot");
+    ResidentRef r{freeSlots_.back(), nextEpoch_++};
+    freeSlots_.pop_back();
+    return r;
+}
+
+void ReferenceEngine::releaseResident(ResidentRef ref) { freeSlots_.push_back(ref.slot); }
+
+uint32_t ReferenceEngine::salt(std::string const& lora) const {
+    if (lora.empty()) return 0;
+    Hash128 const h = coordinator_->hasher().hashOpaqueIdentity(lora);
+    return static_cast<uint32_t>(h.lo) | 1u;
+}
+
+std::vector<uint32_t> ReferenceEngine::mediaWords(EngineRequest const& request) const {
+    if (request.media.empty()) return {};
+    std::vector<uint32_t> words(request.tokens.size(), 0);
+    for (runtime::MediaItem const& item : request.media) {
+        std::string identity(1, static_cast<char>(item.modality));
+        identity.append(reinterpret_cast<char const*>(item.bytes.data()), item.bytes.size());
+        uint32_t const w = static_cast<uint32_t>(coordinator_->hasher().hashOpaqueIdentity(identity).lo) | 1u;
+        for (int32_t p = item.firstToken; p < item.firstToken + item.tokenCount; ++p)
+            if (p >= 0 && static_cast<size_t>(p) < words.size()) words[static_cast<size_t>(p)] = w;
+    }
+    return words;
+}
+
+void ReferenceEngine::validate(std::vector<EngineRequest> const& requests) const {
+    for (size_t i = 0; i < requests.size(); ++i) {
+        EngineRequest const& r = requests[i];
+        std::string const where = "requests[" + str(static_cast<int64_t>(i)) + "]";
+        if (r.tokens.empty()) contract(where + " has an empty prompt");
+        if (r.maxNewTokens < 1) contract(where + " maxNewTokens must be >= 1");
+        int64_t const worst = static_cast<int64_t>(r.tokens.size()) + r.maxNewTokens + 1;
+        int64_t const pages = (worst + config_.pageSize - 1) / config_.pageSize;
+        if (hasAttention(config_.deployment) && pages > config_.maxPagesPerSequence)
+            contract(where + " needs up to " + str(pages) + " pages, a sequence holds " +
+                     str(config_.maxPagesPerSequence));
+        if (hasAttention(config_.deployment) && pages > config_.basePages)
+            contract(where + " needs up to " + str(pages) + " pages, the pool has " + str(config_.basePages));
+        for (runtime::MediaItem const& m : r.media)
+            if (m.tokenCount <= 0 || m.firstToken < 0 ||
+                static_cast<int64_t>(m.firstToken) + m.tokenCount > static_cast<int64_t>(r.tokens.size()))
+                contract(where + " has a media span outside its prompt");
+    }
+}
+
+// ---- kernels ----------------------------------------------------------------------------------------------
+
+namespace {
+
+// Packs each row's tokens [begin, begin + count) (and media words) into the staging buffers and fills the op's
+// sequence descriptors.
+struct Packer {
+    std::vector<int32_t> tokens;
+    std::vector<uint32_t> media;
+    std::vector<SimSequence> seqs;
+    std::vector<size_t> tokenOffsets, mediaOffsets;
+    std::vector<bool> hasMedia;
+
+    void add(int32_t slot, int32_t begin, int32_t end, uint32_t salt, int32_t const* src, int32_t count,
+             std::vector<uint32_t> const* words) {
+        SimSequence s;
+        s.slot = slot;
+        s.begin = begin;
+        s.end = end;
+        s.salt = salt;
+        s.tokenCount = count;
+        tokenOffsets.push_back(tokens.size());
+        tokens.insert(tokens.end(), src, src + count);
+        bool const m = words && !words->empty();
+        hasMedia.push_back(m);
+        mediaOffsets.push_back(media.size());
+        if (m)
+            for (int32_t i = 0; i < count; ++i) {
+                size_t const p = static_cast<size_t>(begin + i);
+                media.push_back(p < words->size() ? (*words)[p] : 0u);
+            }
+        seqs.push_back(s);
+    }
+
+    // Uploads and points the descriptors at the device copies.
+    void upload(device::DeviceBuffer& tokenBuffer, device::DeviceBuffer& mediaBuffer) {
+        if (!tokens.empty()) tokenBuffer.write(0, tokens.data(), tokens.size() * sizeof(int32_t));
+        if (!media.empty()) mediaBuffer.write(0, media.data(), media.size() * sizeof(uint32_t));
+        auto* t = static_cast<int32_t const*>(tokenBuffer.data());
+        auto* m = static_cast<uint32_t const*>(mediaBuffer.data());
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            seqs[i].tokens = t + tokenOffsets[i];
+            seqs[i].media = hasMedia[i] ? m + mediaOffsets[i] : nullptr;
+        }
+    }
+};
+
+}  // namespace
+
+// Attention and recurrent state over [prefillStart, input length) of each row.
+void ReferenceEngine::prefillRows(std::vector<Row*> const& rows) {
+    Packer p;
+    for (Row* r : rows) {
+        int32_t const count = r->inputLength - r->prefillStart;
+        p.add(r->resident.slot, r->prefillStart, r->inputLength, r->salt, r->history.data() + r->prefillStart, count,
+              &r->media);
+    }
+    p.upload(storage_->tokens, storage_->media);
+    if (hasAttention(config_.deployment)) model_->attention(p.seqs.data(), static_cast<int32_t>(p.seqs.size()));
+    if (hasState(config_.deployment)) model_->recurrent(p.seqs.data(), static_cast<int32_t>(p.seqs.size()));
+}
+
+namespace {
+std::vector<int32_t> sampleRows(SimModel& model, device::DeviceBuffer& out, std::vector<SimSampleRequest> const& reqs) {
+    std::vector<int32_t> tokens(reqs.size());
+    if (reqs.empty()) return tokens;
+    model.sample(reqs.data(), static_cast<int32_t>(reqs.size()), static_cast<int32_t*>(out.data()));
+    out.read(0, tokens.data(), tokens.size() * sizeof(int32_t));
+    return tokens;
+}
+}  // namespace
+
+// ---- serving ----------------------------------------------------------------------------------------------
+
+std::vector<EngineOutput> ReferenceEngine::serve(std::vector<EngineRequest> const& requests) {
+    validate(requests);
+    std::vector<EngineOutput> outputs(requests.size());
+    for (EngineOutput& o : outputs) o.attempts = 0;
+    std::vector<uint8_t> done(requests.size(), 0);
+    std::vector<size_t> queue;
+    queue.reserve(requests.size());
+    for (size_t i = requests.size(); i-- > 0;) queue.push_back(i);  // back = next
+    while (!queue.empty()) serveBatch(queue, requests, outputs, done);
+    return outputs;
+}
+
+std::vector<EngineOutput> ReferenceEngine::coldReference(std::vector<EngineRequest> const& requests) const {
+    ReferenceEngineConfig cold = config_;
+    cold.reuse = false;
+    cold.syncFailureRate = 0.0;
+    ReferenceEngine engine(cold);
+    return engine.serve(requests);
+}
+
+void ReferenceEngine::recover() {
+    for (int attempt = 0; attempt < 10000; ++attempt) {
+        runtime::ContextCacheCoordinatorStatus const s = coordinator_->shutdown();
+        if (s == runtime::ContextCacheCoordinatorStatus::kOk) return;
+        if (s == runtime::ContextCacheCoordinatorStatus::kRequestFailed)
+            throw InvariantError("ReferenceEngine: shutdown found a live request: " + coordinator_->lastFailure());
+    }
+    throw InvariantError("ReferenceEngine: the device never recovered");
+}
+
+bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineRequest> const& requests,
+                                 std::vector<EngineOutput>& outputs, std::vector<uint8_t>& done) {
+    ReferenceEngineConfig const& c = config_;
+    bool const eagle = c.deployment == DeploymentKind::kEagle;
+    DecodingKvHeadroom const headroom{1, eagle ? 1 : 0};
+    Storage& st = *storage_;
+
+    // Founders: the next maxBatch requests (one after a capacity split).
+    std::vector<std::unique_ptr<Row>> rows;
+    size_t const founders = std::min(queue.size(), static_cast<size_t>(soloNext_ > 0 ? 1 : c.maxBatch));
+    if (soloNext_ > 0) --soloNext_;
+    runtime::GenerationRequest gr;
+    DecodingInferenceContext ctx;
+    for (size_t k = 0; k < founders; ++k) {
+        size_t const index = queue.back();
+        queue.pop_back();
+        EngineRequest const& r = requests[index];
+        auto row = std::make_unique<Row>();
+        row->request = index;
+        row->resident = takeResident();
+        row->history = r.tokens;
+        row->inputLength = static_cast<int32_t>(r.tokens.size());
+        row->maxNewTokens = r.maxNewTokens;
+        row->cancelAfter = r.cancelAfter;
+        row->salt = salt(r.lora);
+        row->media = mediaWords(r);
+        runtime::SequenceRequest sr;
+        sr.tokenIds = r.tokens;
+        sr.loraName = r.lora;
+        sr.media = r.media;
+        if (!c.reuse) sr.lookupPolicy = ContextCacheLookupPolicy::kBypass;
+        gr.sequences.push_back(std::move(sr));
+        ctx.residentRefs.push_back(row->resident);
+        rows.push_back(std::move(row));
+    }
+    ctx.activeBatchSize = static_cast<int32_t>(rows.size());
+    ++stats_.batches;
+
+    auto requeue = [&](std::vector<std::unique_ptr<Row>>& which) {
+        for (size_t k = which.size(); k-- > 0;) queue.push_back(which[k]->request);
+    };
+    auto releaseAll = [&](std::vector<std::unique_ptr<Row>>& which) {
+        for (auto& r : which) releaseResident(r->resident);
+    };
+
+    std::optional<ManagedKVCacheRequest> m =
+        ManagedKVCacheRequest::begin(coordinator_.get(), nullptr, gr, ctx, eagle, headroom,
+                                     runtime::DecodingTokenStateContract::kCommittedPlusLookahead, c.commitPolicy);
+    if (!m) {
+        releaseAll(rows);
+        requeue(rows);
+        if (coordinator_->poisoned()) {
+            recover();
+            return false;
+        }
+        if (rows.size() == 1)
+            contract("request " + str(static_cast<int64_t>(rows[0]->request)) +
+                     " does not fit the cache: " + coordinator_->lastFailure());
+        ++stats_.capacityRetries;
+        soloNext_ = static_cast<int32_t>(rows.size());
+        return false;
+    }
+
+    // A fault anywhere: finish (the coordinator quarantines what the device may still use), recover, and serve
+    // the unfinished requests again from scratch.
+    auto fault = [&]() {
+        (void)m->finish();
+        m.reset();
+        recover();
+        for (auto& r : rows) {
+            releaseResident(r->resident);
+            ++stats_.restarts;
+        }
+        requeue(rows);
+        return false;
+    };
+
+    std::vector<int32_t> const& starts = *m->prefillStarts();
+    for (size_t i = 0; i < rows.size(); ++i) rows[i]->prefillStart = starts[i];
+    if (!m->preparePrefill()) return fault();
+    if (st.baseLengths) {
+        std::vector<int32_t> const lengths = st.baseLengths->read();
+        for (size_t i = 0; i < rows.size(); ++i)
+            if (lengths[i] != rows[i]->prefillStart)
+                throw InvariantError("ReferenceEngine: device KV length " + str(lengths[i]) + " of row " +
+                                     str(static_cast<int64_t>(i)) + " is not its prefill start " +
+                                     str(rows[i]->prefillStart));
+    }
+    std::vector<Row*> live;
+    for (auto& r : rows) live.push_back(r.get());
+    prefillRows(live);
+    if (!m->enqueuePrefillCaptures()) return fault();
+    finishPrefill(live);
+    setLengths(rows);
+
+    auto fillContext = [&]() {
+        ctx.activeBatchSize = static_cast<int32_t>(rows.size());
+        ctx.tokenIds.clear();
+        ctx.rawInputLengths.clear();
+        ctx.generatedLengths.clear();
+        ctx.status.clear();
+        ctx.residentRefs.clear();
+        for (auto& r : rows) {
+            ctx.tokenIds.push_back(r->history);
+            ctx.rawInputLengths.push_back(r->inputLength);
+            ctx.generatedLengths.push_back(r->generated);
+            ctx.status.push_back(r->status);
+            ctx.residentRefs.push_back(r->resident);
+        }
+    };
+    auto commonLengths = [&]() {
+        std::vector<int32_t> common;
+        if (eagle)
+            for (auto& r : rows) common.push_back(r->committed());
+        return common;
+    };
+    fillContext();
+    if (!m->completePrefill(ctx, commonLengths())) return fault();
+
+    // Retire finished and cancelled rows: record their outputs, then compact them away.
+    auto retire = [&]() -> bool {
+        std::vector<int32_t> map(rows.size(), -1);
+        int32_t next = 0;
+        bool any = false;
+        for (size_t i = 0; i < rows.size(); ++i) {
+            Row& r = *rows[i];
+            if (r.status == SequenceStatus::kRunning) {
+                map[i] = next++;
+                continue;
+            }
+            any = true;
+            EngineOutput& o = outputs[r.request];
+            o.prefillStart = r.prefillStart;
+            o.generated.assign(r.history.begin() + r.inputLength, r.history.end());
+            o.stateDigest = digest(r);
+            o.cancelled = r.status == SequenceStatus::kCancelled;
+            o.joined = r.joined;
+            ++o.attempts;
+            done[r.request] = 1;
+        }
+        if (!any) return true;
+        runtime::TensorView mapping{st.mapping.data(),
+                                    runtime::ScalarType::kInt32,
+                                    {static_cast<int64_t>(rows.size())},
+                                    backend_->kind() == device::BackendKind::kCuda ? 0 : -1};
+        ++stats_.compactions;
+        bool ok = m->beginBatchCompaction(map, next, mapping) && m->completeBatchCompaction(map);
+        // Retired rows are done whatever happened to the compaction; when it failed their slots are quarantined
+        // with the request, and fault() recovers (shutdown) before any slot is handed out again.
+        std::vector<std::unique_ptr<Row>> survivors;
+        for (size_t i = 0; i < rows.size(); ++i) {
+            if (map[i] >= 0) survivors.push_back(std::move(rows[i]));
+            else releaseResident(rows[i]->resident);
+        }
+        rows = std::move(survivors);
+        return ok;
+    };
+    for (auto& r : rows)
+        if (r->generated >= r->maxNewTokens) r->status = SequenceStatus::kFinished;
+    if (!retire()) return fault();
+
+    bool const joins = coordinator_->supportsLiveSequenceAdmission();
+    while (!rows.empty()) {
+        // Cancellations arrive before the step: those rows hold.
+        for (auto& r : rows)
+            if (r->cancelAfter >= 1 && r->generated >= r->cancelAfter && r->status == SequenceStatus::kRunning)
+                r->status = SequenceStatus::kCancelled;
+        fillContext();
+        if (!m->prepareDecodeStep(ctx, headroom)) {
+            if (coordinator_->poisoned()) return fault();
+            // Capacity to grow ran out: finish, and serve what is unfinished again alone.
+            (void)m->finish();
+            m.reset();
+            releaseAll(rows);
+            requeue(rows);
+            ++stats_.capacityRetries;
+            soloNext_ = static_cast<int32_t>(rows.size());
+            return false;
+        }
+        live.clear();
+        for (auto& r : rows)
+            if (r->status == SequenceStatus::kRunning) live.push_back(r.get());
+        decodeRows(live);
+        setLengths(rows);
+        for (Row* r : live)
+            if (r->generated >= r->maxNewTokens) r->status = SequenceStatus::kFinished;
+        fillContext();
+        if (!m->completeDecodeStep(ctx, commonLengths())) return fault();
+        ++stats_.decodeSteps;
+        if (!retire()) return fault();
+
+        // Joiners take the free rows at this step boundary (attention-only, non-speculative deployments).
+        while (joins && !queue.empty() && rows.size() < static_cast<size_t>(c.maxBatch) && !rows.empty()) {
+            size_t const index = queue.back();
+            EngineRequest const& req = requests[index];
+            ResidentRef const resident = takeResident();
+            int32_t start = 0;
+            std::vector<int32_t> const tokens = req.tokens;
+            runtime::ContextCacheRequest::AdmitSequenceStatus const status =
+                c.reuse ? m->admitSequence(tokens, req.lora, headroom, start, resident, nullptr, {}, req.media)
+                        : runtime::ContextCacheRequest::AdmitSequenceStatus::kFailed;
+            if (status != runtime::ContextCacheRequest::AdmitSequenceStatus::kAdmitted) {
+                releaseResident(resident);
+                if (status == runtime::ContextCacheRequest::AdmitSequenceStatus::kNoCapacity) ++stats_.joinerNoCapacity;
+                if (coordinator_->poisoned()) return fault();
+                break;
+            }
+            queue.pop_back();
+            auto row = std::make_unique<Row>();
+            row->request = index;
+            row->resident = resident;
+            row->history = tokens;
+            row->inputLength = static_cast<int32_t>(tokens.size());
+            row->maxNewTokens = req.maxNewTokens;
+            row->cancelAfter = req.cancelAfter;
+            row->salt = salt(req.lora);
+            row->media = mediaWords(req);
+            row->prefillStart = start;
+            row->joined = true;
+            Row* joiner = row.get();
+            int32_t const seat = static_cast<int32_t>(rows.size());
+            rows.push_back(std::move(row));
+            prefillRows({joiner});
+            st.baseLengths->setEntry(seat, joiner->inputLength);
+            finishPrefill({joiner});
+            ++stats_.joiners;
+            if (!m->finalizeSequenceAdmission(seat, joiner->history.back(), joiner->inputLength)) return fault();
+            if (joiner->generated >= joiner->maxNewTokens) joiner->status = SequenceStatus::kFinished;
+            if (!retire()) return fault();
+        }
+    }
+    if (!m->finish()) {
+        m.reset();
+        recover();
+    }
+    return true;
+}
+
+// Sample each row's lookahead token from the state after its prompt; EAGLE rows then compute their draft KV
+// over [prefillStart, input length) (the draft at p reads token p + 1, the last of which is the lookahead).
+void ReferenceEngine::finishPrefill(std::vector<Row*> const& rows) {
+    std::vector<SimSampleRequest> reqs;
+    for (Row* r : rows) reqs.push_back({r->resident.slot, r->inputLength, -1, 0});
+    std::vector<int32_t> const next = sampleRows(*model_, storage_->sampled, reqs);
+    for (size_t i = 0; i < rows.size(); ++i) {
+        rows[i]->history.push_back(next[i]);
+        rows[i]->generated = 1;
+    }
+    if (config_.deployment == DeploymentKind::kEagle) {
+        Packer p;
+        for (Row* r : rows)
+            p.add(r->resident.slot, r->prefillStart, r->inputLength, r->salt, r->history.data() + r->prefillStart,
+                  r->inputLength - r->prefillStart + 1, nullptr);
+        p.upload(storage_->tokens, storage_->media);
+        model_->draft(p.seqs.data(), static_cast<int32_t>(p.seqs.size()));
+    }
+}
+
+void ReferenceEngine::decodeRows(std::vector<Row*> const& rows) {
+    if (rows.empty()) return;
+    bool const eagle = config_.deployment == DeploymentKind::kEagle;
+    Packer p;
+    for (Row* r : rows) {
+        int32_t const pos = r->committed();
+        p.add(r->resident.slot, pos, pos + 1, r->salt, r->history.data() + pos, 1, nullptr);
+    }
+    p.upload(storage_->tokens, storage_->media);
+    if (hasAttention(config_.deployment)) model_->attention(p.seqs.data(), static_cast<int32_t>(p.seqs.size()));
+    if (hasState(config_.deployment)) model_->recurrent(p.seqs.data(), static_cast<int32_t>(p.seqs.size()));
+    std::vector<SimSampleRequest> reqs;
+    for (Row* r : rows) {
+        int32_t const pos = r->committed();
+        reqs.push_back({r->resident.slot, pos + 1, eagle ? pos - 1 : -1, 0});
+    }
+    std::vector<int32_t> const next = sampleRows(*model_, storage_->sampled, reqs);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i]->history.push_back(next[i]);
+    if (eagle) {
+        Packer d;
+        for (Row* r : rows) {
+            int32_t const pos = r->committed();
+            d.add(r->resident.slot, pos, pos + 1, r->salt, r->history.data() + pos, 2, nullptr);
+        }
+        d.upload(storage_->tokens, storage_->media);
+        model_->draft(d.seqs.data(), static_cast<int32_t>(d.seqs.size()));
+    }
+    for (Row* r : rows) ++r->generated;
+}
+
+// The engine owns its rows' device KV lengths after the coordinator's reset: each is the committed length (the
+// KV written so far).
+void ReferenceEngine::setLengths(std::vector<std::unique_ptr<Row>> const& rows) {
+    std::vector<int32_t> lengths;
+    for (auto const& r : rows) lengths.push_back(r->committed());
+    int32_t const count = static_cast<int32_t>(lengths.size());
+    if (storage_->baseLengths) storage_->baseLengths->set(lengths.data(), count);
+    if (storage_->draftLengths) storage_->draftLengths->set(lengths.data(), count);
+}
+
+// ---- digests and checks -----------------------------------------------------------------------------------
+
+std::array<uint8_t, 32> ReferenceEngine::digest(Row const& row) const {
+    Storage const& s = *storage_;
+    EVP_MD_CTX* md = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(md, EVP_sha256(), nullptr);
+    int32_t const length = row.committed();
+    std::vector<unsigned char> page;
+    auto hashPool = [&](device::KvPagePool const& pool, device::KvPageTable const& table) {
+        int32_t const* entries = table.hostRow(row.resident.slot);
+        int32_t const width = table.maxPagesPerSeq();
+        int32_t const P = pool.pageSize();
+        for (int32_t l = 0; l < pool.numLayers(); ++l) {
+            page.resize(pool.pageBytes(l));
+            size_t const tokenBytes = pool.tokenBytes(l);
+            for (int32_t half = 0; half < 2; ++half)
+                for (int32_t j = 0; j * P < length; ++j) {
+                    int32_t const flat = entries[half * width + j];
+                    if (flat < 0) throw InvariantError("ReferenceEngine: digest found an unmapped page");
+                    pool.readPages(l, flat, 1, page.data(), page.size());
+                    size_t const valid = static_cast<size_t>(std::min(P, length - j * P));
+                    EVP_DigestUpdate(md, page.data(), valid * tokenBytes);
+                }
+        }
+    };
+    if (s.base) hashPool(*s.base, *s.baseTable);
+    if (s.draft) hashPool(*s.draft, *s.draftTable);
+    if (s.state) {
+        std::vector<unsigned char> bytes;
+        for (int32_t l = 0; l < s.state->numLayers(); ++l)
+            for (device::StatePart part : {device::StatePart::kRecurrent, device::StatePart::kConv}) {
+                bytes.resize(s.state->rowBytes(part));
+                s.state->readRow(part, l, row.resident.slot, bytes.data(), bytes.size());
+                EVP_DigestUpdate(md, bytes.data(), bytes.size());
+            }
+    }
+    std::array<uint8_t, 32> out{};
+    unsigned int size = 0;
+    EVP_DigestFinal_ex(md, out.data(), &size);
+    EVP_MD_CTX_free(md);
+    return out;
+}
+
+runtime::ContextCacheMetrics ReferenceEngine::metrics() const { return coordinator_->metrics(); }
+
+void ReferenceEngine::checkInvariants() const {
+    coordinator_->checkInvariants();
+    if (coordinator_->activeRequestCount() != 0) throw InvariantError("ReferenceEngine: a request is still live");
+    if (freeSlots_.size() != static_cast<size_t>(config_.maxBatch))
+        throw InvariantError("ReferenceEngine: " + str(static_cast<int64_t>(freeSlots_.size())) + " of " +
+                             str(config_.maxBatch) + " resident slots are free");
+}
+
+bool ReferenceEngine::drainAndCheckPoolsFull(std::string* why) {
+    ContextCacheManager& manager = coordinator_->manager();
+    for (RecordId id : manager.records().lruToMru()) manager.evictRecord(id);
+    runtime::ContextCacheMetrics const m = coordinator_->metrics();
+    auto full = [&](runtime::ContextCachePoolMetrics const& p, char const* name) {
+        if (p.free == p.capacity) return true;
+        if (why) *why = std::string(name) + ": " + str(p.free) + " of " + str(p.capacity) + " free";
+        return false;
+    };
+    return full(m.baseKvPages, "base pages") && full(m.draftKvPages, "draft pages") &&
+           full(m.recurrentSnapshots, "recurrent snapshots") && full(m.partialKvSnapshots, "partial-KV snapshots");
+}
+
+}  // namespace ctxcache::sim

@@ -1,0 +1,153 @@
+// ReferenceEngine: a deterministic stand-in for an inference engine that serves requests through the runtime
+// exactly as an engine would (ManagedKVCacheRequest: begin, prefill from the prefill start, captures,
+// completion, decode steps, admission of joiners, compaction of finished rows, finish) and computes real KV,
+// draft KV and recurrent state with the SimModel kernels through the page tables and resident slots the runtime
+// manages. Every word at position p depends on every earlier position and the next token is sampled from the
+// stored words, so a wrong page, snapshot, length or compaction changes both the bytes and the generated text.
+// A cold run with reuse off (coldReference) is the ground truth: serve() with reuse must produce the same
+// generated tokens and the same stateDigest for every request.
+//
+// Scheduling: requests are served in order, in batches of at most maxBatch founders; on an attention-only,
+//   non-speculative deployment, a row that finishes makes room for the next queued request, admitted in flight
+//   (admitSequence, seated by a prefill of its own row, finalized). A request whose batch cannot be admitted for
+//   capacity is retried alone; one that cannot fit alone is an error (ContractError).
+// Faults: with syncFailureRate > 0, the coordinator's synchroniser fails at seeded random points. The engine
+//   then finishes the request (quarantined), calls shutdown() until it succeeds and re-serves every unfinished
+//   request of that batch from scratch: what was published before the fault must still be byte-exact.
+// Digest: SHA-256 over, in order, each base layer's K then V bytes of positions [0, committed), each draft
+//   layer's K then V bytes of [0, committed), then each recurrent layer's recurrent and conv row: the sequence's
+//   final state in logical order, read back through the page table before its row is released.
+// Threading: single writer; not copyable.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxcache/block_hash.h"
+#include "ctxcache/device/device_backend.h"
+#include "ctxcache/device/dtype.h"
+#include "ctxcache/runtime/context_cache_coordinator.h"
+#include "ctxcache/runtime/runtime_types.h"
+
+namespace ctxcache::sim {
+
+class SimModel;
+
+// Values are part of the C ABI (CTXC_SIM_DEPLOYMENT_*).
+enum class DeploymentKind : uint8_t { kAttention = 0, kHybrid = 1, kRecurrent = 2, kEagle = 3 };
+
+struct ReferenceEngineConfig {
+    DeploymentKind deployment = DeploymentKind::kAttention;
+    int32_t pageSize = 16;
+    int32_t basePages = 256;           // pages of the base pool (and of the draft pool for EAGLE)
+    int32_t maxRecords = 1024;
+    int32_t maxBatch = 8;
+    int32_t maxPagesPerSequence = 64;  // page-table width: a sequence holds at most this many pages
+    int32_t snapshotSlots = 64;        // recurrent (and partial-KV) snapshot slots for checkpoint deployments
+    device::BackendKind backend = device::BackendKind::kCpu;
+    uint32_t seed = 0;
+    int32_t layers = 2;                // attention layers (and draft layers for EAGLE)
+    int32_t kvHeads = 2;
+    int32_t headDim = 8;
+    device::DType kvDtype = device::DType::kFp16;
+    int32_t recurrentLayers = 2;       // hybrid and recurrent deployments
+    int32_t vocabSize = 32000;
+    bool reuse = true;                 // false: every request bypasses lookup and publication (the cold truth)
+    runtime::ContextCacheCommitPolicy commitPolicy = runtime::ContextCacheCommitPolicy::kIncludingGeneratedTokens;
+    HashAlgorithm hashAlgorithm = HashAlgorithm::kSha256;
+    double syncFailureRate = 0.0;      // probability that one synchronisation fails (fault injection)
+    uint32_t faultSeed = 1;
+};
+
+struct EngineRequest {
+    std::vector<int32_t> tokens;
+    int32_t maxNewTokens = 8;        // >= 1: the lookahead sampled at prefill end is the first
+    std::string lora;                // empty = the base model
+    std::vector<runtime::MediaItem> media;
+    int32_t cancelAfter = -1;        // >= 1: cancelled once it has generated this many tokens
+};
+
+struct EngineOutput {
+    int32_t prefillStart = 0;        // where its (last, successful) prefill began: the reuse length
+    std::vector<int32_t> generated;
+    std::array<uint8_t, 32> stateDigest{};
+    bool cancelled = false;
+    bool joined = false;             // admitted in flight into a running batch
+    int32_t attempts = 1;            // > 1 when a synchronisation fault made it start over
+};
+
+struct EngineStats {
+    uint64_t batches = 0;
+    uint64_t joiners = 0;
+    uint64_t joinerNoCapacity = 0;
+    uint64_t compactions = 0;
+    uint64_t decodeSteps = 0;
+    uint64_t syncCalls = 0;
+    uint64_t syncFailures = 0;
+    uint64_t restarts = 0;           // requests served again after a fault
+    uint64_t capacityRetries = 0;    // batches split because they did not fit together
+};
+
+class ReferenceEngine {
+public:
+    // ContractError on an invalid configuration; BackendUnavailableError when the backend asked for is absent.
+    explicit ReferenceEngine(ReferenceEngineConfig const& config);
+    ~ReferenceEngine();
+    ReferenceEngine(ReferenceEngine const&) = delete;
+    ReferenceEngine& operator=(ReferenceEngine const&) = delete;
+
+    // Serve every request (see Scheduling); outputs in request order. ContractError on a malformed request
+    // (empty prompt, maxNewTokens < 1, a prompt that can never fit) before anything is served.
+    std::vector<EngineOutput> serve(std::vector<EngineRequest> const& requests);
+    // The same requests on a fresh engine of this configuration with reuse off and no faults.
+    std::vector<EngineOutput> coldReference(std::vector<EngineRequest> const& requests) const;
+
+    runtime::ContextCacheMetrics metrics() const;
+    EngineStats const& stats() const noexcept { return stats_; }
+    // The coordinator's (and manager's) invariants, and that no request is live.
+    void checkInvariants() const;
+    // Evicts every record; afterwards every pool must be full again (returns false, with *why, when not).
+    bool drainAndCheckPoolsFull(std::string* why = nullptr);
+
+    ReferenceEngineConfig const& config() const noexcept { return config_; }
+    device::DeviceBackend& backend() noexcept { return *backend_; }
+    runtime::ContextCacheCoordinator& coordinator() noexcept { return *coordinator_; }
+
+private:
+    struct Row;
+    struct Storage;
+
+    bool synchronize();
+    bool serveBatch(std::vector<size_t>& queue, std::vector<EngineRequest> const& requests,
+                    std::vector<EngineOutput>& outputs, std::vector<uint8_t>& done);
+    void recover();
+    runtime::ResidentRef takeResident();
+    void releaseResident(runtime::ResidentRef ref);
+    void prefillRows(std::vector<Row*> const& rows);
+    void finishPrefill(std::vector<Row*> const& rows);
+    void decodeRows(std::vector<Row*> const& rows);
+    void setLengths(std::vector<std::unique_ptr<Row>> const& rows);
+    std::array<uint8_t, 32> digest(Row const& row) const;
+    uint32_t salt(std::string const& lora) const;
+    std::vector<uint32_t> mediaWords(EngineRequest const& request) const;
+    void validate(std::vector<EngineRequest> const& requests) const;
+
+    ReferenceEngineConfig config_;
+    std::unique_ptr<device::DeviceBackend> backend_;
+    std::unique_ptr<Storage> storage_;
+    std::unique_ptr<SimModel> model_;
+    std::unique_ptr<runtime::ContextCacheCoordinator> coordinator_;
+    std::vector<runtime::CacheSlot> freeSlots_;
+    uint64_t nextEpoch_ = 1;
+    uint64_t faultState_ = 0;
+    int32_t soloNext_ = 0;  // batches still to serve one founder at a time (after a capacity split)
+    EngineStats stats_;
+};
+
+char const* toString(DeploymentKind kind) noexcept;
+
+}  // namespace ctxcache::sim

@@ -1,0 +1,272 @@
+// The reference engine end to end on the CPU backend: every reuse path of the runtime served through the facade
+// with real KV, draft KV and recurrent bytes, compared with a cold run (reuse off) token for token and digest
+// for digest, with the prefill starts the reference documents and the metrics counting what happened.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ctxcache/device/device_backend.h"
+#include "ctxcache/errors.h"
+#include "ctxcache/sim/reference_engine.h"
+
+namespace ctxcache::sim {
+namespace {
+
+std::vector<int32_t> iota(int32_t n, int32_t start = 1000) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    std::iota(v.begin(), v.end(), start);
+    return v;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, std::vector<int32_t> const& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+ReferenceEngineConfig configFor(DeploymentKind kind) {
+    ReferenceEngineConfig c;
+    c.deployment = kind;
+    c.pageSize = 16;
+    c.basePages = 256;
+    c.maxBatch = 8;
+    c.maxPagesPerSequence = 32;
+    c.snapshotSlots = 64;
+    if (char const* backend = std::getenv("CTXCACHE_TEST_ENGINE_BACKEND"))
+        if (std::string(backend) == "cuda") c.backend = device::BackendKind::kCuda;
+    return c;
+}
+
+// Serves `requests` warm on `engine` and cold on a fresh engine; every output must match.
+std::vector<EngineOutput> serveAndCompare(ReferenceEngine& engine, std::vector<EngineRequest> const& requests) {
+    std::vector<EngineOutput> warm = engine.serve(requests);
+    std::vector<EngineOutput> cold = engine.coldReference(requests);
+    EXPECT_EQ(warm.size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+        EXPECT_EQ(warm[i].generated, cold[i].generated) << "request " << i;
+        EXPECT_EQ(warm[i].stateDigest, cold[i].stateDigest) << "request " << i;
+        EXPECT_EQ(cold[i].prefillStart, 0) << "request " << i;
+        EXPECT_EQ(warm[i].cancelled, cold[i].cancelled) << "request " << i;
+    }
+    engine.checkInvariants();
+    return warm;
+}
+
+EngineRequest request(std::vector<int32_t> tokens, int32_t maxNew = 8, std::string lora = {}) {
+    EngineRequest r;
+    r.tokens = std::move(tokens);
+    r.maxNewTokens = maxNew;
+    r.lora = std::move(lora);
+    return r;
+}
+
+TEST(ReferenceEngine, VanillaMultiTurnStartsAtTheDecodeEndPublication) {
+    ReferenceEngine engine(configFor(DeploymentKind::kAttention));
+    std::vector<int32_t> const turn1 = iota(40);
+    auto out1 = serveAndCompare(engine, {request(turn1)});
+    EXPECT_EQ(out1[0].prefillStart, 0);
+    ASSERT_EQ(out1[0].generated.size(), 8u);
+    // Turn 2 = turn 1's prompt + its generated tokens + a question. Committed at the end of turn 1 = 40 + 8 - 1
+    // = 47 -> 2 full blocks published at decode end -> prefill starts at 32.
+    std::vector<int32_t> const turn2 = concat(concat(turn1, out1[0].generated), iota(10, 5000));
+    auto out2 = serveAndCompare(engine, {request(turn2)});
+    EXPECT_EQ(out2[0].prefillStart, 32);
+    runtime::ContextCacheMetrics const m = engine.metrics();
+    EXPECT_EQ(m.admittedSequences, 2u);
+    EXPECT_EQ(m.hitSequences, 1u);
+    EXPECT_EQ(m.reusedTokens, 32u);
+    EXPECT_GE(m.committedPublications, 2u);
+}
+
+TEST(ReferenceEngine, ExactRepeatRewindsOnePageAndStillMatches) {
+    ReferenceEngine engine(configFor(DeploymentKind::kAttention));
+    serveAndCompare(engine, {request(iota(32), 1)});
+    auto out = serveAndCompare(engine, {request(iota(32), 4)});
+    EXPECT_EQ(out[0].prefillStart, 16);
+    EXPECT_EQ(engine.metrics().fullInputRewindPlans, 1u);
+}
+
+TEST(ReferenceEngine, LoraAndMediaIdentitiesDoNotCross) {
+    ReferenceEngine engine(configFor(DeploymentKind::kAttention));
+    std::vector<int32_t> const prompt = iota(48);
+    serveAndCompare(engine, {request(prompt, 2, "adapter-a")});
+    auto other = serveAndCompare(engine, {request(prompt, 2, "adapter-b")});
+    EXPECT_EQ(other[0].prefillStart, 0);
+    auto same = serveAndCompare(engine, {request(prompt, 2, "adapter-a")});
+    EXPECT_EQ(same[0].prefillStart, 32);  // full-input rewind of 3 blocks
+    // Media: placeholders 20..27; other pixels share only the block before the image.
+    auto withImage = [&](std::vector<uint8_t> pixels) {
+        EngineRequest r = request(iota(48, 9000), 2);
+        r.media.push_back(runtime::MediaItem{std::move(pixels), 20, 8, 0});
+        return r;
+    };
+    serveAndCompare(engine, {withImage({1, 2, 3})});
+    auto otherPixels = serveAndCompare(engine, {withImage({1, 2, 4})});
+    EXPECT_EQ(otherPixels[0].prefillStart, 16);
+    auto samePixels = serveAndCompare(engine, {withImage({1, 2, 3})});
+    EXPECT_EQ(samePixels[0].prefillStart, 32);
+    EXPECT_EQ(engine.metrics().mediaAwareSequences, 3u);
+}
+
+TEST(ReferenceEngine, HybridRestoresMidPageFromADecodeEndCheckpoint) {
+    ReferenceEngine engine(configFor(DeploymentKind::kHybrid));
+    std::vector<int32_t> const turn1 = iota(37);
+    auto out1 = serveAndCompare(engine, {request(turn1, 6)});
+    // Decode-end checkpoint at committed = 37 + 6 - 1 = 42 (mid-page: 2 pages + a partial snapshot of 10 tokens).
+    std::vector<int32_t> const turn2 = concat(concat(turn1, out1[0].generated), iota(9, 7000));
+    auto out2 = serveAndCompare(engine, {request(turn2, 5)});
+    EXPECT_EQ(out2[0].prefillStart, 42);
+    runtime::ContextCacheMetrics const m = engine.metrics();
+    EXPECT_EQ(m.hybridRestores, 1u);
+    EXPECT_GE(m.hybridCaptureSynchronizations, 1u);
+    // The prefill-end checkpoint of turn 1 (37) serves a prompt that only shares those 37 tokens.
+    auto out3 = serveAndCompare(engine, {request(concat(turn1, iota(5, 8000)), 2)});
+    EXPECT_EQ(out3[0].prefillStart, 37);
+}
+
+TEST(ReferenceEngine, PureRecurrentRestoresFromCheckpointsWithoutPages) {
+    ReferenceEngine engine(configFor(DeploymentKind::kRecurrent));
+    std::vector<int32_t> const turn1 = iota(21);
+    auto out1 = serveAndCompare(engine, {request(turn1, 4)});
+    auto out2 = serveAndCompare(engine, {request(concat(concat(turn1, out1[0].generated), iota(3, 100)), 3)});
+    EXPECT_EQ(out2[0].prefillStart, 24);
+    EXPECT_EQ(engine.metrics().baseKvPages.capacity, 0);
+}
+
+TEST(ReferenceEngine, EaglePublishesPairsAndReplaysTheBoundaryPage) {
+    ReferenceEngine engine(configFor(DeploymentKind::kEagle));
+    std::vector<int32_t> const turn1 = iota(50);
+    auto out1 = serveAndCompare(engine, {request(turn1, 6)});
+    EXPECT_GE(engine.metrics().specPairPublications, 1u);
+    // Turn 2 shares 50 + 6 - 1 = 55 committed tokens: 3 paired blocks; the third is replayed: start 32.
+    auto out2 = serveAndCompare(engine, {request(concat(concat(turn1, out1[0].generated), iota(7, 300)), 4)});
+    EXPECT_EQ(out2[0].prefillStart, 32);
+    EXPECT_EQ(engine.metrics().specFullPageReplays, 1u);
+}
+
+TEST(ReferenceEngine, JoinersAreAdmittedInFlightAndMatchCold) {
+    ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
+    c.maxBatch = 2;
+    ReferenceEngine engine(c);
+    std::vector<int32_t> const system = iota(32, 1);
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back(request(concat(system, iota(5 + i, 100 * (i + 1))), 2 + 3 * (i % 3)));
+    auto out = serveAndCompare(engine, reqs);
+    EXPECT_GE(engine.stats().joiners, 3u);
+    int joined = 0;
+    for (auto const& o : out) joined += o.joined ? 1 : 0;
+    EXPECT_GE(joined, 3);
+    EXPECT_EQ(out[5].prefillStart, 32);  // the shared system prompt
+}
+
+TEST(ReferenceEngine, CompactionOfABatchOfEightKeepsSurvivorsExact) {
+    ReferenceEngine engine(configFor(DeploymentKind::kHybrid));
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 8; ++i) reqs.push_back(request(iota(20 + 3 * i, 50 * i), 1 + (i * 5) % 9));
+    serveAndCompare(engine, reqs);
+    EXPECT_GE(engine.stats().compactions, 4u);
+}
+
+TEST(ReferenceEngine, CancelledSequencesDoNotPublishGeneratedTokens) {
+    ReferenceEngine engine(configFor(DeploymentKind::kAttention));
+    EngineRequest r = request(iota(30), 20);
+    r.cancelAfter = 10;
+    auto out = serveAndCompare(engine, {r});
+    EXPECT_TRUE(out[0].cancelled);
+    EXPECT_EQ(out[0].generated.size(), 10u);
+    // Had it been published at decode end, 30 + 10 - 1 = 39 tokens = 2 blocks; only the prefill end (1 block) is.
+    auto next = serveAndCompare(engine, {request(concat(concat(iota(30), out[0].generated), iota(4, 77)), 2)});
+    EXPECT_EQ(next[0].prefillStart, 16);
+}
+
+TEST(ReferenceEngine, FailedSynchronisationsLoseNothing) {
+    for (DeploymentKind kind : {DeploymentKind::kAttention, DeploymentKind::kHybrid, DeploymentKind::kEagle}) {
+        ReferenceEngineConfig c = configFor(kind);
+        c.syncFailureRate = 0.25;
+        c.faultSeed = 7;
+        ReferenceEngine engine(c);
+        std::vector<EngineRequest> reqs;
+        std::vector<int32_t> const system = iota(40, 1);
+        for (int i = 0; i < 24; ++i) reqs.push_back(request(concat(system, iota(3 + i % 7, 1000 * i)), 1 + i % 6));
+        serveAndCompare(engine, reqs);
+        EXPECT_GT(engine.stats().syncFailures, 0u) << toString(kind);
+        EXPECT_GT(engine.stats().restarts, 0u) << toString(kind);
+        EXPECT_FALSE(engine.coordinator().poisoned());
+        std::string why;
+        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << toString(kind) << ": " << why;
+    }
+}
+
+// A seeded mix: shared system prompts, multi-turn follow-ups, LoRA, media, cancellations, all deployment kinds,
+// batches of 1 to 8 (founders and, where supported, joiners): 2,000 requests with no byte difference.
+TEST(ReferenceEngine, RandomizedTwoThousandRequestsMatchCold) {
+    std::mt19937 rng(2026);
+    int total = 0;
+    for (DeploymentKind kind :
+         {DeploymentKind::kAttention, DeploymentKind::kHybrid, DeploymentKind::kRecurrent, DeploymentKind::kEagle}) {
+        ReferenceEngineConfig c = configFor(kind);
+        c.maxBatch = 1 + static_cast<int32_t>(rng() % 8);
+        c.basePages = 96 + static_cast<int32_t>(rng() % 64);  // small enough to evict
+        c.maxRecords = 40;
+        c.snapshotSlots = 48;
+        c.syncFailureRate = kind == DeploymentKind::kAttention ? 0.02 : 0.0;
+        ReferenceEngine engine(c);
+        std::vector<std::vector<int32_t>> systems;
+        for (int s = 0; s < 5; ++s) systems.push_back(iota(8 + static_cast<int32_t>(rng() % 60), 10000 * (s + 1)));
+        std::vector<std::vector<int32_t>> history;  // earlier prompts + outputs to continue
+        for (int round = 0; round < 10; ++round) {
+            std::vector<EngineRequest> reqs;
+            for (int i = 0; i < 50; ++i) {
+                EngineRequest r;
+                int const shape = static_cast<int>(rng() % 4);
+                if (shape == 0 && !history.empty()) {
+                    // A follow-up turn of a recent conversation (old ones are long evicted).
+                    r.tokens = history[history.size() - 1 - rng() % std::min<size_t>(history.size(), 12)];
+                } else {
+                    r.tokens = systems[rng() % systems.size()];
+                }
+                int32_t const extra = 1 + static_cast<int32_t>(rng() % 40);
+                for (int32_t k = 0; k < extra; ++k) r.tokens.push_back(static_cast<int32_t>(rng() % 500));
+                if (r.tokens.size() > 200) r.tokens.resize(200);
+                r.maxNewTokens = 1 + static_cast<int32_t>(rng() % 10);
+                if (rng() % 5 == 0) r.lora = rng() % 2 ? "lora-x" : "lora-y";
+                if (kind == DeploymentKind::kAttention && rng() % 6 == 0 && r.tokens.size() > 12) {
+                    int32_t const first = static_cast<int32_t>(rng() % (r.tokens.size() - 8));
+                    r.media.push_back(runtime::MediaItem{{static_cast<uint8_t>(rng() % 3)}, first, 6, 0});
+                }
+                if (rng() % 10 == 0 && r.maxNewTokens > 2) r.cancelAfter = 1 + static_cast<int32_t>(rng() % 2);
+                reqs.push_back(std::move(r));
+            }
+            std::vector<EngineOutput> out = serveAndCompare(engine, reqs);
+            for (size_t i = 0; i < reqs.size(); ++i)
+                if (!out[i].cancelled) history.push_back(concat(reqs[i].tokens, out[i].generated));
+            total += static_cast<int>(reqs.size());
+        }
+        EXPECT_GT(engine.metrics().hitSequences, 10u) << toString(kind);
+        EXPECT_GT(engine.metrics().evictedRecords, 0u) << toString(kind);
+        std::string why;
+        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << toString(kind) << ": " << why;
+    }
+    EXPECT_EQ(total, 2000);
+}
+
+TEST(ReferenceEngine, MalformedRequestsAreRefusedBeforeServing) {
+    ReferenceEngine engine(configFor(DeploymentKind::kAttention));
+    EXPECT_THROW(engine.serve({request({})}), ContractError);
+    EXPECT_THROW(engine.serve({request(iota(4), 0)}), ContractError);
+    EXPECT_THROW(engine.serve({request(iota(16 * 32), 1)}), ContractError);  // beyond the page table
+    EngineRequest media = request(iota(8), 1);
+    media.media.push_back(runtime::MediaItem{{1}, 6, 4, 0});
+    EXPECT_THROW(engine.serve({media}), ContractError);
+    EXPECT_EQ(engine.metrics().admittedSequences, 0u);
+    ReferenceEngineConfig bad = configFor(DeploymentKind::kAttention);
+    bad.pageSize = 0;
+    EXPECT_THROW(ReferenceEngine{bad}, ContractError);
+}
+
+}  // namespace
+}  // namespace ctxcache::sim
