@@ -91,7 +91,12 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
             "vocab, recurrent layers; records and snapshot slots non-negative)");
     if (!(c.syncFailureRate >= 0.0 && c.syncFailureRate < 1.0)) contract("syncFailureRate must lie in [0, 1)");
     if (hasState(c.deployment) && c.snapshotSlots <= 0) contract("checkpoint deployments need snapshot slots");
-    backend_ = device::createBackend(c.backend);
+    if (c.sharedBackend) {
+        backend_ = c.sharedBackend;
+    } else {
+        ownedBackend_ = device::createBackend(c.backend);
+        backend_ = ownedBackend_.get();
+    }
     storage_ = std::make_unique<Storage>();
     Storage& s = *storage_;
     device::KvPoolGeometry geometry{c.basePages, c.pageSize, c.kvDtype, {}};
@@ -175,7 +180,11 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
     for (int32_t slot = c.maxBatch - 1; slot >= 0; --slot) freeSlots_.push_back(slot);
 }
 
-ReferenceEngine::~ReferenceEngine() = default;
+ReferenceEngine::~ReferenceEngine() {
+    coordinator_.reset();
+    model_.reset();
+    storage_.reset();
+}
 
 bool ReferenceEngine::synchronize() {
     ++stats_.syncCalls;

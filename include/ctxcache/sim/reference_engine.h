@@ -49,6 +49,7 @@ struct ReferenceEngineConfig {
     int32_t maxPagesPerSequence = 64;  // page-table width: a sequence holds at most this many pages
     int32_t snapshotSlots = 64;        // recurrent (and partial-KV) snapshot slots for checkpoint deployments
     device::BackendKind backend = device::BackendKind::kCpu;
+    device::DeviceBackend* sharedBackend = nullptr;  // run on this backend instead (not owned; must outlive us)
     uint32_t seed = 0;
     int32_t layers = 2;                // attention layers (and draft layers for EAGLE)
     int32_t kvHeads = 2;
@@ -96,7 +97,7 @@ class ReferenceEngine {
 public:
     // ContractError on an invalid configuration; BackendUnavailableError when the backend asked for is absent.
     explicit ReferenceEngine(ReferenceEngineConfig const& config);
-    ~ReferenceEngine();
+    ~ReferenceEngine();  // storage and coordinator go before the backend they live on
     ReferenceEngine(ReferenceEngine const&) = delete;
     ReferenceEngine& operator=(ReferenceEngine const&) = delete;
 
@@ -137,7 +138,8 @@ private:
     void validate(std::vector<EngineRequest> const& requests) const;
 
     ReferenceEngineConfig config_;
-    std::unique_ptr<device::DeviceBackend> backend_;
+    std::unique_ptr<device::DeviceBackend> ownedBackend_;
+    device::DeviceBackend* backend_ = nullptr;
     std::unique_ptr<Storage> storage_;
     std::unique_ptr<SimModel> model_;
     std::unique_ptr<runtime::ContextCacheCoordinator> coordinator_;
