@@ -853,6 +853,11 @@ CTXC_API ctxc_status_t ctxc_device_view_to_dlpack(const ctxc_device_view_t *view
 /* Calls the deleter of a tensor from ctxc_device_view_to_dlpack that no consumer took (a capsule destroyed
  * unconsumed); `versioned` as it was made. NULL is a no-op. */
 CTXC_API void ctxc_dlpack_release(void *managed, int32_t versioned);
+/* For Python bindings: a PyCapsule destructor (void (*)(PyObject *)) for a "dltensor" or "dltensor_versioned"
+ * capsule of such a tensor: releases it when no consumer took it (a consumer renames the capsule), keeping any
+ * pending Python exception (a consumer that failed destroys the capsule with its exception set). It uses the
+ * CPython functions the process exports, looked up at run time; outside Python it does nothing. */
+CTXC_API void ctxc_dlpack_capsule_destructor(void *capsule);
 
 #ifdef __cplusplus
 }

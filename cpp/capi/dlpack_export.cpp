@@ -5,7 +5,10 @@
 // DLManagedTensorVersioned ("dltensor_versioned", writable: flags 0). A tensor owns a shared reference to its owner's
 // storage and backend, taken from the handle's object, so the memory outlives the handle until the consumer calls
 // the deleter. The deleter only drops C++ references: safe from any thread (DeviceBackend::deallocate is).
+#include <dlfcn.h>
+
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -148,6 +151,18 @@ bool inside(void const* data, size_t bytes, std::pair<void const*, size_t> const
     return range.first && at >= begin && at - begin <= range.second && bytes <= range.second - (at - begin);
 }
 
+
+// CPython's functions, found in the process (a Python process exports them, which is also what ctypes.pythonapi
+// relies on); null outside Python.
+template <class F>
+F python(char const* name) {
+    void* symbol = dlsym(RTLD_DEFAULT, name);
+    F function = nullptr;
+    static_assert(sizeof function == sizeof symbol);
+    std::memcpy(&function, &symbol, sizeof function);
+    return function;
+}
+
 }  // namespace
 
 extern "C" {
@@ -208,6 +223,26 @@ CTXC_API void ctxc_dlpack_release(void* managed, int32_t versioned) {
         auto* m = static_cast<DLManagedTensor*>(managed);
         if (m->deleter) m->deleter(m);
     }
+}
+
+CTXC_API void ctxc_dlpack_capsule_destructor(void* capsule) {
+    using Fetch = void (*)(void**, void**, void**);
+    using Restore = void (*)(void*, void*, void*);
+    using IsValid = int (*)(void*, char const*);
+    using GetPointer = void* (*)(void*, char const*);
+    static Fetch const fetch = python<Fetch>("PyErr_Fetch");
+    static Restore const restore = python<Restore>("PyErr_Restore");
+    static IsValid const isValid = python<IsValid>("PyCapsule_IsValid");
+    static GetPointer const getPointer = python<GetPointer>("PyCapsule_GetPointer");
+    if (!capsule || !fetch || !restore || !isValid || !getPointer) return;
+    void* type = nullptr;
+    void* value = nullptr;
+    void* traceback = nullptr;
+    fetch(&type, &value, &traceback);  // a consumer that failed destroys the capsule with its exception pending
+    if (isValid(capsule, "dltensor")) ctxc_dlpack_release(getPointer(capsule, "dltensor"), 0);
+    else if (isValid(capsule, "dltensor_versioned"))
+        ctxc_dlpack_release(getPointer(capsule, "dltensor_versioned"), 1);
+    restore(type, value, traceback);
 }
 
 }  // extern "C"

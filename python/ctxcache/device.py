@@ -204,37 +204,22 @@ def _set_external(options: Any, memory: Any, name: str, data_field: str = "exter
 
 # ---- DLPack ---------------------------------------------------------------------------------------------------
 # A capsule holds a DLManagedTensor made by the library, which keeps the owner's memory alive by itself (a C++
-# reference): the Python owner may be closed or collected while a consumer holds the tensor. A consumer renames
-# the capsule "used_dltensor" and calls the tensor's deleter when done; a capsule nobody consumed releases the
-# tensor from its destructor. That destructor runs at an arbitrary point (any deallocation), so it calls the
-# library through ctypes, never cffi (whose lock is not re-entrant, see _resource.py), and the call only drops C++
-# references (freeing memory is thread-safe in the library).
+# reference): the Python owner may be closed or collected while a consumer holds the tensor, and no registry of
+# Python owners is needed. A consumer renames the capsule "used_..." and calls the tensor's deleter when done; a
+# capsule nobody consumed is released by its destructor, which is the library's own C function (it runs at an
+# arbitrary point, often with the failed consumer's exception pending: no Python callback, no cffi, whose lock is
+# not re-entrant, see _resource.py; it only drops C++ references, which is thread-safe in the library).
 
 _DLTENSOR = b"dltensor"
 _DLTENSOR_VERSIONED = b"dltensor_versioned"
-_pythonapi = ctypes.pythonapi
-_capsule_new = _pythonapi.PyCapsule_New
+_capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
-_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
-_capsule_is_valid = _pythonapi.PyCapsule_IsValid
-_capsule_is_valid.restype = ctypes.c_int
-_capsule_is_valid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_capsule_pointer = _pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_dlpack_release = ctypes.CDLL(library_path()).ctxc_dlpack_release
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_ctypes_library = ctypes.CDLL(library_path())
+_capsule_destructor = ctypes.cast(_ctypes_library.ctxc_dlpack_capsule_destructor, ctypes.c_void_p)
+_dlpack_release = _ctypes_library.ctxc_dlpack_release
 _dlpack_release.restype = None
 _dlpack_release.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-
-
-@_CapsuleDestructor
-def _release_unconsumed(capsule: int) -> None:
-    # Still under its first name: no consumer took the tensor (a consumer renames it "used_...").
-    if _capsule_is_valid(capsule, _DLTENSOR):
-        _dlpack_release(_capsule_pointer(capsule, _DLTENSOR), 0)
-    elif _capsule_is_valid(capsule, _DLTENSOR_VERSIONED):
-        _dlpack_release(_capsule_pointer(capsule, _DLTENSOR_VERSIONED), 1)
 
 
 _DL_CPU = 1
@@ -310,7 +295,7 @@ class DeviceView:
         check(lib.ctxc_device_view_to_dlpack(self._view, handle, int(versioned), out))
         managed = int(ffi.cast("uintptr_t", out[0]))
         try:
-            return _capsule_new(managed, _DLTENSOR_VERSIONED if versioned else _DLTENSOR, _release_unconsumed)
+            return _capsule_new(managed, _DLTENSOR_VERSIONED if versioned else _DLTENSOR, _capsule_destructor)
         except BaseException:
             _dlpack_release(managed, int(versioned))
             raise
