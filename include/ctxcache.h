@@ -676,8 +676,7 @@ CTXC_API ctxc_status_t ctxc_kv_pool_footprint_bytes(const ctxc_kv_pool_t *pool, 
 CTXC_API ctxc_status_t ctxc_kv_pool_required_bytes(const ctxc_kv_pool_options_t *options, size_t *out_bytes);
 /* One layer: the pool's dtype, [2, num_pages, page_size, kv_heads, head_dim] (K half, then V half: K page p at
  * data + p * page bytes, its V page at data + (p + num_pages) * page bytes). Layers start 256-byte aligned. */
-CTXC_API ctxc_status_t ctxc_kv_pool_layer_view(const ctxc_kv_pool_t *pool, int32_t layer,
-                                               ctxc_device_view_t *out_view);
+CTXC_API ctxc_status_t ctxc_kv_pool_layer_view(const ctxc_kv_pool_t *pool, int32_t layer, ctxc_device_view_t *out_view);
 /* The whole pool: UINT8 [footprint] (layer l at its layer view's data). */
 CTXC_API ctxc_status_t ctxc_kv_pool_memory_view(const ctxc_kv_pool_t *pool, ctxc_device_view_t *out_view);
 /* page_count consecutive flat pages from first_flat_page (in [0, 2 * num_pages)); size = page_count * page bytes. */
@@ -715,8 +714,7 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t *
 /* The device copy the kernels read: INT32 [max_batch, 2, max_pages_per_seq]. It is current only after
  * ctxc_kv_page_table_upload (the host table is the truth; an edit reaches the device at the next upload, which
  * overwrites whatever was written to those rows through this pointer). */
-CTXC_API ctxc_status_t ctxc_kv_page_table_device_view(const ctxc_kv_page_table_t *table,
-                                                      ctxc_device_view_t *out_view);
+CTXC_API ctxc_status_t ctxc_kv_page_table_device_view(const ctxc_kv_page_table_t *table, ctxc_device_view_t *out_view);
 
 /* ---- page table introspection (tests and checkers; see Conventions) ------------------------------------- */
 
@@ -848,8 +846,8 @@ CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void *bytes, size_t size, ui
  * The tensor holds its own reference to the owner's memory (and its backend): destroying the handle while a
  * consumer still uses the tensor is safe, the memory goes when the consumer calls the tensor's deleter (which
  * may then free device memory: safe from any thread). Nothing is written or synchronized. */
-CTXC_API ctxc_status_t ctxc_device_view_to_dlpack(const ctxc_device_view_t *view, const void *owner,
-                                                  int32_t versioned, void **out_managed);
+CTXC_API ctxc_status_t ctxc_device_view_to_dlpack(const ctxc_device_view_t *view, const void *owner, int32_t versioned,
+                                                  void **out_managed);
 /* Calls the deleter of a tensor from ctxc_device_view_to_dlpack that no consumer took (a capsule destroyed
  * unconsumed); `versioned` as it was made. NULL is a no-op. */
 CTXC_API void ctxc_dlpack_release(void *managed, int32_t versioned);

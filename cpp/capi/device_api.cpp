@@ -219,8 +219,8 @@ CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t* backend, const
         createOnBackend(kvPools(), backend, options, out_pool, "out_pool",
                         [](DeviceBackend& b, ctxc_kv_pool_options_t const& o) {
             auto object = std::make_unique<KvPoolObject>();
-            object->pool = std::make_shared<KvPagePool>(b, poolGeometry(o),
-                                                        externalMemory(o.external_data, o.external_bytes));
+            object->pool =
+                std::make_shared<KvPagePool>(b, poolGeometry(o), externalMemory(o.external_data, o.external_bytes));
             return object;
         });
     });
@@ -247,7 +247,8 @@ CTXC_API ctxc_status_t ctxc_kv_pool_required_bytes(const ctxc_kv_pool_options_t*
     });
 }
 
-CTXC_API ctxc_status_t ctxc_kv_pool_layer_view(const ctxc_kv_pool_t* pool, int32_t layer, ctxc_device_view_t* out_view) {
+CTXC_API ctxc_status_t ctxc_kv_pool_layer_view(const ctxc_kv_pool_t* pool, int32_t layer,
+                                               ctxc_device_view_t* out_view) {
     return guard(__func__, [&] {
         KvPagePool const& p = *requireObject(kvPools(), pool, "pool").pool;
         requireSized(out_view, "out_view");
@@ -363,8 +364,7 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t* table, in
     });
 }
 
-CTXC_API ctxc_status_t ctxc_kv_page_table_device_view(const ctxc_kv_page_table_t* table,
-                                                      ctxc_device_view_t* out_view) {
+CTXC_API ctxc_status_t ctxc_kv_page_table_device_view(const ctxc_kv_page_table_t* table, ctxc_device_view_t* out_view) {
     return guard(__func__, [&] {
         KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
         fillView(out_view, t.backend(), CTXC_ELEMENT_INT32, t.deviceView(), {t.maxBatch(), 2, t.maxPagesPerSeq()},

@@ -82,8 +82,8 @@ CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend
         createOnBackend(residentStates(), backend, options, out_state, "out_state",
                         [](DeviceBackend& b, ctxc_resident_state_options_t const& o) {
             auto object = std::make_unique<ResidentStateObject>();
-            object->state = std::make_shared<ResidentState>(b, stateGeometry(o),
-                                                            externalMemory(o.external_data, o.external_bytes));
+            object->state =
+                std::make_shared<ResidentState>(b, stateGeometry(o), externalMemory(o.external_data, o.external_bytes));
             return object;
         });
     });

@@ -120,7 +120,8 @@ Owner ownerOf(void const* handle) {
         }
         case 0xC8: {
             KvLengthsObject const& l = requireObject(kvLengths(), handle, "owner");
-            o = {l.backend, l.lengths,
+            o = {l.backend,
+                 l.lengths,
                  {{l.lengths->data(), static_cast<size_t>(l.lengths->maxBatch()) * sizeof(int32_t)}}};
             break;
         }
@@ -139,8 +140,9 @@ Owner ownerOf(void const* handle) {
             break;
         }
         default:
-            invalidHandle("owner is not a live handle of a device object (buffer, KV pool, page table, KV lengths, "
-                          "resident state or snapshot storage)");
+            invalidHandle(
+                "owner is not a live handle of a device object (buffer, KV pool, page table, KV lengths, "
+                "resident state or snapshot storage)");
     }
     return o;
 }
@@ -150,7 +152,6 @@ bool inside(void const* data, size_t bytes, std::pair<void const*, size_t> const
     auto const at = reinterpret_cast<uintptr_t>(data);
     return range.first && at >= begin && at - begin <= range.second && bytes <= range.second - (at - begin);
 }
-
 
 // CPython's functions, found in the process (a Python process exports them, which is also what ctypes.pythonapi
 // relies on); null outside Python.
@@ -167,8 +168,8 @@ F python(char const* name) {
 
 extern "C" {
 
-CTXC_API ctxc_status_t ctxc_device_view_to_dlpack(const ctxc_device_view_t* view, const void* owner,
-                                                  int32_t versioned, void** out_managed) {
+CTXC_API ctxc_status_t ctxc_device_view_to_dlpack(const ctxc_device_view_t* view, const void* owner, int32_t versioned,
+                                                  void** out_managed) {
     return guard(__func__, [&] {
         requireOut(out_managed, "out_managed") = nullptr;
         bool const isVersioned = requireBool(versioned, "versioned");
@@ -189,7 +190,8 @@ CTXC_API ctxc_status_t ctxc_device_view_to_dlpack(const ctxc_device_view_t* view
         if (bytes > 0) {
             bool covered = false;
             for (auto const& range : o.ranges) covered = covered || inside(v.data, bytes, range);
-            if (!covered) throw ContractError("the view's " + std::to_string(bytes) + " bytes lie outside the owner's memory");
+            if (!covered)
+                throw ContractError("the view's " + std::to_string(bytes) + " bytes lie outside the owner's memory");
         }
         auto tensor = std::make_unique<ExportedTensor>();
         bool const cuda = o.backend->kind() == BackendKind::kCuda;
@@ -240,8 +242,7 @@ CTXC_API void ctxc_dlpack_capsule_destructor(void* capsule) {
     void* traceback = nullptr;
     fetch(&type, &value, &traceback);  // a consumer that failed destroys the capsule with its exception pending
     if (isValid(capsule, "dltensor")) ctxc_dlpack_release(getPointer(capsule, "dltensor"), 0);
-    else if (isValid(capsule, "dltensor_versioned"))
-        ctxc_dlpack_release(getPointer(capsule, "dltensor_versioned"), 1);
+    else if (isValid(capsule, "dltensor_versioned")) ctxc_dlpack_release(getPointer(capsule, "dltensor_versioned"), 1);
     restore(type, value, traceback);
 }
 

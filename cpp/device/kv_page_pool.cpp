@@ -46,9 +46,9 @@ size_t layerOffsets(KvPoolGeometry const& g, std::vector<size_t>* offsets) {
     size_t offset = 0;
     for (KvLayerShape const& l : g.layers) {
         if (offsets) offsets->push_back(offset);
-        offset = alignUp(offset + 2 * static_cast<size_t>(g.numPages) * static_cast<size_t>(g.pageSize) *
-                                      static_cast<size_t>(l.kvHeads) * static_cast<size_t>(l.headDim) *
-                                      dtypeSize(g.dtype));
+        offset =
+            alignUp(offset + 2 * static_cast<size_t>(g.numPages) * static_cast<size_t>(g.pageSize) *
+                                 static_cast<size_t>(l.kvHeads) * static_cast<size_t>(l.headDim) * dtypeSize(g.dtype));
     }
     return offset;
 }
@@ -61,9 +61,7 @@ KvPagePool::KvPagePool(DeviceBackend& backend, KvPoolGeometry geometry, External
     storage_ = DeviceBuffer::make(backend, external, footprint, kExternalAlignment, "KvPagePool");
 }
 
-size_t KvPagePool::requiredBytes(KvPoolGeometry const& geometry) {
-    return layerOffsets(validated(geometry), nullptr);
-}
+size_t KvPagePool::requiredBytes(KvPoolGeometry const& geometry) { return layerOffsets(validated(geometry), nullptr); }
 
 void KvPagePool::checkLayer(char const* op, int32_t layer) const {
     if (layer < 0 || layer >= numLayers())

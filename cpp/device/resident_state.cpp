@@ -50,12 +50,13 @@ ResidentStateGeometry const& validated(DeviceBackend const& backend, ResidentSta
 size_t slabLayout(ResidentStateGeometry const& g, std::vector<size_t>* recurrent, std::vector<size_t>* conv,
                   size_t* hidden) {
     size_t const batch = static_cast<size_t>(g.maxBatch);
-    size_t const recurrentRow = g.numLayers == 0 ? 0
-                                                 : static_cast<size_t>(g.recurrentHeads) *
-                                                       static_cast<size_t>(g.recurrentHeadDim) *
-                                                       static_cast<size_t>(g.stateSize) * dtypeSize(g.recurrentDtype);
+    size_t const recurrentRow = g.numLayers == 0
+                                    ? 0
+                                    : static_cast<size_t>(g.recurrentHeads) * static_cast<size_t>(g.recurrentHeadDim) *
+                                          static_cast<size_t>(g.stateSize) * dtypeSize(g.recurrentDtype);
     size_t const convRow =
-        g.numLayers == 0 ? 0 : static_cast<size_t>(g.convDim) * static_cast<size_t>(g.convKernel) * dtypeSize(g.convDtype);
+        g.numLayers == 0 ? 0
+                         : static_cast<size_t>(g.convDim) * static_cast<size_t>(g.convKernel) * dtypeSize(g.convDtype);
     size_t offset = 0;
     for (int32_t layer = 0; layer < g.numLayers; ++layer) {
         if (recurrent) recurrent->push_back(offset);

@@ -336,7 +336,7 @@ class _Handle(Resource):
 
     def _family_backend(self) -> Backend:
         """The backend this object lives on (itself for a backend)."""
-        return self if isinstance(self, Backend) else self._keep[0]  # type: ignore[no-any-return]
+        return self if isinstance(self, Backend) else self._keep[0]
 
     @property
     def closed(self) -> bool:

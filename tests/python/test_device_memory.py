@@ -12,7 +12,7 @@ import pytest
 
 import ctxcache
 from ctxcache import device
-from ctxcache.device import Element, StatePart
+from ctxcache.device import Element
 
 
 @pytest.fixture

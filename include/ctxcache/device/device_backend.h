@@ -15,8 +15,8 @@
 // Threading:  single writer: the caller serialises every call on one backend and the storage built on it.
 #pragma once
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>

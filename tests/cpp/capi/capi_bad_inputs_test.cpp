@@ -699,18 +699,17 @@ TEST_F(Device, ViewGettersRefuseNullHandlesNullOutputsShortStructsAndBadIndexes)
     v.struct_size = sizeof v;
     EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(nullptr, 0, &v), CTXC_E_INVALID_HANDLE, "ctxc_kv_pool_layer_view",
                         "pool is NULL"));
-    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, 0, nullptr), CTXC_E_INVALID_ARGUMENT,
-                        "ctxc_kv_pool_layer_view", "out_view is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, 0, nullptr), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_layer_view",
+                        "out_view is NULL"));
     EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, 2, &v), CTXC_E_CONTRACT, "ctxc_kv_pool_layer_view",
                         "layer 2 is outside [0, 2)"));
-    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, -1, &v), CTXC_E_CONTRACT, "ctxc_kv_pool_layer_view",
-                        "layer -1"));
-    EXPECT_TRUE(refused(ctxc_kv_pool_memory_view(table == nullptr ? nullptr : reinterpret_cast<ctxc_kv_pool_t*>(table), &v),
-                        CTXC_E_INVALID_HANDLE, "ctxc_kv_pool_memory_view", "pool"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, -1, &v), CTXC_E_CONTRACT, "ctxc_kv_pool_layer_view", "layer -1"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_memory_view(reinterpret_cast<ctxc_kv_pool_t*>(table), &v), CTXC_E_INVALID_HANDLE,
+                        "ctxc_kv_pool_memory_view", "pool"));
     EXPECT_TRUE(refused(ctxc_kv_page_table_device_view(table, nullptr), CTXC_E_INVALID_ARGUMENT,
                         "ctxc_kv_page_table_device_view", "out_view is NULL"));
-    EXPECT_TRUE(refused(ctxc_kv_lengths_device_view(nullptr, &v), CTXC_E_INVALID_HANDLE,
-                        "ctxc_kv_lengths_device_view", "lengths is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_lengths_device_view(nullptr, &v), CTXC_E_INVALID_HANDLE, "ctxc_kv_lengths_device_view",
+                        "lengths is NULL"));
     EXPECT_TRUE(refused(ctxc_kv_lengths_active_batch(lengths, nullptr), CTXC_E_INVALID_ARGUMENT,
                         "ctxc_kv_lengths_active_batch", "out_active_batch is NULL"));
     EXPECT_TRUE(refused(ctxc_resident_state_view(state, 7, 0, &v), CTXC_E_INVALID_ARGUMENT, "ctxc_resident_state_view",
@@ -730,13 +729,13 @@ TEST_F(Device, ViewGettersRefuseNullHandlesNullOutputsShortStructsAndBadIndexes)
     std::memset(&shorter, 0xAB, sizeof shorter);
     shorter.struct_size = sizeof shorter - 1;
     ctxc_device_view_t const untouched = shorter;
-    for (ctxc_status_t s : {ctxc_kv_pool_layer_view(pool, 0, &shorter), ctxc_kv_pool_memory_view(pool, &shorter),
-                            ctxc_kv_page_table_device_view(table, &shorter),
-                            ctxc_kv_lengths_device_view(lengths, &shorter),
-                            ctxc_resident_state_view(state, CTXC_STATE_CONV, 0, &shorter),
-                            ctxc_resident_state_memory_view(state, &shorter),
-                            ctxc_snapshot_storage_view(storage, CTXC_STATE_RECURRENT, &shorter),
-                            ctxc_device_buffer_view(buffer, &shorter)}) {
+    for (ctxc_status_t s :
+         {ctxc_kv_pool_layer_view(pool, 0, &shorter), ctxc_kv_pool_memory_view(pool, &shorter),
+          ctxc_kv_page_table_device_view(table, &shorter), ctxc_kv_lengths_device_view(lengths, &shorter),
+          ctxc_resident_state_view(state, CTXC_STATE_CONV, 0, &shorter),
+          ctxc_resident_state_memory_view(state, &shorter),
+          ctxc_snapshot_storage_view(storage, CTXC_STATE_RECURRENT, &shorter),
+          ctxc_device_buffer_view(buffer, &shorter)}) {
         EXPECT_EQ(s, CTXC_E_INVALID_ARGUMENT);
         EXPECT_NE(std::string(ctxc_last_error()).find("struct_size"), std::string::npos) << ctxc_last_error();
     }
@@ -759,8 +758,8 @@ TEST_F(Device, ExternalMemoryThatCannotHoldTheObjectIsRefusedAndNothingIsCreated
     ctxc_kv_pool_t* newPool = pool;
     o.external_data = nullptr;
     o.external_bytes = 256;
-    EXPECT_TRUE(refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_create",
-                        "is NULL"));
+    EXPECT_TRUE(
+        refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_create", "is NULL"));
     EXPECT_EQ(newPool, nullptr);
     o.external_data = memory + 16;
     EXPECT_TRUE(refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_create",
@@ -771,8 +770,8 @@ TEST_F(Device, ExternalMemoryThatCannotHoldTheObjectIsRefusedAndNothingIsCreated
                         "holds 255 bytes, the object needs 256"));
     o.num_pages = 0;  // a bad geometry is still the geometry's error
     o.external_bytes = 256;
-    EXPECT_TRUE(refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_CONTRACT, "ctxc_kv_pool_create",
-                        "numPages"));
+    EXPECT_TRUE(
+        refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_CONTRACT, "ctxc_kv_pool_create", "numPages"));
     EXPECT_TRUE(refused(ctxc_kv_pool_required_bytes(&o, nullptr), CTXC_E_INVALID_ARGUMENT,
                         "ctxc_kv_pool_required_bytes", "out_bytes is NULL"));
 

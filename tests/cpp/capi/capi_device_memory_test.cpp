@@ -45,7 +45,8 @@ ctxc_device_view_t emptyView() {
 
 // The engine's own memory: 256-byte aligned, filled with a pattern, freed by the engine (the test) alone.
 struct EngineMemory {
-    explicit EngineMemory(size_t n, unsigned seed = 5) : bytes(n), data(std::aligned_alloc(256, (n + 255) / 256 * 256)) {
+    explicit EngineMemory(size_t n, unsigned seed = 5)
+        : bytes(n), data(std::aligned_alloc(256, (n + 255) / 256 * 256)) {
         std::vector<uint8_t> const p = pattern(n, seed);
         std::memcpy(data, p.data(), n);
     }
@@ -194,7 +195,8 @@ TEST(DeviceMemory, TableLengthsStateSnapshotAndBufferViewsAddressTheirBytes) {
     std::vector<int32_t> read(4);
     size_t count = 0;
     ASSERT_EQ(ctxc_kv_lengths_read(lengths, read.data(), read.size(), &count), CTXC_OK);
-    EXPECT_EQ(std::vector<int32_t>(read.begin(), read.begin() + static_cast<long>(count)), (std::vector<int32_t>{5, 42}));
+    EXPECT_EQ(std::vector<int32_t>(read.begin(), read.begin() + static_cast<long>(count)),
+              (std::vector<int32_t>{5, 42}));
     int32_t active = -1;
     ASSERT_EQ(ctxc_kv_lengths_active_batch(lengths, &active), CTXC_OK);
     EXPECT_EQ(active, 2);
@@ -238,8 +240,8 @@ TEST(DeviceMemory, TableLengthsStateSnapshotAndBufferViewsAddressTheirBytes) {
     std::vector<uint8_t> const conv = pattern(convBytes, 21);
     ASSERT_EQ(ctxc_snapshot_storage_write_region(storage, CTXC_STATE_CONV, 0, 1, conv.data(), conv.size()), CTXC_OK);
     // Slot 1, layer 0: its recurrent row (16 bytes), then its conv row.
-    EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(rv.data) + layout.recurrent_bytes_per_slot + 16, conv.data(), convBytes),
-              0);
+    EXPECT_EQ(
+        std::memcmp(static_cast<uint8_t*>(rv.data) + layout.recurrent_bytes_per_slot + 16, conv.data(), convBytes), 0);
     ctxc_device_view_t pv = emptyView();
     ASSERT_EQ(ctxc_snapshot_storage_view(storage, CTXC_STATE_PARTIAL_KV, &pv), CTXC_OK);
     EXPECT_EQ(pv.data, nullptr);
@@ -255,9 +257,9 @@ TEST(DeviceMemory, TableLengthsStateSnapshotAndBufferViewsAddressTheirBytes) {
     EXPECT_EQ(bv.bytes, 40u);
     EXPECT_EQ(std::memcmp(bv.data, bytes.data(), 40), 0);
 
-    for (ctxc_status_t s : {ctxc_snapshot_storage_destroy(storage), ctxc_resident_state_destroy(state),
-                            ctxc_kv_page_table_destroy(table), ctxc_kv_lengths_destroy(lengths),
-                            ctxc_device_buffer_destroy(buffer)})
+    for (ctxc_status_t s :
+         {ctxc_snapshot_storage_destroy(storage), ctxc_resident_state_destroy(state), ctxc_kv_page_table_destroy(table),
+          ctxc_kv_lengths_destroy(lengths), ctxc_device_buffer_destroy(buffer)})
         EXPECT_EQ(s, CTXC_OK);
     EXPECT_EQ(allocated(b), 0u);
     EXPECT_EQ(ctxc_device_backend_destroy(b), CTXC_OK);
@@ -398,9 +400,9 @@ TEST(DeviceMemory, EveryObjectCanBeBuiltOverEngineMemory) {
 
     EXPECT_EQ(allocated(b), 0u);
     std::vector<uint8_t> const stateAfter = stateMemory.copy();
-    for (ctxc_status_t s : {ctxc_snapshot_storage_destroy(storage), ctxc_resident_state_destroy(state),
-                            ctxc_kv_page_table_destroy(table), ctxc_kv_lengths_destroy(lengths),
-                            ctxc_device_buffer_destroy(buffer)})
+    for (ctxc_status_t s :
+         {ctxc_snapshot_storage_destroy(storage), ctxc_resident_state_destroy(state), ctxc_kv_page_table_destroy(table),
+          ctxc_kv_lengths_destroy(lengths), ctxc_device_buffer_destroy(buffer)})
         EXPECT_EQ(s, CTXC_OK);
     EXPECT_EQ(stateMemory.copy(), stateAfter);
     EXPECT_EQ(ctxc_device_backend_destroy(b), CTXC_OK);
