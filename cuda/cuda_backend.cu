@@ -6,6 +6,9 @@
 // table is single: the next op's upload is stream-ordered after this op's kernel. Both are sized once at
 // construction (BackendOptions::maxTableBytes), so no op allocates.
 // Errors: a failing CUDA call throws DeviceError naming the call; construction failures release what was made.
+// Streams: stream_ is the stream in use: the caller's (options.stream or setStream) or ownStream_, which the
+// backend creates (at construction, or at the first setStream(nullptr) of a backend built on a caller's stream)
+// and alone destroys. A caller's stream is never destroyed here.
 // Threading: single writer (the DeviceBackend contract); every entry point first makes the backend's device
 // current on the calling thread.
 #include <cuda_runtime.h>
@@ -44,8 +47,8 @@ public:
             if (options.stream) {
                 stream_ = static_cast<cudaStream_t>(options.stream);
             } else {
-                check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-                ownsStream_ = true;
+                check(cudaStreamCreateWithFlags(&ownStream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+                stream_ = ownStream_;
             }
             check(cudaMalloc(&table_, options.maxTableBytes), "cudaMalloc(descriptor table)");
             check(cudaMalloc(&partials_, static_cast<size_t>(options.maxHashChunks) * 16), "cudaMalloc(hash partials)");
@@ -74,7 +77,7 @@ public:
                std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
     }
 
-    void* nativeStream() const noexcept override { return stream_; }
+    void* stream() const noexcept override { return stream_; }
 
 protected:
     void* doAllocate(size_t bytes) override {
@@ -88,6 +91,35 @@ protected:
             check(status, "cudaMemsetAsync(new allocation)");
         }
         return pointer;
+    }
+
+    void doSetStream(void* stream) override {
+        select();
+        cudaStream_t next = static_cast<cudaStream_t>(stream);
+        if (!next) {
+            if (!ownStream_)
+                check(cudaStreamCreateWithFlags(&ownStream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+            next = ownStream_;
+        }
+        if (next == stream_) return;
+        // The descriptor table is single and the staging events were recorded on the old stream: finish its work
+        // so the next op on the new stream needs no cross-stream ordering.
+        check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(stream switch)");
+        stream_ = next;
+    }
+
+    std::string doCheckExternal(void const* data, size_t) const override {
+        cudaPointerAttributes attributes{};
+        if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+            cudaGetLastError();
+            return "is not memory the CUDA runtime knows";
+        }
+        if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
+            return "is not device or managed memory (cudaMemoryType " + std::to_string(int(attributes.type)) + ")";
+        if (attributes.type == cudaMemoryTypeDevice && attributes.device != options().device)
+            return "lives on device " + std::to_string(attributes.device) + ", the backend on device " +
+                   std::to_string(options().device);
+        return {};
     }
 
     void doDeallocate(void* pointer) noexcept override {
@@ -245,16 +277,18 @@ private:
         }
         if (partials_) cudaFree(partials_);
         if (table_) cudaFree(table_);
-        if (ownsStream_ && stream_) cudaStreamDestroy(stream_);
+        if (ownStream_ && ownStream_ != stream_) cudaStreamSynchronize(ownStream_);
+        if (ownStream_) cudaStreamDestroy(ownStream_);  // never a caller's stream
         partials_ = nullptr;
         table_ = nullptr;
         stream_ = nullptr;
+        ownStream_ = nullptr;
         cudaGetLastError();
     }
 
     int smCount_ = 0;
-    cudaStream_t stream_ = nullptr;
-    bool ownsStream_ = false;
+    cudaStream_t stream_ = nullptr;     // in use
+    cudaStream_t ownStream_ = nullptr;  // created (and destroyed) by the backend; null until needed
     void* table_ = nullptr;
     void* partials_ = nullptr;
     unsigned char* staging_[kStagingSlots] = {};

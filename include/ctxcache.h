@@ -432,9 +432,14 @@ CTXC_API ctxc_status_t ctxc_lease_destroy(ctxc_lease_t *lease);
 /* Device storage and every data movement on it: KV page pools, page tables, KV lengths, resident recurrent state,
  * snapshot slabs, batch compaction, paged-to-dense gather and chunked FNV-1a hashing. Every object lives on a
  * backend: CPU (always available; "device memory" is host memory; the reference) or CUDA (when the library was
- * built with it and a device is visible). Both give identical bytes. Device memory is never exposed: bytes move
- * between host buffers and objects with the *_write / *_read calls. Every storage object allocates all its device
- * memory at creation and reports its exact footprint; no operation allocates device memory.
+ * built with it and a device is visible). Both give identical bytes. Bytes move between host buffers and objects
+ * with the *_write / *_read calls; an engine that runs its own kernels on them reads their addresses and layouts
+ * as ctxc_device_view_t (the *_view calls, and the DLPack export below). Every storage object allocates all its
+ * device memory at creation and reports its exact footprint, or is built over memory the caller already owns
+ * (the external_* option fields: never freed, zeroed or written at creation, so its bytes are the object's
+ * initial contents; a NULL pointer, a misalignment or too few bytes is CTXC_E_INVALID_ARGUMENT, nothing
+ * created); no operation allocates device memory. Every stream-ordered call runs on the backend's stream, which
+ * may be the caller's (ctxc_device_backend_set_stream).
  *
  * Errors (the table at the top applies): an invalid geometry, an out-of-range id, slot, page or byte range, an
  * overlapping or reordering compaction map and a dtype the operation cannot take are CTXC_E_CONTRACT (nothing
@@ -472,6 +477,35 @@ typedef struct ctxc_device_backend_options {
     void *stream;                 /* CUDA: the cudaStream_t to run on; NULL = a stream of the backend's own */
 } ctxc_device_backend_options_t;
 
+/* Element types of a device view: the CTXC_DTYPE_* values, plus the integer types of page tables, KV lengths and
+ * raw bytes (never a storage dtype). */
+enum {
+    CTXC_ELEMENT_FP16 = 0,
+    CTXC_ELEMENT_BF16 = 1,
+    CTXC_ELEMENT_FP8_E4M3 = 2,
+    CTXC_ELEMENT_FP32 = 3,
+    CTXC_ELEMENT_INT32 = 4,
+    CTXC_ELEMENT_UINT8 = 5,
+    CTXC_ELEMENT_UINT16 = 6
+};
+
+/* Where an object's device memory is and how it is laid out: a dense, C-contiguous (row-major) array of `ndim`
+ * dimensions. data is a device pointer as void * (CUDA: memory of the backend's device, usable by the caller's
+ * kernels on any stream ordered after the backend's stream; CPU backend: host memory). It stays valid while the
+ * object lives, whatever else is called (no operation reallocates); bytes = product(shape) * element size.
+ * An output struct: set struct_size = sizeof before the call. */
+typedef struct ctxc_device_view {
+    uint32_t struct_size;
+    int32_t element;              /* CTXC_ELEMENT_* */
+    void *data;                   /* NULL only when bytes == 0 */
+    size_t bytes;
+    int32_t backend;              /* CTXC_BACKEND_CPU or CTXC_BACKEND_CUDA: where data lives */
+    int32_t device;               /* CUDA device ordinal (0 on the CPU backend) */
+    int32_t ndim;                 /* entries of shape in use (1..5) */
+    int32_t external;             /* 1: memory the caller gave at creation (external_data), 0: the library's */
+    int64_t shape[5];
+} ctxc_device_view_t;
+
 typedef struct ctxc_launch_counters {
     uint32_t struct_size;
     uint32_t reserved;
@@ -492,6 +526,12 @@ typedef struct ctxc_kv_pool_options {
     int32_t dtype;                /* CTXC_DTYPE_* (default FP16) */
     const ctxc_kv_layer_shape_t *layers;  /* one per attention layer; copied */
     size_t layer_count;
+    /* Build the pool over caller memory (device memory of the backend's device, or host memory on CPU), 256-byte
+     * aligned and at least ctxc_kv_pool_required_bytes: not owned, never freed, zeroed or written at creation.
+     * NULL (default) = allocate. A struct_size that ends before them (a caller built before they existed) means
+     * NULL; see ctxc_kv_pool_create. */
+    void *external_data;
+    size_t external_bytes;
 } ctxc_kv_pool_options_t;
 
 /* Live per-slot state: per recurrent layer a recurrent row [heads, head_dim, state_size] and a conv row
@@ -508,6 +548,8 @@ typedef struct ctxc_resident_state_options {
     int32_t conv_kernel;
     int32_t conv_dtype;           /* default FP16 */
     int32_t hidden_size;          /* 0 = no boundary hidden row */
+    void *external_data;          /* as in ctxc_kv_pool_options_t; >= ctxc_resident_state_required_bytes */
+    size_t external_bytes;
 } ctxc_resident_state_options_t;
 
 typedef struct ctxc_snapshot_storage_options {
@@ -515,6 +557,12 @@ typedef struct ctxc_snapshot_storage_options {
     int32_t boundary_hidden;      /* 0/1: recurrent slots also hold the boundary hidden row */
     size_t recurrent_budget_bytes;
     size_t partial_kv_budget_bytes;
+    /* Caller memory for each slab (as in ctxc_kv_pool_options_t, 256-byte aligned), at least slots * bytes per
+     * slot of that kind (slots = budget / bytes per slot; the layout after creation says both). NULL = allocate. */
+    void *external_recurrent_data;
+    size_t external_recurrent_bytes;
+    void *external_partial_kv_data;
+    size_t external_partial_kv_bytes;
 } ctxc_snapshot_storage_options_t;
 
 typedef struct ctxc_snapshot_layout {
@@ -545,6 +593,9 @@ typedef struct ctxc_device_buffer_options {
     uint32_t struct_size;
     uint32_t reserved;
     size_t bytes;                 /* size of the zero-filled buffer (default 0) */
+    void *external_data;          /* a window of `bytes` on caller memory (256-byte aligned, external_bytes >=
+                                   * bytes), not owned, not zeroed; NULL (default) = allocate */
+    size_t external_bytes;
 } ctxc_device_buffer_options_t;
 
 /* A [max_batch, 2, max_pages_per_seq] int32 page table (K ids, then V ids = K + num_pages; -1 unused). */
@@ -554,11 +605,17 @@ typedef struct ctxc_kv_page_table_options {
     int32_t max_pages_per_seq;
     int32_t num_pages;            /* K pages of the pool the table indexes */
     int32_t mode;                 /* CTXC_PAGE_TABLE_* (default DENSE) */
+    /* The device view over caller memory: 4-byte aligned, >= max_batch * 2 * max_pages_per_seq * 4 bytes. Nothing
+     * is written there at creation: every row starts dirty, and the first upload writes the whole table. */
+    void *external_data;
+    size_t external_bytes;
 } ctxc_kv_page_table_options_t;
 
 typedef struct ctxc_kv_lengths_options {
     uint32_t struct_size;
     int32_t max_batch;
+    void *external_data;          /* caller memory: 4-byte aligned, >= 4 * max_batch bytes; not written at creation */
+    size_t external_bytes;
 } ctxc_kv_lengths_options_t;
 
 typedef struct ctxc_kv_gather_request {
@@ -582,8 +639,15 @@ CTXC_API ctxc_status_t ctxc_device_backend_kind(const ctxc_device_backend_t *bac
 CTXC_API ctxc_status_t ctxc_device_backend_synchronize(ctxc_device_backend_t *backend);
 CTXC_API ctxc_status_t ctxc_device_backend_counters(const ctxc_device_backend_t *backend,
                                                     ctxc_launch_counters_t *out_counters);
-/* Device bytes currently allocated on the backend by every object built on it. */
+/* Device bytes currently allocated on the backend by every object built on it (external memory not counted). */
 CTXC_API ctxc_status_t ctxc_device_backend_allocated_bytes(const ctxc_device_backend_t *backend, size_t *out_bytes);
+/* Run every later stream-ordered call of this backend (and of everything built on it) on `stream`: CUDA, a
+ * cudaStream_t of the backend's device, NULL = the backend's own stream again; the work issued before the switch
+ * completes before this returns. The backend never destroys a caller's stream: switch back (NULL) before
+ * destroying it. The CPU backend accepts any value and ignores it (its calls complete before they return). */
+CTXC_API ctxc_status_t ctxc_device_backend_set_stream(ctxc_device_backend_t *backend, void *stream);
+/* The stream in use: CUDA, the cudaStream_t (the backend's own unless set); CPU, the last value set (NULL). */
+CTXC_API ctxc_status_t ctxc_device_backend_stream(const ctxc_device_backend_t *backend, void **out_stream);
 
 /* A plain zero-filled device buffer (inputs and outputs of the generic operations). */
 CTXC_API void ctxc_device_buffer_options_init(ctxc_device_buffer_options_t *options);
@@ -597,6 +661,8 @@ CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t *buffer, si
                                                 size_t size);
 CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t *buffer, size_t offset, void *dst,
                                                size_t size);
+/* The buffer: UINT8 [bytes]. */
+CTXC_API ctxc_status_t ctxc_device_buffer_view(const ctxc_device_buffer_t *buffer, ctxc_device_view_t *out_view);
 
 CTXC_API void ctxc_kv_pool_options_init(ctxc_kv_pool_options_t *options);
 CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t *backend, const ctxc_kv_pool_options_t *options,
@@ -605,6 +671,14 @@ CTXC_API ctxc_status_t ctxc_kv_pool_destroy(ctxc_kv_pool_t *pool);
 /* Bytes of one K (or V) page of a layer: page_size * kv_heads * head_dim * sizeof(dtype). */
 CTXC_API ctxc_status_t ctxc_kv_pool_page_bytes(const ctxc_kv_pool_t *pool, int32_t layer, size_t *out_bytes);
 CTXC_API ctxc_status_t ctxc_kv_pool_footprint_bytes(const ctxc_kv_pool_t *pool, size_t *out_bytes);
+/* The footprint a pool of these options would have: what external_data must hold (the external fields are
+ * ignored). The same geometry errors as ctxc_kv_pool_create. */
+CTXC_API ctxc_status_t ctxc_kv_pool_required_bytes(const ctxc_kv_pool_options_t *options, size_t *out_bytes);
+/* One layer: the pool's dtype, [2, num_pages, page_size, kv_heads, head_dim] (K half, then V half: K page p at
+ * data + p * page bytes, its V page at data + (p + num_pages) * page bytes). Layers start 256-byte aligned. */
+CTXC_API ctxc_status_t ctxc_kv_pool_layer_view(const ctxc_kv_pool_t *pool, int32_t layer, ctxc_device_view_t *out_view);
+/* The whole pool: UINT8 [footprint] (layer l at its layer view's data). */
+CTXC_API ctxc_status_t ctxc_kv_pool_memory_view(const ctxc_kv_pool_t *pool, ctxc_device_view_t *out_view);
 /* page_count consecutive flat pages from first_flat_page (in [0, 2 * num_pages)); size = page_count * page bytes. */
 CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t *pool, int32_t layer, int32_t first_flat_page,
                                                 int32_t page_count, const void *src, size_t size);
@@ -637,6 +711,10 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t *table, in
 /* The whole host table: max_batch * 2 * max_pages_per_seq entries. Two-call. */
 CTXC_API ctxc_status_t ctxc_kv_page_table_read_host(const ctxc_kv_page_table_t *table, int32_t *out_entries,
                                                     size_t out_capacity, size_t *out_count);
+/* The device copy the kernels read: INT32 [max_batch, 2, max_pages_per_seq]. It is current only after
+ * ctxc_kv_page_table_upload (the host table is the truth; an edit reaches the device at the next upload, which
+ * overwrites whatever was written to those rows through this pointer). */
+CTXC_API ctxc_status_t ctxc_kv_page_table_device_view(const ctxc_kv_page_table_t *table, ctxc_device_view_t *out_view);
 
 /* ---- page table introspection (tests and checkers; see Conventions) ------------------------------------- */
 
@@ -662,6 +740,10 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_compact(ctxc_kv_lengths_t *lengths, const
 /* The active lengths. Two-call pattern. */
 CTXC_API ctxc_status_t ctxc_kv_lengths_read(const ctxc_kv_lengths_t *lengths, int32_t *out_values, size_t out_capacity,
                                             size_t *out_count);
+/* The device vector: INT32 [max_batch]; entries at and beyond the active batch are unspecified. */
+CTXC_API ctxc_status_t ctxc_kv_lengths_device_view(const ctxc_kv_lengths_t *lengths, ctxc_device_view_t *out_view);
+/* The number of active sequences (the count of the last set, changed by compact). */
+CTXC_API ctxc_status_t ctxc_kv_lengths_active_batch(const ctxc_kv_lengths_t *lengths, int32_t *out_active_batch);
 
 CTXC_API void ctxc_resident_state_options_init(ctxc_resident_state_options_t *options);
 CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t *backend,
@@ -672,6 +754,18 @@ CTXC_API ctxc_status_t ctxc_resident_state_destroy(ctxc_resident_state_t *state)
 CTXC_API ctxc_status_t ctxc_resident_state_row_bytes(const ctxc_resident_state_t *state, int32_t part,
                                                      size_t *out_bytes);
 CTXC_API ctxc_status_t ctxc_resident_state_footprint_bytes(const ctxc_resident_state_t *state, size_t *out_bytes);
+/* The footprint a state of these options would have on this backend (what external_data must hold). */
+CTXC_API ctxc_status_t ctxc_resident_state_required_bytes(const ctxc_device_backend_t *backend,
+                                                          const ctxc_resident_state_options_t *options,
+                                                          size_t *out_bytes);
+/* One slab: part CTXC_STATE_RECURRENT or _CONV of a layer, or _BOUNDARY_HIDDEN (layer 0): its dtype, [max_batch,
+ * row elements] (recurrent: heads * head_dim * state_size; conv: conv_dim * conv_kernel; hidden: hidden_size,
+ * FP16). Slabs start 256-byte aligned. */
+CTXC_API ctxc_status_t ctxc_resident_state_view(const ctxc_resident_state_t *state, int32_t part, int32_t layer,
+                                                ctxc_device_view_t *out_view);
+/* The whole state: UINT8 [footprint]. */
+CTXC_API ctxc_status_t ctxc_resident_state_memory_view(const ctxc_resident_state_t *state,
+                                                       ctxc_device_view_t *out_view);
 /* One row (size = row bytes); the boundary hidden part has layer 0 only. */
 CTXC_API ctxc_status_t ctxc_resident_state_write_row(ctxc_resident_state_t *state, int32_t part, int32_t layer,
                                                      int32_t slot, const void *src, size_t size);
@@ -705,6 +799,11 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_write_region(ctxc_snapshot_storage_
                                                           int32_t slot, const void *src, size_t size);
 CTXC_API ctxc_status_t ctxc_snapshot_storage_read_region(const ctxc_snapshot_storage_t *storage, int32_t part,
                                                          int32_t layer, int32_t slot, void *dst, size_t size);
+/* One slab: part CTXC_STATE_RECURRENT (the recurrent slots) or CTXC_STATE_PARTIAL_KV (the partial-KV slots):
+ * UINT8 [slots, bytes per slot], slots packed without padding (the layout's region offsets within a slot). A
+ * slab without slots has data NULL and shape [0, bytes per slot]. */
+CTXC_API ctxc_status_t ctxc_snapshot_storage_view(const ctxc_snapshot_storage_t *storage, int32_t part,
+                                                  ctxc_device_view_t *out_view);
 
 /* In-place dim-0 compaction of `rows` rows of row_bytes bytes at buffer offset `offset` (any element size) by a
  * dense, order-preserving map of old_batch <= rows entries. */
@@ -732,6 +831,31 @@ CTXC_API ctxc_status_t ctxc_device_hash_chunked(const ctxc_device_buffer_t *buff
 /* The same digest computed entirely on the host. */
 CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void *bytes, size_t size, uint32_t num_chunks,
                                               ctxc_hash128_t *out_hash);
+
+/* ---- DLPack export ------------------------------------------------------------------------------------------ */
+
+/* A DLPack tensor describing a view taken from `owner` (the device object handle the view came from: buffer, KV
+ * pool, page table, KV lengths, resident state or snapshot storage), returned as *out_managed: versioned = 1, a
+ * DLManagedTensorVersioned (DLPack 1.0, writable: the payload of a "dltensor_versioned" PyCapsule); versioned = 0,
+ * the unversioned DLManagedTensor (DLPack 0.8: a "dltensor" capsule, which numpy >= 2 imports read-only). The
+ * view must lie inside the owner's memory (else CTXC_E_CONTRACT); its element may be reinterpreted as another of
+ * the same size (e.g. BF16 as UINT16). Element types map to DLPack as FP16 -> float16, BF16 -> bfloat16, FP32 ->
+ * float32, INT32 -> int32, UINT16 -> uint16, and FP8_E4M3 and UINT8 -> uint8 (FP8 as its bit patterns: every
+ * consumer can import it; reinterpret it as float8_e4m3fn there). Device: kDLCPU (1) on the CPU backend, kDLCUDA
+ * (2) with the ordinal on CUDA. Strides NULL (compact row-major).
+ * The tensor holds its own reference to the owner's memory (and its backend): destroying the handle while a
+ * consumer still uses the tensor is safe, the memory goes when the consumer calls the tensor's deleter (which
+ * may then free device memory: safe from any thread). Nothing is written or synchronized. */
+CTXC_API ctxc_status_t ctxc_device_view_to_dlpack(const ctxc_device_view_t *view, const void *owner, int32_t versioned,
+                                                  void **out_managed);
+/* Calls the deleter of a tensor from ctxc_device_view_to_dlpack that no consumer took (a capsule destroyed
+ * unconsumed); `versioned` as it was made. NULL is a no-op. */
+CTXC_API void ctxc_dlpack_release(void *managed, int32_t versioned);
+/* For Python bindings: a PyCapsule destructor (void (*)(PyObject *)) for a "dltensor" or "dltensor_versioned"
+ * capsule of such a tensor: releases it when no consumer took it (a consumer renames the capsule), keeping any
+ * pending Python exception (a consumer that failed destroys the capsule with its exception set). It uses the
+ * CPython functions the process exports, looked up at run time; outside Python it does nothing. */
+CTXC_API void ctxc_dlpack_capsule_destructor(void *capsule);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
 //
 // Every extern "C" body runs inside guard(): exceptions become a status and a thread-local message
 // ("<function>: <why>"); nothing crosses the boundary. ApiError carries an explicit status (invalid argument,
-// invalid handle); ctxcache::ContractError maps to CTXC_E_CONTRACT, InvariantError to CTXC_E_INVARIANT,
+// invalid handle); device::ExternalMemoryError (caller memory that cannot hold an object: malformed options) to
+// CTXC_E_INVALID_ARGUMENT; ctxcache::ContractError maps to CTXC_E_CONTRACT, InvariantError to CTXC_E_INVARIANT,
 // device::DeviceError to CTXC_E_DEVICE, std::bad_alloc to CTXC_E_NO_MEMORY, anything else to CTXC_E_INTERNAL.
 #pragma once
 
@@ -51,6 +52,9 @@ ctxc_status_t guard(char const* function, F&& body) noexcept {
     } catch (ApiError const& e) {
         setLastError(function, e.what());
         return e.status();
+    } catch (device::ExternalMemoryError const& e) {
+        setLastError(function, e.what());
+        return CTXC_E_INVALID_ARGUMENT;
     } catch (ContractError const& e) {
         setLastError(function, e.what());
         return CTXC_E_CONTRACT;

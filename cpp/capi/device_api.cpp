@@ -1,4 +1,4 @@
-// C ABI: device backends, buffers, KV pools, page tables and KV lengths.
+// C ABI: device backends, buffers, KV pools, page tables and KV lengths, and the device views of them.
 #include <vector>
 
 #include "capi/api_support.h"
@@ -23,7 +23,57 @@ StatePart requirePart(int32_t value, char const* name) {
     return static_cast<StatePart>(value);
 }
 
+KvPoolGeometry poolGeometry(ctxc_kv_pool_options_t const& o) {
+    requireArray(o.layers, o.layer_count, "options->layers");
+    KvPoolGeometry geometry;
+    geometry.numPages = o.num_pages;
+    geometry.pageSize = o.page_size;
+    geometry.dtype = requireDType(o.dtype, "options->dtype");
+    for (size_t i = 0; i < o.layer_count; ++i)
+        geometry.layers.push_back(KvLayerShape{o.layers[i].kv_heads, o.layers[i].head_dim});
+    return geometry;
+}
+
+size_t elementSize(int32_t element) {
+    switch (element) {
+        case CTXC_ELEMENT_FP16:
+        case CTXC_ELEMENT_BF16:
+        case CTXC_ELEMENT_UINT16: return 2;
+        case CTXC_ELEMENT_FP8_E4M3:
+        case CTXC_ELEMENT_UINT8: return 1;
+        case CTXC_ELEMENT_FP32:
+        case CTXC_ELEMENT_INT32: return 4;
+        default: invalidArgument("element " + std::to_string(element) + " is not a CTXC_ELEMENT_* value");
+    }
+}
+
+void fillView(ctxc_device_view_t* out, DeviceBackend const& b, int32_t element, void const* data,
+              std::initializer_list<int64_t> shape, bool external) {
+    ctxc_device_view_t& v = requireSized(out, "out_view");
+    uint32_t const size = v.struct_size;
+    v = ctxc_device_view_t{};
+    v.struct_size = size;
+    v.element = element;
+    v.backend = static_cast<int32_t>(b.kind());
+    v.device = b.kind() == BackendKind::kCuda ? b.options().device : 0;
+    v.ndim = static_cast<int32_t>(shape.size());
+    v.external = external ? 1 : 0;
+    size_t bytes = elementSize(element);
+    int32_t i = 0;
+    for (int64_t extent : shape) {
+        v.shape[i++] = extent;
+        bytes *= static_cast<size_t>(extent);
+    }
+    v.bytes = bytes;
+    v.data = bytes > 0 ? const_cast<void*>(data) : nullptr;
+}
+
 }  // namespace ctxcache::capi
+
+static_assert(int{CTXC_ELEMENT_FP16} == int{CTXC_DTYPE_FP16} && int{CTXC_ELEMENT_BF16} == int{CTXC_DTYPE_BF16} &&
+                  int{CTXC_ELEMENT_FP8_E4M3} == int{CTXC_DTYPE_FP8_E4M3} &&
+                  int{CTXC_ELEMENT_FP32} == int{CTXC_DTYPE_FP32},
+              "a storage dtype is its own view element");
 
 extern "C" {
 
@@ -91,6 +141,14 @@ CTXC_API ctxc_status_t ctxc_device_backend_allocated_bytes(const ctxc_device_bac
     return getInto(__func__, out_bytes, "out_bytes", [&] { return backendOf(backend)->allocatedBytes(); });
 }
 
+CTXC_API ctxc_status_t ctxc_device_backend_set_stream(ctxc_device_backend_t* backend, void* stream) {
+    return guard(__func__, [&] { backendOf(backend)->setStream(stream); });
+}
+
+CTXC_API ctxc_status_t ctxc_device_backend_stream(const ctxc_device_backend_t* backend, void** out_stream) {
+    return getInto(__func__, out_stream, "out_stream", [&] { return backendOf(backend)->stream(); });
+}
+
 // ---- buffers --------------------------------------------------------------------------------------------------
 
 CTXC_API void ctxc_device_buffer_options_init(ctxc_device_buffer_options_t* options) {
@@ -104,7 +162,9 @@ CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t* backend,
         createOnBackend(deviceBuffers(), backend, options, out_buffer, "out_buffer",
                         [](DeviceBackend& b, ctxc_device_buffer_options_t const& o) {
             auto object = std::make_unique<BufferObject>();
-            object->buffer = DeviceBuffer(b, o.bytes);
+            object->buffer = std::make_shared<DeviceBuffer>(
+                DeviceBuffer::make(b, externalMemory(o.external_data, o.external_bytes), o.bytes, kExternalAlignment,
+                                   "ctxc_device_buffer_create"));
             return object;
         });
     });
@@ -116,7 +176,7 @@ CTXC_API ctxc_status_t ctxc_device_buffer_destroy(ctxc_device_buffer_t* buffer) 
 
 CTXC_API ctxc_status_t ctxc_device_buffer_size(const ctxc_device_buffer_t* buffer, size_t* out_bytes) {
     return getInto(__func__, out_bytes, "out_bytes",
-                   [&] { return requireObject(deviceBuffers(), buffer, "buffer").buffer.size(); });
+                   [&] { return requireObject(deviceBuffers(), buffer, "buffer").buffer->size(); });
 }
 
 CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t* buffer, size_t offset, const void* src,
@@ -124,7 +184,7 @@ CTXC_API ctxc_status_t ctxc_device_buffer_write(ctxc_device_buffer_t* buffer, si
     return guard(__func__, [&] {
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
         requireBytes(src, size, "src");
-        b.buffer.write(offset, src, size);
+        b.buffer->write(offset, src, size);
     });
 }
 
@@ -133,7 +193,15 @@ CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t* buffe
     return guard(__func__, [&] {
         BufferObject& b = requireObject(deviceBuffers(), buffer, "buffer");
         requireBytes(dst, size, "dst");
-        b.buffer.read(offset, dst, size);
+        b.buffer->read(offset, dst, size);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_device_buffer_view(const ctxc_device_buffer_t* buffer, ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        BufferObject const& b = requireObject(deviceBuffers(), buffer, "buffer");
+        fillView(out_view, *b.backend, CTXC_ELEMENT_UINT8, b.buffer->data(), {static_cast<int64_t>(b.buffer->size())},
+                 !b.buffer->owning());
     });
 }
 
@@ -150,15 +218,9 @@ CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t* backend, const
     return guard(__func__, [&] {
         createOnBackend(kvPools(), backend, options, out_pool, "out_pool",
                         [](DeviceBackend& b, ctxc_kv_pool_options_t const& o) {
-            requireArray(o.layers, o.layer_count, "options->layers");
-            KvPoolGeometry geometry;
-            geometry.numPages = o.num_pages;
-            geometry.pageSize = o.page_size;
-            geometry.dtype = requireDType(o.dtype, "options->dtype");
-            for (size_t i = 0; i < o.layer_count; ++i)
-                geometry.layers.push_back(KvLayerShape{o.layers[i].kv_heads, o.layers[i].head_dim});
             auto object = std::make_unique<KvPoolObject>();
-            object->pool = std::make_shared<KvPagePool>(b, std::move(geometry));
+            object->pool =
+                std::make_shared<KvPagePool>(b, poolGeometry(o), externalMemory(o.external_data, o.external_bytes));
             return object;
         });
     });
@@ -176,6 +238,33 @@ CTXC_API ctxc_status_t ctxc_kv_pool_page_bytes(const ctxc_kv_pool_t* pool, int32
 CTXC_API ctxc_status_t ctxc_kv_pool_footprint_bytes(const ctxc_kv_pool_t* pool, size_t* out_bytes) {
     return getInto(__func__, out_bytes, "out_bytes",
                    [&] { return requireObject(kvPools(), pool, "pool").pool->footprintBytes(); });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_required_bytes(const ctxc_kv_pool_options_t* options, size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        out = KvPagePool::requiredBytes(poolGeometry(readOptions(options, "options")));
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_layer_view(const ctxc_kv_pool_t* pool, int32_t layer,
+                                               ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        KvPagePool const& p = *requireObject(kvPools(), pool, "pool").pool;
+        requireSized(out_view, "out_view");
+        void const* data = p.layerData(layer);  // checks the layer
+        KvLayerShape const& l = p.geometry().layers[static_cast<size_t>(layer)];
+        fillView(out_view, p.backend(), static_cast<int32_t>(p.dtype()), data,
+                 {2, p.numPages(), p.pageSize(), l.kvHeads, l.headDim}, p.external());
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_memory_view(const ctxc_kv_pool_t* pool, ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        KvPagePool const& p = *requireObject(kvPools(), pool, "pool").pool;
+        fillView(out_view, p.backend(), CTXC_ELEMENT_UINT8, p.data(), {static_cast<int64_t>(p.footprintBytes())},
+                 p.external());
+    });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t* pool, int32_t layer, int32_t first_flat_page,
@@ -212,8 +301,9 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_create(ctxc_device_backend_t* backend,
             if (o.mode != CTXC_PAGE_TABLE_DENSE && o.mode != CTXC_PAGE_TABLE_SPARSE_WINDOW)
                 invalidArgument("options->mode " + std::to_string(o.mode) + " is not a CTXC_PAGE_TABLE_* value");
             auto object = std::make_unique<PageTableObject>();
-            object->table = std::make_unique<KvPageTable>(b, o.max_batch, o.max_pages_per_seq, o.num_pages,
-                                                          static_cast<KvPageTable::Mode>(o.mode));
+            object->table = std::make_shared<KvPageTable>(b, o.max_batch, o.max_pages_per_seq, o.num_pages,
+                                                          static_cast<KvPageTable::Mode>(o.mode),
+                                                          externalMemory(o.external_data, o.external_bytes));
             return object;
         });
     });
@@ -274,6 +364,14 @@ CTXC_API ctxc_status_t ctxc_kv_page_table_upload(ctxc_kv_page_table_t* table, in
     });
 }
 
+CTXC_API ctxc_status_t ctxc_kv_page_table_device_view(const ctxc_kv_page_table_t* table, ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
+        fillView(out_view, t.backend(), CTXC_ELEMENT_INT32, t.deviceView(), {t.maxBatch(), 2, t.maxPagesPerSeq()},
+                 t.external());
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_debug_kv_page_table_is_dirty(const ctxc_kv_page_table_t* table, int32_t* out_dirty) {
     return getInto(__func__, out_dirty, "out_dirty",
                    [&] { return requireObject(pageTables(), table, "table").table->dirty() ? 1 : 0; });
@@ -311,7 +409,8 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_create(ctxc_device_backend_t* backend, co
         createOnBackend(kvLengths(), backend, options, out_lengths, "out_lengths",
                         [](DeviceBackend& b, ctxc_kv_lengths_options_t const& o) {
             auto object = std::make_unique<KvLengthsObject>();
-            object->lengths = std::make_unique<KvLengths>(b, o.max_batch);
+            object->lengths =
+                std::make_shared<KvLengths>(b, o.max_batch, externalMemory(o.external_data, o.external_bytes));
             return object;
         });
     });
@@ -348,6 +447,18 @@ CTXC_API ctxc_status_t ctxc_kv_lengths_compact(ctxc_kv_lengths_t* lengths, const
         requireMap(old_to_new, old_batch);
         l.compact(old_to_new, old_batch, new_batch);
     });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_device_view(const ctxc_kv_lengths_t* lengths, ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        KvLengths const& l = *requireObject(kvLengths(), lengths, "lengths").lengths;
+        fillView(out_view, l.backend(), CTXC_ELEMENT_INT32, l.data(), {l.maxBatch()}, l.external());
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_lengths_active_batch(const ctxc_kv_lengths_t* lengths, int32_t* out_active_batch) {
+    return getInto(__func__, out_active_batch, "out_active_batch",
+                   [&] { return requireObject(kvLengths(), lengths, "lengths").lengths->activeBatch(); });
 }
 
 CTXC_API ctxc_status_t ctxc_kv_lengths_read(const ctxc_kv_lengths_t* lengths, int32_t* out_values, size_t out_capacity,

@@ -26,6 +26,21 @@ SnapshotTransfer toTransfer(ctxc_snapshot_transfer_t const* transfer) {
     return out;
 }
 
+ResidentStateGeometry stateGeometry(ctxc_resident_state_options_t const& o) {
+    ResidentStateGeometry g;
+    g.maxBatch = o.max_batch;
+    g.numLayers = o.num_layers;
+    g.recurrentHeads = o.recurrent_heads;
+    g.recurrentHeadDim = o.recurrent_head_dim;
+    g.stateSize = o.state_size;
+    g.recurrentDtype = requireDType(o.recurrent_dtype, "options->recurrent_dtype");
+    g.convDim = o.conv_dim;
+    g.convKernel = o.conv_kernel;
+    g.convDtype = requireDType(o.conv_dtype, "options->conv_dtype");
+    g.hiddenSize = o.hidden_size;
+    return g;
+}
+
 KvGatherRequest toGatherRequest(ctxc_kv_gather_request_t const* request) {
     ctxc_kv_gather_request_t const& r = requireSized(request, "request");
     KvGatherRequest out;
@@ -41,11 +56,11 @@ KvGatherRequest toGatherRequest(ctxc_kv_gather_request_t const* request) {
 // The [offset, offset + bytes) window of a buffer, or CTXC_E_CONTRACT (out of range, like every read) when it
 // does not fit.
 unsigned char* window(BufferObject& b, size_t offset, size_t bytes, char const* name) {
-    size_t const size = b.buffer.size();
+    size_t const size = b.buffer->size();
     if (offset > size || bytes > size - offset)
         throw ContractError(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
                             ") is outside the buffer's " + std::to_string(size) + " bytes");
-    return b.buffer.bytes() + offset;
+    return b.buffer->bytes() + offset;
 }
 
 }  // namespace
@@ -66,19 +81,9 @@ CTXC_API ctxc_status_t ctxc_resident_state_create(ctxc_device_backend_t* backend
     return guard(__func__, [&] {
         createOnBackend(residentStates(), backend, options, out_state, "out_state",
                         [](DeviceBackend& b, ctxc_resident_state_options_t const& o) {
-            ResidentStateGeometry g;
-            g.maxBatch = o.max_batch;
-            g.numLayers = o.num_layers;
-            g.recurrentHeads = o.recurrent_heads;
-            g.recurrentHeadDim = o.recurrent_head_dim;
-            g.stateSize = o.state_size;
-            g.recurrentDtype = requireDType(o.recurrent_dtype, "options->recurrent_dtype");
-            g.convDim = o.conv_dim;
-            g.convKernel = o.conv_kernel;
-            g.convDtype = requireDType(o.conv_dtype, "options->conv_dtype");
-            g.hiddenSize = o.hidden_size;
             auto object = std::make_unique<ResidentStateObject>();
-            object->state = std::make_shared<ResidentState>(b, g);
+            object->state =
+                std::make_shared<ResidentState>(b, stateGeometry(o), externalMemory(o.external_data, o.external_bytes));
             return object;
         });
     });
@@ -98,6 +103,40 @@ CTXC_API ctxc_status_t ctxc_resident_state_row_bytes(const ctxc_resident_state_t
 CTXC_API ctxc_status_t ctxc_resident_state_footprint_bytes(const ctxc_resident_state_t* state, size_t* out_bytes) {
     return getInto(__func__, out_bytes, "out_bytes",
                    [&] { return requireObject(residentStates(), state, "state").state->footprintBytes(); });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_required_bytes(const ctxc_device_backend_t* backend,
+                                                          const ctxc_resident_state_options_t* options,
+                                                          size_t* out_bytes) {
+    return guard(__func__, [&] {
+        size_t& out = requireOut(out_bytes, "out_bytes");
+        DeviceBackend const& b = *backendOf(backend);
+        out = ResidentState::requiredBytes(b, stateGeometry(readOptions(options, "options")));
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_view(const ctxc_resident_state_t* state, int32_t part, int32_t layer,
+                                                ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        ResidentState const& s = *requireObject(residentStates(), state, "state").state;
+        StatePart const p = requirePart(part, "part");
+        requireSized(out_view, "out_view");
+        CompactTensor const slab = s.slab(p, layer);  // checks the part and the layer
+        int32_t const element = p == StatePart::kRecurrent ? static_cast<int32_t>(s.geometry().recurrentDtype)
+                                : p == StatePart::kConv    ? static_cast<int32_t>(s.geometry().convDtype)
+                                                           : CTXC_ELEMENT_FP16;
+        fillView(out_view, s.backend(), element, slab.base,
+                 {s.maxBatch(), static_cast<int64_t>(slab.rowBytes / elementSize(element))}, s.external());
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_resident_state_memory_view(const ctxc_resident_state_t* state,
+                                                       ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        ResidentState const& s = *requireObject(residentStates(), state, "state").state;
+        fillView(out_view, s.backend(), CTXC_ELEMENT_UINT8, s.data(), {static_cast<int64_t>(s.footprintBytes())},
+                 s.external());
+    });
 }
 
 CTXC_API ctxc_status_t ctxc_resident_state_write_row(ctxc_resident_state_t* state, int32_t part, int32_t layer,
@@ -157,7 +196,9 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_create(ctxc_device_backend_t* backe
             budgets.recurrentBytes = o.recurrent_budget_bytes;
             budgets.partialKvBytes = o.partial_kv_budget_bytes;
             budgets.boundaryHidden = requireBool(o.boundary_hidden, "options->boundary_hidden");
-            object->storage = std::make_unique<SnapshotStorage>(b, object->state.get(), object->base.get(),
+            budgets.recurrentMemory = externalMemory(o.external_recurrent_data, o.external_recurrent_bytes);
+            budgets.partialKvMemory = externalMemory(o.external_partial_kv_data, o.external_partial_kv_bytes);
+            object->storage = std::make_shared<SnapshotStorage>(b, object->state.get(), object->base.get(),
                                                                 object->draft.get(), budgets);
             return object;
         });
@@ -224,6 +265,23 @@ CTXC_API ctxc_status_t ctxc_snapshot_storage_read_region(const ctxc_snapshot_sto
     });
 }
 
+CTXC_API ctxc_status_t ctxc_snapshot_storage_view(const ctxc_snapshot_storage_t* storage, int32_t part,
+                                                  ctxc_device_view_t* out_view) {
+    return guard(__func__, [&] {
+        SnapshotStorageObject const& o = requireObject(snapshotStorages(), storage, "storage");
+        SnapshotStorage const& s = *o.storage;
+        StatePart const p = requirePart(part, "part");
+        if (p != StatePart::kRecurrent && p != StatePart::kPartialKv)
+            throw ContractError("part " + std::to_string(part) +
+                                " names no slab: CTXC_STATE_RECURRENT or CTXC_STATE_PARTIAL_KV");
+        bool const recurrent = p == StatePart::kRecurrent;
+        fillView(out_view, *o.backend, CTXC_ELEMENT_UINT8, recurrent ? s.recurrentData() : s.partialKvData(),
+                 {recurrent ? s.recurrentSlots() : s.partialKvSlots(),
+                  static_cast<int64_t>(recurrent ? s.recurrentBytesPerSlot() : s.partialKvBytesPerSlot())},
+                 recurrent ? s.recurrentExternal() : s.partialKvExternal());
+    });
+}
+
 // ---- generic operations ---------------------------------------------------------------------------------------
 
 CTXC_API ctxc_status_t ctxc_device_compact_rows(ctxc_device_buffer_t* buffer, size_t offset, size_t row_bytes,
@@ -281,7 +339,7 @@ CTXC_API ctxc_status_t ctxc_kv_gather(const ctxc_kv_pool_t* pool, const ctxc_kv_
         if (k.backend.get() != &p.backend() || v.backend.get() != &p.backend())
             throw ContractError("the output buffers live on another backend than the pool");
         KvGatherRequest const r = toGatherRequest(request);
-        gatherPagedKv(p, t, l, r, k.buffer.data(), v.buffer.data(), std::min(k.buffer.size(), v.buffer.size()));
+        gatherPagedKv(p, t, l, r, k.buffer->data(), v.buffer->data(), std::min(k.buffer->size(), v.buffer->size()));
     });
 }
 

@@ -72,6 +72,7 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_lease_info_t),
         CTXC_SIZEOF_ENTRY(ctxc_device_backend_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_launch_counters_t),
+        CTXC_SIZEOF_ENTRY(ctxc_device_view_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_layer_shape_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_pool_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_resident_state_options_t),

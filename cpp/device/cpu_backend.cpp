@@ -18,6 +18,7 @@ public:
     explicit CpuBackend(BackendOptions const& options) : DeviceBackend(BackendKind::kCpu, options) {}
 
     std::string description() const override { return "cpu (host memory)"; }
+    void* stream() const noexcept override { return stream_; }
 
 protected:
     void* doAllocate(size_t bytes) override {
@@ -31,6 +32,7 @@ protected:
     void doCopy(void* dst, void const* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
     void doZero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
     void doSynchronize() override {}
+    void doSetStream(void* stream) override { stream_ = stream; }  // accepted and ignored: ops complete on return
 
     void doCopySpans(SpanCopy const* spans, int32_t count, uint64_t) override {
         ++counters_.kernels;
@@ -116,6 +118,9 @@ protected:
             hostPartials[i] = fnv1a128(bytes + begin, static_cast<size_t>(end - begin));
         }
     }
+
+private:
+    void* stream_ = nullptr;
 };
 
 }  // namespace

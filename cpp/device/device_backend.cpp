@@ -42,14 +42,24 @@ void DeviceBackend::requireTable(char const* op, size_t bytes) const {
 void* DeviceBackend::allocate(size_t bytes) {
     if (bytes == 0) return nullptr;
     void* pointer = doAllocate(bytes);
-    allocatedBytes_ += bytes;
+    allocatedBytes_.fetch_add(bytes, std::memory_order_relaxed);
     return pointer;
 }
 
 void DeviceBackend::deallocate(void* pointer, size_t bytes) noexcept {
     if (!pointer) return;
     doDeallocate(pointer);
-    allocatedBytes_ -= std::min(bytes, allocatedBytes_);
+    size_t current = allocatedBytes_.load(std::memory_order_relaxed);
+    while (!allocatedBytes_.compare_exchange_weak(current, current - std::min(bytes, current),
+                                                  std::memory_order_relaxed)) {
+    }
+}
+
+void DeviceBackend::setStream(void* stream) { doSetStream(stream); }
+
+void DeviceBackend::checkExternal(void const* data, size_t bytes, char const* what) const {
+    std::string const why = doCheckExternal(data, bytes);
+    if (!why.empty()) throw ExternalMemoryError(std::string(what) + ": external memory " + why);
 }
 
 void DeviceBackend::upload(void* dst, void const* src, size_t bytes) {
@@ -188,6 +198,27 @@ void DeviceBackend::hashChunks(void const* data, uint64_t size, uint32_t numChun
     if (size > 0 && !data) fail(op, "data is null");
     if (!hostPartials) fail(op, "hostPartials is null");
     doHashChunks(data, size, numChunks, hostPartials);
+}
+
+DeviceBuffer DeviceBuffer::external(DeviceBackend& backend, ExternalMemory memory, size_t required, size_t alignment,
+                                    char const* what) {
+    auto refuse = [&](std::string const& why) {
+        throw ExternalMemoryError(std::string(what) + ": external memory " + why);
+    };
+    if (!memory.data && (memory.bytes > 0 || required > 0))
+        refuse("is NULL but " + std::to_string(std::max(memory.bytes, required)) + " bytes are needed");
+    if (alignment > 1 && reinterpret_cast<uintptr_t>(memory.data) % alignment != 0)
+        refuse("at " + std::to_string(reinterpret_cast<uintptr_t>(memory.data)) + " is not " +
+               std::to_string(alignment) + "-byte aligned");
+    if (memory.bytes < required)
+        refuse("holds " + std::to_string(memory.bytes) + " bytes, the object needs " + std::to_string(required));
+    if (required > 0) backend.checkExternal(memory.data, required, what);
+    DeviceBuffer buffer;
+    buffer.backend_ = &backend;
+    buffer.data_ = required > 0 ? memory.data : nullptr;
+    buffer.bytes_ = required;
+    buffer.owning_ = false;
+    return buffer;
 }
 
 void DeviceBuffer::write(size_t offset, void const* host, size_t size) {

@@ -22,10 +22,11 @@ int32_t validatedBatch(DeviceBackend const& backend, int32_t maxBatch) {
 }
 }  // namespace
 
-KvLengths::KvLengths(DeviceBackend& backend, int32_t maxBatch)
+KvLengths::KvLengths(DeviceBackend& backend, int32_t maxBatch, ExternalMemory external)
     : backend_(&backend),
       maxBatch_(validatedBatch(backend, maxBatch)),
-      storage_(backend, static_cast<size_t>(maxBatch) * sizeof(int32_t)) {
+      storage_(DeviceBuffer::make(backend, external, static_cast<size_t>(maxBatch) * sizeof(int32_t), alignof(int32_t),
+                                  "KvLengths")) {
     moves_.reserve(static_cast<size_t>(maxBatch));
 }
 

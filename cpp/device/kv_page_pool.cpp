@@ -41,17 +41,27 @@ KvPoolGeometry validated(KvPoolGeometry geometry) {
     return geometry;
 }
 
+// Layer l starts at offsets[l]; returns the footprint.
+size_t layerOffsets(KvPoolGeometry const& g, std::vector<size_t>* offsets) {
+    size_t offset = 0;
+    for (KvLayerShape const& l : g.layers) {
+        if (offsets) offsets->push_back(offset);
+        offset =
+            alignUp(offset + 2 * static_cast<size_t>(g.numPages) * static_cast<size_t>(g.pageSize) *
+                                 static_cast<size_t>(l.kvHeads) * static_cast<size_t>(l.headDim) * dtypeSize(g.dtype));
+    }
+    return offset;
+}
+
 }  // namespace
 
-KvPagePool::KvPagePool(DeviceBackend& backend, KvPoolGeometry geometry)
+KvPagePool::KvPagePool(DeviceBackend& backend, KvPoolGeometry geometry, ExternalMemory external)
     : backend_(&backend), geometry_(validated(std::move(geometry))) {
-    size_t offset = 0;
-    for (int32_t layer = 0; layer < numLayers(); ++layer) {
-        layerOffsets_.push_back(offset);
-        offset = alignUp(offset + layerBytes(layer));
-    }
-    storage_ = DeviceBuffer(backend, offset);
+    size_t const footprint = layerOffsets(geometry_, &layerOffsets_);
+    storage_ = DeviceBuffer::make(backend, external, footprint, kExternalAlignment, "KvPagePool");
 }
+
+size_t KvPagePool::requiredBytes(KvPoolGeometry const& geometry) { return layerOffsets(validated(geometry), nullptr); }
 
 void KvPagePool::checkLayer(char const* op, int32_t layer) const {
     if (layer < 0 || layer >= numLayers())

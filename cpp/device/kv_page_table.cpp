@@ -30,7 +30,12 @@ size_t tableEntries(int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages) 
 
 }  // namespace
 
-KvPageTable::KvPageTable(DeviceBackend& backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages, Mode mode)
+size_t KvPageTable::requiredBytes(int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages) {
+    return tableEntries(maxBatch, maxPagesPerSeq, numPages) * sizeof(int32_t);
+}
+
+KvPageTable::KvPageTable(DeviceBackend& backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages, Mode mode,
+                         ExternalMemory external)
     : backend_(&backend),
       maxBatch_(maxBatch),
       maxPagesPerSeq_(maxPagesPerSeq),
@@ -39,10 +44,15 @@ KvPageTable::KvPageTable(DeviceBackend& backend, int32_t maxBatch, int32_t maxPa
       host_(tableEntries(maxBatch, maxPagesPerSeq, numPages), -1),
       dirtyRows_(static_cast<size_t>(maxBatch), 0),
       scratch_(host_.size()),
-      device_(backend, host_.size() * sizeof(int32_t)) {
+      device_() {
     if (mode != Mode::kDense && mode != Mode::kSparseWindow)
         fail("KvPageTable", "unknown mode " + std::to_string(static_cast<int32_t>(mode)));
-    backend.upload(device_.data(), host_.data(), host_.size() * sizeof(int32_t));
+    device_ = DeviceBuffer::make(backend, external, host_.size() * sizeof(int32_t), alignof(int32_t), "KvPageTable");
+    if (device_.owning()) {
+        backend.upload(device_.data(), host_.data(), host_.size() * sizeof(int32_t));
+    } else {
+        for (int32_t b = 0; b < maxBatch_; ++b) markDirty(b);
+    }
 }
 
 void KvPageTable::checkSlot(char const* op, int32_t slot) const {

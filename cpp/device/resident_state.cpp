@@ -46,28 +46,45 @@ ResidentStateGeometry const& validated(DeviceBackend const& backend, ResidentSta
     return g;
 }
 
+// The slab offsets of a validated geometry (any output may be null); returns the footprint.
+size_t slabLayout(ResidentStateGeometry const& g, std::vector<size_t>* recurrent, std::vector<size_t>* conv,
+                  size_t* hidden) {
+    size_t const batch = static_cast<size_t>(g.maxBatch);
+    size_t const recurrentRow = g.numLayers == 0
+                                    ? 0
+                                    : static_cast<size_t>(g.recurrentHeads) * static_cast<size_t>(g.recurrentHeadDim) *
+                                          static_cast<size_t>(g.stateSize) * dtypeSize(g.recurrentDtype);
+    size_t const convRow =
+        g.numLayers == 0 ? 0
+                         : static_cast<size_t>(g.convDim) * static_cast<size_t>(g.convKernel) * dtypeSize(g.convDtype);
+    size_t offset = 0;
+    for (int32_t layer = 0; layer < g.numLayers; ++layer) {
+        if (recurrent) recurrent->push_back(offset);
+        offset = alignUp(offset + batch * recurrentRow);
+        if (conv) conv->push_back(offset);
+        offset = alignUp(offset + batch * convRow);
+    }
+    if (hidden) *hidden = offset;
+    return alignUp(offset + batch * static_cast<size_t>(g.hiddenSize) * dtypeSize(DType::kFp16));
+}
+
 }  // namespace
 
-ResidentState::ResidentState(DeviceBackend& backend, ResidentStateGeometry const& geometry)
+size_t ResidentState::requiredBytes(DeviceBackend const& backend, ResidentStateGeometry const& geometry) {
+    return slabLayout(validated(backend, geometry), nullptr, nullptr, nullptr);
+}
+
+ResidentState::ResidentState(DeviceBackend& backend, ResidentStateGeometry const& geometry, ExternalMemory external)
     : backend_(&backend), geometry_(validated(backend, geometry)) {
-    size_t offset = 0;
-    size_t const batch = static_cast<size_t>(geometry_.maxBatch);
-    for (int32_t layer = 0; layer < geometry_.numLayers; ++layer) {
-        recurrentOffsets_.push_back(offset);
-        offset = alignUp(offset + batch * rowBytes(StatePart::kRecurrent));
-        convOffsets_.push_back(offset);
-        offset = alignUp(offset + batch * rowBytes(StatePart::kConv));
-    }
-    hiddenOffset_ = offset;
-    offset = alignUp(offset + batch * rowBytes(StatePart::kBoundaryHidden));
-    storage_ = DeviceBuffer(backend, offset);
+    size_t const footprint = slabLayout(geometry_, &recurrentOffsets_, &convOffsets_, &hiddenOffset_);
+    storage_ = DeviceBuffer::make(backend, external, footprint, kExternalAlignment, "ResidentState");
     for (int32_t layer = 0; layer < geometry_.numLayers; ++layer) {
         slabs_.push_back(slab(StatePart::kRecurrent, layer));
         if (rowBytes(StatePart::kConv) > 0) slabs_.push_back(slab(StatePart::kConv, layer));
     }
     if (geometry_.hiddenSize > 0) slabs_.push_back(slab(StatePart::kBoundaryHidden, 0));
     spans_.reserve(2 * static_cast<size_t>(geometry_.numLayers));
-    moves_.reserve(batch);
+    moves_.reserve(static_cast<size_t>(geometry_.maxBatch));
 }
 
 size_t ResidentState::rowBytes(StatePart part) const {

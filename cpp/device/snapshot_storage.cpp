@@ -68,8 +68,19 @@ SnapshotStorage::SnapshotStorage(DeviceBackend& backend, ResidentState const* st
     if (static_cast<size_t>(maxDescriptors_) > backend.tableCapacity(sizeof(SpanCopy)))
         fail("SnapshotStorage", "a transfer needs " + std::to_string(maxDescriptors_) +
                                     " descriptors, more than the backend's table holds (raise maxTableBytes)");
-    recurrent_ = DeviceBuffer(backend, static_cast<size_t>(recurrentSlots_) * recurrentBytesPerSlot_);
-    partialKv_ = DeviceBuffer(backend, static_cast<size_t>(partialKvSlots_) * partialKvBytesPerSlot_);
+    // Both checked before either allocates: a refused external slab costs nothing.
+    size_t const recurrentBytes = static_cast<size_t>(recurrentSlots_) * recurrentBytesPerSlot_;
+    size_t const partialKvBytes = static_cast<size_t>(partialKvSlots_) * partialKvBytesPerSlot_;
+    DeviceBuffer recurrent;
+    DeviceBuffer partialKv;
+    if (budgets.recurrentMemory.data || budgets.recurrentMemory.bytes)
+        recurrent = DeviceBuffer::external(backend, budgets.recurrentMemory, recurrentBytes, kExternalAlignment,
+                                           "SnapshotStorage (recurrent slab)");
+    if (budgets.partialKvMemory.data || budgets.partialKvMemory.bytes)
+        partialKv = DeviceBuffer::external(backend, budgets.partialKvMemory, partialKvBytes, kExternalAlignment,
+                                           "SnapshotStorage (partial-KV slab)");
+    recurrent_ = recurrent.backend() ? std::move(recurrent) : DeviceBuffer(backend, recurrentBytes);
+    partialKv_ = partialKv.backend() ? std::move(partialKv) : DeviceBuffer(backend, partialKvBytes);
     spans_.reserve(static_cast<size_t>(maxDescriptors_));
 }
 

@@ -100,9 +100,15 @@ def _resolve_everything() -> None:
             ffi.typeof(spelling % name)
         if ffi.typeof(name).kind not in ("struct", "union") or ffi.typeof(name).fields is not None:
             ffi.typeof(name + "[]")  # not for opaque handles: an array of an incomplete type is an error
+    ffi.typeof("void **")
 
 
 _resolve_everything()
+
+
+def library_path() -> str:
+    """The shared library cffi loaded (device.py also loads it through ctypes, for DLPack capsule destructors)."""
+    return _library_path
 
 
 def last_error() -> str:

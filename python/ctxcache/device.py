@@ -3,7 +3,19 @@ operations that move their bytes, with numpy in and out.
 
 Every object lives on a :class:`Backend`: ``"cpu"`` (always available; the reference) or ``"cuda"`` (when the
 library was built with CUDA and a device is visible); ``"auto"`` picks CUDA when it can. Both give identical
-bytes. Device memory is never exposed: arrays are copied in with ``write_*`` and out with ``read_*``.
+bytes. Arrays are copied in with ``write_*`` and out with ``read_*`` (for tests and tools).
+
+Memory an engine can use: every object also shows its device memory without a copy, as a :class:`DeviceView`
+(``pool.layer(i)``, ``table.device_view``, ``lengths.device_view``, ``state.recurrent(layer)``,
+``storage.recurrent_slab``, ``buffer.view()``, ...) that implements DLPack, so ``numpy.from_dlpack(view)`` (CPU),
+``torch.from_dlpack(view)`` and ``cupy.from_dlpack(view)`` see the same bytes. A tensor taken that way keeps the
+memory alive by itself (a reference inside the library): closing or dropping the object while a consumer holds
+the tensor is allowed, and the memory goes when the consumer lets the tensor go. Closing the object makes its
+views unusable for new exports (:class:`ctxcache.InvalidHandleError`). fp8 exports as uint8 bit patterns (reinterpret
+as ``torch.float8_e4m3fn`` there); bf16 as DLPack bfloat16, which numpy cannot import: ``view.view("uint16")``
+gives its bit patterns. Objects can also be built over memory the engine already owns (``external=``: a numpy
+array, an object with ``__cuda_array_interface__``, or an ``(address, nbytes)`` tuple, kept alive by the object),
+and :meth:`Backend.set_stream` runs every later operation on the engine's stream.
 
 Element types map to numpy as: fp16 -> ``float16``, bf16 -> ``uint16`` (bit patterns; numpy has no bfloat16),
 fp8 e4m3 -> ``uint8`` (bit patterns), fp32 -> ``float32``. Writes also accept raw ``uint8`` bytes. Arrays must be
@@ -18,6 +30,8 @@ context managers; closing them in any order is safe (an object keeps what it was
 
 from __future__ import annotations
 
+import ctypes
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -26,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, _resource
-from ._ffi import check, ffi, lib, new_output
+from ._ffi import check, ffi, lib, library_path, new_output
 from ._resource import Family, Resource
 from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
 
@@ -53,6 +67,23 @@ class DType(IntEnum):
     @property
     def itemsize(self) -> int:
         return (2, 2, 1, 4)[self]
+
+
+class Element(IntEnum):
+    """Element types of a :class:`DeviceView`: the storage dtypes, then int32 (page tables, KV lengths), uint8
+    (raw bytes) and uint16 (bf16 or fp16 bit patterns)."""
+
+    FP16 = 0
+    BF16 = 1
+    FP8_E4M3 = 2
+    FP32 = 3
+    INT32 = 4
+    UINT8 = 5
+    UINT16 = 6
+
+    @property
+    def itemsize(self) -> int:
+        return (2, 2, 1, 4, 4, 1, 2)[self]
 
 
 class StatePart(IntEnum):
@@ -142,6 +173,148 @@ def _size_out(fn: Any, *args: Any) -> int:
     return int(out[0])
 
 
+def _external(memory: Any, name: str) -> tuple[int, int]:
+    """(address, nbytes) of caller memory: None (allocate), a numpy array, an object with
+    ``__cuda_array_interface__`` (torch, CuPy), or an (address, nbytes) tuple."""
+    if memory is None:
+        return 0, 0
+    if isinstance(memory, np.ndarray):
+        if not memory.flags.c_contiguous or not memory.flags.writeable:
+            raise ArgumentTypeError(f"{name} must be a writeable C-contiguous array")
+        return int(memory.__array_interface__["data"][0]), int(memory.nbytes)
+    interface = getattr(memory, "__cuda_array_interface__", None)
+    if isinstance(interface, dict):
+        if interface.get("strides") is not None:
+            raise ArgumentTypeError(f"{name} must be C-contiguous (its __cuda_array_interface__ has strides)")
+        itemsize = np.dtype(interface["typestr"]).itemsize
+        return int(interface["data"][0]), int(math.prod(interface["shape"])) * itemsize
+    if isinstance(memory, tuple) and len(memory) == 2:
+        return (_arrays.integer(memory[0], f"{name}[0] (address)", maximum=2**64 - 1),
+                _arrays.integer(memory[1], f"{name}[1] (nbytes)", maximum=2**62))
+    raise ArgumentTypeError(f"{name} must be None, a numpy array, an object with __cuda_array_interface__ or an "
+                            f"(address, nbytes) tuple, got {type(memory).__name__}")
+
+
+def _set_external(options: Any, memory: Any, name: str, data_field: str = "external_data",
+                  bytes_field: str = "external_bytes") -> None:
+    address, nbytes = _external(memory, name)
+    setattr(options, data_field, ffi.cast("void *", address))
+    setattr(options, bytes_field, nbytes)
+
+
+# ---- DLPack ---------------------------------------------------------------------------------------------------
+# A capsule holds a DLManagedTensor made by the library, which keeps the owner's memory alive by itself (a C++
+# reference): the Python owner may be closed or collected while a consumer holds the tensor, and no registry of
+# Python owners is needed. A consumer renames the capsule "used_..." and calls the tensor's deleter when done; a
+# capsule nobody consumed is released by its destructor, which is the library's own C function (it runs at an
+# arbitrary point, often with the failed consumer's exception pending: no Python callback, no cffi, whose lock is
+# not re-entrant, see _resource.py; it only drops C++ references, which is thread-safe in the library).
+
+_DLTENSOR = b"dltensor"
+_DLTENSOR_VERSIONED = b"dltensor_versioned"
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_ctypes_library = ctypes.CDLL(library_path())
+_capsule_destructor = ctypes.cast(_ctypes_library.ctxc_dlpack_capsule_destructor, ctypes.c_void_p)
+_dlpack_release = _ctypes_library.ctxc_dlpack_release
+_dlpack_release.restype = None
+_dlpack_release.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+
+
+_DL_CPU = 1
+_DL_CUDA = 2
+
+
+class DeviceView:
+    """A dense, C-contiguous view of a device object's memory: ``data`` (the device pointer, an int), ``shape``,
+    ``element``, ``nbytes``, where it lives (``__dlpack_device__``) and whether the memory was the caller's
+    (``external``). Implements DLPack; built per access and holding only its owner (never the reverse)."""
+
+    __slots__ = ("_owner", "_view")
+
+    def __init__(self, owner: _Handle, view: Any) -> None:
+        self._owner = owner
+        self._view = view  # ctxc_device_view_t *, filled by the library
+
+    @property
+    def data(self) -> int:
+        return int(ffi.cast("uintptr_t", self._view.data))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(self._view.shape[i]) for i in range(self._view.ndim))
+
+    @property
+    def element(self) -> Element:
+        return Element(self._view.element)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._view.bytes)
+
+    @property
+    def external(self) -> bool:
+        return bool(self._view.external)
+
+    @property
+    def backend_kind(self) -> BackendKind:
+        return BackendKind(self._view.backend)
+
+    def view(self, element: Any) -> DeviceView:
+        """The same memory as another element type of the same size (e.g. bf16 as uint16 for numpy)."""
+        target = _enum(Element, element, "element")
+        if target.itemsize != self.element.itemsize:
+            raise InvalidArgumentError(f"{target.name.lower()} ({target.itemsize} bytes) cannot reinterpret "
+                                       f"{self.element.name.lower()} ({self.element.itemsize} bytes)")
+        copy = new_output("ctxc_device_view_t")
+        ffi.buffer(copy)[:] = ffi.buffer(self._view)[:]
+        copy.element = target
+        return DeviceView(self._owner, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_DL_CUDA, int(self._view.device)) if self._view.backend == BackendKind.CUDA else (_DL_CPU, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A capsule of this memory: "dltensor_versioned" (DLPack 1.0, writable) when the consumer's
+        ``max_version`` allows it, else the unversioned "dltensor". CUDA: unless ``stream`` is -1, the backend's
+        work is finished first, so any consumer stream sees it."""
+        if copy:
+            raise BufferError("ctxcache views share memory; they are never copied")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"the view lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
+        handle = self._owner._live()
+        if self._view.backend == BackendKind.CUDA:
+            if stream != -1:
+                check(lib.ctxc_device_backend_synchronize(self._owner._family_backend()._live()))
+        elif stream not in (None, -1):
+            raise BufferError(f"a CPU view takes no stream (got {stream!r})")
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        out = ffi.new("void **")
+        check(lib.ctxc_device_view_to_dlpack(self._view, handle, int(versioned), out))
+        managed = int(ffi.cast("uintptr_t", out[0]))
+        try:
+            return _capsule_new(managed, _DLTENSOR_VERSIONED if versioned else _DLTENSOR, _capsule_destructor)
+        except BaseException:
+            _dlpack_release(managed, int(versioned))
+            raise
+
+    def numpy(self) -> np.ndarray:
+        """numpy.from_dlpack of a CPU view (the same memory, no copy)."""
+        return np.from_dlpack(self)
+
+    def __repr__(self) -> str:
+        return (f"DeviceView({self.element.name.lower()}{list(self.shape)}, {self.backend_kind.name.lower()}, "
+                f"data=0x{self.data:x}{', external' if self.external else ''})")
+
+
+def _view(owner: _Handle, fn: Any, *args: Any) -> DeviceView:
+    out = new_output("ctxc_device_view_t")
+    check(fn(*args, out))
+    return DeviceView(owner, out)
+
+
 class _Handle(Resource):
     """Owns one C handle; closing is idempotent and also happens on garbage collection (see _resource.py).
     Everything built on a backend is one family with it: keep[0] is that backend."""
@@ -160,6 +333,10 @@ class _Handle(Resource):
         if self._handle == _NULL:
             raise InvalidHandleError(f"{self._what} was closed")
         return self._handle
+
+    def _family_backend(self) -> Backend:
+        """The backend this object lives on (itself for a backend)."""
+        return self if isinstance(self, Backend) else self._keep[0]
 
     @property
     def closed(self) -> bool:
@@ -215,6 +392,28 @@ class Backend(_Handle):
     def allocated_bytes(self) -> int:
         return _size_out(lib.ctxc_device_backend_allocated_bytes, self._live())
 
+    def set_stream(self, stream: Any) -> None:
+        """Run every later operation on ``stream``: CUDA, a cudaStream_t as an int (``torch.cuda.Stream.cuda_stream``,
+        ``cupy.cuda.Stream.ptr``) or an object with one of those attributes; None = the backend's own stream. The work
+        issued before completes first. The backend never destroys a caller's stream (set None before destroying
+        it). The CPU backend accepts any value and ignores it."""
+        if stream is None:
+            address = 0
+        else:
+            for attribute in ("cuda_stream", "ptr"):
+                if hasattr(stream, attribute):
+                    stream = getattr(stream, attribute)
+                    break
+            address = _arrays.integer(stream, "stream", maximum=2**64 - 1)
+        check(lib.ctxc_device_backend_set_stream(self._live(), ffi.cast("void *", address)))
+
+    @property
+    def stream(self) -> int:
+        """The stream in use as an int (CUDA: the backend's own unless set; CPU: the last value set, 0 at first)."""
+        out = ffi.new("void **")
+        check(lib.ctxc_device_backend_stream(self._live(), out))
+        return int(ffi.cast("uintptr_t", out[0]))
+
     def buffer(self, data: Any) -> DeviceBuffer:
         """A zero-filled buffer of ``data`` bytes, or a buffer holding a copy of a numpy array."""
         if isinstance(data, np.ndarray):
@@ -233,15 +432,21 @@ class DeviceBuffer(_Handle):
     _destroy = staticmethod(lib.ctxc_device_buffer_destroy)
     _what = "buffer"
 
-    def __init__(self, backend: Backend, nbytes: int):
+    def __init__(self, backend: Backend, nbytes: int, *, external: Any = None):
+        """A zero-filled buffer of ``nbytes``, or (``external``) a window of ``nbytes`` on caller memory, not zeroed."""
         nbytes = _arrays.integer(nbytes, "nbytes", maximum=2**62)
         options = ffi.new("ctxc_device_buffer_options_t *")
         lib.ctxc_device_buffer_options_init(options)
         options.bytes = nbytes
+        _set_external(options, external, "external")
         out = ffi.new("ctxc_device_buffer_t **")
         check(lib.ctxc_device_buffer_create(_handle(backend, Backend, "backend"), options, out))
-        super().__init__(out[0], (backend,))
+        super().__init__(out[0], (backend, external))
         self.backend = backend
+
+    def view(self) -> DeviceView:
+        """The buffer's memory: uint8 [nbytes]."""
+        return _view(self, lib.ctxc_device_buffer_view, self._live())
 
     @property
     def nbytes(self) -> int:
@@ -282,7 +487,7 @@ class KvPagePool(_Handle):
     _what = "KV pool"
 
     def __init__(self, backend: Backend, *, num_pages: int, page_size: int, layers: Sequence[tuple[int, int]],
-                 dtype: Any = DType.FP16):
+                 dtype: Any = DType.FP16, external: Any = None):
         self.dtype = _enum(DType, dtype, "dtype")
         self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
         self.page_size = _arrays.integer(page_size, "page_size", minimum=None)
@@ -301,10 +506,39 @@ class KvPagePool(_Handle):
         options.dtype = self.dtype
         options.layers = c_layers if shapes else _NULL
         options.layer_count = len(shapes)
+        _set_external(options, external, "external")
         out = ffi.new("ctxc_kv_pool_t **")
         check(lib.ctxc_kv_pool_create(_handle(backend, Backend, "backend"), options, out))
-        super().__init__(out[0], (backend,))
+        super().__init__(out[0], (backend, external))
         self.backend = backend
+
+    @staticmethod
+    def required_bytes(*, num_pages: int, page_size: int, layers: Sequence[tuple[int, int]],
+                       dtype: Any = DType.FP16) -> int:
+        """The footprint of such a pool: what ``external`` memory must hold (256-byte aligned)."""
+        shapes = [tuple(layer) for layer in layers]
+        c_layers = ffi.new("ctxc_kv_layer_shape_t[]", max(len(shapes), 1))
+        for i, shape in enumerate(shapes):
+            if len(shape) != 2:
+                raise InvalidArgumentError(f"layers[{i}] must be (kv_heads, head_dim), got {shape}")
+            c_layers[i].kv_heads = _arrays.integer(shape[0], f"layers[{i}].kv_heads", minimum=None)
+            c_layers[i].head_dim = _arrays.integer(shape[1], f"layers[{i}].head_dim", minimum=None)
+        options = ffi.new("ctxc_kv_pool_options_t *")
+        lib.ctxc_kv_pool_options_init(options)
+        options.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
+        options.page_size = _arrays.integer(page_size, "page_size", minimum=None)
+        options.dtype = _enum(DType, dtype, "dtype")
+        options.layers = c_layers if shapes else _NULL
+        options.layer_count = len(shapes)
+        return _size_out(lib.ctxc_kv_pool_required_bytes, options)
+
+    def layer(self, layer: int) -> DeviceView:
+        """One layer's memory: the pool's dtype, (2, num_pages, page_size, kv_heads, head_dim)."""
+        return _view(self, lib.ctxc_kv_pool_layer_view, self._live(), _arrays.integer(layer, "layer", minimum=None))
+
+    def memory(self) -> DeviceView:
+        """The whole pool: uint8 [footprint_bytes] (every layer starts 256-byte aligned)."""
+        return _view(self, lib.ctxc_kv_pool_memory_view, self._live())
 
     def page_bytes(self, layer: int) -> int:
         return _size_out(lib.ctxc_kv_pool_page_bytes, self._live(), _arrays.integer(layer, "layer", minimum=None))
@@ -343,7 +577,7 @@ class KvPageTable(_Handle):
     _what = "page table"
 
     def __init__(self, backend: Backend, *, max_batch: int, max_pages_per_seq: int, num_pages: int,
-                 mode: Any = PageTableMode.DENSE):
+                 mode: Any = PageTableMode.DENSE, external: Any = None):
         self.mode = _enum(PageTableMode, mode, "mode")
         self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         self.max_pages_per_seq = _arrays.integer(max_pages_per_seq, "max_pages_per_seq", minimum=None)
@@ -354,10 +588,17 @@ class KvPageTable(_Handle):
         options.max_pages_per_seq = self.max_pages_per_seq
         options.num_pages = self.num_pages
         options.mode = self.mode
+        _set_external(options, external, "external")
         out = ffi.new("ctxc_kv_page_table_t **")
         check(lib.ctxc_kv_page_table_create(_handle(backend, Backend, "backend"), options, out))
-        super().__init__(out[0], (backend,))
+        super().__init__(out[0], (backend, external))
         self.backend = backend
+
+    @property
+    def device_view(self) -> DeviceView:
+        """The device table the kernels read: int32 (max_batch, 2, max_pages_per_seq). Current only after
+        :meth:`upload` (the host table is the truth; an upload overwrites the rows it copies)."""
+        return _view(self, lib.ctxc_kv_page_table_device_view, self._live())
 
     def set_row(self, slot: int, k_pages: Any) -> None:
         pages = _arrays.int32_array(k_pages, "k_pages")
@@ -421,15 +662,27 @@ class KvLengths(_Handle):
     _destroy = staticmethod(lib.ctxc_kv_lengths_destroy)
     _what = "KV lengths"
 
-    def __init__(self, backend: Backend, max_batch: int):
+    def __init__(self, backend: Backend, max_batch: int, *, external: Any = None):
         self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         options = ffi.new("ctxc_kv_lengths_options_t *")
         lib.ctxc_kv_lengths_options_init(options)
         options.max_batch = self.max_batch
+        _set_external(options, external, "external")
         out = ffi.new("ctxc_kv_lengths_t **")
         check(lib.ctxc_kv_lengths_create(_handle(backend, Backend, "backend"), options, out))
-        super().__init__(out[0], (backend,))
+        super().__init__(out[0], (backend, external))
         self.backend = backend
+
+    @property
+    def device_view(self) -> DeviceView:
+        """The device vector: int32 (max_batch,); entries at and beyond active_batch are unspecified."""
+        return _view(self, lib.ctxc_kv_lengths_device_view, self._live())
+
+    @property
+    def active_batch(self) -> int:
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_kv_lengths_active_batch(self._live(), out))
+        return int(out[0])
 
     def set(self, values: Any) -> None:
         array = _arrays.int32_array(values, "values")
@@ -469,24 +722,61 @@ class ResidentState(_Handle):
 
     def __init__(self, backend: Backend, *, max_batch: int, num_layers: int = 0, recurrent_heads: int = 0,
                  recurrent_head_dim: int = 0, state_size: int = 0, recurrent_dtype: Any = DType.FP32,
-                 conv_dim: int = 0, conv_kernel: int = 0, conv_dtype: Any = DType.FP16, hidden_size: int = 0):
+                 conv_dim: int = 0, conv_kernel: int = 0, conv_dtype: Any = DType.FP16, hidden_size: int = 0,
+                 external: Any = None):
+        options = self._options(max_batch=max_batch, num_layers=num_layers, recurrent_heads=recurrent_heads,
+                                recurrent_head_dim=recurrent_head_dim, state_size=state_size,
+                                recurrent_dtype=recurrent_dtype, conv_dim=conv_dim, conv_kernel=conv_kernel,
+                                conv_dtype=conv_dtype, hidden_size=hidden_size)
+        self.dtypes: dict[StatePart, DType] = {StatePart.RECURRENT: DType(options.recurrent_dtype),
+                                               StatePart.CONV: DType(options.conv_dtype),
+                                               StatePart.BOUNDARY_HIDDEN: DType.FP16}
+        self.max_batch = int(options.max_batch)
+        self.num_layers = int(options.num_layers)
+        _set_external(options, external, "external")
+        out = ffi.new("ctxc_resident_state_t **")
+        check(lib.ctxc_resident_state_create(_handle(backend, Backend, "backend"), options, out))
+        super().__init__(out[0], (backend, external))
+        self.backend = backend
+
+    @staticmethod
+    def _options(*, max_batch: int, num_layers: int = 0, recurrent_heads: int = 0, recurrent_head_dim: int = 0,
+                 state_size: int = 0, recurrent_dtype: Any = DType.FP32, conv_dim: int = 0, conv_kernel: int = 0,
+                 conv_dtype: Any = DType.FP16, hidden_size: int = 0) -> Any:
         options = ffi.new("ctxc_resident_state_options_t *")
         lib.ctxc_resident_state_options_init(options)
         for name, value in (("max_batch", max_batch), ("num_layers", num_layers), ("recurrent_heads", recurrent_heads),
                             ("recurrent_head_dim", recurrent_head_dim), ("state_size", state_size),
                             ("conv_dim", conv_dim), ("conv_kernel", conv_kernel), ("hidden_size", hidden_size)):
             setattr(options, name, _arrays.integer(value, name, minimum=None))
-        self.dtypes: dict[StatePart, DType] = {StatePart.RECURRENT: _enum(DType, recurrent_dtype, "recurrent_dtype"),
-                       StatePart.CONV: _enum(DType, conv_dtype, "conv_dtype"),
-                       StatePart.BOUNDARY_HIDDEN: DType.FP16}
-        options.recurrent_dtype = self.dtypes[StatePart.RECURRENT]
-        options.conv_dtype = self.dtypes[StatePart.CONV]
-        self.max_batch = int(options.max_batch)
-        self.num_layers = int(options.num_layers)
-        out = ffi.new("ctxc_resident_state_t **")
-        check(lib.ctxc_resident_state_create(_handle(backend, Backend, "backend"), options, out))
-        super().__init__(out[0], (backend,))
-        self.backend = backend
+        options.recurrent_dtype = _enum(DType, recurrent_dtype, "recurrent_dtype")
+        options.conv_dtype = _enum(DType, conv_dtype, "conv_dtype")
+        return options
+
+    @staticmethod
+    def required_bytes(backend: Backend, **geometry: Any) -> int:
+        """The footprint of a state of this geometry (the constructor's keywords) on ``backend``: what ``external``
+        memory must hold (256-byte aligned)."""
+        options = ResidentState._options(**geometry)
+        return _size_out(lib.ctxc_resident_state_required_bytes, _handle(backend, Backend, "backend"), options)
+
+    def slab(self, part: Any, layer: int = 0) -> DeviceView:
+        """One slab: the part's dtype, (max_batch, row elements)."""
+        return _view(self, lib.ctxc_resident_state_view, self._live(), _enum(StatePart, part, "part"),
+                     _arrays.integer(layer, "layer", minimum=None))
+
+    def recurrent(self, layer: int) -> DeviceView:
+        return self.slab(StatePart.RECURRENT, layer)
+
+    def conv(self, layer: int) -> DeviceView:
+        return self.slab(StatePart.CONV, layer)
+
+    def hidden(self) -> DeviceView:
+        return self.slab(StatePart.BOUNDARY_HIDDEN, 0)
+
+    def memory(self) -> DeviceView:
+        """The whole state: uint8 [footprint_bytes]."""
+        return _view(self, lib.ctxc_resident_state_memory_view, self._live())
 
     def row_bytes(self, part: Any) -> int:
         return _size_out(lib.ctxc_resident_state_row_bytes, self._live(), _enum(StatePart, part, "part"))
@@ -532,7 +822,8 @@ class SnapshotStorage(_Handle):
 
     def __init__(self, backend: Backend, *, state: ResidentState | None = None, base_pool: KvPagePool | None = None,
                  draft_pool: KvPagePool | None = None, recurrent_budget_bytes: int = 0,
-                 partial_kv_budget_bytes: int = 0, boundary_hidden: bool = False):
+                 partial_kv_budget_bytes: int = 0, boundary_hidden: bool = False, external_recurrent: Any = None,
+                 external_partial_kv: Any = None):
         for name, value, kind in (("state", state, ResidentState), ("base_pool", base_pool, KvPagePool),
                                   ("draft_pool", draft_pool, KvPagePool)):
             if value is not None and not isinstance(value, kind):
@@ -542,12 +833,28 @@ class SnapshotStorage(_Handle):
         options.recurrent_budget_bytes = _arrays.integer(recurrent_budget_bytes, "recurrent_budget_bytes", maximum=2**62)
         options.partial_kv_budget_bytes = _arrays.integer(partial_kv_budget_bytes, "partial_kv_budget_bytes", maximum=2**62)
         options.boundary_hidden = int(_arrays.boolean(boundary_hidden, "boundary_hidden"))
+        _set_external(options, external_recurrent, "external_recurrent", "external_recurrent_data",
+                      "external_recurrent_bytes")
+        _set_external(options, external_partial_kv, "external_partial_kv", "external_partial_kv_data",
+                      "external_partial_kv_bytes")
         out = ffi.new("ctxc_snapshot_storage_t **")
         check(lib.ctxc_snapshot_storage_create(_handle(backend, Backend, "backend"), state._live() if state else _NULL,
                                                base_pool._live() if base_pool else _NULL,
                                                draft_pool._live() if draft_pool else _NULL, options, out))
-        super().__init__(out[0], (backend, state, base_pool, draft_pool))
+        super().__init__(out[0], (backend, state, base_pool, draft_pool, external_recurrent, external_partial_kv))
         self.backend = backend
+
+    def slab(self, part: Any) -> DeviceView:
+        """RECURRENT or PARTIAL_KV slots: uint8 (slots, bytes per slot)."""
+        return _view(self, lib.ctxc_snapshot_storage_view, self._live(), _enum(StatePart, part, "part"))
+
+    @property
+    def recurrent_slab(self) -> DeviceView:
+        return self.slab(StatePart.RECURRENT)
+
+    @property
+    def partial_kv_slab(self) -> DeviceView:
+        return self.slab(StatePart.PARTIAL_KV)
 
     @property
     def layout(self) -> SnapshotLayout:
@@ -711,6 +1018,8 @@ __all__ = [
     "DEFAULT_HASH_CHUNKS",
     "DType",
     "DeviceBuffer",
+    "DeviceView",
+    "Element",
     "KvLengths",
     "KvPagePool",
     "KvPageTable",

@@ -127,6 +127,7 @@ ENUM_GROUPS = {
     "CTXC_LEASE_": enums.LeaseState,
     "CTXC_BACKEND_": device.BackendKind,
     "CTXC_DTYPE_": device.DType,
+    "CTXC_ELEMENT_": device.Element,
     "CTXC_STATE_": device.StatePart,
     "CTXC_PAGE_TABLE_": device.PageTableMode,
 }

@@ -139,6 +139,20 @@ def gather(w: Dev, pool=None, table=None, **kwargs):
     return device.gather_kv(w.pool if pool is None else pool, w.table if table is None else table, **kwargs)
 
 
+def aligned(n: int) -> np.ndarray:
+    """n zero bytes starting 256-byte aligned."""
+    raw = np.zeros(n + 256, np.uint8)
+    start = -raw.__array_interface__["data"][0] % 256
+    return raw[start:start + n]
+
+
+def view_of_a_closed_pool(w: Dev) -> device.DeviceView:
+    pool = device.KvPagePool(w.backend, num_pages=2, page_size=2, layers=[(1, 2)])
+    view = pool.layer(0)
+    pool.close()
+    return view
+
+
 def raw_page_bytes(handle):
     out = ffi.new("size_t *")
     check(lib.ctxc_kv_pool_page_bytes(handle, 0, out))
@@ -177,6 +191,8 @@ CATALOGUE: dict[str, dict[str, list]] = {
                  lambda w: (w.released.close(), w.m.grow_base_pages(w.released, 1))),
         ],
         "device": [
+            case("view_exported_after_its_pool_closed", InvalidHandleError, "KV pool was closed",
+                 lambda w: view_of_a_closed_pool(w).__dlpack__()),
             case("closed_pool_write", InvalidHandleError, "KV pool was closed",
                  lambda w: w.closed_pool.write_pages(0, 0, np.zeros(2, F16))),
             case("closed_pool_in_gather", InvalidHandleError, "KV pool was closed",
@@ -307,6 +323,12 @@ CATALOGUE: dict[str, dict[str, list]] = {
                      "tokens_uint32"],
         "manager": [],
         "device": [
+            case("external_memory_of_a_wrong_type", ArgumentTypeError, "external must be None, a numpy array",
+                 lambda w: device.KvLengths(w.backend, 4, external="memory")),
+            case("external_memory_not_contiguous", ArgumentTypeError, "external must be a writeable C-contiguous array",
+                 lambda w: device.KvLengths(w.backend, 4, external=aligned(64)[::2])),
+            case("view_reinterpreted_as_another_size", InvalidArgumentError, r"fp32 \(4 bytes\) cannot reinterpret fp16",
+                 lambda w: w.pool.layer(0).view("fp32")),
             case("pool_pages_float32", ArgumentTypeError, "pages must have dtype float16 or uint8, got float32",
                  lambda w: w.pool.write_pages(0, 0, np.zeros(PAGE0, np.float32))),
             case("pool_pages_list", ArgumentTypeError, "pages must be a numpy array, got list",
@@ -373,6 +395,12 @@ CATALOGUE: dict[str, dict[str, list]] = {
         "existing": ["ref_count_index_out_of_range", "ref_count_index_of_empty_pool"],
         "manager": [],
         "device": [
+            case("pool_view_of_a_layer_beyond_the_pool", ContractError, r"layer 2 is outside \[0, 2\)",
+                 lambda w: w.pool.layer(2)),
+            case("state_view_of_a_layer_beyond_the_state", ContractError, r"layer 1 is outside \[0, 1\)",
+                 lambda w: w.state.recurrent(1)),
+            case("snapshot_view_of_a_part_without_a_slab", ContractError, "names no slab",
+                 lambda w: w.storage.slab("conv")),
             case("set_row_page_beyond_the_pool", ContractError, r"page id 4 is outside \[0, 4\)",
                  lambda w: w.table.set_row(2, [1, 4])),
             case("set_row_hole_in_dense_mode", ContractError, r"page id -1 is outside \[0, 4\)",
@@ -426,6 +454,14 @@ CATALOGUE: dict[str, dict[str, list]] = {
         "existing": [],
         "manager": [],
         "device": [
+            case("external_memory_smaller_than_the_pool", InvalidArgumentError, "holds 255 bytes, the object needs 256",
+                 lambda w: device.KvPagePool(w.backend, num_pages=4, page_size=4, layers=[(1, 2)],
+                                             external=aligned(1024)[:255])),
+            case("external_memory_misaligned", InvalidArgumentError, "is not 256-byte aligned",
+                 lambda w: device.KvPagePool(w.backend, num_pages=4, page_size=4, layers=[(1, 2)],
+                                             external=aligned(1024)[16:])),
+            case("external_null_address", InvalidArgumentError, "external memory is NULL but 16 bytes are needed",
+                 lambda w: device.KvLengths(w.backend, 4, external=(0, 16))),
             case("gather_through_a_table_of_other_size", ContractError, "the table addresses 5 pages, the pool has 4",
                  lambda w: gather(w, table=w.table5)),
             case("gather_a_layer_the_pool_lacks", ContractError, r"layer 2 is outside \[0, 2\)",

@@ -83,3 +83,38 @@ def test_compaction_rebasing_and_hashing_match(backends):
         digest = device.hash_chunked(data, offset=5)
         results.append((buffer.read().tobytes(), indices.read().tobytes(), digest.tolist()))
     assert results[0] == results[1]
+
+
+def test_cuda_views_describe_device_memory_and_export_through_dlpack(backends):
+    cpu, cuda = backends
+    pool = device.KvPagePool(cuda, num_pages=4, page_size=16, layers=[(2, 32)], dtype="fp16")
+    view = pool.layer(0)
+    assert view.__dlpack_device__() == (2, 0)  # kDLCUDA, ordinal 0
+    assert view.shape == (2, 4, 16, 2, 32) and view.data % 256 == 0
+    capsule = view.__dlpack__(stream=None)  # the backend's work is finished first
+    assert type(capsule).__name__ == "PyCapsule"
+    del capsule
+    with pytest.raises(BufferError):
+        view.__dlpack__(dl_device=(1, 0))
+    pool.close()
+    assert cuda.allocated_bytes == 0
+
+
+def test_cuda_pool_over_engine_memory_and_the_callers_stream(backends):
+    cpu, cuda = backends
+    engine = device.DeviceBuffer(cuda, device.KvPagePool.required_bytes(num_pages=4, page_size=16, layers=[(2, 32)]))
+    engine.write(np.arange(engine.nbytes, dtype=np.uint64).astype(np.uint8))
+    before = cuda.allocated_bytes
+    pool = device.KvPagePool(cuda, num_pages=4, page_size=16, layers=[(2, 32)],
+                             external=(engine.view().data, engine.nbytes))
+    assert cuda.allocated_bytes == before
+    assert pool.read_pages(0, 0, 1).view(np.uint8).reshape(-1).tolist() == [i % 256 for i in range(2048)]  # kept
+    other = device.Backend("cuda")
+    cuda.set_stream(other.stream)  # an engine's stream (here: another backend's own, which it keeps)
+    assert cuda.stream == other.stream
+    pool.write_pages(0, 1, np.ones((1, 16, 2, 32), np.float16))
+    assert (pool.read_pages(0, 1, 1) == 1).all()
+    cuda.set_stream(None)
+    assert cuda.stream != other.stream
+    pool.close()
+    other.close()

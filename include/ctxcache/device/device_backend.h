@@ -9,11 +9,13 @@
 //             device memory; allocate() is for constructing storage objects only.
 // Ordering:   operations are stream-ordered on the backend's stream (CUDA) or complete on return (CPU). upload()
 //             lets the caller reuse its source on return; download() and hashChunks() wait for the work before
-//             them. Device pointers passed to ops must come from this backend's allocate().
+//             them. setStream() moves every later op onto the caller's stream. Device pointers passed to ops come
+//             from this backend's allocate() or are external memory of its device (ExternalMemory).
 // Cost:       the front does O(descriptors) host work per op; kernels are memory-bound.
 // Threading:  single writer: the caller serialises every call on one backend and the storage built on it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +41,19 @@ struct BackendOptions {
     void* stream = nullptr;                  // CUDA: a cudaStream_t to run on; null = the backend creates its own
 };
 
+// Memory an engine already owns, for a storage object to be built over instead of allocating its own. The object
+// never frees it and never zeroes or overwrites it at construction (the bytes there are the initial contents);
+// the caller keeps it alive and unused by anything else the object does not know of until the object is gone.
+// data == nullptr (and bytes == 0): allocate as usual. CUDA: device memory of the backend's device (cudaMalloc,
+// a caching allocator's block, managed memory); CPU: host memory.
+struct ExternalMemory {
+    void* data = nullptr;
+    size_t bytes = 0;
+};
+// The alignment external memory of pools, resident state, snapshot slabs and buffers needs (what cudaMalloc
+// gives); page tables and KV lengths need only int32 alignment.
+inline constexpr size_t kExternalAlignment = 256;
+
 // What the backend submitted, for tests ("capture is one launch") and the benchmark (launches per operation).
 // kernels: kernel launches (the CPU backend counts one per op); transfers: copies and memsets, table uploads
 // included.
@@ -57,15 +72,31 @@ public:
     char const* name() const noexcept { return kind_ == BackendKind::kCuda ? "cuda" : "cpu"; }
     BackendOptions const& options() const noexcept { return options_; }
     LaunchCounters counters() const noexcept { return counters_; }
-    size_t allocatedBytes() const noexcept { return allocatedBytes_; }
+    // Bytes allocate() handed out and not yet deallocated (external memory is not counted).
+    size_t allocatedBytes() const noexcept { return allocatedBytes_.load(std::memory_order_relaxed); }
     // "cpu", or the CUDA device's name, compute capability and multiprocessor count.
     virtual std::string description() const = 0;
     // Descriptors of one op that fit the table: e.g. SpanCopy entries.
     size_t tableCapacity(size_t entryBytes) const noexcept { return options_.maxTableBytes / entryBytes; }
 
+    // ---- stream ----
+    // The stream stream-ordered ops run on: CUDA, the cudaStream_t in use (the backend's own unless setStream()
+    // gave another); CPU, whatever setStream() was last given (null at first), which it ignores.
+    virtual void* stream() const noexcept = 0;
+    // Run every later op on `stream` (CUDA: a cudaStream_t of the backend's device; null = the backend's own
+    // stream again). The work issued before the switch completes before this returns, so the new stream needs no
+    // ordering with the old one. The caller's stream is never destroyed by the backend; it must outlive its use
+    // (switch back with setStream(nullptr) before destroying it). CPU: any value is accepted and ignored (every
+    // op completes on return anyway).
+    void setStream(void* stream);
+
     // ---- memory: construction time only ----
     void* allocate(size_t bytes);                    // zero-filled, 256-byte aligned; 0 bytes -> nullptr
+    // Safe from any thread (a DLPack consumer may drop the last reference of exported memory on its own thread).
     void deallocate(void* pointer, size_t bytes) noexcept;
+    // ContractError unless [data, data + bytes) can be external memory of this backend (CUDA: device or managed
+    // memory of its device, when the runtime can tell).
+    void checkExternal(void const* data, size_t bytes, char const* what) const;
 
     // ---- transfers ----
     void upload(void* dst, void const* src, size_t bytes);    // host -> device
@@ -92,7 +123,7 @@ public:
 
     // For kernels launched outside the backend on its stream (the reference model's, cpp/sim/): the stream (a
     // cudaStream_t; null on CPU), and the count of one launch, so LaunchCounters stay the truth.
-    virtual void* nativeStream() const noexcept { return nullptr; }
+    void* nativeStream() const noexcept { return kind_ == BackendKind::kCuda ? stream() : nullptr; }
     void countLaunch() noexcept { ++counters_.kernels; }
 
 protected:
@@ -114,6 +145,9 @@ protected:
     virtual void doAddToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments) = 0;
     virtual void doGatherPagedKv(PagedKvGather const& params) = 0;
     virtual void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) = 0;
+    virtual void doSetStream(void* stream) = 0;
+    // Empty when the memory is usable; otherwise why not.
+    virtual std::string doCheckExternal(void const*, size_t) const { return {}; }
 
     LaunchCounters counters_;
 
@@ -122,16 +156,28 @@ private:
 
     BackendKind kind_;
     BackendOptions options_;
-    size_t allocatedBytes_ = 0;
+    std::atomic<size_t> allocatedBytes_{0};
     std::vector<SpanCopy> spanScratch_;  // copySpans' table with firstChunk filled; capacity fixed at construction
 };
 
-// A device allocation owned by its backend (which must outlive it). Move-only.
+// A device allocation owned by its backend (which must outlive it), or a non-owning window on external memory
+// (external(): never deallocated). Move-only.
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
     DeviceBuffer(DeviceBackend& backend, size_t bytes)
         : backend_(&backend), data_(backend.allocate(bytes)), bytes_(bytes) {}
+    // The first `required` bytes of caller memory, not owned. ExternalMemoryError (state unchanged) unless
+    // memory.data is non-null (or required is 0 and memory is empty), aligned to `alignment`, memory.bytes >=
+    // required, and the backend accepts it. `what` names the object in the message.
+    static DeviceBuffer external(DeviceBackend& backend, ExternalMemory memory, size_t required, size_t alignment,
+                                 char const* what);
+    // external() when memory.data is set, else an owned allocation of `required` bytes.
+    static DeviceBuffer make(DeviceBackend& backend, ExternalMemory memory, size_t required, size_t alignment,
+                             char const* what) {
+        if (memory.data || memory.bytes) return external(backend, memory, required, alignment, what);
+        return DeviceBuffer(backend, required);
+    }
     DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
     DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
         if (this != &other) {
@@ -139,6 +185,7 @@ public:
             backend_ = other.backend_;
             data_ = other.data_;
             bytes_ = other.bytes_;
+            owning_ = other.owning_;
             other.data_ = nullptr;
             other.bytes_ = 0;
         }
@@ -152,6 +199,8 @@ public:
     unsigned char* bytes() const noexcept { return static_cast<unsigned char*>(data_); }
     size_t size() const noexcept { return bytes_; }
     DeviceBackend* backend() const noexcept { return backend_; }
+    // False for a window on external memory.
+    bool owning() const noexcept { return owning_; }
 
     // Host <-> buffer at a byte offset; offset + size must fit (ContractError).
     void write(size_t offset, void const* host, size_t size);
@@ -159,7 +208,7 @@ public:
 
 private:
     void reset() noexcept {
-        if (data_ && backend_) backend_->deallocate(data_, bytes_);
+        if (data_ && backend_ && owning_) backend_->deallocate(data_, bytes_);
         data_ = nullptr;
         bytes_ = 0;
     }
@@ -167,6 +216,7 @@ private:
     DeviceBackend* backend_ = nullptr;
     void* data_ = nullptr;
     size_t bytes_ = 0;
+    bool owning_ = true;
 };
 
 // The CPU backend: always available.

@@ -18,6 +18,13 @@ public:
     using Error::Error;
 };
 
+// External memory that cannot hold the object built over it: a null pointer, a misaligned one, fewer bytes
+// than the object's footprint, or memory the backend cannot use. Thrown before anything changes.
+class ExternalMemoryError : public ContractError {
+public:
+    using ContractError::ContractError;
+};
+
 // A backend kind that cannot be used here: CUDA requested but not compiled in, or no device visible.
 class BackendUnavailableError : public Error {
 public:

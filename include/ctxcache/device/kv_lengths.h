@@ -2,6 +2,8 @@
 // lengths): the attention kernels' view of how many tokens each slot holds.
 //
 // Invariants: 0 <= activeBatch <= maxBatch; entries at and beyond activeBatch are unspecified.
+// External:   the vector may be an engine's own int32 array (ExternalMemory: 4-byte aligned, >= 4 * maxBatch
+//             bytes); construction writes nothing there and activeBatch starts at 0.
 // Cost:       set() is one upload; add() and compact() one launch each; read() one download.
 // Threading:  single writer; must not outlive its backend.
 #pragma once
@@ -15,13 +17,16 @@ namespace ctxcache::device {
 
 class KvLengths {
 public:
-    KvLengths(DeviceBackend& backend, int32_t maxBatch);
+    // ContractError on maxBatch <= 0 or one too large for the descriptor table; ExternalMemoryError on external
+    // memory that cannot hold it.
+    KvLengths(DeviceBackend& backend, int32_t maxBatch, ExternalMemory external = {});
 
     DeviceBackend& backend() const noexcept { return *backend_; }
     int32_t maxBatch() const noexcept { return maxBatch_; }
     int32_t activeBatch() const noexcept { return activeBatch_; }
     int32_t const* data() const noexcept { return static_cast<int32_t const*>(storage_.data()); }
     int32_t* data() noexcept { return static_cast<int32_t*>(storage_.data()); }
+    bool external() const noexcept { return !storage_.owning(); }
 
     // Start a batch: the lengths (e.g. each sequence's reuse length) of count <= maxBatch sequences, each >= 0.
     void set(int32_t const* lengths, int32_t count);

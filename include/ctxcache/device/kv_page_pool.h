@@ -4,7 +4,10 @@
 // Invariants: every layer shares numPages, pageSize and dtype; kvHeads and headDim may differ per layer. Page ids
 //             are the manager's PageIds; the V page of K page p is flat page p + numPages. Layers start at
 //             256-byte aligned offsets of ONE allocation made at construction; footprintBytes() is its exact size.
-// Cost:       construction allocates and zeroes the pool; writePages/readPages are one transfer each.
+//             Built over ExternalMemory (an engine's own allocation, 256-byte aligned, >= requiredBytes()), the
+//             pool does not own, free, zero or write that memory at construction: its bytes are the pool's.
+// Cost:       construction allocates and zeroes the pool (external: neither); writePages/readPages are one
+//             transfer each.
 // Threading:  single writer (the backend's contract); the pool must not outlive its backend.
 #pragma once
 
@@ -32,8 +35,12 @@ struct KvPoolGeometry {
 class KvPagePool {
 public:
     // ContractError on a non-positive page count, page size, layer count, head count or head dim, an unknown
-    // dtype, or a layer too large for int64 element indexing.
-    KvPagePool(DeviceBackend& backend, KvPoolGeometry geometry);
+    // dtype, or a layer too large for int64 element indexing; ExternalMemoryError on external memory that cannot
+    // hold the pool (nothing is allocated then).
+    KvPagePool(DeviceBackend& backend, KvPoolGeometry geometry, ExternalMemory external = {});
+
+    // The footprint of a pool of this geometry (what external memory must hold); ContractError as the constructor.
+    static size_t requiredBytes(KvPoolGeometry const& geometry);
 
     DeviceBackend& backend() const noexcept { return *backend_; }
     KvPoolGeometry const& geometry() const noexcept { return geometry_; }
@@ -46,6 +53,9 @@ public:
     size_t pageBytes(int32_t layer) const;   // one K (or V) page
     size_t layerBytes(int32_t layer) const;  // 2 * numPages * pageBytes
     size_t footprintBytes() const noexcept { return storage_.size(); }
+    // The whole pool (layer l at layerData(l)); footprintBytes() long.
+    void* data() const noexcept { return storage_.data(); }
+    bool external() const noexcept { return !storage_.owning(); }
 
     void* layerData(int32_t layer) const;
     // Flat page f in [0, 2 * numPages): K pages, then V pages.

@@ -7,6 +7,9 @@
 // Invariants: every entry is -1 or a valid id, and V == K + numPages entry by entry. Dense mode: within a slot no
 //             live entry follows a -1 (a sequence's pages are a prefix). Sparse-window mode: holes are allowed
 //             (a sliding window drops its oldest pages). checkInvariants() verifies all of it.
+// External:   the device view may be an engine's own int32 array (ExternalMemory: 4-byte aligned, at least
+//             requiredBytes()): construction then writes nothing there and marks every row dirty, so the first
+//             upload() writes the whole table (-1 everywhere unless set before).
 // Cost:       setRow O(maxPagesPerSeq); compactRows O(maxBatch * maxPagesPerSeq) on the host; upload one transfer
 //             per coalesced dirty row range.
 // Threading:  single writer; must not outlive its backend.
@@ -29,9 +32,13 @@ public:
         std::vector<int32_t> kPages;  // may hold -1 (a hole) only in sparse-window mode
     };
 
-    // Every entry starts at -1, uploaded. ContractError on a non-positive size or more than INT32_MAX entries.
+    // Every entry starts at -1, uploaded (external device view: dirty, see above). ContractError on a
+    // non-positive size or more than INT32_MAX entries; ExternalMemoryError on external memory that cannot hold
+    // the device view.
     KvPageTable(DeviceBackend& backend, int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages,
-                Mode mode = Mode::kDense);
+                Mode mode = Mode::kDense, ExternalMemory external = {});
+    // Bytes of the device view: maxBatch * 2 * maxPagesPerSeq * 4 (ContractError as the constructor).
+    static size_t requiredBytes(int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages);
 
     DeviceBackend& backend() const noexcept { return *backend_; }
     int32_t maxBatch() const noexcept { return maxBatch_; }
@@ -65,8 +72,11 @@ public:
     int32_t const* hostData() const noexcept { return host_.data(); }
     // The 2 * maxPagesPerSeq entries of a slot (K row then V row).
     int32_t const* hostRow(int32_t slot) const;
-    // The kernel view (device memory); current only when !dirty().
+    // The kernel view (device memory), [maxBatch, 2, maxPagesPerSeq] int32; current only when !dirty() (after
+    // upload()). Whoever writes it directly (an engine through this pointer) bypasses the host table, which
+    // stays the truth: the next upload of a row overwrites it.
     int32_t const* deviceView() const noexcept { return static_cast<int32_t const*>(device_.data()); }
+    bool external() const noexcept { return !device_.owning(); }
     size_t entryCount() const noexcept { return host_.size(); }
 
 private:

@@ -5,6 +5,8 @@
 // Layout: per layer a recurrent slab [maxBatch, heads*headDim*stateSize] and a conv slab [maxBatch,
 //         convDim*convKernel], then the hidden slab [maxBatch, hiddenSize]; each slab starts 256-byte aligned in
 //         ONE allocation made at construction (footprintBytes() is its exact size).
+//         Built over ExternalMemory (256-byte aligned, >= requiredBytes()), the state neither owns nor zeroes
+//         it: its bytes are the initial rows.
 // Cost:   zeroSlot and compact are one launch over every layer; row transfers are one copy each.
 // Threading: single writer; must not outlive its backend.
 #pragma once
@@ -43,8 +45,10 @@ struct ResidentStateGeometry {
 class ResidentState {
 public:
     // ContractError on maxBatch <= 0, negative counts, a recurrent layer with a non-positive dimension, an
-    // unknown dtype, or nothing to store at all.
-    ResidentState(DeviceBackend& backend, ResidentStateGeometry const& geometry);
+    // unknown dtype, or nothing to store at all; ExternalMemoryError on external memory that cannot hold it.
+    ResidentState(DeviceBackend& backend, ResidentStateGeometry const& geometry, ExternalMemory external = {});
+    // The footprint of this geometry on this backend (ContractError as the constructor).
+    static size_t requiredBytes(DeviceBackend const& backend, ResidentStateGeometry const& geometry);
 
     DeviceBackend& backend() const noexcept { return *backend_; }
     ResidentStateGeometry const& geometry() const noexcept { return geometry_; }
@@ -54,6 +58,8 @@ public:
     // Bytes of one row of a part (0 for a part this state does not hold); kPartialKv parts are a ContractError.
     size_t rowBytes(StatePart part) const;
     size_t footprintBytes() const noexcept { return storage_.size(); }
+    void* data() const noexcept { return storage_.data(); }
+    bool external() const noexcept { return !storage_.owning(); }
     // Device address of (part, layer, slot); the hidden part has layer 0 only.
     void* row(StatePart part, int32_t layer, int32_t slot) const;
     // Base and row count of a part's slab, for descriptor building.

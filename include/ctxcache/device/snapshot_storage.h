@@ -29,6 +29,10 @@ struct SnapshotBudgets {
     size_t recurrentBytes = 0;  // bytes available for recurrent slots
     size_t partialKvBytes = 0;  // bytes available for partial-KV slots
     bool boundaryHidden = false;  // recurrent slots also hold the boundary hidden row (needs state hiddenSize > 0)
+    // Caller memory for each slab (256-byte aligned, >= slots * bytes per slot); empty = allocate. Never owned,
+    // zeroed or written at construction: the bytes there are the slots' contents.
+    ExternalMemory recurrentMemory;
+    ExternalMemory partialKvMemory;
 };
 
 // One checkpoint transfer. A part whose slot is -1 is skipped; at least one part must be present.
@@ -45,7 +49,8 @@ class SnapshotStorage {
 public:
     // state / basePool / draftPool may be null (nothing of that kind to snapshot); a draft pool needs a base
     // pool and must be another pool. Everything must live on `backend`. ContractError otherwise, or when
-    // boundaryHidden is asked of a state without hidden rows.
+    // boundaryHidden is asked of a state without hidden rows; ExternalMemoryError on external memory that cannot
+    // hold its slab.
     SnapshotStorage(DeviceBackend& backend, ResidentState const* state, KvPagePool const* basePool,
                     KvPagePool const* draftPool, SnapshotBudgets const& budgets);
 
@@ -57,6 +62,11 @@ public:
     int32_t recurrentSlots() const noexcept { return recurrentSlots_; }
     int32_t partialKvSlots() const noexcept { return partialKvSlots_; }
     size_t footprintBytes() const noexcept { return recurrent_.size() + partialKv_.size(); }
+    // The slabs: slot s of a kind at data + s * bytesPerSlot (null when the kind has no slots).
+    void* recurrentData() const noexcept { return recurrent_.data(); }
+    void* partialKvData() const noexcept { return partialKv_.data(); }
+    bool recurrentExternal() const noexcept { return !recurrent_.owning(); }
+    bool partialKvExternal() const noexcept { return !partialKv_.owning(); }
     bool boundaryHidden() const noexcept { return boundaryHidden_; }
     // Most descriptors one transfer needs: 2 * recurrent layers + 1 + 2 * (base + draft attention layers).
     int32_t maxDescriptors() const noexcept { return maxDescriptors_; }

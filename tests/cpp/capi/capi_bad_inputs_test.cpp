@@ -692,6 +692,197 @@ TEST_F(Device, GeometryThatDoesNotMatchAPoolIsRefused) {
     EXPECT_EQ(ctxc_device_buffer_destroy(k), CTXC_OK);
 }
 
+// ---- memory an engine can use: views, external memory, streams, DLPack ------------------------------------------
+
+TEST_F(Device, ViewGettersRefuseNullHandlesNullOutputsShortStructsAndBadIndexes) {
+    ctxc_device_view_t v{};
+    v.struct_size = sizeof v;
+    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(nullptr, 0, &v), CTXC_E_INVALID_HANDLE, "ctxc_kv_pool_layer_view",
+                        "pool is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, 0, nullptr), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_layer_view",
+                        "out_view is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, 2, &v), CTXC_E_CONTRACT, "ctxc_kv_pool_layer_view",
+                        "layer 2 is outside [0, 2)"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_layer_view(pool, -1, &v), CTXC_E_CONTRACT, "ctxc_kv_pool_layer_view", "layer -1"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_memory_view(reinterpret_cast<ctxc_kv_pool_t*>(table), &v), CTXC_E_INVALID_HANDLE,
+                        "ctxc_kv_pool_memory_view", "pool"));
+    EXPECT_TRUE(refused(ctxc_kv_page_table_device_view(table, nullptr), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_page_table_device_view", "out_view is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_lengths_device_view(nullptr, &v), CTXC_E_INVALID_HANDLE, "ctxc_kv_lengths_device_view",
+                        "lengths is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_lengths_active_batch(lengths, nullptr), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_lengths_active_batch", "out_active_batch is NULL"));
+    EXPECT_TRUE(refused(ctxc_resident_state_view(state, 7, 0, &v), CTXC_E_INVALID_ARGUMENT, "ctxc_resident_state_view",
+                        "part 7"));
+    EXPECT_TRUE(refused(ctxc_resident_state_view(state, CTXC_STATE_RECURRENT, 1, &v), CTXC_E_CONTRACT,
+                        "ctxc_resident_state_view", "layer 1"));
+    EXPECT_TRUE(refused(ctxc_resident_state_view(state, CTXC_STATE_PARTIAL_KV, 0, &v), CTXC_E_CONTRACT,
+                        "ctxc_resident_state_view", "not a resident-state part"));
+    EXPECT_TRUE(refused(ctxc_resident_state_memory_view(state, nullptr), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_resident_state_memory_view", "out_view is NULL"));
+    EXPECT_TRUE(refused(ctxc_snapshot_storage_view(storage, CTXC_STATE_CONV, &v), CTXC_E_CONTRACT,
+                        "ctxc_snapshot_storage_view", "names no slab"));
+    EXPECT_TRUE(refused(ctxc_device_buffer_view(buffer, nullptr), CTXC_E_INVALID_ARGUMENT, "ctxc_device_buffer_view",
+                        "out_view is NULL"));
+    // A short struct_size: refused before a byte of the output is written.
+    ctxc_device_view_t shorter;
+    std::memset(&shorter, 0xAB, sizeof shorter);
+    shorter.struct_size = sizeof shorter - 1;
+    ctxc_device_view_t const untouched = shorter;
+    for (ctxc_status_t s :
+         {ctxc_kv_pool_layer_view(pool, 0, &shorter), ctxc_kv_pool_memory_view(pool, &shorter),
+          ctxc_kv_page_table_device_view(table, &shorter), ctxc_kv_lengths_device_view(lengths, &shorter),
+          ctxc_resident_state_view(state, CTXC_STATE_CONV, 0, &shorter),
+          ctxc_resident_state_memory_view(state, &shorter),
+          ctxc_snapshot_storage_view(storage, CTXC_STATE_RECURRENT, &shorter),
+          ctxc_device_buffer_view(buffer, &shorter)}) {
+        EXPECT_EQ(s, CTXC_E_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(ctxc_last_error()).find("struct_size"), std::string::npos) << ctxc_last_error();
+    }
+    EXPECT_EQ(std::memcmp(&shorter, &untouched, sizeof shorter), 0);
+}
+
+TEST_F(Device, ExternalMemoryThatCannotHoldTheObjectIsRefusedAndNothingIsCreated) {
+    alignas(256) static uint8_t memory[1024 + 256];
+    std::memset(memory, 0x5A, sizeof memory);
+    std::vector<ctxc_kv_layer_shape_t> const layers = {{1, 2}};
+    ctxc_kv_pool_options_t o;
+    ctxc_kv_pool_options_init(&o);
+    o.num_pages = 4;
+    o.page_size = 4;
+    o.layers = layers.data();
+    o.layer_count = 1;
+    size_t required = 0;
+    ASSERT_EQ(ctxc_kv_pool_required_bytes(&o, &required), CTXC_OK);
+    ASSERT_EQ(required, 256u);
+    ctxc_kv_pool_t* newPool = pool;
+    o.external_data = nullptr;
+    o.external_bytes = 256;
+    EXPECT_TRUE(
+        refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_create", "is NULL"));
+    EXPECT_EQ(newPool, nullptr);
+    o.external_data = memory + 16;
+    EXPECT_TRUE(refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_create",
+                        "256-byte aligned"));
+    o.external_data = memory;
+    o.external_bytes = 255;
+    EXPECT_TRUE(refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_pool_create",
+                        "holds 255 bytes, the object needs 256"));
+    o.num_pages = 0;  // a bad geometry is still the geometry's error
+    o.external_bytes = 256;
+    EXPECT_TRUE(
+        refused(ctxc_kv_pool_create(backend, &o, &newPool), CTXC_E_CONTRACT, "ctxc_kv_pool_create", "numPages"));
+    EXPECT_TRUE(refused(ctxc_kv_pool_required_bytes(&o, nullptr), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_pool_required_bytes", "out_bytes is NULL"));
+
+    ctxc_kv_page_table_options_t to;
+    ctxc_kv_page_table_options_init(&to);
+    to.max_batch = 2;
+    to.max_pages_per_seq = 2;
+    to.num_pages = 4;
+    to.external_data = memory + 2;
+    to.external_bytes = 64;
+    ctxc_kv_page_table_t* newTable = table;
+    EXPECT_TRUE(refused(ctxc_kv_page_table_create(backend, &to, &newTable), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_page_table_create", "4-byte aligned"));
+    EXPECT_EQ(newTable, nullptr);
+    ctxc_kv_lengths_options_t lo;
+    ctxc_kv_lengths_options_init(&lo);
+    lo.max_batch = 4;
+    lo.external_data = memory;
+    lo.external_bytes = 15;
+    ctxc_kv_lengths_t* newLengths = lengths;
+    EXPECT_TRUE(refused(ctxc_kv_lengths_create(backend, &lo, &newLengths), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_lengths_create", "holds 15 bytes"));
+    EXPECT_EQ(newLengths, nullptr);
+    ctxc_resident_state_options_t so;
+    ctxc_resident_state_options_init(&so);
+    so.max_batch = 2;
+    so.hidden_size = 4;
+    so.external_data = memory;
+    so.external_bytes = 8;
+    ctxc_resident_state_t* newState = state;
+    EXPECT_TRUE(refused(ctxc_resident_state_create(backend, &so, &newState), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_resident_state_create", "the object needs 256"));
+    EXPECT_EQ(newState, nullptr);
+    EXPECT_TRUE(refused(ctxc_resident_state_required_bytes(nullptr, &so, &required), CTXC_E_INVALID_HANDLE,
+                        "ctxc_resident_state_required_bytes", "backend is NULL"));
+    ctxc_snapshot_storage_options_t sto;
+    ctxc_snapshot_storage_options_init(&sto);
+    sto.recurrent_budget_bytes = 64;
+    sto.external_recurrent_data = memory;
+    sto.external_recurrent_bytes = 47;  // 2 slots of 24 bytes need 48
+    sto.partial_kv_budget_bytes = 96;
+    ctxc_snapshot_storage_t* newStorage = storage;
+    EXPECT_TRUE(refused(ctxc_snapshot_storage_create(backend, state, pool, nullptr, &sto, &newStorage),
+                        CTXC_E_INVALID_ARGUMENT, "ctxc_snapshot_storage_create", "recurrent slab"));
+    EXPECT_EQ(newStorage, nullptr);
+    ctxc_device_buffer_options_t bo;
+    ctxc_device_buffer_options_init(&bo);
+    bo.bytes = 64;
+    bo.external_data = memory;
+    bo.external_bytes = 32;
+    ctxc_device_buffer_t* newBuffer = buffer;
+    EXPECT_TRUE(refused(ctxc_device_buffer_create(backend, &bo, &newBuffer), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_buffer_create", "holds 32 bytes"));
+    EXPECT_EQ(newBuffer, nullptr);
+    for (uint8_t byte : memory) ASSERT_EQ(byte, 0x5A) << "a refused create touched the caller's memory";
+}
+
+TEST_F(Device, StreamCallsRefuseNullHandlesAndOutputs) {
+    EXPECT_TRUE(refused(ctxc_device_backend_set_stream(nullptr, nullptr), CTXC_E_INVALID_HANDLE,
+                        "ctxc_device_backend_set_stream", "backend is NULL"));
+    void* stream = nullptr;
+    EXPECT_TRUE(refused(ctxc_device_backend_stream(nullptr, &stream), CTXC_E_INVALID_HANDLE,
+                        "ctxc_device_backend_stream", "backend is NULL"));
+    EXPECT_TRUE(refused(ctxc_device_backend_stream(backend, nullptr), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_backend_stream", "out_stream is NULL"));
+    EXPECT_TRUE(refused(ctxc_device_backend_set_stream(reinterpret_cast<ctxc_device_backend_t*>(pool), nullptr),
+                        CTXC_E_INVALID_HANDLE, "ctxc_device_backend_set_stream", "backend"));
+}
+
+TEST_F(Device, DlpackExportRefusesViewsItCannotVouchFor) {
+    ctxc_device_view_t v{};
+    v.struct_size = sizeof v;
+    ASSERT_EQ(ctxc_kv_pool_layer_view(pool, 1, &v), CTXC_OK);
+    void* managed = reinterpret_cast<void*>(0x1);
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(nullptr, pool, 0, &managed), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_view_to_dlpack", "view is NULL"));
+    EXPECT_EQ(managed, nullptr);
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&v, pool, 0, nullptr), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_view_to_dlpack", "out_managed is NULL"));
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&v, nullptr, 0, &managed), CTXC_E_INVALID_HANDLE,
+                        "ctxc_device_view_to_dlpack", "owner is NULL"));
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&v, backend, 0, &managed), CTXC_E_INVALID_HANDLE,
+                        "ctxc_device_view_to_dlpack", "not a live handle of a device object"));
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&v, pool, 2, &managed), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_view_to_dlpack", "versioned must be 0 or 1"));
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&v, table, 0, &managed), CTXC_E_CONTRACT,
+                        "ctxc_device_view_to_dlpack", "outside the owner's memory"));
+    ctxc_device_view_t bad = v;
+    bad.element = CTXC_ELEMENT_FP32;  // twice the element size: the bytes no longer match the shape
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&bad, pool, 0, &managed), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_view_to_dlpack", "is not product(shape)"));
+    bad = v;
+    bad.element = 99;
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&bad, pool, 0, &managed), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_view_to_dlpack", "element 99"));
+    bad = v;
+    bad.ndim = 6;
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&bad, pool, 0, &managed), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_view_to_dlpack", "ndim 6"));
+    bad = v;
+    bad.shape[0] = 3;  // one more half than the layer has
+    bad.bytes = v.bytes / 2 * 3;
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&bad, pool, 0, &managed), CTXC_E_CONTRACT,
+                        "ctxc_device_view_to_dlpack", "outside the owner's memory"));
+    bad = v;
+    bad.struct_size = 4;
+    EXPECT_TRUE(refused(ctxc_device_view_to_dlpack(&bad, pool, 0, &managed), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_device_view_to_dlpack", "struct_size"));
+    EXPECT_EQ(managed, nullptr);
+}
+
 // ---- regressions found by tests/fuzz/device_fuzz.cpp ------------------------------------------------------------
 // Each was a refused call that escaped as CTXC_E_INTERNAL, tried to allocate before it refused (so the answer was
 // CTXC_E_NO_MEMORY, or a multi-gigabyte allocation and then a refusal), or an accepted call that must be refused.

@@ -13,7 +13,9 @@
 
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/chunked_hash.h"
+#include "ctxcache/device/device_error.h"
 #include "ctxcache/device/kv_gather.h"
+#include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/snapshot_storage.h"
 #include "device/cuda_probe.h"
 #include "device_test_support.h"
@@ -51,6 +53,15 @@ protected:
     }
 
     DeviceBackend& backend(int i) { return i == 0 ? *cpu : *cuda; }
+
+    // Another CUDA backend (emulated in the emulation suite).
+    static std::unique_ptr<DeviceBackend> makeCuda(BackendOptions const& options = {}) {
+#if defined(CTXCACHE_TEST_EMULATED_CUDA)
+        return createEmulatedCudaBackend(options);
+#else
+        return createCudaBackend(options);
+#endif
+    }
 
     std::unique_ptr<DeviceBackend> cpu;
     std::unique_ptr<DeviceBackend> cuda;
@@ -336,4 +347,78 @@ TEST_F(CudaVsCpu, PageTableUploadsMatchTheHostTruth) {
     std::vector<int32_t> device(table.entryCount());
     cuda->download(device.data(), table.deviceView(), device.size() * 4);
     EXPECT_EQ(device, std::vector<int32_t>(table.hostData(), table.hostData() + table.entryCount()));
+}
+
+// An engine's stream: a backend built on it, or switched to it, runs its ops there, and never destroys it (the
+// stream here belongs to another backend, which must keep working after the borrower is gone).
+TEST_F(CudaVsCpu, OpsRunOnTheCallersStreamWhichIsNeverDestroyed) {
+    std::unique_ptr<DeviceBackend> owner = makeCuda();
+    void* const callers = owner->stream();
+    ASSERT_NE(callers, nullptr);
+    {
+        BackendOptions options;
+        options.stream = callers;
+        std::unique_ptr<DeviceBackend> borrower = makeCuda(options);
+        EXPECT_EQ(borrower->stream(), callers);
+        KvLengths lengths(*borrower, 4);
+        int32_t const values[] = {1, 2, 3};
+        lengths.set(values, 3);
+        lengths.add(10);
+        EXPECT_EQ(lengths.read(), (std::vector<int32_t>{11, 12, 13}));
+        borrower->setStream(nullptr);  // its own stream, created now
+        EXPECT_NE(borrower->stream(), callers);
+        EXPECT_NE(borrower->stream(), nullptr);
+        lengths.add(1);
+        borrower->setStream(callers);
+        EXPECT_EQ(borrower->stream(), callers);
+        lengths.add(1);
+        EXPECT_EQ(lengths.read(), (std::vector<int32_t>{13, 14, 15}));
+    }
+    KvLengths mine(*owner, 2);  // the caller's stream outlived the borrower
+    int32_t const values[] = {4, 5};
+    mine.set(values, 2);
+    mine.add(1);
+    EXPECT_EQ(mine.read(), (std::vector<int32_t>{5, 6}));
+    void* const own = cuda->stream();
+    cuda->setStream(callers);
+    EXPECT_EQ(cuda->stream(), callers);
+    cuda->setStream(nullptr);
+    EXPECT_EQ(cuda->stream(), own);
+}
+
+// A pool over memory the engine allocated on the device holds the same bytes as the CPU pool, in place.
+TEST_F(CudaVsCpu, APoolOverEngineDeviceMemoryMatchesAndUsesItInPlace) {
+    KvPoolGeometry g;
+    g.numPages = 6;
+    g.pageSize = 16;
+    g.dtype = DType::kBf16;
+    g.layers = {{2, 24}, {1, 40}};
+    DeviceBuffer engine(*cuda, KvPagePool::requiredBytes(g) + 512);  // the engine's allocation
+    Bytes const initial = randomBytes(engine.size(), 7);
+    engine.write(0, initial.data(), initial.size());
+    size_t const allocatedBefore = cuda->allocatedBytes();
+    std::vector<Bytes> results;
+    {
+        KvPagePool pool(*cuda, g, ExternalMemory{engine.data(), engine.size()});
+        EXPECT_EQ(cuda->allocatedBytes(), allocatedBefore);
+        EXPECT_EQ(pool.layerData(0), engine.data());
+        EXPECT_TRUE(pool.external());
+        Bytes head(pool.pageBytes(0));
+        pool.readPages(0, 0, 1, head.data(), head.size());
+        EXPECT_EQ(head, Bytes(initial.begin(), initial.begin() + static_cast<long>(head.size())));
+        KvPagePool reference(*cpu, g);
+        fillPool(pool, 3);
+        fillPool(reference, 3);
+        for (int32_t layer = 0; layer < 2; ++layer) EXPECT_EQ(readPool(pool, layer), readPool(reference, layer));
+        results.push_back(readPool(pool, 1));
+    }
+    Bytes tail(results[0].size());  // the pool is gone; its bytes stay in the engine's memory
+    size_t const layer1 = (KvPagePool::requiredBytes(g) - results[0].size()) / 256 * 256;
+    engine.read(layer1, tail.data(), tail.size());
+    EXPECT_EQ(tail, results[0]);
+#if !defined(CTXCACHE_TEST_EMULATED_CUDA)
+    Bytes host(KvPagePool::requiredBytes(g) + 256);  // host memory is not device memory
+    void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(host.data()) + 255) / 256 * 256);
+    EXPECT_THROW(KvPagePool(*cuda, g, ExternalMemory{aligned, KvPagePool::requiredBytes(g)}), ExternalMemoryError);
+#endif
 }

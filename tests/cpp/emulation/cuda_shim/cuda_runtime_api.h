@@ -111,7 +111,12 @@ enum cudaMemcpyKind {
     cudaMemcpyDeviceToDevice = 3,
     cudaMemcpyDefault = 4
 };
-enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
+enum cudaMemoryType {
+    cudaMemoryTypeUnregistered = 0,
+    cudaMemoryTypeHost = 1,
+    cudaMemoryTypeDevice = 2,
+    cudaMemoryTypeManaged = 3
+};
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
 struct cudaPointerAttributes {
     cudaMemoryType type;
@@ -150,7 +155,8 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-    *s = reinterpret_cast<cudaStream_t>(0x5);
+    static uintptr_t next = 0x5;  // a distinct (never dereferenced) stream each time
+    *s = reinterpret_cast<cudaStream_t>(next++);
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
@@ -181,8 +187,11 @@ inline cudaError_t cudaMemcpyAsync(void* dst, void const* src, size_t bytes, cud
     std::memmove(dst, src, bytes);
     return cudaSuccess;
 }
+// Every pointer is "device memory of device 0" (the stand-in's device memory is host memory), so external memory
+// is accepted as on a real device.
 inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, void const*) {
     *a = cudaPointerAttributes{};
+    a->type = cudaMemoryTypeDevice;
     return cudaSuccess;
 }
 
