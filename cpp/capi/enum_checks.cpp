@@ -11,6 +11,8 @@
 #include "ctxcache/device/layout.h"
 #include "ctxcache/device/resident_state.h"
 #include "ctxcache/reuse_plan.h"
+#include "ctxcache/runtime/runtime_types.h"
+#include "ctxcache/sim/reference_engine.h"
 #include "ctxcache/types.h"
 
 namespace ctxcache::capi {
@@ -20,6 +22,14 @@ template <class E>
 constexpr bool same(E cpp, int c) {
     return static_cast<int>(cpp) == c;
 }
+
+static_assert(same(sim::DeploymentKind::kAttention, CTXC_SIM_DEPLOYMENT_ATTENTION));
+static_assert(same(sim::DeploymentKind::kHybrid, CTXC_SIM_DEPLOYMENT_HYBRID));
+static_assert(same(sim::DeploymentKind::kRecurrent, CTXC_SIM_DEPLOYMENT_RECURRENT));
+static_assert(same(sim::DeploymentKind::kEagle, CTXC_SIM_DEPLOYMENT_EAGLE));
+static_assert(same(runtime::ContextCacheCommitPolicy::kIncludingGeneratedTokens,
+                   CTXC_COMMIT_INCLUDING_GENERATED_TOKENS));
+static_assert(same(runtime::ContextCacheCommitPolicy::kPrefillStateOnly, CTXC_COMMIT_PREFILL_STATE_ONLY));
 
 static_assert(same(ResourceType::kBaseKvPage, CTXC_RESOURCE_BASE_KV_PAGE));
 static_assert(same(ResourceType::kDraftKvPage, CTXC_RESOURCE_DRAFT_KV_PAGE));

@@ -17,6 +17,8 @@ static_assert(sizeof(ctxc_hybrid_snapshot_reservation_t) == 8);
 static_assert(sizeof(ctxc_hybrid_checkpoint_key_t) == 24);
 static_assert(sizeof(ctxc_kv_layer_shape_t) == 8);
 static_assert(sizeof(ctxc_reuse_plan_t) == 120);
+static_assert(sizeof(ctxc_sim_media_item_t) == 32);
+static_assert(sizeof(ctxc_sim_request_t) == 48);
 // The reuse plan can still grow: it is the last member of the acquire result, whose struct_size covers it.
 static_assert(offsetof(ctxc_acquire_result_t, plan) + sizeof(ctxc_reuse_plan_t) == sizeof(ctxc_acquire_result_t));
 
@@ -83,6 +85,11 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_device_buffer_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_page_table_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_lengths_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_sim_engine_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_sim_media_item_t),
+        CTXC_SIZEOF_ENTRY(ctxc_sim_request_t),
+        CTXC_SIZEOF_ENTRY(ctxc_sim_output_t),
+        CTXC_SIZEOF_ENTRY(ctxc_sim_engine_stats_t),
     };
 #undef CTXC_SIZEOF_ENTRY
     for (Entry const& e : table)

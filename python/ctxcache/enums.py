@@ -56,3 +56,19 @@ class LeaseState(IntEnum):
     LIVE = 0
     RELEASED = 1
     ORPHANED = 2
+
+
+class CommitPolicy(IntEnum):
+    """When a finished sequence's state is published: at prefill end and decode end, or at prefill end only."""
+
+    INCLUDING_GENERATED_TOKENS = 0
+    PREFILL_STATE_ONLY = 1
+
+
+class SimDeployment(IntEnum):
+    """What the reference engine's model keeps per sequence (ctxcache.sim)."""
+
+    ATTENTION = 0
+    HYBRID = 1
+    RECURRENT = 2
+    EAGLE = 3

@@ -130,6 +130,8 @@ ENUM_GROUPS = {
     "CTXC_ELEMENT_": device.Element,
     "CTXC_STATE_": device.StatePart,
     "CTXC_PAGE_TABLE_": device.PageTableMode,
+    "CTXC_COMMIT_": enums.CommitPolicy,
+    "CTXC_SIM_DEPLOYMENT_": enums.SimDeployment,
 }
 # Constants that are no enum member, each with the Python name that mirrors it (None: nothing to mirror).
 SINGLE_CONSTANTS = {
@@ -228,7 +230,7 @@ def test_struct_size_too_small_is_refused():
 FROZEN_STRUCTS = {
     "ctxc_hash128_t", "ctxc_resource_demand_t", "ctxc_media_span_key_t", "ctxc_block_key_extras_t",
     "ctxc_hybrid_candidate_t", "ctxc_hybrid_snapshot_reservation_t", "ctxc_hybrid_checkpoint_key_t",
-    "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t",
+    "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t", "ctxc_sim_media_item_t", "ctxc_sim_request_t",
 }
 
 

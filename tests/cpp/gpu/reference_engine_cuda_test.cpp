@@ -30,7 +30,8 @@ bool cudaUsable() {
     std::string reason;
     if (device::cudaBackendAvailable(&reason)) return true;
     char const* require = std::getenv("CTXCACHE_REQUIRE_GPU");
-    if (require && std::string(require) == "1") ADD_FAILURE() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
+    if (require && std::string(require) == "1")
+        ADD_FAILURE() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
     return false;
 }
 

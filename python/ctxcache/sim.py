@@ -1,0 +1,222 @@
+"""The reference engine: a deterministic stand-in for an inference engine that proves every reuse byte-exact.
+
+It serves requests through the runtime exactly as an engine would (the ManagedKVCacheRequest facade over a
+context-cache coordinator: begin, prefill from the prefill start, captures, completion, decode steps, joiners,
+compaction, finish) and writes real KV, draft KV and recurrent state through the page tables the runtime
+manages. Every stored word depends on every earlier position and the next token is sampled from the stored
+words, so a wrong page, snapshot, length or compaction changes both the bytes and the generated text::
+
+    from ctxcache import sim
+    eng = sim.ReferenceEngine(deployment="attention", page_size=16, base_pages=256)
+    out = eng.serve([sim.Request(tokens=np.arange(40, dtype=np.int32), max_new_tokens=8)])
+    cold = eng.cold_reference(requests)   # a fresh engine with reuse off: the ground truth
+    assert out[0].generated.tolist() == cold[0].generated.tolist()
+    assert out[0].state_digest == cold[0].state_digest
+
+Lifetime: ``close()`` or a ``with`` block frees the engine; results are copied out, so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _arrays
+from ._ffi import check, ffi, lib, new_output
+from ._resource import Family, Resource
+from .device import BackendKind, DType, _enum
+from .enums import CommitPolicy, HashAlgorithm, SimDeployment
+from .errors import ArgumentTypeError, InvalidHandleError
+
+__all__ = ["EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment"]
+
+_NULL = ffi.NULL
+
+
+@dataclass(frozen=True)
+class MediaItem:
+    """One media item of a prompt: its bytes (its identity) and the prompt tokens it occupies."""
+
+    data: bytes
+    first_token: int
+    token_count: int
+    modality: int = 0  # 0 image, 1 audio, 2 video
+
+
+@dataclass(frozen=True)
+class Request:
+    tokens: Any  # a 1-D int32 array (or a sequence of ints)
+    max_new_tokens: int = 8
+    lora: str | None = None
+    media: Sequence[MediaItem] = field(default_factory=tuple)
+    cancel_after: int | None = None  # cancelled once it has generated this many tokens
+
+
+@dataclass(frozen=True)
+class Output:
+    prefill_start: int  # where its prefill began: the reuse length
+    generated: np.ndarray  # int32 tokens sampled from the stored bytes
+    state_digest: bytes  # SHA-256 of its final KV, draft KV and recurrent bytes in logical order
+    cancelled: bool
+    joined: bool  # admitted in flight into a running batch
+    attempts: int  # > 1 when a synchronisation fault made it start over
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    batches: int
+    joiners: int
+    joiner_no_capacity: int
+    compactions: int
+    decode_steps: int
+    sync_calls: int
+    sync_failures: int
+    restarts: int
+    capacity_retries: int
+
+
+class ReferenceEngine(Resource):
+    """A reference engine over its own backend, pools, page tables, snapshot storage and coordinator.
+
+    ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``backend``: "cpu" (default), "cuda" or
+    "auto". ``reuse=False`` serves every request cold. ``sync_failure_rate`` (with ``fault_seed``) fails device
+    synchronisations at seeded random points: the engine recovers (shutdown) and serves again from scratch.
+    """
+
+    __slots__ = ("_family", "_handle")
+    _destroy = staticmethod(lib.ctxc_sim_engine_destroy)
+
+    def __init__(self, deployment: Any = "attention", *, page_size: int = 16, base_pages: int = 256,
+                 max_records: int = 1024, max_batch: int = 8, max_pages_per_sequence: int = 64,
+                 snapshot_slots: int = 64, backend: Any = "cpu", seed: int = 0, layers: int = 2, kv_heads: int = 2,
+                 head_dim: int = 8, kv_dtype: Any = "fp16", recurrent_layers: int = 2, vocab_size: int = 32000,
+                 reuse: bool = True, commit_policy: Any = CommitPolicy.INCLUDING_GENERATED_TOKENS,
+                 hash_algorithm: Any = HashAlgorithm.SHA256, sync_failure_rate: float = 0.0,
+                 fault_seed: int = 1) -> None:
+        o = new_output("ctxc_sim_engine_options_t")
+        lib.ctxc_sim_engine_options_init(o)
+        o.deployment = _enum(SimDeployment, deployment, "deployment")
+        o.page_size = _arrays.integer(page_size, "page_size", minimum=None)
+        o.base_pages = _arrays.integer(base_pages, "base_pages", minimum=None)
+        o.max_records = _arrays.integer(max_records, "max_records", minimum=None)
+        o.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
+        o.max_pages_per_sequence = _arrays.integer(max_pages_per_sequence, "max_pages_per_sequence", minimum=None)
+        o.snapshot_slots = _arrays.integer(snapshot_slots, "snapshot_slots", minimum=None)
+        o.backend = _enum(BackendKind, backend, "backend")
+        o.seed = _arrays.integer(seed, "seed", maximum=2**32 - 1)
+        o.layers = _arrays.integer(layers, "layers", minimum=None)
+        o.kv_heads = _arrays.integer(kv_heads, "kv_heads", minimum=None)
+        o.head_dim = _arrays.integer(head_dim, "head_dim", minimum=None)
+        o.kv_dtype = _enum(DType, kv_dtype, "kv_dtype")
+        o.recurrent_layers = _arrays.integer(recurrent_layers, "recurrent_layers", minimum=None)
+        o.vocab_size = _arrays.integer(vocab_size, "vocab_size", minimum=None)
+        o.reuse = 1 if _arrays.boolean(reuse, "reuse") else 0
+        o.commit_policy = _enum(CommitPolicy, commit_policy, "commit_policy")
+        o.hash_algorithm = _enum(HashAlgorithm, hash_algorithm, "hash_algorithm")
+        o.fault_seed = _arrays.integer(fault_seed, "fault_seed", maximum=2**32 - 1)
+        if not isinstance(sync_failure_rate, (int, float)):
+            raise ArgumentTypeError(f"sync_failure_rate must be a number, got {type(sync_failure_rate).__name__}")
+        o.sync_failure_rate = float(sync_failure_rate)
+        out = ffi.new("ctxc_sim_engine_t **")
+        check(lib.ctxc_sim_engine_create(o, out))
+        self._handle = out[0]
+        self._join(Family())
+
+    def _live(self) -> Any:
+        if self._handle == _NULL:
+            raise InvalidHandleError("engine was closed")
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._handle == _NULL)
+
+    def close(self) -> None:
+        if self._handle != _NULL:
+            handle, self._handle = self._handle, _NULL
+            check(lib.ctxc_sim_engine_destroy(handle))
+
+    def serve(self, requests: Sequence[Request]) -> list[Output]:
+        """Serve the requests in order (batches of max_batch founders, joiners where the deployment allows)."""
+        return self._serve(requests, cold=False)
+
+    def cold_reference(self, requests: Sequence[Request]) -> list[Output]:
+        """The same requests on a fresh engine of this configuration with reuse off and no faults."""
+        return self._serve(requests, cold=True)
+
+    def _serve(self, requests: Sequence[Request], *, cold: bool) -> list[Output]:
+        if not isinstance(requests, Sequence):
+            raise ArgumentTypeError(f"requests must be a sequence of sim.Request, got {type(requests).__name__}")
+        count = len(requests)
+        c_requests = ffi.new("ctxc_sim_request_t[]", max(count, 1))
+        keep: list[Any] = []  # arrays and strings the C structs point at, alive until the call returns
+        for i, request in enumerate(requests):
+            if not isinstance(request, Request):
+                raise ArgumentTypeError(f"requests[{i}] must be a sim.Request, got {type(request).__name__}")
+            tokens = _arrays.int32_array(request.tokens, f"requests[{i}].tokens")
+            keep.append(tokens)
+            c = c_requests[i]
+            c.tokens = _arrays.int32_pointer(tokens)
+            c.token_count = tokens.size
+            c.max_new_tokens = _arrays.integer(request.max_new_tokens, f"requests[{i}].max_new_tokens", minimum=None)
+            c.cancel_after = (0 if request.cancel_after is None else
+                              _arrays.integer(request.cancel_after, f"requests[{i}].cancel_after", minimum=None))
+            if request.lora:
+                lora = ffi.new("char[]", request.lora.encode())
+                keep.append(lora)
+                c.lora = lora
+            media = list(request.media)
+            if media:
+                items = ffi.new("ctxc_sim_media_item_t[]", len(media))
+                keep.append(items)
+                for k, item in enumerate(media):
+                    if not isinstance(item, MediaItem):
+                        raise ArgumentTypeError(f"requests[{i}].media[{k}] must be a sim.MediaItem")
+                    data = ffi.from_buffer(bytes(item.data))
+                    keep.append(data)
+                    items[k].bytes = data
+                    items[k].size = len(item.data)
+                    items[k].first_token = _arrays.integer(item.first_token, "first_token", minimum=None)
+                    items[k].token_count = _arrays.integer(item.token_count, "token_count", minimum=None)
+                    items[k].modality = _arrays.integer(item.modality, "modality", minimum=None)
+                c.media = items
+                c.media_count = len(media)
+        results_out = ffi.new("ctxc_sim_results_t **")
+        check(lib.ctxc_sim_engine_serve(self._live(), c_requests, count, 1 if cold else 0, results_out))
+        results = results_out[0]
+        try:
+            outputs = []
+            tokens_out = ffi.new("const int32_t **")
+            size_out = ffi.new("size_t *")
+            for i in range(count):
+                o = new_output("ctxc_sim_output_t")
+                check(lib.ctxc_sim_results_output(results, i, o))
+                check(lib.ctxc_sim_results_generated(results, i, tokens_out, size_out))
+                generated = np.frombuffer(ffi.buffer(tokens_out[0], size_out[0] * 4), dtype=np.int32).copy()
+                outputs.append(Output(prefill_start=int(o.prefill_start), generated=generated,
+                                      state_digest=bytes(ffi.buffer(o.state_digest, 32)),
+                                      cancelled=bool(o.cancelled), joined=bool(o.joined), attempts=int(o.attempts)))
+            return outputs
+        finally:
+            check(lib.ctxc_sim_results_destroy(results))
+
+    @property
+    def stats(self) -> EngineStats:
+        s = new_output("ctxc_sim_engine_stats_t")
+        check(lib.ctxc_sim_engine_stats(self._live(), s))
+        return EngineStats(batches=s.batches, joiners=s.joiners, joiner_no_capacity=s.joiner_no_capacity,
+                           compactions=s.compactions, decode_steps=s.decode_steps, sync_calls=s.sync_calls,
+                           sync_failures=s.sync_failures, restarts=s.restarts, capacity_retries=s.capacity_retries)
+
+    def check_invariants(self) -> None:
+        """The coordinator's and the manager's invariants, and that no request is live (InvariantError)."""
+        check(lib.ctxc_sim_engine_check_invariants(self._live()))
+
+    def drain(self) -> bool:
+        """Evict every record; True when every pool is full again (nothing leaked)."""
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_sim_engine_drain(self._live(), out))
+        return bool(out[0])
