@@ -105,7 +105,8 @@ CTXC_API void ctxc_sim_engine_options_init(ctxc_sim_engine_options_t* options) {
     options->sync_failure_rate = 0.0;
 }
 
-CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* options, ctxc_sim_engine_t** out_engine) {
+CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* options,
+                                              ctxc_sim_engine_t** out_engine) {
     return guard(__func__, [&] {
         requireOut(out_engine, "out_engine") = nullptr;
         ctxc_sim_engine_options_t const& o = requireSized(options, "options");
@@ -115,7 +116,8 @@ CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* o
             invalidArgument("options->backend " + std::to_string(o.backend) + " is not a CTXC_BACKEND_*");
         if (!device::isValidDType(o.kv_dtype))
             invalidArgument("options->kv_dtype " + std::to_string(o.kv_dtype) + " is not a CTXC_DTYPE_*");
-        if (o.commit_policy != CTXC_COMMIT_INCLUDING_GENERATED_TOKENS && o.commit_policy != CTXC_COMMIT_PREFILL_STATE_ONLY)
+        if (o.commit_policy != CTXC_COMMIT_INCLUDING_GENERATED_TOKENS &&
+            o.commit_policy != CTXC_COMMIT_PREFILL_STATE_ONLY)
             invalidArgument("options->commit_policy " + std::to_string(o.commit_policy) + " is not a CTXC_COMMIT_*");
         if (o.hash_algorithm != CTXC_HASH_SHA256 && o.hash_algorithm != CTXC_HASH_FNV1A128)
             invalidArgument("options->hash_algorithm " + std::to_string(o.hash_algorithm) + " is not a CTXC_HASH_*");

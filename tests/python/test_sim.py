@@ -1,0 +1,139 @@
+"""The reference engine through Python: every reuse path served with real bytes, compared with a cold run.
+
+Each scenario runs on the CPU backend and again on CUDA (marked ``gpu``: skipped with the probe's reason where
+no device is usable). In every case the generated tokens and state digests equal the cold reference's, the
+prefill starts where the reference says, and the metrics count what happened.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ctxcache
+from ctxcache import sim
+
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def toks(n, start=1000):
+    return np.arange(start, start + n, dtype=np.int32)
+
+
+def serve_and_compare(eng, requests):
+    warm = eng.serve(requests)
+    cold = eng.cold_reference(requests)
+    assert len(warm) == len(requests)
+    for i, (w, c) in enumerate(zip(warm, cold)):
+        assert w.generated.dtype == np.int32
+        assert w.generated.tolist() == c.generated.tolist(), f"request {i}"
+        assert w.state_digest == c.state_digest, f"request {i}"
+        assert len(w.state_digest) == 32
+        assert c.prefill_start == 0
+        assert w.cancelled == c.cancelled
+    eng.check_invariants()
+    return warm
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vanilla_multi_turn_starts_at_the_decode_end_publication(backend):
+    with sim.ReferenceEngine("attention", page_size=16, backend=backend) as eng:
+        turn1 = toks(40)
+        out1 = serve_and_compare(eng, [sim.Request(tokens=turn1, max_new_tokens=8)])
+        assert len(out1[0].generated) == 8
+        turn2 = np.concatenate([turn1, out1[0].generated, toks(10, 5000)])
+        out2 = serve_and_compare(eng, [sim.Request(tokens=turn2, max_new_tokens=4)])
+        assert out2[0].prefill_start == 32  # committed 47 at the end of turn 1: 2 full blocks
+        m = eng.metrics
+        assert m.admitted_sequences == 2
+        assert m.hit_sequences == 1
+        assert m.reused_tokens == 32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lora_and_media_identities_do_not_cross(backend):
+    with sim.ReferenceEngine("attention", page_size=16, backend=backend) as eng:
+        prompt = toks(48)
+        serve_and_compare(eng, [sim.Request(tokens=prompt, max_new_tokens=2, lora="a")])
+        assert serve_and_compare(eng, [sim.Request(tokens=prompt, max_new_tokens=2, lora="b")])[0].prefill_start == 0
+        assert serve_and_compare(eng, [sim.Request(tokens=prompt, max_new_tokens=2, lora="a")])[0].prefill_start == 32
+
+        def with_image(pixels):
+            return sim.Request(tokens=toks(48, 9000), max_new_tokens=2, media=[sim.MediaItem(pixels, 20, 8)])
+
+        serve_and_compare(eng, [with_image(b"\x01\x02\x03")])
+        assert serve_and_compare(eng, [with_image(b"\x01\x02\x04")])[0].prefill_start == 16
+        assert serve_and_compare(eng, [with_image(b"\x01\x02\x03")])[0].prefill_start == 32
+        assert eng.metrics.media_aware_sequences == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("deployment", ["hybrid", "recurrent"])
+def test_checkpoints_restore_mid_page_from_a_decode_end_capture(backend, deployment):
+    with sim.ReferenceEngine(deployment, page_size=16, backend=backend) as eng:
+        turn1 = toks(37)
+        out1 = serve_and_compare(eng, [sim.Request(tokens=turn1, max_new_tokens=6)])
+        turn2 = np.concatenate([turn1, out1[0].generated, toks(9, 7000)])
+        out2 = serve_and_compare(eng, [sim.Request(tokens=turn2, max_new_tokens=5)])
+        assert out2[0].prefill_start == 42  # 37 + 6 - 1: mid-page
+        m = eng.metrics
+        assert m.hybrid_restores == 1
+        assert m.hybrid_capture_synchronizations >= 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eagle_pair_publication_and_full_page_replay(backend):
+    with sim.ReferenceEngine("eagle", page_size=16, backend=backend) as eng:
+        turn1 = toks(50)
+        out1 = serve_and_compare(eng, [sim.Request(tokens=turn1, max_new_tokens=6)])
+        assert eng.metrics.spec_pair_publications >= 1
+        turn2 = np.concatenate([turn1, out1[0].generated, toks(7, 300)])
+        out2 = serve_and_compare(eng, [sim.Request(tokens=turn2, max_new_tokens=4)])
+        assert out2[0].prefill_start == 32  # 3 paired blocks, the boundary page replayed
+        assert eng.metrics.spec_full_page_replays == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_joiners_compaction_and_cancellation(backend):
+    with sim.ReferenceEngine("attention", page_size=16, max_batch=3, backend=backend) as eng:
+        system = toks(32, 1)
+        requests = [sim.Request(tokens=np.concatenate([system, toks(5 + i, 100 * (i + 1))]),
+                                max_new_tokens=2 + 3 * (i % 3), cancel_after=3 if i == 4 else None)
+                    for i in range(8)]
+        out = serve_and_compare(eng, requests)
+        assert eng.stats.joiners >= 3
+        assert sum(o.joined for o in out) >= 3
+        assert eng.stats.compactions >= 3
+        assert out[4].cancelled and len(out[4].generated) == 3
+        assert out[7].prefill_start == 32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_failed_synchronisations_quarantine_and_lose_nothing(backend):
+    for deployment in ("attention", "hybrid", "eagle"):
+        with sim.ReferenceEngine(deployment, page_size=16, backend=backend, sync_failure_rate=0.25,
+                                 fault_seed=11) as eng:
+            system = toks(40, 1)
+            requests = [sim.Request(tokens=np.concatenate([system, toks(3 + i % 7, 1000 * i)]),
+                                    max_new_tokens=1 + i % 6) for i in range(20)]
+            serve_and_compare(eng, requests)
+            assert eng.stats.sync_failures > 0
+            assert eng.stats.restarts > 0
+            assert eng.drain(), ctxcache._ffi.last_error()
+
+
+def test_bad_requests_raise_typed_errors_and_serve_nothing():
+    with sim.ReferenceEngine("attention") as eng:
+        with pytest.raises(ctxcache.ContractError, match="empty prompt"):
+            eng.serve([sim.Request(tokens=np.zeros(0, dtype=np.int32))])
+        with pytest.raises(ctxcache.ContractError, match="maxNewTokens"):
+            eng.serve([sim.Request(tokens=toks(4), max_new_tokens=0)])
+        with pytest.raises(ctxcache.ArgumentTypeError):
+            eng.serve([{"tokens": toks(4)}])
+        with pytest.raises(ctxcache.InvalidArgumentError):
+            sim.ReferenceEngine("transformer")
+        with pytest.raises(ctxcache.ContractError, match="sizes must be positive"):
+            sim.ReferenceEngine("attention", page_size=0)
+        assert eng.metrics.admitted_sequences == 0
+    with pytest.raises(ctxcache.InvalidHandleError):
+        eng.serve([sim.Request(tokens=toks(4))])
