@@ -876,7 +876,7 @@ enum {
 enum { CTXC_COMMIT_INCLUDING_GENERATED_TOKENS = 0, CTXC_COMMIT_PREFILL_STATE_ONLY = 1 };
 
 typedef struct ctxc_sim_engine_options {
-    size_t struct_size;
+    uint32_t struct_size;
     int32_t deployment;             /* CTXC_SIM_DEPLOYMENT_* */
     int32_t page_size;              /* 16 */
     int32_t base_pages;             /* 256: base pool pages (and draft pool pages for EAGLE) */
@@ -918,7 +918,7 @@ typedef struct ctxc_sim_request {
 } ctxc_sim_request_t;
 
 typedef struct ctxc_sim_output {
-    size_t struct_size;
+    uint32_t struct_size;
     int32_t prefill_start;   /* where its prefill began: the reuse length */
     int32_t generated_count;
     int32_t cancelled;
@@ -928,7 +928,7 @@ typedef struct ctxc_sim_output {
 } ctxc_sim_output_t;
 
 typedef struct ctxc_sim_engine_stats {
-    size_t struct_size;
+    uint32_t struct_size;
     uint64_t batches, joiners, joiner_no_capacity, compactions, decode_steps, sync_calls, sync_failures, restarts,
         capacity_retries;
 } ctxc_sim_engine_stats_t;
