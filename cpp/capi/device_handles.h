@@ -34,12 +34,12 @@ struct KvPoolObject {
 
 struct PageTableObject {
     std::shared_ptr<device::DeviceBackend> backend;
-    std::unique_ptr<device::KvPageTable> table;
+    std::shared_ptr<device::KvPageTable> table;  // shared with the coordinators built over it
 };
 
 struct KvLengthsObject {
     std::shared_ptr<device::DeviceBackend> backend;
-    std::unique_ptr<device::KvLengths> lengths;
+    std::shared_ptr<device::KvLengths> lengths;  // shared with the coordinators built over it
 };
 
 struct ResidentStateObject {
@@ -52,7 +52,7 @@ struct SnapshotStorageObject {
     std::shared_ptr<device::ResidentState> state;
     std::shared_ptr<device::KvPagePool> base;
     std::shared_ptr<device::KvPagePool> draft;
-    std::unique_ptr<device::SnapshotStorage> storage;
+    std::shared_ptr<device::SnapshotStorage> storage;  // shared with the coordinators built over it
 };
 
 inline auto& deviceBackends() { return handleTable<BackendObject, 0xC4>(); }
