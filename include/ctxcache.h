@@ -786,7 +786,7 @@ enum {
     CTXC_SCALAR_UINT8 = 6
 };
 /* ctxc_sequence_request_t::lookup_policy: no per-sequence override (the request's policy applies). */
-enum { CTXC_LOOKUP_DEFAULT = -1 };
+enum { CTXC_INHERIT_LOOKUP_POLICY = -1 };
 
 typedef struct ctxc_coordinator ctxc_coordinator_t;
 typedef struct ctxc_kv_request ctxc_kv_request_t;
@@ -828,7 +828,7 @@ typedef struct ctxc_sequence_request {
     size_t lora_name_length;
     const ctxc_media_item_t *media;
     size_t media_count;
-    int32_t lookup_policy;        /* CTXC_LOOKUP_DEFAULT (the request's) or CTXC_LOOKUP_* */
+    int32_t lookup_policy;        /* CTXC_INHERIT_LOOKUP_POLICY (the request's) or CTXC_LOOKUP_* */
     int32_t reserved;
 } ctxc_sequence_request_t;
 
@@ -1057,7 +1057,7 @@ CTXC_API ctxc_status_t ctxc_kv_request_complete_batch_compaction(ctxc_kv_request
 /* Synchronise pending work, publish what is due and release the request's leases. A finished request is a no-op. */
 CTXC_API ctxc_status_t ctxc_kv_request_finish(ctxc_kv_request_t *request);
 /* In-flight admission of a joiner (attention-only, non-speculative deployments; between decode steps). The
- * sequence's lookup_policy must be CTXC_LOOKUP_DEFAULT. *out_status: CTXC_ADMIT_ADMITTED (with *out_prefill_start)
+ * sequence's lookup_policy must be CTXC_INHERIT_LOOKUP_POLICY. *out_status: CTXC_ADMIT_ADMITTED (with *out_prefill_start)
  * or CTXC_ADMIT_NO_CAPACITY (transient, nothing held) with CTXC_OK; CTXC_ADMIT_FAILED with CTXC_E_REQUEST_FAILED or
  * CTXC_E_POISONED. headroom NULL = {1, 0}. */
 CTXC_API ctxc_status_t ctxc_kv_request_admit_sequence(ctxc_kv_request_t *request,

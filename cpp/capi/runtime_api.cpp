@@ -109,7 +109,7 @@ SequenceRequest sequenceOf(ctxc_sequence_request_t const& s, std::string const& 
         media.tokenCount = m.token_count;
         out.media.push_back(std::move(media));
     }
-    if (s.lookup_policy != CTXC_LOOKUP_DEFAULT) out.lookupPolicy = lookupPolicy(s.lookup_policy, (where + ".lookup_policy").c_str());
+    if (s.lookup_policy != CTXC_INHERIT_LOOKUP_POLICY) out.lookupPolicy = lookupPolicy(s.lookup_policy, (where + ".lookup_policy").c_str());
     return out;
 }
 
@@ -572,8 +572,8 @@ CTXC_API ctxc_status_t ctxc_kv_request_admit_sequence(ctxc_kv_request_t* request
         if (!sequence) invalidArgument("sequence is NULL");
         if (!resident) invalidArgument("resident is NULL");
         SequenceRequest const s = sequenceOf(*sequence, "sequence");
-        if (sequence->lookup_policy != CTXC_LOOKUP_DEFAULT)
-            invalidArgument("sequence.lookup_policy must be CTXC_LOOKUP_DEFAULT (a joiner looks up the cache)");
+        if (sequence->lookup_policy != CTXC_INHERIT_LOOKUP_POLICY)
+            invalidArgument("sequence.lookup_policy must be CTXC_INHERIT_LOOKUP_POLICY (a joiner looks up the cache)");
         DecodingKvHeadroom const h = headroomOf(headroom, "headroom");
         std::vector<int32_t> const mediaTokenIds = int32s(media_token_ids, media_token_id_count, "media_token_ids");
         int32_t start = 0;

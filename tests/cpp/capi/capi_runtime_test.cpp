@@ -92,7 +92,7 @@ ctxc_sequence_request_t sequenceOf(std::vector<int32_t> const& tokens) {
     ctxc_sequence_request_t s{};
     s.token_ids = tokens.data();
     s.token_count = tokens.size();
-    s.lookup_policy = CTXC_LOOKUP_DEFAULT;
+    s.lookup_policy = CTXC_INHERIT_LOOKUP_POLICY;
     return s;
 }
 
@@ -745,7 +745,7 @@ TEST_F(Runtime, AdmissionWhileCompactionIsPendingIsRefused) {
     ctxc_sequence_request_t bypass = js;
     bypass.lookup_policy = CTXC_LOOKUP_BYPASS;
     EXPECT_REFUSED(ctxc_kv_request_admit_sequence(request, &bypass, &ref, nullptr, nullptr, 0, &status, &start),
-                   CTXC_E_INVALID_ARGUMENT, "ctxc_kv_request_admit_sequence", "must be CTXC_LOOKUP_DEFAULT");
+                   CTXC_E_INVALID_ARGUMENT, "ctxc_kv_request_admit_sequence", "must be CTXC_INHERIT_LOOKUP_POLICY");
     ASSERT_EQ(ctxc_kv_request_complete_batch_compaction(request, map, 2), CTXC_OK) << ctxc_last_error();
 }
 
