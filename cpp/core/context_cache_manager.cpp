@@ -173,13 +173,16 @@ AcquireResult ContextCacheManager::acquireVanilla(BlockHash const* hashes, size_
 
 AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
                                                  std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
-                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquireHybrid(candidates, hashes.data(), hashes.size(), inputTokenCount, hasAttention, lookupPolicy, coverage);
+                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy,
+                                                 PageCoverage coverage) {
+    return acquireHybrid(candidates, hashes.data(), hashes.size(), inputTokenCount, hasAttention, lookupPolicy,
+                         coverage);
 }
 
 AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
                                                  BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy,
+                                                 PageCoverage coverage) {
     return acquire(makeHybridReusePlan(candidates, {hashes, count}, inputTokenCount, pageSize_, hasAttention, records_,
                                        lookupPolicy),
                    coverage);
@@ -192,9 +195,9 @@ AcquireResult ContextCacheManager::acquireSpec(std::vector<BlockHash> const& has
 
 AcquireResult ContextCacheManager::acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
                                                ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquire(makeSpecReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_,
-                                     lookupPolicy),
-                   coverage);
+    return acquire(
+        makeSpecReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_, lookupPolicy),
+        coverage);
 }
 
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
@@ -214,8 +217,8 @@ std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTo
 
 AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage) {
     if (coverage.basePages < 0 || coverage.draftPages < 0)
-        contract("acquire", "page coverage is negative (" + str(coverage.basePages) + ", " + str(coverage.draftPages) +
-                                ")");
+        contract("acquire",
+                 "page coverage is negative (" + str(coverage.basePages) + ", " + str(coverage.draftPages) + ")");
     // Raise private demand so that the lease holds at least the coverage (only in the pools this plan uses).
     bool const usesBase = plan.mode != ReusePlanMode::kHybrid || plan.hybridHasAttention;
     if (usesBase) {

@@ -23,9 +23,9 @@ std::optional<ManagedKVCacheRequest> ManagedKVCacheRequest::begin(
         contract("begin", "exactly one backend (context cache or bounded SWA) must be given");
     if (swaPageManager)
         contract("begin", "the bounded-SWA backend is not part of this build yet (BoundedSwaKVPageManager)");
-    std::optional<ContextCacheRequest> r = ContextCacheRequest::begin(*contextCache, request, context, speculativeRequest,
-                                                                      headroom, mediaTokenIds, tokenStateContract,
-                                                                      commitPolicy, stream);
+    std::optional<ContextCacheRequest> r =
+        ContextCacheRequest::begin(*contextCache, request, context, speculativeRequest, headroom, mediaTokenIds,
+                                   tokenStateContract, commitPolicy, stream);
     if (!r) return std::nullopt;
     return ManagedKVCacheRequest(std::move(*r));
 }

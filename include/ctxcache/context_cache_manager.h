@@ -104,12 +104,12 @@ public:
 
     AcquireResult acquireVanilla(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
                                  ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                              PageCoverage coverage = {});
+                                 PageCoverage coverage = {});
     AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
                                 std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
                                 bool hasAttention,
                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                              PageCoverage coverage = {});
+                                PageCoverage coverage = {});
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
     // Only the stored lengths below inputTokenCount whose checkpoint hangs off this prompt's own block chain (its
     // last full block is one of the prompt's): the candidates worth a digest. O(prompt blocks + results).
@@ -122,11 +122,11 @@ public:
     // The same acquires over `count` hashes the caller owns: read in place, never copied (the C ABI's path).
     AcquireResult acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
                                  ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                              PageCoverage coverage = {});
+                                 PageCoverage coverage = {});
     AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates, BlockHash const* hashes,
                                 size_t count, int32_t inputTokenCount, bool hasAttention,
                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                              PageCoverage coverage = {});
+                                PageCoverage coverage = {});
     AcquireResult acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                               PageCoverage coverage = {});
