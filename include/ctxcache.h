@@ -56,8 +56,9 @@
  *                            ctxc_coordinator_shutdown() synchronises its quarantined requests successfully.
  *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
- * Threading: a manager and its leases (a coordinator and its requests) follow a single-writer contract: the caller serializes every call that
- * touches them. Different managers may be used from different threads. Hashers are immutable and shareable.
+ * Threading: a manager and its leases (a coordinator and its requests) follow a single-writer contract: the caller
+ * serializes every call that touches them. Different managers may be used from different threads. Hashers are immutable
+ * and shareable.
  */
 #ifndef CTXCACHE_H
 #define CTXCACHE_H
@@ -89,9 +90,9 @@ typedef enum ctxc_status {
     CTXC_E_UNSUPPORTED = 8,
     CTXC_E_INTERNAL = 9,
     CTXC_E_DEVICE = 10,             /* the CUDA runtime failed; device memory touched by the call is unspecified */
-    CTXC_E_REQUEST_FAILED = 11,     /* a runtime request step could not be served (capacity, ...): see the table above */
-    CTXC_E_POISONED = 12,           /* a device synchronisation failed; the coordinator needs a successful shutdown */
-    CTXC_STATUS_COUNT               /* not a status: one past the last code (a new code goes before it) */
+    CTXC_E_REQUEST_FAILED = 11, /* a runtime request step could not be served (capacity, ...): see the table above */
+    CTXC_E_POISONED = 12, /* a device synchronisation failed; the coordinator needs a successful shutdown */
+    CTXC_STATUS_COUNT /* not a status: one past the last code (a new code goes before it) */
 } ctxc_status_t;
 
 enum {
@@ -146,8 +147,8 @@ CTXC_API int32_t ctxc_cuda_device_count(void);
 
 typedef struct ctxc_hasher_options {
     uint32_t struct_size;
-    int32_t algorithm;      /* CTXC_HASH_SHA256 (default) or CTXC_HASH_FNV1A128 */
-    const uint8_t *key;     /* optional secret for SHA-256 (NULL or key_length 0: unkeyed); copied */
+    int32_t algorithm; /* CTXC_HASH_SHA256 (default) or CTXC_HASH_FNV1A128 */
+    const uint8_t *key; /* optional secret for SHA-256 (NULL or key_length 0: unkeyed); copied */
     size_t key_length;
 } ctxc_hasher_options_t;
 
@@ -156,7 +157,7 @@ typedef struct ctxc_media_span_key {
     ctxc_hash128_t placement_digest;
     int32_t offset_within_block;
     int32_t item_order;
-    uint32_t modality;      /* 0..255 */
+    uint32_t modality; /* 0..255 */
 } ctxc_media_span_key_t;
 
 /* Non-token identity of a block (LoRA adapter, media spans, position / custom-embedding / isolation digests).
@@ -207,24 +208,24 @@ CTXC_API ctxc_status_t ctxc_hash_opaque_identity(const ctxc_hasher_t *hasher, co
 
 typedef struct ctxc_manager_options {
     uint32_t struct_size;
-    int32_t page_size;                  /* tokens per page/block, > 0 (default 128) */
-    ctxc_resource_demand_t capacities;  /* pool sizes, >= 0 each */
-    int32_t max_records;                /* >= 0; 0 keeps no record at all (default 1024) */
+    int32_t page_size; /* tokens per page/block, > 0 (default 128) */
+    ctxc_resource_demand_t capacities; /* pool sizes, >= 0 each */
+    int32_t max_records; /* >= 0; 0 keeps no record at all (default 1024) */
 } ctxc_manager_options_t;
 
 /* Frozen: only ever the last member of ctxc_acquire_result_t, whose struct_size covers it. */
 typedef struct ctxc_reuse_plan {
-    int32_t mode;                       /* CTXC_MODE_* */
-    int32_t kind;                       /* CTXC_PLAN_* */
-    int32_t spec_replay_mode;           /* CTXC_SPEC_REPLAY_* */
-    int32_t matched_token_length;       /* what the cache holds of this prompt, before rewind or replay */
-    int32_t reuse_token_length;         /* where the request's prefill starts */
-    int32_t bound_base_page_count;      /* the lease's first pages that are shared */
+    int32_t mode; /* CTXC_MODE_* */
+    int32_t kind; /* CTXC_PLAN_* */
+    int32_t spec_replay_mode; /* CTXC_SPEC_REPLAY_* */
+    int32_t matched_token_length; /* what the cache holds of this prompt, before rewind or replay */
+    int32_t reuse_token_length; /* where the request's prefill starts */
+    int32_t bound_base_page_count; /* the lease's first pages that are shared */
     int32_t bound_draft_page_count;
     int32_t hybrid_has_attention;
-    ctxc_resource_demand_t demand;      /* what had to be allocated privately */
-    uint64_t draft_record;              /* 0 = none */
-    uint64_t hybrid_record;             /* 0 = none */
+    ctxc_resource_demand_t demand; /* what had to be allocated privately */
+    uint64_t draft_record; /* 0 = none */
+    uint64_t hybrid_record; /* 0 = none */
     int32_t recurrent_snapshot_binding; /* -1 = none */
     int32_t partial_kv_snapshot_binding;
     int32_t has_spec_replay_dependency;
@@ -237,7 +238,7 @@ typedef struct ctxc_reuse_plan {
 
 typedef struct ctxc_acquire_result {
     uint32_t struct_size;
-    int32_t status;                     /* CTXC_ACQUIRE_* */
+    int32_t status; /* CTXC_ACQUIRE_* */
     ctxc_reuse_plan_t plan;
 } ctxc_acquire_result_t;
 
@@ -249,7 +250,7 @@ typedef struct ctxc_hybrid_candidate {
 
 typedef struct ctxc_hybrid_snapshot_reservation {
     int32_t recurrent_snapshot_slot;
-    int32_t partial_kv_snapshot_slot;   /* -1 = none */
+    int32_t partial_kv_snapshot_slot; /* -1 = none */
 } ctxc_hybrid_snapshot_reservation_t;
 
 typedef struct ctxc_hybrid_checkpoint_key {
@@ -260,11 +261,11 @@ typedef struct ctxc_hybrid_checkpoint_key {
 
 typedef struct ctxc_publish_result {
     uint32_t struct_size;
-    int32_t status;                           /* CTXC_PUBLISH_* */
-    uint64_t record;                          /* 0 = none (evicted at once under max_records 0) */
+    int32_t status; /* CTXC_PUBLISH_* */
+    uint64_t record; /* 0 = none (evicted at once under max_records 0) */
     int32_t published_base_full_block_count;
     int32_t reserved;
-    const int32_t *canonical_base_pages;      /* view, valid until the next mutating call on this manager */
+    const int32_t *canonical_base_pages; /* view, valid until the next mutating call on this manager */
     size_t canonical_base_page_count;
 } ctxc_publish_result_t;
 
@@ -283,11 +284,11 @@ typedef struct ctxc_record_view {
     uint32_t struct_size;
     uint32_t reserved;
     uint64_t id;
-    ctxc_hash128_t terminal_hash;             /* the exact-prefix digest for a hybrid checkpoint */
+    ctxc_hash128_t terminal_hash; /* the exact-prefix digest for a hybrid checkpoint */
     int32_t full_block_count;
-    int32_t exact_checkpoint_length;          /* -1 = not a hybrid checkpoint */
-    int32_t recurrent_snapshot_slot;          /* -1 = none */
-    int32_t partial_kv_snapshot_slot;         /* -1 = none */
+    int32_t exact_checkpoint_length; /* -1 = not a hybrid checkpoint */
+    int32_t recurrent_snapshot_slot; /* -1 = none */
+    int32_t partial_kv_snapshot_slot; /* -1 = none */
     const ctxc_hash128_t *logical_block_hashes;
     size_t logical_block_count;
     const int32_t *base_page_path;
@@ -413,12 +414,12 @@ CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_size(const ctxc_manager_t 
 
 typedef struct ctxc_lease_info {
     uint32_t struct_size;
-    int32_t state;                      /* CTXC_LEASE_* */
-    int32_t mode;                       /* CTXC_MODE_* */
+    int32_t state; /* CTXC_LEASE_* */
+    int32_t mode; /* CTXC_MODE_* */
     int32_t hybrid_has_attention;
-    int32_t recurrent_snapshot_slot;    /* restored (hit) slot, -1 = none */
-    int32_t partial_kv_snapshot_slot;   /* -1 = none */
-    int32_t reserved_snapshot_count;    /* producer reservations still owned */
+    int32_t recurrent_snapshot_slot; /* restored (hit) slot, -1 = none */
+    int32_t partial_kv_snapshot_slot; /* -1 = none */
+    int32_t reserved_snapshot_count; /* producer reservations still owned */
     int32_t reserved;
     size_t base_page_count;
     size_t draft_page_count;
@@ -458,8 +459,8 @@ enum {
     CTXC_STATE_RECURRENT = 0,
     CTXC_STATE_CONV = 1,
     CTXC_STATE_BOUNDARY_HIDDEN = 2,
-    CTXC_STATE_PARTIAL_KV = 3,        /* snapshot storage: one base attention layer's partial K then V */
-    CTXC_STATE_DRAFT_PARTIAL_KV = 4   /* snapshot storage: one draft attention layer's partial K then V */
+    CTXC_STATE_PARTIAL_KV = 3, /* snapshot storage: one base attention layer's partial K then V */
+    CTXC_STATE_DRAFT_PARTIAL_KV = 4 /* snapshot storage: one draft attention layer's partial K then V */
 };
 enum { CTXC_PAGE_TABLE_DENSE = 0, CTXC_PAGE_TABLE_SPARSE_WINDOW = 1 };
 enum { CTXC_DEFAULT_HASH_CHUNKS = 2048 };
@@ -474,18 +475,18 @@ typedef struct ctxc_snapshot_storage ctxc_snapshot_storage_t;
 
 typedef struct ctxc_device_backend_options {
     uint32_t struct_size;
-    int32_t kind;                 /* CTXC_BACKEND_* (default AUTO: CUDA when usable, else CPU) */
-    int32_t device;               /* CUDA device ordinal (default 0) */
-    uint32_t max_hash_chunks;     /* capacity of ctxc_device_hash_chunked (default 65536) */
-    size_t max_table_bytes;       /* per-operation descriptor table, in [4096, 1 GiB] (default 1 MiB) */
-    void *stream;                 /* CUDA: the cudaStream_t to run on; NULL = a stream of the backend's own */
+    int32_t kind; /* CTXC_BACKEND_* (default AUTO: CUDA when usable, else CPU) */
+    int32_t device; /* CUDA device ordinal (default 0) */
+    uint32_t max_hash_chunks; /* capacity of ctxc_device_hash_chunked (default 65536) */
+    size_t max_table_bytes; /* per-operation descriptor table, in [4096, 1 GiB] (default 1 MiB) */
+    void *stream; /* CUDA: the cudaStream_t to run on; NULL = a stream of the backend's own */
 } ctxc_device_backend_options_t;
 
 typedef struct ctxc_launch_counters {
     uint32_t struct_size;
     uint32_t reserved;
-    uint64_t kernels;             /* kernel launches (the CPU backend counts one per operation) */
-    uint64_t transfers;           /* copies and memsets, descriptor-table uploads included */
+    uint64_t kernels; /* kernel launches (the CPU backend counts one per operation) */
+    uint64_t transfers; /* copies and memsets, descriptor-table uploads included */
 } ctxc_launch_counters_t;
 
 typedef struct ctxc_kv_layer_shape {
@@ -496,10 +497,10 @@ typedef struct ctxc_kv_layer_shape {
 /* One pool of paged KV: per layer [2, num_pages, page_size, kv_heads, head_dim] (K half, then V half). */
 typedef struct ctxc_kv_pool_options {
     uint32_t struct_size;
-    int32_t num_pages;            /* K pages; the V page of K page p is flat page p + num_pages */
-    int32_t page_size;            /* tokens per page (default 128) */
-    int32_t dtype;                /* CTXC_DTYPE_* (default FP16) */
-    const ctxc_kv_layer_shape_t *layers;  /* one per attention layer; copied */
+    int32_t num_pages; /* K pages; the V page of K page p is flat page p + num_pages */
+    int32_t page_size; /* tokens per page (default 128) */
+    int32_t dtype; /* CTXC_DTYPE_* (default FP16) */
+    const ctxc_kv_layer_shape_t *layers; /* one per attention layer; copied */
     size_t layer_count;
 } ctxc_kv_pool_options_t;
 
@@ -508,20 +509,20 @@ typedef struct ctxc_kv_pool_options {
 typedef struct ctxc_resident_state_options {
     uint32_t struct_size;
     int32_t max_batch;
-    int32_t num_layers;           /* recurrent layers (0: hidden rows only) */
+    int32_t num_layers; /* recurrent layers (0: hidden rows only) */
     int32_t recurrent_heads;
     int32_t recurrent_head_dim;
     int32_t state_size;
-    int32_t recurrent_dtype;      /* default FP32 */
-    int32_t conv_dim;             /* conv_dim and conv_kernel both 0: no conv state */
+    int32_t recurrent_dtype; /* default FP32 */
+    int32_t conv_dim; /* conv_dim and conv_kernel both 0: no conv state */
     int32_t conv_kernel;
-    int32_t conv_dtype;           /* default FP16 */
-    int32_t hidden_size;          /* 0 = no boundary hidden row */
+    int32_t conv_dtype; /* default FP16 */
+    int32_t hidden_size; /* 0 = no boundary hidden row */
 } ctxc_resident_state_options_t;
 
 typedef struct ctxc_snapshot_storage_options {
     uint32_t struct_size;
-    int32_t boundary_hidden;      /* 0/1: recurrent slots also hold the boundary hidden row */
+    int32_t boundary_hidden; /* 0/1: recurrent slots also hold the boundary hidden row */
     size_t recurrent_budget_bytes;
     size_t partial_kv_budget_bytes;
 } ctxc_snapshot_storage_options_t;
@@ -529,31 +530,31 @@ typedef struct ctxc_snapshot_storage_options {
 typedef struct ctxc_snapshot_layout {
     uint32_t struct_size;
     uint32_t reserved;
-    size_t recurrent_bytes_per_slot;   /* layers * (recurrent + conv row) [+ hidden row] */
-    size_t partial_kv_bytes_per_slot;  /* sum over base and draft layers of 2 * page bytes */
-    int32_t recurrent_slots;           /* recurrent_budget_bytes / recurrent_bytes_per_slot */
+    size_t recurrent_bytes_per_slot; /* layers * (recurrent + conv row) [+ hidden row] */
+    size_t partial_kv_bytes_per_slot; /* sum over base and draft layers of 2 * page bytes */
+    int32_t recurrent_slots; /* recurrent_budget_bytes / recurrent_bytes_per_slot */
     int32_t partial_kv_slots;
-    size_t footprint_bytes;            /* exactly slots * bytes per slot, both kinds */
-    int32_t max_descriptors;           /* descriptors of the largest transfer (all in one launch) */
+    size_t footprint_bytes; /* exactly slots * bytes per slot, both kinds */
+    int32_t max_descriptors; /* descriptors of the largest transfer (all in one launch) */
     int32_t reserved2;
 } ctxc_snapshot_layout_t;
 
 /* One checkpoint transfer; a part whose slot is -1 is skipped (ctxc_snapshot_transfer_init sets all to -1). */
 typedef struct ctxc_snapshot_transfer {
     uint32_t struct_size;
-    int32_t batch_slot;           /* resident slot of the recurrent part */
+    int32_t batch_slot; /* resident slot of the recurrent part */
     int32_t recurrent_slot;
     int32_t partial_kv_slot;
-    int32_t base_page;            /* K page id in the base pool */
-    int32_t draft_page;           /* K page id in the draft pool (iff the storage has one) */
-    int32_t valid_tokens;         /* 0 < valid_tokens < page_size */
+    int32_t base_page; /* K page id in the base pool */
+    int32_t draft_page; /* K page id in the draft pool (iff the storage has one) */
+    int32_t valid_tokens; /* 0 < valid_tokens < page_size */
     int32_t reserved;
 } ctxc_snapshot_transfer_t;
 
 typedef struct ctxc_device_buffer_options {
     uint32_t struct_size;
     uint32_t reserved;
-    size_t bytes;                 /* size of the zero-filled buffer (default 0) */
+    size_t bytes; /* size of the zero-filled buffer (default 0) */
 } ctxc_device_buffer_options_t;
 
 /* A [max_batch, 2, max_pages_per_seq] int32 page table (K ids, then V ids = K + num_pages; -1 unused). */
@@ -561,8 +562,8 @@ typedef struct ctxc_kv_page_table_options {
     uint32_t struct_size;
     int32_t max_batch;
     int32_t max_pages_per_seq;
-    int32_t num_pages;            /* K pages of the pool the table indexes */
-    int32_t mode;                 /* CTXC_PAGE_TABLE_* (default DENSE) */
+    int32_t num_pages; /* K pages of the pool the table indexes */
+    int32_t mode; /* CTXC_PAGE_TABLE_* (default DENSE) */
 } ctxc_kv_page_table_options_t;
 
 typedef struct ctxc_kv_lengths_options {
@@ -573,10 +574,10 @@ typedef struct ctxc_kv_lengths_options {
 typedef struct ctxc_kv_gather_request {
     uint32_t struct_size;
     int32_t layer;
-    int32_t batch;                /* slots [0, batch) of the table */
-    int32_t seq_len;              /* tokens per output row */
-    int32_t out_dtype;            /* the pool's dtype, or FP16/BF16/FP32 from an FP8 pool (dequantised) */
-    float k_scale;                /* FP8 dequantisation scales (default 1) */
+    int32_t batch; /* slots [0, batch) of the table */
+    int32_t seq_len; /* tokens per output row */
+    int32_t out_dtype; /* the pool's dtype, or FP16/BF16/FP32 from an FP8 pool (dequantised) */
+    float k_scale; /* FP8 dequantisation scales (default 1) */
     float v_scale;
 } ctxc_kv_gather_request_t;
 
@@ -816,7 +817,7 @@ typedef struct ctxc_media_item {
     size_t byte_count;
     int32_t first_token;
     int32_t token_count;
-    int32_t modality;             /* CTXC_MEDIA_* */
+    int32_t modality; /* CTXC_MEDIA_* */
     int32_t reserved;
 } ctxc_media_item_t;
 
@@ -824,11 +825,11 @@ typedef struct ctxc_media_item {
 typedef struct ctxc_sequence_request {
     const int32_t *token_ids;
     size_t token_count;
-    const char *lora_name;        /* bytes, not NUL-terminated; length 0 = the base model */
+    const char *lora_name; /* bytes, not NUL-terminated; length 0 = the base model */
     size_t lora_name_length;
     const ctxc_media_item_t *media;
     size_t media_count;
-    int32_t lookup_policy;        /* CTXC_INHERIT_LOOKUP_POLICY (the request's) or CTXC_LOOKUP_* */
+    int32_t lookup_policy; /* CTXC_INHERIT_LOOKUP_POLICY (the request's) or CTXC_LOOKUP_* */
     int32_t reserved;
 } ctxc_sequence_request_t;
 
@@ -837,7 +838,7 @@ typedef struct ctxc_tensor_view {
     void *data;
     const int64_t *shape;
     size_t rank;
-    int32_t dtype;                /* CTXC_SCALAR_* */
+    int32_t dtype; /* CTXC_SCALAR_* */
     int32_t device;
 } ctxc_tensor_view_t;
 
@@ -859,18 +860,18 @@ typedef struct ctxc_coordinator_resources {
 
 typedef struct ctxc_coordinator_options {
     uint32_t struct_size;
-    int32_t max_records;          /* >= 0 (default 1024) */
-    int32_t max_batch;            /* sequences one request may hold, > 0, <= every table's and lengths' (default 8) */
-    int32_t page_size;            /* 0 = the base pool's (default; a pure recurrent model needs one) */
-    int32_t hash_algorithm;       /* CTXC_HASH_* (default SHA256) */
-    int32_t model_state_kind;     /* CTXC_MODEL_* (default ATTENTION_ONLY) */
-    const uint8_t *hash_key;      /* optional secret of the keyed SHA-256 chain; copied */
+    int32_t max_records; /* >= 0 (default 1024) */
+    int32_t max_batch; /* sequences one request may hold, > 0, <= every table's and lengths' (default 8) */
+    int32_t page_size; /* 0 = the base pool's (default; a pure recurrent model needs one) */
+    int32_t hash_algorithm; /* CTXC_HASH_* (default SHA256) */
+    int32_t model_state_kind; /* CTXC_MODEL_* (default ATTENTION_ONLY) */
+    const uint8_t *hash_key; /* optional secret of the keyed SHA-256 chain; copied */
     size_t hash_key_length;
-    int32_t has_spec;             /* 0/1: a speculative deployment (default 0) */
-    int32_t owns_paged_spec_state;   /* 0/1: the drafter has its own KV pool, EAGLE (default 1) */
+    int32_t has_spec; /* 0/1: a speculative deployment (default 0) */
+    int32_t owns_paged_spec_state; /* 0/1: the drafter has its own KV pool, EAGLE (default 1) */
     int32_t future_dependency_tokens; /* >= 0: draft state at p depends on token p + this (default 1) */
     int32_t reserved;
-    ctxc_synchronize_fn synchronize;  /* NULL = synchronise the backend */
+    ctxc_synchronize_fn synchronize; /* NULL = synchronise the backend */
     void *synchronize_user;
 } ctxc_coordinator_options_t;
 
@@ -879,9 +880,9 @@ typedef struct ctxc_context_cache_metrics {
     uint32_t struct_size;
     uint32_t reserved;
     uint64_t admitted_sequences;
-    uint64_t hit_sequences;                 /* matched token length > 0 */
+    uint64_t hit_sequences; /* matched token length > 0 */
     uint64_t media_aware_sequences;
-    uint64_t lookup_bypass_sequences;       /* bypass asked for, or forced cold */
+    uint64_t lookup_bypass_sequences; /* bypass asked for, or forced cold */
     uint64_t forced_cold_sequences;
     uint64_t standard_plans;
     uint64_t no_reusable_prefix_plans;
@@ -918,7 +919,7 @@ typedef struct ctxc_context_cache_metrics {
 typedef struct ctxc_coordinator_info {
     uint32_t struct_size;
     int32_t page_size;
-    int32_t poisoned;                       /* 0/1 */
+    int32_t poisoned; /* 0/1 */
     int32_t active_requests;
     size_t quarantined_requests;
     int32_t supports_live_sequence_admission; /* 0/1: attention-only, non-speculative */
@@ -929,34 +930,34 @@ typedef struct ctxc_coordinator_info {
 typedef struct ctxc_decoding_context {
     uint32_t struct_size;
     int32_t active_batch_size;
-    const int32_t *const *token_ids;        /* per row: the full history (prompt + generated + lookahead token) */
-    const int32_t *token_counts;            /* per row: entries of token_ids[row] */
-    const int32_t *raw_input_lengths;       /* per row: prompt length */
-    const int32_t *generated_lengths;       /* per row: tokens generated so far (the lookahead token counts) */
-    const int32_t *status;                  /* per row: CTXC_SEQUENCE_* */
+    const int32_t *const *token_ids; /* per row: the full history (prompt + generated + lookahead token) */
+    const int32_t *token_counts; /* per row: entries of token_ids[row] */
+    const int32_t *raw_input_lengths; /* per row: prompt length */
+    const int32_t *generated_lengths; /* per row: tokens generated so far (the lookahead token counts) */
+    const int32_t *status; /* per row: CTXC_SEQUENCE_* */
     const ctxc_resident_ref_t *resident_refs; /* per row; read by begin only (NULL elsewhere is fine) */
 } ctxc_decoding_context_t;
 
 typedef struct ctxc_kv_request_options {
     uint32_t struct_size;
-    int32_t lookup_policy;                  /* batch-wide CTXC_LOOKUP_* (default USE_CACHE) */
-    int32_t speculative;                    /* 0/1 (default 0) */
-    int32_t token_state_contract;           /* CTXC_TOKEN_STATE_* (default COMMITTED_PLUS_LOOKAHEAD) */
-    int32_t commit_policy;                  /* CTXC_COMMIT_* (default INCLUDING_GENERATED_TOKENS) */
-    ctxc_kv_headroom_t headroom;            /* default {1, 0} */
+    int32_t lookup_policy; /* batch-wide CTXC_LOOKUP_* (default USE_CACHE) */
+    int32_t speculative; /* 0/1 (default 0) */
+    int32_t token_state_contract; /* CTXC_TOKEN_STATE_* (default COMMITTED_PLUS_LOOKAHEAD) */
+    int32_t commit_policy; /* CTXC_COMMIT_* (default INCLUDING_GENERATED_TOKENS) */
+    ctxc_kv_headroom_t headroom; /* default {1, 0} */
     int32_t reserved;
-    const int32_t *media_token_ids;         /* optional: the placeholder ids media items must cover */
+    const int32_t *media_token_ids; /* optional: the placeholder ids media items must cover */
     size_t media_token_id_count;
-    void *stream;                           /* orders every step of the request */
+    void *stream; /* orders every step of the request */
 } ctxc_kv_request_options_t;
 
 typedef struct ctxc_kv_request_info {
     uint32_t struct_size;
     int32_t batch_size;
-    int32_t has_context_reuse;              /* 0/1 */
-    int32_t speculative;                    /* 0/1 */
-    int32_t has_pending_joiner;             /* 0/1 */
-    int32_t live;                           /* 0/1: bound to an unfinished, unquarantined request */
+    int32_t has_context_reuse; /* 0/1 */
+    int32_t speculative; /* 0/1 */
+    int32_t has_pending_joiner; /* 0/1 */
+    int32_t live; /* 0/1: bound to an unfinished, unquarantined request */
 } ctxc_kv_request_info_t;
 
 /* One batch row (or the pending joiner, at row batch_size). Page lists are views valid until the next call on the
@@ -966,14 +967,14 @@ typedef struct ctxc_kv_sequence_info {
     uint32_t reserved;
     ctxc_resident_ref_t resident;
     int32_t input_length;
-    int32_t token_count;                    /* history: prompt + accepted tokens */
+    int32_t token_count; /* history: prompt + accepted tokens */
     int32_t committed_length;
     int32_t common_length;
     int32_t matched_length;
-    int32_t reuse_length;                   /* the prefill start */
-    int32_t plan_kind;                      /* CTXC_PLAN_* */
-    int32_t bypass;                         /* 0/1 */
-    int32_t forced_cold;                    /* 0/1 */
+    int32_t reuse_length; /* the prefill start */
+    int32_t plan_kind; /* CTXC_PLAN_* */
+    int32_t bypass; /* 0/1 */
+    int32_t forced_cold; /* 0/1 */
     int32_t published_full_block_count;
     const int32_t *base_pages;
     size_t base_page_count;
@@ -1008,8 +1009,7 @@ CTXC_API void ctxc_kv_request_options_init(ctxc_kv_request_options_t *options);
  * spans outside the prompt, overlapping, or over a token that is not one of media_token_ids are CTXC_E_CONTRACT. */
 CTXC_API ctxc_status_t ctxc_kv_request_begin(ctxc_coordinator_t *coordinator, const ctxc_sequence_request_t *sequences,
                                              size_t sequence_count, const ctxc_decoding_context_t *context,
-                                             const ctxc_kv_request_options_t *options,
-                                             ctxc_kv_request_t **out_request);
+                                             const ctxc_kv_request_options_t *options, ctxc_kv_request_t **out_request);
 /* NULL is a no-op; an unfinished request is abandoned (see Lifetimes). */
 CTXC_API ctxc_status_t ctxc_kv_request_destroy(ctxc_kv_request_t *request);
 CTXC_API ctxc_status_t ctxc_kv_request_info(const ctxc_kv_request_t *request, ctxc_kv_request_info_t *out_info);
@@ -1057,9 +1057,9 @@ CTXC_API ctxc_status_t ctxc_kv_request_complete_batch_compaction(ctxc_kv_request
 /* Synchronise pending work, publish what is due and release the request's leases. A finished request is a no-op. */
 CTXC_API ctxc_status_t ctxc_kv_request_finish(ctxc_kv_request_t *request);
 /* In-flight admission of a joiner (attention-only, non-speculative deployments; between decode steps). The
- * sequence's lookup_policy must be CTXC_INHERIT_LOOKUP_POLICY. *out_status: CTXC_ADMIT_ADMITTED (with *out_prefill_start)
- * or CTXC_ADMIT_NO_CAPACITY (transient, nothing held) with CTXC_OK; CTXC_ADMIT_FAILED with CTXC_E_REQUEST_FAILED or
- * CTXC_E_POISONED. headroom NULL = {1, 0}. */
+ * sequence's lookup_policy must be CTXC_INHERIT_LOOKUP_POLICY. *out_status: CTXC_ADMIT_ADMITTED (with
+ * *out_prefill_start) or CTXC_ADMIT_NO_CAPACITY (transient, nothing held) with CTXC_OK; CTXC_ADMIT_FAILED with
+ * CTXC_E_REQUEST_FAILED or CTXC_E_POISONED. headroom NULL = {1, 0}. */
 CTXC_API ctxc_status_t ctxc_kv_request_admit_sequence(ctxc_kv_request_t *request,
                                                       const ctxc_sequence_request_t *sequence,
                                                       const ctxc_resident_ref_t *resident,

@@ -41,7 +41,9 @@ struct KvRequestObject {
 auto& coordinators() { return handleTable<CoordinatorObject, 0xCB>(); }
 auto& kvRequests() { return handleTable<KvRequestObject, 0xCC>(); }
 
-CoordinatorObject& requireCoordinator(void const* handle) { return requireObject(coordinators(), handle, "coordinator"); }
+CoordinatorObject& requireCoordinator(void const* handle) {
+    return requireObject(coordinators(), handle, "coordinator");
+}
 
 KvRequestObject& requireRequest(void const* handle) {
     KvRequestObject& r = requireObject(kvRequests(), handle, "request");
@@ -109,7 +111,8 @@ SequenceRequest sequenceOf(ctxc_sequence_request_t const& s, std::string const& 
         media.tokenCount = m.token_count;
         out.media.push_back(std::move(media));
     }
-    if (s.lookup_policy != CTXC_INHERIT_LOOKUP_POLICY) out.lookupPolicy = lookupPolicy(s.lookup_policy, (where + ".lookup_policy").c_str());
+    if (s.lookup_policy != CTXC_INHERIT_LOOKUP_POLICY)
+        out.lookupPolicy = lookupPolicy(s.lookup_policy, (where + ".lookup_policy").c_str());
     return out;
 }
 
@@ -134,8 +137,8 @@ DecodingInferenceContext contextOf(ctxc_decoding_context_t const* context) {
         std::string const row = "[" + std::to_string(i) + "]";
         requireNonNegative(counts[i], ("context->token_counts" + row).c_str());
         out.tokenIds[i] = int32s(c.token_ids[i], static_cast<size_t>(counts[i]), ("context->token_ids" + row).c_str());
-        out.status.push_back(enumValue<SequenceStatus>(status[i], CTXC_SEQUENCE_FAILED, ("context->status" + row).c_str(),
-                                                       "CTXC_SEQUENCE_*"));
+        out.status.push_back(enumValue<SequenceStatus>(status[i], CTXC_SEQUENCE_FAILED,
+                                                       ("context->status" + row).c_str(), "CTXC_SEQUENCE_*"));
     }
     if (c.resident_refs) {
         out.residentRefs.reserve(n);
@@ -149,8 +152,8 @@ TensorView tensorOf(ctxc_tensor_view_t const* view, char const* name) {
     requireArray(view->shape, view->rank, (std::string(name) + "->shape").c_str());
     TensorView out;
     out.data = view->data;
-    out.dtype = enumValue<ScalarType>(view->dtype, CTXC_SCALAR_UINT8, (std::string(name) + "->dtype").c_str(),
-                                      "CTXC_SCALAR_*");
+    out.dtype =
+        enumValue<ScalarType>(view->dtype, CTXC_SCALAR_UINT8, (std::string(name) + "->dtype").c_str(), "CTXC_SCALAR_*");
     out.device = view->device;
     for (size_t i = 0; i < view->rank; ++i) {
         requireNonNegative(view->shape[i], (std::string(name) + "->shape[" + std::to_string(i) + "]").c_str());
@@ -161,8 +164,8 @@ TensorView tensorOf(ctxc_tensor_view_t const* view, char const* name) {
 
 // A device object named in ctxc_coordinator_resources_t: NULL, or a live handle whose objects the coordinator keeps.
 template <class T, uint8_t Tag, class Get>
-auto resource(HandleTable<T, Tag>& table, void const* handle, char const* name, std::vector<std::shared_ptr<void>>& keep,
-              Get&& get) -> decltype(get(std::declval<T&>()).get()) {
+auto resource(HandleTable<T, Tag>& table, void const* handle, char const* name,
+              std::vector<std::shared_ptr<void>>& keep, Get&& get) -> decltype(get(std::declval<T&>()).get()) {
     if (!handle) return nullptr;
     T& object = requireObject(table, handle, name);
     keep.push_back(object.backend);
@@ -232,12 +235,12 @@ CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_
         physical.basePageTable = resource(pageTables(), r.base_page_table, "resources->base_page_table", keep, table);
         physical.baseLengths = resource(kvLengths(), r.base_lengths, "resources->base_lengths", keep, lengths);
         physical.draftPool = resource(kvPools(), r.draft_pool, "resources->draft_pool", keep, pool);
-        physical.draftPageTable = resource(pageTables(), r.draft_page_table, "resources->draft_page_table", keep, table);
+        physical.draftPageTable =
+            resource(pageTables(), r.draft_page_table, "resources->draft_page_table", keep, table);
         physical.draftLengths = resource(kvLengths(), r.draft_lengths, "resources->draft_lengths", keep, lengths);
-        physical.residentState = resource(residentStates(), r.resident_state, "resources->resident_state", keep,
-                                          [](ResidentStateObject& s) -> std::shared_ptr<device::ResidentState> const& {
-            return s.state;
-        });
+        physical.residentState =
+            resource(residentStates(), r.resident_state, "resources->resident_state", keep,
+                     [](ResidentStateObject& s) -> std::shared_ptr<device::ResidentState> const& { return s.state; });
         physical.snapshots = resource(snapshotStorages(), r.snapshots, "resources->snapshots", keep,
                                       [&](SnapshotStorageObject& s) -> std::shared_ptr<device::SnapshotStorage> const& {
             keep.push_back(s.state);  // the storage reads them through plain pointers
@@ -380,8 +383,9 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin(ctxc_coordinator_t* coordinator, co
         if (!context->resident_refs && context->active_batch_size > 0)
             invalidArgument("context->resident_refs is NULL (begin reads one per row)");
         bool const speculative = requireBool(o.speculative, "options->speculative");
-        auto const contract = enumValue<DecodingTokenStateContract>(
-            o.token_state_contract, CTXC_TOKEN_STATE_FULLY_COMMITTED, "options->token_state_contract", "CTXC_TOKEN_STATE_*");
+        auto const contract =
+            enumValue<DecodingTokenStateContract>(o.token_state_contract, CTXC_TOKEN_STATE_FULLY_COMMITTED,
+                                                  "options->token_state_contract", "CTXC_TOKEN_STATE_*");
         auto const commit = enumValue<ContextCacheCommitPolicy>(o.commit_policy, CTXC_COMMIT_PREFILL_STATE_ONLY,
                                                                 "options->commit_policy", "CTXC_COMMIT_*");
         DecodingKvHeadroom const headroom = headroomOf(&o.headroom, "options->headroom");

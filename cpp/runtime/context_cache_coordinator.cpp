@@ -314,7 +314,8 @@ bool ContextCacheCoordinator::supportsLiveSequenceAdmission() const noexcept {
 ContextCacheCoordinator::RequestState& ContextCacheCoordinator::live(RequestHandle& request, char const* op) {
     RequestState* s = request.state_.get();
     if (!s) contract(op, "empty request handle");
-    if (s->owner != this) contract(op, s->owner ? "the request belongs to another coordinator" : "the request is detached");
+    if (s->owner != this)
+        contract(op, s->owner ? "the request belongs to another coordinator" : "the request is detached");
     return *s;
 }
 
@@ -349,8 +350,8 @@ void extendHashes(SequenceState& s, BlockHasher const& hasher, int32_t pageSize,
         BlockHash const parent = b == 0 ? kChainRoot : s.hashes[b - 1];
         size_t const begin = b * static_cast<size_t>(pageSize);
         Hash128 const* media = s.media.empty() ? nullptr : s.media.data() + begin;
-        s.hashes.push_back(hasher.hashBlock(parent, s.tokens.data() + begin, static_cast<size_t>(pageSize), s.extras,
-                                            media));
+        s.hashes.push_back(
+            hasher.hashBlock(parent, s.tokens.data() + begin, static_cast<size_t>(pageSize), s.extras, media));
     }
 }
 
@@ -434,7 +435,8 @@ ContextCacheCoordinator::BeginRequestResult ContextCacheCoordinator::beginReques
     for (size_t i = 0; i < admission.sequences.size(); ++i) {
         ContextCacheSequenceAdmission const& a = admission.sequences[i];
         policies.push_back(validateSequence(op, a, i, config_.maxBatch, admission.lookupPolicy));
-        validateResident(op, residentEpochs_, lastEpochs_, a.resident, "sequences[" + str(static_cast<int64_t>(i)) + "]");
+        validateResident(op, residentEpochs_, lastEpochs_, a.resident,
+                         "sequences[" + str(static_cast<int64_t>(i)) + "]");
         for (size_t j = 0; j < i; ++j)
             if (admission.sequences[j].resident.slot == a.resident.slot)
                 contract(op, "sequences[" + str(static_cast<int64_t>(j)) + "] and [" + str(static_cast<int64_t>(i)) +
@@ -448,8 +450,9 @@ ContextCacheCoordinator::BeginRequestResult ContextCacheCoordinator::beginReques
     }
     if (activeRequests_ > 0) {
         result.status = Status::kRequestFailed;
-        result.failure = lastFailure_ = "beginRequest: another request is active (one request at a time; in-flight "
-                                        "joiners use admitSequence)";
+        result.failure = lastFailure_ =
+            "beginRequest: another request is active (one request at a time; in-flight "
+            "joiners use admitSequence)";
         return result;
     }
 
@@ -470,8 +473,8 @@ ContextCacheCoordinator::BeginRequestResult ContextCacheCoordinator::beginReques
         bool capacity = false;
         if (!acquireSequence(admission.sequences[i], policy, headroom, state->pagedSpec, seq, failure, capacity)) {
             result.status = Status::kRequestFailed;
-            result.failure = lastFailure_ = std::string("beginRequest: sequences[") + str(static_cast<int64_t>(i)) +
-                                            "]: " + failure;
+            result.failure = lastFailure_ =
+                std::string("beginRequest: sequences[") + str(static_cast<int64_t>(i)) + "]: " + failure;
             return result;
         }
         state->sequences.push_back(std::move(seq));
@@ -514,8 +517,10 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
     if (profile_.hasAttention()) {
         coverage.basePages = ceilDiv(static_cast<int64_t>(n) + headroom.baseExtraTokens, pageSize_);
         if (coverage.basePages > resources_.basePageTable->maxPagesPerSeq()) {
-            failure = "needs " + str(coverage.basePages) + " pages for " + str(n) + " tokens + headroom, the page table "
-                      "holds " + str(resources_.basePageTable->maxPagesPerSeq()) + " per sequence";
+            failure = "needs " + str(coverage.basePages) + " pages for " + str(n) +
+                      " tokens + headroom, the page table "
+                      "holds " +
+                      str(resources_.basePageTable->maxPagesPerSeq()) + " per sequence";
             return false;
         }
     }
@@ -652,8 +657,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::preparePrefill(RequestHan
     std::vector<int32_t> lengths;
     lengths.reserve(s.sequences.size());
     for (SequenceState const& seq : s.sequences) lengths.push_back(seq.reuse);
-    if (profile_.hasAttention())
-        resources_.baseLengths->set(lengths.data(), static_cast<int32_t>(lengths.size()));
+    if (profile_.hasAttention()) resources_.baseLengths->set(lengths.data(), static_cast<int32_t>(lengths.size()));
     if (profile_.ownsPagedSpecState())
         resources_.draftLengths->set(lengths.data(), static_cast<int32_t>(lengths.size()));
     s.devicePending = true;
@@ -705,10 +709,12 @@ static void checkPrefillAdvance(char const* op, DecodingTokenStateContract contr
                                 ContextCacheSequenceAdvance const& a, std::string const& where) {
     if (contract_ == DecodingTokenStateContract::kCommittedPlusLookahead) {
         if (a.acceptedTokenCount != 1 || !a.acceptedTokenIds)
-            contract(op, where + " must carry exactly one sampled lookahead token (committed+lookahead contract), got " +
+            contract(op, where +
+                             " must carry exactly one sampled lookahead token (committed+lookahead contract), got " +
                              str(a.acceptedTokenCount));
     } else if (a.acceptedTokenCount != 0) {
-        contract(op, where + " must carry no token under the fully-committed contract, got " + str(a.acceptedTokenCount));
+        contract(op,
+                 where + " must carry no token under the fully-committed contract, got " + str(a.acceptedTokenCount));
     }
     if (a.committedStateLength != seq.inputLength)
         contract(op, where + " committed length " + str(a.committedStateLength) + " must equal the input length " +
@@ -736,9 +742,9 @@ void ContextCacheCoordinator::publishStaged(SequenceState& seq) {
     size_t const blocks = static_cast<size_t>(staged.length / pageSize_);
     ++counters_.publicationAttempts;
     try {
-        PublishResult const r = manager_.publishHybrid(seq.lease, seq.hashes.data(), blocks,
-                                                       HybridCheckpointKey{staged.digest, staged.length},
-                                                       staged.reservation);
+        PublishResult const r =
+            manager_.publishHybrid(seq.lease, seq.hashes.data(), blocks,
+                                   HybridCheckpointKey{staged.digest, staged.length}, staged.reservation);
         if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
         else ++counters_.existingPublications;
         ++counters_.publishedEndpoints;
@@ -878,7 +884,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::completeDecodeStep(
         SequenceState const& seq = s.sequences[i];
         ContextCacheSequenceAdvance const& a = advances[i];
         std::string const where = "advances[" + str(static_cast<int64_t>(i)) + "]";
-        if (a.acceptedTokenCount == 0 && a.committedStateLength == ContextCacheSequenceAdvance::kHoldCommittedStateLength) {
+        if (a.acceptedTokenCount == 0 &&
+            a.committedStateLength == ContextCacheSequenceAdvance::kHoldCommittedStateLength) {
             held[i] = 1;
             continue;
         }
@@ -886,11 +893,14 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::completeDecodeStep(
         if (a.acceptedTokenCount < 1 || !a.acceptedTokenIds)
             contract(op, where + " must accept at least one token (or hold with 0 tokens and the hold sentinel)");
         if (!s.speculative && a.acceptedTokenCount != 1)
-            contract(op, where + " accepts " + str(a.acceptedTokenCount) + " tokens; a non-speculative step accepts one");
+            contract(op,
+                     where + " accepts " + str(a.acceptedTokenCount) + " tokens; a non-speculative step accepts one");
         int64_t const expected = static_cast<int64_t>(seq.committed) + a.acceptedTokenCount;
         if (a.committedStateLength != expected)
-            contract(op, where + " committed length " + str(a.committedStateLength) + " breaks the token-state contract "
-                             "(expected " + str(expected) + ")");
+            contract(op, where + " committed length " + str(a.committedStateLength) +
+                             " breaks the token-state contract "
+                             "(expected " +
+                             str(expected) + ")");
         int64_t const history = static_cast<int64_t>(seq.tokens.size()) + a.acceptedTokenCount;
         if (history - lookahead != a.committedStateLength)
             contract(op, where + " leaves a history of " + str(history) + " tokens for committed length " +
@@ -907,7 +917,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::completeDecodeStep(
         if (row < 0 || static_cast<size_t>(row) >= batch)
             contract(op, "publishable row " + str(row) + " is out of range");
         if (publish[static_cast<size_t>(row)]) contract(op, "publishable row " + str(row) + " is listed twice");
-        if (held[static_cast<size_t>(row)]) contract(op, "publishable row " + str(row) + " holds (cancelled or failed)");
+        if (held[static_cast<size_t>(row)])
+            contract(op, "publishable row " + str(row) + " holds (cancelled or failed)");
         publish[static_cast<size_t>(row)] = 1;
     }
 
@@ -926,10 +937,12 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::completeDecodeStep(
     if (decodeEnd && profile_.usesCheckpointReuse()) {
         bool staged = false;
         for (size_t i = 0; i < batch; ++i)
-            if (publish[i] && !s.sequences[i].bypass) staged = stageCapture(s.sequences[i], s.sequences[i].committed) || staged;
+            if (publish[i] && !s.sequences[i].bypass)
+                staged = stageCapture(s.sequences[i], s.sequences[i].committed) || staged;
         if (staged) {
             ++counters_.hybridCaptureSynchronizations;
-            if (!synchronize(s)) return quarantineLive(request, "completeDecodeStep: the capture synchronisation failed");
+            if (!synchronize(s))
+                return quarantineLive(request, "completeDecodeStep: the capture synchronisation failed");
             for (size_t i = 0; i < batch; ++i)
                 if (publish[i]) publishStaged(s.sequences[i]);
         }
@@ -976,15 +989,15 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::beginBatchCompaction(Requ
     if (s.joiner) contract(op, "a joiner is admitted but not yet finalized or retracted");
     int32_t const batch = static_cast<int32_t>(s.sequences.size());
     if (static_cast<int32_t>(oldToNew.size()) != batch)
-        contract(op, "the map has " + str(static_cast<int64_t>(oldToNew.size())) + " entries for a batch of " +
-                         str(batch));
+        contract(op,
+                 "the map has " + str(static_cast<int64_t>(oldToNew.size())) + " entries for a batch of " + str(batch));
     std::vector<device::RowMove> moves;
-    device::planCompaction("ContextCacheCoordinator::beginBatchCompaction", oldToNew.data(), batch, newBatchSize, moves);
+    device::planCompaction("ContextCacheCoordinator::beginBatchCompaction", oldToNew.data(), batch, newBatchSize,
+                           moves);
     for (SequenceState const& seq : s.sequences)
         if (seq.staged) contract(op, "a hybrid capture is staged and not yet published");
     if (deviceBatchMapping.data) {
-        if (deviceBatchMapping.dtype != ScalarType::kInt32)
-            contract(op, "deviceBatchMapping must be int32");
+        if (deviceBatchMapping.dtype != ScalarType::kInt32) contract(op, "deviceBatchMapping must be int32");
         if (deviceBatchMapping.elementCount() < batch)
             contract(op, "deviceBatchMapping holds " + str(deviceBatchMapping.elementCount()) + " entries, needs " +
                              str(batch));
@@ -992,8 +1005,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::beginBatchCompaction(Requ
     Status const t = terminalize(request, s, op);
     if (t != Status::kOk) return t;
     if (deviceBatchMapping.data && batch > 0) {
-        device::DeviceBackend& backend = profile_.hasAttention() ? resources_.basePool->backend()
-                                                                 : resources_.residentState->backend();
+        device::DeviceBackend& backend =
+            profile_.hasAttention() ? resources_.basePool->backend() : resources_.residentState->backend();
         backend.upload(deviceBatchMapping.data, oldToNew.data(), static_cast<size_t>(batch) * sizeof(int32_t));
         s.devicePending = true;
     }
@@ -1016,8 +1029,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::compactBatch(RequestHandl
             if (profile_.usesCheckpointReuse()) resources_.residentState->zeroSlot(slot);
         }
     uploadTables();
-    if (profile_.hasAttention())
-        resources_.baseLengths->compact(s.pendingMap.data(), oldBatch, s.pendingNewBatch);
+    if (profile_.hasAttention()) resources_.baseLengths->compact(s.pendingMap.data(), oldBatch, s.pendingNewBatch);
     if (profile_.ownsPagedSpecState())
         resources_.draftLengths->compact(s.pendingMap.data(), oldBatch, s.pendingNewBatch);
     s.devicePending = true;
@@ -1195,8 +1207,9 @@ ContextCacheCoordinator::AdmitSequenceResult ContextCacheCoordinator::admitSeque
         return result;
     }
     if (!supportsLiveSequenceAdmission()) {
-        result.failure = lastFailure_ = std::string("admitSequence: live admission needs an attention-only, "
-                                                    "non-speculative deployment (this one is ") +
+        result.failure = lastFailure_ = std::string(
+                                            "admitSequence: live admission needs an attention-only, "
+                                            "non-speculative deployment (this one is ") +
                                         toString(profile_.baseStateKind) +
                                         (profile_.isSpeculative() ? ", speculative)" : ")");
         return result;
@@ -1207,7 +1220,8 @@ ContextCacheCoordinator::AdmitSequenceResult ContextCacheCoordinator::admitSeque
     if (static_cast<int32_t>(s.sequences.size()) >= config_.maxBatch)
         contract(op, "the batch is full (" + str(config_.maxBatch) + ")");
     if (headroom.baseExtraTokens < 0 || headroom.draftExtraTokens < 0) contract(op, "headroom is negative");
-    ContextCacheLookupPolicy policy = validateSequence(op, admission, 0, config_.maxBatch, ContextCacheLookupPolicy::kUseCache);
+    ContextCacheLookupPolicy policy =
+        validateSequence(op, admission, 0, config_.maxBatch, ContextCacheLookupPolicy::kUseCache);
     validateResident(op, residentEpochs_, lastEpochs_, admission.resident, "the joiner");
     if (resources_.baseLengths->activeBatch() != static_cast<int32_t>(s.sequences.size()))
         contract(op, "the device lengths cover " + str(resources_.baseLengths->activeBatch()) +
@@ -1252,7 +1266,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::finalizeSequenceAdmission
     requirePhase(op, s, {Phase::kExecuting});
     if (!s.joiner) contract(op, "no joiner is pending");
     if (row != static_cast<int32_t>(s.sequences.size()))
-        contract(op, "the joiner is seated at row " + str(static_cast<int64_t>(s.sequences.size())) + ", not " + str(row));
+        contract(op,
+                 "the joiner is seated at row " + str(static_cast<int64_t>(s.sequences.size())) + ", not " + str(row));
     checkPrefillAdvance(op, s.contract, *s.joiner, advance, "the joiner's advance");
     SequenceState& seq = *s.joiner;
     appendTokens(seq, advance.acceptedTokenIds, advance.acceptedTokenCount);
@@ -1286,9 +1301,7 @@ bool ContextCacheCoordinator::retractSequenceAdmission(RequestHandle& request) n
 ContextCacheMetrics ContextCacheCoordinator::metrics() const {
     ContextCacheMetrics m = counters_;
     ResourcePools const& pools = manager_.pools();
-    auto pool = [&](ResourceType t) {
-        return ContextCachePoolMetrics{pools.freeCount(t), pools.capacity(t)};
-    };
+    auto pool = [&](ResourceType t) { return ContextCachePoolMetrics{pools.freeCount(t), pools.capacity(t)}; };
     m.currentRecords = manager_.records().size();
     m.baseKvPages = pool(ResourceType::kBaseKvPage);
     m.draftKvPages = pool(ResourceType::kDraftKvPage);
@@ -1329,7 +1342,8 @@ void ContextCacheCoordinator::checkInvariants() const {
         if (seq.committed > static_cast<int32_t>(seq.tokens.size())) fail("committed beyond the token history");
         if (static_cast<int64_t>(seq.published) * pageSize_ > std::max(seq.committed, seq.inputLength))
             fail("published blocks beyond the committed boundary");
-        if (rowsBound && profile_.hasAttention()) checkRow(resources_.basePageTable, seq.resident.slot, seq.lease.basePages(), "base");
+        if (rowsBound && profile_.hasAttention())
+            checkRow(resources_.basePageTable, seq.resident.slot, seq.lease.basePages(), "base");
         if (rowsBound && profile_.ownsPagedSpecState())
             checkRow(resources_.draftPageTable, seq.resident.slot, seq.lease.draftPages(), "draft");
     };
@@ -1357,7 +1371,8 @@ void ContextCacheCoordinator::checkInvariants() const {
     }
     std::string why;
     if (profile_.hasAttention() && !resources_.basePageTable->checkInvariants(&why)) fail("base page table: " + why);
-    if (profile_.ownsPagedSpecState() && !resources_.draftPageTable->checkInvariants(&why)) fail("draft page table: " + why);
+    if (profile_.ownsPagedSpecState() && !resources_.draftPageTable->checkInvariants(&why))
+        fail("draft page table: " + why);
 }
 
 }  // namespace ctxcache::runtime

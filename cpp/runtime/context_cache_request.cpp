@@ -39,8 +39,8 @@ ContextCacheSequenceAdmission ContextCacheRequest::makeAdmission(ContextCacheCoo
         if (item.tokenCount <= 0) contract(op, where + " covers no tokens");
         if (item.firstToken < 0 || static_cast<int64_t>(item.firstToken) + item.tokenCount > n)
             contract(op, where + " span [" + str(item.firstToken) + ", " +
-                             str(static_cast<int64_t>(item.firstToken) + item.tokenCount) + ") is outside the " + str(n) +
-                             "-token prompt");
+                             str(static_cast<int64_t>(item.firstToken) + item.tokenCount) + ") is outside the " +
+                             str(n) + "-token prompt");
         // Identity: modality + bytes (the same placeholder tokens with other pixels must not share KV).
         std::string identity(1, static_cast<char>(item.modality));
         identity.append(reinterpret_cast<char const*>(item.bytes.data()), item.bytes.size());
@@ -49,10 +49,10 @@ ContextCacheSequenceAdmission ContextCacheRequest::makeAdmission(ContextCacheCoo
         for (int32_t p = item.firstToken; p < item.firstToken + item.tokenCount; ++p) {
             Hash128& slot = a.perPositionMediaHash[static_cast<size_t>(p)];
             if (slot != Hash128{}) contract(op, where + " overlaps another media item at token " + str(p));
-            if (!mediaTokenIds.empty() &&
-                std::find(mediaTokenIds.begin(), mediaTokenIds.end(), sequence.tokenIds[static_cast<size_t>(p)]) ==
-                    mediaTokenIds.end())
-                contract(op, where + " covers token " + str(p) + " (id " + str(sequence.tokenIds[static_cast<size_t>(p)]) +
+            if (!mediaTokenIds.empty() && std::find(mediaTokenIds.begin(), mediaTokenIds.end(),
+                                                    sequence.tokenIds[static_cast<size_t>(p)]) == mediaTokenIds.end())
+                contract(op, where + " covers token " + str(p) + " (id " +
+                                 str(sequence.tokenIds[static_cast<size_t>(p)]) +
                                  ") which is not a media placeholder id");
             slot = h;
         }
@@ -60,13 +60,10 @@ ContextCacheSequenceAdmission ContextCacheRequest::makeAdmission(ContextCacheCoo
     return a;
 }
 
-std::optional<ContextCacheRequest> ContextCacheRequest::begin(ContextCacheCoordinator& coordinator,
-                                                              GenerationRequest const& request,
-                                                              DecodingInferenceContext const& context,
-                                                              bool speculativeRequest, DecodingKvHeadroom const& headroom,
-                                                              std::vector<int32_t> const& mediaTokenIds,
-                                                              DecodingTokenStateContract tokenStateContract,
-                                                              ContextCacheCommitPolicy commitPolicy, StreamHandle stream) {
+std::optional<ContextCacheRequest> ContextCacheRequest::begin(
+    ContextCacheCoordinator& coordinator, GenerationRequest const& request, DecodingInferenceContext const& context,
+    bool speculativeRequest, DecodingKvHeadroom const& headroom, std::vector<int32_t> const& mediaTokenIds,
+    DecodingTokenStateContract tokenStateContract, ContextCacheCommitPolicy commitPolicy, StreamHandle stream) {
     char const* op = "begin";
     size_t const batch = request.sequences.size();
     if (context.activeBatchSize != static_cast<int32_t>(batch))
@@ -82,7 +79,8 @@ std::optional<ContextCacheRequest> ContextCacheRequest::begin(ContextCacheCoordi
     admission.commitPolicy = commitPolicy;
     admission.sequences.reserve(batch);
     for (size_t i = 0; i < batch; ++i)
-        admission.sequences.push_back(makeAdmission(coordinator, request.sequences[i], context.residentRefs[i], mediaTokenIds));
+        admission.sequences.push_back(
+            makeAdmission(coordinator, request.sequences[i], context.residentRefs[i], mediaTokenIds));
     ContextCacheCoordinator::BeginRequestResult r = coordinator.beginRequest(admission, headroom, stream);
     if (r.status != ContextCacheCoordinatorStatus::kOk) return std::nullopt;
     ContextCacheRequest out(coordinator, std::move(*r.request), tokenStateContract);
@@ -147,7 +145,8 @@ bool ContextCacheRequest::completePrefill(DecodingInferenceContext const& contex
     return ok;
 }
 
-bool ContextCacheRequest::prepareDecodeStep(DecodingInferenceContext const& context, DecodingKvHeadroom const& headroom) {
+bool ContextCacheRequest::prepareDecodeStep(DecodingInferenceContext const& context,
+                                            DecodingKvHeadroom const& headroom) {
     char const* op = "prepareDecodeStep";
     checkContext(op, context);
     ContextCacheCoordinatorStatus const status = coordinator_->prepareDecodeStep(handle_, headroom);
@@ -234,7 +233,8 @@ ContextCacheRequest::AdmitSequenceStatus ContextCacheRequest::admitSequence(
     return r.status;
 }
 
-bool ContextCacheRequest::finalizeSequenceAdmission(int32_t slot, int32_t const& lookaheadToken, int32_t fullInputLength) {
+bool ContextCacheRequest::finalizeSequenceAdmission(int32_t slot, int32_t const& lookaheadToken,
+                                                    int32_t fullInputLength) {
     ContextCacheSequenceAdvance advance;
     if (contract_ == DecodingTokenStateContract::kCommittedPlusLookahead) {
         advance.acceptedTokenIds = &lookaheadToken;
@@ -249,11 +249,14 @@ bool ContextCacheRequest::finalizeSequenceAdmission(int32_t slot, int32_t const&
     return true;
 }
 
-bool ContextCacheRequest::retractSequenceAdmission() noexcept { return coordinator_->retractSequenceAdmission(handle_); }
+bool ContextCacheRequest::retractSequenceAdmission() noexcept {
+    return coordinator_->retractSequenceAdmission(handle_);
+}
 
 bool ContextCacheRequest::publishHybridMtpEndpoint(int32_t, int32_t, TensorView const&, int32_t) {
-    lastError_ = "Context-cache publishHybridMtpEndpoint failed: this deployment has no Hybrid+MTP reuse (a "
-                 "speculative hybrid profile is refused at construction)";
+    lastError_ =
+        "Context-cache publishHybridMtpEndpoint failed: this deployment has no Hybrid+MTP reuse (a "
+        "speculative hybrid profile is refused at construction)";
     return false;
 }
 

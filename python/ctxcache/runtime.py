@@ -346,7 +346,7 @@ _keys_by_handle: dict[int, int] = {}
 _next_key = itertools.count(1)
 
 
-@ffi.callback("int(void *, void *)", error=1)  # type: ignore[misc]  # an exception also reports failure
+@ffi.callback("int(void *, void *)", error=1)  # type: ignore[untyped-decorator]  # an exception also reports failure
 def _synchronize(user: Any, stream: Any) -> int:
     synchronizer = _synchronizers.get(int(ffi.cast("uintptr_t", user)))
     if synchronizer is None:
@@ -506,6 +506,7 @@ class ManagedKVCacheRequest(_Handle):
 
     _destroy = staticmethod(lib.ctxc_kv_request_destroy)
     _what = "request"
+    coordinator: ContextCacheCoordinator  # set by begin()
 
     @classmethod
     def begin(cls, coordinator: ContextCacheCoordinator, requests: Sequence[Request], context: DecodingContext, *,

@@ -171,7 +171,8 @@ private:
     ctxc_kv_request_t* requestArg(Engine& e) {
         switch (in_.ConsumeIntegralInRange<int>(0, 15)) {
             case 0: return nullptr;
-            case 1: return reinterpret_cast<ctxc_kv_request_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
+            case 1:
+                return reinterpret_cast<ctxc_kv_request_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
             case 2: return reinterpret_cast<ctxc_kv_request_t*>(pool_);  // a handle of the wrong type
             case 3: return stale_;
             default: return e.handle;
@@ -253,13 +254,13 @@ private:
 
     void advance(Engine& e, bool prefill) {
         for (size_t i = 0; i < e.tokens.size(); ++i) {
-            if (!prefill && e.status[i] != CTXC_SEQUENCE_RUNNING && in_.ConsumeIntegralInRange<int>(0, 7) != 0) continue;
+            if (!prefill && e.status[i] != CTXC_SEQUENCE_RUNNING && in_.ConsumeIntegralInRange<int>(0, 7) != 0)
+                continue;
             int const n = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? 2 : 1;
             for (int k = 0; k < n; ++k) e.tokens[i].push_back(in_.ConsumeIntegralInRange<int32_t>(1, 3));
             e.generated[i] += n;
             if (in_.ConsumeIntegralInRange<int>(0, 11) == 0) e.raw[i] += 1;  // a broken contract
-            if (!prefill)
-                switch (in_.ConsumeIntegralInRange<int>(0, 7)) {
+            if (!prefill) switch (in_.ConsumeIntegralInRange<int>(0, 7)) {
                     case 0: e.status[i] = CTXC_SEQUENCE_FINISHED; break;
                     case 1: e.status[i] = CTXC_SEQUENCE_CANCELLED; break;
                     default: break;
@@ -293,16 +294,19 @@ private:
     void one() {
         Engine& e = engine();
         int const op = in_.ConsumeIntegralInRange<int>(0, 17);
-        if (trace) std::fprintf(stderr, "op %d on engine %d (rows %zu)\n", op, &e == &engines_[0] ? 0 : 1, e.tokens.size());
+        if (trace)
+            std::fprintf(stderr, "op %d on engine %d (rows %zu)\n", op, &e == &engines_[0] ? 0 : 1, e.tokens.size());
         switch (op) {
-            case 0: case 1: begin(e); break;
+            case 0:
+            case 1: begin(e); break;
             case 2: call([&] { return ctxc_kv_request_prepare_prefill(requestArg(e)); }); break;
             case 3: call([&] { return ctxc_kv_request_enqueue_prefill_captures(requestArg(e)); }); break;
             case 4: {
                 Engine trial = e;
                 advance(trial, true);
-                if (call([&] { return ctxc_kv_request_complete_prefill(requestArg(e), trial.context(), nullptr, 0); }) ==
-                    CTXC_OK)
+                if (call([&] {
+                    return ctxc_kv_request_complete_prefill(requestArg(e), trial.context(), nullptr, 0);
+                }) == CTXC_OK)
                     e = std::move(trial);
                 break;
             }
@@ -311,11 +315,13 @@ private:
                 call([&] { return ctxc_kv_request_prepare_decode_step(requestArg(e), e.context(), &h); });
                 break;
             }
-            case 6: case 7: {
+            case 6:
+            case 7: {
                 Engine trial = e;
                 advance(trial, false);
-                if (call([&] { return ctxc_kv_request_complete_decode_step(requestArg(e), trial.context(), nullptr, 0); }) ==
-                    CTXC_OK)
+                if (call([&] {
+                    return ctxc_kv_request_complete_decode_step(requestArg(e), trial.context(), nullptr, 0);
+                }) == CTXC_OK)
                     e = std::move(trial);
                 break;
             }
@@ -325,17 +331,17 @@ private:
                 for (int32_t v : e.pendingMap) survivors += v >= 0;
                 std::vector<int32_t> device(e.pendingMap.size() + 1, 0);
                 call([&] {
-                    return ctxc_kv_request_begin_batch_compaction(requestArg(e), e.pendingMap.data(), e.pendingMap.size(),
-                                                                  survivors, in_.ConsumeBool() ? device.data() : nullptr,
-                                                                  device.size());
+                    return ctxc_kv_request_begin_batch_compaction(
+                        requestArg(e), e.pendingMap.data(), e.pendingMap.size(), survivors,
+                        in_.ConsumeBool() ? device.data() : nullptr, device.size());
                 });
                 break;
             }
             case 9:
                 if (call([&] {
-                        return ctxc_kv_request_complete_batch_compaction(requestArg(e), e.pendingMap.data(),
-                                                                         e.pendingMap.size());
-                    }) == CTXC_OK)
+                    return ctxc_kv_request_complete_batch_compaction(requestArg(e), e.pendingMap.data(),
+                                                                     e.pendingMap.size());
+                }) == CTXC_OK)
                     applyCompaction(e);
                 break;
             case 10: call([&] { return ctxc_kv_request_finish(requestArg(e)); }); break;
@@ -346,18 +352,20 @@ private:
                 ctxc_sequence_request_t const s = sequenceOf(e.joinerTokens);
                 int32_t status = -1, start = -1;
                 if (call([&] {
-                        return ctxc_kv_request_admit_sequence(requestArg(e), &s, &e.joinerRef, nullptr, nullptr, 0,
-                                                              &status, &start);
-                    }) == CTXC_OK &&
+                    return ctxc_kv_request_admit_sequence(requestArg(e), &s, &e.joinerRef, nullptr, nullptr, 0, &status,
+                                                          &start);
+                }) == CTXC_OK &&
                     status == CTXC_ADMIT_ADMITTED)
                     e.joinerPending = true;
                 break;
             }
             case 13: {
-                int32_t const row = static_cast<int32_t>(e.tokens.size()) - in_.ConsumeIntegralInRange<int32_t>(0, 1) + 1;
+                int32_t const row =
+                    static_cast<int32_t>(e.tokens.size()) - in_.ConsumeIntegralInRange<int32_t>(0, 1) + 1;
                 int32_t const length = static_cast<int32_t>(e.joinerTokens.size());
-                if (call([&] { return ctxc_kv_request_finalize_sequence_admission(requestArg(e), row - 1, 3, length); }) ==
-                        CTXC_OK &&
+                if (call([&] {
+                    return ctxc_kv_request_finalize_sequence_admission(requestArg(e), row - 1, 3, length);
+                }) == CTXC_OK &&
                     e.joinerPending) {
                     e.tokens.push_back(e.joinerTokens);
                     e.tokens.back().push_back(3);
@@ -371,7 +379,8 @@ private:
             }
             case 14: {
                 int32_t retracted = 0;
-                if (call([&] { return ctxc_kv_request_retract_sequence_admission(requestArg(e), &retracted); }) == CTXC_OK &&
+                if (call([&] { return ctxc_kv_request_retract_sequence_admission(requestArg(e), &retracted); }) ==
+                        CTXC_OK &&
                     retracted)
                     e.joinerPending = false;
                 break;
@@ -383,7 +392,9 @@ private:
             case 16: {
                 ctxc_kv_sequence_info_t s{};
                 s.struct_size = in_.ConsumeBool() ? sizeof s : 8;
-                call([&] { return ctxc_kv_request_sequence_info(requestArg(e), in_.ConsumeIntegralInRange<int32_t>(-1, 4), &s); });
+                call([&] {
+                    return ctxc_kv_request_sequence_info(requestArg(e), in_.ConsumeIntegralInRange<int32_t>(-1, 4), &s);
+                });
                 int32_t const* starts = nullptr;
                 size_t count = 0;
                 call([&] { return ctxc_kv_request_prefill_starts(requestArg(e), &starts, &count); });

@@ -532,7 +532,6 @@ def test_page_table_rows_may_be_permuted(dev):
 
 # ---- the runtime layer's bad inputs (coordinator and requests) ---------------------------------------------------
 
-from ctxcache import runtime  # noqa: E402
 from ctxcache.runtime import (  # noqa: E402
     ContextCacheCoordinator,
     DecodingContext,

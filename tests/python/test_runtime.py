@@ -9,6 +9,7 @@ test_bad_input_catalogue.py.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from dataclasses import fields
 
@@ -155,8 +156,8 @@ def test_metrics_name_every_field_of_the_c_struct(coordinator):
     for f in fields(runtime.ContextCacheMetrics):
         py_fields |= {f.name + "_free", f.name + "_capacity"} if f.name in runtime._POOLS else {f.name}
     assert py_fields == c_fields
-    with pytest.raises(Exception):
-        coordinator.metrics.admitted_sequences = 3  # frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        coordinator.metrics.admitted_sequences = 3
 
 
 def test_joiner_then_compaction_with_a_host_mapping(coordinator):

@@ -48,7 +48,8 @@ public:
     bool completePrefill(DecodingInferenceContext const& context, std::vector<int32_t> const& commonStateLengths);
     bool prepareDecodeStep(DecodingInferenceContext const& context, DecodingKvHeadroom const& headroom);
     bool completeDecodeStep(DecodingInferenceContext const& context, std::vector<int32_t> const& commonStateLengths);
-    bool beginBatchCompaction(std::vector<int32_t> const& oldToNew, int32_t newBatchSize, TensorView& deviceBatchMapping);
+    bool beginBatchCompaction(std::vector<int32_t> const& oldToNew, int32_t newBatchSize,
+                              TensorView& deviceBatchMapping);
     // keepMapping must be the map given to beginBatchCompaction.
     bool completeBatchCompaction(std::vector<int32_t> const& keepMapping);
     bool finish();

@@ -25,7 +25,8 @@ namespace {
     if (message.compare(0, prefix.size(), prefix) != 0)
         return ::testing::AssertionFailure() << "last error \"" << message << "\" is not from " << function;
     if (message.find(needle) == std::string::npos)
-        return ::testing::AssertionFailure() << "last error \"" << message << "\" does not mention \"" << needle << "\"";
+        return ::testing::AssertionFailure()
+               << "last error \"" << message << "\" does not mention \"" << needle << "\"";
     return ::testing::AssertionSuccess();
 }
 
@@ -253,11 +254,11 @@ protected:
 };
 
 // Refused with `status` by `function`, mentioning `needle`, and nothing observable changed.
-#define EXPECT_REFUSED(call, status, function, needle)                             \
-    do {                                                                          \
-        std::string const before_ = observe();                                   \
-        EXPECT_TRUE(refused((call), (status), (function), (needle)));             \
-        EXPECT_EQ(observe(), before_) << "a refused call changed the state";     \
+#define EXPECT_REFUSED(call, status, function, needle)                                           \
+    do {                                                                                         \
+        std::string const before_ = observe();                                                   \
+        EXPECT_TRUE(refused((call), (status), (function), (needle)));                            \
+        EXPECT_EQ(observe(), before_) << "a refused call changed the state";                     \
         EXPECT_EQ(ctxc_coordinator_check_invariants(coordinator), CTXC_OK) << ctxc_last_error(); \
     } while (0)
 
@@ -464,8 +465,8 @@ TEST_F(Runtime, FailedSynchronisationPoisonsUntilShutdown) {
     Batch next;
     next.add(iota(1, 8), 1, 1);
     EXPECT_REFUSED(begin(next, &request), CTXC_E_POISONED, "ctxc_kv_request_begin", "poisoned until shutdown");
-    EXPECT_TRUE(refused(ctxc_coordinator_shutdown(coordinator), CTXC_E_POISONED, "ctxc_coordinator_shutdown",
-                        "still fails"));
+    EXPECT_TRUE(
+        refused(ctxc_coordinator_shutdown(coordinator), CTXC_E_POISONED, "ctxc_coordinator_shutdown", "still fails"));
     EXPECT_EQ(info().poisoned, 1);
     sync.fail = false;
     ASSERT_EQ(ctxc_coordinator_shutdown(coordinator), CTXC_OK) << ctxc_last_error();
@@ -581,7 +582,8 @@ TEST_F(Runtime, ShortStructSizesAreRefusedUntouched) {
     ctxc_kv_request_options_t ro;
     ctxc_kv_request_options_init(&ro);
     ro.struct_size = 4;
-    EXPECT_REFUSED(begin(batch, &request, &ro), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_request_begin", "options->struct_size");
+    EXPECT_REFUSED(begin(batch, &request, &ro), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_request_begin",
+                   "options->struct_size");
     ASSERT_EQ(begin(batch, &request), CTXC_OK);
     batch.c.struct_size = 4;
     EXPECT_REFUSED(ctxc_kv_request_complete_prefill(request, &batch.c, nullptr, 0), CTXC_E_INVALID_ARGUMENT,
@@ -624,7 +626,8 @@ TEST_F(Runtime, StaleResidentEpochIsAContractError) {
     ASSERT_EQ(ctxc_kv_request_finish(request), CTXC_OK);
     ASSERT_EQ(ctxc_kv_request_destroy(request), CTXC_OK);
     request = nullptr;
-    EXPECT_REFUSED(begin(batch, &request), CTXC_E_CONTRACT, "ctxc_kv_request_begin", "resident epoch 5 of slot 0 is stale");
+    EXPECT_REFUSED(begin(batch, &request), CTXC_E_CONTRACT, "ctxc_kv_request_begin",
+                   "resident epoch 5 of slot 0 is stale");
     batch.refs[0].epoch = 0;
     EXPECT_REFUSED(begin(batch, &request), CTXC_E_CONTRACT, "ctxc_kv_request_begin", "resident epoch 0 is invalid");
     EXPECT_EQ(request, nullptr);
@@ -636,7 +639,8 @@ TEST_F(Runtime, DuplicateResidentSlotsAreAContractError) {
     batch.add(iota(20, 8), 1, 2);
     EXPECT_REFUSED(begin(batch, &request), CTXC_E_CONTRACT, "ctxc_kv_request_begin", "share resident slot 1");
     batch.refs[1].slot = 9;
-    EXPECT_REFUSED(begin(batch, &request), CTXC_E_CONTRACT, "ctxc_kv_request_begin", "resident slot 9 is outside [0, 4)");
+    EXPECT_REFUSED(begin(batch, &request), CTXC_E_CONTRACT, "ctxc_kv_request_begin",
+                   "resident slot 9 is outside [0, 4)");
     EXPECT_EQ(request, nullptr);
 }
 
@@ -740,7 +744,8 @@ TEST_F(Runtime, AdmissionWhileCompactionIsPendingIsRefused) {
     ctxc_resident_ref_t const ref{2, 0, 1};
     int32_t status = -1, start = -1;
     EXPECT_REFUSED(ctxc_kv_request_admit_sequence(request, &js, &ref, nullptr, nullptr, 0, &status, &start),
-                   CTXC_E_CONTRACT, "ctxc_kv_request_admit_sequence", "not allowed while the request is compaction pending");
+                   CTXC_E_CONTRACT, "ctxc_kv_request_admit_sequence",
+                   "not allowed while the request is compaction pending");
     EXPECT_EQ(status, CTXC_ADMIT_FAILED);
     ctxc_sequence_request_t bypass = js;
     bypass.lookup_policy = CTXC_LOOKUP_BYPASS;
