@@ -548,7 +548,8 @@ RUNNING = ctxcache.SequenceStatus.RUNNING
 class Rt:
     """A CPU coordinator (16 pages of 4 tokens, 4 x 8 table, lengths for 4) whose request runs rows on slots 0 and 1
     with a decode step prepared (slot 2's epoch 1 was used by an earlier, finished request), and a second
-    coordinator whose request has a compaction pending."""
+    coordinator whose request has a compaction pending. objects: the three triples (pool, table, lengths) of the
+    first coordinator, the second, and a closed one (rows empty again)."""
 
     backend: device.Backend
     objects: list
@@ -709,11 +710,14 @@ RUNTIME_CATALOGUE: dict[str, list] = {
     ],
     "deployment_the_profile_cannot_serve": [
         case("rt_hybrid_without_snapshots", ContractError, "checkpoint reuse needs resident state and snapshot storage",
-             lambda w: ContextCacheCoordinator(max_batch=4, model_state_kind="hybrid", base_pool=w.objects[0], base_table=w.objects[1],
+             lambda w: ContextCacheCoordinator(max_batch=4, model_state_kind="hybrid", base_pool=w.objects[6],
+                                               base_table=w.objects[7], base_lengths=w.objects[8])),
+        case("rt_table_with_bound_rows", ContractError, "base page table row of slot 0 is not empty",
+             lambda w: ContextCacheCoordinator(max_batch=4, base_pool=w.objects[0], base_table=w.objects[1],
                                                base_lengths=w.objects[2])),
         case("rt_spec_without_a_draft_pool", ContractError, "needs a draft pool, page table and KV lengths",
-             lambda w: ContextCacheCoordinator(max_batch=4, spec=SpecReuseContract(), base_pool=w.objects[0], base_table=w.objects[1],
-                                               base_lengths=w.objects[2])),
+             lambda w: ContextCacheCoordinator(max_batch=4, spec=SpecReuseContract(), base_pool=w.objects[6],
+                                               base_table=w.objects[7], base_lengths=w.objects[8])),
         case("rt_speculative_request_without_a_spec_contract", ContractError, "without a spec contract",
              lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request([1])], _rt_context([[1]], [ResidentRef(3, 1)]),
                                                    speculative=True)),
