@@ -19,7 +19,8 @@
  *     least its own sizeof (else CTXC_E_INVALID_ARGUMENT, nothing written). A new field goes at the end of its
  *     struct. The small value structs used in arrays or embedded (ctxc_hash128_t, ctxc_resource_demand_t,
  *     ctxc_media_span_key_t, ctxc_block_key_extras_t, ctxc_hybrid_candidate_t, ctxc_hybrid_snapshot_reservation_t,
- *     ctxc_hybrid_checkpoint_key_t, ctxc_kv_layer_shape_t, and ctxc_reuse_plan_t, the last member of
+ *     ctxc_hybrid_checkpoint_key_t, ctxc_kv_layer_shape_t, ctxc_resident_ref_t, ctxc_kv_headroom_t,
+ *     ctxc_media_item_t, ctxc_sequence_request_t, ctxc_tensor_view_t, and ctxc_reuse_plan_t, the last member of
  *     ctxc_acquire_result_t whose struct_size covers it) are frozen: their size is static_asserted in the
  *     library and a change to them is a new type.
  *   - The calls in the "introspection" sections, named ctxc_debug_*, read internal state for tests and checkers
@@ -46,11 +47,18 @@
  *   CTXC_E_UNSUPPORTED       the build or the machine lacks what was asked for (CUDA), with the reason.
  *   CTXC_E_BUFFER_TOO_SMALL  a two-call output buffer is short (*out_count says how much is needed).
  *   CTXC_E_INVARIANT         a check_invariants call found the state inconsistent (a ctxcache bug).
- *   CTXC_E_LEASES_OUTSTANDING  ctxc_manager_destroy orphaned live leases (the manager is destroyed anyway).
+ *   CTXC_E_LEASES_OUTSTANDING  ctxc_manager_destroy orphaned live leases, or ctxc_coordinator_destroy orphaned
+ *                            live requests (the manager or coordinator is destroyed anyway).
+ *   CTXC_E_REQUEST_FAILED    a runtime request step could not be served (capacity, page-table overflow, another
+ *                            request active, a deployment without that reuse): an answer about this request, not a
+ *                            malformed call; ctxc_last_error() holds the request's own last error.
+ *   CTXC_E_POISONED          a device synchronisation failed: the coordinator refuses new work until
+ *                            ctxc_coordinator_shutdown() synchronises its quarantined requests successfully.
  *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
- * Threading: a manager and its leases follow a single-writer contract: the caller serializes every call that
- * touches them. Different managers may be used from different threads. Hashers are immutable and shareable.
+ * Threading: a manager and its leases (a coordinator and its requests) follow a single-writer contract: the caller
+ * serializes every call that touches them. Different managers may be used from different threads. Hashers are immutable
+ * and shareable.
  */
 #ifndef CTXCACHE_H
 #define CTXCACHE_H
@@ -82,7 +90,9 @@ typedef enum ctxc_status {
     CTXC_E_UNSUPPORTED = 8,
     CTXC_E_INTERNAL = 9,
     CTXC_E_DEVICE = 10,             /* the CUDA runtime failed; device memory touched by the call is unspecified */
-    CTXC_STATUS_COUNT               /* not a status: one past the last code (a new code goes before it) */
+    CTXC_E_REQUEST_FAILED = 11, /* a runtime request step could not be served (capacity, ...): see the table above */
+    CTXC_E_POISONED = 12, /* a device synchronisation failed; the coordinator needs a successful shutdown */
+    CTXC_STATUS_COUNT /* not a status: one past the last code (a new code goes before it) */
 } ctxc_status_t;
 
 enum {
@@ -137,8 +147,8 @@ CTXC_API int32_t ctxc_cuda_device_count(void);
 
 typedef struct ctxc_hasher_options {
     uint32_t struct_size;
-    int32_t algorithm;      /* CTXC_HASH_SHA256 (default) or CTXC_HASH_FNV1A128 */
-    const uint8_t *key;     /* optional secret for SHA-256 (NULL or key_length 0: unkeyed); copied */
+    int32_t algorithm; /* CTXC_HASH_SHA256 (default) or CTXC_HASH_FNV1A128 */
+    const uint8_t *key; /* optional secret for SHA-256 (NULL or key_length 0: unkeyed); copied */
     size_t key_length;
 } ctxc_hasher_options_t;
 
@@ -147,7 +157,7 @@ typedef struct ctxc_media_span_key {
     ctxc_hash128_t placement_digest;
     int32_t offset_within_block;
     int32_t item_order;
-    uint32_t modality;      /* 0..255 */
+    uint32_t modality; /* 0..255 */
 } ctxc_media_span_key_t;
 
 /* Non-token identity of a block (LoRA adapter, media spans, position / custom-embedding / isolation digests).
@@ -198,24 +208,24 @@ CTXC_API ctxc_status_t ctxc_hash_opaque_identity(const ctxc_hasher_t *hasher, co
 
 typedef struct ctxc_manager_options {
     uint32_t struct_size;
-    int32_t page_size;                  /* tokens per page/block, > 0 (default 128) */
-    ctxc_resource_demand_t capacities;  /* pool sizes, >= 0 each */
-    int32_t max_records;                /* >= 0; 0 keeps no record at all (default 1024) */
+    int32_t page_size; /* tokens per page/block, > 0 (default 128) */
+    ctxc_resource_demand_t capacities; /* pool sizes, >= 0 each */
+    int32_t max_records; /* >= 0; 0 keeps no record at all (default 1024) */
 } ctxc_manager_options_t;
 
 /* Frozen: only ever the last member of ctxc_acquire_result_t, whose struct_size covers it. */
 typedef struct ctxc_reuse_plan {
-    int32_t mode;                       /* CTXC_MODE_* */
-    int32_t kind;                       /* CTXC_PLAN_* */
-    int32_t spec_replay_mode;           /* CTXC_SPEC_REPLAY_* */
-    int32_t matched_token_length;       /* what the cache holds of this prompt, before rewind or replay */
-    int32_t reuse_token_length;         /* where the request's prefill starts */
-    int32_t bound_base_page_count;      /* the lease's first pages that are shared */
+    int32_t mode; /* CTXC_MODE_* */
+    int32_t kind; /* CTXC_PLAN_* */
+    int32_t spec_replay_mode; /* CTXC_SPEC_REPLAY_* */
+    int32_t matched_token_length; /* what the cache holds of this prompt, before rewind or replay */
+    int32_t reuse_token_length; /* where the request's prefill starts */
+    int32_t bound_base_page_count; /* the lease's first pages that are shared */
     int32_t bound_draft_page_count;
     int32_t hybrid_has_attention;
-    ctxc_resource_demand_t demand;      /* what had to be allocated privately */
-    uint64_t draft_record;              /* 0 = none */
-    uint64_t hybrid_record;             /* 0 = none */
+    ctxc_resource_demand_t demand; /* what had to be allocated privately */
+    uint64_t draft_record; /* 0 = none */
+    uint64_t hybrid_record; /* 0 = none */
     int32_t recurrent_snapshot_binding; /* -1 = none */
     int32_t partial_kv_snapshot_binding;
     int32_t has_spec_replay_dependency;
@@ -228,7 +238,7 @@ typedef struct ctxc_reuse_plan {
 
 typedef struct ctxc_acquire_result {
     uint32_t struct_size;
-    int32_t status;                     /* CTXC_ACQUIRE_* */
+    int32_t status; /* CTXC_ACQUIRE_* */
     ctxc_reuse_plan_t plan;
 } ctxc_acquire_result_t;
 
@@ -240,7 +250,7 @@ typedef struct ctxc_hybrid_candidate {
 
 typedef struct ctxc_hybrid_snapshot_reservation {
     int32_t recurrent_snapshot_slot;
-    int32_t partial_kv_snapshot_slot;   /* -1 = none */
+    int32_t partial_kv_snapshot_slot; /* -1 = none */
 } ctxc_hybrid_snapshot_reservation_t;
 
 typedef struct ctxc_hybrid_checkpoint_key {
@@ -251,11 +261,11 @@ typedef struct ctxc_hybrid_checkpoint_key {
 
 typedef struct ctxc_publish_result {
     uint32_t struct_size;
-    int32_t status;                           /* CTXC_PUBLISH_* */
-    uint64_t record;                          /* 0 = none (evicted at once under max_records 0) */
+    int32_t status; /* CTXC_PUBLISH_* */
+    uint64_t record; /* 0 = none (evicted at once under max_records 0) */
     int32_t published_base_full_block_count;
     int32_t reserved;
-    const int32_t *canonical_base_pages;      /* view, valid until the next mutating call on this manager */
+    const int32_t *canonical_base_pages; /* view, valid until the next mutating call on this manager */
     size_t canonical_base_page_count;
 } ctxc_publish_result_t;
 
@@ -274,11 +284,11 @@ typedef struct ctxc_record_view {
     uint32_t struct_size;
     uint32_t reserved;
     uint64_t id;
-    ctxc_hash128_t terminal_hash;             /* the exact-prefix digest for a hybrid checkpoint */
+    ctxc_hash128_t terminal_hash; /* the exact-prefix digest for a hybrid checkpoint */
     int32_t full_block_count;
-    int32_t exact_checkpoint_length;          /* -1 = not a hybrid checkpoint */
-    int32_t recurrent_snapshot_slot;          /* -1 = none */
-    int32_t partial_kv_snapshot_slot;         /* -1 = none */
+    int32_t exact_checkpoint_length; /* -1 = not a hybrid checkpoint */
+    int32_t recurrent_snapshot_slot; /* -1 = none */
+    int32_t partial_kv_snapshot_slot; /* -1 = none */
     const ctxc_hash128_t *logical_block_hashes;
     size_t logical_block_count;
     const int32_t *base_page_path;
@@ -404,12 +414,12 @@ CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_size(const ctxc_manager_t 
 
 typedef struct ctxc_lease_info {
     uint32_t struct_size;
-    int32_t state;                      /* CTXC_LEASE_* */
-    int32_t mode;                       /* CTXC_MODE_* */
+    int32_t state; /* CTXC_LEASE_* */
+    int32_t mode; /* CTXC_MODE_* */
     int32_t hybrid_has_attention;
-    int32_t recurrent_snapshot_slot;    /* restored (hit) slot, -1 = none */
-    int32_t partial_kv_snapshot_slot;   /* -1 = none */
-    int32_t reserved_snapshot_count;    /* producer reservations still owned */
+    int32_t recurrent_snapshot_slot; /* restored (hit) slot, -1 = none */
+    int32_t partial_kv_snapshot_slot; /* -1 = none */
+    int32_t reserved_snapshot_count; /* producer reservations still owned */
     int32_t reserved;
     size_t base_page_count;
     size_t draft_page_count;
@@ -454,8 +464,8 @@ enum {
     CTXC_STATE_RECURRENT = 0,
     CTXC_STATE_CONV = 1,
     CTXC_STATE_BOUNDARY_HIDDEN = 2,
-    CTXC_STATE_PARTIAL_KV = 3,        /* snapshot storage: one base attention layer's partial K then V */
-    CTXC_STATE_DRAFT_PARTIAL_KV = 4   /* snapshot storage: one draft attention layer's partial K then V */
+    CTXC_STATE_PARTIAL_KV = 3, /* snapshot storage: one base attention layer's partial K then V */
+    CTXC_STATE_DRAFT_PARTIAL_KV = 4 /* snapshot storage: one draft attention layer's partial K then V */
 };
 enum { CTXC_PAGE_TABLE_DENSE = 0, CTXC_PAGE_TABLE_SPARSE_WINDOW = 1 };
 enum { CTXC_DEFAULT_HASH_CHUNKS = 2048 };
@@ -470,11 +480,11 @@ typedef struct ctxc_snapshot_storage ctxc_snapshot_storage_t;
 
 typedef struct ctxc_device_backend_options {
     uint32_t struct_size;
-    int32_t kind;                 /* CTXC_BACKEND_* (default AUTO: CUDA when usable, else CPU) */
-    int32_t device;               /* CUDA device ordinal (default 0) */
-    uint32_t max_hash_chunks;     /* capacity of ctxc_device_hash_chunked (default 65536) */
-    size_t max_table_bytes;       /* per-operation descriptor table, in [4096, 1 GiB] (default 1 MiB) */
-    void *stream;                 /* CUDA: the cudaStream_t to run on; NULL = a stream of the backend's own */
+    int32_t kind; /* CTXC_BACKEND_* (default AUTO: CUDA when usable, else CPU) */
+    int32_t device; /* CUDA device ordinal (default 0) */
+    uint32_t max_hash_chunks; /* capacity of ctxc_device_hash_chunked (default 65536) */
+    size_t max_table_bytes; /* per-operation descriptor table, in [4096, 1 GiB] (default 1 MiB) */
+    void *stream; /* CUDA: the cudaStream_t to run on; NULL = a stream of the backend's own */
 } ctxc_device_backend_options_t;
 
 /* Element types of a device view: the CTXC_DTYPE_* values, plus the integer types of page tables, KV lengths and
@@ -509,8 +519,8 @@ typedef struct ctxc_device_view {
 typedef struct ctxc_launch_counters {
     uint32_t struct_size;
     uint32_t reserved;
-    uint64_t kernels;             /* kernel launches (the CPU backend counts one per operation) */
-    uint64_t transfers;           /* copies and memsets, descriptor-table uploads included */
+    uint64_t kernels; /* kernel launches (the CPU backend counts one per operation) */
+    uint64_t transfers; /* copies and memsets, descriptor-table uploads included */
 } ctxc_launch_counters_t;
 
 typedef struct ctxc_kv_layer_shape {
@@ -521,10 +531,10 @@ typedef struct ctxc_kv_layer_shape {
 /* One pool of paged KV: per layer [2, num_pages, page_size, kv_heads, head_dim] (K half, then V half). */
 typedef struct ctxc_kv_pool_options {
     uint32_t struct_size;
-    int32_t num_pages;            /* K pages; the V page of K page p is flat page p + num_pages */
-    int32_t page_size;            /* tokens per page (default 128) */
-    int32_t dtype;                /* CTXC_DTYPE_* (default FP16) */
-    const ctxc_kv_layer_shape_t *layers;  /* one per attention layer; copied */
+    int32_t num_pages; /* K pages; the V page of K page p is flat page p + num_pages */
+    int32_t page_size; /* tokens per page (default 128) */
+    int32_t dtype; /* CTXC_DTYPE_* (default FP16) */
+    const ctxc_kv_layer_shape_t *layers; /* one per attention layer; copied */
     size_t layer_count;
     /* Build the pool over caller memory (device memory of the backend's device, or host memory on CPU), 256-byte
      * aligned and at least ctxc_kv_pool_required_bytes: not owned, never freed, zeroed or written at creation.
@@ -539,12 +549,12 @@ typedef struct ctxc_kv_pool_options {
 typedef struct ctxc_resident_state_options {
     uint32_t struct_size;
     int32_t max_batch;
-    int32_t num_layers;           /* recurrent layers (0: hidden rows only) */
+    int32_t num_layers; /* recurrent layers (0: hidden rows only) */
     int32_t recurrent_heads;
     int32_t recurrent_head_dim;
     int32_t state_size;
-    int32_t recurrent_dtype;      /* default FP32 */
-    int32_t conv_dim;             /* conv_dim and conv_kernel both 0: no conv state */
+    int32_t recurrent_dtype; /* default FP32 */
+    int32_t conv_dim; /* conv_dim and conv_kernel both 0: no conv state */
     int32_t conv_kernel;
     int32_t conv_dtype;           /* default FP16 */
     int32_t hidden_size;          /* 0 = no boundary hidden row */
@@ -554,7 +564,7 @@ typedef struct ctxc_resident_state_options {
 
 typedef struct ctxc_snapshot_storage_options {
     uint32_t struct_size;
-    int32_t boundary_hidden;      /* 0/1: recurrent slots also hold the boundary hidden row */
+    int32_t boundary_hidden; /* 0/1: recurrent slots also hold the boundary hidden row */
     size_t recurrent_budget_bytes;
     size_t partial_kv_budget_bytes;
     /* Caller memory for each slab (as in ctxc_kv_pool_options_t, 256-byte aligned), at least slots * bytes per
@@ -568,24 +578,24 @@ typedef struct ctxc_snapshot_storage_options {
 typedef struct ctxc_snapshot_layout {
     uint32_t struct_size;
     uint32_t reserved;
-    size_t recurrent_bytes_per_slot;   /* layers * (recurrent + conv row) [+ hidden row] */
-    size_t partial_kv_bytes_per_slot;  /* sum over base and draft layers of 2 * page bytes */
-    int32_t recurrent_slots;           /* recurrent_budget_bytes / recurrent_bytes_per_slot */
+    size_t recurrent_bytes_per_slot; /* layers * (recurrent + conv row) [+ hidden row] */
+    size_t partial_kv_bytes_per_slot; /* sum over base and draft layers of 2 * page bytes */
+    int32_t recurrent_slots; /* recurrent_budget_bytes / recurrent_bytes_per_slot */
     int32_t partial_kv_slots;
-    size_t footprint_bytes;            /* exactly slots * bytes per slot, both kinds */
-    int32_t max_descriptors;           /* descriptors of the largest transfer (all in one launch) */
+    size_t footprint_bytes; /* exactly slots * bytes per slot, both kinds */
+    int32_t max_descriptors; /* descriptors of the largest transfer (all in one launch) */
     int32_t reserved2;
 } ctxc_snapshot_layout_t;
 
 /* One checkpoint transfer; a part whose slot is -1 is skipped (ctxc_snapshot_transfer_init sets all to -1). */
 typedef struct ctxc_snapshot_transfer {
     uint32_t struct_size;
-    int32_t batch_slot;           /* resident slot of the recurrent part */
+    int32_t batch_slot; /* resident slot of the recurrent part */
     int32_t recurrent_slot;
     int32_t partial_kv_slot;
-    int32_t base_page;            /* K page id in the base pool */
-    int32_t draft_page;           /* K page id in the draft pool (iff the storage has one) */
-    int32_t valid_tokens;         /* 0 < valid_tokens < page_size */
+    int32_t base_page; /* K page id in the base pool */
+    int32_t draft_page; /* K page id in the draft pool (iff the storage has one) */
+    int32_t valid_tokens; /* 0 < valid_tokens < page_size */
     int32_t reserved;
 } ctxc_snapshot_transfer_t;
 
@@ -621,10 +631,10 @@ typedef struct ctxc_kv_lengths_options {
 typedef struct ctxc_kv_gather_request {
     uint32_t struct_size;
     int32_t layer;
-    int32_t batch;                /* slots [0, batch) of the table */
-    int32_t seq_len;              /* tokens per output row */
-    int32_t out_dtype;            /* the pool's dtype, or FP16/BF16/FP32 from an FP8 pool (dequantised) */
-    float k_scale;                /* FP8 dequantisation scales (default 1) */
+    int32_t batch; /* slots [0, batch) of the table */
+    int32_t seq_len; /* tokens per output row */
+    int32_t out_dtype; /* the pool's dtype, or FP16/BF16/FP32 from an FP8 pool (dequantised) */
+    float k_scale; /* FP8 dequantisation scales (default 1) */
     float v_scale;
 } ctxc_kv_gather_request_t;
 
@@ -832,6 +842,345 @@ CTXC_API ctxc_status_t ctxc_device_hash_chunked(const ctxc_device_buffer_t *buff
 CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void *bytes, size_t size, uint32_t num_chunks,
                                               ctxc_hash128_t *out_hash);
 
+/* ---- runtime: coordinator and requests ------------------------------------------------------------------- */
+
+/* The runtime layer drives a manager the way an engine's request lifecycle needs it, over the device objects the
+ * engine's kernels read (include/ctxcache/runtime/): a coordinator owns a context-cache manager and binds
+ * page-table rows, device KV lengths and snapshots for one request at a time; a request (the
+ * ManagedKVCacheRequest facade) turns the engine's decoding context into coordinator steps. Lifecycle, every step
+ * on one request in this order (a step out of order is CTXC_E_CONTRACT and changes nothing):
+ *   ctxc_kv_request_begin -> prepare_prefill -> [engine prefill] -> enqueue_prefill_captures -> complete_prefill
+ *   -> { prepare_decode_step -> [engine step] -> complete_decode_step
+ *      | admit_sequence -> [seat the joiner] -> finalize_sequence_admission / retract_sequence_admission
+ *      | begin_batch_compaction -> [engine compacts] -> complete_batch_compaction }* -> finish -> destroy
+ *
+ * Errors (the table at the top applies): a broken contract (a step out of order, a context that does not match
+ * the batch, a stale resident epoch, a slot held twice, advances that break the token-state contract, a map that
+ * reorders survivors, a deployment the profile cannot serve) is CTXC_E_CONTRACT and changes nothing; a step the
+ * coordinator could not serve is CTXC_E_REQUEST_FAILED (the request is then finishing: only finish remains);
+ * a failed synchronisation quarantines the request (its leases stay pinned) and is CTXC_E_POISONED, as is every
+ * begin until ctxc_coordinator_shutdown succeeds.
+ * Lifetimes: a coordinator keeps the device objects it was built over alive (their handles may be destroyed in any
+ * order). Destroying a coordinator with live requests synchronises and releases them and orphans their handles
+ * (every later use is CTXC_E_INVALID_HANDLE; ctxc_kv_request_destroy frees them) and returns
+ * CTXC_E_LEASES_OUTSTANDING: the coordinator is destroyed either way. Destroying a request before finish abandons
+ * it (nothing is published; pending device work is synchronised first, and a failed synchronisation quarantines).
+ * Streams: void* (a cudaStream_t on CUDA, NULL on the CPU backend).
+ * Threading: a coordinator, its requests and its device objects follow one single-writer contract; the
+ * synchronizer is called on the calling thread, from inside coordinator and request calls (destroy included). */
+
+enum { CTXC_MODEL_ATTENTION_ONLY = 0, CTXC_MODEL_PURE_RECURRENT = 1, CTXC_MODEL_HYBRID = 2 };
+enum { CTXC_TOKEN_STATE_COMMITTED_PLUS_LOOKAHEAD = 0, CTXC_TOKEN_STATE_FULLY_COMMITTED = 1 };
+enum { CTXC_COMMIT_INCLUDING_GENERATED_TOKENS = 0, CTXC_COMMIT_PREFILL_STATE_ONLY = 1 };
+enum { CTXC_SEQUENCE_RUNNING = 0, CTXC_SEQUENCE_FINISHED = 1, CTXC_SEQUENCE_CANCELLED = 2, CTXC_SEQUENCE_FAILED = 3 };
+enum { CTXC_ADMIT_ADMITTED = 0, CTXC_ADMIT_NO_CAPACITY = 1, CTXC_ADMIT_FAILED = 2 };
+enum { CTXC_MEDIA_IMAGE = 0, CTXC_MEDIA_AUDIO = 1, CTXC_MEDIA_VIDEO = 2 };
+/* Element types of a tensor view: the first four equal CTXC_DTYPE_*. */
+enum {
+    CTXC_SCALAR_FP16 = 0,
+    CTXC_SCALAR_BF16 = 1,
+    CTXC_SCALAR_FP8_E4M3 = 2,
+    CTXC_SCALAR_FP32 = 3,
+    CTXC_SCALAR_INT32 = 4,
+    CTXC_SCALAR_INT64 = 5,
+    CTXC_SCALAR_UINT8 = 6
+};
+/* ctxc_sequence_request_t::lookup_policy: no per-sequence override (the request's policy applies). */
+enum { CTXC_INHERIT_LOOKUP_POLICY = -1 };
+
+typedef struct ctxc_coordinator ctxc_coordinator_t;
+typedef struct ctxc_kv_request ctxc_kv_request_t;
+
+/* Returns 0 when the work enqueued on `stream` completed, nonzero when it failed (the device may still be using
+ * what it was given: the coordinator quarantines). */
+typedef int (*ctxc_synchronize_fn)(void *user, void *stream);
+
+/* Frozen: a fixed resident slot (page-table row, recurrent-state row) and its epoch. Epoch 0 is invalid; a slot's
+ * epoch must grow every time it is handed out again. */
+typedef struct ctxc_resident_ref {
+    int32_t slot;
+    int32_t reserved;
+    uint64_t epoch;
+} ctxc_resident_ref_t;
+
+/* Frozen: KV positions one decoder execution may address beyond its materialized endpoint (default {1, 0}). */
+typedef struct ctxc_kv_headroom {
+    int32_t base_extra_tokens;
+    int32_t draft_extra_tokens;
+} ctxc_kv_headroom_t;
+
+/* Frozen: one media item of a prompt: its bytes (its identity in block keys) and the token positions it occupies,
+ * [first_token, first_token + token_count). */
+typedef struct ctxc_media_item {
+    const uint8_t *bytes;
+    size_t byte_count;
+    int32_t first_token;
+    int32_t token_count;
+    int32_t modality; /* CTXC_MEDIA_* */
+    int32_t reserved;
+} ctxc_media_item_t;
+
+/* Frozen: one sequence of a generation request. */
+typedef struct ctxc_sequence_request {
+    const int32_t *token_ids;
+    size_t token_count;
+    const char *lora_name; /* bytes, not NUL-terminated; length 0 = the base model */
+    size_t lora_name_length;
+    const ctxc_media_item_t *media;
+    size_t media_count;
+    int32_t lookup_policy; /* CTXC_INHERIT_LOOKUP_POLICY (the request's) or CTXC_LOOKUP_* */
+    int32_t reserved;
+} ctxc_sequence_request_t;
+
+/* Frozen: a non-owning view of device (or host) bytes. device: -1 = host memory, else a CUDA ordinal. */
+typedef struct ctxc_tensor_view {
+    void *data;
+    const int64_t *shape;
+    size_t rank;
+    int32_t dtype; /* CTXC_SCALAR_* */
+    int32_t device;
+} ctxc_tensor_view_t;
+
+/* The device objects a coordinator drives, all on one backend; NULL where the profile does not use them:
+ * attention needs the base pool, page table and lengths; a speculative profile that owns paged spec state the draft
+ * triple; a hybrid or pure recurrent profile the resident state and snapshot storage. */
+typedef struct ctxc_coordinator_resources {
+    uint32_t struct_size;
+    uint32_t reserved;
+    ctxc_kv_pool_t *base_pool;
+    ctxc_kv_page_table_t *base_page_table;
+    ctxc_kv_lengths_t *base_lengths;
+    ctxc_kv_pool_t *draft_pool;
+    ctxc_kv_page_table_t *draft_page_table;
+    ctxc_kv_lengths_t *draft_lengths;
+    ctxc_resident_state_t *resident_state;
+    ctxc_snapshot_storage_t *snapshots;
+} ctxc_coordinator_resources_t;
+
+typedef struct ctxc_coordinator_options {
+    uint32_t struct_size;
+    int32_t max_records; /* >= 0 (default 1024) */
+    int32_t max_batch; /* sequences one request may hold, > 0, <= every table's and lengths' (default 8) */
+    int32_t page_size; /* 0 = the base pool's (default; a pure recurrent model needs one) */
+    int32_t hash_algorithm; /* CTXC_HASH_* (default SHA256) */
+    int32_t model_state_kind; /* CTXC_MODEL_* (default ATTENTION_ONLY) */
+    const uint8_t *hash_key; /* optional secret of the keyed SHA-256 chain; copied */
+    size_t hash_key_length;
+    int32_t has_spec; /* 0/1: a speculative deployment (default 0) */
+    int32_t owns_paged_spec_state; /* 0/1: the drafter has its own KV pool, EAGLE (default 1) */
+    int32_t future_dependency_tokens; /* >= 0: draft state at p depends on token p + this (default 1) */
+    int32_t reserved;
+    ctxc_synchronize_fn synchronize; /* NULL = synchronise the backend */
+    void *synchronize_user;
+} ctxc_coordinator_options_t;
+
+/* Every field of the runtime's ContextCacheMetrics: cumulative counters, then occupancy now. */
+typedef struct ctxc_context_cache_metrics {
+    uint32_t struct_size;
+    uint32_t reserved;
+    uint64_t admitted_sequences;
+    uint64_t hit_sequences; /* matched token length > 0 */
+    uint64_t media_aware_sequences;
+    uint64_t lookup_bypass_sequences; /* bypass asked for, or forced cold */
+    uint64_t forced_cold_sequences;
+    uint64_t standard_plans;
+    uint64_t no_reusable_prefix_plans;
+    uint64_t full_input_rewind_plans;
+    uint64_t matched_tokens;
+    uint64_t reused_tokens;
+    uint64_t publication_attempts;
+    uint64_t committed_publications;
+    uint64_t existing_publications;
+    uint64_t published_endpoints;
+    uint64_t hybrid_restores;
+    uint64_t hybrid_snapshot_pressure_skips;
+    uint64_t hybrid_capture_synchronizations;
+    uint64_t spec_full_page_replays;
+    uint64_t spec_pair_publications;
+    uint64_t planning_nanoseconds;
+    uint64_t media_boundary_trims;
+    uint64_t current_records;
+    int32_t base_kv_pages_free;
+    int32_t base_kv_pages_capacity;
+    int32_t draft_kv_pages_free;
+    int32_t draft_kv_pages_capacity;
+    int32_t recurrent_snapshots_free;
+    int32_t recurrent_snapshots_capacity;
+    int32_t partial_kv_snapshots_free;
+    int32_t partial_kv_snapshots_capacity;
+    uint64_t evicted_records;
+    uint64_t reclaimed_base_kv_pages;
+    uint64_t reclaimed_draft_kv_pages;
+    uint64_t reclaimed_recurrent_snapshots;
+    uint64_t reclaimed_partial_kv_snapshots;
+} ctxc_context_cache_metrics_t;
+
+typedef struct ctxc_coordinator_info {
+    uint32_t struct_size;
+    int32_t page_size;
+    int32_t poisoned; /* 0/1 */
+    int32_t active_requests;
+    size_t quarantined_requests;
+    int32_t supports_live_sequence_admission; /* 0/1: attention-only, non-speculative */
+    int32_t reserved;
+} ctxc_coordinator_info_t;
+
+/* The engine's live batch, indexed by batch row 0 .. active_batch_size - 1 (every array has that many entries). */
+typedef struct ctxc_decoding_context {
+    uint32_t struct_size;
+    int32_t active_batch_size;
+    const int32_t *const *token_ids; /* per row: the full history (prompt + generated + lookahead token) */
+    const int32_t *token_counts; /* per row: entries of token_ids[row] */
+    const int32_t *raw_input_lengths; /* per row: prompt length */
+    const int32_t *generated_lengths; /* per row: tokens generated so far (the lookahead token counts) */
+    const int32_t *status; /* per row: CTXC_SEQUENCE_* */
+    const ctxc_resident_ref_t *resident_refs; /* per row; read by begin only (NULL elsewhere is fine) */
+} ctxc_decoding_context_t;
+
+typedef struct ctxc_kv_request_options {
+    uint32_t struct_size;
+    int32_t lookup_policy; /* batch-wide CTXC_LOOKUP_* (default USE_CACHE) */
+    int32_t speculative; /* 0/1 (default 0) */
+    int32_t token_state_contract; /* CTXC_TOKEN_STATE_* (default COMMITTED_PLUS_LOOKAHEAD) */
+    int32_t commit_policy; /* CTXC_COMMIT_* (default INCLUDING_GENERATED_TOKENS) */
+    ctxc_kv_headroom_t headroom; /* default {1, 0} */
+    int32_t reserved;
+    const int32_t *media_token_ids; /* optional: the placeholder ids media items must cover */
+    size_t media_token_id_count;
+    void *stream; /* orders every step of the request */
+} ctxc_kv_request_options_t;
+
+typedef struct ctxc_kv_request_info {
+    uint32_t struct_size;
+    int32_t batch_size;
+    int32_t has_context_reuse; /* 0/1 */
+    int32_t speculative; /* 0/1 */
+    int32_t has_pending_joiner; /* 0/1 */
+    int32_t live; /* 0/1: bound to an unfinished, unquarantined request */
+} ctxc_kv_request_info_t;
+
+/* One batch row (or the pending joiner, at row batch_size). Page lists are views valid until the next call on the
+ * request. */
+typedef struct ctxc_kv_sequence_info {
+    uint32_t struct_size;
+    uint32_t reserved;
+    ctxc_resident_ref_t resident;
+    int32_t input_length;
+    int32_t token_count; /* history: prompt + accepted tokens */
+    int32_t committed_length;
+    int32_t common_length;
+    int32_t matched_length;
+    int32_t reuse_length; /* the prefill start */
+    int32_t plan_kind; /* CTXC_PLAN_* */
+    int32_t bypass; /* 0/1 */
+    int32_t forced_cold; /* 0/1 */
+    int32_t published_full_block_count;
+    const int32_t *base_pages;
+    size_t base_page_count;
+    const int32_t *draft_pages;
+    size_t draft_page_count;
+} ctxc_kv_sequence_info_t;
+
+CTXC_API void ctxc_coordinator_resources_init(ctxc_coordinator_resources_t *resources);
+CTXC_API void ctxc_coordinator_options_init(ctxc_coordinator_options_t *options);
+/* A coordinator over the device objects in `resources` (each a live handle or NULL). CTXC_E_CONTRACT when the
+ * profile cannot be served by them (a missing or extra object, geometry that does not match, objects of different
+ * backends, zero snapshot slots for checkpoint reuse, a speculative hybrid or recurrent profile). */
+CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_t *resources,
+                                               const ctxc_coordinator_options_t *options,
+                                               ctxc_coordinator_t **out_coordinator);
+/* NULL is a no-op. See Lifetimes above for live requests (CTXC_E_LEASES_OUTSTANDING). */
+CTXC_API ctxc_status_t ctxc_coordinator_destroy(ctxc_coordinator_t *coordinator);
+CTXC_API ctxc_status_t ctxc_coordinator_metrics(const ctxc_coordinator_t *coordinator,
+                                                ctxc_context_cache_metrics_t *out_metrics);
+CTXC_API ctxc_status_t ctxc_coordinator_info(const ctxc_coordinator_t *coordinator, ctxc_coordinator_info_t *out_info);
+/* Re-synchronise the quarantined requests and free them: CTXC_OK clears the poison; CTXC_E_POISONED when a
+ * synchronisation still fails; CTXC_E_REQUEST_FAILED (poison cleared) when requests are still live. */
+CTXC_API ctxc_status_t ctxc_coordinator_shutdown(ctxc_coordinator_t *coordinator);
+/* CTXC_OK, or CTXC_E_INVARIANT with the first violation (the manager's, then the coordinator's). */
+CTXC_API ctxc_status_t ctxc_coordinator_check_invariants(const ctxc_coordinator_t *coordinator);
+
+CTXC_API void ctxc_decoding_context_init(ctxc_decoding_context_t *context);
+CTXC_API void ctxc_kv_request_options_init(ctxc_kv_request_options_t *options);
+/* Admit a batch of `sequence_count` sequences (context: the same batch, with one resident ref per row): one lease
+ * per sequence, forced-cold retry when a cache hit does not fit. CTXC_E_REQUEST_FAILED (nothing held) on capacity,
+ * page-table overflow or another active request; CTXC_E_POISONED while quarantined work is unresolved. Media
+ * spans outside the prompt, overlapping, or over a token that is not one of media_token_ids are CTXC_E_CONTRACT. */
+CTXC_API ctxc_status_t ctxc_kv_request_begin(ctxc_coordinator_t *coordinator, const ctxc_sequence_request_t *sequences,
+                                             size_t sequence_count, const ctxc_decoding_context_t *context,
+                                             const ctxc_kv_request_options_t *options, ctxc_kv_request_t **out_request);
+/* NULL is a no-op; an unfinished request is abandoned (see Lifetimes). */
+CTXC_API ctxc_status_t ctxc_kv_request_destroy(ctxc_kv_request_t *request);
+CTXC_API ctxc_status_t ctxc_kv_request_info(const ctxc_kv_request_t *request, ctxc_kv_request_info_t *out_info);
+/* The reuse length (prefill start) of every batch row: a view valid until the next call on the request. */
+CTXC_API ctxc_status_t ctxc_kv_request_prefill_starts(const ctxc_kv_request_t *request, const int32_t **out_starts,
+                                                      size_t *out_count);
+CTXC_API ctxc_status_t ctxc_kv_request_reuse_token_length(const ctxc_kv_request_t *request, int32_t row,
+                                                          int32_t *out_length);
+CTXC_API ctxc_status_t ctxc_kv_request_sequence_info(const ctxc_kv_request_t *request, int32_t row,
+                                                     ctxc_kv_sequence_info_t *out_info);
+/* The request's own last failure ("" when none): a view valid until the next call on the request. */
+CTXC_API ctxc_status_t ctxc_kv_request_last_error(const ctxc_kv_request_t *request, const char **out_message);
+/* Bind page-table rows, restore (or zero) recurrent state and partial-KV snapshots, set device KV lengths to the
+ * reuse lengths. */
+CTXC_API ctxc_status_t ctxc_kv_request_prepare_prefill(ctxc_kv_request_t *request);
+/* Hybrid: enqueue the prefill-end checkpoint captures (after the engine's prefill kernels); else a no-op. */
+CTXC_API ctxc_status_t ctxc_kv_request_enqueue_prefill_captures(ctxc_kv_request_t *request);
+/* After the engine's prefill: apply the prefill advances (committed = raw input length; the lookahead token under
+ * COMMITTED_PLUS_LOOKAHEAD) and publish prefill-end state. common_state_lengths: NULL/0, or one per row (required
+ * by a speculative request). */
+CTXC_API ctxc_status_t ctxc_kv_request_complete_prefill(ctxc_kv_request_t *request,
+                                                        const ctxc_decoding_context_t *context,
+                                                        const int32_t *common_state_lengths, size_t common_count);
+/* Grow every running row to cover committed + headroom (NULL = {1, 0}). CTXC_E_REQUEST_FAILED (the request is
+ * finishing) when the pool or page table cannot. */
+CTXC_API ctxc_status_t ctxc_kv_request_prepare_decode_step(ctxc_kv_request_t *request,
+                                                           const ctxc_decoding_context_t *context,
+                                                           const ctxc_kv_headroom_t *headroom);
+/* Apply one step: the tokens each row gained since prepare_decode_step are accepted; rows that gained none hold
+ * (cancelled, failed, or finished earlier); rows newly CTXC_SEQUENCE_FINISHED publish decode-end state under
+ * INCLUDING_GENERATED_TOKENS. */
+CTXC_API ctxc_status_t ctxc_kv_request_complete_decode_step(ctxc_kv_request_t *request,
+                                                            const ctxc_decoding_context_t *context,
+                                                            const int32_t *common_state_lengths, size_t common_count);
+/* Validate an order-preserving dense map of the batch (-1 retires a row; survivors keep their order and fill
+ * [0, new_batch)) and copy it to out_device_batch_mapping (int32, on the coordinator's backend: device memory on
+ * CUDA, host memory on the CPU backend; NULL with capacity 0 skips the copy; else capacity >= the batch). */
+CTXC_API ctxc_status_t ctxc_kv_request_begin_batch_compaction(ctxc_kv_request_t *request, const int32_t *old_to_new,
+                                                              size_t old_batch, int32_t new_batch,
+                                                              int32_t *out_device_batch_mapping,
+                                                              size_t mapping_capacity);
+/* Apply the pending compaction; keep_mapping must be the map given to begin_batch_compaction. */
+CTXC_API ctxc_status_t ctxc_kv_request_complete_batch_compaction(ctxc_kv_request_t *request,
+                                                                 const int32_t *keep_mapping, size_t count);
+/* Synchronise pending work, publish what is due and release the request's leases. A finished request is a no-op. */
+CTXC_API ctxc_status_t ctxc_kv_request_finish(ctxc_kv_request_t *request);
+/* In-flight admission of a joiner (attention-only, non-speculative deployments; between decode steps). The
+ * sequence's lookup_policy must be CTXC_INHERIT_LOOKUP_POLICY. *out_status: CTXC_ADMIT_ADMITTED (with
+ * *out_prefill_start) or CTXC_ADMIT_NO_CAPACITY (transient, nothing held) with CTXC_OK; CTXC_ADMIT_FAILED with
+ * CTXC_E_REQUEST_FAILED or CTXC_E_POISONED. headroom NULL = {1, 0}. */
+CTXC_API ctxc_status_t ctxc_kv_request_admit_sequence(ctxc_kv_request_t *request,
+                                                      const ctxc_sequence_request_t *sequence,
+                                                      const ctxc_resident_ref_t *resident,
+                                                      const ctxc_kv_headroom_t *headroom,
+                                                      const int32_t *media_token_ids, size_t media_token_id_count,
+                                                      int32_t *out_status, int32_t *out_prefill_start);
+/* The seated joiner (row == the batch size before admission) becomes a member: its prefill advance is applied
+ * (lookahead_token under COMMITTED_PLUS_LOOKAHEAD; full_input_length == its prompt length). */
+CTXC_API ctxc_status_t ctxc_kv_request_finalize_sequence_admission(ctxc_kv_request_t *request, int32_t row,
+                                                                   int32_t lookahead_token, int32_t full_input_length);
+/* Undo an admitted, not yet finalized joiner. *out_retracted = 0 when there was none. */
+CTXC_API ctxc_status_t ctxc_kv_request_retract_sequence_admission(ctxc_kv_request_t *request, int32_t *out_retracted);
+/* Hybrid+MTP endpoints: no deployment serves them yet (a speculative hybrid profile is refused at creation), so
+ * these answer CTXC_E_REQUEST_FAILED with the reason. */
+CTXC_API ctxc_status_t ctxc_kv_request_publish_hybrid_mtp_endpoint(ctxc_kv_request_t *request, int32_t row,
+                                                                   int32_t resident_state_length,
+                                                                   const ctxc_tensor_view_t *base_hidden_states,
+                                                                   int32_t boundary_hidden_row);
+CTXC_API ctxc_status_t ctxc_kv_request_restore_hybrid_mtp_boundary_hidden(ctxc_kv_request_t *request, int32_t row,
+                                                                          const ctxc_tensor_view_t *base_hidden_states,
+                                                                          int32_t destination_row);
+
 /* ---- DLPack export ------------------------------------------------------------------------------------------ */
 
 /* A DLPack tensor describing a view taken from `owner` (the device object handle the view came from: buffer, KV
@@ -873,7 +1222,6 @@ enum {
     CTXC_SIM_DEPLOYMENT_RECURRENT = 2, /* recurrent state only */
     CTXC_SIM_DEPLOYMENT_EAGLE = 3      /* attention + an EAGLE draft with its own KV pool */
 };
-enum { CTXC_COMMIT_INCLUDING_GENERATED_TOKENS = 0, CTXC_COMMIT_PREFILL_STATE_ONLY = 1 };
 
 typedef struct ctxc_sim_engine_options {
     uint32_t struct_size;
@@ -899,21 +1247,13 @@ typedef struct ctxc_sim_engine_options {
     double sync_failure_rate;       /* 0: probability that one device synchronisation fails (fault injection) */
 } ctxc_sim_engine_options_t;
 
-typedef struct ctxc_sim_media_item {
-    const uint8_t *bytes; /* the item's content (its identity) */
-    size_t size;
-    int32_t first_token;  /* it occupies tokens [first_token, first_token + token_count) of the prompt */
-    int32_t token_count;
-    int32_t modality;     /* 0 image, 1 audio, 2 video */
-} ctxc_sim_media_item_t;
-
 typedef struct ctxc_sim_request {
     const int32_t *tokens;
     size_t token_count;
     int32_t max_new_tokens; /* >= 1 (the token sampled at prefill end is the first) */
     int32_t cancel_after;   /* >= 1: cancelled once it generated this many tokens; <= 0: never */
     const char *lora;       /* NULL or "" = the base model */
-    const ctxc_sim_media_item_t *media;
+    const ctxc_media_item_t *media; /* the runtime's media items */
     size_t media_count;
 } ctxc_sim_request_t;
 
@@ -944,6 +1284,9 @@ CTXC_API ctxc_status_t ctxc_sim_engine_destroy(ctxc_sim_engine_t *engine);
 CTXC_API ctxc_status_t ctxc_sim_engine_serve(ctxc_sim_engine_t *engine, const ctxc_sim_request_t *requests,
                                              size_t count, int32_t cold, ctxc_sim_results_t **out_results);
 CTXC_API ctxc_status_t ctxc_sim_engine_stats(const ctxc_sim_engine_t *engine, ctxc_sim_engine_stats_t *out_stats);
+/* The metrics of the engine's coordinator (as ctxc_coordinator_metrics). */
+CTXC_API ctxc_status_t ctxc_sim_engine_metrics(const ctxc_sim_engine_t *engine,
+                                               ctxc_context_cache_metrics_t *out_metrics);
 /* The coordinator's and manager's invariants, and that no request is live: CTXC_E_INVARIANT naming the first
  * violation. */
 CTXC_API ctxc_status_t ctxc_sim_engine_check_invariants(const ctxc_sim_engine_t *engine);

@@ -39,12 +39,12 @@ struct KvPoolObject {
 
 struct PageTableObject {
     std::shared_ptr<device::DeviceBackend> backend;
-    std::shared_ptr<device::KvPageTable> table;
+    std::shared_ptr<device::KvPageTable> table;  // shared with the coordinators built over it
 };
 
 struct KvLengthsObject {
     std::shared_ptr<device::DeviceBackend> backend;
-    std::shared_ptr<device::KvLengths> lengths;
+    std::shared_ptr<device::KvLengths> lengths;  // shared with the coordinators built over it
 };
 
 struct ResidentStateObject {
@@ -57,7 +57,7 @@ struct SnapshotStorageObject {
     std::shared_ptr<device::ResidentState> state;
     std::shared_ptr<device::KvPagePool> base;
     std::shared_ptr<device::KvPagePool> draft;
-    std::shared_ptr<device::SnapshotStorage> storage;
+    std::shared_ptr<device::SnapshotStorage> storage;  // shared with the coordinators built over it
 };
 
 inline auto& deviceBackends() { return handleTable<BackendObject, 0xC4>(); }

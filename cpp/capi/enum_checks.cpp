@@ -11,6 +11,8 @@
 #include "ctxcache/device/layout.h"
 #include "ctxcache/device/resident_state.h"
 #include "ctxcache/reuse_plan.h"
+#include "ctxcache/runtime/context_cache_coordinator.h"
+#include "ctxcache/runtime/deployment_profile.h"
 #include "ctxcache/runtime/runtime_types.h"
 #include "ctxcache/sim/reference_engine.h"
 #include "ctxcache/types.h"
@@ -81,6 +83,43 @@ static_assert(same(device::KvPageTable::Mode::kSparseWindow, CTXC_PAGE_TABLE_SPA
 
 static_assert(device::kDefaultHashChunks == CTXC_DEFAULT_HASH_CHUNKS);
 
+using runtime::ContextCacheCommitPolicy;
+using runtime::ContextCacheModelStateKind;
+using runtime::DecodingTokenStateContract;
+using runtime::ScalarType;
+using runtime::SequenceStatus;
+using AdmitStatus = runtime::ContextCacheCoordinator::AdmitSequenceStatus;
+
+static_assert(same(ContextCacheModelStateKind::kAttentionOnly, CTXC_MODEL_ATTENTION_ONLY));
+static_assert(same(ContextCacheModelStateKind::kPureRecurrent, CTXC_MODEL_PURE_RECURRENT));
+static_assert(same(ContextCacheModelStateKind::kHybrid, CTXC_MODEL_HYBRID));
+
+static_assert(same(DecodingTokenStateContract::kCommittedPlusLookahead, CTXC_TOKEN_STATE_COMMITTED_PLUS_LOOKAHEAD));
+static_assert(same(DecodingTokenStateContract::kFullyCommitted, CTXC_TOKEN_STATE_FULLY_COMMITTED));
+
+static_assert(same(ContextCacheCommitPolicy::kIncludingGeneratedTokens, CTXC_COMMIT_INCLUDING_GENERATED_TOKENS));
+static_assert(same(ContextCacheCommitPolicy::kPrefillStateOnly, CTXC_COMMIT_PREFILL_STATE_ONLY));
+
+static_assert(same(SequenceStatus::kRunning, CTXC_SEQUENCE_RUNNING));
+static_assert(same(SequenceStatus::kFinished, CTXC_SEQUENCE_FINISHED));
+static_assert(same(SequenceStatus::kCancelled, CTXC_SEQUENCE_CANCELLED));
+static_assert(same(SequenceStatus::kFailed, CTXC_SEQUENCE_FAILED));
+
+static_assert(same(AdmitStatus::kAdmitted, CTXC_ADMIT_ADMITTED));
+static_assert(same(AdmitStatus::kNoCapacity, CTXC_ADMIT_NO_CAPACITY));
+static_assert(same(AdmitStatus::kFailed, CTXC_ADMIT_FAILED));
+
+static_assert(same(ScalarType::kFp16, CTXC_SCALAR_FP16));
+static_assert(same(ScalarType::kBf16, CTXC_SCALAR_BF16));
+static_assert(same(ScalarType::kFp8E4m3, CTXC_SCALAR_FP8_E4M3));
+static_assert(same(ScalarType::kFp32, CTXC_SCALAR_FP32));
+static_assert(same(ScalarType::kInt32, CTXC_SCALAR_INT32));
+static_assert(same(ScalarType::kInt64, CTXC_SCALAR_INT64));
+static_assert(same(ScalarType::kUInt8, CTXC_SCALAR_UINT8));
+static_assert(same(device::DType::kFp8E4m3, CTXC_SCALAR_FP8_E4M3) && same(device::DType::kFp32, CTXC_SCALAR_FP32));
+
+// The coordinator's statuses reach C as CTXC_OK / CTXC_E_REQUEST_FAILED / CTXC_E_POISONED (cpp/capi/runtime_api.cpp);
+// media modality has no C++ enum (MediaItem::modality is a byte holding CTXC_MEDIA_*).
 // CTXC_LEASE_* has no C++ twin: the lease state is a capi notion (LeaseObject::state holds the constant itself).
 
 }  // namespace

@@ -17,7 +17,11 @@ static_assert(sizeof(ctxc_hybrid_snapshot_reservation_t) == 8);
 static_assert(sizeof(ctxc_hybrid_checkpoint_key_t) == 24);
 static_assert(sizeof(ctxc_kv_layer_shape_t) == 8);
 static_assert(sizeof(ctxc_reuse_plan_t) == 120);
-static_assert(sizeof(ctxc_sim_media_item_t) == 32);
+static_assert(sizeof(ctxc_resident_ref_t) == 16);
+static_assert(sizeof(ctxc_kv_headroom_t) == 8);
+static_assert(sizeof(ctxc_media_item_t) == 32);
+static_assert(sizeof(ctxc_sequence_request_t) == 56);
+static_assert(sizeof(ctxc_tensor_view_t) == 32);
 static_assert(sizeof(ctxc_sim_request_t) == 48);
 // The reuse plan can still grow: it is the last member of the acquire result, whose struct_size covers it.
 static_assert(offsetof(ctxc_acquire_result_t, plan) + sizeof(ctxc_reuse_plan_t) == sizeof(ctxc_acquire_result_t));
@@ -41,6 +45,8 @@ CTXC_API const char* ctxc_status_string(ctxc_status_t status) {
         case CTXC_E_UNSUPPORTED: return "CTXC_E_UNSUPPORTED";
         case CTXC_E_INTERNAL: return "CTXC_E_INTERNAL";
         case CTXC_E_DEVICE: return "CTXC_E_DEVICE";
+        case CTXC_E_REQUEST_FAILED: return "CTXC_E_REQUEST_FAILED";
+        case CTXC_E_POISONED: return "CTXC_E_POISONED";
         case CTXC_STATUS_COUNT: break;
     }
     return "CTXC_UNKNOWN_STATUS";
@@ -85,8 +91,20 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_device_buffer_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_page_table_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_lengths_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_resident_ref_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_headroom_t),
+        CTXC_SIZEOF_ENTRY(ctxc_media_item_t),
+        CTXC_SIZEOF_ENTRY(ctxc_sequence_request_t),
+        CTXC_SIZEOF_ENTRY(ctxc_tensor_view_t),
+        CTXC_SIZEOF_ENTRY(ctxc_coordinator_resources_t),
+        CTXC_SIZEOF_ENTRY(ctxc_coordinator_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_context_cache_metrics_t),
+        CTXC_SIZEOF_ENTRY(ctxc_coordinator_info_t),
+        CTXC_SIZEOF_ENTRY(ctxc_decoding_context_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_request_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_request_info_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_sequence_info_t),
         CTXC_SIZEOF_ENTRY(ctxc_sim_engine_options_t),
-        CTXC_SIZEOF_ENTRY(ctxc_sim_media_item_t),
         CTXC_SIZEOF_ENTRY(ctxc_sim_request_t),
         CTXC_SIZEOF_ENTRY(ctxc_sim_output_t),
         CTXC_SIZEOF_ENTRY(ctxc_sim_engine_stats_t),

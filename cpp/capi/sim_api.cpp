@@ -6,6 +6,7 @@
 
 #include "capi/api_support.h"
 #include "capi/handle_table.h"
+#include "capi/runtime_metrics.h"
 #include "ctxcache.h"
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/sim/reference_engine.h"
@@ -58,13 +59,13 @@ std::vector<sim::EngineRequest> toRequests(ctxc_sim_request_t const* requests, s
         e.cancelAfter = r.cancel_after >= 1 ? r.cancel_after : -1;
         if (r.lora) e.lora = r.lora;
         for (size_t m = 0; m < r.media_count; ++m) {
-            ctxc_sim_media_item_t const& item = r.media[m];
-            requireBytes(item.bytes, item.size, (where + ".media.bytes").c_str());
-            if (item.modality < 0 || item.modality > 2)
+            ctxc_media_item_t const& item = r.media[m];
+            requireBytes(item.bytes, item.byte_count, (where + ".media.bytes").c_str());
+            if (item.modality < CTXC_MEDIA_IMAGE || item.modality > CTXC_MEDIA_VIDEO)
                 invalidArgument(where + ".media[" + std::to_string(m) + "].modality " + std::to_string(item.modality) +
-                                " is not 0, 1 or 2");
+                                " is not a CTXC_MEDIA_*");
             runtime::MediaItem mi;
-            if (item.size > 0) mi.bytes.assign(item.bytes, item.bytes + item.size);
+            if (item.byte_count > 0) mi.bytes.assign(item.bytes, item.bytes + item.byte_count);
             mi.firstToken = item.first_token;
             mi.tokenCount = item.token_count;
             mi.modality = static_cast<uint8_t>(item.modality);
@@ -188,6 +189,14 @@ CTXC_API ctxc_status_t ctxc_sim_engine_stats(const ctxc_sim_engine_t* engine, ct
         out.sync_failures = s.syncFailures;
         out.restarts = s.restarts;
         out.capacity_retries = s.capacityRetries;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_sim_engine_metrics(const ctxc_sim_engine_t* engine,
+                                               ctxc_context_cache_metrics_t* out_metrics) {
+    return guard(__func__, [&] {
+        sim::ReferenceEngine& e = requireEngine(engine);
+        fillMetrics(e.metrics(), requireSized(out_metrics, "out_metrics"));
     });
 }
 

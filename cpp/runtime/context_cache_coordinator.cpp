@@ -82,6 +82,11 @@ ContextCachePhysicalResources const& validated(ContextCacheConfig const& config,
             contract(op, std::string(which) + " page table must be dense");
         if (table->maxBatch() < config.maxBatch || lengths->maxBatch() < config.maxBatch)
             contract(op, std::string(which) + " page table and lengths must cover maxBatch " + str(config.maxBatch));
+        // The coordinator binds rows [0, maxBatch) itself: they must start empty (its invariant for free slots).
+        for (int32_t slot = 0; slot < config.maxBatch; ++slot)
+            if (table->hostRow(slot)[0] != -1)
+                contract(op, std::string(which) + " page table row of slot " + str(slot) +
+                                 " is not empty (the coordinator binds its rows itself)");
     };
     if (profile.hasAttention()) {
         checkTriple(r.basePool, r.basePageTable, r.baseLengths, "base");
@@ -106,6 +111,14 @@ ContextCachePhysicalResources const& validated(ContextCacheConfig const& config,
         sameBackend(r.residentState->backend(), "resident state");
         if (r.residentState->maxBatch() < config.maxBatch)
             contract(op, "resident state must cover maxBatch " + str(config.maxBatch));
+        // The storage restores into its own state and reads its own pools' pages: they must be the ones this
+        // coordinator binds, zeroes and compacts.
+        if (r.snapshots->state() != r.residentState)
+            contract(op, "the snapshot storage was built over another resident state");
+        if (r.snapshots->basePool() != r.basePool)
+            contract(op, std::string("the snapshot storage was built over ") +
+                             (r.basePool ? "another base pool" : "a base pool this deployment does not have"));
+        if (r.snapshots->draftPool() != nullptr) contract(op, "the snapshot storage holds draft partial KV");
         if (r.snapshots->recurrentSlots() <= 0) contract(op, "checkpoint reuse needs at least one recurrent slot");
         if (profile.isHybrid() && r.snapshots->partialKvSlots() <= 0)
             contract(op, "a hybrid model needs at least one partial-KV slot");
@@ -253,18 +266,43 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
 
 ContextCacheCoordinator::~ContextCacheCoordinator() {
     // Requests must be finished first; any still alive are synchronised (best effort), released and detached so
-    // their handles never reach freed memory.
+    // their handles never reach freed memory. Their page-table rows are cleared: the tables outlive this
+    // coordinator (another one may be built over them) and must not keep listing pages nobody owns.
+    auto clear = [this](RequestState& s) noexcept {
+        try {
+            for (SequenceState const& seq : s.sequences) clearRows(seq.resident.slot);
+            if (s.joiner) clearRows(s.joiner->resident.slot);
+        } catch (...) {
+        }
+        s.sequences.clear();
+        s.joiner.reset();
+    };
     for (RequestState* s = liveList_; s;) {
         RequestState* next = s->next;
-        if (s->devicePending) (void)synchronizer_(s->stream);
-        s->sequences.clear();
-        s->joiner.reset();
+        if (s->devicePending) {
+            try {
+                (void)synchronizer_(s->stream);
+            } catch (...) {
+            }
+        }
+        clear(*s);
         s->owner = nullptr;
         s->prev = s->next = nullptr;
         s = next;
     }
-    for (auto& q : quarantine_) (void)synchronizer_(q->stream);
+    for (auto& q : quarantine_) {
+        try {
+            (void)synchronizer_(q->stream);
+        } catch (...) {
+        }
+        clear(*q);
+    }
     quarantine_.clear();
+    try {
+        uploadTables();
+    } catch (...) {
+        // A destructor reports nothing; the host tables, which are the truth, are clear.
+    }
 }
 
 bool ContextCacheCoordinator::supportsLiveSequenceAdmission() const noexcept {

@@ -83,16 +83,16 @@ std::optional<ContextCacheRequest> ContextCacheRequest::begin(
             makeAdmission(coordinator, request.sequences[i], context.residentRefs[i], mediaTokenIds));
     ContextCacheCoordinator::BeginRequestResult r = coordinator.beginRequest(admission, headroom, stream);
     if (r.status != ContextCacheCoordinatorStatus::kOk) return std::nullopt;
-    ContextCacheRequest out(coordinator, std::move(*r.request), speculativeRequest, tokenStateContract);
+    ContextCacheRequest out(coordinator, std::move(*r.request), tokenStateContract);
     out.prefillStarts_ = std::move(r.prefillStarts);
     out.completed_.assign(batch, 0);
     return out;
 }
 
 ContextCacheRequest::ContextCacheRequest(ContextCacheCoordinator& coordinator,
-                                         ContextCacheCoordinator::RequestHandle handle, bool speculative,
+                                         ContextCacheCoordinator::RequestHandle handle,
                                          DecodingTokenStateContract contract)
-    : coordinator_(&coordinator), handle_(std::move(handle)), speculative_(speculative), contract_(contract) {}
+    : coordinator_(&coordinator), handle_(std::move(handle)), contract_(contract) {}
 
 bool ContextCacheRequest::check(ContextCacheCoordinatorStatus status, char const* op) {
     if (status == ContextCacheCoordinatorStatus::kOk) return true;

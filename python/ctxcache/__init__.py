@@ -16,15 +16,25 @@ from __future__ import annotations
 from ._ffi import HEADER_ABI_VERSION, ffi, lib
 from .enums import (
     AcquireStatus,
+    AdmitSequenceStatus,
+    CommitPolicy,
+    ContextCacheCommitPolicy,
     ContextCacheLookupPolicy,
+    ContextCacheModelStateKind,
+    DecodingTokenStateContract,
     HashAlgorithm,
     LeaseState,
     LookupPolicy,
+    MediaModality,
+    ModelStateKind,
     PublishStatus,
     ResourceType,
     ReusePlanKind,
     ReusePlanMode,
+    ScalarType,
+    SequenceStatus,
     SpecReplayMode,
+    TokenStateContract,
 )
 from .errors import (
     ArgumentTypeError,
@@ -38,6 +48,8 @@ from .errors import (
     InvariantError,
     LeasesOutstandingError,
     OutOfMemoryError,
+    PoisonedError,
+    RequestFailedError,
     UnsupportedError,
 )
 from .hashing import (
@@ -91,8 +103,30 @@ from .device import DType, KvLengths, KvPagePool, KvPageTable, ResidentState, Sn
 
 DeviceBackend = device.Backend
 
+# The runtime layer (coordinator and requests over the device objects).
+from . import runtime  # noqa: E402
+from .runtime import (  # noqa: E402
+    AdmitResult,
+    ContextCacheCoordinator,
+    ContextCacheMetrics,
+    DecodingContext,
+    Headroom,
+    ManagedKVCacheRequest,
+    MediaItem,
+    PoolMetrics,
+    Request,
+    ResidentRef,
+    SequenceInfo,
+    SpecReuseContract,
+)
+
 # Spelled out (not computed) so that type checkers see what the package exports.
 __all__ = [
+    "AdmitResult", "AdmitSequenceStatus", "CommitPolicy", "ContextCacheCommitPolicy", "ContextCacheCoordinator",
+    "ContextCacheMetrics", "ContextCacheModelStateKind", "DecodingContext", "DecodingTokenStateContract", "Headroom",
+    "ManagedKVCacheRequest", "MediaItem", "MediaModality", "ModelStateKind", "PoisonedError", "PoolMetrics", "Request",
+    "RequestFailedError", "ResidentRef", "ScalarType", "SequenceInfo", "SequenceStatus", "SpecReuseContract",
+    "TokenStateContract", "runtime",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",

@@ -58,11 +58,65 @@ class LeaseState(IntEnum):
     ORPHANED = 2
 
 
-class CommitPolicy(IntEnum):
-    """When a finished sequence's state is published: at prefill end and decode end, or at prefill end only."""
+# ---- the runtime layer (ctxcache.runtime) ----------------------------------------------------------------------
 
-    INCLUDING_GENERATED_TOKENS = 0
-    PREFILL_STATE_ONLY = 1
+
+class ModelStateKind(IntEnum):
+    """What a deployment's model keeps per sequence, and so which reuse it can serve."""
+
+    ATTENTION_ONLY = 0
+    PURE_RECURRENT = 1
+    HYBRID = 2
+
+
+ContextCacheModelStateKind = ModelStateKind
+
+
+class TokenStateContract(IntEnum):
+    COMMITTED_PLUS_LOOKAHEAD = 0  # the token list ends with one sampled token whose KV is not written yet
+    FULLY_COMMITTED = 1  # every listed token already has KV
+
+
+DecodingTokenStateContract = TokenStateContract
+
+
+class CommitPolicy(IntEnum):
+    INCLUDING_GENERATED_TOKENS = 0  # publish at prefill end and at decode end of normally finished sequences
+    PREFILL_STATE_ONLY = 1  # publish at prefill end only
+
+
+ContextCacheCommitPolicy = CommitPolicy
+
+
+class SequenceStatus(IntEnum):
+    RUNNING = 0
+    FINISHED = 1  # normal end: publishable at decode end
+    CANCELLED = 2
+    FAILED = 3
+
+
+class AdmitSequenceStatus(IntEnum):
+    ADMITTED = 0
+    NO_CAPACITY = 1  # transient: nothing held, try again later
+    FAILED = 2
+
+
+class MediaModality(IntEnum):
+    IMAGE = 0
+    AUDIO = 1
+    VIDEO = 2
+
+
+class ScalarType(IntEnum):
+    """Element type of a tensor view; the first four equal :class:`ctxcache.DType`."""
+
+    FP16 = 0
+    BF16 = 1
+    FP8_E4M3 = 2
+    FP32 = 3
+    INT32 = 4
+    INT64 = 5
+    UINT8 = 6
 
 
 class SimDeployment(IntEnum):

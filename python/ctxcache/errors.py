@@ -46,7 +46,8 @@ class InvariantError(Error):
 
 
 class LeasesOutstandingError(Error):
-    """A manager was closed while leases were alive; they are orphaned (the manager is closed anyway)."""
+    """A manager was closed while leases were alive, or a coordinator while requests were: they are orphaned (the
+    manager or coordinator is closed anyway)."""
 
     status = 6
 
@@ -69,6 +70,19 @@ class DeviceError(Error):
     status = 10
 
 
+class RequestFailedError(Error):
+    """A runtime request step could not be served (capacity, page-table overflow, another request active, a
+    deployment without that reuse); the message is the request's own last error. Only finishing remains."""
+
+    status = 11
+
+
+class PoisonedError(RequestFailedError):
+    """A device synchronisation failed: the coordinator refuses new work until ``shutdown()`` succeeds."""
+
+    status = 12
+
+
 STATUS_EXCEPTIONS: dict[int, type[Error]] = {
     cls.status: cls
     for cls in (
@@ -82,5 +96,7 @@ STATUS_EXCEPTIONS: dict[int, type[Error]] = {
         UnsupportedError,
         InternalError,
         DeviceError,
+        RequestFailedError,
+        PoisonedError,
     )
 }

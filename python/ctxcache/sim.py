@@ -30,20 +30,11 @@ from ._resource import Family, Resource
 from .device import BackendKind, DType, _enum
 from .enums import CommitPolicy, HashAlgorithm, SimDeployment
 from .errors import ArgumentTypeError, InvalidHandleError
+from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
 
-__all__ = ["EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment"]
+__all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment"]
 
 _NULL = ffi.NULL
-
-
-@dataclass(frozen=True)
-class MediaItem:
-    """One media item of a prompt: its bytes (its identity) and the prompt tokens it occupies."""
-
-    data: bytes
-    first_token: int
-    token_count: int
-    modality: int = 0  # 0 image, 1 audio, 2 video
 
 
 @dataclass(frozen=True)
@@ -168,22 +159,7 @@ class ReferenceEngine(Resource):
                 lora = ffi.new("char[]", request.lora.encode())
                 keep.append(lora)
                 c.lora = lora
-            media = list(request.media)
-            if media:
-                items = ffi.new("ctxc_sim_media_item_t[]", len(media))
-                keep.append(items)
-                for k, item in enumerate(media):
-                    if not isinstance(item, MediaItem):
-                        raise ArgumentTypeError(f"requests[{i}].media[{k}] must be a sim.MediaItem")
-                    data = ffi.from_buffer(bytes(item.data))
-                    keep.append(data)
-                    items[k].bytes = data
-                    items[k].size = len(item.data)
-                    items[k].first_token = _arrays.integer(item.first_token, "first_token", minimum=None)
-                    items[k].token_count = _arrays.integer(item.token_count, "token_count", minimum=None)
-                    items[k].modality = _arrays.integer(item.modality, "modality", minimum=None)
-                c.media = items
-                c.media_count = len(media)
+            c.media, c.media_count = _media_items(request.media, f"requests[{i}]", keep)
         results_out = ffi.new("ctxc_sim_results_t **")
         check(lib.ctxc_sim_engine_serve(self._live(), c_requests, count, 1 if cold else 0, results_out))
         results = results_out[0]
@@ -210,6 +186,13 @@ class ReferenceEngine(Resource):
         return EngineStats(batches=s.batches, joiners=s.joiners, joiner_no_capacity=s.joiner_no_capacity,
                            compactions=s.compactions, decode_steps=s.decode_steps, sync_calls=s.sync_calls,
                            sync_failures=s.sync_failures, restarts=s.restarts, capacity_retries=s.capacity_retries)
+
+    @property
+    def metrics(self) -> ContextCacheMetrics:
+        """The engine's coordinator metrics (the reference's counters, snake_case), occupancy included."""
+        out = new_output("ctxc_context_cache_metrics_t")
+        check(lib.ctxc_sim_engine_metrics(self._live(), out))
+        return _metrics(out)
 
     def check_invariants(self) -> None:
         """The coordinator's and the manager's invariants, and that no request is live (InvariantError)."""

@@ -87,6 +87,8 @@ STATUS_EXCEPTIONS = {
     "CTXC_E_UNSUPPORTED": ctxcache.UnsupportedError,
     "CTXC_E_INTERNAL": ctxcache.InternalError,
     "CTXC_E_DEVICE": ctxcache.DeviceError,
+    "CTXC_E_REQUEST_FAILED": ctxcache.RequestFailedError,
+    "CTXC_E_POISONED": ctxcache.PoisonedError,
 }
 
 
@@ -130,7 +132,13 @@ ENUM_GROUPS = {
     "CTXC_ELEMENT_": device.Element,
     "CTXC_STATE_": device.StatePart,
     "CTXC_PAGE_TABLE_": device.PageTableMode,
+    "CTXC_MODEL_": enums.ModelStateKind,
+    "CTXC_TOKEN_STATE_": enums.TokenStateContract,
     "CTXC_COMMIT_": enums.CommitPolicy,
+    "CTXC_SEQUENCE_": enums.SequenceStatus,
+    "CTXC_ADMIT_": enums.AdmitSequenceStatus,
+    "CTXC_MEDIA_": enums.MediaModality,
+    "CTXC_SCALAR_": enums.ScalarType,
     "CTXC_SIM_DEPLOYMENT_": enums.SimDeployment,
 }
 # Constants that are no enum member, each with the Python name that mirrors it (None: nothing to mirror).
@@ -138,6 +146,7 @@ SINGLE_CONSTANTS = {
     "CTXC_OK": 0,
     "CTXC_STATUS_COUNT": None,
     "CTXC_DEFAULT_HASH_CHUNKS": device.DEFAULT_HASH_CHUNKS,
+    "CTXC_INHERIT_LOOKUP_POLICY": None,  # Request.lookup_policy = None
 }
 
 
@@ -230,7 +239,8 @@ def test_struct_size_too_small_is_refused():
 FROZEN_STRUCTS = {
     "ctxc_hash128_t", "ctxc_resource_demand_t", "ctxc_media_span_key_t", "ctxc_block_key_extras_t",
     "ctxc_hybrid_candidate_t", "ctxc_hybrid_snapshot_reservation_t", "ctxc_hybrid_checkpoint_key_t",
-    "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t", "ctxc_sim_media_item_t", "ctxc_sim_request_t",
+    "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t", "ctxc_resident_ref_t", "ctxc_kv_headroom_t", "ctxc_media_item_t",
+    "ctxc_sequence_request_t", "ctxc_tensor_view_t", "ctxc_sim_request_t",
 }
 
 

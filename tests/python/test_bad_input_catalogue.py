@@ -11,6 +11,7 @@ pools back to capacity, backend allocations back to zero). The C and C++ halves 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -563,3 +564,218 @@ def test_page_table_rows_may_be_permuted(dev):
     np.testing.assert_array_equal(dev.table.host_table()[0], before[1])
     np.testing.assert_array_equal(dev.table.host_table()[1], before[0])
     dev.table.check_invariants()
+
+
+# ---- the runtime layer's bad inputs (coordinator and requests) ---------------------------------------------------
+
+from ctxcache.runtime import (  # noqa: E402
+    ContextCacheCoordinator,
+    DecodingContext,
+    ManagedKVCacheRequest,
+    Request,
+    ResidentRef,
+    SpecReuseContract,
+)
+
+RUNNING = ctxcache.SequenceStatus.RUNNING
+
+
+@dataclass
+class Rt:
+    """A CPU coordinator (16 pages of 4 tokens, 4 x 8 table, lengths for 4) whose request runs rows on slots 0 and 1
+    with a decode step prepared (slot 2's epoch 1 was used by an earlier, finished request), and a second
+    coordinator whose request has a compaction pending. objects: the three triples (pool, table, lengths) of the
+    first coordinator, the second, and a closed one (rows empty again)."""
+
+    backend: device.Backend
+    objects: list
+    coordinator: ContextCacheCoordinator
+    request: ManagedKVCacheRequest
+    context: DecodingContext          # the request's batch as prepared for the step
+    stepped: DecodingContext          # the same batch after the engine's step (each row one token)
+    pending: ContextCacheCoordinator
+    pending_request: ManagedKVCacheRequest
+    closed_request: ManagedKVCacheRequest
+
+
+def _rt_context(rows, refs):
+    return DecodingContext([np.array(r, np.int32) for r in rows], [len(r) for r in rows], [0] * len(rows),
+                           [RUNNING] * len(rows), refs)
+
+
+def _rt_prefill(coordinator, rows, refs):
+    context = _rt_context(rows, refs)
+    request = ManagedKVCacheRequest.begin(coordinator, [Request(np.array(r, np.int32)) for r in rows], context)
+    request.prepare_prefill()
+    context.token_ids = [np.append(t, np.int32(100)) for t in context.token_ids]
+    context.generated_lengths = [1] * len(rows)
+    request.complete_prefill(context)
+    return request, context
+
+
+def _rt_devices(backend):
+    pool = device.KvPagePool(backend, num_pages=16, page_size=4, layers=[(1, 2)])
+    table = device.KvPageTable(backend, max_batch=4, max_pages_per_seq=8, num_pages=16)
+    lengths = device.KvLengths(backend, 4)
+    return pool, table, lengths
+
+
+@pytest.fixture
+def rt():
+    backend = device.Backend("cpu")
+    pool, table, lengths = _rt_devices(backend)
+    coordinator = ContextCacheCoordinator(max_batch=4, base_pool=pool, base_table=table, base_lengths=lengths)
+    earlier, _ = _rt_prefill(coordinator, [[7, 7, 7]], [ResidentRef(2, 1)])
+    earlier.finish()
+    earlier.close()
+    request, context = _rt_prefill(coordinator, [list(range(1, 9)), list(range(20, 26))],
+                                   [ResidentRef(0, 1), ResidentRef(1, 1)])
+    request.prepare_decode_step(context)
+    stepped = DecodingContext([np.append(t, np.int32(5)) for t in context.token_ids], context.raw_input_lengths,
+                              [2, 2], context.status, context.resident_refs)
+    p_pool, p_table, p_lengths = _rt_devices(backend)
+    pending = ContextCacheCoordinator(max_batch=4, base_pool=p_pool, base_table=p_table, base_lengths=p_lengths)
+    pending_request, _ = _rt_prefill(pending, [[1, 2, 3], [4, 5, 6]], [ResidentRef(0, 1), ResidentRef(1, 1)])
+    pending_request.begin_batch_compaction([0, -1], 1)
+    closed_pool, closed_table, closed_lengths = _rt_devices(backend)
+    with ContextCacheCoordinator(max_batch=4, base_pool=closed_pool, base_table=closed_table,
+                                 base_lengths=closed_lengths) as other:
+        closed_request, _ = _rt_prefill(other, [[1, 2]], [ResidentRef(0, 1)])
+        closed_request.close()
+    objects = [pool, table, lengths, p_pool, p_table, p_lengths, closed_pool, closed_table, closed_lengths]
+    w = Rt(backend, objects, coordinator, request, context, stepped, pending, pending_request, closed_request)
+    yield w
+    for c in (coordinator, pending):
+        c.check_invariants()
+    request.close()
+    pending_request.close()
+    coordinator.close()
+    pending.close()
+    for obj in objects:
+        obj.close()
+    assert backend.allocated_bytes == 0, "device memory leaked"
+    backend.close()
+
+
+def observe_rt(w: Rt) -> tuple:
+    out = []
+    for c, r in ((w.coordinator, w.request), (w.pending, w.pending_request)):
+        metrics = dataclasses.replace(c.metrics, planning_nanoseconds=0)
+        out += [metrics, c.poisoned, c.active_request_count, c.quarantined_request_count]
+        out += [r.batch_size, r.live, r.has_pending_joiner, r.prefill_starts.tolist()]
+        for row in range(r.batch_size):
+            s = r.sequence(row)
+            out += [dataclasses.replace(s, base_pages=None, draft_pages=None), s.base_pages.tolist()]
+    for obj in w.objects:
+        if isinstance(obj, device.KvPageTable):
+            out.append(obj.host_table().tobytes())
+        elif isinstance(obj, device.KvLengths):
+            out.append(obj.read().tolist())
+    return tuple(out)
+
+
+def _c_metrics_short(w: Rt):
+    out = ffi.new("ctxc_context_cache_metrics_t *")
+    out.struct_size = 8
+    check(lib.ctxc_coordinator_metrics(w.coordinator._live(), out))
+
+
+def _admit(w: Rt, slot: int, epoch: int, request=None):
+    return (request or w.request).admit_sequence(Request([40, 41, 42]), ResidentRef(slot, epoch))
+
+
+RUNTIME_CATALOGUE: dict[str, list] = {
+    "null_handle": [
+        case("rt_begin_on_no_coordinator", ArgumentTypeError, "coordinator must be a ContextCacheCoordinator, got NoneType",
+             lambda w: ManagedKVCacheRequest.begin(None, [Request([1])], w.context)),
+        case("rt_c_null_request", InvalidHandleError, "ctxc_kv_request_prepare_prefill: request is NULL",
+             lambda w: check(lib.ctxc_kv_request_prepare_prefill(ffi.NULL))),
+        case("rt_coordinator_over_a_table_as_pool", ArgumentTypeError, "base_pool must be a KvPagePool or None, got KvPageTable",
+             lambda w: ContextCacheCoordinator(base_pool=w.objects[1])),
+        case("rt_c_pool_as_coordinator", InvalidHandleError, "ctxc_coordinator_shutdown: coordinator is not a live handle",
+             lambda w: check(lib.ctxc_coordinator_shutdown(ffi.cast("ctxc_coordinator_t *", w.objects[0]._live())))),
+    ],
+    "dangling_handle": [
+        case("rt_closed_request", InvalidHandleError, "request was closed", lambda w: w.closed_request.finish()),
+        case("rt_c_stale_request", InvalidHandleError, "ctxc_kv_request_finish: request is not a live handle",
+             lambda w: check(lib.ctxc_kv_request_finish(ffi.cast("ctxc_kv_request_t *", 0xDEAD00CC)))),
+    ],
+    "wrong_struct_size": [
+        case("rt_metrics_short_struct", InvalidArgumentError, "out_metrics->struct_size is 8", _c_metrics_short),
+    ],
+    "stale_resident_epoch": [
+        case("rt_joiner_epoch_already_used", ContractError, "resident epoch 1 of slot 2 is stale",
+             lambda w: _admit(w, 2, 1)),
+        case("rt_joiner_epoch_zero", ContractError, "resident epoch 0 is invalid", lambda w: _admit(w, 3, 0)),
+    ],
+    "duplicate_slots": [
+        case("rt_begin_twice_on_slot_3", ContractError, r"sequences\[0\] and \[1\] share resident slot 3",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request([1]), Request([2])],
+                                                   _rt_context([[1], [2]], [ResidentRef(3, 1), ResidentRef(3, 2)]))),
+        case("rt_joiner_on_a_live_slot", ContractError, "resident slot 0 is held by a live sequence",
+             lambda w: _admit(w, 0, 9)),
+    ],
+    "steps_out_of_order": [
+        case("rt_prefill_while_executing", ContractError, "not allowed while the request is executing",
+             lambda w: w.request.prepare_prefill()),
+        case("rt_complete_compaction_never_begun", ContractError, "no compaction is pending",
+             lambda w: w.request.complete_batch_compaction([0, 1])),
+        case("rt_decode_step_while_compaction_pending", ContractError, "not allowed while the request is compaction pending",
+             lambda w: w.pending_request.prepare_decode_step(_rt_context([[1, 2, 3, 100], [4, 5, 6, 100]],
+                                                                         [ResidentRef(0, 1), ResidentRef(1, 1)]))),
+    ],
+    "compaction_map_that_reorders_survivors": [
+        case("rt_swapped_survivors", ContractError, r"oldToNew\[0\] = 1 reorders",
+             lambda w: w.request.begin_batch_compaction([1, 0], 2)),
+        case("rt_map_of_another_length", ContractError, "the map has 3 entries for a batch of 2",
+             lambda w: w.request.begin_batch_compaction([0, 1, -1], 2)),
+    ],
+    "advances_that_break_the_token_state_contract": [
+        case("rt_generated_lengths_too_long", ContractError, "breaks the token-state contract",
+             lambda w: w.request.complete_decode_step(dataclasses.replace(w.stepped, generated_lengths=[5, 2]))),
+        case("rt_two_tokens_in_a_plain_step", ContractError, "a non-speculative step accepts one",
+             lambda w: w.request.complete_decode_step(dataclasses.replace(
+                 w.stepped, token_ids=[np.append(w.stepped.token_ids[0], np.int32(6)), w.stepped.token_ids[1]],
+                 generated_lengths=[3, 2]))),
+        case("rt_context_of_another_batch", ContractError, "active batch 1 differs from the request's 2",
+             lambda w: w.request.complete_decode_step(_rt_context([[1, 2]], [ResidentRef(0, 1)]))),
+    ],
+    "admission_while_compaction_is_pending": [
+        case("rt_joiner_during_compaction", ContractError, "not allowed while the request is compaction pending",
+             lambda w: _admit(w, 2, 2, w.pending_request)),
+    ],
+    "deployment_the_profile_cannot_serve": [
+        case("rt_hybrid_without_snapshots", ContractError, "checkpoint reuse needs resident state and snapshot storage",
+             lambda w: ContextCacheCoordinator(max_batch=4, model_state_kind="hybrid", base_pool=w.objects[6],
+                                               base_table=w.objects[7], base_lengths=w.objects[8])),
+        case("rt_table_with_bound_rows", ContractError, "base page table row of slot 0 is not empty",
+             lambda w: ContextCacheCoordinator(max_batch=4, base_pool=w.objects[0], base_table=w.objects[1],
+                                               base_lengths=w.objects[2])),
+        case("rt_spec_without_a_draft_pool", ContractError, "needs a draft pool, page table and KV lengths",
+             lambda w: ContextCacheCoordinator(max_batch=4, spec=SpecReuseContract(), base_pool=w.objects[6],
+                                               base_table=w.objects[7], base_lengths=w.objects[8])),
+        case("rt_speculative_request_without_a_spec_contract", ContractError, "without a spec contract",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request([1])], _rt_context([[1]], [ResidentRef(3, 1)]),
+                                                   speculative=True)),
+    ],
+}
+RUNTIME_CASES = [c for cases in RUNTIME_CATALOGUE.values() for c in cases]
+
+
+def test_every_runtime_bad_input_is_catalogued():
+    assert len(RUNTIME_CATALOGUE) == 10 and all(RUNTIME_CATALOGUE.values())
+    ids = [p.id for p in RUNTIME_CASES]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("exception,match,call", RUNTIME_CASES)
+def test_runtime_bad_input_is_refused_and_changes_nothing(rt, exception, match, call):
+    before = observe_rt(rt)
+    with pytest.raises(ctxcache.Error) as info:
+        call(rt)
+    assert type(info.value) is exception, f"{type(info.value).__name__}: {info.value}"
+    assert re.search(match, str(info.value)), f"message {str(info.value)!r} does not mention {match!r}"
+    del info
+    assert observe_rt(rt) == before
+    rt.coordinator.check_invariants()
+    rt.pending.check_invariants()

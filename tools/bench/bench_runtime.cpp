@@ -83,8 +83,8 @@ std::vector<std::vector<int32_t>> prompts(Options const& o) {
 struct Rig {
     Rig(int pages, int pageSize, int batch, int maxPagesPerSeq) {
         backend = device::createCpuBackend();
-        pool = std::make_unique<device::KvPagePool>(*backend,
-                                                    device::KvPoolGeometry{pages, pageSize, device::DType::kFp16, {{1, 8}}});
+        pool = std::make_unique<device::KvPagePool>(
+            *backend, device::KvPoolGeometry{pages, pageSize, device::DType::kFp16, {{1, 8}}});
         table = std::make_unique<device::KvPageTable>(*backend, batch, maxPagesPerSeq, pages);
         lengths = std::make_unique<device::KvLengths>(*backend, batch);
         ContextCacheConfig config;
@@ -227,7 +227,8 @@ int main(int argc, char** argv) {
     config.maxBatch = 1;
     ContextCacheDeploymentProfile hybrid;
     hybrid.baseStateKind = ContextCacheModelStateKind::kHybrid;
-    ContextCacheCoordinator hc(config, hybrid, {&pool, &table, &lengths, nullptr, nullptr, nullptr, &state, &snapshots});
+    ContextCacheCoordinator hc(config, hybrid,
+                               {&pool, &table, &lengths, nullptr, nullptr, nullptr, &state, &snapshots});
     std::vector<int32_t> prompt(static_cast<size_t>(P + P / 2), 3);
     auto serveOnce = [&](uint64_t ep, std::vector<int32_t> const& tokens, uint64_t& restoreLaunches,
                          uint64_t& captureLaunches) {
@@ -243,7 +244,8 @@ int main(int argc, char** argv) {
         uint64_t const k1 = backend->counters().kernels;
         hc.enqueuePrefillCaptures(rh);
         captureLaunches = backend->counters().kernels - k1;
-        hc.finalizePrefillPublication(rh, {ContextCacheSequenceAdvance{&lookahead, 1, static_cast<int32_t>(tokens.size())}});
+        hc.finalizePrefillPublication(
+            rh, {ContextCacheSequenceAdvance{&lookahead, 1, static_cast<int32_t>(tokens.size())}});
         hc.finish(rh);
     };
     uint64_t coldRestore = 0, capture = 0, warmRestore = 0, capture2 = 0;

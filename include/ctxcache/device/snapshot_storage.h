@@ -68,6 +68,10 @@ public:
     bool recurrentExternal() const noexcept { return !recurrent_.owning(); }
     bool partialKvExternal() const noexcept { return !partialKv_.owning(); }
     bool boundaryHidden() const noexcept { return boundaryHidden_; }
+    // What the storage was built over (null: nothing of that kind); a coordinator checks they are its own.
+    ResidentState const* state() const noexcept { return state_; }
+    KvPagePool const* basePool() const noexcept { return base_; }
+    KvPagePool const* draftPool() const noexcept { return draft_; }
     // Most descriptors one transfer needs: 2 * recurrent layers + 1 + 2 * (base + draft attention layers).
     int32_t maxDescriptors() const noexcept { return maxDescriptors_; }
 

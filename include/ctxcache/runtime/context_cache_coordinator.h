@@ -49,7 +49,7 @@ namespace ctxcache::runtime {
 
 struct SequenceState;  // cpp/runtime/request_state.h
 
-// Values are part of the C ABI (CTXC_COORDINATOR_*).
+// The C ABI answers these as CTXC_OK, CTXC_E_REQUEST_FAILED and CTXC_E_POISONED.
 enum class ContextCacheCoordinatorStatus : uint8_t { kOk = 0, kRequestFailed = 1, kPoisoned = 2 };
 
 struct ContextCacheConfig {

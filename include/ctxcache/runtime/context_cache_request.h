@@ -81,13 +81,12 @@ public:
 
 private:
     ContextCacheRequest(ContextCacheCoordinator& coordinator, ContextCacheCoordinator::RequestHandle handle,
-                        bool speculative, DecodingTokenStateContract contract);
+                        DecodingTokenStateContract contract);
     bool check(ContextCacheCoordinatorStatus status, char const* op);
     void checkContext(char const* op, DecodingInferenceContext const& context) const;
 
     ContextCacheCoordinator* coordinator_;
     ContextCacheCoordinator::RequestHandle handle_;
-    bool speculative_;
     DecodingTokenStateContract contract_;
     std::vector<int32_t> prefillStarts_;
     std::vector<int32_t> stepTokenCounts_;  // history length per row when the step was prepared

@@ -1,0 +1,451 @@
+// libFuzzer target for the runtime's C ABI: the input bytes drive an engine that runs requests through a
+// coordinator on the CPU backend (a 10-page pool of 4-token pages, a 4 x 6 page table, lengths for 4): begin,
+// prefill, decode steps with finished and cancelled rows, joiners, compaction, finish, destroy, shutdown, a
+// synchronizer that fails on demand, coordinators destroyed under live requests, and mistakes: steps out of order,
+// contexts that do not match, stale or duplicate resident refs, reordering maps, NULL, stale, made-up and wrongly
+// typed handles, short struct sizes.
+//
+// After every call the target checks, and aborts on violation:
+//   - the status is a known ctxc_status_t, and never CTXC_E_INTERNAL, CTXC_E_INVARIANT or CTXC_E_DEVICE;
+//   - a live coordinator passes ctxc_coordinator_check_invariants();
+//   - a call refused as malformed or inconsistent (CTXC_E_INVALID_ARGUMENT, _CONTRACT, _INVALID_HANDLE) changed
+//     nothing the coordinator reports (its metrics but the planning time, and its info);
+// and at the end of each input, once everything is destroyed, that the backend holds no device memory.
+// ASan/UBSan/LSan catch memory errors and leaks.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ctxcache.h"
+
+namespace {
+
+[[noreturn]] void fail(char const* what, ctxc_status_t status) {
+    std::fprintf(stderr, "runtime_fuzz: %s (status %d %s, last error: %s)\n", what, static_cast<int>(status),
+                 ctxc_status_string(status), ctxc_last_error());
+    std::abort();
+}
+
+bool syncFails = false;
+bool const trace = std::getenv("CTXCACHE_FUZZ_TRACE") != nullptr;  // replaying a crash: print every call
+int synchronize(void*, void*) { return syncFails ? 1 : 0; }
+
+// The engine's view of one request: per-row histories and the rest of a decoding context.
+struct Engine {
+    ctxc_kv_request_t* handle = nullptr;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<int32_t> raw, generated, status;
+    std::vector<ctxc_resident_ref_t> refs;
+    std::vector<int32_t> pendingMap;
+    bool joinerPending = false;
+    std::vector<int32_t> joinerTokens;
+    ctxc_resident_ref_t joinerRef{};
+    // Backing storage of the last context built.
+    std::vector<int32_t const*> pointers;
+    std::vector<int32_t> counts;
+    ctxc_decoding_context_t c{};
+
+    ctxc_decoding_context_t const* context() {
+        ctxc_decoding_context_init(&c);
+        pointers.clear();
+        counts.clear();
+        for (auto const& t : tokens) {
+            pointers.push_back(t.data());
+            counts.push_back(static_cast<int32_t>(t.size()));
+        }
+        c.active_batch_size = static_cast<int32_t>(tokens.size());
+        c.token_ids = pointers.data();
+        c.token_counts = counts.data();
+        c.raw_input_lengths = raw.data();
+        c.generated_lengths = generated.data();
+        c.status = status.data();
+        c.resident_refs = refs.data();
+        return &c;
+    }
+};
+
+class Session {
+public:
+    explicit Session(FuzzedDataProvider& in) : in_(in) {}
+
+    void run() {
+        syncFails = false;
+        ctxc_device_backend_options_t bo;
+        ctxc_device_backend_options_init(&bo);
+        bo.kind = CTXC_BACKEND_CPU;
+        if (ctxc_device_backend_create(&bo, &backend_) != CTXC_OK) fail("backend", CTXC_E_INTERNAL);
+        ctxc_kv_layer_shape_t const layer{1, 2};
+        ctxc_kv_pool_options_t po;
+        ctxc_kv_pool_options_init(&po);
+        po.num_pages = 10;
+        po.page_size = 4;
+        po.layers = &layer;
+        po.layer_count = 1;
+        expectOk(ctxc_kv_pool_create(backend_, &po, &pool_), "pool");
+        ctxc_kv_page_table_options_t to;
+        ctxc_kv_page_table_options_init(&to);
+        to.max_batch = 4;
+        to.max_pages_per_seq = 6;
+        to.num_pages = 10;
+        expectOk(ctxc_kv_page_table_create(backend_, &to, &table_), "table");
+        ctxc_kv_lengths_options_t lo;
+        ctxc_kv_lengths_options_init(&lo);
+        lo.max_batch = 4;
+        expectOk(ctxc_kv_lengths_create(backend_, &lo, &lengths_), "lengths");
+        createCoordinator();
+        for (int step = 0; step < 48 && in_.remaining_bytes() > 0; ++step) {
+            one();
+            if (coordinator_) {
+                ctxc_status_t const s = ctxc_coordinator_check_invariants(coordinator_);
+                if (s != CTXC_OK) fail("invariants broken", s);
+            }
+        }
+        teardown();
+    }
+
+private:
+    static void expectOk(ctxc_status_t s, char const* what) {
+        if (s != CTXC_OK) fail(what, s);
+    }
+
+    void checkStatus(ctxc_status_t s) {
+        if (s < CTXC_OK || s >= CTXC_STATUS_COUNT) fail("unknown status code", s);
+        if (s == CTXC_E_INTERNAL || s == CTXC_E_INVARIANT || s == CTXC_E_DEVICE)
+            fail("internal error, invariant violation or device failure", s);
+        if (s != CTXC_OK && ctxc_last_error()[0] == '\0') fail("a failure without a message", s);
+    }
+
+    std::string observe() {
+        if (!coordinator_) return "";
+        ctxc_context_cache_metrics_t m{};
+        m.struct_size = sizeof m;
+        expectOk(ctxc_coordinator_metrics(coordinator_, &m), "metrics");
+        m.planning_nanoseconds = 0;
+        ctxc_coordinator_info_t i{};
+        i.struct_size = sizeof i;
+        expectOk(ctxc_coordinator_info(coordinator_, &i), "info");
+        std::string out(reinterpret_cast<char const*>(&m), sizeof m);
+        out.append(reinterpret_cast<char const*>(&i), sizeof i);
+        return out;
+    }
+
+    // A call that may fail; a refusal must change nothing. Returns its status.
+    template <class F>
+    ctxc_status_t call(F&& f) {
+        std::string const before = observe();
+        ctxc_status_t const s = f();
+        if (trace) std::fprintf(stderr, "  -> %s %s\n", ctxc_status_string(s), s ? ctxc_last_error() : "");
+        checkStatus(s);
+        if ((s == CTXC_E_INVALID_ARGUMENT || s == CTXC_E_CONTRACT || s == CTXC_E_INVALID_HANDLE) && observe() != before)
+            fail("a refused call changed the coordinator", s);
+        return s;
+    }
+
+    void createCoordinator() {
+        ctxc_coordinator_resources_t r;
+        ctxc_coordinator_resources_init(&r);
+        r.base_pool = pool_;
+        r.base_page_table = table_;
+        r.base_lengths = lengths_;
+        ctxc_coordinator_options_t o;
+        ctxc_coordinator_options_init(&o);
+        o.max_batch = 4;
+        o.max_records = in_.ConsumeIntegralInRange<int32_t>(0, 4);
+        o.hash_algorithm = in_.ConsumeBool() ? CTXC_HASH_FNV1A128 : CTXC_HASH_SHA256;
+        o.synchronize = synchronize;
+        if (in_.ConsumeIntegralInRange<int>(0, 15) == 0) o.model_state_kind = CTXC_MODEL_HYBRID;  // refused
+        ctxc_status_t const s = ctxc_coordinator_create(&r, &o, &coordinator_);
+        checkStatus(s);
+        if (s == CTXC_OK) return;
+        o.model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
+        expectOk(ctxc_coordinator_create(&r, &o, &coordinator_), "create");
+    }
+
+    Engine& engine() { return engines_[in_.ConsumeIntegralInRange<size_t>(0, 1)]; }
+
+    ctxc_kv_request_t* requestArg(Engine& e) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 15)) {
+            case 0: return nullptr;
+            case 1:
+                return reinterpret_cast<ctxc_kv_request_t*>(static_cast<uintptr_t>(in_.ConsumeIntegral<uint64_t>()));
+            case 2: return reinterpret_cast<ctxc_kv_request_t*>(pool_);  // a handle of the wrong type
+            case 3: return stale_;
+            default: return e.handle;
+        }
+    }
+
+    ctxc_resident_ref_t ref() {
+        int32_t const slot = in_.ConsumeIntegralInRange<int32_t>(-1, 4);
+        uint64_t epoch = 0;
+        if (slot >= 0 && slot < 4) {
+            switch (in_.ConsumeIntegralInRange<int>(0, 5)) {
+                case 0: epoch = epochs_[slot]; break;  // stale (or 0)
+                case 1: epoch = 0; break;
+                default: epoch = ++epochs_[slot]; break;
+            }
+        }
+        return ctxc_resident_ref_t{slot, 0, epoch};
+    }
+
+    std::vector<int32_t> prompt() {
+        size_t const n = in_.ConsumeIntegralInRange<size_t>(0, 14);
+        std::vector<int32_t> out;
+        for (size_t i = 0; i < n; ++i) out.push_back(in_.ConsumeIntegralInRange<int32_t>(1, 3));  // prefixes collide
+        return out;
+    }
+
+    ctxc_sequence_request_t sequenceOf(std::vector<int32_t> const& t) {
+        ctxc_sequence_request_t s{};
+        s.token_ids = t.data();
+        s.token_count = t.size();
+        s.lookup_policy = in_.ConsumeIntegralInRange<int>(0, 7) == 0 ? CTXC_LOOKUP_BYPASS : CTXC_INHERIT_LOOKUP_POLICY;
+        return s;
+    }
+
+    void begin(Engine& e) {
+        Engine fresh;
+        size_t const n = in_.ConsumeIntegralInRange<size_t>(0, 3);
+        std::vector<ctxc_sequence_request_t> seqs;
+        for (size_t i = 0; i < n; ++i) {
+            fresh.tokens.push_back(prompt());
+            fresh.raw.push_back(static_cast<int32_t>(fresh.tokens.back().size()));
+            fresh.generated.push_back(0);
+            fresh.status.push_back(CTXC_SEQUENCE_RUNNING);
+            fresh.refs.push_back(ref());
+        }
+        for (auto const& t : fresh.tokens) seqs.push_back(sequenceOf(t));
+        ctxc_kv_request_options_t o;
+        ctxc_kv_request_options_init(&o);
+        o.commit_policy = in_.ConsumeBool() ? CTXC_COMMIT_PREFILL_STATE_ONLY : CTXC_COMMIT_INCLUDING_GENERATED_TOKENS;
+        o.headroom.base_extra_tokens = in_.ConsumeIntegralInRange<int32_t>(-1, 5);
+        if (in_.ConsumeIntegralInRange<int>(0, 15) == 0) o.struct_size = 4;
+        ctxc_kv_request_t* out = nullptr;
+        ctxc_status_t const s = call([&] {
+            return ctxc_kv_request_begin(coordinatorArg(), seqs.data(), seqs.size(), fresh.context(), &o, &out);
+        });
+        if (s != CTXC_OK) {
+            if (out) fail("a refused begin returned a request", s);
+            return;
+        }
+        destroy(e);
+        fresh.handle = out;
+        e = std::move(fresh);
+    }
+
+    ctxc_coordinator_t* coordinatorArg() {
+        switch (in_.ConsumeIntegralInRange<int>(0, 15)) {
+            case 0: return nullptr;
+            case 1: return reinterpret_cast<ctxc_coordinator_t*>(table_);
+            default: return coordinator_;
+        }
+    }
+
+    void destroy(Engine& e) {
+        if (!e.handle) return;
+        checkStatus(ctxc_kv_request_destroy(e.handle));
+        stale_ = e.handle;
+        e = Engine{};
+    }
+
+    void advance(Engine& e, bool prefill) {
+        for (size_t i = 0; i < e.tokens.size(); ++i) {
+            if (!prefill && e.status[i] != CTXC_SEQUENCE_RUNNING && in_.ConsumeIntegralInRange<int>(0, 7) != 0)
+                continue;
+            int const n = in_.ConsumeIntegralInRange<int>(0, 9) == 0 ? 2 : 1;
+            for (int k = 0; k < n; ++k) e.tokens[i].push_back(in_.ConsumeIntegralInRange<int32_t>(1, 3));
+            e.generated[i] += n;
+            if (in_.ConsumeIntegralInRange<int>(0, 11) == 0) e.raw[i] += 1;  // a broken contract
+            if (!prefill) switch (in_.ConsumeIntegralInRange<int>(0, 7)) {
+                    case 0: e.status[i] = CTXC_SEQUENCE_FINISHED; break;
+                    case 1: e.status[i] = CTXC_SEQUENCE_CANCELLED; break;
+                    default: break;
+                }
+        }
+    }
+
+    void compactionMap(Engine& e) {
+        size_t const n = e.tokens.size();
+        e.pendingMap.assign(n, -1);
+        int32_t next = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (e.status[i] == CTXC_SEQUENCE_RUNNING || in_.ConsumeBool()) e.pendingMap[i] = next++;
+        if (n >= 2 && in_.ConsumeIntegralInRange<int>(0, 7) == 0) std::swap(e.pendingMap[0], e.pendingMap[1]);
+    }
+
+    void applyCompaction(Engine& e) {
+        Engine out;
+        out.handle = e.handle;
+        for (size_t i = 0; i < e.tokens.size(); ++i) {
+            if (e.pendingMap[i] < 0) continue;
+            out.tokens.push_back(e.tokens[i]);
+            out.raw.push_back(e.raw[i]);
+            out.generated.push_back(e.generated[i]);
+            out.status.push_back(e.status[i]);
+            out.refs.push_back(e.refs[i]);
+        }
+        e = std::move(out);
+    }
+
+    void one() {
+        Engine& e = engine();
+        int const op = in_.ConsumeIntegralInRange<int>(0, 17);
+        if (trace)
+            std::fprintf(stderr, "op %d on engine %d (rows %zu)\n", op, &e == &engines_[0] ? 0 : 1, e.tokens.size());
+        switch (op) {
+            case 0:
+            case 1: begin(e); break;
+            case 2: call([&] { return ctxc_kv_request_prepare_prefill(requestArg(e)); }); break;
+            case 3: call([&] { return ctxc_kv_request_enqueue_prefill_captures(requestArg(e)); }); break;
+            case 4: {
+                Engine trial = e;
+                advance(trial, true);
+                if (call([&] {
+                    return ctxc_kv_request_complete_prefill(requestArg(e), trial.context(), nullptr, 0);
+                }) == CTXC_OK)
+                    e = std::move(trial);
+                break;
+            }
+            case 5: {
+                ctxc_kv_headroom_t const h{in_.ConsumeIntegralInRange<int32_t>(0, 9), 0};
+                call([&] { return ctxc_kv_request_prepare_decode_step(requestArg(e), e.context(), &h); });
+                break;
+            }
+            case 6:
+            case 7: {
+                Engine trial = e;
+                advance(trial, false);
+                if (call([&] {
+                    return ctxc_kv_request_complete_decode_step(requestArg(e), trial.context(), nullptr, 0);
+                }) == CTXC_OK)
+                    e = std::move(trial);
+                break;
+            }
+            case 8: {
+                compactionMap(e);
+                int32_t survivors = 0;
+                for (int32_t v : e.pendingMap) survivors += v >= 0;
+                std::vector<int32_t> device(e.pendingMap.size() + 1, 0);
+                call([&] {
+                    return ctxc_kv_request_begin_batch_compaction(
+                        requestArg(e), e.pendingMap.data(), e.pendingMap.size(), survivors,
+                        in_.ConsumeBool() ? device.data() : nullptr, device.size());
+                });
+                break;
+            }
+            case 9:
+                if (call([&] {
+                    return ctxc_kv_request_complete_batch_compaction(requestArg(e), e.pendingMap.data(),
+                                                                     e.pendingMap.size());
+                }) == CTXC_OK)
+                    applyCompaction(e);
+                break;
+            case 10: call([&] { return ctxc_kv_request_finish(requestArg(e)); }); break;
+            case 11: destroy(e); break;
+            case 12: {
+                e.joinerTokens = prompt();
+                e.joinerRef = ref();
+                ctxc_sequence_request_t const s = sequenceOf(e.joinerTokens);
+                int32_t status = -1, start = -1;
+                if (call([&] {
+                    return ctxc_kv_request_admit_sequence(requestArg(e), &s, &e.joinerRef, nullptr, nullptr, 0, &status,
+                                                          &start);
+                }) == CTXC_OK &&
+                    status == CTXC_ADMIT_ADMITTED)
+                    e.joinerPending = true;
+                break;
+            }
+            case 13: {
+                int32_t const row =
+                    static_cast<int32_t>(e.tokens.size()) - in_.ConsumeIntegralInRange<int32_t>(0, 1) + 1;
+                int32_t const length = static_cast<int32_t>(e.joinerTokens.size());
+                if (call([&] {
+                    return ctxc_kv_request_finalize_sequence_admission(requestArg(e), row - 1, 3, length);
+                }) == CTXC_OK &&
+                    e.joinerPending) {
+                    e.tokens.push_back(e.joinerTokens);
+                    e.tokens.back().push_back(3);
+                    e.raw.push_back(length);
+                    e.generated.push_back(1);
+                    e.status.push_back(CTXC_SEQUENCE_RUNNING);
+                    e.refs.push_back(e.joinerRef);
+                    e.joinerPending = false;
+                }
+                break;
+            }
+            case 14: {
+                int32_t retracted = 0;
+                if (call([&] { return ctxc_kv_request_retract_sequence_admission(requestArg(e), &retracted); }) ==
+                        CTXC_OK &&
+                    retracted)
+                    e.joinerPending = false;
+                break;
+            }
+            case 15:
+                if (in_.ConsumeBool()) syncFails = !syncFails;
+                else call([&] { return ctxc_coordinator_shutdown(coordinatorArg()); });
+                break;
+            case 16: {
+                ctxc_kv_sequence_info_t s{};
+                s.struct_size = in_.ConsumeBool() ? sizeof s : 8;
+                call([&] {
+                    return ctxc_kv_request_sequence_info(requestArg(e), in_.ConsumeIntegralInRange<int32_t>(-1, 4), &s);
+                });
+                int32_t const* starts = nullptr;
+                size_t count = 0;
+                call([&] { return ctxc_kv_request_prefill_starts(requestArg(e), &starts, &count); });
+                ctxc_context_cache_metrics_t m{};
+                m.struct_size = in_.ConsumeBool() ? sizeof m : 16;
+                call([&] { return ctxc_coordinator_metrics(coordinatorArg(), &m); });
+                break;
+            }
+            case 17:
+                // The coordinator goes first: live requests are orphaned, later calls on them are invalid handles.
+                if (in_.ConsumeIntegralInRange<int>(0, 3) == 0) {
+                    checkStatus(ctxc_coordinator_destroy(coordinator_));
+                    coordinator_ = nullptr;
+                    syncFails = false;
+                    createCoordinator();
+                }
+                break;
+        }
+    }
+
+    void teardown() {
+        syncFails = false;
+        for (Engine& e : engines_) destroy(e);
+        if (coordinator_) {
+            checkStatus(ctxc_coordinator_shutdown(coordinator_));
+            expectOk(ctxc_coordinator_destroy(coordinator_), "coordinator destroy");
+        }
+        expectOk(ctxc_kv_lengths_destroy(lengths_), "lengths destroy");
+        expectOk(ctxc_kv_page_table_destroy(table_), "table destroy");
+        expectOk(ctxc_kv_pool_destroy(pool_), "pool destroy");
+        size_t bytes = 1;
+        expectOk(ctxc_device_backend_allocated_bytes(backend_, &bytes), "allocated bytes");
+        if (bytes != 0) fail("device memory leaked", CTXC_OK);
+        expectOk(ctxc_device_backend_destroy(backend_), "backend destroy");
+    }
+
+    FuzzedDataProvider& in_;
+    ctxc_device_backend_t* backend_ = nullptr;
+    ctxc_kv_pool_t* pool_ = nullptr;
+    ctxc_kv_page_table_t* table_ = nullptr;
+    ctxc_kv_lengths_t* lengths_ = nullptr;
+    ctxc_coordinator_t* coordinator_ = nullptr;
+    Engine engines_[2];
+    ctxc_kv_request_t* stale_ = nullptr;
+    uint64_t epochs_[4] = {0, 0, 0, 0};
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(uint8_t const* data, size_t size) {
+    FuzzedDataProvider in(data, size);
+    Session(in).run();
+    return 0;
+}
