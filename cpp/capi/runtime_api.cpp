@@ -137,7 +137,8 @@ DecodingInferenceContext contextOf(ctxc_decoding_context_t const* context) {
     for (size_t i = 0; i < n; ++i) {
         std::string const row = "[" + std::to_string(i) + "]";
         requireNonNegative(counts[i], ("context->token_counts" + row).c_str());
-        out.tokenIds[i] = int32s(c.token_ids[i], static_cast<size_t>(counts[i]), ("context->token_ids" + row).c_str());
+        requireArray(c.token_ids[i], static_cast<size_t>(counts[i]), ("context->token_ids" + row).c_str());
+        out.tokenIds[i] = TokenSpan(c.token_ids[i], static_cast<size_t>(counts[i]));  // read in place
         out.status.push_back(enumValue<SequenceStatus>(status[i], CTXC_SEQUENCE_FAILED,
                                                        ("context->status" + row).c_str(), "CTXC_SEQUENCE_*"));
     }

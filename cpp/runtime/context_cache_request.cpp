@@ -152,7 +152,7 @@ bool ContextCacheRequest::prepareDecodeStep(DecodingInferenceContext const& cont
     ContextCacheCoordinatorStatus const status = coordinator_->prepareDecodeStep(handle_, headroom);
     size_t const batch = static_cast<size_t>(handle_.batchSize());
     stepTokenCounts_.resize(batch);
-    for (size_t i = 0; i < batch; ++i) stepTokenCounts_[i] = static_cast<int32_t>(context.tokenIds[i].size());
+    for (size_t i = 0; i < batch; ++i) stepTokenCounts_[i] = static_cast<int32_t>(context.tokenIds[i].size);
     return check(status, op);
 }
 
@@ -166,12 +166,12 @@ bool ContextCacheRequest::completeDecodeStep(DecodingInferenceContext const& con
     std::vector<ContextCacheSequenceAdvance> advances(batch);
     std::vector<int32_t> publishable;
     for (size_t i = 0; i < batch; ++i) {
-        int32_t const accepted = static_cast<int32_t>(context.tokenIds[i].size()) - stepTokenCounts_[i];
+        int32_t const accepted = static_cast<int32_t>(context.tokenIds[i].size) - stepTokenCounts_[i];
         if (accepted < 0) contract(op, "row " + str(static_cast<int64_t>(i)) + " lost tokens since prepareDecodeStep");
         if (accepted == 0) {
             advances[i].committedStateLength = ContextCacheSequenceAdvance::kHoldCommittedStateLength;
         } else {
-            advances[i].acceptedTokenIds = context.tokenIds[i].data() + stepTokenCounts_[i];
+            advances[i].acceptedTokenIds = context.tokenIds[i].data + stepTokenCounts_[i];
             advances[i].acceptedTokenCount = accepted;
             advances[i].committedStateLength = context.rawInputLengths[i] + context.generatedLengths[i] - lookahead;
         }

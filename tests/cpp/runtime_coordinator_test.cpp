@@ -591,8 +591,9 @@ TEST(ContextCacheRequest, ColdPublishThenWarmLookupPreservesLoraIdentity) {
         int32_t const start = r->reuseTokenLength(0);
         EXPECT_TRUE(r->preparePrefill());
         EXPECT_TRUE(r->enqueuePrefillCaptures());
-        ctx.tokenIds = {iota(9)};
-        ctx.tokenIds[0].push_back(1);
+        std::vector<int32_t> history = iota(9);
+        history.push_back(1);
+        ctx.tokenIds = {history};
         ctx.rawInputLengths = {9};
         ctx.generatedLengths = {1};
         ctx.status = {SequenceStatus::kRunning};
@@ -623,8 +624,9 @@ TEST(ContextCacheRequest, MediaBytesAreIdentityAndBoundaryIsNotSplit) {
         int32_t const start = r->reuseTokenLength(0);
         EXPECT_TRUE(r->preparePrefill());
         EXPECT_TRUE(r->enqueuePrefillCaptures());
-        ctx.tokenIds = {s.tokenIds};
-        ctx.tokenIds[0].push_back(1);
+        std::vector<int32_t> history = s.tokenIds;
+        history.push_back(1);
+        ctx.tokenIds = {history};
         ctx.rawInputLengths = {13};
         ctx.generatedLengths = {1};
         ctx.status = {SequenceStatus::kRunning};

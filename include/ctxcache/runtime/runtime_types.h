@@ -89,6 +89,22 @@ struct GenerationRequest {
     ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache;
 };
 
+// A non-owning view of one row's token history (the engine's own storage, read in place: a step costs nothing
+// per token of history). Built from a vector lvalue, which must outlive the context's use; a temporary vector is
+// refused at compile time because it would dangle.
+struct TokenSpan {
+    int32_t const* data = nullptr;
+    size_t size = 0;
+
+    TokenSpan() = default;
+    TokenSpan(int32_t const* tokens, size_t count) : data(tokens), size(count) {}
+    TokenSpan(std::vector<int32_t> const& tokens) : data(tokens.data()), size(tokens.size()) {}  // NOLINT
+    TokenSpan(std::vector<int32_t>&&) = delete;
+
+    bool empty() const noexcept { return size == 0; }
+    int32_t const& back() const noexcept { return data[size - 1]; }
+};
+
 // Values are part of the C ABI (CTXC_SEQUENCE_*).
 enum class SequenceStatus : uint8_t {
     kRunning = 0,
@@ -100,7 +116,7 @@ enum class SequenceStatus : uint8_t {
 // The engine's live batch, indexed by batch row (0 .. activeBatchSize - 1).
 struct DecodingInferenceContext {
     int32_t activeBatchSize = 0;
-    std::vector<std::vector<int32_t>> tokenIds;  // full history: prompt + generated (+ the lookahead token)
+    std::vector<TokenSpan> tokenIds;  // full history: prompt + generated (+ the lookahead token), not owned
     std::vector<int32_t> rawInputLengths;        // prompt length of each row
     std::vector<int32_t> generatedLengths;       // tokens generated so far (the lookahead token counts)
     std::vector<SequenceStatus> status;
