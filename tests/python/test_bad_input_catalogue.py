@@ -571,7 +571,9 @@ def test_page_table_rows_may_be_permuted(dev):
 from ctxcache.runtime import (  # noqa: E402
     ContextCacheCoordinator,
     DecodingContext,
+    Headroom,
     ManagedKVCacheRequest,
+    MediaItem,
     Request,
     ResidentRef,
     SpecReuseContract,
@@ -758,12 +760,37 @@ RUNTIME_CATALOGUE: dict[str, list] = {
              lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request([1])], _rt_context([[1]], [ResidentRef(3, 1)]),
                                                    speculative=True)),
     ],
+    "seating_media_and_rows": [
+        case("rt_finalize_without_a_joiner", ContractError, "no joiner is pending",
+             lambda w: w.request.finalize_sequence_admission(2, 5, 3)),
+        case("rt_reuse_length_of_a_missing_row", ContractError, "row 7 is out of range",
+             lambda w: w.request.reuse_token_length(7)),
+        case("rt_compaction_completed_with_another_map", ContractError, "keepMapping differs",
+             lambda w: w.pending_request.complete_batch_compaction([-1, 0])),
+        case("rt_media_span_past_the_prompt", ContractError, r"media\[0\] span \[2, 6\) is outside the 3-token prompt",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request([1, 2, 3], media=[MediaItem(b"x", 2, 4)])],
+                                                   _rt_context([[1, 2, 3]], [ResidentRef(3, 1)]))),
+        case("rt_media_over_a_text_token", ContractError, "which is not a media placeholder id",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request([1, 9, 9], media=[MediaItem(b"x", 0, 2)])],
+                                                   _rt_context([[1, 9, 9]], [ResidentRef(3, 1)]),
+                                                   media_token_ids=[9])),
+        case("rt_overlapping_media", ContractError, "overlaps another media item",
+             lambda w: ManagedKVCacheRequest.begin(
+                 w.coordinator, [Request([9, 9, 9], media=[MediaItem(b"x", 0, 2), MediaItem(b"y", 1, 2)])],
+                 _rt_context([[9, 9, 9]], [ResidentRef(3, 1)]))),
+        case("rt_empty_prompt", ContractError, r"sequences\[0\] has no tokens",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request(np.zeros(0, np.int32))],
+                                                   _rt_context([[]], [ResidentRef(3, 1)]))),
+        case("rt_negative_headroom", InvalidArgumentError, r"headroom->base_extra_tokens is negative \(-1\)",
+             lambda w: w.request.prepare_decode_step(w.context, Headroom(-1, 0))),
+    ],
 }
 RUNTIME_CASES = [c for cases in RUNTIME_CATALOGUE.values() for c in cases]
 
 
 def test_every_runtime_bad_input_is_catalogued():
-    assert len(RUNTIME_CATALOGUE) == 10 and all(RUNTIME_CATALOGUE.values())
+    assert len(RUNTIME_CATALOGUE) == 11 and all(RUNTIME_CATALOGUE.values())
+    assert len(RUNTIME_CASES) >= 30
     ids = [p.id for p in RUNTIME_CASES]
     assert len(ids) == len(set(ids))
 
