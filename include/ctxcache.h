@@ -1255,6 +1255,8 @@ typedef struct ctxc_sim_request {
     const char *lora;       /* NULL or "" = the base model */
     const ctxc_media_item_t *media; /* the runtime's media items */
     size_t media_count;
+    int32_t fail_after;       /* >= 1: fails (an engine error) once it generated this many tokens; <= 0: never */
+    int32_t seating_failures; /* as an in-flight joiner, its first this many seatings fail and are retracted */
 } ctxc_sim_request_t;
 
 typedef struct ctxc_sim_output {
@@ -1263,6 +1265,7 @@ typedef struct ctxc_sim_output {
     int32_t generated_count;
     int32_t cancelled;
     int32_t joined;          /* admitted in flight into a running batch */
+    int32_t failed;          /* failed by fail_after (never published at decode end) */
     int32_t attempts;        /* > 1 when a synchronisation fault made it start over */
     uint8_t state_digest[32];/* SHA-256 of its final KV, draft KV and recurrent bytes in logical order */
 } ctxc_sim_output_t;
@@ -1270,7 +1273,7 @@ typedef struct ctxc_sim_output {
 typedef struct ctxc_sim_engine_stats {
     uint32_t struct_size;
     uint64_t batches, joiners, joiner_no_capacity, compactions, decode_steps, sync_calls, sync_failures, restarts,
-        capacity_retries;
+        capacity_retries, retractions;
 } ctxc_sim_engine_stats_t;
 
 CTXC_API void ctxc_sim_engine_options_init(ctxc_sim_engine_options_t *options);

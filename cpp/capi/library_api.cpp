@@ -22,7 +22,7 @@ static_assert(sizeof(ctxc_kv_headroom_t) == 8);
 static_assert(sizeof(ctxc_media_item_t) == 32);
 static_assert(sizeof(ctxc_sequence_request_t) == 56);
 static_assert(sizeof(ctxc_tensor_view_t) == 32);
-static_assert(sizeof(ctxc_sim_request_t) == 48);
+static_assert(sizeof(ctxc_sim_request_t) == 56);
 // The reuse plan can still grow: it is the last member of the acquire result, whose struct_size covers it.
 static_assert(offsetof(ctxc_acquire_result_t, plan) + sizeof(ctxc_reuse_plan_t) == sizeof(ctxc_acquire_result_t));
 

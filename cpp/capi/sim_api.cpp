@@ -57,6 +57,9 @@ std::vector<sim::EngineRequest> toRequests(ctxc_sim_request_t const* requests, s
         e.tokens.assign(r.tokens, r.tokens + r.token_count);
         e.maxNewTokens = r.max_new_tokens;
         e.cancelAfter = r.cancel_after >= 1 ? r.cancel_after : -1;
+        e.failAfter = r.fail_after >= 1 ? r.fail_after : -1;
+        if (r.seating_failures < 0) invalidArgument(where + ".seating_failures is negative");
+        e.seatingFailures = r.seating_failures;
         if (r.lora) e.lora = r.lora;
         for (size_t m = 0; m < r.media_count; ++m) {
             ctxc_media_item_t const& item = r.media[m];
@@ -189,6 +192,7 @@ CTXC_API ctxc_status_t ctxc_sim_engine_stats(const ctxc_sim_engine_t* engine, ct
         out.sync_failures = s.syncFailures;
         out.restarts = s.restarts;
         out.capacity_retries = s.capacityRetries;
+        out.retractions = s.retractions;
     });
 }
 
@@ -226,6 +230,7 @@ CTXC_API ctxc_status_t ctxc_sim_results_output(const ctxc_sim_results_t* results
         out.generated_count = static_cast<int32_t>(o.generated.size());
         out.cancelled = o.cancelled ? 1 : 0;
         out.joined = o.joined ? 1 : 0;
+        out.failed = o.failed ? 1 : 0;
         out.attempts = o.attempts;
         for (size_t i = 0; i < 32; ++i) out.state_digest[i] = o.stateDigest[i];
     });

@@ -249,10 +249,10 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
       manager_(pageSize_, capacitiesOf(profile, resources), config.maxRecords),
       residentEpochs_(static_cast<size_t>(config.maxBatch), 0),
       lastEpochs_(static_cast<size_t>(config.maxBatch), 0) {
+    if (resources_.basePool) backend_ = &resources_.basePool->backend();
+    else if (resources_.residentState) backend_ = &resources_.residentState->backend();
     if (!synchronizer_) {
-        device::DeviceBackend* backend = nullptr;
-        if (resources_.basePool) backend = &resources_.basePool->backend();
-        else if (resources_.residentState) backend = &resources_.residentState->backend();
+        device::DeviceBackend* backend = backend_;
         synchronizer_ = [backend](StreamHandle) {
             try {
                 if (backend) backend->synchronize();
@@ -316,6 +316,9 @@ ContextCacheCoordinator::RequestState& ContextCacheCoordinator::live(RequestHand
     if (!s) contract(op, "empty request handle");
     if (s->owner != this)
         contract(op, s->owner ? "the request belongs to another coordinator" : "the request is detached");
+    // The request's device work runs on its stream: switch the backend when it is on another (the switch orders
+    // the old stream's work first; the backend stays on the request's stream afterwards).
+    if (s->stream && backend_ && backend_->stream() != s->stream) backend_->setStream(s->stream);
     return *s;
 }
 

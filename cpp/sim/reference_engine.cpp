@@ -70,6 +70,7 @@ struct ReferenceEngine::Row {
     int32_t prefillStart = 0;
     int32_t maxNewTokens = 0;
     int32_t cancelAfter = -1;
+    int32_t failAfter = -1;
     uint32_t salt = 0;
     std::vector<uint32_t> media;  // per prompt position, empty when the prompt has none
     SequenceStatus status = SequenceStatus::kRunning;
@@ -330,6 +331,8 @@ std::vector<EngineOutput> ReferenceEngine::serve(std::vector<EngineRequest> cons
     std::vector<EngineOutput> outputs(requests.size());
     for (EngineOutput& o : outputs) o.attempts = 0;
     std::vector<uint8_t> done(requests.size(), 0);
+    seatingFailuresLeft_.clear();
+    for (EngineRequest const& r : requests) seatingFailuresLeft_.push_back(std::max(0, r.seatingFailures));
     std::vector<size_t> queue;
     queue.reserve(requests.size());
     for (size_t i = requests.size(); i-- > 0;) queue.push_back(i);  // back = next
@@ -379,6 +382,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         row->inputLength = static_cast<int32_t>(r.tokens.size());
         row->maxNewTokens = r.maxNewTokens;
         row->cancelAfter = r.cancelAfter;
+        row->failAfter = r.failAfter;
         row->salt = salt(r.lora);
         row->media = mediaWords(r);
         runtime::SequenceRequest sr;
@@ -491,6 +495,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             o.generated.assign(r.history.begin() + r.inputLength, r.history.end());
             o.stateDigest = digest(r);
             o.cancelled = r.status == SequenceStatus::kCancelled;
+            o.failed = r.status == SequenceStatus::kFailed;
             o.joined = r.joined;
             ++o.attempts;
             done[r.request] = 1;
@@ -522,6 +527,8 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         for (auto& r : rows)
             if (r->cancelAfter >= 1 && r->generated >= r->cancelAfter && r->status == SequenceStatus::kRunning)
                 r->status = SequenceStatus::kCancelled;
+            else if (r->failAfter >= 1 && r->generated >= r->failAfter && r->status == SequenceStatus::kRunning)
+                r->status = SequenceStatus::kFailed;
         fillContext();
         if (!m->prepareDecodeStep(ctx, headroom)) {
             if (coordinator_->poisoned()) return fault();
@@ -570,6 +577,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             row->inputLength = static_cast<int32_t>(tokens.size());
             row->maxNewTokens = req.maxNewTokens;
             row->cancelAfter = req.cancelAfter;
+            row->failAfter = req.failAfter;
             row->salt = salt(req.lora);
             row->media = mediaWords(req);
             row->prefillStart = start;
@@ -578,6 +586,17 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             int32_t const seat = static_cast<int32_t>(rows.size());
             rows.push_back(std::move(row));
             prefillRows({joiner});
+            if (seatingFailuresLeft_[index] > 0) {
+                // Seating failed after the joiner's prefill wrote its private pages: retract. Nothing it wrote
+                // was published, and its pages go back to the pool; it stays queued for a later boundary.
+                --seatingFailuresLeft_[index];
+                rows.pop_back();
+                if (!m->retractSequenceAdmission()) return fault();
+                releaseResident(resident);
+                queue.push_back(index);
+                ++stats_.retractions;
+                break;
+            }
             st.baseLengths->setEntry(seat, joiner->inputLength);
             finishPrefill({joiner});
             ++stats_.joiners;

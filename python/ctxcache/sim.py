@@ -44,6 +44,8 @@ class Request:
     lora: str | None = None
     media: Sequence[MediaItem] = field(default_factory=tuple)
     cancel_after: int | None = None  # cancelled once it has generated this many tokens
+    fail_after: int | None = None  # fails (an engine error) once it has generated this many tokens
+    seating_failures: int = 0  # as an in-flight joiner, its first this many seatings fail and are retracted
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Output:
     generated: np.ndarray  # int32 tokens sampled from the stored bytes
     state_digest: bytes  # SHA-256 of its final KV, draft KV and recurrent bytes in logical order
     cancelled: bool
+    failed: bool
     joined: bool  # admitted in flight into a running batch
     attempts: int  # > 1 when a synchronisation fault made it start over
 
@@ -67,6 +70,7 @@ class EngineStats:
     sync_failures: int
     restarts: int
     capacity_retries: int
+    retractions: int
 
 
 class ReferenceEngine(Resource):
@@ -155,6 +159,10 @@ class ReferenceEngine(Resource):
             c.max_new_tokens = _arrays.integer(request.max_new_tokens, f"requests[{i}].max_new_tokens", minimum=None)
             c.cancel_after = (0 if request.cancel_after is None else
                               _arrays.integer(request.cancel_after, f"requests[{i}].cancel_after", minimum=None))
+            c.fail_after = (0 if request.fail_after is None else
+                            _arrays.integer(request.fail_after, f"requests[{i}].fail_after", minimum=None))
+            c.seating_failures = _arrays.integer(request.seating_failures, f"requests[{i}].seating_failures",
+                                                 minimum=None)
             if request.lora:
                 lora = ffi.new("char[]", request.lora.encode())
                 keep.append(lora)
@@ -174,7 +182,7 @@ class ReferenceEngine(Resource):
                 generated = np.frombuffer(ffi.buffer(tokens_out[0], size_out[0] * 4), dtype=np.int32).copy()
                 outputs.append(Output(prefill_start=int(o.prefill_start), generated=generated,
                                       state_digest=bytes(ffi.buffer(o.state_digest, 32)),
-                                      cancelled=bool(o.cancelled), joined=bool(o.joined), attempts=int(o.attempts)))
+                                      cancelled=bool(o.cancelled), failed=bool(o.failed), joined=bool(o.joined), attempts=int(o.attempts)))
             return outputs
         finally:
             check(lib.ctxc_sim_results_destroy(results))
@@ -185,7 +193,8 @@ class ReferenceEngine(Resource):
         check(lib.ctxc_sim_engine_stats(self._live(), s))
         return EngineStats(batches=s.batches, joiners=s.joiners, joiner_no_capacity=s.joiner_no_capacity,
                            compactions=s.compactions, decode_steps=s.decode_steps, sync_calls=s.sync_calls,
-                           sync_failures=s.sync_failures, restarts=s.restarts, capacity_retries=s.capacity_retries)
+                           sync_failures=s.sync_failures, restarts=s.restarts, capacity_retries=s.capacity_retries,
+                           retractions=s.retractions)
 
     @property
     def metrics(self) -> ContextCacheMetrics:

@@ -51,6 +51,7 @@ std::vector<EngineOutput> serveAndCompare(ReferenceEngine& engine, std::vector<E
         EXPECT_EQ(warm[i].stateDigest, cold[i].stateDigest) << "request " << i;
         EXPECT_EQ(cold[i].prefillStart, 0) << "request " << i;
         EXPECT_EQ(warm[i].cancelled, cold[i].cancelled) << "request " << i;
+        EXPECT_EQ(warm[i].failed, cold[i].failed) << "request " << i;
     }
     engine.checkInvariants();
     return warm;
@@ -183,6 +184,34 @@ TEST(ReferenceEngine, CancelledSequencesDoNotPublishGeneratedTokens) {
     EXPECT_EQ(next[0].prefillStart, 16);
 }
 
+TEST(ReferenceEngine, FailedSequencesDoNotPublishGeneratedTokens) {
+    ReferenceEngine engine(configFor(DeploymentKind::kHybrid));
+    EngineRequest r = request(iota(30), 20);
+    r.failAfter = 6;
+    auto out = serveAndCompare(engine, {r});
+    EXPECT_TRUE(out[0].failed);
+    EXPECT_EQ(out[0].generated.size(), 6u);
+    // Only the prefill-end checkpoint (30) exists: a decode-end one would have been at 35.
+    auto next = serveAndCompare(engine, {request(concat(concat(iota(30), out[0].generated), iota(4, 77)), 2)});
+    EXPECT_EQ(next[0].prefillStart, 30);
+}
+
+TEST(ReferenceEngine, RetractedJoinersAreServedLaterAndMatchCold) {
+    ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
+    c.maxBatch = 2;
+    ReferenceEngine engine(c);
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 6; ++i) {
+        reqs.push_back(request(concat(iota(20, 1), iota(9 + i, 300 * (i + 1))), 2 + i % 4));
+        reqs.back().seatingFailures = i % 2 ? 2 : 0;
+    }
+    auto out = serveAndCompare(engine, reqs);
+    EXPECT_GE(engine.stats().retractions, 2u);
+    EXPECT_GE(engine.stats().joiners, 2u);
+    std::string why;
+    EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+}
+
 TEST(ReferenceEngine, FailedSynchronisationsLoseNothing) {
     for (DeploymentKind kind : {DeploymentKind::kAttention, DeploymentKind::kHybrid, DeploymentKind::kEagle}) {
         ReferenceEngineConfig c = configFor(kind);
@@ -239,6 +268,8 @@ TEST(ReferenceEngine, RandomizedTwoThousandRequestsMatchCold) {
                     r.media.push_back(runtime::MediaItem{{static_cast<uint8_t>(rng() % 3)}, first, 6, 0});
                 }
                 if (rng() % 10 == 0 && r.maxNewTokens > 2) r.cancelAfter = 1 + static_cast<int32_t>(rng() % 2);
+                if (rng() % 12 == 0 && r.maxNewTokens > 2) r.failAfter = 1 + static_cast<int32_t>(rng() % 2);
+                if (rng() % 8 == 0) r.seatingFailures = 1;
                 reqs.push_back(std::move(r));
             }
             std::vector<EngineOutput> out = serveAndCompare(engine, reqs);

@@ -706,3 +706,25 @@ TEST(ManagedKVCacheRequest, SelectsExactlyOneBackend) {
 
 }  // namespace
 }  // namespace ctxcache::runtime
+
+namespace ctxcache::runtime {
+namespace {
+
+TEST(ContextCacheCoordinator, StepsRunOnTheRequestsStream) {
+    Rig rig;
+    ContextCacheBatchAdmission a;
+    a.sequences.push_back(rig.seq(iota(6), 0));
+    void* const stream = reinterpret_cast<void*>(0x5EA1);
+    auto r = rig.coordinator->beginRequest(a, {1, 0}, stream);
+    ASSERT_EQ(r.status, Status::kOk);
+    EXPECT_EQ(rig.backend->stream(), nullptr);
+    ASSERT_EQ(rig.coordinator->preparePrefill(*r.request), Status::kOk);
+    EXPECT_EQ(rig.backend->stream(), stream);
+    rig.backend->setStream(nullptr);  // someone else moved the backend: the next step moves it back
+    ASSERT_EQ(rig.coordinator->enqueuePrefillCaptures(*r.request), Status::kOk);
+    EXPECT_EQ(rig.backend->stream(), stream);
+    ASSERT_EQ(rig.coordinator->finish(*r.request), Status::kOk);
+}
+
+}  // namespace
+}  // namespace ctxcache::runtime

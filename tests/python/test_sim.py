@@ -31,6 +31,7 @@ def serve_and_compare(eng, requests):
         assert len(w.state_digest) == 32
         assert c.prefill_start == 0
         assert w.cancelled == c.cancelled
+        assert w.failed == c.failed
     eng.check_invariants()
     return warm
 
@@ -94,18 +95,22 @@ def test_eagle_pair_publication_and_full_page_replay(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_joiners_compaction_and_cancellation(backend):
+def test_joiners_retraction_compaction_cancellation_and_failure(backend):
     with sim.ReferenceEngine("attention", page_size=16, max_batch=3, backend=backend) as eng:
         system = toks(32, 1)
         requests = [sim.Request(tokens=np.concatenate([system, toks(5 + i, 100 * (i + 1))]),
-                                max_new_tokens=2 + 3 * (i % 3), cancel_after=3 if i == 4 else None)
+                                max_new_tokens=2 + 3 * (i % 3), cancel_after=3 if i == 4 else None,
+                                fail_after=2 if i == 5 else None, seating_failures=1 if i in (3, 6) else 0)
                     for i in range(8)]
         out = serve_and_compare(eng, requests)
         assert eng.stats.joiners >= 3
+        assert eng.stats.retractions >= 1
         assert sum(o.joined for o in out) >= 3
         assert eng.stats.compactions >= 3
         assert out[4].cancelled and len(out[4].generated) == 3
+        assert out[5].failed and len(out[5].generated) == 2
         assert out[7].prefill_start == 32
+        assert eng.drain()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -171,7 +171,8 @@ public:
 
     // Admit a batch: one lease per sequence (forced-cold retry when a cache-derived plan does not fit),
     // prefillStarts[i] = reuse length. kRequestFailed (nothing held) on capacity or page-table overflow;
-    // kPoisoned while quarantined work is unresolved.
+    // kPoisoned while quarantined work is unresolved. `stream` (optional) orders every step of the request: the
+    // backend is switched to it at each step when it is on another, and synchronisations wait for it.
     BeginRequestResult beginRequest(ContextCacheBatchAdmission const& admission, DecodingKvHeadroom const& headroom,
                                     StreamHandle stream = nullptr);
     // Bind page-table rows, restore (or zero) recurrent state and partial-KV snapshots, set device KV lengths to
@@ -263,6 +264,7 @@ private:
     ContextCacheDeploymentProfile profile_;
     ContextCachePhysicalResources resources_;
     StreamSynchronizer synchronizer_;
+    device::DeviceBackend* backend_ = nullptr;  // where every resource lives
     int32_t pageSize_ = 0;
     BlockHasher hasher_;
     ContextCacheManager manager_;

@@ -70,6 +70,8 @@ struct EngineRequest {
     std::string lora;                // empty = the base model
     std::vector<runtime::MediaItem> media;
     int32_t cancelAfter = -1;        // >= 1: cancelled once it has generated this many tokens
+    int32_t failAfter = -1;          // >= 1: fails (an engine error) once it has generated this many tokens
+    int32_t seatingFailures = 0;     // as an in-flight joiner, the first this many seatings fail (retracted)
 };
 
 struct EngineOutput {
@@ -77,6 +79,7 @@ struct EngineOutput {
     std::vector<int32_t> generated;
     std::array<uint8_t, 32> stateDigest{};
     bool cancelled = false;
+    bool failed = false;
     bool joined = false;             // admitted in flight into a running batch
     int32_t attempts = 1;            // > 1 when a synchronisation fault made it start over
 };
@@ -85,6 +88,7 @@ struct EngineStats {
     uint64_t batches = 0;
     uint64_t joiners = 0;
     uint64_t joinerNoCapacity = 0;
+    uint64_t retractions = 0;        // joiners whose seating failed and were retracted
     uint64_t compactions = 0;
     uint64_t decodeSteps = 0;
     uint64_t syncCalls = 0;
@@ -146,7 +150,9 @@ private:
     std::vector<runtime::CacheSlot> freeSlots_;
     uint64_t nextEpoch_ = 1;
     uint64_t faultState_ = 0;
-    int32_t soloNext_ = 0;  // batches still to serve one founder at a time (after a capacity split)
+    int32_t soloNext_ = 0;
+    std::vector<int32_t> seatingFailuresLeft_;  // per request of the current serve()  // batches still to serve one
+                                                // founder at a time (after a capacity split)
     EngineStats stats_;
 };
 
