@@ -26,9 +26,19 @@ using namespace ctxcache::runtime;
 namespace {
 
 struct CoordinatorObject {
-    std::vector<std::shared_ptr<void>> keep;  // the device objects (declared first: they outlive the coordinator)
+    // The device objects and their backends (declared first: they outlive the coordinator). Each backend is kept
+    // before the objects built on it, so they are released last to first: an object never outlives its backend.
+    std::vector<std::shared_ptr<void>> keep;
     std::unique_ptr<ContextCacheCoordinator> coordinator;
     std::unordered_set<void const*> requests;  // handles of this coordinator's requests not yet destroyed
+
+    CoordinatorObject() = default;
+    CoordinatorObject(CoordinatorObject const&) = delete;
+    CoordinatorObject& operator=(CoordinatorObject const&) = delete;
+    ~CoordinatorObject() {
+        coordinator.reset();
+        while (!keep.empty()) keep.pop_back();
+    }
 };
 
 struct KvRequestObject {

@@ -920,8 +920,10 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::completeDecodeStep(
         if (row < 0 || static_cast<size_t>(row) >= batch)
             contract(op, "publishable row " + str(row) + " is out of range");
         if (publish[static_cast<size_t>(row)]) contract(op, "publishable row " + str(row) + " is listed twice");
-        if (held[static_cast<size_t>(row)])
-            contract(op, "publishable row " + str(row) + " holds (cancelled or failed)");
+        // A held row may be listed: a row that finished in an earlier step publishes at its committed length (the
+        // caller lists only normally finished rows, never cancelled or failed ones).
+        if (s.sequences[static_cast<size_t>(row)].completed)
+            contract(op, "publishable row " + str(row) + " was already published at decode end");
         publish[static_cast<size_t>(row)] = 1;
     }
 

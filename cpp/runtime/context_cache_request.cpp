@@ -175,7 +175,7 @@ bool ContextCacheRequest::completeDecodeStep(DecodingInferenceContext const& con
             advances[i].acceptedTokenCount = accepted;
             advances[i].committedStateLength = context.rawInputLengths[i] + context.generatedLengths[i] - lookahead;
         }
-        if (context.status[i] == SequenceStatus::kFinished && !completed_[i] && accepted > 0)
+        if (context.status[i] == SequenceStatus::kFinished && !completed_[i])
             publishable.push_back(static_cast<int32_t>(i));
     }
     bool const ok = check(coordinator_->completeDecodeStep(handle_, advances, publishable,

@@ -237,6 +237,16 @@ TEST(ContextCacheCoordinator, DecodeEndPublishesGeneratedTokensOfFinishedRowsOnl
     std::vector<ContextCacheSequenceAdvance> adv{{&t, 1, 9}, {&t, 1, 9}};
     ASSERT_EQ(rig.coordinator->prepareDecodeStep(h, {1, 0}), Status::kOk);
     EXPECT_THROW(rig.coordinator->completeDecodeStep(h, adv, {}), ContractError);
+    std::vector<ContextCacheSequenceAdvance> hold{{nullptr, 0, ContextCacheSequenceAdvance::kHoldCommittedStateLength},
+                                                  {&t, 1, 9}};
+    EXPECT_THROW(rig.coordinator->completeDecodeStep(h, hold, {0}), ContractError);  // published already
+    // Row 1 finishes one step after its last token (it holds): it still publishes at its committed length.
+    ASSERT_EQ(rig.coordinator->completeDecodeStep(h, hold, {}), Status::kOk);
+    ASSERT_EQ(rig.coordinator->prepareDecodeStep(h, {1, 0}), Status::kOk);
+    std::vector<ContextCacheSequenceAdvance> both{{nullptr, 0, ContextCacheSequenceAdvance::kHoldCommittedStateLength},
+                                                  {nullptr, 0, ContextCacheSequenceAdvance::kHoldCommittedStateLength}};
+    ASSERT_EQ(rig.coordinator->completeDecodeStep(h, both, {1}), Status::kOk);
+    EXPECT_EQ(h.sequence(1).publishedFullBlockCount, 2);
     ASSERT_EQ(rig.coordinator->finish(h), Status::kOk);
     // Turn 2 of row 0's conversation reuses its generated tokens.
     std::vector<int32_t> turn2 = iota(6);
@@ -266,8 +276,8 @@ TEST(ContextCacheCoordinator, CancelledRowsHoldAndAreNotPublishable) {
     ASSERT_EQ(rig.coordinator->prepareDecodeStep(h, {1, 0}), Status::kOk);
     std::vector<ContextCacheSequenceAdvance> adv{{&t, 1, 7},
                                                  {nullptr, 0, ContextCacheSequenceAdvance::kHoldCommittedStateLength}};
-    EXPECT_THROW(rig.coordinator->completeDecodeStep(h, adv, {1}), ContractError);  // a held row cannot publish
-    ASSERT_EQ(rig.coordinator->completeDecodeStep(h, adv, {}), Status::kOk);
+    EXPECT_THROW(rig.coordinator->completeDecodeStep(h, adv, {1, 1}), ContractError);  // listed twice
+    ASSERT_EQ(rig.coordinator->completeDecodeStep(h, adv, {}), Status::kOk);  // the caller lists no cancelled row
     EXPECT_EQ(h.sequence(1).committedLength, 6);
     EXPECT_EQ(h.sequence(0).committedLength, 7);
 }

@@ -126,6 +126,7 @@ protected:
         EXPECT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
         EXPECT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
         EXPECT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
+        if (!backend) return;  // the test destroyed it itself
         size_t bytes = 1;
         EXPECT_EQ(ctxc_device_backend_allocated_bytes(backend, &bytes), CTXC_OK);
         EXPECT_EQ(bytes, 0u) << "device memory leaked";
@@ -509,6 +510,28 @@ TEST_F(Runtime, CoordinatorKeepsItsDeviceObjectsAlive) {
     coordinator = nullptr;
     ASSERT_EQ(ctxc_device_backend_allocated_bytes(backend, &bytes), CTXC_OK);
     EXPECT_EQ(bytes, 0u);
+}
+
+TEST_F(Runtime, BackendHandleDestroyedBeforeTheCoordinatorIsSafe) {
+    // Every handle may be destroyed in any order: the coordinator keeps the backend and the objects on it, and
+    // releases the objects before the backend.
+    ASSERT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
+    ASSERT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
+    ASSERT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
+    ASSERT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+    pool = nullptr;
+    table = nullptr;
+    lengths = nullptr;
+    backend = nullptr;
+    Batch batch;
+    batch.add(iota(1, 8), 0, 1);
+    prefill(batch);
+    ASSERT_EQ(ctxc_kv_request_finish(request), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(ctxc_kv_request_destroy(request), CTXC_OK);
+    request = nullptr;
+    EXPECT_EQ(ctxc_coordinator_check_invariants(coordinator), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(ctxc_coordinator_destroy(coordinator), CTXC_OK);
+    coordinator = nullptr;
 }
 
 TEST_F(Runtime, DestroyingACoordinatorUnderALiveRequestOrphansIt) {
