@@ -3,8 +3,10 @@
 #   1. cmake --install of the build tree into a fresh prefix;
 #   2. every installed header compiles with nothing but <prefix>/include (C++17; ctxcache.h also as C99);
 #   3. examples/c and examples/cpp configure with only find_package(ctxcache CONFIG REQUIRED) and
-#      CMAKE_PREFIX_PATH=<prefix>, build, and run (each asserts its reuse numbers and exits non-zero otherwise);
-#   4. the C example again, compiled with nothing but `pkg-config --cflags --libs ctxcache`.
+#      CMAKE_PREFIX_PATH=<prefix>, build, and run: the C manager example (main.c), the C runtime example
+#      (runtime_example.c, the lifecycle of docs/RUNTIME.md) and the C++ example (each asserts its reuse numbers
+#      and exits non-zero otherwise);
+#   4. the C examples again, compiled with nothing but `pkg-config --cflags --libs ctxcache`.
 # A broken install rule, config file, exported target or leaked private include fails here.
 #
 #   tests/install/install_test.sh <build-dir> <source-dir>
@@ -40,14 +42,22 @@ for lang in c cpp; do
         -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work/$lang-configure.log" \
         || { cat "$work/$lang-configure.log"; exit 1; }
     cmake --build "$work/$lang"
-    if [ "$lang" = c ]; then "$work/c/ctxcache_example_c"; else "$work/cpp/ctxcache_example_cpp"; fi
+    if [ "$lang" = c ]; then
+        "$work/c/ctxcache_example_c"
+        "$work/c/ctxcache_runtime_example_c"
+    else
+        "$work/cpp/ctxcache_example_cpp"
+    fi
 done
 
 step "examples/c with pkg-config"
 export PKG_CONFIG_PATH="$(dirname "$(find "$prefix" -name ctxcache.pc -print -quit)")"
 flags=$(pkg-config --cflags --libs ctxcache)
 libdir=$(pkg-config --variable=libdir ctxcache)
-# shellcheck disable=SC2086  # word splitting of the flags is the point
-"$cc" -std=c99 -Wall -Wextra -Werror "$src/examples/c/main.c" -o "$work/c_pkgconfig" $flags -Wl,-rpath,"$libdir"
-"$work/c_pkgconfig"
+for example in main runtime_example; do
+    # shellcheck disable=SC2086  # word splitting of the flags is the point
+    "$cc" -std=c99 -Wall -Wextra -Werror "$src/examples/c/$example.c" -o "$work/c_pkgconfig_$example" $flags \
+        -Wl,-rpath,"$libdir"
+    "$work/c_pkgconfig_$example"
+done
 step "ok"

@@ -1,0 +1,76 @@
+"""The documentation cannot rot: every ```python block of docs/RUNTIME.md and README.md runs, and every ```c block
+of docs/RUNTIME.md is a verbatim excerpt of examples/c/runtime_example.c (which ctest install.examples builds and
+runs against the installed package).
+
+A block runs when its info string is exactly ``python`` (```` ```python skip ```` marks an illustration that needs
+something the tests do not have, such as torch), each in a fresh namespace, on the CPU backend. Every ``ctxc_*``
+and ``CTXC_*`` name the runtime page mentions must exist in include/ctxcache.h.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import ctxcache
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = ROOT / "docs" / "RUNTIME.md"
+README = ROOT / "README.md"
+C_EXAMPLE = ROOT / "examples" / "c" / "runtime_example.c"
+HEADER = ROOT / "include" / "ctxcache.h"
+
+_FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
+
+
+def blocks(path: Path, language: str) -> list[tuple[int, str]]:
+    """(line number, code) of every fenced block of `path` whose info string is exactly `language`."""
+    text = path.read_text()
+    out = []
+    for match in _FENCE.finditer(text):
+        if match.group("info").strip() == language:
+            out.append((text.count("\n", 0, match.start()) + 1, match.group("body")))
+    return out
+
+
+PYTHON_BLOCKS = [(path, line, code) for path in (RUNTIME, README) for line, code in blocks(path, "python")]
+
+
+def test_the_documents_have_python_blocks():
+    assert len(blocks(RUNTIME, "python")) >= 5
+    assert len(blocks(README, "python")) >= 2
+
+
+@pytest.mark.parametrize(("path", "line", "code"), PYTHON_BLOCKS,
+                         ids=[f"{p.name}:{line}" for p, line, _ in PYTHON_BLOCKS])
+def test_python_block_runs(path, line, code):
+    namespace = {"__name__": f"doc_{path.stem.lower()}_{line}"}
+    try:
+        exec(compile(code, f"{path}:{line}", "exec"), namespace)
+    finally:
+        # A block's functions and its namespace form a cycle, so what it leaves open is destroyed later by the
+        # collector in no particular order; close what it left open in a sound order now (coordinators first).
+        leftovers = [v for v in namespace.values() if isinstance(v, ctxcache.ContextCacheCoordinator)]
+        leftovers += [v for v in namespace.values() if isinstance(v, ctxcache.ManagedKVCacheRequest)]
+        for value in leftovers[::-1]:
+            value.close()
+        namespace.clear()
+
+
+def test_c_blocks_are_excerpts_of_the_c_example():
+    source = C_EXAMPLE.read_text()
+    found = blocks(RUNTIME, "c")
+    assert found, "docs/RUNTIME.md shows no C"
+    for line, code in found:
+        assert code in source, f"docs/RUNTIME.md:{line}: this C block is not an excerpt of {C_EXAMPLE.name}"
+
+
+def test_every_c_name_the_runtime_page_mentions_exists():
+    header = HEADER.read_text()
+    declared = set(re.findall(r"\b(?:ctxc|CTXC)_\w+", header))
+    mentioned = set(re.findall(r"\b(?:ctxc|CTXC)_\w+", RUNTIME.read_text()))
+    # "ctxc_sim_*"-style family names end with an underscore.
+    missing = sorted(name for name in mentioned if not name.endswith("_") and name not in declared)
+    assert not missing, f"docs/RUNTIME.md names what include/ctxcache.h does not declare: {missing}"
