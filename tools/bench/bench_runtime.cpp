@@ -279,10 +279,9 @@ int main(int argc, char** argv) {
         "\"launches_per_capture\": %llu, \"launches_per_restore\": %llu, \"restore_happened\": %s, "
         "\"launches_for_cold_zeroing\": %llu}\n",
         o.requests, P, static_cast<unsigned long long>(totalTokens), static_cast<unsigned long long>(promptTokenSum),
-        static_cast<unsigned long long>(runtimeReused),
-        managerSeconds / o.requests * 1e6, runtimeSeconds / o.requests * 1e6, perRequestUs, o.batch,
-        static_cast<unsigned long long>(decodeTokenSum), steps, plainSteps,
-        perStepNs, allSeconds / steps / o.batch * 1e9, static_cast<unsigned long long>(capture),
+        static_cast<unsigned long long>(runtimeReused), managerSeconds / o.requests * 1e6,
+        runtimeSeconds / o.requests * 1e6, perRequestUs, o.batch, static_cast<unsigned long long>(decodeTokenSum),
+        steps, plainSteps, perStepNs, allSeconds / steps / o.batch * 1e9, static_cast<unsigned long long>(capture),
         static_cast<unsigned long long>(warmRestore), restored ? "true" : "false",
         static_cast<unsigned long long>(coldRestore));
     return 0;
