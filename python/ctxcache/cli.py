@@ -1,7 +1,8 @@
 """The ``ctxcache`` command.
 
-  ctxcache info     what was built (ABI, CUDA backend, devices) and where the library lives
-  ctxcache bench    replay the Mooncake trace through the manager (see tools/bench_manager)
+  ctxcache info           what was built (ABI, CUDA backend, devices) and where the library lives
+  ctxcache bench          replay the Mooncake trace through the manager (see tools/bench_manager)
+  ctxcache bench-runtime  the runtime's own bookkeeping per request and per decode step (see tools/bench_runtime)
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def _bench(args: argparse.Namespace) -> int:
     return bench.main(args.bench_args)
 
 
+def _bench_runtime(args: argparse.Namespace) -> int:
+    from . import bench_runtime
+
+    return bench_runtime.main(args.bench_args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="replay a Mooncake trace through the manager", add_help=False)
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_bench)
+    bench_runtime = sub.add_parser("bench-runtime", help="the runtime's bookkeeping per request and per decode step",
+                                   add_help=False)
+    bench_runtime.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench_runtime.set_defaults(run=_bench_runtime)
     # argparse.REMAINDER does not capture a remainder that starts with an option ("bench --requests 50"), so the
     # bench arguments are whatever the top-level parser does not know.
     args, extra = parser.parse_known_args(argv)
-    if args.command == "bench":
+    if args.command in ("bench", "bench-runtime"):
         args.bench_args = extra + list(args.bench_args)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))

@@ -9,8 +9,12 @@
 //               end, release the lease: the manager's own calls for one request;
 //      runtime  the coordinator's lifecycle for a batch of one: beginRequest, preparePrefill,
 //               enqueuePrefillCaptures, finalizePrefillPublication, finish (the engine does nothing).
-//    runtime overhead per request = (runtime - manager) / N. Both paths hash with keyed SHA-256, so the overhead
-//    is what the coordinator adds: validation, rows, lengths, bookkeeping. Hit rates must agree (checked).
+//    runtime overhead per request = (runtime - manager) / N. Both paths hash with (unkeyed) SHA-256, so the
+//    overhead is what the coordinator adds: validation, rows, lengths, bookkeeping. Hit rates must agree (checked).
+//    The prompts come from std::mt19937(seed): 8 x 1,024 draws (the system prompts), then per request one draw
+//    picking the system prompt (% 8), one for its own length (64 + % 960) and that many tokens; a token is a draw
+//    % 32,000. The Python path (python/ctxcache/bench_runtime.py) draws the same stream; prompt_token_sum and
+//    decode_token_sum (the sums of every token id) prove it.
 // 2. Per sequence per decode step. A batch of B sequences of 200-token prompts decodes S steps (page size P);
 //    each step is prepareDecodeStep + completeDecodeStep for the batch. Steps where no row crossed a page are
 //    reported apart (the common case) from all steps.
@@ -159,16 +163,21 @@ int main(int argc, char** argv) {
                      static_cast<unsigned long long>(runtimeReused), static_cast<unsigned long long>(managerReused));
         return 1;
     }
-    uint64_t totalTokens = 0;
-    for (auto const& t : inputs) totalTokens += t.size();
+    uint64_t totalTokens = 0, promptTokenSum = 0;
+    for (auto const& t : inputs) {
+        totalTokens += t.size();
+        for (int32_t const x : t) promptTokenSum += static_cast<uint64_t>(x);
+    }
 
     // ---- 2. per sequence per decode step ----
     Rig decode(o.batch * (maxPagesPerSeq + 2), P, o.batch, maxPagesPerSeq + (o.steps + P) / P);
     ContextCacheBatchAdmission a;
     std::mt19937 rng(o.seed + 1);
+    uint64_t decodeTokenSum = 0;
     for (int b = 0; b < o.batch; ++b) {
         ContextCacheSequenceAdmission s;
         for (int i = 0; i < 200; ++i) s.tokenIds.push_back(static_cast<int32_t>(rng() % 32000));
+        for (int32_t const x : s.tokenIds) decodeTokenSum += static_cast<uint64_t>(x);
         s.resident = ResidentRef{b, static_cast<uint64_t>(b + 1)};
         a.sequences.push_back(std::move(s));
     }
@@ -259,17 +268,20 @@ int main(int argc, char** argv) {
     double const perRequestUs = (runtimeSeconds - managerSeconds) / o.requests * 1e6;
     double const perStepNs = plainSteps ? plainSeconds / plainSteps / o.batch * 1e9 : 0;
     std::printf(
-        "{\"path\": \"c++\", \"requests\": %d, \"page_size\": %d, \"prompt_tokens\": %llu, \"reused_tokens\": %llu, "
+        "{\"path\": \"c++\", \"requests\": %d, \"page_size\": %d, \"prompt_tokens\": %llu, \"prompt_token_sum\": %llu, "
+        "\"reused_tokens\": %llu, "
         "\"manager_us_per_request\": %.3f, \"runtime_us_per_request\": %.3f, "
         "\"runtime_overhead_us_per_request\": %.3f, \"target_overhead_us_per_request\": 3.0, "
-        "\"decode_batch\": %d, \"decode_steps\": %d, \"decode_steps_without_crossing\": %d, "
+        "\"decode_batch\": %d, \"decode_token_sum\": %llu, \"decode_steps\": %d, "
+        "\"decode_steps_without_crossing\": %d, "
         "\"ns_per_sequence_step_without_crossing\": %.1f, \"ns_per_sequence_step_all\": %.1f, "
         "\"target_ns_per_sequence_step\": 150, \"snapshot_layers\": {\"recurrent\": 4, \"attention\": 4}, "
         "\"launches_per_capture\": %llu, \"launches_per_restore\": %llu, \"restore_happened\": %s, "
         "\"launches_for_cold_zeroing\": %llu}\n",
-        o.requests, P, static_cast<unsigned long long>(totalTokens), static_cast<unsigned long long>(runtimeReused),
-        managerSeconds / o.requests * 1e6, runtimeSeconds / o.requests * 1e6, perRequestUs, o.batch, steps, plainSteps,
-        perStepNs, allSeconds / steps / o.batch * 1e9, static_cast<unsigned long long>(capture),
+        o.requests, P, static_cast<unsigned long long>(totalTokens), static_cast<unsigned long long>(promptTokenSum),
+        static_cast<unsigned long long>(runtimeReused), managerSeconds / o.requests * 1e6,
+        runtimeSeconds / o.requests * 1e6, perRequestUs, o.batch, static_cast<unsigned long long>(decodeTokenSum),
+        steps, plainSteps, perStepNs, allSeconds / steps / o.batch * 1e9, static_cast<unsigned long long>(capture),
         static_cast<unsigned long long>(warmRestore), restored ? "true" : "false",
         static_cast<unsigned long long>(coldRestore));
     return 0;
