@@ -2,6 +2,8 @@
 
   ctxcache info     what was built (ABI, CUDA backend, devices) and where the library lives
   ctxcache bench    replay the Mooncake trace through the manager (see tools/bench_manager)
+  ctxcache replay   replay a serving workload (built-in, or a Mooncake trace) through the cache: the report
+  ctxcache sweep    the hit rate over a range of cache capacities: a PNG plot and a CSV
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ def _bench(args: argparse.Namespace) -> int:
     return bench.main(args.bench_args)
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from . import replay
+
+    return replay.replay_main(args.forwarded_args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from . import replay
+
+    return replay.sweep_main(args.forwarded_args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,11 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="replay a Mooncake trace through the manager", add_help=False)
     bench.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_bench)
+    for name, run, text in (("replay", _replay, "replay a serving workload through the cache and report it"),
+                            ("sweep", _sweep, "the hit rate over a range of cache capacities (PNG + CSV)")):
+        forwarded = sub.add_parser(name, help=text, add_help=False)
+        forwarded.add_argument("forwarded_args", nargs=argparse.REMAINDER)
+        forwarded.set_defaults(run=run)
     # argparse.REMAINDER does not capture a remainder that starts with an option ("bench --requests 50"), so the
     # bench arguments are whatever the top-level parser does not know.
     args, extra = parser.parse_known_args(argv)
     if args.command == "bench":
         args.bench_args = extra + list(args.bench_args)
+    elif args.command in ("replay", "sweep"):
+        args.forwarded_args = extra + list(args.forwarded_args)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))
     return int(args.run(args))
