@@ -538,7 +538,7 @@ def _capacity(args: argparse.Namespace, prepared: Prepared, settings: Settings) 
 def run_replay(args: argparse.Namespace) -> int:
     settings = _settings(args)
     t0 = time.perf_counter()
-    workload, requests = load_workload(args.trace, settings, args.limit)
+    workload = args.trace or "built-in workload"
     show = not args.no_progress
     bound_total: int | None = None
     bound_each: list[int] | None = None
@@ -546,6 +546,7 @@ def run_replay(args: argparse.Namespace) -> int:
     measured: Measured | None = None
     interrupted = False
     try:
+        workload, requests = load_workload(args.trace, settings, args.limit)
         with _progress(len(requests), "hashing", show) as step:
             prepared = prepare(requests, settings, step)
         capacity = _capacity(args, prepared, settings)
@@ -578,13 +579,10 @@ def run_replay(args: argparse.Namespace) -> int:
 
 # ---- sweep ---------------------------------------------------------------------------------------------------------
 
-def sweep_capacities(distinct_pages: int, minimum_pages: int, points: int) -> list[int]:
-    """``points`` capacities, geometric from 1% to 100% of the distinct prompt pages (each at least the largest
-    request), distinct and ascending."""
-    top = max(distinct_pages, minimum_pages)
-    caps = {max(minimum_pages, int(round(distinct_pages * f))) for f in np.geomspace(0.01, 1.0, points)}
-    caps.add(top)
-    return sorted(caps)
+def sweep_capacities(distinct_pages: int, points: int) -> list[int]:
+    """``points`` capacities in pages, geometric from 1% to 100% of the distinct prompt pages (at least one page),
+    distinct and ascending."""
+    return sorted({max(1, int(round(distinct_pages * f))) for f in np.geomspace(0.01, 1.0, points)})
 
 
 def non_monotonic_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -620,20 +618,20 @@ def run_sweep(args: argparse.Namespace) -> int:
     prompt_tokens = prepared.prompt_tokens
     bound_rate = _ratio(bound_total, prompt_tokens)
     minimum = minimum_capacity_pages(prepared.requests, settings)
-    capacities = sweep_capacities(prepared.distinct_pages, minimum, args.points)
+    capacities = sweep_capacities(prepared.distinct_pages, args.points)
+    check_capacity(prepared.requests, settings, max(capacities[-1], minimum))  # the other settings
     rows: list[dict[str, Any]] = []
     interrupted = False
     try:
         with _progress(len(capacities) * len(prepared.requests), "sweep", show) as step:
-            for cap in capacities:
-                check_capacity(prepared.requests, settings, cap)
+            for cap in capacities:  # below `minimum`, the requests that cannot fit bypass the cache (rejected)
                 m = replay_bookkeeping(prepared, settings, cap, step)
                 reused = sum(m.reused)
                 rows.append({"capacity_pages": cap, "capacity_tokens": cap * settings.page_size,
                              "fraction_of_distinct": round(_ratio(cap, prepared.distinct_pages), 6),
                              "hit_rate": round(_ratio(reused, prompt_tokens), 6),
                              "ratio_to_upper_bound": round(_ratio(reused, bound_total), 6),
-                             "reused_tokens": reused, "evicted_records": m.evicted_records,
+                             "reused_tokens": reused, "rejected": m.rejected, "evicted_records": m.evicted_records,
                              "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0)})
     except KeyboardInterrupt:
         interrupted = True
@@ -646,7 +644,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out_dir / f"{args.name}.csv", out_dir / f"{args.name}.png"
     columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
-               "reused_tokens", "evicted_records", "reclaimed_pages", "peak_pages"]
+               "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -674,6 +672,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     plt.close(fig)
 
     notes = non_monotonic_notes(rows)
+    small = [r for r in rows if r["rejected"]]
+    if small:
+        notes.append(f"{len(small)} capacities (up to {small[-1]['capacity_tokens']:,} tokens) are smaller than the "
+                     f"largest request ({minimum * settings.page_size:,} tokens with its output): the requests that "
+                     f"do not fit bypass the cache and count as not reused (column 'rejected')")
     report = {"command": "sweep", "workload": workload, "interrupted": interrupted, "mode": settings.mode,
               "page_size": settings.page_size, "max_records": settings.max_records,
               "batch_size": settings.batch_size, "requests": len(prepared.requests), "prompt_tokens": prompt_tokens,
@@ -692,8 +695,9 @@ def run_sweep(args: argparse.Namespace) -> int:
                  f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
                  f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
                  _table([(f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}",
-                          f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}") for r in rows],
-                        header=("capacity tokens", "of distinct", "hit rate", "of bound", "evicted records")), ""]
+                          f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}", f"{r['rejected']:,}") for r in rows],
+                        header=("capacity tokens", "of distinct", "hit rate", "of bound", "evicted records",
+                                "rejected")), ""]
         for share in ("90", "99"):
             hit = reach[share]
             lines.append(f"{share}% of the bound: " + (f"{hit['capacity_tokens']:,} tokens" if hit else "not reached"))
