@@ -57,14 +57,16 @@ import numpy as np
 from .enums import AcquireStatus, PublishStatus, ResourceType
 from .hashing import Hasher
 from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
+from .workload import TRACE_BLOCK, expand_range, expand_tokens, read_trace, splitmix64
 
-TRACE_BLOCK = 512
+__all__ = ["TRACE_BLOCK", "Request", "default_trace", "expand_range", "expand_tokens", "load_trace", "main",
+           "replay", "replay_hybrid", "replay_spec", "replay_vanilla", "run_modes", "run_page_size", "splitmix64"]
+
 DEFAULT_KEY = "ctxcache-bench-key"
 DEFAULT_MAX_RECORDS = 1_000_000
 DEFAULT_HYBRID_CANDIDATES = 8
 MODES = ("vanilla", "hybrid", "spec")
 _MASK64 = 2**64 - 1
-_REPO_TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
 
 
 @dataclass(frozen=True)
@@ -75,58 +77,18 @@ class Request:
     hash_ids: tuple[int, ...]
 
 
-def default_trace() -> Path:
-    return Path(os.environ.get("CTXCACHE_TRACE", str(_REPO_TRACE)))
+def default_trace() -> Path | None:
+    """$CTXCACHE_TRACE, or None: the installed package reads no file it was not given (tools/bench_manager passes
+    the repository's trace with --trace)."""
+    value = os.environ.get("CTXCACHE_TRACE")
+    return Path(value) if value else None
 
 
 def load_trace(path: str | os.PathLike[str], limit: int | None = None) -> list[Request]:
-    """The first ``limit`` requests of a Mooncake JSONL trace, stably sorted by timestamp."""
-    requests: list[Request] = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if limit is not None and len(requests) >= limit:
-                break
-            if not line.strip():
-                continue
-            o = json.loads(line)
-            r = Request(int(o["timestamp"]), int(o["input_length"]), int(o["output_length"]),
-                        tuple(int(h) for h in o["hash_ids"]))
-            if r.input_length < 0 or r.output_length < 0 or len(r.hash_ids) * TRACE_BLOCK < r.input_length:
-                raise ValueError(f"trace line {line_no}: lengths do not match hash_ids")
-            requests.append(r)
-    requests.sort(key=lambda r: r.timestamp)
-    return requests
+    """The first ``limit`` requests of a Mooncake JSONL trace, stably sorted by timestamp (TraceError names the
+    file, line and field of a malformed request)."""
+    return [Request(r.timestamp, r.input_length, r.output_length, r.hash_ids) for r in read_trace(path, limit)]
 
-
-# ---- token expansion (identical in tools/bench/bench_manager.cpp) --------------------------------------------
-
-_J = np.arange(TRACE_BLOCK, dtype=np.uint64)
-
-
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 of every element of a uint64 array (wrapping arithmetic)."""
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def expand_tokens(hash_ids: Sequence[int], input_length: int) -> np.ndarray:
-    """The request's pseudo-tokens: 512 per hash id, cut to input_length (int32)."""
-    blocks = -(-input_length // TRACE_BLOCK)
-    ids = np.asarray(hash_ids[:blocks], dtype=np.uint64)
-    x = (ids[:, None] * np.uint64(TRACE_BLOCK) + _J).reshape(-1)[:input_length]
-    return (splitmix64(x) % np.uint64(32000)).astype(np.int32)
-
-
-def expand_range(hash_ids: Sequence[int], begin: int, end: int) -> np.ndarray:
-    """Tokens [begin, end) of a request (int32), as expand_tokens would give them."""
-    pos = np.arange(begin, end, dtype=np.uint64)
-    ids = np.asarray(hash_ids, dtype=np.uint64)[(pos // np.uint64(TRACE_BLOCK)).astype(np.intp)]
-    return (splitmix64(ids * np.uint64(TRACE_BLOCK) + pos % np.uint64(TRACE_BLOCK)) % np.uint64(32000)).astype(np.int32)
-
-
-# ---- the replay -------------------------------------------------------------------------------------------------
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -648,8 +610,7 @@ def _modes(values: Sequence[str] | None) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxcache bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trace", default=None, help="Mooncake JSONL trace (default: $CTXCACHE_TRACE or "
-                                                      "../shared/data/mooncake_synthetic_trace.jsonl)")
+    parser.add_argument("--trace", default=None, help="Mooncake JSONL trace (default: $CTXCACHE_TRACE)")
     parser.add_argument("--requests", type=int, default=None, help="replay only the first N requests")
     parser.add_argument("--page-size", type=int, action="append", dest="page_sizes",
                         help="page size (repeatable; default 16 and 128)")
@@ -677,6 +638,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--hybrid-candidates must be >= 0")
 
     trace = Path(args.trace) if args.trace else default_trace()
+    if trace is None:
+        parser.error("no trace: pass --trace PATH (or set $CTXCACHE_TRACE)")
     if not trace.is_file():
         parser.error(f"trace {trace} not found (pass --trace)")
     requests = load_trace(trace, args.requests)

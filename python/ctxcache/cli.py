@@ -1,6 +1,8 @@
 """The ``ctxcache`` command.
 
   ctxcache info           what was built (ABI, CUDA backend, devices) and where the library lives
+  ctxcache replay         replay a serving workload (built-in, or a Mooncake trace) through the cache: the report
+  ctxcache sweep          the hit rate over a range of cache capacities: a PNG plot and a CSV
   ctxcache bench          replay the Mooncake trace through the manager (see tools/bench_manager)
   ctxcache bench-runtime  the runtime's own bookkeeping per request and per decode step (see tools/bench_runtime)
 """
@@ -40,6 +42,18 @@ def _bench_runtime(args: argparse.Namespace) -> int:
     return bench_runtime.main(args.bench_args)
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from . import replay
+
+    return replay.replay_main(args.forwarded_args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from . import replay
+
+    return replay.sweep_main(args.forwarded_args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -51,11 +65,18 @@ def main(argv: list[str] | None = None) -> int:
                                    add_help=False)
     bench_runtime.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench_runtime.set_defaults(run=_bench_runtime)
+    for name, run, text in (("replay", _replay, "replay a serving workload through the cache and report it"),
+                            ("sweep", _sweep, "the hit rate over a range of cache capacities (PNG + CSV)")):
+        forwarded = sub.add_parser(name, help=text, add_help=False)
+        forwarded.add_argument("forwarded_args", nargs=argparse.REMAINDER)
+        forwarded.set_defaults(run=run)
     # argparse.REMAINDER does not capture a remainder that starts with an option ("bench --requests 50"), so the
     # bench arguments are whatever the top-level parser does not know.
     args, extra = parser.parse_known_args(argv)
     if args.command in ("bench", "bench-runtime"):
         args.bench_args = extra + list(args.bench_args)
+    elif args.command in ("replay", "sweep"):
+        args.forwarded_args = extra + list(args.forwarded_args)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))
     return int(args.run(args))

@@ -1,0 +1,785 @@
+"""``ctxcache replay`` and ``ctxcache sweep``: a serving workload replayed through the context cache.
+
+Two engines, one report:
+
+- full (the default): every request is served through the runtime by :class:`ctxcache.sim.ReferenceEngine`
+  (real KV bytes on the CPU or CUDA backend; deployment attention, hybrid or eagle for --mode vanilla, hybrid,
+  spec), ``max_new_tokens`` = the request's output length, batches of --batch-size founders. ``--verify`` serves the
+  same requests again on a fresh engine with reuse off and compares every request's generated tokens and state
+  digest (SHA-256 of its final KV bytes): equal everywhere = every reused prefix was byte-exact.
+- bookkeeping-only (``--bookkeeping-only``): the manager alone, no bytes, for capacities too large to hold real
+  pools. Per batch of --batch-size requests: hash the prompt's full pages (timed apart), ``acquire`` (vanilla or
+  spec; on insufficient capacity after a hit, the coordinator's forced-cold retry: acquire again bypassing the
+  cache, and publish nothing), then at prefill end ``publish(prompt)``, then decode growth to
+  ``ceil((input + output) / P)`` pages per pool, then ``release``. A request that does not fit even cold is
+  counted as rejected. Each of the four operations is timed (p50/p99/max).
+
+What agrees between them: the bookkeeping-only replay publishes the prompt only, at prefill end, which is what the
+engine does with ``--commit-policy prefill_state_only`` (the trace gives output lengths, not output tokens, so a
+generated tail could never be re-sent anyway). With batch size 1, that commit policy and the same page size, pool
+capacity and record limit, every request's reused tokens are equal in both (``tests/python/test_replay.py``).
+With ``including_generated_tokens`` the engine also publishes prompt + generated tokens at decode end: more
+records, earlier eviction, the same hits on traces.
+
+The unbounded-cache upper bound (``upper_bound``): an infinite cache, requests in order, each prompt's chained
+full-page hashes matched page by page against every page published before it; reuse = matched tokens, except that a
+prompt matched whole and page-aligned recomputes its last page (the full-input rewind: the next token's logits
+need one computed position), and in spec mode every hit replays its boundary page. Each prompt's pages are then
+published. This is exactly what the manager does with pools and records that never run short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
+from .hashing import Hasher
+from .manager import ContextCacheManager, ResourceDemand
+from .workload import TRACE_BLOCK, TraceError, WorkloadRequest, builtin_workload, read_trace, trace_workload
+
+MODES = {"vanilla": "attention", "hybrid": "hybrid", "spec": "eagle"}
+DEFAULT_KEY = "ctxcache-replay-key"
+OPERATIONS = ("acquire", "publish", "grow", "release")
+OCCUPANCY_SAMPLES = 20
+# Full mode: the engine's toy model stores 2 layers x K,V x 2 heads x 8 dims x 2 bytes = 128 bytes per token and
+# pool; pools larger than this are refused (use --bookkeeping-only or a smaller capacity).
+FULL_MODE_MAX_POOL_BYTES = 2 << 30
+_BYTES_PER_TOKEN = 128
+
+
+class SettingsError(ValueError):
+    """Settings the replay cannot run with (the message says which and why)."""
+
+
+# ---- settings and hashes -------------------------------------------------------------------------------------------
+
+@dataclass
+class Settings:
+    page_size: int = 16
+    capacity_pages: int | None = None  # None: half the workload's distinct prompt pages
+    max_records: int = 1_000_000
+    batch_size: int = 1
+    mode: str = "vanilla"
+    backend: str = "cpu"
+    hash_algorithm: str = "sha256"
+    key: str = DEFAULT_KEY
+    commit_policy: str = "prefill_state_only"
+    seed: int = 0
+    bookkeeping_only: bool = False
+    verify: bool = False
+
+
+@dataclass
+class Prepared:
+    """The workload with its prompts' full-page hashes (computed once, shared by the bound and every replay)."""
+
+    requests: list[WorkloadRequest]
+    hashes: list[np.ndarray]
+    hash_seconds: float
+    distinct_pages: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.input_length for r in self.requests)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def prepare(requests: Sequence[WorkloadRequest], settings: Settings,
+            progress: Callable[[int], None] | None = None) -> Prepared:
+    """Hash every prompt's full pages (keyed SHA-256 or FNV-1a-128); KeyboardInterrupt keeps what was hashed."""
+    if settings.page_size <= 0:
+        raise SettingsError(f"--page-size must be positive, got {settings.page_size}")
+    if settings.hash_algorithm not in ("sha256", "fnv1a128"):
+        raise SettingsError(f"--hash must be sha256 or fnv1a128, got {settings.hash_algorithm!r}")
+    key = settings.key.encode() if settings.hash_algorithm == "sha256" and settings.key else None
+    hashes: list[np.ndarray] = []
+    distinct: set[bytes] = set()
+    t0 = time.perf_counter()
+    hasher = Hasher(settings.hash_algorithm, key)
+    try:
+        for r in requests:
+            h = hasher.hash_full_blocks(r.tokens(), settings.page_size)
+            hashes.append(h)
+            distinct.update(h.view("V16").reshape(-1).tolist())
+            if progress:
+                progress(1)
+    finally:
+        hasher.close()
+    return Prepared(list(requests[:len(hashes)]), hashes, time.perf_counter() - t0, len(distinct))
+
+
+def default_capacity_pages(prepared: Prepared, settings: Settings) -> int:
+    """Half the distinct prompt pages, and at least what the batch's largest requests need."""
+    return max(prepared.distinct_pages // 2, minimum_capacity_pages(prepared.requests, settings))
+
+
+def minimum_capacity_pages(requests: Sequence[WorkloadRequest], settings: Settings) -> int:
+    """The pages the largest request needs on its own (prompt + output, + the engine's one-token headroom)."""
+    return max((_ceil_div(r.input_length + r.output_length + 1, settings.page_size) for r in requests), default=1)
+
+
+def check_capacity(requests: Sequence[WorkloadRequest], settings: Settings, capacity_pages: int) -> None:
+    if capacity_pages <= 0:
+        raise SettingsError(f"the pool capacity must be positive, got {capacity_pages} pages")
+    if settings.max_records <= 0:
+        raise SettingsError(f"--max-records must be positive, got {settings.max_records}")
+    if settings.batch_size <= 0:
+        raise SettingsError(f"--batch-size must be positive, got {settings.batch_size}")
+    need = minimum_capacity_pages(requests, settings)
+    if capacity_pages < need:
+        worst = max(requests, key=lambda r: r.input_length + r.output_length)
+        raise SettingsError(
+            f"capacity of {capacity_pages} pages ({capacity_pages * settings.page_size} tokens) is smaller than one "
+            f"request: {worst.source} needs {need} pages ({worst.input_length} prompt + {worst.output_length} "
+            f"output tokens at page size {settings.page_size}); use --capacity-tokens "
+            f"{need * settings.page_size} or more")
+
+
+# ---- the unbounded-cache upper bound -------------------------------------------------------------------------------
+
+def upper_bound(prepared: Prepared, page_size: int, mode: str = "vanilla") -> tuple[int, list[int]]:
+    """Reused tokens with an unbounded cache (see the module comment): the total and per request."""
+    cached: set[bytes] = set()
+    per_request: list[int] = []
+    for r, h in zip(prepared.requests, prepared.hashes):
+        keys = h.view("V16").reshape(-1).tolist()
+        matched = 0
+        for k in keys:
+            if k not in cached:
+                break
+            matched += 1
+        reuse = matched * page_size
+        if mode == "spec":
+            reuse = max(0, reuse - page_size)
+        elif reuse > 0 and reuse == r.input_length:
+            reuse -= page_size  # full-input rewind
+        per_request.append(reuse)
+        cached.update(keys[matched:])
+    return sum(per_request), per_request
+
+
+# ---- measurements ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Measured:
+    """What a replay measured, request by request (what an interrupted run reports is what is here)."""
+
+    engine: str
+    capacity_pages: int
+    reused: list[int] = field(default_factory=list)
+    matched: list[int] = field(default_factory=list)
+    used_pages: list[int] = field(default_factory=list)  # base pool pages held after each request (or chunk)
+    used_at: list[int] = field(default_factory=list)  # requests done at each sample
+    records: list[int] = field(default_factory=list)
+    op_ns: dict[str, list[int]] = field(default_factory=lambda: {op: [] for op in OPERATIONS})
+    full_input_rewinds: int = 0
+    forced_cold: int = 0
+    rejected: int = 0
+    grow_failures: int = 0
+    evicted_records: int = 0
+    reclaimed_pages: int = 0
+    manager_seconds: float = 0.0
+    engine_seconds: float = 0.0
+    verify: dict[str, Any] | None = None
+    engine_stats: dict[str, Any] | None = None
+
+
+def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: int,
+                       progress: Callable[[int], None] | None = None, measured: Measured | None = None) -> Measured:
+    """The manager-only replay (see the module comment). Fills ``measured`` as it goes, so a KeyboardInterrupt
+    leaves every finished request in it."""
+    if settings.mode == "hybrid":
+        raise SettingsError("--mode hybrid needs the full engine (its checkpoints are exact-state digests); "
+                            "drop --bookkeeping-only")
+    spec = settings.mode == "spec"
+    page_size = settings.page_size
+    m = measured if measured is not None else Measured("bookkeeping-only", capacity_pages)
+    capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
+    manager = ContextCacheManager(page_size, capacities, settings.max_records)
+    acquire = manager.acquire_spec if spec else manager.acquire_vanilla
+    pools = manager.pools
+    perf = time.perf_counter_ns
+    acquired_ok = AcquireStatus.ACQUIRED
+    rewind = ReusePlanKind.FULL_INPUT_REWIND
+    bypass = LookupPolicy.BYPASS
+    ops = m.op_ns
+    requests, hashes = prepared.requests, prepared.hashes
+    i = 0
+    t_start = time.perf_counter()
+    try:
+        while i < len(requests):
+            batch: list[tuple[int, Any, bool]] = []  # (request index, lease, forced cold)
+            while i < len(requests) and len(batch) < settings.batch_size:
+                r, h = requests[i], hashes[i]
+                t0 = perf()
+                result = acquire(h, r.input_length)
+                ops["acquire"].append(perf() - t0)
+                forced = False
+                if result.status != acquired_ok and (result.plan.reuse_token_length > 0 or
+                                                     result.plan.kind == rewind):
+                    t0 = perf()
+                    result = acquire(h, r.input_length, bypass)
+                    ops["acquire"].append(perf() - t0)
+                    forced = True
+                if result.lease is None:
+                    if batch:  # retried alone once the batch is done (as the engine splits a batch)
+                        break
+                    m.rejected += 1
+                    m.reused.append(0)
+                    m.matched.append(0)
+                    i += 1
+                    continue
+                plan = result.plan
+                m.reused.append(plan.reuse_token_length)
+                m.matched.append(plan.matched_token_length)
+                m.full_input_rewinds += plan.kind == rewind
+                m.forced_cold += forced
+                batch.append((i, result.lease, forced))
+                i += 1
+            for j, lease, forced in batch:  # prefill end: publish the prompt
+                h = hashes[j]
+                if not forced and h.shape[0] > 0:
+                    t0 = perf()
+                    manager.publish(lease, h, requests[j].input_length)
+                    ops["publish"].append(perf() - t0)
+            for j, lease, _ in batch:  # decode: grow to hold the output
+                r = requests[j]
+                grow = _ceil_div(r.input_length + r.output_length, page_size) - _ceil_div(r.input_length, page_size)
+                if grow > 0:
+                    t0 = perf()
+                    ok = manager.grow_spec_pages(lease, grow, grow) if spec else manager.grow_base_pages(lease, grow)
+                    ops["grow"].append(perf() - t0)
+                    m.grow_failures += not ok
+            for _, lease, _ in batch:
+                t0 = perf()
+                lease.close()
+                ops["release"].append(perf() - t0)
+            m.used_pages.append(capacity_pages - pools.free_count(ResourceType.BASE_KV_PAGE))
+            m.used_at.append(i)
+            m.records.append(len(manager.records))
+            if progress:
+                progress(len(batch) or 1)
+    finally:
+        m.manager_seconds += time.perf_counter() - t_start
+        metrics = manager.metrics
+        m.evicted_records += metrics.evicted_records
+        m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+        manager.close()
+    return m
+
+
+def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
+                progress: Callable[[int], None] | None = None, measured: Measured | None = None) -> Measured:
+    """Serve the workload through the reference engine, in chunks of whole batches (progress, occupancy samples
+    and a partial report between chunks); with settings.verify, compare with a cold run."""
+    from . import sim
+
+    m = measured if measured is not None else Measured("full", capacity_pages)
+    pool_bytes = capacity_pages * settings.page_size * _BYTES_PER_TOKEN * (2 if settings.mode == "spec" else 1)
+    if pool_bytes > FULL_MODE_MAX_POOL_BYTES:
+        raise SettingsError(f"the full engine would hold {pool_bytes / 2**30:.1f} GiB of KV pools for "
+                            f"{capacity_pages} pages; use --bookkeeping-only, a smaller --capacity-tokens, or "
+                            f"--limit")
+    requests = prepared.requests
+    widest = minimum_capacity_pages(requests, settings) + 1
+    engine = sim.ReferenceEngine(
+        MODES[settings.mode], page_size=settings.page_size, base_pages=capacity_pages,
+        max_records=settings.max_records, max_batch=settings.batch_size, max_pages_per_sequence=widest,
+        snapshot_slots=max(64, 2 * settings.batch_size), backend=settings.backend, seed=settings.seed,
+        commit_policy=CommitPolicy[settings.commit_policy.upper()],
+        hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()])
+    chunk = settings.batch_size * max(1, 16 // settings.batch_size)
+    checked = mismatches = 0
+    first_mismatch: str | None = None
+    t_start = time.perf_counter()
+    try:
+        for begin in range(0, len(requests), chunk):
+            part = requests[begin:begin + chunk]
+            served = [sim.Request(tokens=r.tokens(), max_new_tokens=max(1, r.output_length)) for r in part]
+            outputs = engine.serve(served)
+            metrics = engine.metrics
+            if settings.verify:
+                cold = engine.cold_reference(served)
+                for r, o, c in zip(part, outputs, cold):
+                    checked += 1
+                    if not (np.array_equal(o.generated, c.generated) and o.state_digest == c.state_digest):
+                        mismatches += 1
+                        first_mismatch = first_mismatch or r.source
+            m.reused.extend(o.prefill_start for o in outputs)
+            m.used_pages.append(capacity_pages - metrics.base_kv_pages.free)
+            m.used_at.append(begin + len(part))
+            m.records.append(metrics.current_records)
+            if progress:
+                progress(len(part))
+        engine.check_invariants()
+    finally:
+        m.engine_seconds += time.perf_counter() - t_start
+        if not engine.closed:
+            metrics = engine.metrics
+            stats = engine.stats
+            m.full_input_rewinds = metrics.full_input_rewind_plans
+            m.forced_cold = metrics.forced_cold_sequences
+            m.evicted_records = metrics.evicted_records
+            m.reclaimed_pages = metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+            m.matched = [-1] * len(m.reused)  # the engine reports reuse, not matched tokens, per request
+            m.engine_stats = {"batches": stats.batches, "joiners": stats.joiners, "decode_steps": stats.decode_steps,
+                              "capacity_retries": stats.capacity_retries,
+                              "planning_seconds": metrics.planning_nanoseconds * 1e-9}
+            if settings.verify:
+                m.verify = {"checked": checked, "mismatches": mismatches, "first_mismatch": first_mismatch,
+                            "verdict": "byte-exact" if mismatches == 0 else "MISMATCH"}
+            engine.close()
+    return m
+
+
+# ---- the report ----------------------------------------------------------------------------------------------------
+
+def _percentiles(ns: Sequence[int]) -> dict[str, float | int]:
+    if not ns:
+        return {"count": 0, "p50_us": 0.0, "p99_us": 0.0, "max_us": 0.0}
+    a = np.asarray(ns, dtype=np.float64) * 1e-3
+    return {"count": len(ns), "p50_us": round(float(np.percentile(a, 50)), 3),
+            "p99_us": round(float(np.percentile(a, 99)), 3), "max_us": round(float(a.max()), 3)}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workload: str, wall_seconds: float,
+                 bound_total: int | None, bound_per_request: Sequence[int] | None,
+                 interrupted: bool) -> dict[str, Any]:
+    """The report as one JSON-ready dict. An interrupted run counts only the requests it finished."""
+    done = len(m.reused)
+    requests = prepared.requests[:done]
+    prompt_tokens = sum(r.input_length for r in requests)
+    reused = sum(m.reused)
+    bound = sum(bound_per_request[:done]) if bound_per_request is not None else bound_total
+    report: dict[str, Any] = {
+        "command": "replay", "workload": workload, "engine": m.engine, "interrupted": interrupted,
+        "mode": settings.mode, "backend": settings.backend if m.engine == "full" else None,
+        "page_size": settings.page_size, "capacity_pages": m.capacity_pages,
+        "capacity_tokens": m.capacity_pages * settings.page_size, "max_records": settings.max_records,
+        "batch_size": settings.batch_size, "hash_algorithm": settings.hash_algorithm,
+        "commit_policy": settings.commit_policy if m.engine == "full" else "prefill_state_only",
+        "seed": settings.seed,
+        "requests": done, "requests_in_workload": len(prepared.requests), "prompt_tokens": prompt_tokens,
+        "distinct_prompt_tokens": prepared.distinct_pages * settings.page_size,
+        "reused_tokens": reused, "hit_rate": round(_ratio(reused, prompt_tokens), 6),
+        "requests_with_reuse": sum(1 for x in m.reused if x > 0),
+        "upper_bound_reused_tokens": bound,
+        "upper_bound_hit_rate": round(_ratio(bound, prompt_tokens), 6) if bound is not None else None,
+        "ratio_to_upper_bound": round(_ratio(reused, bound), 6) if bound else None,
+        "full_input_rewinds": m.full_input_rewinds, "forced_cold": m.forced_cold, "rejected": m.rejected,
+        "grow_failures": m.grow_failures, "evicted_records": m.evicted_records,
+        "reclaimed_pages": m.reclaimed_pages,
+    }
+    occ = np.asarray(m.used_pages, dtype=np.int64)
+    picks = sorted({int(round(x)) for x in np.linspace(0, len(occ) - 1, min(OCCUPANCY_SAMPLES, len(occ)))}) \
+        if len(occ) else []
+    report["occupancy"] = {
+        "peak_pages": int(occ.max()) if len(occ) else 0,
+        "mean_pages": round(float(occ.mean()), 1) if len(occ) else 0.0,
+        "final_pages": int(occ[-1]) if len(occ) else 0,
+        "samples": [{"requests": m.used_at[k], "pages": int(occ[k]),
+                     "fraction": round(_ratio(int(occ[k]), m.capacity_pages), 4), "records": m.records[k]}
+                    for k in picks]}
+    if m.engine == "bookkeeping-only":
+        report["latency"] = {op: _percentiles(m.op_ns[op]) for op in OPERATIONS}
+        report["hash_seconds"] = round(prepared.hash_seconds, 3)
+        report["manager_seconds"] = round(m.manager_seconds, 3)
+    else:
+        report["engine_seconds"] = round(m.engine_seconds, 3)
+        report["engine_stats"] = m.engine_stats
+        report["verify"] = m.verify
+    report["wall_seconds"] = round(wall_seconds, 3)
+    report["requests_per_second"] = round(_ratio(done, wall_seconds), 1)
+    return report
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> str:
+    all_rows = [list(header)] + [list(r) for r in rows] if header else [list(r) for r in rows]
+    widths = [max(len(r[c]) for r in all_rows) for c in range(len(all_rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
+             for r in all_rows]
+    if header:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The readable report (the --json object as tables)."""
+    pct = "{:.2%}".format
+    out = [f"ctxcache replay: {r['workload']}, {r['engine']} ({r['mode']}"
+           + (f", {r['backend']} backend" if r["backend"] else "") + ")"
+           + ("  [INTERRUPTED: partial figures]" if r["interrupted"] else ""),
+           f"  page size {r['page_size']}, capacity {r['capacity_pages']:,} pages ({r['capacity_tokens']:,} tokens), "
+           f"max records {r['max_records']:,}, batch size {r['batch_size']}, commit {r['commit_policy']}", ""]
+    bound = r["upper_bound_hit_rate"]
+    rows = [("requests", f"{r['requests']:,}" + (f" of {r['requests_in_workload']:,}" if r["interrupted"] else "")),
+            ("prompt tokens", f"{r['prompt_tokens']:,}"),
+            ("reused tokens", f"{r['reused_tokens']:,}"),
+            ("hit rate", pct(r["hit_rate"])),
+            ("unbounded-cache upper bound", pct(bound) if bound is not None else "-"),
+            ("ratio to the bound", pct(r["ratio_to_upper_bound"]) if r["ratio_to_upper_bound"] is not None else "-"),
+            ("requests with reuse", f"{r['requests_with_reuse']:,}"),
+            ("full-input rewinds", f"{r['full_input_rewinds']:,}"),
+            ("forced-cold retries", f"{r['forced_cold']:,}"),
+            ("evicted records", f"{r['evicted_records']:,}"),
+            ("reclaimed pages", f"{r['reclaimed_pages']:,}")]
+    if r["engine"] == "bookkeeping-only":
+        rows += [("rejected (no capacity)", f"{r['rejected']:,}"), ("grow failures", f"{r['grow_failures']:,}")]
+    out += [_table(rows), ""]
+    occ = r["occupancy"]
+    out.append(f"pool occupancy over time (peak {occ['peak_pages']:,} pages, mean {occ['mean_pages']:,.0f}):")
+    out.append(_table([(f"{s['requests']:,}", f"{s['pages']:,}", pct(s["fraction"]), f"{s['records']:,}")
+                       for s in occ["samples"]], header=("after request", "pages", "of pool", "records")))
+    out.append("")
+    if "latency" in r:
+        out.append(_table([(op, f"{v['count']:,}", f"{v['p50_us']:.1f}", f"{v['p99_us']:.1f}", f"{v['max_us']:.1f}")
+                           for op, v in r["latency"].items()],
+                          header=("operation", "calls", "p50 us", "p99 us", "max us")))
+        out.append(f"hashing {r['hash_seconds']:.2f} s, manager {r['manager_seconds']:.2f} s")
+    else:
+        st = r["engine_stats"] or {}
+        out.append(f"engine {r['engine_seconds']:.2f} s: {st.get('batches', 0):,} batches, "
+                   f"{st.get('decode_steps', 0):,} decode steps, planning {st.get('planning_seconds', 0.0):.3f} s")
+        v = r["verify"]
+        if v is not None:
+            out.append(f"verify: {v['verdict']} ({v['checked']:,} requests compared with a cold run, "
+                       f"{v['mismatches']} mismatches"
+                       + (f", first: {v['first_mismatch']}" if v["first_mismatch"] else "") + ")")
+    out.append(f"wall time {r['wall_seconds']:.2f} s, {r['requests_per_second']:,.0f} requests/s")
+    return "\n".join(out)
+
+
+# ---- progress ------------------------------------------------------------------------------------------------------
+
+# Ctrl-C during a run only sets this flag (see _guarded); the next progress step raises KeyboardInterrupt there.
+# Python's default handler raises wherever the interpreter happens to be, including a garbage-collector callback,
+# where the exception is printed and dropped: the interrupt would be lost and the run would go on.
+_interrupt_requested = False
+
+
+@contextmanager
+def _progress(total: int, desc: str, enabled: bool) -> Iterator[Callable[[int], None]]:
+    """A tqdm bar on stderr, shown only once a run has taken 2 seconds (and never when disabled). Each step is also
+    where a pending Ctrl-C surfaces as KeyboardInterrupt."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="req", delay=2.0, disable=not enabled, leave=False, file=sys.stderr)
+    def step(count: int) -> None:
+        if _interrupt_requested:
+            raise KeyboardInterrupt
+        bar.update(count)
+
+    try:
+        yield step
+    finally:
+        bar.close()
+
+
+# ---- the commands --------------------------------------------------------------------------------------------------
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", nargs="?", help="a Mooncake-format JSONL trace (default: the built-in workload)")
+    p.add_argument("--page-size", type=int, default=16, help="tokens per page (default 16; divides 512 for traces)")
+    cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--base-pages", type=int, default=None, help="base pool capacity in pages")
+    cap.add_argument("--capacity-tokens", type=int, default=None,
+                     help="base pool capacity in tokens (rounded down to pages; default: half the workload's "
+                          "distinct prompt tokens)")
+    p.add_argument("--max-records", type=int, default=1_000_000, help="cache record limit (default 1,000,000)")
+    p.add_argument("--batch-size", type=int, default=1, help="requests in flight together (default 1)")
+    p.add_argument("--mode", choices=sorted(MODES), default="vanilla",
+                   help="vanilla (attention), hybrid (attention + recurrent) or spec (EAGLE); default vanilla")
+    p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu", help="full engine backend")
+    p.add_argument("--hash", dest="hash_algorithm", choices=("sha256", "fnv1a128"), default="sha256")
+    p.add_argument("--key", default=DEFAULT_KEY, help="SHA-256 key of the bookkeeping-only hashes")
+    p.add_argument("--commit-policy", choices=("prefill_state_only", "including_generated_tokens"),
+                   default="prefill_state_only", help="full engine: what is published (default prefill_state_only)")
+    p.add_argument("--seed", type=int, default=0, help="built-in workload and engine model seed (default 0)")
+    p.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
+    p.add_argument("--bookkeeping-only", action="store_true", help="the manager alone: no bytes, no engine")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings(page_size=args.page_size, max_records=args.max_records, batch_size=args.batch_size,
+                    mode=args.mode, backend=args.backend, hash_algorithm=args.hash_algorithm, key=args.key,
+                    commit_policy=args.commit_policy, seed=args.seed,
+                    bookkeeping_only=getattr(args, "bookkeeping_only", True), verify=getattr(args, "verify", False))
+
+
+def load_workload(trace: str | None, settings: Settings, limit: int | None) -> tuple[str, list[WorkloadRequest]]:
+    if limit is not None and limit <= 0:
+        raise SettingsError(f"--limit must be positive, got {limit}")
+    if trace is None:
+        return "built-in workload", builtin_workload(settings.seed)[:limit]
+    if settings.page_size <= 0 or TRACE_BLOCK % settings.page_size:
+        raise SettingsError(f"--page-size {settings.page_size} must divide {TRACE_BLOCK} (the trace's block size)")
+    return trace, trace_workload(read_trace(trace, limit))
+
+
+def _capacity(args: argparse.Namespace, prepared: Prepared, settings: Settings) -> int:
+    if args.base_pages is not None:
+        return int(args.base_pages)
+    if args.capacity_tokens is not None:
+        return int(args.capacity_tokens) // settings.page_size
+    return default_capacity_pages(prepared, settings)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    t0 = time.perf_counter()
+    workload = args.trace or "built-in workload"
+    show = not args.no_progress
+    bound_total: int | None = None
+    bound_each: list[int] | None = None
+    prepared = Prepared([], [], 0.0, 0)
+    measured: Measured | None = None
+    interrupted = False
+    try:
+        workload, requests = load_workload(args.trace, settings, args.limit)
+        with _progress(len(requests), "hashing", show) as step:
+            prepared = prepare(requests, settings, step)
+        capacity = _capacity(args, prepared, settings)
+        check_capacity(prepared.requests, settings, capacity)
+        if settings.mode == "hybrid" and settings.bookkeeping_only:
+            raise SettingsError("--mode hybrid needs the full engine (its checkpoints are exact-state digests); "
+                                "drop --bookkeeping-only")
+        bound_total, bound_each = upper_bound(prepared, settings.page_size,
+                                              "spec" if settings.mode == "spec" else "vanilla")
+        if settings.mode == "hybrid":
+            bound_total = bound_each = None  # checkpoint reuse has its own bound; not modelled here
+        measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", capacity)
+        with _progress(len(prepared.requests), "replay", show) as step:
+            if settings.bookkeeping_only:
+                replay_bookkeeping(prepared, settings, capacity, step, measured)
+            else:
+                replay_full(prepared, settings, capacity, step, measured)
+    except KeyboardInterrupt:
+        interrupted = True
+        if measured is None:
+            measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", 0)
+    report = build_report(prepared, settings, measured, workload=workload, wall_seconds=time.perf_counter() - t0,
+                          bound_total=bound_total, bound_per_request=bound_each, interrupted=interrupted)
+    print(json.dumps(report) if args.json else format_report(report), flush=True)
+    if interrupted:
+        return 130
+    verify = report.get("verify")
+    return 1 if verify is not None and verify["mismatches"] else 0
+
+
+# ---- sweep ---------------------------------------------------------------------------------------------------------
+
+def sweep_capacities(distinct_pages: int, points: int) -> list[int]:
+    """``points`` capacities in pages, geometric from 1% to 100% of the distinct prompt pages (at least one page),
+    distinct and ascending."""
+    return sorted({max(1, int(round(distinct_pages * f))) for f in np.geomspace(0.01, 1.0, points)})
+
+
+def non_monotonic_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Every capacity that reuses more than a larger one, with the reason."""
+    notes = []
+    for a, b in zip(rows, rows[1:]):
+        if a["hit_rate"] > b["hit_rate"]:
+            notes.append(
+                f"{a['capacity_tokens']:,} tokens reuse more ({a['hit_rate']:.2%}) than {b['capacity_tokens']:,} "
+                f"({b['hit_rate']:.2%}): LRU over whole records is not a stack algorithm, so a larger pool evicts at "
+                f"different moments and can drop a different (longer or more shared) record; evicted records "
+                f"{a['evicted_records']:,} vs {b['evicted_records']:,}")
+    return notes
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = _settings(args)
+    if args.points < 8:
+        raise SettingsError(f"--points must be at least 8, got {args.points}")
+    t0 = time.perf_counter()
+    workload, requests = load_workload(args.trace, settings, args.limit)
+    show = not args.no_progress
+    with _progress(len(requests), "hashing", show) as step:
+        prepared = prepare(requests, settings, step)
+    if settings.mode == "hybrid":
+        raise SettingsError("sweep runs bookkeeping-only: --mode vanilla or spec")
+    bound_total, _ = upper_bound(prepared, settings.page_size, settings.mode)
+    prompt_tokens = prepared.prompt_tokens
+    bound_rate = _ratio(bound_total, prompt_tokens)
+    minimum = minimum_capacity_pages(prepared.requests, settings)
+    capacities = sweep_capacities(prepared.distinct_pages, args.points)
+    check_capacity(prepared.requests, settings, max(capacities[-1], minimum))  # the other settings
+    rows: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        with _progress(len(capacities) * len(prepared.requests), "sweep", show) as step:
+            for cap in capacities:  # below `minimum`, the requests that cannot fit bypass the cache (rejected)
+                m = replay_bookkeeping(prepared, settings, cap, step)
+                reused = sum(m.reused)
+                rows.append({"capacity_pages": cap, "capacity_tokens": cap * settings.page_size,
+                             "fraction_of_distinct": round(_ratio(cap, prepared.distinct_pages), 6),
+                             "hit_rate": round(_ratio(reused, prompt_tokens), 6),
+                             "ratio_to_upper_bound": round(_ratio(reused, bound_total), 6),
+                             "reused_tokens": reused, "rejected": m.rejected, "evicted_records": m.evicted_records,
+                             "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0)})
+    except KeyboardInterrupt:
+        interrupted = True
+
+    def first_reaching(share: float) -> dict[str, Any] | None:
+        return next((r for r in rows if r["hit_rate"] >= share * bound_rate - 1e-12), None)
+
+    reach = {"90": first_reaching(0.9), "99": first_reaching(0.99)}
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = out_dir / f"{args.name}.csv", out_dir / f"{args.name}.png"
+    columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
+               "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    if rows:
+        ax.plot([r["capacity_tokens"] for r in rows], [100 * r["hit_rate"] for r in rows], "o-",
+                label="hit rate (LRU cache)")
+    ax.axhline(100 * bound_rate, color="gray", linestyle="--", label=f"unbounded cache {bound_rate:.1%}")
+    for share, style in (("90", ":"), ("99", "-.")):
+        hit = reach[share]
+        if hit is not None:
+            ax.axvline(hit["capacity_tokens"], color="tab:red", linestyle=style,
+                       label=f"{share}% of the bound at {hit['capacity_tokens']:,} tokens")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"cache capacity (tokens, page size {settings.page_size})")
+    ax.set_ylabel("prompt tokens reused (%)")
+    ax.set_title(f"ctxcache sweep: {Path(workload).name if args.trace else workload} ({settings.mode})")
+    ax.set_ylim(0, max(5.0, 100 * bound_rate * 1.1))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
+
+    notes = non_monotonic_notes(rows)
+    small = [r for r in rows if r["rejected"]]
+    if small:
+        notes.append(f"{len(small)} capacities (up to {small[-1]['capacity_tokens']:,} tokens) are smaller than the "
+                     f"largest request ({minimum * settings.page_size:,} tokens with its output): the requests that "
+                     f"do not fit bypass the cache and count as not reused (column 'rejected')")
+    report = {"command": "sweep", "workload": workload, "interrupted": interrupted, "mode": settings.mode,
+              "page_size": settings.page_size, "max_records": settings.max_records,
+              "batch_size": settings.batch_size, "requests": len(prepared.requests), "prompt_tokens": prompt_tokens,
+              "distinct_prompt_tokens": prepared.distinct_pages * settings.page_size,
+              "minimum_capacity_tokens": minimum * settings.page_size,
+              "upper_bound_hit_rate": round(bound_rate, 6), "points": rows,
+              "reaches_90_percent_of_bound_tokens": reach["90"]["capacity_tokens"] if reach["90"] else None,
+              "reaches_99_percent_of_bound_tokens": reach["99"]["capacity_tokens"] if reach["99"] else None,
+              "non_monotonic": notes, "csv": str(csv_path), "png": str(png_path),
+              "wall_seconds": round(time.perf_counter() - t0, 3)}
+    if args.json:
+        print(json.dumps(report), flush=True)
+    else:
+        lines = [f"ctxcache sweep: {workload} ({settings.mode}, page size {settings.page_size})"
+                 + ("  [INTERRUPTED: partial figures]" if interrupted else ""),
+                 f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
+                 f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
+                 _table([(f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}",
+                          f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}", f"{r['rejected']:,}") for r in rows],
+                        header=("capacity tokens", "of distinct", "hit rate", "of bound", "evicted records",
+                                "rejected")), ""]
+        for share in ("90", "99"):
+            hit = reach[share]
+            lines.append(f"{share}% of the bound: " + (f"{hit['capacity_tokens']:,} tokens" if hit else "not reached"))
+        lines += [f"note: {n}" for n in notes]
+        lines.append(f"wrote {png_path} and {csv_path} in {report['wall_seconds']:.1f} s")
+        print("\n".join(lines), flush=True)
+    return 130 if interrupted else 0
+
+
+def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
+    """Errors a user can fix: one line on stderr, exit status 2, no traceback."""
+    import signal
+    import threading
+
+    from .errors import ContractError
+
+    global _interrupt_requested
+    _interrupt_requested = False
+    previous: Any = None
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        global _interrupt_requested
+        if _interrupt_requested:  # a second Ctrl-C: stop at once
+            raise KeyboardInterrupt
+        _interrupt_requested = True
+
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return run(args)
+    except (TraceError, SettingsError, ContractError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # outside the measured part (e.g. while reading the trace)
+        print(f"{prog}: interrupted before anything was measured", file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def replay_parser(prog: str = "ctxcache replay") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Replay a serving workload through the context cache and "
+                                                       "report what it reused, evicted and cost.")
+    _add_common(p)
+    p.add_argument("--verify", action="store_true",
+                   help="full engine: compare every request with a cold run, byte for byte")
+    return p
+
+
+def sweep_parser(prog: str = "ctxcache sweep") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Hit rate over a range of cache capacities "
+                                                       "(bookkeeping-only): a PNG plot and a CSV.")
+    _add_common(p)
+    p.add_argument("--points", type=int, default=10, help="capacities, 1%% to 100%% of the distinct prompt "
+                                                          "tokens (default 10, at least 8)")
+    p.add_argument("--out-dir", default=".", help="where the PNG and CSV go (default .)")
+    p.add_argument("--name", default="ctxcache-sweep", help="file name stem (default ctxcache-sweep)")
+    return p
+
+
+def replay_main(argv: Sequence[str] | None = None) -> int:
+    args = replay_parser().parse_args(list(argv) if argv is not None else None)
+    if args.verify and args.bookkeeping_only:
+        replay_parser().error("--verify needs the full engine (drop --bookkeeping-only)")
+    return _guarded(run_replay, args, "ctxcache replay")
+
+
+def sweep_main(argv: Sequence[str] | None = None) -> int:
+    args = sweep_parser().parse_args(list(argv) if argv is not None else None)
+    args.bookkeeping_only = True
+    return _guarded(run_sweep, args, "ctxcache sweep")
+
+
+if __name__ == "__main__":
+    sys.exit(replay_main())
