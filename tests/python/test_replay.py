@@ -181,6 +181,15 @@ def test_verify_on_the_built_in_workload_is_byte_exact(capsys):
     assert r["reused_tokens"] > 0
 
 
+@pytest.mark.gpu
+def test_verify_on_the_built_in_workload_is_byte_exact_on_cuda(capsys):
+    code, out, _ = _run(capsys, replay.replay_main, ["--verify", "--json", "--backend", "cuda", "--no-progress"])
+    r = json.loads(out)
+    assert code == 0 and r["engine"] == "full"
+    assert r["verify"]["verdict"] == "byte-exact" and r["verify"]["mismatches"] == 0
+    assert r["reused_tokens"] > 0
+
+
 def test_verify_with_generated_tokens_published_and_batches_on_a_reduced_workload():
     settings = replay.Settings(page_size=16, batch_size=4, commit_policy="including_generated_tokens", verify=True)
     prepared = replay.prepare(workload.builtin_workload(1, scale=0.3), settings)
