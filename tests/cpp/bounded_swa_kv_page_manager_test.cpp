@@ -1,0 +1,346 @@
+// BoundedSwaKVPageManager on the CPU backend: the private reservation bound, window arithmetic at page and window
+// boundaries, the fast and general paths, retirement after the completion point, compaction, quarantine,
+// admission refusal and bad inputs. The byte-exact end-to-end proofs live with the reference engine.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "ctxcache/device/device_backend.h"
+#include "ctxcache/errors.h"
+#include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
+
+namespace ctxcache::runtime {
+namespace {
+
+using device::DType;
+using device::KvLengths;
+using device::KvPagePool;
+using device::KvPageTable;
+using device::KvPoolGeometry;
+using Manager = BoundedSwaKVPageManager;
+using Status = SwaKVCacheStatus;
+
+struct SwaRig {
+    SwaRig(int32_t window, int32_t pageSize, int32_t pages = 256, int32_t width = 64, int32_t maxBatch = 8) {
+        backend = device::createCpuBackend();
+        pool = std::make_unique<KvPagePool>(*backend, KvPoolGeometry{pages, pageSize, DType::kFp32, {{1, 2}}});
+        table = std::make_unique<KvPageTable>(*backend, maxBatch, width, pages, KvPageTable::Mode::kSparseWindow);
+        lengths = std::make_unique<KvLengths>(*backend, maxBatch);
+        manager = std::make_unique<Manager>(BoundedSwaConfig{maxBatch, window}, *pool, *table, lengths.get(),
+                                            [this](StreamHandle) { return !failNextSync || (failNextSync = false); });
+    }
+    ~SwaRig() { manager.reset(); }
+
+    Manager::RequestHandle begin(int32_t n) {
+        std::vector<ResidentRef> refs;
+        for (int32_t i = 0; i < n; ++i) refs.push_back({i, ++epoch});
+        Manager::BeginRequestResult r = manager->beginRequest(refs);
+        EXPECT_EQ(r.status, Status::kOk) << r.failure;
+        return std::move(*r.request);
+    }
+    // The logical pages mapped in `slot`'s table row.
+    std::vector<int32_t> mapped(int32_t slot) const {
+        std::vector<int32_t> out;
+        int32_t const* row = table->hostRow(slot);
+        for (int32_t j = 0; j < table->maxPagesPerSeq(); ++j)
+            if (row[j] >= 0) out.push_back(j);
+        return out;
+    }
+
+    std::unique_ptr<device::DeviceBackend> backend;
+    std::unique_ptr<KvPagePool> pool;
+    std::unique_ptr<KvPageTable> table;
+    std::unique_ptr<KvLengths> lengths;
+    std::unique_ptr<Manager> manager;
+    uint64_t epoch = 0;
+    bool failNextSync = false;
+};
+
+std::vector<int32_t> range(int32_t begin, int32_t end) {
+    std::vector<int32_t> v;
+    for (int32_t i = begin; i < end; ++i) v.push_back(i);
+    return v;
+}
+
+TEST(BoundedSwaKVPageManager, RetainedRangeArithmetic) {
+    // W a multiple of P (8, 4) and not (6, 4).
+    EXPECT_EQ(Manager::retainedBegin(0, 8, 4), 0);
+    EXPECT_EQ(Manager::retainedEnd(0, 4), 0);
+    EXPECT_EQ(Manager::retainedEnd(1, 4), 1);
+    EXPECT_EQ(Manager::retainedEnd(4, 4), 1);
+    EXPECT_EQ(Manager::retainedEnd(5, 4), 2);
+    EXPECT_EQ(Manager::retainedBegin(8, 8, 4), 0);
+    EXPECT_EQ(Manager::retainedBegin(11, 8, 4), 0);
+    EXPECT_EQ(Manager::retainedBegin(12, 8, 4), 1);
+    EXPECT_EQ(Manager::retainedBegin(9, 6, 4), 0);
+    EXPECT_EQ(Manager::retainedBegin(10, 6, 4), 1);
+    EXPECT_EQ(Manager::retainedBegin(14, 6, 4), 2);
+}
+
+TEST(BoundedSwaKVPageManager, ReservationIsTwoWindowsPlusOne) {
+    SwaRig rig(256, 16, 512, 1400, 2);
+    EXPECT_EQ(rig.manager->privatePagesPerSequence(), 2 * (16 + 1) + 1);
+    SwaRig odd(6, 4);
+    EXPECT_EQ(odd.manager->privatePagesPerSequence(), 2 * (2 + 1) + 1);
+}
+
+// Prefill 1,000 tokens, decode 20,000 with W = 256, P = 16: never more than the reservation, and exactly the
+// retained range mapped after every step; the pool is full again after finish.
+TEST(BoundedSwaKVPageManager, LongDecodeStaysWithinTheReservation) {
+    int32_t const W = 256, P = 16, R = 2 * (16 + 1) + 1;
+    SwaRig rig(W, P, 128, 1400, 2);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle h = rig.begin(1);
+    EXPECT_EQ(m.freePageCount(), 128 - R);
+    // The engine prefills in chunks of at most W (each chunk's writes fall inside the new window).
+    int32_t e = 0;
+    while (e < 1000) {
+        e = std::min(1000, e + W);
+        ASSERT_EQ(m.preparePrefill(h, {e}), Status::kOk);
+        ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    }
+    int32_t maxMapped = 0;
+    for (int32_t step = 0; step < 20000; ++step) {
+        ASSERT_EQ(m.prepareDecodeStep(h, {e + 1}), Status::kOk);
+        SwaKVCacheState const& s = m.state(h, 0);
+        int32_t const mappedNow = static_cast<int32_t>(s.pageBindings.size() + s.pendingRetireBindings.size());
+        maxMapped = std::max(maxMapped, mappedNow);
+        ASSERT_LE(mappedNow, R);
+        ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+        ++e;
+        ASSERT_EQ(s.exactResidentTokenCount, e);
+        ASSERT_EQ(rig.mapped(0), range(Manager::retainedBegin(e, W, P), Manager::retainedEnd(e, P))) << e;
+        ASSERT_EQ(s.pageBindings.size() + s.reservedPages.size(), static_cast<size_t>(R));
+        if (step % 997 == 0) m.checkInvariants();
+    }
+    EXPECT_LE(maxMapped, W / P + 1 + 1);  // one retained image plus the page staged at a crossing
+    EXPECT_LE(m.peakBoundPages(), R);
+    EXPECT_EQ(m.finish(h), Status::kOk);
+    EXPECT_EQ(m.freePageCount(), 128);
+    EXPECT_TRUE(rig.mapped(0).empty());
+    m.checkInvariants();
+}
+
+// W = 8, P = 4 (a multiple): decoding from 0 maps page 1 at token 5, retires page 0 only at endpoint 12, and the
+// page leaving the window stays mapped until completeDecodeStep.
+TEST(BoundedSwaKVPageManager, DecodeCrossesPageAndWindowBoundaries) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle h = rig.begin(1);
+    ASSERT_EQ(m.preparePrefill(h, {1}), Status::kOk);
+    ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    EXPECT_EQ(rig.mapped(0), range(0, 1));
+    for (int32_t e = 2; e <= 11; ++e) {
+        ASSERT_EQ(m.prepareDecodeStep(h, {e}), Status::kOk);
+        ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+    }
+    EXPECT_EQ(rig.mapped(0), range(0, 3));  // endpoint 11: [0, 3)
+    ASSERT_EQ(m.prepareDecodeStep(h, {12}), Status::kOk);
+    SwaKVCacheState const& s = m.state(h, 0);
+    ASSERT_EQ(s.pendingRetireBindings.size(), 1u);
+    EXPECT_EQ(s.pendingRetireBindings[0].logicalPage, 0);
+    EXPECT_EQ(rig.mapped(0), range(0, 3));  // still mapped: the step may read it
+    EXPECT_EQ(s.retainedLogicalPageBegin, 1);
+    ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+    EXPECT_EQ(rig.mapped(0), range(1, 3));
+    ASSERT_EQ(m.prepareDecodeStep(h, {13}), Status::kOk);  // crosses into page 3
+    EXPECT_EQ(m.state(h, 0).newPageBindings.size(), 1u);
+    EXPECT_EQ(rig.mapped(0), range(1, 4));
+    EXPECT_FALSE(rig.table->dirty());  // new bindings are uploaded before the step
+    ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+    m.checkInvariants();
+    EXPECT_EQ(m.finish(h), Status::kOk);
+    m.checkInvariants();
+}
+
+// W = 6, P = 4 (not a multiple): the window [e - 6, e) spans up to three pages.
+TEST(BoundedSwaKVPageManager, WindowNotAMultipleOfThePage) {
+    SwaRig rig(6, 4);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle h = rig.begin(1);
+    ASSERT_EQ(m.preparePrefill(h, {6}), Status::kOk);
+    ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    EXPECT_EQ(rig.mapped(0), range(0, 2));
+    for (int32_t e = 7; e <= 30; ++e) {
+        ASSERT_EQ(m.prepareDecodeStep(h, {e}), Status::kOk);
+        ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+        ASSERT_EQ(rig.mapped(0), range((e - 6) / 4, (e + 3) / 4)) << e;
+        ASSERT_LE(rig.mapped(0).size(), 3u);
+    }
+    m.checkInvariants();
+}
+
+// Chunked prefill: each chunk keeps the previous window mapped until completePrefill, then retires what left it.
+TEST(BoundedSwaKVPageManager, ChunkedPrefillRetiresAfterCompletion) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle h = rig.begin(2);
+    ASSERT_EQ(m.preparePrefill(h, {8, 3}), Status::kOk);
+    ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    EXPECT_EQ(rig.mapped(0), range(0, 2));
+    EXPECT_EQ(rig.mapped(1), range(0, 1));
+    ASSERT_EQ(m.preparePrefill(h, {16, 3}), Status::kOk);  // row 1 holds
+    EXPECT_EQ(rig.mapped(0), range(0, 4));                  // old window and new window, both mapped
+    EXPECT_EQ(m.state(h, 0).pendingRetireBindings.size(), 2u);
+    ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    EXPECT_EQ(rig.mapped(0), range(2, 4));
+    // A chunk longer than the window: the gap between the windows is never mapped.
+    ASSERT_EQ(m.preparePrefill(h, {40, 3}), Status::kOk);
+    EXPECT_EQ(rig.mapped(0), (std::vector<int32_t>{2, 3, 8, 9}));
+    ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    EXPECT_EQ(rig.mapped(0), range(8, 10));
+    m.checkInvariants();
+    ASSERT_EQ(m.prepareDecodeStep(h, {41, 4}), Status::kOk);
+    EXPECT_THROW(m.preparePrefill(h, {41, 4}), ContractError);
+    ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+    EXPECT_THROW(m.preparePrefill(h, {50, 4}), ContractError);  // no prefill after decoding
+    EXPECT_EQ(m.finish(h), Status::kOk);
+    EXPECT_EQ(m.freePageCount(), 256);
+}
+
+// A batch of 8 with survivors: retired rows' table rows cleared and reservations back on the free list, survivors
+// keep their rows and windows, lengths compacted.
+TEST(BoundedSwaKVPageManager, CompactionOfEightWithSurvivors) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    int32_t const R = m.privatePagesPerSequence();
+    Manager::RequestHandle h = rig.begin(8);
+    std::vector<int32_t> lens;
+    for (int32_t i = 0; i < 8; ++i) lens.push_back(5 + i);
+    ASSERT_EQ(m.preparePrefill(h, lens), Status::kOk);
+    ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    rig.lengths->set(lens.data(), 8);
+    std::vector<int32_t> const map{-1, 0, -1, 1, 2, -1, -1, 3};
+    int32_t mappingWords[8] = {};
+    TensorView mapping{mappingWords, ScalarType::kInt32, {8}, -1};
+    ASSERT_EQ(m.beginBatchCompaction(h, map, 4, mapping), Status::kOk);
+    EXPECT_EQ(std::vector<int32_t>(mappingWords, mappingWords + 8), map);
+    ASSERT_EQ(m.compactBatch(h), Status::kOk);
+    EXPECT_EQ(h.batchSize(), 4);
+    EXPECT_EQ(m.freePageCount(), 256 - 4 * R);
+    for (int32_t slot : {0, 2, 5, 6}) EXPECT_TRUE(rig.mapped(slot).empty());
+    EXPECT_EQ(m.state(h, 0).resident.slot, 1);
+    EXPECT_EQ(m.state(h, 3).resident.slot, 7);
+    EXPECT_EQ(m.state(h, 3).exactResidentTokenCount, 12);
+    EXPECT_EQ(rig.lengths->read(), (std::vector<int32_t>{6, 8, 9, 12}));
+    m.checkInvariants();
+    ASSERT_EQ(m.prepareDecodeStep(h, {7, 9, 10, 13}), Status::kOk);
+    ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+    EXPECT_EQ(m.finish(h), Status::kOk);
+    EXPECT_EQ(m.freePageCount(), 256);
+    m.checkInvariants();
+}
+
+// A failed synchronisation quarantines the request (its pages stay held, its rows mapped), poisons admission,
+// and shutdown recovers everything.
+TEST(BoundedSwaKVPageManager, FailedSyncQuarantinesUntilShutdown) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    int32_t const R = m.privatePagesPerSequence();
+    Manager::RequestHandle h = rig.begin(2);
+    ASSERT_EQ(m.preparePrefill(h, {9, 4}), Status::kOk);
+    rig.failNextSync = true;
+    EXPECT_EQ(m.completePrefill(h), Status::kPoisoned);
+    EXPECT_TRUE(m.poisoned());
+    EXPECT_EQ(m.quarantinedRequestCount(), 1u);
+    EXPECT_EQ(m.freePageCount(), 256 - 2 * R);
+    EXPECT_EQ(rig.mapped(0), range(0, 3));
+    EXPECT_EQ(m.prepareDecodeStep(h, {10, 5}), Status::kPoisoned);
+    EXPECT_FALSE(h.valid());
+    Manager::BeginRequestResult refused = m.beginRequest({{3, ++rig.epoch}});
+    EXPECT_EQ(refused.status, Status::kPoisoned);
+    EXPECT_EQ(m.finish(h), Status::kPoisoned);
+    m.checkInvariants();
+    rig.failNextSync = true;
+    EXPECT_EQ(m.shutdown(), Status::kPoisoned);  // still failing: nothing freed
+    EXPECT_EQ(m.freePageCount(), 256 - 2 * R);
+    EXPECT_EQ(m.shutdown(), Status::kOk);
+    EXPECT_FALSE(m.poisoned());
+    EXPECT_EQ(m.freePageCount(), 256);
+    EXPECT_TRUE(rig.mapped(0).empty());
+    m.checkInvariants();
+    Manager::RequestHandle again = rig.begin(1);
+    EXPECT_EQ(m.finish(again), Status::kOk);
+}
+
+TEST(BoundedSwaKVPageManager, AdmissionRefusedHoldsNothing) {
+    SwaRig rig(8, 4, 20);  // R = 7: two sequences fit, three do not
+    Manager& m = *rig.manager;
+    Manager::BeginRequestResult r = m.beginRequest({{0, 1}, {1, 1}, {2, 1}});
+    EXPECT_EQ(r.status, Status::kRequestFailed);
+    EXPECT_FALSE(r.request.has_value());
+    EXPECT_NE(r.failure.find("private pages"), std::string::npos);
+    EXPECT_EQ(m.freePageCount(), 20);
+    EXPECT_FALSE(m.hasLiveRequest());
+    m.checkInvariants();
+    Manager::BeginRequestResult ok = m.beginRequest({{0, 2}, {1, 2}});
+    ASSERT_EQ(ok.status, Status::kOk);
+    EXPECT_EQ(m.freePageCount(), 6);
+    Manager::BeginRequestResult second = m.beginRequest({{2, 3}});
+    EXPECT_EQ(second.status, Status::kRequestFailed);  // one request at a time
+    EXPECT_EQ(m.finish(*ok.request), Status::kOk);
+    EXPECT_EQ(m.freePageCount(), 20);
+}
+
+TEST(BoundedSwaKVPageManager, BadInputsThrowAndChangeNothing) {
+    auto backend = device::createCpuBackend();
+    KvPagePool pool(*backend, KvPoolGeometry{64, 4, DType::kFp32, {{1, 2}}});
+    KvPageTable sparse(*backend, 4, 3, 64, KvPageTable::Mode::kSparseWindow);
+    KvPageTable dense(*backend, 4, 16, 64);
+    // A window larger than the table: W = 9 spans up to 4 pages, the table has 3 per sequence.
+    EXPECT_THROW(Manager(BoundedSwaConfig{4, 9}, pool, sparse), ContractError);
+    EXPECT_NO_THROW(Manager(BoundedSwaConfig{4, 8}, pool, sparse));
+    EXPECT_THROW(Manager(BoundedSwaConfig{4, 8}, pool, dense), ContractError);
+    EXPECT_THROW(Manager(BoundedSwaConfig{4, 0}, pool, sparse), ContractError);
+
+    SwaRig rig(8, 4, 256, 8, 4);
+    Manager& m = *rig.manager;
+    EXPECT_THROW(m.beginRequest({{0, 0}}), ContractError);            // epoch 0
+    EXPECT_THROW(m.beginRequest({{4, 1}}), ContractError);            // slot out of range
+    EXPECT_THROW(m.beginRequest({{1, 1}, {1, 2}}), ContractError);    // repeated slot
+    Manager::RequestHandle h = std::move(*m.beginRequest({{0, 5}}).request);
+    EXPECT_EQ(m.finish(h), Status::kOk);
+    EXPECT_THROW(m.beginRequest({{0, 5}}), ContractError);            // stale epoch for slot 0
+    EXPECT_THROW(m.beginRequest({{0, 4}}), ContractError);
+    EXPECT_EQ(m.freePageCount(), 256);
+
+    Manager::RequestHandle r = std::move(*m.beginRequest({{0, 6}, {1, 6}}).request);
+    EXPECT_THROW(m.prepareDecodeStep(r, {1, 1}), ContractError);  // before prefill
+    ASSERT_EQ(m.preparePrefill(r, {4, 4}), Status::kOk);
+    ASSERT_EQ(m.completePrefill(r), Status::kOk);
+    SwaKVCacheState const before = m.state(r, 0);
+    EXPECT_THROW(m.prepareDecodeStep(r, {6, 5}), ContractError);   // skips a token
+    EXPECT_THROW(m.prepareDecodeStep(r, {3, 5}), ContractError);   // goes back
+    EXPECT_THROW(m.prepareDecodeStep(r, {5}), ContractError);      // wrong batch
+    EXPECT_THROW(m.preparePrefill(r, {40, 4}), ContractError);     // past the table's 8 pages
+    EXPECT_THROW(m.completeDecodeStep(r), ContractError);          // out of order
+    EXPECT_THROW(m.state(r, 2), ContractError);
+    SwaKVCacheState const& after = m.state(r, 0);
+    EXPECT_EQ(after.exactResidentTokenCount, before.exactResidentTokenCount);
+    EXPECT_EQ(after.pageBindings.size(), before.pageBindings.size());
+    EXPECT_EQ(after.reservedPages, before.reservedPages);
+    EXPECT_FALSE(after.pendingEndpoint.has_value());
+    int32_t words[2] = {};
+    TensorView mapping{words, ScalarType::kInt32, {2}, -1};
+    EXPECT_THROW(m.beginBatchCompaction(r, {1, 0}, 2, mapping), ContractError);  // reorders survivors
+    m.checkInvariants();
+    ASSERT_EQ(m.prepareDecodeStep(r, {5, 4}), Status::kOk);
+    ASSERT_EQ(m.completeDecodeStep(r), Status::kOk);
+    EXPECT_EQ(m.finish(r), Status::kOk);
+    EXPECT_EQ(m.freePageCount(), 256);
+}
+
+TEST(BoundedSwaKVPageManager, DestroyingTheHandleReleasesTheRequest) {
+    SwaRig rig(8, 4);
+    {
+        Manager::RequestHandle h = rig.begin(3);
+        ASSERT_EQ(rig.manager->preparePrefill(h, {3, 9, 20}), Status::kOk);
+    }
+    EXPECT_FALSE(rig.manager->hasLiveRequest());
+    EXPECT_EQ(rig.manager->freePageCount(), 256);
+    rig.manager->checkInvariants();
+}
+
+}  // namespace
+}  // namespace ctxcache::runtime
