@@ -80,8 +80,8 @@ BoundedSwaKVPageManager::BoundedSwaKVPageManager(BoundedSwaConfig const& config,
     if (swaTable.mode() != device::KvPageTable::Mode::kSparseWindow)
         contract(op, "the SWA page table must be in sparse-window mode");
     if (swaTable.numPages() != pool.numPages())
-        contract(op, "the table addresses " + str(swaTable.numPages()) + " pages, the pool has " +
-                         str(pool.numPages()));
+        contract(op,
+                 "the table addresses " + str(swaTable.numPages()) + " pages, the pool has " + str(pool.numPages()));
     if (&swaTable.backend() != &pool.backend()) contract(op, "the table and the pool live on different backends");
     if (config.windowSizeTokens <= 0) contract(op, "windowSizeTokens must be positive");
     if (config.maxBatch <= 0 || config.maxBatch > swaTable.maxBatch())
@@ -416,8 +416,8 @@ SwaKVCacheStatus BoundedSwaKVPageManager::beginBatchCompaction(RequestHandle& re
     requirePhase(op, *l, Phase::kIdle);
     int32_t const batch = static_cast<int32_t>(l->rows.size());
     if (static_cast<int32_t>(oldToNew.size()) != batch)
-        contract(op, "the map has " + str(static_cast<int64_t>(oldToNew.size())) + " entries for a batch of " +
-                         str(batch));
+        contract(op,
+                 "the map has " + str(static_cast<int64_t>(oldToNew.size())) + " entries for a batch of " + str(batch));
     std::vector<device::RowMove> moves;
     device::planCompaction("BoundedSwaKVPageManager::beginBatchCompaction", oldToNew.data(), batch, newBatchSize,
                            moves);

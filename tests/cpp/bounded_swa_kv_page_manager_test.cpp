@@ -9,6 +9,7 @@
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/errors.h"
 #include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
+#include "ctxcache/runtime/managed_kv_cache_request.h"
 
 namespace ctxcache::runtime {
 namespace {
@@ -340,6 +341,138 @@ TEST(BoundedSwaKVPageManager, DestroyingTheHandleReleasesTheRequest) {
     EXPECT_FALSE(rig.manager->hasLiveRequest());
     EXPECT_EQ(rig.manager->freePageCount(), 256);
     rig.manager->checkInvariants();
+}
+
+// ---- the facade's SWA backend --------------------------------------------------------------------------------
+
+struct FacadeBatch {
+    GenerationRequest request;
+    DecodingInferenceContext context;
+    std::vector<std::vector<int32_t>> histories;
+
+    FacadeBatch(std::vector<int32_t> const& promptLengths, uint64_t epoch) {
+        for (size_t i = 0; i < promptLengths.size(); ++i) {
+            std::vector<int32_t> tokens(static_cast<size_t>(promptLengths[i]), 7);
+            request.sequences.push_back({tokens, "", {}, std::nullopt});
+            histories.push_back(tokens);
+            context.residentRefs.push_back({static_cast<int32_t>(i), epoch});
+            context.status.push_back(SequenceStatus::kRunning);
+        }
+        context.activeBatchSize = static_cast<int32_t>(promptLengths.size());
+        sync();
+    }
+    void sync() {
+        context.tokenIds.assign(histories.begin(), histories.end());
+        context.activeBatchSize = static_cast<int32_t>(histories.size());
+    }
+};
+
+std::optional<ManagedKVCacheRequest> beginSwa(
+    Manager* swa, FacadeBatch const& b, bool speculative = false, DecodingKvHeadroom headroom = {1, 0},
+    DecodingTokenStateContract contract = DecodingTokenStateContract::kCommittedPlusLookahead) {
+    return ManagedKVCacheRequest::begin(nullptr, swa, b.request, b.context, speculative, headroom, contract,
+                                        ContextCacheCommitPolicy::kIncludingGeneratedTokens);
+}
+
+TEST(ManagedKVCacheRequestSwa, PreconditionsOfTheSwaBackend) {
+    SwaRig rig(8, 4);
+    FacadeBatch b({5, 6}, 1);
+    EXPECT_THROW(beginSwa(rig.manager.get(), b, true), ContractError);  // speculative
+    EXPECT_THROW(beginSwa(rig.manager.get(), b, false, {1, 1}), ContractError);
+    EXPECT_THROW(beginSwa(rig.manager.get(), b, false, {2, 0}), ContractError);
+    EXPECT_THROW(beginSwa(rig.manager.get(), b, false, {1, 0}, DecodingTokenStateContract::kFullyCommitted),
+                 ContractError);
+    FacadeBatch twoRefsOneInput = b;
+    twoRefsOneInput.request.sequences.pop_back();
+    EXPECT_THROW(beginSwa(rig.manager.get(), twoRefsOneInput), ContractError);
+    EXPECT_FALSE(rig.manager->hasLiveRequest());
+    EXPECT_EQ(rig.manager->freePageCount(), 256);
+}
+
+TEST(ManagedKVCacheRequestSwa, ServesAWindowAndAnswersTheBackstops) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    FacadeBatch b({5, 10}, 1);
+    std::optional<ManagedKVCacheRequest> r = beginSwa(&m, b);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_FALSE(r->hasContextReuse());
+    EXPECT_EQ(r->prefillStarts(), nullptr);
+    EXPECT_EQ(r->contextRequest(), nullptr);
+    EXPECT_TRUE(r->preparePrefill());
+    EXPECT_TRUE(r->enqueuePrefillCaptures());
+    EXPECT_THROW(r->reuseTokenLength(0), ContractError);
+    TensorView hidden;
+    EXPECT_THROW(r->publishHybridMtpEndpoint(0, 5, hidden, 0), ContractError);
+    EXPECT_THROW(r->restoreHybridMtpBoundaryHidden(0, hidden, 0), ContractError);
+    int32_t start = -1;
+    EXPECT_EQ(r->admitSequence({1, 2, 3}, "", {1, 0}, start, ResidentRef{2, 9}, nullptr),
+              ContextCacheRequest::AdmitSequenceStatus::kFailed);
+    EXPECT_FALSE(r->finalizeSequenceAdmission(2, 3, 3));
+    EXPECT_TRUE(r->retractSequenceAdmission());
+    EXPECT_EQ(m.freePageCount(), 256 - 2 * m.privatePagesPerSequence());
+
+    // Chunked prefill of row 1 (4 then 10 tokens); row 0 in one chunk. The second prepare completes the first.
+    ASSERT_TRUE(r->prepareSwaPrefill({5, 4}));
+    ASSERT_TRUE(r->prepareSwaPrefill({5, 10}));
+    for (auto& h : b.histories) h.push_back(1);  // the lookahead sampled at prefill end
+    b.sync();
+    ASSERT_TRUE(r->completePrefill(b.context, {}));
+    BoundedSwaKVPageManager::RequestHandle* h = r->swaRequest();
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(m.state(*h, 1).exactResidentTokenCount, 10);
+    EXPECT_EQ(rig.mapped(1), range(0, 3));
+    for (int step = 0; step < 6; ++step) {
+        ASSERT_TRUE(r->prepareDecodeStep(b.context, {1, 0}));
+        for (auto& hist : b.histories) hist.push_back(2);
+        b.sync();
+        ASSERT_TRUE(r->completeDecodeStep(b.context, {}));
+    }
+    EXPECT_EQ(m.state(*h, 1).exactResidentTokenCount, 16);
+    EXPECT_EQ(rig.mapped(1), range(2, 4));
+    // A history that skips a token, or a headroom other than {1, 0}: ContractError, nothing changed.
+    b.histories[0].push_back(3);
+    b.sync();
+    EXPECT_THROW(r->prepareDecodeStep(b.context, {1, 0}), ContractError);
+    b.histories[0].pop_back();
+    b.sync();
+    EXPECT_THROW(r->prepareDecodeStep(b.context, {1, 1}), ContractError);
+    EXPECT_EQ(m.state(*h, 0).exactResidentTokenCount, 11);
+    // Row 0 cancelled: it holds while row 1 advances.
+    b.context.status[0] = SequenceStatus::kCancelled;
+    ASSERT_TRUE(r->prepareDecodeStep(b.context, {1, 0}));
+    b.histories[1].push_back(2);
+    b.sync();
+    ASSERT_TRUE(r->completeDecodeStep(b.context, {}));
+    EXPECT_EQ(m.state(*h, 0).exactResidentTokenCount, 11);
+    int32_t words[2] = {};
+    TensorView mapping{words, ScalarType::kInt32, {2}, -1};
+    ASSERT_TRUE(r->beginBatchCompaction({-1, 0}, 1, mapping));
+    EXPECT_THROW(r->completeBatchCompaction({0, -1}), ContractError);
+    ASSERT_TRUE(r->completeBatchCompaction({-1, 0}));
+    EXPECT_EQ(h->batchSize(), 1);
+    EXPECT_TRUE(rig.mapped(0).empty());
+    EXPECT_TRUE(r->finish());
+    EXPECT_EQ(m.freePageCount(), 256);
+    m.checkInvariants();
+}
+
+TEST(ManagedKVCacheRequestSwa, RefusalAndPoisonReachTheCaller) {
+    SwaRig rig(8, 4, 10);  // R = 7: one sequence fits, two do not
+    FacadeBatch two({3, 3}, 1);
+    EXPECT_FALSE(beginSwa(rig.manager.get(), two).has_value());
+    EXPECT_NE(rig.manager->lastFailure().find("private pages"), std::string::npos);
+    FacadeBatch one({3}, 2);
+    std::optional<ManagedKVCacheRequest> r = beginSwa(rig.manager.get(), one);
+    ASSERT_TRUE(r.has_value());
+    ASSERT_TRUE(r->prepareSwaPrefill({3}));
+    rig.failNextSync = true;
+    one.histories[0].push_back(1);
+    one.sync();
+    EXPECT_FALSE(r->completePrefill(one.context, {}));
+    EXPECT_NE(r->lastError().find("synchronisation"), std::string::npos);
+    EXPECT_FALSE(r->finish());
+    EXPECT_EQ(rig.manager->shutdown(), Status::kOk);
+    EXPECT_EQ(rig.manager->freePageCount(), 10);
 }
 
 }  // namespace

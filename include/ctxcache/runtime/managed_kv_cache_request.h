@@ -4,21 +4,30 @@
 // sliding-window paging when reuse is off (BoundedSwaKVPageManager). Every member forwards to the active
 // backend; context-only members on the SWA backend answer the documented backstops.
 //
+// SWA backend: begin() needs a non-speculative request, the committed+lookahead contract, headroom {1, 0} and one
+//   prompt and one resident ref per active sequence; it admits the context's resident refs. prepareSwaPrefill
+//   prepares one prefill chunk (a second call first completes the previous chunk: that is its completion point);
+//   completePrefill completes the last. Every step checks the context against the window: each row's history is
+//   its KV endpoint plus the lookahead token, and a decode step advances a running row by exactly one token.
+//   Context-only members answer the backstops: prefillStarts() null, preparePrefill and enqueuePrefillCaptures
+//   true, admitSequence kFailed, finalizeSequenceAdmission false, retractSequenceAdmission true;
+//   reuseTokenLength and the hybrid-MTP members throw ContractError.
 // Errors: begin() with zero or two backends, or SWA preconditions that do not hold, is a ContractError; a
-//         coordinator refusal is nullopt. Members return false on a backend failure (lastError() says why).
+//         backend refusal (capacity, poisoned) is nullopt, the reason in the backend's lastFailure(). Members
+//         return false on a backend failure (lastError() says why).
 // Threading: single writer (the backend's contract). Move-only.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
 #include "ctxcache/runtime/context_cache_request.h"
 
 namespace ctxcache::runtime {
-
-class BoundedSwaKVPageManager;  // the bounded sliding-window backend (its own issue)
 
 class ManagedKVCacheRequest {
 public:
@@ -35,7 +44,7 @@ public:
     ManagedKVCacheRequest& operator=(ManagedKVCacheRequest const&) = delete;
     ~ManagedKVCacheRequest() = default;
 
-    bool hasContextReuse() const noexcept { return context_.has_value(); }
+    bool hasContextReuse() const noexcept { return std::holds_alternative<ContextCacheRequest>(backend_); }
     std::vector<int32_t> const* prefillStarts() const noexcept;
     int32_t reuseTokenLength(int32_t slot) const;
     bool publishHybridMtpEndpoint(int32_t slot, int32_t residentStateLength, TensorView const& baseHiddenStates,
@@ -64,14 +73,30 @@ public:
     bool retractSequenceAdmission() noexcept;
 
     std::string const& lastError() const noexcept;
-    ContextCacheRequest* contextRequest() noexcept { return context_ ? &*context_ : nullptr; }
+    ContextCacheRequest* contextRequest() noexcept { return std::get_if<ContextCacheRequest>(&backend_); }
+    // The SWA backend's request handle (null on the context-reuse backend).
+    BoundedSwaKVPageManager::RequestHandle* swaRequest() noexcept;
 
 private:
-    explicit ManagedKVCacheRequest(ContextCacheRequest request) : context_(std::move(request)) {}
+    struct SwaBackend {
+        BoundedSwaKVPageManager* manager = nullptr;
+        BoundedSwaKVPageManager::RequestHandle handle;
+        bool prefillPending = false;  // a chunk is prepared and not yet completed
+        std::vector<int32_t> pendingMap;
+        std::string lastError;
+    };
+
+    explicit ManagedKVCacheRequest(ContextCacheRequest request) : backend_(std::move(request)) {}
+    explicit ManagedKVCacheRequest(SwaBackend swa) : backend_(std::move(swa)) {}
+    ContextCacheRequest* context() noexcept { return std::get_if<ContextCacheRequest>(&backend_); }
+    ContextCacheRequest const* context() const noexcept { return std::get_if<ContextCacheRequest>(&backend_); }
+    SwaBackend* swa() noexcept { return std::get_if<SwaBackend>(&backend_); }
     ContextCacheRequest& requireContext(char const* op);
     ContextCacheRequest const& requireContext(char const* op) const;
+    bool swaCheck(SwaKVCacheStatus status);
+    void checkSwaContext(char const* op, DecodingInferenceContext const& context, bool prepareStep);
 
-    std::optional<ContextCacheRequest> context_;
+    std::variant<ContextCacheRequest, SwaBackend> backend_;
 };
 
 }  // namespace ctxcache::runtime
