@@ -346,7 +346,9 @@ void SimModel::sample(SimSampleRequest const* requests, int32_t count, int32_t* 
             if (r.length > tableCapacity(*st.baseTable, *st.base))
                 fail(op, at + "length " + std::to_string(r.length) + " exceeds the base page table's " +
                              std::to_string(tableCapacity(*st.baseTable, *st.base)) + " positions");
-            checkMapped(op, i, "base", *st.baseTable, st.base->pageSize(), r.slot, r.length - 1, r.length - 1);
+            if (r.window < 0) fail(op, at + "window " + std::to_string(r.window) + " is negative");
+            int32_t const first = r.window > 0 ? std::max(0, r.length - r.window) : r.length - 1;
+            checkMapped(op, i, "base", *st.baseTable, st.base->pageSize(), r.slot, first, r.length - 1);
         }
         if (r.draftPosition >= 0) {
             if (!st.draft) fail(op, at + "draftPosition " + std::to_string(r.draftPosition) + " but no draft pool");

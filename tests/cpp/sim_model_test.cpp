@@ -229,6 +229,34 @@ TEST_P(SimModelTest, SampleFollowsEveryWordItReadsAndNothingElse) {
     EXPECT_EQ(rig.sample({plain, withDraft}).second, folds0) << "every flip was restored";
 }
 
+// A windowed sample (a sliding-window model) reads every base word of the last `window` positions and none before.
+TEST_P(SimModelTest, WindowedSampleReadsExactlyTheWindow) {
+    SimRig rig(*backend, options());
+    rig.attention({rig.sequence(2, 0, 9, history(10))});
+    SimSampleRequest const plain{2, 9, -1, 0}, window4{2, 9, -1, 4}, whole{2, 9, -1, 9}, wider{2, 9, -1, 100};
+    std::vector<uint32_t> const folds = rig.sample({plain, window4, whole, wider}).second;
+    EXPECT_NE(folds[1], folds[0]);
+    EXPECT_NE(folds[2], folds[1]);
+    EXPECT_EQ(folds[3], folds[2]) << "a window past position 0 reads from 0";
+    auto flip = [&](int32_t flatPage, size_t offset, int delta) {
+        Bytes page(rig.base->pageBytes(0));
+        rig.base->readPages(0, flatPage, 1, page.data(), page.size());
+        page[offset] = static_cast<unsigned char>(page[offset] + delta);
+        rig.base->writePages(0, flatPage, 1, page.data(), page.size());
+    };
+    // Slot 2 row {11, 12, 14, 15}: positions 4 and 5 are tokens 0 and 1 of page 12 (layer 0: 8 elements).
+    size_t const word = dtypeSize(GetParam());
+    flip(12, 0, 1);  // position 4: outside a window of 4 at length 9
+    EXPECT_EQ(rig.sample({window4}).second[0], folds[1]);
+    EXPECT_NE(rig.sample({whole}).second[0], folds[2]);
+    flip(12, 0, -1);
+    flip(12, 8 * word, 1);  // position 5: inside
+    EXPECT_NE(rig.sample({window4}).second[0], folds[1]);
+    flip(12, 8 * word, -1);
+    EXPECT_EQ(rig.sample({plain, window4, whole, wider}).second, folds) << "every flip was restored";
+    expectContractError([&] { rig.sample({{2, 9, -1, -1}}); }, "window");
+}
+
 TEST_P(SimModelTest, EachOpIsOneLaunchAndAnEmptyBatchNone) {
     SimRig rig(*backend, options(true, true));
     std::vector<int32_t> const tokens = history(6);

@@ -9,8 +9,9 @@
 //   recurrent  every recurrent and conv word of each sequence's resident slot folded over tokens [begin, end);
 //   draft      every EAGLE draft layer's K and V at [begin, end), from the previous draft word, the base layer 0
 //              word at p and token p + 1 (so a sequence passes end - begin + 1 tokens);
-//   sample     the next token of each sequence from its stored words (base K/V at L - 1, draft K/V at a chosen
-//              position, every recurrent and conv word of its slot).
+//   sample     the next token of each sequence from its stored words (base K/V at L - 1, or at every position of
+//              the last `window` when the request sets one; draft K/V at a chosen position; every recurrent and conv
+//              word of its slot).
 // Writing [0, n) in one call equals writing [0, k) then [k, n): the property reuse relies on.
 //
 // Invariants: every op validates on the host before it launches (the same checks for both backends; ContractError,
@@ -78,7 +79,8 @@ public:
     // the next token); the base pages of [begin, end) must be mapped. media is not read.
     void draft(SimSequence const* sequences, int32_t count);
     // tokens[i] (device memory, count entries) = the next token of requests[i]; folds[i] (device memory or null)
-    // = its 32-bit fold (sim_math.h). A model with a base pool needs length > 0 and reads position length - 1;
+    // = its 32-bit fold (sim_math.h). A model with a base pool needs length > 0 and reads position length - 1
+    // (window > 0: every position of [max(0, length - window), length), each mapped);
     // draftPosition >= 0 needs a draft pool.
     void sample(SimSampleRequest const* requests, int32_t count, int32_t* tokens, uint32_t* folds = nullptr);
 

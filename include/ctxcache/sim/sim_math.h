@@ -16,8 +16,11 @@
 //     D[l][p][e] = trunc(mix(seed; prevD, base0[p][e % baseElements], token[p+1], salt, l, e, p, tag))
 // with base0 the base layer 0's K (for draft K) or V (for draft V) word, read through the base page table.
 // Sampling: fold = mix(seed; kSimTagSample, sum of mix(seed; word, source, layer, index, kSimTagSampleTerm) over
-// every word read, mod 2^32); token = fold % vocabSize. The sum is order-free (so the GPU can reduce it in any
-// order) and changes whenever any one word changes (murmur3 is injective in each input word).
+// every word read, mod 2^32); token = fold % vocabSize. A windowed sample (window W > 0, a sliding-window model)
+// reads the base words of every position q of [max(0, L - W), L), each term mix(seed; word, source, layer, index,
+// q, kSimTagSampleWindowTerm) (positions included, so a page mapped at the wrong logical index changes the sum). The
+// sum is order-free (so the GPU can reduce it in any order) and changes whenever any one word changes (murmur3 is
+// injective in each input word).
 //
 // POD descriptors (the kernel views) are built on the host by SimModel (cpp/sim/sim_kernels.cpp) and read by
 // both implementations. Threading: pure functions and plain structs.
@@ -49,7 +52,7 @@ struct SimSampleRequest {
     int32_t slot = 0;
     int32_t length = 0;          // KV length L: the base K/V words at position L - 1 are read (attention models)
     int32_t draftPosition = -1;  // the draft layers' K/V words at this position are read too; -1 = none
-    int32_t reserved = 0;
+    int32_t window = 0;          // > 0: the base words of every position of [max(0, L - window), L) are read
 };
 
 // ---- tags: every mix names what it computes -------------------------------------------------------------------
@@ -63,6 +66,7 @@ inline constexpr uint32_t kSimTagConv = 0x53494D06u;
 inline constexpr uint32_t kSimTagSeedWord = 0x53494D07u;
 inline constexpr uint32_t kSimTagSampleTerm = 0x53494D08u;
 inline constexpr uint32_t kSimTagSample = 0x53494D09u;
+inline constexpr uint32_t kSimTagSampleWindowTerm = 0x53494D0Au;
 
 // Sources of sampled words (the `source` input of a sample term).
 enum SimSource : int32_t {
@@ -329,6 +333,21 @@ CTXC_HD uint32_t simSampleTerm(SimSampleLaunch const& L, SimSampleRequest const&
         bool const draft = g.source == kSimSourceDraftK || g.source == kSimSourceDraftV;
         if (draft && r.draftPosition < 0) return 0;
         int32_t const half = (g.source == kSimSourceBaseV || g.source == kSimSourceDraftV) ? 1 : 0;
+        if (!draft && r.window > 0) {
+            uint32_t sum = 0;
+            for (int32_t q = r.length > r.window ? r.length - r.window : 0; q < r.length; ++q) {
+                uint32_t const w =
+                    simLoadWord(g.data, simKvWordIndex(L.base, g.words, r.slot, half, q, index), g.wordBytes);
+                uint32_t x = simMixStep(L.seed, w);
+                x = simMixStep(x, static_cast<uint32_t>(g.source));
+                x = simMixStep(x, static_cast<uint32_t>(g.layer));
+                x = simMixStep(x, static_cast<uint32_t>(index));
+                x = simMixStep(x, static_cast<uint32_t>(q));
+                x = simMixStep(x, kSimTagSampleWindowTerm);
+                sum += simMixFinish(x, 6);
+            }
+            return sum;
+        }
         int32_t const position = draft ? r.draftPosition : r.length - 1;
         word = simLoadWord(g.data, simKvWordIndex(draft ? L.draft : L.base, g.words, r.slot, half, position, index),
                            g.wordBytes);
