@@ -81,7 +81,7 @@ struct ReferenceEngine::Row {
 
 // ---- construction ------------------------------------------------------------------------------------------
 
-ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(config) {
+ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(config), hasher_(config.hashAlgorithm) {
     ReferenceEngineConfig const& c = config_;
     if (c.deployment > DeploymentKind::kEagle) contract("unknown deployment kind");
     if (c.pageSize <= 0 || c.basePages <= 0 || c.maxBatch <= 0 || c.maxPagesPerSequence <= 0 || c.layers <= 0 ||
@@ -92,6 +92,11 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
             "vocab, recurrent layers; records and snapshot slots non-negative)");
     if (!(c.syncFailureRate >= 0.0 && c.syncFailureRate < 1.0)) contract("syncFailureRate must lie in [0, 1)");
     if (hasState(c.deployment) && c.snapshotSlots <= 0) contract("checkpoint deployments need snapshot slots");
+    if (c.slidingWindow < 0) contract("slidingWindow must be >= 0");
+    if (c.slidingWindow > 0 && c.deployment != DeploymentKind::kAttention)
+        contract("a sliding window needs the attention deployment");
+    if (c.slidingWindow > 0 && c.reuse) contract("a sliding window needs reuse off (the bounded-SWA backend)");
+    bool const swa = c.slidingWindow > 0 && c.swaPaging;
     if (c.sharedBackend) {
         backend_ = c.sharedBackend;
     } else {
@@ -105,7 +110,9 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
     runtime::ContextCachePhysicalResources resources;
     if (hasAttention(c.deployment)) {
         s.base = std::make_unique<device::KvPagePool>(*backend_, geometry);
-        s.baseTable = std::make_unique<device::KvPageTable>(*backend_, c.maxBatch, c.maxPagesPerSequence, c.basePages);
+        s.baseTable = std::make_unique<device::KvPageTable>(
+            *backend_, c.maxBatch, c.maxPagesPerSequence, c.basePages,
+            swa ? device::KvPageTable::Mode::kSparseWindow : device::KvPageTable::Mode::kDense);
         s.baseLengths = std::make_unique<device::KvLengths>(*backend_, c.maxBatch);
         resources.basePool = s.base.get();
         resources.basePageTable = s.baseTable.get();
@@ -176,13 +183,19 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
         case DeploymentKind::kEagle: profile.specReuseContract = runtime::SpecReuseContract{true, 1}; break;
     }
     faultState_ = 0x9E3779B97F4A7C15ull ^ c.faultSeed;
-    coordinator_ = std::make_unique<ContextCacheCoordinator>(cc, profile, resources,
-                                                             [this](runtime::StreamHandle) { return synchronize(); });
+    if (swa)
+        swa_ = std::make_unique<runtime::BoundedSwaKVPageManager>(
+            runtime::BoundedSwaConfig{c.maxBatch, c.slidingWindow}, *s.base, *s.baseTable, s.baseLengths.get(),
+            [this](runtime::StreamHandle) { return synchronize(); });
+    else
+        coordinator_ = std::make_unique<ContextCacheCoordinator>(
+            cc, profile, resources, [this](runtime::StreamHandle) { return synchronize(); });
     for (int32_t slot = c.maxBatch - 1; slot >= 0; --slot) freeSlots_.push_back(slot);
 }
 
 ReferenceEngine::~ReferenceEngine() {
     coordinator_.reset();
+    swa_.reset();
     model_.reset();
     storage_.reset();
 }
@@ -215,7 +228,7 @@ void ReferenceEngine::releaseResident(ResidentRef ref) { freeSlots_.push_back(re
 
 uint32_t ReferenceEngine::salt(std::string const& lora) const {
     if (lora.empty()) return 0;
-    Hash128 const h = coordinator_->hasher().hashOpaqueIdentity(lora);
+    Hash128 const h = hasher_.hashOpaqueIdentity(lora);
     return static_cast<uint32_t>(h.lo) | 1u;
 }
 
@@ -225,7 +238,7 @@ std::vector<uint32_t> ReferenceEngine::mediaWords(EngineRequest const& request) 
     for (runtime::MediaItem const& item : request.media) {
         std::string identity(1, static_cast<char>(item.modality));
         identity.append(reinterpret_cast<char const*>(item.bytes.data()), item.bytes.size());
-        uint32_t const w = static_cast<uint32_t>(coordinator_->hasher().hashOpaqueIdentity(identity).lo) | 1u;
+        uint32_t const w = static_cast<uint32_t>(hasher_.hashOpaqueIdentity(identity).lo) | 1u;
         for (int32_t p = item.firstToken; p < item.firstToken + item.tokenCount; ++p)
             if (p >= 0 && static_cast<size_t>(p) < words.size()) words[static_cast<size_t>(p)] = w;
     }
@@ -243,7 +256,10 @@ void ReferenceEngine::validate(std::vector<EngineRequest> const& requests) const
         if (hasAttention(config_.deployment) && pages > config_.maxPagesPerSequence)
             contract(where + " needs up to " + str(pages) + " pages, a sequence holds " +
                      str(config_.maxPagesPerSequence));
-        if (hasAttention(config_.deployment) && pages > config_.basePages)
+        if (swa_ && swa_->privatePagesPerSequence() > config_.basePages)
+            contract(where + " needs a reservation of " + str(swa_->privatePagesPerSequence()) +
+                     " pages, the pool has " + str(config_.basePages));
+        else if (!swa_ && hasAttention(config_.deployment) && pages > config_.basePages)
             contract(where + " needs up to " + str(pages) + " pages, the pool has " + str(config_.basePages));
         for (runtime::MediaItem const& m : r.media)
             if (m.tokenCount <= 0 || m.firstToken < 0 ||
@@ -314,6 +330,28 @@ void ReferenceEngine::prefillRows(std::vector<Row*> const& rows) {
     if (hasState(config_.deployment)) model_->recurrent(p.seqs.data(), static_cast<int32_t>(p.seqs.size()));
 }
 
+// Bounded-SWA prefill: chunks of at most W tokens (a chunk's writes then fall inside its new window, and its first
+// position reads the previous one, still mapped until the chunk completes), each prepared on the facade.
+bool ReferenceEngine::prefillWindowed(ManagedKVCacheRequest& request, std::vector<Row*> const& rows) {
+    int32_t const W = config_.slidingWindow;
+    int32_t longest = 0;
+    for (Row* r : rows) longest = std::max(longest, r->inputLength);
+    for (int32_t begin = 0; begin < longest; begin += W) {
+        std::vector<int32_t> ends;
+        Packer p;
+        for (Row* r : rows) {
+            int32_t const from = std::min(begin, r->inputLength);
+            int32_t const to = std::min(begin + W, r->inputLength);
+            ends.push_back(to);
+            if (from < to) p.add(r->resident.slot, from, to, r->salt, r->history.data() + from, to - from, &r->media);
+        }
+        if (!request.prepareSwaPrefill(ends)) return false;
+        p.upload(storage_->tokens, storage_->media);
+        model_->attention(p.seqs.data(), static_cast<int32_t>(p.seqs.size()));
+    }
+    return true;
+}
+
 namespace {
 std::vector<int32_t> sampleRows(SimModel& model, device::DeviceBuffer& out, std::vector<SimSampleRequest> const& reqs) {
     std::vector<int32_t> tokens(reqs.size());
@@ -343,12 +381,35 @@ std::vector<EngineOutput> ReferenceEngine::serve(std::vector<EngineRequest> cons
 std::vector<EngineOutput> ReferenceEngine::coldReference(std::vector<EngineRequest> const& requests) const {
     ReferenceEngineConfig cold = config_;
     cold.reuse = false;
+    cold.swaPaging = false;  // the full history: what a window must reproduce
     cold.syncFailureRate = 0.0;
     ReferenceEngine engine(cold);
     return engine.serve(requests);
 }
 
+bool ReferenceEngine::backendPoisoned() const { return swa_ ? swa_->poisoned() : coordinator_->poisoned(); }
+
+std::string const& ReferenceEngine::backendFailure() const {
+    return swa_ ? swa_->lastFailure() : coordinator_->lastFailure();
+}
+
+runtime::ContextCacheCoordinator& ReferenceEngine::coordinator() {
+    if (!coordinator_) contract("bounded-SWA paging has no coordinator");
+    return *coordinator_;
+}
+
+int32_t ReferenceEngine::peakPagesPerSequence() const noexcept { return swa_ ? swa_->peakBoundPages() : 0; }
+
 void ReferenceEngine::recover() {
+    if (swa_) {
+        for (int attempt = 0; attempt < 10000; ++attempt) {
+            runtime::SwaKVCacheStatus const s = swa_->shutdown();
+            if (s == runtime::SwaKVCacheStatus::kOk) return;
+            if (s == runtime::SwaKVCacheStatus::kRequestFailed)
+                throw InvariantError("ReferenceEngine: shutdown found a live request: " + swa_->lastFailure());
+        }
+        throw InvariantError("ReferenceEngine: the device never recovered");
+    }
     for (int attempt = 0; attempt < 10000; ++attempt) {
         runtime::ContextCacheCoordinatorStatus const s = coordinator_->shutdown();
         if (s == runtime::ContextCacheCoordinatorStatus::kOk) return;
@@ -405,18 +466,18 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
     };
 
     std::optional<ManagedKVCacheRequest> m =
-        ManagedKVCacheRequest::begin(coordinator_.get(), nullptr, gr, ctx, eagle, headroom,
+        ManagedKVCacheRequest::begin(coordinator_.get(), swa_.get(), gr, ctx, eagle, headroom,
                                      runtime::DecodingTokenStateContract::kCommittedPlusLookahead, c.commitPolicy);
     if (!m) {
         releaseAll(rows);
         requeue(rows);
-        if (coordinator_->poisoned()) {
+        if (backendPoisoned()) {
             recover();
             return false;
         }
         if (rows.size() == 1)
             contract("request " + str(static_cast<int64_t>(rows[0]->request)) +
-                     " does not fit the cache: " + coordinator_->lastFailure());
+                     " does not fit the cache: " + backendFailure());
         ++stats_.capacityRetries;
         soloNext_ = static_cast<int32_t>(rows.size());
         return false;
@@ -436,10 +497,10 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         return false;
     };
 
-    std::vector<int32_t> const& starts = *m->prefillStarts();
-    for (size_t i = 0; i < rows.size(); ++i) rows[i]->prefillStart = starts[i];
+    if (std::vector<int32_t> const* starts = m->prefillStarts())
+        for (size_t i = 0; i < rows.size(); ++i) rows[i]->prefillStart = (*starts)[i];
     if (!m->preparePrefill()) return fault();
-    if (st.baseLengths) {
+    if (st.baseLengths && !swa_) {
         std::vector<int32_t> const lengths = st.baseLengths->read();
         for (size_t i = 0; i < rows.size(); ++i)
             if (lengths[i] != rows[i]->prefillStart)
@@ -449,7 +510,11 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
     }
     std::vector<Row*> live;
     for (auto& r : rows) live.push_back(r.get());
-    prefillRows(live);
+    if (swa_) {
+        if (!prefillWindowed(*m, live)) return fault();
+    } else {
+        prefillRows(live);
+    }
     if (!m->enqueuePrefillCaptures()) return fault();
     finishPrefill(live);
     setLengths(rows);
@@ -521,7 +586,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         if (r->generated >= r->maxNewTokens) r->status = SequenceStatus::kFinished;
     if (!retire()) return fault();
 
-    bool const joins = coordinator_->supportsLiveSequenceAdmission();
+    bool const joins = coordinator_ && coordinator_->supportsLiveSequenceAdmission();
     while (!rows.empty()) {
         // Cancellations arrive before the step: those rows hold.
         for (auto& r : rows)
@@ -531,7 +596,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
                 r->status = SequenceStatus::kFailed;
         fillContext();
         if (!m->prepareDecodeStep(ctx, headroom)) {
-            if (coordinator_->poisoned()) return fault();
+            if (backendPoisoned()) return fault();
             // Capacity to grow ran out: finish, and serve what is unfinished again alone.
             (void)m->finish();
             m.reset();
@@ -566,7 +631,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             if (status != runtime::ContextCacheRequest::AdmitSequenceStatus::kAdmitted) {
                 releaseResident(resident);
                 if (status == runtime::ContextCacheRequest::AdmitSequenceStatus::kNoCapacity) ++stats_.joinerNoCapacity;
-                if (coordinator_->poisoned()) return fault();
+                if (backendPoisoned()) return fault();
                 break;
             }
             queue.pop_back();
@@ -616,7 +681,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
 // over [prefillStart, input length) (the draft at p reads token p + 1, the last of which is the lookahead).
 void ReferenceEngine::finishPrefill(std::vector<Row*> const& rows) {
     std::vector<SimSampleRequest> reqs;
-    for (Row* r : rows) reqs.push_back({r->resident.slot, r->inputLength, -1, 0});
+    for (Row* r : rows) reqs.push_back({r->resident.slot, r->inputLength, -1, config_.slidingWindow});
     std::vector<int32_t> const next = sampleRows(*model_, storage_->sampled, reqs);
     for (size_t i = 0; i < rows.size(); ++i) {
         rows[i]->history.push_back(next[i]);
@@ -646,7 +711,7 @@ void ReferenceEngine::decodeRows(std::vector<Row*> const& rows) {
     std::vector<SimSampleRequest> reqs;
     for (Row* r : rows) {
         int32_t const pos = r->committed();
-        reqs.push_back({r->resident.slot, pos + 1, eagle ? pos - 1 : -1, 0});
+        reqs.push_back({r->resident.slot, pos + 1, eagle ? pos - 1 : -1, config_.slidingWindow});
     }
     std::vector<int32_t> const next = sampleRows(*model_, storage_->sampled, reqs);
     for (size_t i = 0; i < rows.size(); ++i) rows[i]->history.push_back(next[i]);
@@ -684,9 +749,20 @@ std::array<uint8_t, 32> ReferenceEngine::digest(Row const& row) const {
         int32_t const* entries = table.hostRow(row.resident.slot);
         int32_t const width = table.maxPagesPerSeq();
         int32_t const P = pool.pageSize();
+        int32_t const W = config_.slidingWindow;
         for (int32_t l = 0; l < pool.numLayers(); ++l) {
             page.resize(pool.pageBytes(l));
             size_t const tokenBytes = pool.tokenBytes(l);
+            if (W > 0) {  // the retained positions [committed - W, committed), one at a time
+                for (int32_t half = 0; half < 2; ++half)
+                    for (int32_t q = std::max(0, length - W); q < length; ++q) {
+                        int32_t const flat = entries[half * width + q / P];
+                        if (flat < 0) throw InvariantError("ReferenceEngine: digest found an unmapped page");
+                        pool.readPages(l, flat, 1, page.data(), page.size());
+                        EVP_DigestUpdate(md, page.data() + static_cast<size_t>(q % P) * tokenBytes, tokenBytes);
+                    }
+                continue;
+            }
             for (int32_t half = 0; half < 2; ++half)
                 for (int32_t j = 0; j * P < length; ++j) {
                     int32_t const flat = entries[half * width + j];
@@ -715,17 +791,33 @@ std::array<uint8_t, 32> ReferenceEngine::digest(Row const& row) const {
     return out;
 }
 
-runtime::ContextCacheMetrics ReferenceEngine::metrics() const { return coordinator_->metrics(); }
+runtime::ContextCacheMetrics ReferenceEngine::metrics() const {
+    if (coordinator_) return coordinator_->metrics();
+    runtime::ContextCacheMetrics m;  // bounded-SWA paging: only the base pool's occupancy
+    m.baseKvPages.capacity = config_.basePages;
+    m.baseKvPages.free = swa_->freePageCount();
+    return m;
+}
 
 void ReferenceEngine::checkInvariants() const {
-    coordinator_->checkInvariants();
-    if (coordinator_->activeRequestCount() != 0) throw InvariantError("ReferenceEngine: a request is still live");
+    if (swa_) {
+        swa_->checkInvariants();
+        if (swa_->hasLiveRequest()) throw InvariantError("ReferenceEngine: a request is still live");
+    } else {
+        coordinator_->checkInvariants();
+        if (coordinator_->activeRequestCount() != 0) throw InvariantError("ReferenceEngine: a request is still live");
+    }
     if (freeSlots_.size() != static_cast<size_t>(config_.maxBatch))
         throw InvariantError("ReferenceEngine: " + str(static_cast<int64_t>(freeSlots_.size())) + " of " +
                              str(config_.maxBatch) + " resident slots are free");
 }
 
 bool ReferenceEngine::drainAndCheckPoolsFull(std::string* why) {
+    if (swa_) {
+        if (swa_->freePageCount() == config_.basePages) return true;
+        if (why) *why = "base pages: " + str(swa_->freePageCount()) + " of " + str(config_.basePages) + " free";
+        return false;
+    }
     ContextCacheManager& manager = coordinator_->manager();
     for (RecordId id : manager.records().lruToMru()) manager.evictRecord(id);
     runtime::ContextCacheMetrics const m = coordinator_->metrics();

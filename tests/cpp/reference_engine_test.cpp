@@ -299,5 +299,95 @@ TEST(ReferenceEngine, MalformedRequestsAreRefusedBeforeServing) {
     EXPECT_THROW(ReferenceEngine{bad}, ContractError);
 }
 
+// ---- sliding window (bounded-SWA paging) -------------------------------------------------------------------
+
+ReferenceEngineConfig windowedConfig(int32_t window, int32_t pageSize) {
+    ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
+    c.reuse = false;
+    c.slidingWindow = window;
+    c.pageSize = pageSize;
+    c.basePages = 256;
+    c.maxPagesPerSequence = 64;
+    return c;
+}
+
+// Prompts shorter than, equal to and longer than the window (chunked prefill), decodes that cross page and window
+// boundaries, a cancellation and rows finishing at different steps (compaction): every generated token and every
+// retained position's bytes equal the full-history run of the same windowed model.
+TEST(ReferenceEngine, SlidingWindowMatchesTheFullHistory) {
+    for (auto [window, page] : {std::pair{32, 8}, std::pair{20, 8}, std::pair{7, 4}}) {
+        ReferenceEngine engine(windowedConfig(window, page));
+        ASSERT_NE(engine.swaManager(), nullptr);
+        std::vector<EngineRequest> reqs;
+        for (int32_t len : {1, 5, window - 1, window, window + 1, 2 * window + 3, 70, 9})
+            reqs.push_back(request(iota(len, 100 * len), 3 + (len * 7) % 60));
+        reqs[3].cancelAfter = 4;
+        reqs.push_back(request(iota(33, 5), 90));
+        std::vector<EngineOutput> const out = serveAndCompare(engine, reqs);
+        EXPECT_TRUE(out[3].cancelled);
+        int32_t const R = engine.swaManager()->privatePagesPerSequence();
+        EXPECT_EQ(R, 2 * ((window + page - 1) / page + 1) + 1);
+        EXPECT_GT(engine.peakPagesPerSequence(), 0);
+        EXPECT_LE(engine.peakPagesPerSequence(), R) << "window " << window;
+        EXPECT_GT(engine.stats().compactions, 0u);
+        std::string why;
+        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+        // The window matters: the same requests on a model that reads its whole history generate other tokens.
+        ReferenceEngineConfig full = windowedConfig(0, page);
+        std::vector<EngineOutput> const unwindowed = ReferenceEngine(full).serve(reqs);
+        EXPECT_NE(unwindowed[8].generated, out[8].generated) << "window " << window;
+    }
+}
+
+// Long decodes stay within the reservation: a window of 32 on pages of 8 holds at most 2 * (4 + 1) + 1 pages.
+TEST(ReferenceEngine, SlidingWindowLongDecodeHoldsOnlyItsWindow) {
+    ReferenceEngineConfig c = windowedConfig(32, 8);
+    c.maxPagesPerSequence = 64;
+    c.basePages = 11;  // exactly one reservation: the full history (400+ tokens, 50+ pages) could never fit
+    ReferenceEngine engine(c);
+    std::vector<EngineRequest> reqs{request(iota(100, 3), 400)};
+    std::vector<EngineOutput> const out = engine.serve(reqs);
+    EXPECT_LE(engine.peakPagesPerSequence(), 11);
+    ReferenceEngineConfig cold = c;
+    cold.swaPaging = false;
+    cold.basePages = 256;
+    std::vector<EngineOutput> const truth = ReferenceEngine(cold).serve(reqs);
+    EXPECT_EQ(out[0].generated, truth[0].generated);
+    EXPECT_EQ(out[0].stateDigest, truth[0].stateDigest);
+    std::string why;
+    EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+    engine.checkInvariants();
+}
+
+TEST(ReferenceEngine, SlidingWindowFailedSynchronisationsLoseNothing) {
+    ReferenceEngineConfig c = windowedConfig(16, 4);
+    c.syncFailureRate = 0.2;
+    c.faultSeed = 3;
+    ReferenceEngine engine(c);
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 20; ++i) reqs.push_back(request(iota(3 + (i * 11) % 40, 1000 * i), 2 + (i * 5) % 30));
+    serveAndCompare(engine, reqs);
+    EXPECT_GT(engine.stats().syncFailures, 0u);
+    EXPECT_GT(engine.stats().restarts, 0u);
+    EXPECT_FALSE(engine.swaManager()->poisoned());
+    std::string why;
+    EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+}
+
+TEST(ReferenceEngine, SlidingWindowConfigurationIsChecked) {
+    ReferenceEngineConfig reuse = windowedConfig(16, 4);
+    reuse.reuse = true;
+    EXPECT_THROW(ReferenceEngine{reuse}, ContractError);
+    ReferenceEngineConfig eagle = windowedConfig(16, 4);
+    eagle.deployment = DeploymentKind::kEagle;
+    EXPECT_THROW(ReferenceEngine{eagle}, ContractError);
+    ReferenceEngineConfig wide = windowedConfig(16 * 64, 16);  // a window wider than the table
+    EXPECT_THROW(ReferenceEngine{wide}, ContractError);
+    ReferenceEngineConfig negative = windowedConfig(-1, 4);
+    EXPECT_THROW(ReferenceEngine{negative}, ContractError);
+    ReferenceEngine engine(windowedConfig(16, 4));
+    EXPECT_THROW(engine.coordinator(), ContractError);
+}
+
 }  // namespace
 }  // namespace ctxcache::sim

@@ -11,10 +11,16 @@
 //   non-speculative deployment, a row that finishes makes room for the next queued request, admitted in flight
 //   (admitSequence, seated by a prefill of its own row, finalized). A request whose batch cannot be admitted for
 //   capacity is retried alone; one that cannot fit alone is an error (ContractError).
+// Sliding window: with slidingWindow = W > 0 (attention deployment, reuse off) the model reads only the last W
+//   positions (the sampler folds every base word of [e - W, e)) and the engine serves through the facade's
+//   bounded-SWA backend (BoundedSwaKVPageManager over a sparse-window table): prefill in chunks of at most W
+//   tokens (prepareSwaPrefill per chunk), one token per decode step, no joiners. Its cold truth (coldReference)
+//   is the same model keeping the full history through the coordinator (swaPaging = false).
 // Faults: with syncFailureRate > 0, the coordinator's synchroniser fails at seeded random points. The engine
 //   then finishes the request (quarantined), calls shutdown() until it succeeds and re-serves every unfinished
 //   request of that batch from scratch: what was published before the fault must still be byte-exact.
-// Digest: SHA-256 over, in order, each base layer's K then V bytes of positions [0, committed), each draft
+// Digest: SHA-256 over, in order, each base layer's K then V bytes of positions [0, committed) ([committed - W,
+//   committed) with a sliding window: the retained positions), each draft
 //   layer's K then V bytes of [0, committed), then each recurrent layer's recurrent and conv row: the sequence's
 //   final state in logical order, read back through the page table before its row is released.
 // Threading: single writer; not copyable.
@@ -30,7 +36,9 @@
 #include "ctxcache/block_hash.h"
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/device/dtype.h"
+#include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
 #include "ctxcache/runtime/context_cache_coordinator.h"
+#include "ctxcache/runtime/managed_kv_cache_request.h"
 #include "ctxcache/runtime/runtime_types.h"
 
 namespace ctxcache::sim {
@@ -60,6 +68,8 @@ struct ReferenceEngineConfig {
     bool reuse = true;                 // false: every request bypasses lookup and publication (the cold truth)
     runtime::ContextCacheCommitPolicy commitPolicy = runtime::ContextCacheCommitPolicy::kIncludingGeneratedTokens;
     HashAlgorithm hashAlgorithm = HashAlgorithm::kSha256;
+    int32_t slidingWindow = 0;         // W > 0: a sliding-window model (attention only, reuse off); see above
+    bool swaPaging = true;             // with W > 0: false keeps the full history (the windowed cold truth)
     double syncFailureRate = 0.0;      // probability that one synchronisation fails (fault injection)
     uint32_t faultSeed = 1;
 };
@@ -113,6 +123,8 @@ public:
 
     runtime::ContextCacheMetrics metrics() const;
     EngineStats const& stats() const noexcept { return stats_; }
+    // Most pages one sequence had mapped at once (bound + pending retirement) under bounded-SWA paging; 0 otherwise.
+    int32_t peakPagesPerSequence() const noexcept;
     // The coordinator's (and manager's) invariants, and that no request is live.
     void checkInvariants() const;
     // Evicts every record; afterwards every pool must be full again (returns false, with *why, when not).
@@ -120,7 +132,9 @@ public:
 
     ReferenceEngineConfig const& config() const noexcept { return config_; }
     device::DeviceBackend& backend() noexcept { return *backend_; }
-    runtime::ContextCacheCoordinator& coordinator() noexcept { return *coordinator_; }
+    // ContractError under bounded-SWA paging (no coordinator serves it).
+    runtime::ContextCacheCoordinator& coordinator();
+    runtime::BoundedSwaKVPageManager* swaManager() noexcept { return swa_.get(); }
 
 private:
     struct Row;
@@ -133,6 +147,9 @@ private:
     runtime::ResidentRef takeResident();
     void releaseResident(runtime::ResidentRef ref);
     void prefillRows(std::vector<Row*> const& rows);
+    bool prefillWindowed(runtime::ManagedKVCacheRequest& request, std::vector<Row*> const& rows);
+    bool backendPoisoned() const;
+    std::string const& backendFailure() const;
     void finishPrefill(std::vector<Row*> const& rows);
     void decodeRows(std::vector<Row*> const& rows);
     void setLengths(std::vector<std::unique_ptr<Row>> const& rows);
@@ -146,7 +163,9 @@ private:
     device::DeviceBackend* backend_ = nullptr;
     std::unique_ptr<Storage> storage_;
     std::unique_ptr<SimModel> model_;
-    std::unique_ptr<runtime::ContextCacheCoordinator> coordinator_;
+    std::unique_ptr<runtime::ContextCacheCoordinator> coordinator_;  // null under bounded-SWA paging
+    std::unique_ptr<runtime::BoundedSwaKVPageManager> swa_;
+    BlockHasher hasher_;
     std::vector<runtime::CacheSlot> freeSlots_;
     uint64_t nextEpoch_ = 1;
     uint64_t faultState_ = 0;
