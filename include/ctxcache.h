@@ -1245,6 +1245,9 @@ typedef struct ctxc_sim_engine_options {
     int32_t hash_algorithm;         /* CTXC_HASH_SHA256 */
     uint32_t fault_seed;            /* 1 */
     double sync_failure_rate;       /* 0: probability that one device synchronisation fails (fault injection) */
+    int32_t sliding_window;         /* 0; W > 0: a sliding-window model (attention deployment, reuse = 0) that reads
+                                       only its last W positions, served through the bounded-SWA backend
+                                       (BoundedSwaKVPageManager); cold = 1 then keeps the full history */
 } ctxc_sim_engine_options_t;
 
 typedef struct ctxc_sim_request {
@@ -1293,6 +1296,9 @@ CTXC_API ctxc_status_t ctxc_sim_engine_metrics(const ctxc_sim_engine_t *engine,
 /* The coordinator's and manager's invariants, and that no request is live: CTXC_E_INVARIANT naming the first
  * violation. */
 CTXC_API ctxc_status_t ctxc_sim_engine_check_invariants(const ctxc_sim_engine_t *engine);
+/* With sliding_window > 0: the most pages one sequence had mapped at once (at most the private reservation,
+ * 2 * (ceil(W / page_size) + 1) + 1); 0 for an engine without a window. */
+CTXC_API ctxc_status_t ctxc_sim_engine_peak_pages_per_sequence(const ctxc_sim_engine_t *engine, int32_t *out_pages);
 /* Evict every record, then *out_full = 1 when every pool is full again (else 0, and ctxc_last_error() says which
  * pool is not). */
 CTXC_API ctxc_status_t ctxc_sim_engine_drain(ctxc_sim_engine_t *engine, int32_t *out_full);

@@ -107,6 +107,7 @@ CTXC_API void ctxc_sim_engine_options_init(ctxc_sim_engine_options_t* options) {
     options->hash_algorithm = CTXC_HASH_SHA256;
     options->fault_seed = d.faultSeed;
     options->sync_failure_rate = 0.0;
+    options->sliding_window = d.slidingWindow;
 }
 
 CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* options,
@@ -147,6 +148,7 @@ CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* o
         c.hashAlgorithm = static_cast<HashAlgorithm>(o.hash_algorithm);
         c.faultSeed = o.fault_seed;
         c.syncFailureRate = o.sync_failure_rate;
+        c.slidingWindow = o.sliding_window;
         auto object = std::make_unique<SimEngineObject>();
         try {
             object->engine = std::make_unique<sim::ReferenceEngine>(c);
@@ -193,6 +195,13 @@ CTXC_API ctxc_status_t ctxc_sim_engine_stats(const ctxc_sim_engine_t* engine, ct
         out.restarts = s.restarts;
         out.capacity_retries = s.capacityRetries;
         out.retractions = s.retractions;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_sim_engine_peak_pages_per_sequence(const ctxc_sim_engine_t* engine, int32_t* out_pages) {
+    return guard(__func__, [&] {
+        int32_t& out = requireOut(out_pages, "out_pages");
+        out = requireEngine(engine).peakPagesPerSequence();
     });
 }
 

@@ -79,6 +79,8 @@ class ReferenceEngine(Resource):
     ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``backend``: "cpu" (default), "cuda" or
     "auto". ``reuse=False`` serves every request cold. ``sync_failure_rate`` (with ``fault_seed``) fails device
     synchronisations at seeded random points: the engine recovers (shutdown) and serves again from scratch.
+    ``sliding_window=W`` (attention, ``reuse=False``): a model that reads only its last W positions, served through
+    the bounded sliding-window backend; ``serve(..., cold=True)`` then keeps the full history.
     """
 
     __slots__ = ("_family", "_handle")
@@ -90,7 +92,7 @@ class ReferenceEngine(Resource):
                  head_dim: int = 8, kv_dtype: Any = "fp16", recurrent_layers: int = 2, vocab_size: int = 32000,
                  reuse: bool = True, commit_policy: Any = CommitPolicy.INCLUDING_GENERATED_TOKENS,
                  hash_algorithm: Any = HashAlgorithm.SHA256, sync_failure_rate: float = 0.0,
-                 fault_seed: int = 1) -> None:
+                 fault_seed: int = 1, sliding_window: int = 0) -> None:
         o = new_output("ctxc_sim_engine_options_t")
         lib.ctxc_sim_engine_options_init(o)
         o.deployment = _enum(SimDeployment, deployment, "deployment")
@@ -115,6 +117,7 @@ class ReferenceEngine(Resource):
         if not isinstance(sync_failure_rate, (int, float)):
             raise ArgumentTypeError(f"sync_failure_rate must be a number, got {type(sync_failure_rate).__name__}")
         o.sync_failure_rate = float(sync_failure_rate)
+        o.sliding_window = _arrays.integer(sliding_window, "sliding_window", minimum=None)
         out = ffi.new("ctxc_sim_engine_t **")
         check(lib.ctxc_sim_engine_create(o, out))
         self._handle = out[0]
@@ -202,6 +205,13 @@ class ReferenceEngine(Resource):
         out = new_output("ctxc_context_cache_metrics_t")
         check(lib.ctxc_sim_engine_metrics(self._live(), out))
         return _metrics(out)
+
+    @property
+    def peak_pages_per_sequence(self) -> int:
+        """With a sliding window: the most pages one sequence had mapped at once (0 without one)."""
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_sim_engine_peak_pages_per_sequence(self._live(), out))
+        return int(out[0])
 
     def check_invariants(self) -> None:
         """The coordinator's and the manager's invariants, and that no request is live (InvariantError)."""

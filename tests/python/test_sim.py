@@ -142,3 +142,25 @@ def test_bad_requests_raise_typed_errors_and_serve_nothing():
         assert eng.metrics.admitted_sequences == 0
     with pytest.raises(ctxcache.InvalidHandleError):
         eng.serve([sim.Request(tokens=toks(4))])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("window", "page"), [(32, 8), (20, 8)])
+def test_sliding_window_holds_only_its_window_and_matches_the_full_history(backend, window, page):
+    with sim.ReferenceEngine("attention", page_size=page, backend=backend, reuse=False,
+                             sliding_window=window) as eng:
+        requests = [sim.Request(tokens=toks(n, 100 * n), max_new_tokens=3 + (n * 7) % 50)
+                    for n in (1, window - 1, window, window + 1, 2 * window + 3, 70)]
+        serve_and_compare(eng, requests)
+        reservation = 2 * (-(-window // page) + 1) + 1
+        assert 0 < eng.peak_pages_per_sequence <= reservation
+        assert eng.drain()
+    with sim.ReferenceEngine("attention", page_size=page, backend=backend) as eng:
+        assert eng.peak_pages_per_sequence == 0
+
+
+def test_sliding_window_needs_reuse_off():
+    with pytest.raises(ctxcache.ContractError):
+        sim.ReferenceEngine("attention", sliding_window=16)
+    with pytest.raises(ctxcache.ContractError):
+        sim.ReferenceEngine("eagle", sliding_window=16, reuse=False)
