@@ -20,8 +20,13 @@
 //    reported apart (the common case) from all steps.
 // 3. Launches per snapshot capture and restore of all layers (hybrid, 4 recurrent layers, 4 attention layers):
 //    the backend's kernel counter around one capture and one restore of a batch of one.
+// 4. Bounded sliding-window paging (BoundedSwaKVPageManager, C++ only): a batch of B sequences with a window of
+//    W = 4 * P prefills 200 tokens and decodes S steps; each step is prepareDecodeStep + completeDecodeStep for
+//    the batch. Steps where neither end of any window crossed a page (no page bound, none retired) are reported
+//    apart from all steps.
 // Prints one JSON object on stdout. Benchmarks are not tests: the targets (3 us per request beyond the manager,
-// 150 ns per sequence per step without a page crossing, one launch per capture or restore) are reported.
+// 150 ns per sequence per step without a page crossing, one launch per capture or restore, 100 ns per sequence
+// per SWA step without a page crossing) are reported.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +38,7 @@
 
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/device/device_backend.h"
+#include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
 #include "ctxcache/runtime/context_cache_coordinator.h"
 
 using namespace ctxcache;
@@ -265,6 +271,46 @@ int main(int argc, char** argv) {
     serveOnce(2, longer, warmRestore, capture2);
     bool const restored = hc.metrics().hybridRestores == 1;
 
+    // ---- 4. bounded sliding-window paging per sequence per decode step ----
+    int32_t const window = 4 * P;
+    int const swaSteps = o.steps;
+    int32_t const swaWidth = (200 + swaSteps + 1) / P + 2;
+    device::KvPagePool swaPool(*backend,
+                               device::KvPoolGeometry{o.batch * (2 * (4 + 1) + 1), P, device::DType::kFp16, {{1, 8}}});
+    device::KvPageTable swaTable(*backend, o.batch, swaWidth, swaPool.numPages(),
+                                 device::KvPageTable::Mode::kSparseWindow);
+    BoundedSwaKVPageManager swa(BoundedSwaConfig{o.batch, window}, swaPool, swaTable, nullptr,
+                                [](StreamHandle) { return true; });
+    std::vector<ResidentRef> swaRefs;
+    for (int b = 0; b < o.batch; ++b) swaRefs.push_back(ResidentRef{b, 1});
+    auto swaBegun = swa.beginRequest(swaRefs);
+    if (swaBegun.status != SwaKVCacheStatus::kOk) {
+        std::fprintf(stderr, "bench_runtime: the SWA batch did not fit: %s\n", swaBegun.failure.c_str());
+        return 1;
+    }
+    auto& sh = *swaBegun.request;
+    std::vector<int32_t> ends(static_cast<size_t>(o.batch), 200);
+    swa.preparePrefill(sh, ends);
+    swa.completePrefill(sh);
+    double swaAll = 0, swaPlain = 0;
+    int swaPlainSteps = 0;
+    for (int s = 0; s < swaSteps; ++s) {
+        int32_t const e = ends[0] + 1;
+        bool const crossing = (e - 1) % P == 0 || (e > window && (e - window) % P == 0);
+        for (auto& x : ends) x = e;
+        auto const t0 = Clock::now();
+        swa.prepareDecodeStep(sh, ends);
+        swa.completeDecodeStep(sh);
+        double const dt = seconds(Clock::now() - t0);
+        swaAll += dt;
+        if (!crossing) {
+            swaPlain += dt;
+            ++swaPlainSteps;
+        }
+    }
+    bool const swaBounded = swa.peakBoundPages() <= swa.privatePagesPerSequence();
+    swa.finish(sh);
+
     double const perRequestUs = (runtimeSeconds - managerSeconds) / o.requests * 1e6;
     double const perStepNs = plainSteps ? plainSeconds / plainSteps / o.batch * 1e9 : 0;
     std::printf(
@@ -277,12 +323,16 @@ int main(int argc, char** argv) {
         "\"ns_per_sequence_step_without_crossing\": %.1f, \"ns_per_sequence_step_all\": %.1f, "
         "\"target_ns_per_sequence_step\": 150, \"snapshot_layers\": {\"recurrent\": 4, \"attention\": 4}, "
         "\"launches_per_capture\": %llu, \"launches_per_restore\": %llu, \"restore_happened\": %s, "
-        "\"launches_for_cold_zeroing\": %llu}\n",
+        "\"launches_for_cold_zeroing\": %llu, \"swa_window\": %d, \"swa_decode_steps_without_crossing\": %d, "
+        "\"swa_ns_per_sequence_step_without_crossing\": %.1f, \"swa_ns_per_sequence_step_all\": %.1f, "
+        "\"target_swa_ns_per_sequence_step\": 100, \"swa_within_reservation\": %s}\n",
         o.requests, P, static_cast<unsigned long long>(totalTokens), static_cast<unsigned long long>(promptTokenSum),
         static_cast<unsigned long long>(runtimeReused), managerSeconds / o.requests * 1e6,
         runtimeSeconds / o.requests * 1e6, perRequestUs, o.batch, static_cast<unsigned long long>(decodeTokenSum),
         steps, plainSteps, perStepNs, allSeconds / steps / o.batch * 1e9, static_cast<unsigned long long>(capture),
         static_cast<unsigned long long>(warmRestore), restored ? "true" : "false",
-        static_cast<unsigned long long>(coldRestore));
+        static_cast<unsigned long long>(coldRestore), window, swaPlainSteps,
+        swaPlainSteps ? swaPlain / swaPlainSteps / o.batch * 1e9 : 0.0,
+        swaSteps ? swaAll / swaSteps / o.batch * 1e9 : 0.0, swaBounded ? "true" : "false");
     return 0;
 }
