@@ -104,6 +104,8 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_kv_request_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_request_info_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_sequence_info_t),
+        CTXC_SIZEOF_ENTRY(ctxc_swa_manager_options_t),
+        CTXC_SIZEOF_ENTRY(ctxc_swa_state_t),
         CTXC_SIZEOF_ENTRY(ctxc_sim_engine_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_sim_request_t),
         CTXC_SIZEOF_ENTRY(ctxc_sim_output_t),

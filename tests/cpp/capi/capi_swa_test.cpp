@@ -1,0 +1,197 @@
+// Bounded sliding-window paging's C ABI as a C runtime sees it (only "ctxcache.h" and the shared library): a window
+// that decodes across page and window boundaries, compaction, admission refused, a failed synchronisation
+// (poisoned until shutdown), bad inputs refused with their status and nothing changed, and lifetimes (device
+// handles destroyed first, the manager destroyed under a live request).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ctxcache.h"
+#include "device_creates.h"
+
+namespace {
+
+struct Sync {
+    bool fail = false;
+};
+
+int synchronizeWith(void* user, void*) { return static_cast<Sync*>(user)->fail ? 1 : 0; }
+
+// A CPU backend, a 20-page pool of 4-token pages, a sparse-window 4 x 16 table, lengths for 4, and a manager with a
+// window of 8 (reservation 2 * (2 + 1) + 1 = 7 pages per sequence).
+class Swa : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ctxc_device_backend_options_t bo;
+        ctxc_device_backend_options_init(&bo);
+        bo.kind = CTXC_BACKEND_CPU;
+        ASSERT_EQ(ctxc_device_backend_create(&bo, &backend), CTXC_OK);
+        ctxc_kv_layer_shape_t const layer{1, 2};
+        ctxc_kv_pool_options_t po;
+        ctxc_kv_pool_options_init(&po);
+        po.num_pages = 20;
+        po.page_size = 4;
+        po.layers = &layer;
+        po.layer_count = 1;
+        ASSERT_EQ(ctxc_kv_pool_create(backend, &po, &pool), CTXC_OK);
+        ASSERT_EQ(createPageTable(backend, 4, 16, 20, CTXC_PAGE_TABLE_SPARSE_WINDOW, &table), CTXC_OK);
+        ASSERT_EQ(createLengths(backend, 4, &lengths), CTXC_OK);
+        ctxc_swa_manager_options_t o;
+        ctxc_swa_manager_options_init(&o);
+        o.max_batch = 4;
+        o.window_size_tokens = 8;
+        o.synchronize = synchronizeWith;
+        o.synchronize_user = &sync;
+        ASSERT_EQ(ctxc_swa_manager_create(pool, table, lengths, &o, &manager), CTXC_OK) << ctxc_last_error();
+    }
+    void TearDown() override {
+        EXPECT_EQ(ctxc_swa_request_destroy(request), CTXC_OK);
+        if (manager) EXPECT_EQ(ctxc_swa_manager_check_invariants(manager), CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(ctxc_swa_manager_destroy(manager), CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
+        EXPECT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
+        EXPECT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
+        EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+    }
+    int32_t freePages() {
+        int32_t n = -1;
+        EXPECT_EQ(ctxc_swa_manager_free_page_count(manager, &n), CTXC_OK);
+        return n;
+    }
+    ctxc_swa_state_t state(int32_t row) {
+        ctxc_swa_state_t s{};
+        s.struct_size = sizeof s;
+        EXPECT_EQ(ctxc_swa_request_state(request, row, &s), CTXC_OK) << ctxc_last_error();
+        return s;
+    }
+    // The logical pages slot `slot` has mapped (K row).
+    std::vector<int32_t> mapped(int32_t slot) {
+        std::vector<int32_t> entries(4 * 2 * 16);
+        size_t count = 0;
+        EXPECT_EQ(ctxc_kv_page_table_read_host(table, entries.data(), entries.size(), &count), CTXC_OK)
+            << ctxc_last_error();
+        std::vector<int32_t> out;
+        for (int32_t j = 0; j < 16; ++j)
+            if (entries[static_cast<size_t>(slot * 32 + j)] >= 0) out.push_back(j);
+        return out;
+    }
+    ctxc_status_t begin(std::vector<ctxc_resident_ref_t> const& refs) {
+        return ctxc_swa_manager_begin_request(manager, refs.data(), refs.size(), nullptr, &request);
+    }
+
+    Sync sync;
+    ctxc_device_backend_t* backend = nullptr;
+    ctxc_kv_pool_t* pool = nullptr;
+    ctxc_kv_page_table_t* table = nullptr;
+    ctxc_kv_lengths_t* lengths = nullptr;
+    ctxc_swa_manager_t* manager = nullptr;
+    ctxc_swa_request_t* request = nullptr;
+};
+
+TEST_F(Swa, AWindowDecodesAcrossPagesAndRetiresAfterCompletion) {
+    int32_t reservation = 0;
+    ASSERT_EQ(ctxc_swa_manager_private_pages_per_sequence(manager, &reservation), CTXC_OK);
+    EXPECT_EQ(reservation, 7);
+    ASSERT_EQ(begin({{0, 0, 1}, {1, 0, 1}}), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(freePages(), 20 - 14);
+    int32_t const prompt[2] = {11, 3};
+    ASSERT_EQ(ctxc_swa_request_prepare_prefill(request, prompt, 2), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(ctxc_swa_request_complete_prefill(request), CTXC_OK);
+    EXPECT_EQ(mapped(0), (std::vector<int32_t>{0, 1, 2}));
+    int32_t step[2] = {12, 4};
+    ASSERT_EQ(ctxc_swa_request_prepare_decode_step(request, step, 2), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(state(0).pending_retire_pages, 1);
+    EXPECT_EQ(state(0).pending_endpoint, 12);
+    EXPECT_EQ(mapped(0), (std::vector<int32_t>{0, 1, 2}));  // page 0 left the window; the step may still read it
+    ASSERT_EQ(ctxc_swa_request_complete_decode_step(request), CTXC_OK);
+    EXPECT_EQ(mapped(0), (std::vector<int32_t>{1, 2}));
+    ctxc_swa_state_t const s = state(0);
+    EXPECT_EQ(s.exact_resident_token_count, 12);
+    EXPECT_EQ(s.retained_logical_page_begin, 1);
+    EXPECT_EQ(s.retained_logical_page_end, 3);
+    EXPECT_EQ(s.bound_pages + s.reserved_pages, 7);
+    EXPECT_EQ(s.pending_endpoint, -1);
+    int32_t const map[2] = {-1, 0};
+    ASSERT_EQ(ctxc_swa_request_begin_batch_compaction(request, map, 2, 1, nullptr), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(ctxc_swa_request_compact_batch(request), CTXC_OK);
+    int32_t batch = 0;
+    ASSERT_EQ(ctxc_swa_request_batch_size(request, &batch), CTXC_OK);
+    EXPECT_EQ(batch, 1);
+    EXPECT_TRUE(mapped(0).empty());
+    EXPECT_EQ(state(0).resident.slot, 1);
+    EXPECT_EQ(freePages(), 20 - 7);
+    ASSERT_EQ(ctxc_swa_request_finish(request), CTXC_OK);
+    EXPECT_EQ(freePages(), 20);
+}
+
+TEST_F(Swa, RefusalsAndBadInputsChangeNothing) {
+    EXPECT_EQ(begin({{0, 0, 1}, {1, 0, 1}, {2, 0, 1}, {3, 0, 1}, {}}), CTXC_E_CONTRACT);  // 5 > max batch
+    EXPECT_EQ(begin({{0, 0, 1}, {1, 0, 1}, {2, 0, 1}}), CTXC_E_REQUEST_FAILED);  // 3 x 7 pages > 20
+    EXPECT_NE(std::string(ctxc_last_error()).find("private pages"), std::string::npos);
+    EXPECT_EQ(request, nullptr);
+    EXPECT_EQ(freePages(), 20);
+    EXPECT_EQ(begin({{0, 0, 0}}), CTXC_E_CONTRACT);  // epoch 0
+    ASSERT_EQ(begin({{0, 0, 2}}), CTXC_OK);
+    int32_t const four = 4;
+    ASSERT_EQ(ctxc_swa_request_prepare_prefill(request, &four, 1), CTXC_OK);
+    ASSERT_EQ(ctxc_swa_request_complete_prefill(request), CTXC_OK);
+    int32_t const skip = 6;
+    EXPECT_EQ(ctxc_swa_request_prepare_decode_step(request, &skip, 1), CTXC_E_CONTRACT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("skip"), std::string::npos);
+    EXPECT_EQ(ctxc_swa_request_prepare_decode_step(request, nullptr, 1), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_swa_request_complete_decode_step(request), CTXC_E_CONTRACT);  // nothing prepared
+    EXPECT_EQ(state(0).exact_resident_token_count, 4);
+    EXPECT_EQ(mapped(0), std::vector<int32_t>{0});
+    ctxc_swa_state_t bad{};
+    EXPECT_EQ(ctxc_swa_request_state(request, 0, &bad), CTXC_E_INVALID_ARGUMENT);  // struct_size 0
+    ASSERT_EQ(ctxc_swa_request_finish(request), CTXC_OK);
+    ASSERT_EQ(ctxc_swa_request_destroy(request), CTXC_OK);
+    request = nullptr;
+    EXPECT_EQ(begin({{0, 0, 2}}), CTXC_E_CONTRACT);  // a stale epoch
+}
+
+TEST_F(Swa, AFailedSynchronisationPoisonsUntilShutdown) {
+    ASSERT_EQ(begin({{0, 0, 1}}), CTXC_OK);
+    int32_t const nine = 9;
+    ASSERT_EQ(ctxc_swa_request_prepare_prefill(request, &nine, 1), CTXC_OK);
+    sync.fail = true;
+    EXPECT_EQ(ctxc_swa_request_complete_prefill(request), CTXC_E_POISONED);
+    EXPECT_EQ(freePages(), 20 - 7);  // quarantined: the device may still read its pages
+    ctxc_swa_request_t* second = nullptr;
+    ctxc_resident_ref_t const other{1, 0, 1};
+    EXPECT_EQ(ctxc_swa_manager_begin_request(manager, &other, 1, nullptr, &second), CTXC_E_POISONED);
+    EXPECT_EQ(ctxc_swa_manager_shutdown(manager), CTXC_E_POISONED);
+    sync.fail = false;
+    EXPECT_EQ(ctxc_swa_manager_shutdown(manager), CTXC_OK);
+    EXPECT_EQ(freePages(), 20);
+    EXPECT_TRUE(mapped(0).empty());
+}
+
+TEST_F(Swa, LifetimesInAnyOrder) {
+    ASSERT_EQ(begin({{0, 0, 1}}), CTXC_OK);
+    int32_t const five = 5;
+    ASSERT_EQ(ctxc_swa_request_prepare_prefill(request, &five, 1), CTXC_OK);
+    // The device handles go first: the manager keeps what it was built over.
+    ASSERT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
+    ASSERT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
+    ASSERT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
+    lengths = nullptr;
+    table = nullptr;
+    pool = nullptr;
+    ASSERT_EQ(ctxc_swa_request_complete_prefill(request), CTXC_OK);
+    // The manager destroyed under a live request: the request is orphaned and still destroyable.
+    EXPECT_EQ(ctxc_swa_manager_destroy(manager), CTXC_E_LEASES_OUTSTANDING);
+    manager = nullptr;
+    EXPECT_EQ(ctxc_swa_request_finish(request), CTXC_E_INVALID_HANDLE);
+    EXPECT_EQ(ctxc_swa_request_destroy(request), CTXC_OK);
+    request = nullptr;
+}
+
+TEST(SwaSizes, TheLibraryKnowsTheSwaStructs) {
+    EXPECT_EQ(ctxc_sizeof("ctxc_swa_manager_options_t"), sizeof(ctxc_swa_manager_options_t));
+    EXPECT_EQ(ctxc_sizeof("ctxc_swa_state_t"), sizeof(ctxc_swa_state_t));
+}
+
+}  // namespace
