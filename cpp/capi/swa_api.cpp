@@ -149,9 +149,8 @@ CTXC_API ctxc_status_t ctxc_swa_manager_check_invariants(const ctxc_swa_manager_
     return guard(__func__, [&] { requireManager(manager).checkInvariants(); });
 }
 
-CTXC_API ctxc_status_t ctxc_swa_manager_begin_request(ctxc_swa_manager_t* manager,
-                                                      const ctxc_resident_ref_t* residents, size_t count,
-                                                      void* stream, ctxc_swa_request_t** out_request) {
+CTXC_API ctxc_status_t ctxc_swa_manager_begin_request(ctxc_swa_manager_t* manager, const ctxc_resident_ref_t* residents,
+                                                      size_t count, void* stream, ctxc_swa_request_t** out_request) {
     return guard(__func__, [&] {
         requireOut(out_request, "out_request") = nullptr;
         BoundedSwaKVPageManager& m = requireManager(manager);
@@ -202,12 +201,9 @@ CTXC_API ctxc_status_t ctxc_swa_request_begin_batch_compaction(ctxc_swa_request_
                                                                void* device_mapping) {
     return guard(__func__, [&] {
         auto [r, m] = requireRequest(request);
-        runtime::TensorView mapping{device_mapping,
-                                    runtime::ScalarType::kInt32,
-                                    {static_cast<int64_t>(count)},
-                                    -1};
-        answer(*m, m->beginBatchCompaction(r->handle, values(old_to_new, count, "old_to_new"), new_batch_size,
-                                           mapping));
+        runtime::TensorView mapping{device_mapping, runtime::ScalarType::kInt32, {static_cast<int64_t>(count)}, -1};
+        answer(*m,
+               m->beginBatchCompaction(r->handle, values(old_to_new, count, "old_to_new"), new_batch_size, mapping));
     });
 }
 

@@ -387,6 +387,7 @@ SwaKVCacheStatus BoundedSwaKVPageManager::prepareDecodeStep(RequestHandle& reque
     checkEndpoints(op, *l, endpoints, true);
     for (size_t i = 0; i < l->rows.size(); ++i) advance(l->rows[i], endpoints[i]);
     if (table_->dirty()) upload();
+    l->devicePending = true;  // the engine's step runs next: finish or compaction waits for it
     l->decoded = true;
     l->phase = Phase::kDecodePending;
     return SwaKVCacheStatus::kOk;

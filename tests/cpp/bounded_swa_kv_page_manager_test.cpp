@@ -29,7 +29,10 @@ struct SwaRig {
         table = std::make_unique<KvPageTable>(*backend, maxBatch, width, pages, KvPageTable::Mode::kSparseWindow);
         lengths = std::make_unique<KvLengths>(*backend, maxBatch);
         manager = std::make_unique<Manager>(BoundedSwaConfig{maxBatch, window}, *pool, *table, lengths.get(),
-                                            [this](StreamHandle) { return !failNextSync || (failNextSync = false); });
+                                            [this](StreamHandle) {
+            ++syncCalls;
+            return !failNextSync || (failNextSync = false);
+        });
     }
     ~SwaRig() { manager.reset(); }
 
@@ -56,6 +59,7 @@ struct SwaRig {
     std::unique_ptr<Manager> manager;
     uint64_t epoch = 0;
     bool failNextSync = false;
+    int syncCalls = 0;
 };
 
 std::vector<int32_t> range(int32_t begin, int32_t end) {
@@ -330,6 +334,26 @@ TEST(BoundedSwaKVPageManager, BadInputsThrowAndChangeNothing) {
     ASSERT_EQ(m.completeDecodeStep(r), Status::kOk);
     EXPECT_EQ(m.finish(r), Status::kOk);
     EXPECT_EQ(m.freePageCount(), 256);
+}
+
+// A step that retires nothing needs no synchronisation, but its pages go back to the free list only after one.
+TEST(BoundedSwaKVPageManager, SynchronisesOnlyWhereAPageCouldStillBeRead) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle h = rig.begin(1);
+    ASSERT_EQ(m.preparePrefill(h, {2}), Status::kOk);
+    ASSERT_EQ(m.completePrefill(h), Status::kOk);
+    EXPECT_EQ(rig.syncCalls, 1);
+    for (int32_t e = 3; e <= 12; ++e) {
+        ASSERT_EQ(m.prepareDecodeStep(h, {e}), Status::kOk);
+        ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+    }
+    EXPECT_EQ(rig.syncCalls, 2);  // only endpoint 12 retired a page (logical page 0)
+    ASSERT_EQ(m.prepareDecodeStep(h, {13}), Status::kOk);
+    ASSERT_EQ(m.completeDecodeStep(h), Status::kOk);
+    EXPECT_EQ(rig.syncCalls, 2);
+    EXPECT_EQ(m.finish(h), Status::kOk);
+    EXPECT_EQ(rig.syncCalls, 3);  // the last step's work, before its pages are free
 }
 
 TEST(BoundedSwaKVPageManager, DestroyingTheHandleReleasesTheRequest) {
