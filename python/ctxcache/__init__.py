@@ -103,8 +103,9 @@ from .device import DType, KvLengths, KvPagePool, KvPageTable, ResidentState, Sn
 
 DeviceBackend = device.Backend
 
-# The runtime layer (coordinator and requests over the device objects).
-from . import runtime  # noqa: E402
+# The runtime layer (coordinator and requests over the device objects) and bounded sliding-window paging (reuse
+# off, a windowed pool).
+from . import runtime, swa  # noqa: E402
 from .runtime import (  # noqa: E402
     AdmitResult,
     ContextCacheCoordinator,
@@ -119,6 +120,7 @@ from .runtime import (  # noqa: E402
     SequenceInfo,
     SpecReuseContract,
 )
+from .swa import BoundedSwaKVPageManager, SwaRequest, SwaState  # noqa: E402
 
 # Spelled out (not computed) so that type checkers see what the package exports.
 __all__ = [
@@ -127,6 +129,7 @@ __all__ = [
     "ManagedKVCacheRequest", "MediaItem", "MediaModality", "ModelStateKind", "PoisonedError", "PoolMetrics", "Request",
     "RequestFailedError", "ResidentRef", "ScalarType", "SequenceInfo", "SequenceStatus", "SpecReuseContract",
     "TokenStateContract", "runtime",
+    "BoundedSwaKVPageManager", "SwaRequest", "SwaState", "swa",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",
