@@ -100,6 +100,47 @@ TEST_P(ReferenceEngineCuda, WarmOnCudaEqualsColdOnCpu) {
     EXPECT_TRUE(cuda.drainAndCheckPoolsFull(&why)) << why;
 }
 
+// A sliding-window model served through the bounded-SWA backend on CUDA equals the full-history run on the CPU
+// (chunked prefills, page and window crossings, compaction of rows finishing at different steps).
+TEST(ReferenceEngineCudaWindow, WindowedOnCudaEqualsFullHistoryOnCpu) {
+    if (!cudaUsable()) GTEST_SKIP() << "no CUDA device";
+    for (int32_t window : {16, 10}) {
+        ReferenceEngineConfig c;
+        c.pageSize = 4;
+        c.basePages = 128;
+        c.maxBatch = 4;
+        c.maxPagesPerSequence = 64;
+        c.reuse = false;
+        c.slidingWindow = window;
+        c.backend = device::BackendKind::kCuda;
+#if defined(CTXCACHE_TEST_EMULATED_CUDA)
+        std::unique_ptr<device::DeviceBackend> emulated = device::createEmulatedCudaBackend(device::BackendOptions{});
+        c.sharedBackend = emulated.get();
+#endif
+        ReferenceEngine cuda(c);
+        c.sharedBackend = nullptr;
+        c.backend = device::BackendKind::kCpu;
+        ReferenceEngine cpu(c);
+        std::vector<EngineRequest> reqs;
+        for (int32_t len : {3, window, window + 5, 2 * window + 1, 40}) {
+            EngineRequest r;
+            r.tokens = iota(len, 100 * len);
+            r.maxNewTokens = 5 + (len * 3) % 37;
+            reqs.push_back(r);
+        }
+        std::vector<EngineOutput> const warm = cuda.serve(reqs);
+        std::vector<EngineOutput> const oracle = cpu.coldReference(reqs);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            EXPECT_EQ(warm[i].generated, oracle[i].generated) << "window " << window << " request " << i;
+            EXPECT_EQ(warm[i].stateDigest, oracle[i].stateDigest) << "window " << window << " request " << i;
+        }
+        cuda.checkInvariants();
+        EXPECT_LE(cuda.peakPagesPerSequence(), cuda.swaManager()->privatePagesPerSequence());
+        std::string why;
+        EXPECT_TRUE(cuda.drainAndCheckPoolsFull(&why)) << why;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDeployments, ReferenceEngineCuda,
                          ::testing::Values(DeploymentKind::kAttention, DeploymentKind::kHybrid,
                                            DeploymentKind::kRecurrent, DeploymentKind::kEagle),
