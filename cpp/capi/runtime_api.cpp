@@ -15,7 +15,7 @@
 #include "capi/api_support.h"
 #include "capi/device_handles.h"
 #include "capi/handle_table.h"
-#include "capi/runtime_metrics.h"
+#include "capi/runtime_conversions.h"
 #include "ctxcache/runtime/context_cache_coordinator.h"
 #include "ctxcache/runtime/managed_kv_cache_request.h"
 
@@ -107,21 +107,7 @@ SequenceRequest sequenceOf(ctxc_sequence_request_t const& s, std::string const& 
     out.tokenIds = int32s(s.token_ids, s.token_count, (where + ".token_ids").c_str());
     requireBytes(s.lora_name, s.lora_name_length, (where + ".lora_name").c_str());
     if (s.lora_name_length) out.loraName.assign(s.lora_name, s.lora_name_length);
-    requireArray(s.media, s.media_count, (where + ".media").c_str());
-    out.media.reserve(s.media_count);
-    for (size_t k = 0; k < s.media_count; ++k) {
-        ctxc_media_item_t const& m = s.media[k];
-        std::string const item = where + ".media[" + std::to_string(k) + "]";
-        requireBytes(m.bytes, m.byte_count, (item + ".bytes").c_str());
-        requireNonNegative(m.first_token, (item + ".first_token").c_str());
-        requireNonNegative(m.token_count, (item + ".token_count").c_str());
-        MediaItem media;
-        media.modality = enumValue<uint8_t>(m.modality, CTXC_MEDIA_VIDEO, (item + ".modality").c_str(), "CTXC_MEDIA_*");
-        if (m.byte_count) media.bytes.assign(m.bytes, m.bytes + m.byte_count);
-        media.firstToken = m.first_token;
-        media.tokenCount = m.token_count;
-        out.media.push_back(std::move(media));
-    }
+    out.media = mediaItemsOf(s.media, s.media_count, where);
     if (s.lookup_policy != CTXC_INHERIT_LOOKUP_POLICY)
         out.lookupPolicy = lookupPolicy(s.lookup_policy, (where + ".lookup_policy").c_str());
     return out;
@@ -191,6 +177,27 @@ std::vector<int32_t> commonLengths(int32_t const* values, size_t count) {
 }
 
 }  // namespace
+
+std::vector<MediaItem> ctxcache::capi::mediaItemsOf(ctxc_media_item_t const* items, size_t count,
+                                                    std::string const& where) {
+    requireArray(items, count, (where + ".media").c_str());
+    std::vector<MediaItem> out;
+    out.reserve(count);
+    for (size_t k = 0; k < count; ++k) {
+        ctxc_media_item_t const& m = items[k];
+        std::string const item = where + ".media[" + std::to_string(k) + "]";
+        requireBytes(m.bytes, m.byte_count, (item + ".bytes").c_str());
+        requireNonNegative(m.first_token, (item + ".first_token").c_str());
+        requireNonNegative(m.token_count, (item + ".token_count").c_str());
+        MediaItem media;
+        media.modality = enumValue<uint8_t>(m.modality, CTXC_MEDIA_VIDEO, (item + ".modality").c_str(), "CTXC_MEDIA_*");
+        if (m.byte_count) media.bytes.assign(m.bytes, m.bytes + m.byte_count);
+        media.firstToken = m.first_token;
+        media.tokenCount = m.token_count;
+        out.push_back(std::move(media));
+    }
+    return out;
+}
 
 void ctxcache::capi::fillMetrics(runtime::ContextCacheMetrics const& m, ctxc_context_cache_metrics_t& out) {
     out.admitted_sequences = m.admittedSequences;

@@ -6,7 +6,7 @@
 
 #include "capi/api_support.h"
 #include "capi/handle_table.h"
-#include "capi/runtime_metrics.h"
+#include "capi/runtime_conversions.h"
 #include "ctxcache.h"
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/sim/reference_engine.h"
@@ -52,7 +52,6 @@ std::vector<sim::EngineRequest> toRequests(ctxc_sim_request_t const* requests, s
         ctxc_sim_request_t const& r = requests[i];
         std::string const where = "requests[" + std::to_string(i) + "]";
         requireArray(r.tokens, r.token_count, (where + ".tokens").c_str());
-        requireArray(r.media, r.media_count, (where + ".media").c_str());
         sim::EngineRequest& e = out[i];
         e.tokens.assign(r.tokens, r.tokens + r.token_count);
         e.maxNewTokens = r.max_new_tokens;
@@ -61,19 +60,7 @@ std::vector<sim::EngineRequest> toRequests(ctxc_sim_request_t const* requests, s
         if (r.seating_failures < 0) invalidArgument(where + ".seating_failures is negative");
         e.seatingFailures = r.seating_failures;
         if (r.lora) e.lora = r.lora;
-        for (size_t m = 0; m < r.media_count; ++m) {
-            ctxc_media_item_t const& item = r.media[m];
-            requireBytes(item.bytes, item.byte_count, (where + ".media.bytes").c_str());
-            if (item.modality < CTXC_MEDIA_IMAGE || item.modality > CTXC_MEDIA_VIDEO)
-                invalidArgument(where + ".media[" + std::to_string(m) + "].modality " + std::to_string(item.modality) +
-                                " is not a CTXC_MEDIA_*");
-            runtime::MediaItem mi;
-            if (item.byte_count > 0) mi.bytes.assign(item.bytes, item.bytes + item.byte_count);
-            mi.firstToken = item.first_token;
-            mi.tokenCount = item.token_count;
-            mi.modality = static_cast<uint8_t>(item.modality);
-            e.media.push_back(std::move(mi));
-        }
+        e.media = mediaItemsOf(r.media, r.media_count, where);
     }
     return out;
 }

@@ -269,32 +269,20 @@ ContextCacheCoordinator::~ContextCacheCoordinator() {
     // their handles never reach freed memory. Their page-table rows are cleared: the tables outlive this
     // coordinator (another one may be built over them) and must not keep listing pages nobody owns.
     auto clear = [this](RequestState& s) noexcept {
-        try {
-            for (SequenceState const& seq : s.sequences) clearRows(seq.resident.slot);
-            if (s.joiner) clearRows(s.joiner->resident.slot);
-        } catch (...) {
-        }
+        unbind(s);
         s.sequences.clear();
         s.joiner.reset();
     };
     for (RequestState* s = liveList_; s;) {
         RequestState* next = s->next;
-        if (s->devicePending) {
-            try {
-                (void)synchronizer_(s->stream);
-            } catch (...) {
-            }
-        }
+        if (s->devicePending) (void)syncStream(s->stream);
         clear(*s);
         s->owner = nullptr;
         s->prev = s->next = nullptr;
         s = next;
     }
     for (auto& q : quarantine_) {
-        try {
-            (void)synchronizer_(q->stream);
-        } catch (...) {
-        }
+        (void)syncStream(q->stream);
         clear(*q);
     }
     quarantine_.clear();
@@ -322,15 +310,32 @@ ContextCacheCoordinator::RequestState& ContextCacheCoordinator::live(RequestHand
     return *s;
 }
 
-bool ContextCacheCoordinator::synchronize(RequestState& state) noexcept {
-    bool ok = false;
+bool ContextCacheCoordinator::syncStream(StreamHandle stream) noexcept {
     try {
-        ok = synchronizer_(state.stream);
+        return synchronizer_(stream);
     } catch (...) {
-        ok = false;
+        return false;  // a synchroniser that throws failed
     }
+}
+
+bool ContextCacheCoordinator::synchronize(RequestState& state) noexcept {
+    bool const ok = syncStream(state.stream);
     if (ok) state.devicePending = false;
     return ok;
+}
+
+// Gives back what the request's sequences hold outside their leases: page-table rows (cleared, not uploaded),
+// resident slots, producer snapshot reservations. The leases go with the sequences themselves.
+void ContextCacheCoordinator::unbind(RequestState& s) noexcept {
+    for (SequenceState& seq : s.sequences) {
+        clearRows(seq.resident.slot);
+        residentEpochs_[static_cast<size_t>(seq.resident.slot)] = 0;
+        if (seq.staged) manager_.retireHybridSnapshotReservation(seq.lease, seq.staged->reservation);
+    }
+    if (s.joiner) {
+        clearRows(s.joiner->resident.slot);
+        residentEpochs_[static_cast<size_t>(s.joiner->resident.slot)] = 0;
+    }
 }
 
 namespace {
@@ -1061,15 +1066,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::compactBatch(RequestHandl
 // ---- finish, abandonment, quarantine ----------------------------------------------------------------------
 
 void ContextCacheCoordinator::release(RequestState& s) noexcept {
-    for (SequenceState& seq : s.sequences) {
-        clearRows(seq.resident.slot);
-        residentEpochs_[static_cast<size_t>(seq.resident.slot)] = 0;
-        if (seq.staged) manager_.retireHybridSnapshotReservation(seq.lease, seq.staged->reservation);
-    }
-    if (s.joiner) {
-        clearRows(s.joiner->resident.slot);
-        residentEpochs_[static_cast<size_t>(s.joiner->resident.slot)] = 0;
-    }
+    unbind(s);
     try {
         uploadTables();
     } catch (...) {
@@ -1137,13 +1134,7 @@ void ContextCacheCoordinator::abandon(std::unique_ptr<RequestState> state) noexc
     if (s.phase == Phase::kFinished || s.phase == Phase::kQuarantined) return;
     // Early destruction: nothing is published; device work still in flight is waited for first.
     if (s.devicePending) {
-        bool ok = false;
-        try {
-            ok = synchronizer_(s.stream);
-        } catch (...) {
-            ok = false;
-        }
-        if (!ok) {
+        if (!synchronize(s)) {
             lastFailure_ = "abandon: the synchronisation failed";
             unlink(liveList_, s);
             --activeRequests_;
@@ -1160,27 +1151,12 @@ void ContextCacheCoordinator::abandon(std::unique_ptr<RequestState> state) noexc
 ContextCacheCoordinatorStatus ContextCacheCoordinator::shutdown() noexcept {
     bool stillFailing = false;
     for (auto it = quarantine_.begin(); it != quarantine_.end();) {
-        bool ok = false;
-        try {
-            ok = synchronizer_((*it)->stream);
-        } catch (...) {
-            ok = false;
-        }
-        if (!ok) {
+        if (!syncStream((*it)->stream)) {
             stillFailing = true;
             ++it;
             continue;
         }
-        RequestState& q = **it;
-        for (SequenceState& seq : q.sequences) {
-            clearRows(seq.resident.slot);
-            residentEpochs_[static_cast<size_t>(seq.resident.slot)] = 0;
-            if (seq.staged) manager_.retireHybridSnapshotReservation(seq.lease, seq.staged->reservation);
-        }
-        if (q.joiner) {
-            clearRows(q.joiner->resident.slot);
-            residentEpochs_[static_cast<size_t>(q.joiner->resident.slot)] = 0;
-        }
+        unbind(**it);
         it = quarantine_.erase(it);
     }
     try {

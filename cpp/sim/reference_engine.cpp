@@ -245,6 +245,22 @@ std::vector<uint32_t> ReferenceEngine::mediaWords(EngineRequest const& request) 
     return words;
 }
 
+// A batch row for request `index` on `resident`, before its prefill.
+std::unique_ptr<ReferenceEngine::Row> ReferenceEngine::newRow(size_t index, EngineRequest const& request,
+                                                              ResidentRef resident) const {
+    auto row = std::make_unique<Row>();
+    row->request = index;
+    row->resident = resident;
+    row->history = request.tokens;
+    row->inputLength = static_cast<int32_t>(request.tokens.size());
+    row->maxNewTokens = request.maxNewTokens;
+    row->cancelAfter = request.cancelAfter;
+    row->failAfter = request.failAfter;
+    row->salt = salt(request.lora);
+    row->media = mediaWords(request);
+    return row;
+}
+
 void ReferenceEngine::validate(std::vector<EngineRequest> const& requests) const {
     for (size_t i = 0; i < requests.size(); ++i) {
         EngineRequest const& r = requests[i];
@@ -436,16 +452,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         size_t const index = queue.back();
         queue.pop_back();
         EngineRequest const& r = requests[index];
-        auto row = std::make_unique<Row>();
-        row->request = index;
-        row->resident = takeResident();
-        row->history = r.tokens;
-        row->inputLength = static_cast<int32_t>(r.tokens.size());
-        row->maxNewTokens = r.maxNewTokens;
-        row->cancelAfter = r.cancelAfter;
-        row->failAfter = r.failAfter;
-        row->salt = salt(r.lora);
-        row->media = mediaWords(r);
+        std::unique_ptr<Row> row = newRow(index, r, takeResident());
         runtime::SequenceRequest sr;
         sr.tokenIds = r.tokens;
         sr.loraName = r.lora;
@@ -624,9 +631,8 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             EngineRequest const& req = requests[index];
             ResidentRef const resident = takeResident();
             int32_t start = 0;
-            std::vector<int32_t> const tokens = req.tokens;
             runtime::ContextCacheRequest::AdmitSequenceStatus const status =
-                c.reuse ? m->admitSequence(tokens, req.lora, headroom, start, resident, nullptr, {}, req.media)
+                c.reuse ? m->admitSequence(req.tokens, req.lora, headroom, start, resident, nullptr, {}, req.media)
                         : runtime::ContextCacheRequest::AdmitSequenceStatus::kFailed;
             if (status != runtime::ContextCacheRequest::AdmitSequenceStatus::kAdmitted) {
                 releaseResident(resident);
@@ -635,16 +641,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
                 break;
             }
             queue.pop_back();
-            auto row = std::make_unique<Row>();
-            row->request = index;
-            row->resident = resident;
-            row->history = tokens;
-            row->inputLength = static_cast<int32_t>(tokens.size());
-            row->maxNewTokens = req.maxNewTokens;
-            row->cancelAfter = req.cancelAfter;
-            row->failAfter = req.failAfter;
-            row->salt = salt(req.lora);
-            row->media = mediaWords(req);
+            std::unique_ptr<Row> row = newRow(index, req, resident);
             row->prefillStart = start;
             row->joined = true;
             Row* joiner = row.get();

@@ -26,16 +26,12 @@ import numpy as np
 
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
-from ._resource import Family, Resource
-from .device import BackendKind, DType, _enum
+from .device import BackendKind, DType, _enum, _Handle
 from .enums import CommitPolicy, HashAlgorithm, SimDeployment
-from .errors import ArgumentTypeError, InvalidHandleError
+from .errors import ArgumentTypeError
 from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment"]
-
-_NULL = ffi.NULL
-
 
 @dataclass(frozen=True)
 class Request:
@@ -73,7 +69,7 @@ class EngineStats:
     retractions: int
 
 
-class ReferenceEngine(Resource):
+class ReferenceEngine(_Handle):
     """A reference engine over its own backend, pools, page tables, snapshot storage and coordinator.
 
     ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``backend``: "cpu" (default), "cuda" or
@@ -83,8 +79,8 @@ class ReferenceEngine(Resource):
     the bounded sliding-window backend; ``serve(..., cold=True)`` then keeps the full history.
     """
 
-    __slots__ = ("_family", "_handle")
     _destroy = staticmethod(lib.ctxc_sim_engine_destroy)
+    _what = "engine"
 
     def __init__(self, deployment: Any = "attention", *, page_size: int = 16, base_pages: int = 256,
                  max_records: int = 1024, max_batch: int = 8, max_pages_per_sequence: int = 64,
@@ -120,22 +116,7 @@ class ReferenceEngine(Resource):
         o.sliding_window = _arrays.integer(sliding_window, "sliding_window", minimum=None)
         out = ffi.new("ctxc_sim_engine_t **")
         check(lib.ctxc_sim_engine_create(o, out))
-        self._handle = out[0]
-        self._join(Family())
-
-    def _live(self) -> Any:
-        if self._handle == _NULL:
-            raise InvalidHandleError("engine was closed")
-        return self._handle
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle == _NULL)
-
-    def close(self) -> None:
-        if self._handle != _NULL:
-            handle, self._handle = self._handle, _NULL
-            check(lib.ctxc_sim_engine_destroy(handle))
+        super().__init__(out[0])
 
     def serve(self, requests: Sequence[Request]) -> list[Output]:
         """Serve the requests in order (batches of max_batch founders, joiners where the deployment allows)."""

@@ -256,7 +256,9 @@ private:
     Status failRequest(RequestState& state, std::string why);
     Status terminalize(RequestHandle& request, RequestState& state, char const* op);
     Status quarantineLive(RequestHandle& request, std::string why);
+    bool syncStream(StreamHandle stream) noexcept;
     bool synchronize(RequestState& state) noexcept;
+    void unbind(RequestState& state) noexcept;
     void abandon(std::unique_ptr<RequestState> state) noexcept;
     void release(RequestState& state) noexcept;
 

@@ -146,6 +146,7 @@ private:
     void recover();
     runtime::ResidentRef takeResident();
     void releaseResident(runtime::ResidentRef ref);
+    std::unique_ptr<Row> newRow(size_t index, EngineRequest const& request, runtime::ResidentRef resident) const;
     void prefillRows(std::vector<Row*> const& rows);
     bool prefillWindowed(runtime::ManagedKVCacheRequest& request, std::vector<Row*> const& rows);
     bool backendPoisoned() const;
