@@ -854,6 +854,7 @@ CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void *bytes, size_t size, ui
  *      | admit_sequence -> [seat the joiner] -> finalize_sequence_admission / retract_sequence_admission
  *      | begin_batch_compaction -> [engine compacts] -> complete_batch_compaction }* -> finish -> destroy
  *
+ * A request may run on the bounded-SWA backend instead (ctxc_kv_request_begin_swa, in the section below).
  * Errors (the table at the top applies): a broken contract (a step out of order, a context that does not match
  * the batch, a stale resident epoch, a slot held twice, advances that break the token-state contract, a map that
  * reorders survivors, a deployment the profile cannot serve) is CTXC_E_CONTRACT and changes nothing; a step the
@@ -1279,6 +1280,32 @@ CTXC_API ctxc_status_t ctxc_swa_request_batch_size(const ctxc_swa_request_t *req
 CTXC_API ctxc_status_t ctxc_swa_request_finish(ctxc_swa_request_t *request);
 /* Finishes first when still live (errors of that finish are not reported); NULL is a no-op. */
 CTXC_API ctxc_status_t ctxc_swa_request_destroy(ctxc_swa_request_t *request);
+
+/* The request facade (ctxc_kv_request_t) on the bounded-SWA backend, the seed's ManagedKVCacheRequest::begin with
+ * the swaPageManager pointer: the same lifecycle as on a coordinator, with one prefill chunk per
+ * ctxc_kv_request_prepare_swa_prefill. Preconditions (else CTXC_E_CONTRACT, nothing held): options->speculative 0,
+ * CTXC_TOKEN_STATE_COMMITTED_PLUS_LOOKAHEAD, headroom {1, 0}, one sequence and one resident ref per active row
+ * (lookup and commit policies and media are not read: nothing is reused or published). Every step checks the
+ * context against the windows: a row's history is its KV endpoint plus the lookahead token, and a decode step
+ * advances a running row by exactly one. The context-only members answer the documented backstops:
+ * prefill_starts (NULL, 0), prepare_prefill and enqueue_prefill_captures CTXC_OK (no-ops), admit_sequence
+ * CTXC_ADMIT_FAILED with CTXC_E_REQUEST_FAILED, finalize_sequence_admission CTXC_E_REQUEST_FAILED,
+ * retract_sequence_admission *out_retracted = 1, and reuse_token_length, sequence_info and the Hybrid+MTP members
+ * CTXC_E_CONTRACT. ctxc_kv_request_info answers has_context_reuse 0. CTXC_E_REQUEST_FAILED (nothing held) when the
+ * reservations do not fit or a request is live; CTXC_E_POISONED as the manager's. The request remembers its
+ * manager: once the manager is destroyed every use is CTXC_E_INVALID_HANDLE (ctxc_kv_request_destroy frees it). */
+CTXC_API ctxc_status_t ctxc_kv_request_begin_swa(ctxc_swa_manager_t *manager, const ctxc_sequence_request_t *sequences,
+                                                 size_t sequence_count, const ctxc_decoding_context_t *context,
+                                                 const ctxc_kv_request_options_t *options,
+                                                 ctxc_kv_request_t **out_request);
+/* One prefill chunk on the SWA backend: row i's KV endpoint moves to lengths[i]; a second call first completes the
+ * previous chunk (its completion point), ctxc_kv_request_complete_prefill completes the last. A no-op (CTXC_OK) on
+ * the context-reuse backend. */
+CTXC_API ctxc_status_t ctxc_kv_request_prepare_swa_prefill(ctxc_kv_request_t *request, const int32_t *lengths,
+                                                           size_t count);
+/* Row `row`'s window on the SWA backend; CTXC_E_CONTRACT on the context-reuse backend. */
+CTXC_API ctxc_status_t ctxc_kv_request_swa_state(const ctxc_kv_request_t *request, int32_t row,
+                                                 ctxc_swa_state_t *out_state);
 
 /* ---- The reference engine (simulation) --------------------------------------------------------------------- */
 

@@ -4,7 +4,8 @@
 // A CoordinatorObject owns its coordinator and shares ownership of every device object it was built over (and of
 // what those were built from), so the device handles may be destroyed in any order; it knows the handles of its
 // requests, so that destroying it orphans them (a later use is CTXC_E_INVALID_HANDLE) instead of leaving them to
-// reach a destroyed coordinator. A KvRequestObject owns one facade and backs the views its getters return.
+// reach a destroyed coordinator. A KvRequestObject owns one facade and backs the views its getters return; one on the
+// bounded-SWA backend remembers its manager's handle instead and checks it on every call (capi/swa_handles.h).
 // Threading: the handle tables are locked; the objects follow the coordinator's single-writer contract.
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "capi/device_handles.h"
 #include "capi/handle_table.h"
 #include "capi/runtime_conversions.h"
+#include "capi/swa_handles.h"
 #include "ctxcache/runtime/context_cache_coordinator.h"
 #include "ctxcache/runtime/managed_kv_cache_request.h"
 
@@ -43,8 +45,9 @@ struct CoordinatorObject {
 
 struct KvRequestObject {
     std::optional<ManagedKVCacheRequest> request;
-    void const* coordinatorHandle = nullptr;
-    bool orphaned = false;               // the coordinator was destroyed first
+    void const* coordinatorHandle = nullptr;  // the context-reuse backend's coordinator, or
+    void const* swaManagerHandle = nullptr;   // the bounded-SWA backend's manager
+    bool orphaned = false;                    // the coordinator was destroyed first
     std::vector<int32_t> basePagesView;  // back ctxc_kv_sequence_info_t's page views
     std::vector<int32_t> draftPagesView;
 };
@@ -59,25 +62,44 @@ CoordinatorObject& requireCoordinator(void const* handle) {
 KvRequestObject& requireRequest(void const* handle) {
     KvRequestObject& r = requireObject(kvRequests(), handle, "request");
     if (r.orphaned) invalidHandle("request outlived its coordinator (the coordinator was destroyed first)");
+    if (r.swaManagerHandle && !swaManagers().find(r.swaManagerHandle))
+        invalidHandle("request outlived its bounded-SWA manager (the manager was destroyed first)");
     return r;
 }
 
-ContextCacheRequest& contextOf(KvRequestObject& r) {
+ContextCacheRequest& contextOf(KvRequestObject& r, char const* op) {
     ContextCacheRequest* c = r.request->contextRequest();
-    if (!c) invalidHandle("request has no context-reuse backend");
+    if (!c)
+        throw ContractError(std::string(op) +
+                            ": the request runs on the bounded-SWA backend, which has no context "
+                            "reuse (ctxc_kv_request_swa_state reads its windows)");
     return *c;
 }
 
-// A facade member answered false: the request's own reason, as CTXC_E_POISONED when the coordinator is now
-// poisoned (the request was quarantined) and CTXC_E_REQUEST_FAILED otherwise.
-[[noreturn]] void failed(KvRequestObject& r) {
-    ContextCacheCoordinator const& c = contextOf(r).coordinator();
-    throw ApiError(c.poisoned() ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED, r.request->lastError());
+// A facade member answered false: the request's own reason (or, for a context-only member on the SWA backend, the
+// backstop's), as CTXC_E_POISONED when its backend is now poisoned (the request was quarantined) and
+// CTXC_E_REQUEST_FAILED otherwise.
+[[noreturn]] void failed(KvRequestObject& r, char const* backstop = nullptr) {
+    bool const poisoned = r.request->hasContextReuse() ? r.request->contextRequest()->coordinator().poisoned()
+                                                       : requireSwaManager(r.swaManagerHandle).poisoned();
+    bool const backstopAnswered = backstop && !r.request->hasContextReuse();
+    throw ApiError(poisoned ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED,
+                   backstopAnswered ? std::string(backstop) : r.request->lastError());
 }
 
-void answer(KvRequestObject& r, bool ok) {
-    if (!ok) failed(r);
+void answer(KvRequestObject& r, bool ok, char const* backstop = nullptr) {
+    if (!ok) failed(r, backstop);
 }
+
+// The options both backends read, checked and converted.
+struct BeginOptions {
+    GenerationRequest request;
+    bool speculative = false;
+    DecodingTokenStateContract contract = DecodingTokenStateContract::kCommittedPlusLookahead;
+    ContextCacheCommitPolicy commit = ContextCacheCommitPolicy::kIncludingGeneratedTokens;
+    DecodingKvHeadroom headroom;
+    std::vector<int32_t> mediaTokenIds;
+};
 
 template <class E>
 E enumValue(int32_t value, int32_t last, char const* name, char const* constants) {
@@ -174,6 +196,30 @@ auto resource(HandleTable<T, Tag>& table, void const* handle, char const* name,
 
 std::vector<int32_t> commonLengths(int32_t const* values, size_t count) {
     return int32s(values, count, "common_state_lengths");
+}
+
+// begin's arguments, checked (CTXC_E_INVALID_ARGUMENT) and converted; whether they suit the backend is the
+// facade's to say (CTXC_E_CONTRACT).
+BeginOptions beginOptions(ctxc_sequence_request_t const* sequences, size_t sequenceCount,
+                          ctxc_decoding_context_t const* context, ctxc_kv_request_options_t const* options) {
+    ctxc_kv_request_options_t const& o = requireSized(options, "options");
+    requireArray(sequences, sequenceCount, "sequences");
+    BeginOptions out;
+    out.request.lookupPolicy = lookupPolicy(o.lookup_policy, "options->lookup_policy");
+    out.request.sequences.reserve(sequenceCount);
+    for (size_t i = 0; i < sequenceCount; ++i)
+        out.request.sequences.push_back(sequenceOf(sequences[i], "sequences[" + std::to_string(i) + "]"));
+    ctxc_decoding_context_t const& c = requireSized(context, "context");
+    if (!c.resident_refs && c.active_batch_size > 0)
+        invalidArgument("context->resident_refs is NULL (begin reads one per row)");
+    out.speculative = requireBool(o.speculative, "options->speculative");
+    out.contract = enumValue<DecodingTokenStateContract>(o.token_state_contract, CTXC_TOKEN_STATE_FULLY_COMMITTED,
+                                                         "options->token_state_contract", "CTXC_TOKEN_STATE_*");
+    out.commit = enumValue<ContextCacheCommitPolicy>(o.commit_policy, CTXC_COMMIT_PREFILL_STATE_ONLY,
+                                                     "options->commit_policy", "CTXC_COMMIT_*");
+    out.headroom = headroomOf(&o.headroom, "options->headroom");
+    out.mediaTokenIds = int32s(o.media_token_ids, o.media_token_id_count, "options->media_token_ids");
+    return out;
 }
 
 }  // namespace
@@ -394,28 +440,11 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin(ctxc_coordinator_t* coordinator, co
     return guard(__func__, [&] {
         requireOut(out_request, "out_request") = nullptr;
         CoordinatorObject& c = requireCoordinator(coordinator);
-        ctxc_kv_request_options_t const& o = requireSized(options, "options");
-        requireArray(sequences, sequence_count, "sequences");
-        GenerationRequest request;
-        request.lookupPolicy = lookupPolicy(o.lookup_policy, "options->lookup_policy");
-        request.sequences.reserve(sequence_count);
-        for (size_t i = 0; i < sequence_count; ++i)
-            request.sequences.push_back(sequenceOf(sequences[i], "sequences[" + std::to_string(i) + "]"));
+        BeginOptions const o = beginOptions(sequences, sequence_count, context, options);
         DecodingInferenceContext const ctx = contextOf(context);
-        if (!context->resident_refs && context->active_batch_size > 0)
-            invalidArgument("context->resident_refs is NULL (begin reads one per row)");
-        bool const speculative = requireBool(o.speculative, "options->speculative");
-        auto const contract =
-            enumValue<DecodingTokenStateContract>(o.token_state_contract, CTXC_TOKEN_STATE_FULLY_COMMITTED,
-                                                  "options->token_state_contract", "CTXC_TOKEN_STATE_*");
-        auto const commit = enumValue<ContextCacheCommitPolicy>(o.commit_policy, CTXC_COMMIT_PREFILL_STATE_ONLY,
-                                                                "options->commit_policy", "CTXC_COMMIT_*");
-        DecodingKvHeadroom const headroom = headroomOf(&o.headroom, "options->headroom");
-        std::vector<int32_t> const mediaTokenIds =
-            int32s(o.media_token_ids, o.media_token_id_count, "options->media_token_ids");
         std::optional<ManagedKVCacheRequest> begun =
-            ManagedKVCacheRequest::begin(c.coordinator.get(), nullptr, request, ctx, speculative, headroom, contract,
-                                         commit, mediaTokenIds, o.stream);
+            ManagedKVCacheRequest::begin(c.coordinator.get(), nullptr, o.request, ctx, o.speculative, o.headroom,
+                                         o.contract, o.commit, o.mediaTokenIds, options->stream);
         if (!begun)
             throw ApiError(c.coordinator->poisoned() ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED,
                            c.coordinator->lastFailure());
@@ -431,6 +460,26 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin(ctxc_coordinator_t* coordinator, co
         }
         *out_request = static_cast<ctxc_kv_request_t*>(handle);
         return CTXC_OK;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_request_begin_swa(ctxc_swa_manager_t* manager, const ctxc_sequence_request_t* sequences,
+                                                 size_t sequence_count, const ctxc_decoding_context_t* context,
+                                                 const ctxc_kv_request_options_t* options,
+                                                 ctxc_kv_request_t** out_request) {
+    return guard(__func__, [&] {
+        requireOut(out_request, "out_request") = nullptr;
+        runtime::BoundedSwaKVPageManager& m = requireSwaManager(manager);
+        BeginOptions const o = beginOptions(sequences, sequence_count, context, options);
+        DecodingInferenceContext const ctx = contextOf(context);
+        std::optional<ManagedKVCacheRequest> begun =
+            ManagedKVCacheRequest::begin(nullptr, &m, o.request, ctx, o.speculative, o.headroom, o.contract, o.commit,
+                                         o.mediaTokenIds, options->stream);
+        if (!begun) throw ApiError(m.poisoned() ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED, m.lastFailure());
+        auto object = std::make_unique<KvRequestObject>();
+        object->request.emplace(std::move(*begun));
+        object->swaManagerHandle = manager;
+        *out_request = addObject<ctxc_kv_request_t>(kvRequests(), std::move(object));
     });
 }
 
@@ -450,9 +499,17 @@ CTXC_API ctxc_status_t ctxc_kv_request_info(const ctxc_kv_request_t* request, ct
     return guard(__func__, [&] {
         ctxc_kv_request_info_t& out = requireSized(out_info, "out_info");
         KvRequestObject& r = requireRequest(request);
-        ContextCacheCoordinator::RequestHandle const& h = contextOf(r).handle();
+        if (runtime::BoundedSwaKVPageManager::RequestHandle const* w = r.request->swaRequest()) {
+            out.batch_size = w->batchSize();
+            out.has_context_reuse = 0;
+            out.speculative = 0;
+            out.has_pending_joiner = 0;
+            out.live = w->valid() ? 1 : 0;
+            return;
+        }
+        ContextCacheCoordinator::RequestHandle const& h = contextOf(r, "ctxc_kv_request_info").handle();
         out.batch_size = h.batchSize();
-        out.has_context_reuse = r.request->hasContextReuse() ? 1 : 0;
+        out.has_context_reuse = 1;
         out.speculative = h.speculative() ? 1 : 0;
         out.has_pending_joiner = h.hasPendingJoiner() ? 1 : 0;
         out.live = h.valid() ? 1 : 0;
@@ -481,7 +538,7 @@ CTXC_API ctxc_status_t ctxc_kv_request_sequence_info(const ctxc_kv_request_t* re
     return guard(__func__, [&] {
         ctxc_kv_sequence_info_t& out = requireSized(out_info, "out_info");
         KvRequestObject& r = requireRequest(request);
-        ContextCacheSequenceInfo s = contextOf(r).handle().sequence(row);
+        ContextCacheSequenceInfo s = contextOf(r, "ctxc_kv_request_sequence_info").handle().sequence(row);
         r.basePagesView = std::move(s.basePages);
         r.draftPagesView = std::move(s.draftPages);
         out.resident = ctxc_resident_ref_t{s.resident.slot, 0, s.resident.epoch};
@@ -511,6 +568,28 @@ CTXC_API ctxc_status_t ctxc_kv_request_prepare_prefill(ctxc_kv_request_t* reques
     return guard(__func__, [&] {
         KvRequestObject& r = requireRequest(request);
         answer(r, r.request->preparePrefill());
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_request_prepare_swa_prefill(ctxc_kv_request_t* request, const int32_t* lengths,
+                                                           size_t count) {
+    return guard(__func__, [&] {
+        KvRequestObject& r = requireRequest(request);
+        answer(r, r.request->prepareSwaPrefill(int32s(lengths, count, "lengths")));
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_request_swa_state(const ctxc_kv_request_t* request, int32_t row,
+                                                 ctxc_swa_state_t* out_state) {
+    return guard(__func__, [&] {
+        ctxc_swa_state_t& out = requireSized(out_state, "out_state");
+        KvRequestObject& r = requireRequest(request);
+        runtime::BoundedSwaKVPageManager::RequestHandle* w = r.request->swaRequest();
+        if (!w)
+            throw ContractError(
+                "ctxc_kv_request_swa_state: the request runs on the context-reuse backend, which "
+                "keeps no window (ctxc_kv_request_sequence_info reads its rows)");
+        fillSwaState(requireSwaManager(r.swaManagerHandle).state(*w, row), out);
     });
 }
 
@@ -607,7 +686,10 @@ CTXC_API ctxc_status_t ctxc_kv_request_admit_sequence(ctxc_kv_request_t* request
             s.tokenIds, s.loraName, h, start, residentOf(*resident), nullptr, mediaTokenIds, s.media);
         status = static_cast<int32_t>(admitted);
         if (admitted == ContextCacheRequest::AdmitSequenceStatus::kAdmitted) prefillStart = start;
-        if (admitted == ContextCacheRequest::AdmitSequenceStatus::kFailed) failed(r);
+        if (admitted == ContextCacheRequest::AdmitSequenceStatus::kFailed)
+            failed(r,
+                   "the bounded-SWA backend has no live-slot admission (its per-slot window state cannot join a "
+                   "running batch)");
     });
 }
 
@@ -615,7 +697,8 @@ CTXC_API ctxc_status_t ctxc_kv_request_finalize_sequence_admission(ctxc_kv_reque
                                                                    int32_t lookahead_token, int32_t full_input_length) {
     return guard(__func__, [&] {
         KvRequestObject& r = requireRequest(request);
-        answer(r, r.request->finalizeSequenceAdmission(row, lookahead_token, full_input_length));
+        answer(r, r.request->finalizeSequenceAdmission(row, lookahead_token, full_input_length),
+               "the bounded-SWA backend has no live-slot admission");
     });
 }
 

@@ -8,6 +8,7 @@
 #include "capi/api_support.h"
 #include "capi/device_handles.h"
 #include "capi/handle_table.h"
+#include "capi/swa_handles.h"
 #include "ctxcache.h"
 #include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
 
@@ -17,31 +18,14 @@ namespace {
 using runtime::BoundedSwaKVPageManager;
 using runtime::SwaKVCacheStatus;
 
-struct SwaManagerObject {
-    // The device objects and their backends (declared first: they outlive the manager).
-    std::vector<std::shared_ptr<void>> keep;
-    std::unique_ptr<BoundedSwaKVPageManager> manager;
-
-    SwaManagerObject() = default;
-    SwaManagerObject(SwaManagerObject const&) = delete;
-    SwaManagerObject& operator=(SwaManagerObject const&) = delete;
-    ~SwaManagerObject() {
-        manager.reset();
-        while (!keep.empty()) keep.pop_back();
-    }
-};
-
 struct SwaRequestObject {
     void const* managerHandle = nullptr;
     BoundedSwaKVPageManager::RequestHandle handle;
 };
 
-auto& swaManagers() { return handleTable<SwaManagerObject, 0xCD>(); }
 auto& swaRequests() { return handleTable<SwaRequestObject, 0xCE>(); }
 
-BoundedSwaKVPageManager& requireManager(void const* handle) {
-    return *requireObject(swaManagers(), handle, "manager").manager;
-}
+BoundedSwaKVPageManager& requireManager(void const* handle) { return requireSwaManager(handle); }
 
 // The request and its live manager (CTXC_E_INVALID_HANDLE when the manager was destroyed first).
 std::pair<SwaRequestObject*, BoundedSwaKVPageManager*> requireRequest(void const* handle) {
@@ -219,18 +203,7 @@ CTXC_API ctxc_status_t ctxc_swa_request_state(const ctxc_swa_request_t* request,
     return guard(__func__, [&] {
         ctxc_swa_state_t& out = requireSized(out_state, "out_state");
         auto [r, m] = requireRequest(request);
-        runtime::SwaKVCacheState const& s = m->state(r->handle, row);
-        out.resident.slot = s.resident.slot;
-        out.resident.reserved = 0;
-        out.resident.epoch = s.resident.epoch;
-        out.exact_resident_token_count = s.exactResidentTokenCount;
-        out.retained_logical_page_begin = s.retainedLogicalPageBegin;
-        out.retained_logical_page_end = s.retainedLogicalPageEnd;
-        out.bound_pages = static_cast<int32_t>(s.pageBindings.size());
-        out.pending_retire_pages = static_cast<int32_t>(s.pendingRetireBindings.size());
-        out.reserved_pages = static_cast<int32_t>(s.reservedPages.size());
-        out.pending_endpoint = s.pendingEndpoint.value_or(-1);
-        out.peak_bound_pages = s.peakBoundPages;
+        fillSwaState(m->state(r->handle, row), out);
     });
 }
 
