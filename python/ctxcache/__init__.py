@@ -119,8 +119,9 @@ from .runtime import (  # noqa: E402
     ResidentRef,
     SequenceInfo,
     SpecReuseContract,
+    SwaState,
 )
-from .swa import BoundedSwaKVPageManager, SwaRequest, SwaState  # noqa: E402
+from .swa import BoundedSwaKVPageManager, SwaRequest  # noqa: E402
 
 # Spelled out (not computed) so that type checkers see what the package exports.
 __all__ = [

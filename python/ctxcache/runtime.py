@@ -208,6 +208,32 @@ class SequenceInfo:
 
 
 @dataclass(frozen=True)
+class SwaState:
+    """One sequence's window on the bounded-SWA backend (ctxc_swa_state_t)."""
+
+    resident: ResidentRef
+    exact_resident_token_count: int
+    retained_logical_page_begin: int
+    retained_logical_page_end: int
+    bound_pages: int
+    pending_retire_pages: int
+    reserved_pages: int
+    pending_endpoint: int | None
+    peak_bound_pages: int
+
+
+def _swa_state(out: Any) -> SwaState:
+    return SwaState(resident=ResidentRef(int(out.resident.slot), int(out.resident.epoch)),
+                    exact_resident_token_count=int(out.exact_resident_token_count),
+                    retained_logical_page_begin=int(out.retained_logical_page_begin),
+                    retained_logical_page_end=int(out.retained_logical_page_end),
+                    bound_pages=int(out.bound_pages), pending_retire_pages=int(out.pending_retire_pages),
+                    reserved_pages=int(out.reserved_pages),
+                    pending_endpoint=None if out.pending_endpoint < 0 else int(out.pending_endpoint),
+                    peak_bound_pages=int(out.peak_bound_pages))
+
+
+@dataclass(frozen=True)
 class AdmitResult:
     status: AdmitSequenceStatus
     prefill_start: int
@@ -508,23 +534,33 @@ class ContextCacheCoordinator(_Handle):
 
 
 class ManagedKVCacheRequest(_Handle):
-    """One runtime request over a coordinator; a context manager whose exit abandons it if unfinished."""
+    """One runtime request over exactly one backend, a context-cache coordinator or a bounded sliding-window page
+    manager (reuse off); a context manager whose exit abandons it if unfinished. On the SWA backend the
+    context-only members answer the seed's backstops: prefill_starts is empty, prepare_prefill and
+    enqueue_prefill_captures do nothing, admit_sequence and finalize_sequence_admission raise RequestFailedError,
+    retract_sequence_admission is True, reuse_token_length, sequence() and the Hybrid+MTP members raise
+    ContractError; prepare_swa_prefill prepares each prefill chunk and swa_state(row) reads a window."""
 
     _destroy = staticmethod(lib.ctxc_kv_request_destroy)
     _what = "request"
-    coordinator: ContextCacheCoordinator  # set by begin()
+    coordinator: ContextCacheCoordinator | None  # set by begin(): the context-reuse backend, or
+    swa_manager: Any  # the BoundedSwaKVPageManager of the SWA backend (None on the other)
 
     @classmethod
-    def begin(cls, coordinator: ContextCacheCoordinator, requests: Sequence[Request], context: DecodingContext, *,
+    def begin(cls, backend: Any, requests: Sequence[Request], context: DecodingContext, *,
               speculative: bool = False, headroom: Any = Headroom(),
               token_state_contract: Any = TokenStateContract.COMMITTED_PLUS_LOOKAHEAD,
               commit_policy: Any = CommitPolicy.INCLUDING_GENERATED_TOKENS, media_token_ids: Any = (),
               stream: int | None = None, lookup_policy: Any = LookupPolicy.USE_CACHE) -> ManagedKVCacheRequest:
-        """Admit the batch (one sequence per request; context: the same batch with one resident ref per row).
-        RequestFailedError on capacity or another active request; PoisonedError while quarantined work is
-        unresolved."""
-        if not isinstance(coordinator, ContextCacheCoordinator):
-            raise ArgumentTypeError(f"coordinator must be a ContextCacheCoordinator, got {type(coordinator).__name__}")
+        """Admit the batch (one sequence per request; context: the same batch with one resident ref per row) on
+        `backend`: a ContextCacheCoordinator, or a BoundedSwaKVPageManager (non-speculative, committed+lookahead,
+        headroom (1, 0); lookup, commit policy and media are not read there). RequestFailedError on capacity or
+        another active request; PoisonedError while quarantined work is unresolved."""
+        from .swa import BoundedSwaKVPageManager  # swa imports this module
+
+        if not isinstance(backend, (ContextCacheCoordinator, BoundedSwaKVPageManager)):
+            raise ArgumentTypeError("backend must be a ContextCacheCoordinator or a BoundedSwaKVPageManager, got "
+                                    f"{type(backend).__name__}")
         keep: list[Any] = []
         requests = list(requests)
         sequences = ffi.new("ctxc_sequence_request_t[]", len(requests))
@@ -541,11 +577,13 @@ class ManagedKVCacheRequest(_Handle):
         options.media_token_ids, options.media_token_id_count = _int32s(media_token_ids, "media_token_ids", keep)
         options.stream = _pointer(stream, "stream")
         out = ffi.new("ctxc_kv_request_t **")
-        check(lib.ctxc_kv_request_begin(coordinator._live(), sequences if requests else _NULL, len(requests),
-                                        c_context, options, out))
+        on_context = isinstance(backend, ContextCacheCoordinator)
+        begin = lib.ctxc_kv_request_begin if on_context else lib.ctxc_kv_request_begin_swa
+        check(begin(backend._live(), sequences if requests else _NULL, len(requests), c_context, options, out))
         self = cls.__new__(cls)
-        _Handle.__init__(self, out[0], (coordinator,))
-        self.coordinator = coordinator
+        _Handle.__init__(self, out[0], (backend,))
+        self.coordinator = backend if isinstance(backend, ContextCacheCoordinator) else None
+        self.swa_manager = None if self.coordinator is not None else backend
         return self
 
     def _request_info(self) -> Any:
@@ -607,6 +645,18 @@ class ManagedKVCacheRequest(_Handle):
 
     def prepare_prefill(self) -> None:
         check(lib.ctxc_kv_request_prepare_prefill(self._live()))
+
+    def prepare_swa_prefill(self, lengths: Any) -> None:
+        """SWA backend: one prefill chunk, row i's KV endpoint moves to lengths[i] (a second call first completes
+        the previous chunk; complete_prefill completes the last). A no-op on the context-reuse backend."""
+        keep: list[Any] = []
+        check(lib.ctxc_kv_request_prepare_swa_prefill(self._live(), *_int32s(lengths, "lengths", keep)))
+
+    def swa_state(self, row: int) -> SwaState:
+        """SWA backend: row `row`'s window (ContractError on the context-reuse backend)."""
+        out = new_output("ctxc_swa_state_t")
+        check(lib.ctxc_kv_request_swa_state(self._live(), _arrays.integer(row, "row", minimum=None), out))
+        return _swa_state(out)
 
     def enqueue_prefill_captures(self) -> None:
         check(lib.ctxc_kv_request_enqueue_prefill_captures(self._live()))
@@ -731,5 +781,5 @@ class ManagedKVCacheRequest(_Handle):
 __all__ = [
     "AdmitResult", "ContextCacheCoordinator", "ContextCacheMetrics", "DecodingContext", "Headroom",
     "ManagedKVCacheRequest", "MediaItem", "PoolMetrics", "Request", "ResidentRef", "SequenceInfo",
-    "SpecReuseContract",
+    "SpecReuseContract", "SwaState",
 ]

@@ -17,20 +17,22 @@ bound in the sparse-window table; a page that left the window stays mapped until
 the library's (:class:`ctxcache.ContractError`); capacity is :class:`ctxcache.RequestFailedError`, a failed
 synchronisation :class:`ctxcache.PoisonedError` until :meth:`BoundedSwaKVPageManager.shutdown` succeeds.
 Lifetimes as the coordinator's (docs: ctxcache.runtime). Single writer.
+
+The request facade runs on this backend too: ``ctxcache.ManagedKVCacheRequest.begin(manager, requests, context)``
+drives the same windows from the engine's decoding context (one chunk per ``prepare_swa_prefill``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import KvLengths, KvPagePool, KvPageTable, _Handle
 from .errors import ArgumentTypeError
-from .runtime import (
-    ResidentRef,
+from .runtime import (  # SwaState: the state of a window, kept in runtime (the facade returns it too)
+    SwaState,
     Synchronizer,
     _address,
     _int32s,
@@ -38,26 +40,12 @@ from .runtime import (
     _next_key,
     _pointer,
     _resident,
+    _swa_state,
     _synchronize,
     _synchronizers,
 )
 
 _NULL = ffi.NULL
-
-
-@dataclass(frozen=True)
-class SwaState:
-    """One sequence's window (ctxc_swa_state_t)."""
-
-    resident: ResidentRef
-    exact_resident_token_count: int
-    retained_logical_page_begin: int
-    retained_logical_page_end: int
-    bound_pages: int
-    pending_retire_pages: int
-    reserved_pages: int
-    pending_endpoint: int | None
-    peak_bound_pages: int
 
 
 def _destroy_manager(handle: Any) -> int:
@@ -190,14 +178,7 @@ class SwaRequest(_Handle):
     def state(self, row: int) -> SwaState:
         out = new_output("ctxc_swa_state_t")
         check(lib.ctxc_swa_request_state(self._live(), _arrays.integer(row, "row", minimum=None), out))
-        return SwaState(resident=ResidentRef(int(out.resident.slot), int(out.resident.epoch)),
-                        exact_resident_token_count=int(out.exact_resident_token_count),
-                        retained_logical_page_begin=int(out.retained_logical_page_begin),
-                        retained_logical_page_end=int(out.retained_logical_page_end),
-                        bound_pages=int(out.bound_pages), pending_retire_pages=int(out.pending_retire_pages),
-                        reserved_pages=int(out.reserved_pages),
-                        pending_endpoint=None if out.pending_endpoint < 0 else int(out.pending_endpoint),
-                        peak_bound_pages=int(out.peak_bound_pages))
+        return _swa_state(out)
 
     def finish(self) -> None:
         check(lib.ctxc_swa_request_finish(self._live()))

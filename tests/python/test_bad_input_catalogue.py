@@ -688,8 +688,14 @@ def _admit(w: Rt, slot: int, epoch: int, request=None):
 
 RUNTIME_CATALOGUE: dict[str, list] = {
     "null_handle": [
-        case("rt_begin_on_no_coordinator", ArgumentTypeError, "coordinator must be a ContextCacheCoordinator, got NoneType",
+        case("rt_begin_on_no_coordinator", ArgumentTypeError,
+             "backend must be a ContextCacheCoordinator or a BoundedSwaKVPageManager, got NoneType",
              lambda w: ManagedKVCacheRequest.begin(None, [Request([1])], w.context)),
+        case("rt_c_begin_swa_on_a_coordinator", InvalidHandleError,
+             "ctxc_kv_request_begin_swa: manager is not a live handle",
+             lambda w: check(lib.ctxc_kv_request_begin_swa(ffi.cast("ctxc_swa_manager_t *", w.coordinator._live()),
+                                                           ffi.NULL, 0, ffi.NULL, ffi.NULL,
+                                                           ffi.new("ctxc_kv_request_t **")))),
         case("rt_c_null_request", InvalidHandleError, "ctxc_kv_request_prepare_prefill: request is NULL",
              lambda w: check(lib.ctxc_kv_request_prepare_prefill(ffi.NULL))),
         case("rt_coordinator_over_a_table_as_pool", ArgumentTypeError, "base_pool must be a KvPagePool or None, got KvPageTable",

@@ -280,7 +280,7 @@ def test_python_checks_only_what_c_cannot_see(coordinator):
     with pytest.raises(ctxcache.InvalidArgumentError, match="context.status has 2 entries for 1 rows"):
         ManagedKVCacheRequest.begin(coordinator, [Request([1, 2, 3])],
                                     DecodingContext([[1, 2, 3]], [3], [0], [RUNNING, RUNNING], [ResidentRef(0, 1)]))
-    with pytest.raises(ctxcache.ArgumentTypeError, match="coordinator must be a ContextCacheCoordinator"):
+    with pytest.raises(ctxcache.ArgumentTypeError, match="backend must be a ContextCacheCoordinator or a BoundedSwaKVPageManager"):
         ManagedKVCacheRequest.begin(None, [Request([1, 2, 3])], context)
     # Values are the library's: an unknown enum value reaches C and comes back as its InvalidArgumentError.
     with pytest.raises(ctxcache.InvalidArgumentError, match="ctxc_kv_request_begin: options->token_state_contract 9"):
