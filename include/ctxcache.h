@@ -595,7 +595,7 @@ typedef struct ctxc_snapshot_transfer {
     int32_t partial_kv_slot;
     int32_t base_page; /* K page id in the base pool */
     int32_t draft_page; /* K page id in the draft pool (iff the storage has one) */
-    int32_t valid_tokens; /* 0 < valid_tokens < page_size */
+    int32_t valid_tokens; /* 0 < valid_tokens < page_size; == page_size allowed with a draft pool (Hybrid+MTP) */
     int32_t reserved;
 } ctxc_snapshot_transfer_t;
 
@@ -1172,8 +1172,20 @@ CTXC_API ctxc_status_t ctxc_kv_request_finalize_sequence_admission(ctxc_kv_reque
                                                                    int32_t lookahead_token, int32_t full_input_length);
 /* Undo an admitted, not yet finalized joiner. *out_retracted = 0 when there was none. */
 CTXC_API ctxc_status_t ctxc_kv_request_retract_sequence_admission(ctxc_kv_request_t *request, int32_t *out_retracted);
-/* Hybrid+MTP endpoints: no deployment serves them yet (a speculative hybrid profile is refused at creation), so
- * these answer CTXC_E_REQUEST_FAILED with the reason. */
+/* Hybrid+MTP (a CTXC_MODEL_HYBRID coordinator with has_spec = 1 and owns_paged_spec_state = 1: an MTP head with
+ * its own draft pool, snapshot storage over the base and draft pools with boundary_hidden = 1; speculative,
+ * text-only requests of one sequence under CTXC_COMMIT_PREFILL_STATE_ONLY). A checkpoint at exact length E
+ * holds the recurrent state after E tokens, base KV [0, E), draft KV [0, E - 1) (the draft at E - 1 reads token
+ * E, private to whoever reuses it) and the base hidden row of position E - 1.
+ * publish_hybrid_mtp_endpoint: during prefill (after prepare_prefill, before complete_prefill), with the device
+ * state at E = resident_state_length: copies row boundary_hidden_row of base_hidden_states (fp16 [rows,
+ * hidden_size], memory of the coordinator's backend) into the slot's resident state, captures recurrent state,
+ * hidden row and the base + draft page floor((E - 1) / page_size) in one launch, synchronises once and publishes
+ * floor((E - 1) / page_size) paired blocks (CTXC_OK without publishing for a bypassed row or under snapshot
+ * pressure). A later request that hits it starts prefill at E (base lengths E, draft lengths E - 1);
+ * restore_hybrid_mtp_boundary_hidden then copies the restored row into base_hidden_states at destination_row.
+ * `row` is the batch row. CTXC_E_CONTRACT on another deployment, a bad row, length, phase or tensor;
+ * CTXC_E_POISONED after a failed synchronisation (the request is quarantined). */
 CTXC_API ctxc_status_t ctxc_kv_request_publish_hybrid_mtp_endpoint(ctxc_kv_request_t *request, int32_t row,
                                                                    int32_t resident_state_length,
                                                                    const ctxc_tensor_view_t *base_hidden_states,

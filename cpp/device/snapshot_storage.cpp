@@ -170,9 +170,13 @@ void SnapshotStorage::build(SnapshotTransfer const& t, bool capture) {
                          std::to_string(draft_->numPages()) + ")");
         if (!draft_ && t.draftPage != -1) fail(op, "a draft page was given but this storage has no draft pool");
         int32_t const pageSize = std::min(base_->pageSize(), draft_ ? draft_->pageSize() : base_->pageSize());
-        if (t.validTokens <= 0 || t.validTokens >= pageSize)
-            fail(op,
-                 "validTokens " + std::to_string(t.validTokens) + " is outside (0, " + std::to_string(pageSize) + ")");
+        // A whole base page is a shared page, never a partial snapshot, except with a draft pool (Hybrid+MTP): a
+        // checkpoint at a page-aligned length keeps its last base page here because that page's draft half lags
+        // one token behind (the boundary token's draft KV belongs to whoever reuses the checkpoint).
+        bool const fullPageAllowed = draft_ != nullptr;
+        if (t.validTokens <= 0 || t.validTokens > pageSize || (t.validTokens == pageSize && !fullPageAllowed))
+            fail(op, "validTokens " + std::to_string(t.validTokens) + " is outside (0, " + std::to_string(pageSize) +
+                         (fullPageAllowed ? "]" : ")"));
     }
 
     spans_.clear();

@@ -58,9 +58,14 @@ ContextCachePhysicalResources const& validated(ContextCacheConfig const& config,
     if (config.maxRecords < 0) contract(op, "maxRecords must be non-negative (" + str(config.maxRecords) + ")");
     if (config.pageSize < 0) contract(op, "pageSize must be non-negative (" + str(config.pageSize) + ")");
     if (profile.baseStateKind > ContextCacheModelStateKind::kHybrid) contract(op, "unknown model state kind");
-    if (profile.isSpeculative() && profile.usesCheckpointReuse())
-        contract(op, std::string("speculative reuse on a ") + toString(profile.baseStateKind) +
-                         " model is not supported (Hybrid+MTP needs the kHybridMtp plan)");
+    if (profile.isSpeculative() && profile.isPureRecurrent())
+        contract(op, "speculative reuse on a pure recurrent model is not supported (Appendix C)");
+    if (profile.isSpeculative() && profile.isHybrid() &&
+        (!profile.ownsPagedSpecState() || profile.specReuseContract->futureDependencyTokens != 1))
+        contract(op,
+                 "a speculative hybrid deployment must be Hybrid+MTP: an MTP head with its own draft pool and a "
+                 "one-token future dependency (EAGLE, DFlash, JetSpec, DSpark and shared-KV drafters on hybrid "
+                 "models are not supported, Appendix C)");
     if (profile.specReuseContract && profile.specReuseContract->futureDependencyTokens < 0)
         contract(op, "spec contract futureDependencyTokens is negative");
     device::DeviceBackend* backend = nullptr;
@@ -118,7 +123,15 @@ ContextCachePhysicalResources const& validated(ContextCacheConfig const& config,
         if (r.snapshots->basePool() != r.basePool)
             contract(op, std::string("the snapshot storage was built over ") +
                              (r.basePool ? "another base pool" : "a base pool this deployment does not have"));
-        if (r.snapshots->draftPool() != nullptr) contract(op, "the snapshot storage holds draft partial KV");
+        if (profile.isHybridMtp()) {
+            // The partial slot carries the draft pool's page with the base one, the recurrent slot the hidden row.
+            if (r.snapshots->draftPool() != r.draftPool)
+                contract(op, "a Hybrid+MTP deployment needs snapshot storage built over its draft pool");
+            if (!r.snapshots->boundaryHidden())
+                contract(op, "a Hybrid+MTP deployment needs snapshot storage with the boundary hidden row");
+        } else if (r.snapshots->draftPool() != nullptr) {
+            contract(op, "the snapshot storage holds draft partial KV");
+        }
         if (r.snapshots->recurrentSlots() <= 0) contract(op, "checkpoint reuse needs at least one recurrent slot");
         if (profile.isHybrid() && r.snapshots->partialKvSlots() <= 0)
             contract(op, "a hybrid model needs at least one partial-KV slot");
@@ -437,6 +450,19 @@ ContextCacheCoordinator::BeginRequestResult ContextCacheCoordinator::beginReques
     if (headroom.baseExtraTokens < 0 || headroom.draftExtraTokens < 0) contract(op, "headroom is negative");
     if (admission.speculativeRequest && !profile_.isSpeculative())
         contract(op, "a speculative request on a deployment without a spec contract");
+    if (profile_.isHybridMtp()) {
+        // Appendix C: Hybrid+MTP reuse serves text-only batches of one under the prefill-state-only commit policy
+        // (the MTP draft KV lags the base by the last accepted span, so no decode-end state is publishable).
+        if (!admission.speculativeRequest)
+            contract(op, "a Hybrid+MTP deployment serves speculative requests only");
+        if (admission.sequences.size() != 1)
+            contract(op, "Hybrid+MTP reuse serves a batch of one sequence, got " +
+                             str(static_cast<int64_t>(admission.sequences.size())));
+        if (admission.commitPolicy != ContextCacheCommitPolicy::kPrefillStateOnly)
+            contract(op, "Hybrid+MTP reuse needs the prefill-state-only commit policy");
+        if (!admission.sequences[0].perPositionMediaHash.empty())
+            contract(op, "Hybrid+MTP reuse serves text-only requests (the sequence carries media)");
+    }
     std::vector<ContextCacheLookupPolicy> policies;
     policies.reserve(admission.sequences.size());
     bool anyMedia = false;
@@ -549,6 +575,8 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
                 for (int32_t length : manager_.hybridCandidateLengths(n, seq.hashes))
                     candidates.push_back({length, exactDigest(seq, hasher_, pageSize_, length)});
             }
+            if (profile_.isHybridMtp())
+                return manager_.acquireHybridMtp(candidates, seq.hashes.data(), hashCount, n, p, coverage);
             return manager_.acquireHybrid(candidates, seq.hashes.data(), hashCount, n, profile_.hasAttention(), p,
                                           coverage);
         }
@@ -646,8 +674,17 @@ void ContextCacheCoordinator::restoreOrZero(SequenceState const& seq) {
     t.recurrentSlot = *recurrent;
     if (std::optional<int32_t> partial = seq.lease.partialKvSnapshotSlot()) {
         t.partialKvSlot = *partial;
-        t.basePage = seq.lease.basePages()[static_cast<size_t>(seq.reuse / pageSize_)];
-        t.validTokens = seq.reuse % pageSize_;
+        if (seq.lease.mode() == ReusePlanMode::kHybridMtp) {
+            // The paired page fb = floor((E - 1) / P): base tokens [fb P, E), the draft's one fewer (restored too;
+            // the engine recomputes the draft at E - 1 before anything reads it).
+            size_t const fb = static_cast<size_t>((seq.reuse - 1) / pageSize_);
+            t.basePage = seq.lease.basePages()[fb];
+            t.draftPage = seq.lease.draftPages()[fb];
+            t.validTokens = seq.reuse - static_cast<int32_t>(fb) * pageSize_;
+        } else {
+            t.basePage = seq.lease.basePages()[static_cast<size_t>(seq.reuse / pageSize_)];
+            t.validTokens = seq.reuse % pageSize_;
+        }
     }
     resources_.snapshots->restore(t);
     ++counters_.hybridRestores;
@@ -666,8 +703,12 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::preparePrefill(RequestHan
     lengths.reserve(s.sequences.size());
     for (SequenceState const& seq : s.sequences) lengths.push_back(seq.reuse);
     if (profile_.hasAttention()) resources_.baseLengths->set(lengths.data(), static_cast<int32_t>(lengths.size()));
-    if (profile_.ownsPagedSpecState())
+    if (profile_.ownsPagedSpecState()) {
+        // Hybrid+MTP: the draft KV of a checkpoint at E ends at E - 1 (its boundary position is recomputed).
+        if (profile_.isHybridMtp())
+            for (int32_t& length : lengths) length = std::max(0, length - 1);
         resources_.draftLengths->set(lengths.data(), static_cast<int32_t>(lengths.size()));
+    }
     s.devicePending = true;
     s.phase = Phase::kPrefillPrepared;
     return Status::kOk;
@@ -703,7 +744,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::enqueuePrefillCaptures(Re
     RequestState& s = live(request, op);
     if (s.phase == Phase::kQuarantined) return Status::kPoisoned;
     requirePhase(op, s, {Phase::kPrefillPrepared});
-    if (profile_.usesCheckpointReuse()) {
+    // Hybrid+MTP captures only at its endpoint (publishHybridMtpEndpoint).
+    if (profile_.usesCheckpointReuse() && !profile_.isHybridMtp()) {
         for (SequenceState& seq : s.sequences)
             if (!seq.bypass) stageCapture(seq, seq.inputLength);
         s.devicePending = true;
@@ -813,6 +855,109 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::finalizePrefillPublicatio
     return Status::kOk;
 }
 
+// ---- Hybrid+MTP endpoint ---------------------------------------------------------------------------------
+
+// The address of row `row` of an fp16 [rows, hiddenSize] tensor on the coordinator's backend (throws).
+char* ContextCacheCoordinator::hiddenRowOf(char const* op, TensorView const& tensor, int32_t row) const {
+    int32_t const hidden = resources_.residentState->geometry().hiddenSize;
+    if (!tensor.data) contract(op, "baseHiddenStates has no data");
+    if (tensor.dtype != ScalarType::kFp16) contract(op, "baseHiddenStates must be fp16 (the boundary row's type)");
+    if (tensor.shape.size() != 2 || tensor.shape[1] != hidden)
+        contract(op, "baseHiddenStates must be [rows, " + str(hidden) + "] (the model's hidden size)");
+    if (row < 0 || row >= tensor.shape[0])
+        contract(op, "hidden row " + str(row) + " is outside [0, " + str(tensor.shape[0]) + ")");
+    bool const onDevice = resources_.residentState->backend().kind() == device::BackendKind::kCuda;
+    if (onDevice != (tensor.device >= 0))
+        contract(op, std::string("baseHiddenStates must be ") + (onDevice ? "device" : "host") +
+                         " memory (the coordinator's backend)");
+    return static_cast<char*>(tensor.data) + static_cast<size_t>(row) * static_cast<size_t>(hidden) * 2;
+}
+
+ContextCacheCoordinatorStatus ContextCacheCoordinator::publishHybridMtpEndpoint(RequestHandle& request, int32_t row,
+                                                                                int32_t residentStateLength,
+                                                                                TensorView const& baseHiddenStates,
+                                                                                int32_t boundaryHiddenRow) {
+    char const* op = "publishHybridMtpEndpoint";
+    RequestState& s = live(request, op);
+    if (s.phase == Phase::kQuarantined) return Status::kPoisoned;
+    if (!profile_.isHybridMtp()) contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
+    requirePhase(op, s, {Phase::kPrefillPrepared, Phase::kPrefillCaptured});
+    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size())
+        contract(op, "row " + str(row) + " is out of range");
+    SequenceState& seq = s.sequences[static_cast<size_t>(row)];
+    int32_t const E = residentStateLength;
+    if (E < 1 || E > seq.inputLength || E < seq.reuse)
+        contract(op, "residentStateLength " + str(E) + " must lie in [max(1, prefill start " + str(seq.reuse) +
+                         "), input length " + str(seq.inputLength) + "]");
+    char* const source = hiddenRowOf(op, baseHiddenStates, boundaryHiddenRow);
+    if (seq.bypass) return Status::kOk;  // nothing is published for a bypassed sequence
+    device::ResidentState& state = *resources_.residentState;
+    std::optional<HybridSnapshotReservation> reservation = manager_.reserveHybridSnapshots(seq.lease, true);
+    if (!reservation) {
+        ++counters_.hybridSnapshotPressureSkips;
+        return Status::kOk;
+    }
+    int32_t const fb = (E - 1) / pageSize_;
+    device::SnapshotTransfer t;
+    t.batchSlot = seq.resident.slot;
+    t.recurrentSlot = reservation->recurrentSnapshotSlot;
+    t.partialKvSlot = reservation->partialKvSnapshotSlot.value_or(-1);
+    t.basePage = seq.lease.basePages()[static_cast<size_t>(fb)];
+    t.draftPage = seq.lease.draftPages()[static_cast<size_t>(fb)];
+    t.validTokens = E - fb * pageSize_;
+    try {
+        state.backend().copy(state.row(device::StatePart::kBoundaryHidden, 0, seq.resident.slot), source,
+                             state.rowBytes(device::StatePart::kBoundaryHidden));
+        resources_.snapshots->capture(t);
+    } catch (...) {
+        manager_.retireHybridSnapshotReservation(seq.lease, *reservation);
+        throw;
+    }
+    extendHashes(seq, hasher_, pageSize_, E);
+    seq.staged = StagedCheckpoint{*reservation, E, exactDigest(seq, hasher_, pageSize_, E)};
+    s.devicePending = true;
+    ++counters_.hybridCaptureSynchronizations;
+    if (!synchronize(s)) return quarantineLive(request, std::string(op) + ": the capture synchronisation failed");
+    StagedCheckpoint const staged = *seq.staged;
+    seq.staged.reset();
+    ++counters_.publicationAttempts;
+    try {
+        PublishResult const r =
+            manager_.publishHybridMtp(seq.lease, seq.hashes.data(), static_cast<size_t>(fb),
+                                      HybridCheckpointKey{staged.digest, staged.length}, staged.reservation);
+        if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
+        else ++counters_.existingPublications;
+        ++counters_.publishedEndpoints;
+        ++counters_.specPairPublications;
+    } catch (...) {
+        manager_.retireHybridSnapshotReservation(seq.lease, staged.reservation);
+        throw;
+    }
+    manager_.retireHybridSnapshotReservation(seq.lease, staged.reservation);
+    return Status::kOk;
+}
+
+ContextCacheCoordinatorStatus ContextCacheCoordinator::restoreHybridMtpBoundaryHidden(RequestHandle& request,
+                                                                                      int32_t row,
+                                                                                      TensorView& baseHiddenStates,
+                                                                                      int32_t destinationRow) {
+    char const* op = "restoreHybridMtpBoundaryHidden";
+    RequestState& s = live(request, op);
+    if (s.phase == Phase::kQuarantined) return Status::kPoisoned;
+    if (!profile_.isHybridMtp()) contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
+    requirePhase(op, s, {Phase::kPrefillPrepared, Phase::kPrefillCaptured});
+    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size())
+        contract(op, "row " + str(row) + " is out of range");
+    SequenceState const& seq = s.sequences[static_cast<size_t>(row)];
+    if (seq.reuse == 0) contract(op, "row " + str(row) + " restored no checkpoint (its prefill starts at 0)");
+    char* const destination = hiddenRowOf(op, baseHiddenStates, destinationRow);
+    device::ResidentState& state = *resources_.residentState;
+    state.backend().copy(destination, state.row(device::StatePart::kBoundaryHidden, 0, seq.resident.slot),
+                         state.rowBytes(device::StatePart::kBoundaryHidden));
+    s.devicePending = true;
+    return Status::kOk;
+}
+
 // ---- decode -----------------------------------------------------------------------------------------------
 
 ContextCacheCoordinatorStatus ContextCacheCoordinator::failRequest(RequestState& s, std::string why) {
@@ -824,8 +969,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::failRequest(RequestState&
 bool ContextCacheCoordinator::coverRow(SequenceState& seq, DecodingKvHeadroom const& headroom, std::string& why) {
     if (!profile_.hasAttention()) return true;
     int32_t const base = ceilDiv(static_cast<int64_t>(seq.committed) + headroom.baseExtraTokens, pageSize_);
-    int32_t const draft = seq.lease.mode() == ReusePlanMode::kSpec
-                              ? ceilDiv(static_cast<int64_t>(seq.committed) + headroom.draftExtraTokens, pageSize_)
+    bool const paired = seq.lease.mode() == ReusePlanMode::kSpec || seq.lease.mode() == ReusePlanMode::kHybridMtp;
+    int32_t const draft = paired ? ceilDiv(static_cast<int64_t>(seq.committed) + headroom.draftExtraTokens, pageSize_)
                               : 0;
     int32_t const haveBase = static_cast<int32_t>(seq.lease.basePages().size());
     int32_t const haveDraft = static_cast<int32_t>(seq.lease.draftPages().size());
@@ -835,8 +980,7 @@ bool ContextCacheCoordinator::coverRow(SequenceState& seq, DecodingKvHeadroom co
         why = "resident slot " + str(seq.resident.slot) + " needs " + str(base) + " pages, beyond the page table";
         return false;
     }
-    bool grown = seq.lease.mode() == ReusePlanMode::kSpec
-                     ? manager_.growSpecPages(seq.lease, std::max(0, base - haveBase), std::max(0, draft - haveDraft))
+    bool grown = paired ? manager_.growSpecPages(seq.lease, std::max(0, base - haveBase), std::max(0, draft - haveDraft))
                      : manager_.growBasePages(seq.lease, std::max(0, base - haveBase));
     if (!grown) {
         why = "insufficient capacity to grow resident slot " + str(seq.resident.slot) + " to " + str(base) + " pages";

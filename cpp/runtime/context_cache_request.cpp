@@ -253,16 +253,17 @@ bool ContextCacheRequest::retractSequenceAdmission() noexcept {
     return coordinator_->retractSequenceAdmission(handle_);
 }
 
-bool ContextCacheRequest::publishHybridMtpEndpoint(int32_t, int32_t, TensorView const&, int32_t) {
-    lastError_ =
-        "Context-cache publishHybridMtpEndpoint failed: this deployment has no Hybrid+MTP reuse (a "
-        "speculative hybrid profile is refused at construction)";
-    return false;
+bool ContextCacheRequest::publishHybridMtpEndpoint(int32_t slot, int32_t residentStateLength,
+                                                   TensorView const& baseHiddenStates, int32_t boundaryHiddenRow) {
+    return check(coordinator_->publishHybridMtpEndpoint(handle_, slot, residentStateLength, baseHiddenStates,
+                                                        boundaryHiddenRow),
+                 "publishHybridMtpEndpoint");
 }
 
-bool ContextCacheRequest::restoreHybridMtpBoundaryHidden(int32_t, TensorView&, int32_t) {
-    lastError_ = "Context-cache restoreHybridMtpBoundaryHidden failed: this deployment has no Hybrid+MTP reuse";
-    return false;
+bool ContextCacheRequest::restoreHybridMtpBoundaryHidden(int32_t slot, TensorView& baseHiddenStates,
+                                                         int32_t destinationRow) {
+    return check(coordinator_->restoreHybridMtpBoundaryHidden(handle_, slot, baseHiddenStates, destinationRow),
+                 "restoreHybridMtpBoundaryHidden");
 }
 
 }  // namespace ctxcache::runtime

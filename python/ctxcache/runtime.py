@@ -756,6 +756,9 @@ class ManagedKVCacheRequest(_Handle):
 
     def publish_hybrid_mtp_endpoint(self, row: int, resident_state_length: int, base_hidden_states: np.ndarray,
                                     boundary_hidden_row: int) -> None:
+        """Hybrid+MTP, mid-prefill with the device state at resident_state_length (E): capture the checkpoint
+        (recurrent state, row boundary_hidden_row of base_hidden_states, an fp16 [rows, hidden_size] array on the
+        CPU backend, and the paired partial page) and publish it (docs/RUNTIME.md, "Hybrid + MTP")."""
         keep: list[Any] = []
         check(lib.ctxc_kv_request_publish_hybrid_mtp_endpoint(
             self._live(), _arrays.integer(row, "row", minimum=None),
@@ -763,6 +766,10 @@ class ManagedKVCacheRequest(_Handle):
             self._tensor(base_hidden_states, keep), _arrays.integer(boundary_hidden_row, "boundary_hidden_row", minimum=None)))
 
     def restore_hybrid_mtp_boundary_hidden(self, row: int, base_hidden_states: np.ndarray, destination_row: int) -> None:
+        """Hybrid+MTP, after a hit: write the restored boundary hidden row into base_hidden_states[destination_row]
+        (a writable fp16 [rows, hidden_size] array)."""
+        if isinstance(base_hidden_states, np.ndarray) and not base_hidden_states.flags.writeable:
+            raise ArgumentTypeError("base_hidden_states must be writable (the row is written into it)")
         keep: list[Any] = []
         check(lib.ctxc_kv_request_restore_hybrid_mtp_boundary_hidden(
             self._live(), _arrays.integer(row, "row", minimum=None), self._tensor(base_hidden_states, keep),

@@ -161,6 +161,44 @@ TEST(SnapshotStorage, CaptureAndRestoreMoveEveryPartInOneLaunch) {
     EXPECT_EQ(draftPage, expectedDraftK);
 }
 
+// Hybrid+MTP: a checkpoint at a page-aligned length keeps its whole last base page (and the lagging draft page) in
+// the partial slot; without a draft pool a whole page stays refused.
+TEST(SnapshotStorage, AWholePagePairMovesWithADraftPoolOnly) {
+    Hybrid h;
+    SnapshotStorage storage(*h.backend, &h.state, &h.base, &h.draft, SnapshotBudgets{1000, 300, true});
+    Bytes const baseK = pattern(16, 11), baseV = pattern(16, 12), draftK = pattern(32, 13), draftV = pattern(32, 14);
+    h.base.writePages(0, 1, 1, baseK.data(), 16);
+    h.base.writePages(0, 5, 1, baseV.data(), 16);
+    h.draft.writePages(0, 0, 1, draftK.data(), 32);
+    h.draft.writePages(0, 2, 1, draftV.data(), 32);
+    SnapshotTransfer t;
+    t.partialKvSlot = 1;
+    t.basePage = 1;
+    t.draftPage = 0;
+    t.validTokens = 4;
+    storage.capture(t);
+    SnapshotTransfer r = t;
+    r.basePage = 3;
+    r.draftPage = 1;
+    storage.restore(r);
+    Bytes page(16), draftPage(32);
+    h.base.readPages(0, 3, 1, page.data(), 16);
+    EXPECT_EQ(page, baseK);
+    h.base.readPages(0, 7, 1, page.data(), 16);
+    EXPECT_EQ(page, baseV);
+    h.draft.readPages(0, 1, 1, draftPage.data(), 32);
+    EXPECT_EQ(draftPage, draftK);
+    h.draft.readPages(0, 3, 1, draftPage.data(), 32);
+    EXPECT_EQ(draftPage, draftV);
+
+    SnapshotStorage plain(*h.backend, &h.state, &h.base, nullptr, SnapshotBudgets{1000, 300, false});
+    SnapshotTransfer p;
+    p.partialKvSlot = 0;
+    p.basePage = 1;
+    p.validTokens = 4;
+    expectContractError([&] { plain.capture(p); }, "validTokens 4 is outside (0, 4)");
+}
+
 TEST(SnapshotStorage, A64LayerHybridModelCapturesAndRestoresInOneLaunch) {
     auto backend = createCpuBackend();
     ResidentStateGeometry g = stateGeometry(4);
@@ -211,8 +249,8 @@ TEST(SnapshotStorage, InvalidTransfersAreContractErrorsAndMoveNothing) {
     p.draftPage = -1;
     expectContractError([&] { storage.restore(p); }, "draft page -1");
     p.draftPage = 0;
-    p.validTokens = 4;  // a full page is a shared page, not a partial snapshot
-    expectContractError([&] { storage.restore(p); }, "validTokens 4");
+    p.validTokens = 5;  // beyond the page (a whole page is allowed here: this storage has a draft pool)
+    expectContractError([&] { storage.restore(p); }, "validTokens 5 is outside (0, 4]");
     p.validTokens = 0;
     expectContractError([&] { storage.restore(p); }, "validTokens 0");
     expectContractError([&] { storage.region(StatePart::kBoundaryHidden, 0, 0); }, "layer 0");

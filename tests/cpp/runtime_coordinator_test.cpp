@@ -708,8 +708,7 @@ TEST(ManagedKVCacheRequest, SelectsExactlyOneBackend) {
     EXPECT_EQ(*m->prefillStarts(), std::vector<int32_t>{0});
     EXPECT_TRUE(m->prepareSwaPrefill({5}));  // a no-op on the context backend
     TensorView hidden;
-    EXPECT_FALSE(m->publishHybridMtpEndpoint(0, 5, hidden, 0));
-    EXPECT_NE(m->lastError().find("Hybrid+MTP"), std::string::npos);
+    EXPECT_THROW(m->publishHybridMtpEndpoint(0, 5, hidden, 0), ContractError);  // not a Hybrid+MTP deployment
     EXPECT_THROW(m->reuseTokenLength(3), ContractError);
     EXPECT_TRUE(m->finish());
 }

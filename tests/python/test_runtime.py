@@ -263,12 +263,11 @@ def test_failed_synchronisation_poisons_until_shutdown(world, failure):
             request.finish()
 
 
-def test_hybrid_mtp_endpoints_are_request_failures(coordinator):
+def test_hybrid_mtp_endpoints_on_another_deployment_are_contract_errors(coordinator):
     context = context_of((list(range(1, 9)), ResidentRef(0, 1)))
     with prefill(coordinator, context) as request:
-        with pytest.raises(ctxcache.RequestFailedError, match="no Hybrid\\+MTP reuse"):
+        with pytest.raises(ctxcache.ContractError, match="no Hybrid\\+MTP reuse"):
             request.publish_hybrid_mtp_endpoint(0, 8, np.zeros((1, 4), np.float16), 0)
-        assert "Hybrid+MTP" in request.last_error
         with pytest.raises(ctxcache.ArgumentTypeError, match="base_hidden_states must be a numpy array"):
             request.restore_hybrid_mtp_boundary_hidden(0, [0.0], 0)
 

@@ -206,6 +206,27 @@ public:
     // fails; kRequestFailed when requests are still live.
     ContextCacheCoordinatorStatus shutdown() noexcept;
 
+    // Hybrid+MTP (a hybrid profile whose MTP head owns a draft pool; reference c.11 HybridMtpPolicy, Appendix C:
+    // speculative, text-only requests of one sequence under kPrefillStateOnly). Checkpoint at exact length E
+    // (residentStateLength): recurrent state after E tokens, base KV [0, E), draft KV [0, E - 1) (the draft at
+    // E - 1 reads token E, which stays private to whoever reuses the checkpoint) and the base hidden row of
+    // position E - 1. publishHybridMtpEndpoint (during prefill, after preparePrefill and before
+    // finalizePrefillPublication, with the device state at E) copies that row from baseHiddenStates
+    // [rows, hiddenSize] fp16 into the resident slot, reserves the snapshot slots, captures recurrent state,
+    // hidden row and the base + draft partial page floor((E - 1) / P) in ONE launch, synchronises once and
+    // publishes fb = floor((E - 1) / P) paired blocks (kOk without publishing for a bypassed sequence or under
+    // snapshot pressure). A later request that hits the checkpoint starts prefill at E with base lengths E and
+    // draft lengths E - 1; restoreHybridMtpBoundaryHidden copies the restored row into baseHiddenStates at
+    // destinationRow, so the engine can compute the draft at E - 1 from it and its own token E. `row` is the
+    // batch row. Both: ContractError on another deployment, a bad row, length or tensor; kPoisoned after a
+    // failed synchronisation (the request is quarantined).
+    ContextCacheCoordinatorStatus publishHybridMtpEndpoint(RequestHandle& request, int32_t row,
+                                                           int32_t residentStateLength,
+                                                           TensorView const& baseHiddenStates,
+                                                           int32_t boundaryHiddenRow);
+    ContextCacheCoordinatorStatus restoreHybridMtpBoundaryHidden(RequestHandle& request, int32_t row,
+                                                                 TensorView& baseHiddenStates, int32_t destinationRow);
+
     // In-flight admission of a joiner (attention-only, non-speculative deployments and requests): binds only the
     // new resident row and sets its device KV length to the reuse length. kNoCapacity is transient.
     AdmitSequenceResult admitSequence(RequestHandle& request, ContextCacheSequenceAdmission const& admission,
@@ -248,6 +269,7 @@ private:
     void uploadTables();
     void restoreOrZero(SequenceState const& seq);
     bool stageCapture(SequenceState& seq, int32_t length);
+    char* hiddenRowOf(char const* op, TensorView const& tensor, int32_t row) const;
     void publishBase(SequenceState& seq, int32_t length);
     void publishStaged(SequenceState& seq);
     void publishPrefillEnd(RequestState& state, SequenceState& seq);

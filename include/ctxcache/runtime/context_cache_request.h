@@ -61,8 +61,8 @@ public:
     bool finalizeSequenceAdmission(int32_t slot, int32_t const& lookaheadToken, int32_t fullInputLength);
     bool retractSequenceAdmission() noexcept;
 
-    // Hybrid+MTP endpoints: no coordinator deployment serves them yet (a speculative hybrid profile is refused
-    // at construction), so these return false with lastError() saying so.
+    // Hybrid+MTP endpoints (ContextCacheCoordinator::publishHybridMtpEndpoint / restoreHybridMtpBoundaryHidden;
+    // slot = batch row): ContractError on another deployment or bad arguments, false on a failed synchronisation.
     bool publishHybridMtpEndpoint(int32_t slot, int32_t residentStateLength, TensorView const& baseHiddenStates,
                                   int32_t boundaryHiddenRow);
     bool restoreHybridMtpBoundaryHidden(int32_t slot, TensorView& baseHiddenStates, int32_t destinationRow);

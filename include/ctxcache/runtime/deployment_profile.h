@@ -5,7 +5,8 @@
 //   pure recurrent   recurrent snapshots only, no pages
 //   hybrid           attention + recurrent: exact checkpoints (recurrent + partial-KV snapshot + base pages)
 // A spec contract marks a speculative deployment: ownsPagedSpecState = the draft model has its own KV pool
-// (EAGLE); without it the drafter shares the target KV (MTP-style, no draft pool).
+// (EAGLE on attention only; an MTP head on a hybrid model: Hybrid+MTP); without it the drafter shares the target
+// KV (MTP-style, no draft pool; attention only).
 // Threading: plain values.
 #pragma once
 
@@ -32,6 +33,8 @@ struct ContextCacheDeploymentProfile {
     bool usesCheckpointReuse() const noexcept { return isHybrid() || isPureRecurrent(); }
     bool isSpeculative() const noexcept { return specReuseContract.has_value(); }
     bool ownsPagedSpecState() const noexcept { return specReuseContract && specReuseContract->ownsPagedSpecState; }
+    // Hybrid + an MTP head with its own draft pool (the kHybridMtp plan).
+    bool isHybridMtp() const noexcept { return isHybrid() && ownsPagedSpecState(); }
 };
 
 char const* toString(ContextCacheModelStateKind kind) noexcept;
