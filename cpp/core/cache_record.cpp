@@ -49,8 +49,8 @@ void CacheRecord::validate() const {
         if (!partialKvSnapshotSlot) fail("an MTP checkpoint needs a partial-KV snapshot slot");
         if (basePagePath.size() != logicalBlockHashes.size() || draftPagePath.size() != logicalBlockHashes.size())
             fail("an MTP checkpoint needs base and draft paths as long as its logical path (" +
-                 std::to_string(basePagePath.size()) + " base, " + std::to_string(draftPagePath.size()) +
-                 " draft, " + std::to_string(logicalBlockHashes.size()) + " logical)");
+                 std::to_string(basePagePath.size()) + " base, " + std::to_string(draftPagePath.size()) + " draft, " +
+                 std::to_string(logicalBlockHashes.size()) + " logical)");
         if (key.fullBlockCount > 0 && key.fullBlockCount >= *exactCheckpointLength)
             fail("an MTP checkpoint's full blocks must end before its boundary token (fullBlockCount " +
                  std::to_string(key.fullBlockCount) + ", exactCheckpointLength " +

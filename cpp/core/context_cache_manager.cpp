@@ -32,7 +32,9 @@ char const* leaseKind(ReusePlanMode mode) {
 }
 
 // Leases that own snapshot reservations and restored snapshot bindings.
-bool isCheckpointLease(ReusePlanMode mode) { return mode == ReusePlanMode::kHybrid || mode == ReusePlanMode::kHybridMtp; }
+bool isCheckpointLease(ReusePlanMode mode) {
+    return mode == ReusePlanMode::kHybrid || mode == ReusePlanMode::kHybridMtp;
+}
 // Leases that hold draft pages.
 bool isDraftLease(ReusePlanMode mode) { return mode == ReusePlanMode::kSpec || mode == ReusePlanMode::kHybridMtp; }
 
@@ -577,8 +579,8 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request) {
-    return publishHybridMtp(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(),
-                            request.checkpoint, request.snapshots);
+    return publishHybridMtp(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.checkpoint,
+                            request.snapshots);
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashData,
@@ -606,8 +608,9 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
         contract(op, str(static_cast<int64_t>(fullBlocks)) + " full blocks but the lease holds " +
                          str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
     if (!snapshots.partialKvSnapshotSlot)
-        contract(op, "a Hybrid+MTP checkpoint needs a partial-KV snapshot slot (it holds the base tail and the "
-                     "draft page of the boundary)");
+        contract(op,
+                 "a Hybrid+MTP checkpoint needs a partial-KV snapshot slot (it holds the base tail and the "
+                 "draft page of the boundary)");
     if (!ownsReservation(s.reservedSnapshots, {ResourceType::kRecurrentSnapshot, snapshots.recurrentSnapshotSlot}))
         contract(op,
                  "recurrent snapshot slot " + str(snapshots.recurrentSnapshotSlot) + " is not reserved by this lease");

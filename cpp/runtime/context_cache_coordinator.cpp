@@ -453,8 +453,7 @@ ContextCacheCoordinator::BeginRequestResult ContextCacheCoordinator::beginReques
     if (profile_.isHybridMtp()) {
         // Appendix C: Hybrid+MTP reuse serves text-only batches of one under the prefill-state-only commit policy
         // (the MTP draft KV lags the base by the last accepted span, so no decode-end state is publishable).
-        if (!admission.speculativeRequest)
-            contract(op, "a Hybrid+MTP deployment serves speculative requests only");
+        if (!admission.speculativeRequest) contract(op, "a Hybrid+MTP deployment serves speculative requests only");
         if (admission.sequences.size() != 1)
             contract(op, "Hybrid+MTP reuse serves a batch of one sequence, got " +
                              str(static_cast<int64_t>(admission.sequences.size())));
@@ -880,10 +879,10 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::publishHybridMtpEndpoint(
     char const* op = "publishHybridMtpEndpoint";
     RequestState& s = live(request, op);
     if (s.phase == Phase::kQuarantined) return Status::kPoisoned;
-    if (!profile_.isHybridMtp()) contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
+    if (!profile_.isHybridMtp())
+        contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
     requirePhase(op, s, {Phase::kPrefillPrepared, Phase::kPrefillCaptured});
-    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size())
-        contract(op, "row " + str(row) + " is out of range");
+    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size()) contract(op, "row " + str(row) + " is out of range");
     SequenceState& seq = s.sequences[static_cast<size_t>(row)];
     int32_t const E = residentStateLength;
     if (E < 1 || E > seq.inputLength || E < seq.reuse)
@@ -944,10 +943,10 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::restoreHybridMtpBoundaryH
     char const* op = "restoreHybridMtpBoundaryHidden";
     RequestState& s = live(request, op);
     if (s.phase == Phase::kQuarantined) return Status::kPoisoned;
-    if (!profile_.isHybridMtp()) contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
+    if (!profile_.isHybridMtp())
+        contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
     requirePhase(op, s, {Phase::kPrefillPrepared, Phase::kPrefillCaptured});
-    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size())
-        contract(op, "row " + str(row) + " is out of range");
+    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size()) contract(op, "row " + str(row) + " is out of range");
     SequenceState const& seq = s.sequences[static_cast<size_t>(row)];
     if (seq.reuse == 0) contract(op, "row " + str(row) + " restored no checkpoint (its prefill starts at 0)");
     char* const destination = hiddenRowOf(op, baseHiddenStates, destinationRow);
@@ -970,8 +969,8 @@ bool ContextCacheCoordinator::coverRow(SequenceState& seq, DecodingKvHeadroom co
     if (!profile_.hasAttention()) return true;
     int32_t const base = ceilDiv(static_cast<int64_t>(seq.committed) + headroom.baseExtraTokens, pageSize_);
     bool const paired = seq.lease.mode() == ReusePlanMode::kSpec || seq.lease.mode() == ReusePlanMode::kHybridMtp;
-    int32_t const draft = paired ? ceilDiv(static_cast<int64_t>(seq.committed) + headroom.draftExtraTokens, pageSize_)
-                              : 0;
+    int32_t const draft =
+        paired ? ceilDiv(static_cast<int64_t>(seq.committed) + headroom.draftExtraTokens, pageSize_) : 0;
     int32_t const haveBase = static_cast<int32_t>(seq.lease.basePages().size());
     int32_t const haveDraft = static_cast<int32_t>(seq.lease.draftPages().size());
     if (base <= haveBase && draft <= haveDraft) return true;
@@ -980,7 +979,8 @@ bool ContextCacheCoordinator::coverRow(SequenceState& seq, DecodingKvHeadroom co
         why = "resident slot " + str(seq.resident.slot) + " needs " + str(base) + " pages, beyond the page table";
         return false;
     }
-    bool grown = paired ? manager_.growSpecPages(seq.lease, std::max(0, base - haveBase), std::max(0, draft - haveDraft))
+    bool grown = paired
+                     ? manager_.growSpecPages(seq.lease, std::max(0, base - haveBase), std::max(0, draft - haveDraft))
                      : manager_.growBasePages(seq.lease, std::max(0, base - haveBase));
     if (!grown) {
         why = "insufficient capacity to grow resident slot " + str(seq.resident.slot) + " to " + str(base) + " pages";

@@ -255,9 +255,9 @@ bool ContextCacheRequest::retractSequenceAdmission() noexcept {
 
 bool ContextCacheRequest::publishHybridMtpEndpoint(int32_t slot, int32_t residentStateLength,
                                                    TensorView const& baseHiddenStates, int32_t boundaryHiddenRow) {
-    return check(coordinator_->publishHybridMtpEndpoint(handle_, slot, residentStateLength, baseHiddenStates,
-                                                        boundaryHiddenRow),
-                 "publishHybridMtpEndpoint");
+    return check(
+        coordinator_->publishHybridMtpEndpoint(handle_, slot, residentStateLength, baseHiddenStates, boundaryHiddenRow),
+        "publishHybridMtpEndpoint");
 }
 
 bool ContextCacheRequest::restoreHybridMtpBoundaryHidden(int32_t slot, TensorView& baseHiddenStates,

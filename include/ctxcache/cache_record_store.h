@@ -3,9 +3,9 @@
 //
 // Invariants: every record is in exactly one key index (plain hybrid checkpoints in the hybrid index, Hybrid+MTP
 //             checkpoints in the MTP index, the others in the exact-key index; so a plain and an MTP checkpoint
-//             of one exact prefix may coexist and neither is ever found as the other) and exactly once in the LRU list (least recent at the front); ids start at 1 and
-//             increase. The store does not enforce maxRecords: the manager does (one transient extra is allowed
-//             while a publication commits).
+//             of one exact prefix may coexist and neither is ever found as the other) and exactly once in the LRU list
+//             (least recent at the front); ids start at 1 and increase. The store does not enforce maxRecords: the
+//             manager does (one transient extra is allowed while a publication commits).
 // Errors:     insert of an invalid record, get/touch/erase/setDraftState of an unknown id: ContractError,
 //             nothing changed.
 // Cost:       insert/find/touch/erase O(1) expected plus the record's size; hybridCandidateLengths(n)

@@ -88,9 +88,9 @@ struct MtpRig {
         budgets.boundaryHidden = o.boundaryHidden;
         budgets.recurrentBytes =
             static_cast<size_t>(o.snapshotSlots) * SnapshotStorage::recurrentBytesPerSlot(g, o.boundaryHidden);
-        budgets.partialKvBytes = static_cast<size_t>(o.snapshotSlots) *
-                                 SnapshotStorage::partialKvBytesPerSlot(&base->geometry(),
-                                                                        snapshotDraft ? &draft->geometry() : nullptr);
+        budgets.partialKvBytes =
+            static_cast<size_t>(o.snapshotSlots) *
+            SnapshotStorage::partialKvBytesPerSlot(&base->geometry(), snapshotDraft ? &draft->geometry() : nullptr);
         snapshots = std::make_unique<SnapshotStorage>(*backend, state.get(), base.get(), snapshotDraft, budgets);
         ContextCachePhysicalResources r;
         r.basePool = base.get();

@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 
 import ctxcache
-from ctxcache import ContextCacheCoordinator, DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
-from ctxcache import SequenceStatus, SpecReuseContract, device
+from ctxcache import (
+    ContextCacheCoordinator,
+    DecodingContext,
+    ManagedKVCacheRequest,
+    Request,
+    ResidentRef,
+    SequenceStatus,
+    SpecReuseContract,
+    device,
+)
 from ctxcache.device import StatePart
 from ctxcache.enums import CommitPolicy, ModelStateKind
 

@@ -43,7 +43,7 @@ struct SnapshotTransfer {
     int32_t basePage = -1;        // K page id in the base pool (with partialKvSlot)
     int32_t draftPage = -1;       // K page id in the draft pool (with partialKvSlot, iff there is a draft pool)
     int32_t validTokens = 0;      // tokens of the partial page: 0 < validTokens < pageSize, or == pageSize with a
-                                  // draft pool (a Hybrid+MTP checkpoint whose draft half of the page is partial)
+                              // draft pool (a Hybrid+MTP checkpoint whose draft half of the page is partial)
 };
 
 class SnapshotStorage {
