@@ -1335,6 +1335,10 @@ enum {
     CTXC_SIM_DEPLOYMENT_RECURRENT = 2, /* recurrent state only */
     CTXC_SIM_DEPLOYMENT_EAGLE = 3      /* attention + an EAGLE draft with its own KV pool */
 };
+enum {
+    CTXC_SIM_SPECULATIVE_NONE = 0,
+    CTXC_SIM_SPECULATIVE_MTP = 1 /* hybrid + an MTP head: its draft at p reads the base hidden row of p */
+};
 
 typedef struct ctxc_sim_engine_options {
     uint32_t struct_size;
@@ -1361,29 +1365,32 @@ typedef struct ctxc_sim_engine_options {
     int32_t sliding_window;         /* 0; W > 0: a sliding-window model (attention deployment, reuse = 0) that reads
                                        only its last W positions, served through the bounded-SWA backend
                                        (BoundedSwaKVPageManager); cold = 1 then keeps the full history */
+    int32_t speculative; /* CTXC_SIM_SPECULATIVE_NONE; _MTP with CTXC_SIM_DEPLOYMENT_HYBRID: an MTP head with
+                            its own draft pool (Hybrid+MTP; needs CTXC_COMMIT_PREFILL_STATE_ONLY; requests
+                            are served one at a time) */
 } ctxc_sim_engine_options_t;
 
 typedef struct ctxc_sim_request {
     const int32_t *tokens;
     size_t token_count;
     int32_t max_new_tokens; /* >= 1 (the token sampled at prefill end is the first) */
-    int32_t cancel_after;   /* >= 1: cancelled once it generated this many tokens; <= 0: never */
-    const char *lora;       /* NULL or "" = the base model */
+    int32_t cancel_after; /* >= 1: cancelled once it generated this many tokens; <= 0: never */
+    const char *lora; /* NULL or "" = the base model */
     const ctxc_media_item_t *media; /* the runtime's media items */
     size_t media_count;
-    int32_t fail_after;       /* >= 1: fails (an engine error) once it generated this many tokens; <= 0: never */
+    int32_t fail_after; /* >= 1: fails (an engine error) once it generated this many tokens; <= 0: never */
     int32_t seating_failures; /* as an in-flight joiner, its first this many seatings fail and are retracted */
 } ctxc_sim_request_t;
 
 typedef struct ctxc_sim_output {
     uint32_t struct_size;
-    int32_t prefill_start;   /* where its prefill began: the reuse length */
+    int32_t prefill_start; /* where its prefill began: the reuse length */
     int32_t generated_count;
     int32_t cancelled;
-    int32_t joined;          /* admitted in flight into a running batch */
-    int32_t failed;          /* failed by fail_after (never published at decode end) */
-    int32_t attempts;        /* > 1 when a synchronisation fault made it start over */
-    uint8_t state_digest[32];/* SHA-256 of its final KV, draft KV and recurrent bytes in logical order */
+    int32_t joined; /* admitted in flight into a running batch */
+    int32_t failed; /* failed by fail_after (never published at decode end) */
+    int32_t attempts; /* > 1 when a synchronisation fault made it start over */
+    uint8_t state_digest[32]; /* SHA-256 of its final KV, draft KV and recurrent bytes in logical order */
 } ctxc_sim_output_t;
 
 typedef struct ctxc_sim_engine_stats {

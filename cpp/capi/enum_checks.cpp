@@ -29,6 +29,8 @@ static_assert(same(sim::DeploymentKind::kAttention, CTXC_SIM_DEPLOYMENT_ATTENTIO
 static_assert(same(sim::DeploymentKind::kHybrid, CTXC_SIM_DEPLOYMENT_HYBRID));
 static_assert(same(sim::DeploymentKind::kRecurrent, CTXC_SIM_DEPLOYMENT_RECURRENT));
 static_assert(same(sim::DeploymentKind::kEagle, CTXC_SIM_DEPLOYMENT_EAGLE));
+static_assert(same(sim::SpeculativeKind::kNone, CTXC_SIM_SPECULATIVE_NONE));
+static_assert(same(sim::SpeculativeKind::kMtp, CTXC_SIM_SPECULATIVE_MTP));
 static_assert(same(runtime::ContextCacheCommitPolicy::kIncludingGeneratedTokens,
                    CTXC_COMMIT_INCLUDING_GENERATED_TOKENS));
 static_assert(same(runtime::ContextCacheCommitPolicy::kPrefillStateOnly, CTXC_COMMIT_PREFILL_STATE_ONLY));

@@ -95,6 +95,7 @@ CTXC_API void ctxc_sim_engine_options_init(ctxc_sim_engine_options_t* options) {
     options->fault_seed = d.faultSeed;
     options->sync_failure_rate = 0.0;
     options->sliding_window = d.slidingWindow;
+    options->speculative = CTXC_SIM_SPECULATIVE_NONE;
 }
 
 CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* options,
@@ -113,6 +114,9 @@ CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* o
             invalidArgument("options->commit_policy " + std::to_string(o.commit_policy) + " is not a CTXC_COMMIT_*");
         if (o.hash_algorithm != CTXC_HASH_SHA256 && o.hash_algorithm != CTXC_HASH_FNV1A128)
             invalidArgument("options->hash_algorithm " + std::to_string(o.hash_algorithm) + " is not a CTXC_HASH_*");
+        if (o.speculative != CTXC_SIM_SPECULATIVE_NONE && o.speculative != CTXC_SIM_SPECULATIVE_MTP)
+            invalidArgument("options->speculative " + std::to_string(o.speculative) +
+                            " is not a CTXC_SIM_SPECULATIVE_*");
         bool const reuse = requireBool(o.reuse, "options->reuse");
         sim::ReferenceEngineConfig c;
         c.deployment = static_cast<sim::DeploymentKind>(o.deployment);
@@ -136,6 +140,7 @@ CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* o
         c.faultSeed = o.fault_seed;
         c.syncFailureRate = o.sync_failure_rate;
         c.slidingWindow = o.sliding_window;
+        c.speculative = static_cast<sim::SpeculativeKind>(o.speculative);
         auto object = std::make_unique<SimEngineObject>();
         try {
             object->engine = std::make_unique<sim::ReferenceEngine>(c);

@@ -58,6 +58,8 @@ struct ReferenceEngine::Storage {
     device::DeviceBuffer media;    // staging of its media words
     device::DeviceBuffer sampled;  // int32 per sequence
     device::DeviceBuffer mapping;  // int32 compaction map
+    device::DeviceBuffer hidden;    // Hybrid+MTP: staging of the hidden rows a draft op reads
+    device::DeviceBuffer boundary;  // Hybrid+MTP: the one boundary row published or restored
     size_t stagingEntries = 0;
 };
 
@@ -75,6 +77,7 @@ struct ReferenceEngine::Row {
     std::vector<uint32_t> media;  // per prompt position, empty when the prompt has none
     SequenceStatus status = SequenceStatus::kRunning;
     bool joined = false;
+    std::vector<uint16_t> hidden;  // Hybrid+MTP: kMtpHiddenSize fp16 words per position computed or restored
 
     int32_t committed() const { return inputLength + generated - 1; }
 };
@@ -96,6 +99,12 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
     if (c.slidingWindow > 0 && c.deployment != DeploymentKind::kAttention)
         contract("a sliding window needs the attention deployment");
     if (c.slidingWindow > 0 && c.reuse) contract("a sliding window needs reuse off (the bounded-SWA backend)");
+    if (c.speculative > SpeculativeKind::kMtp) contract("unknown speculative kind");
+    bool const mtpHead = c.speculative == SpeculativeKind::kMtp;
+    if (mtpHead && c.deployment != DeploymentKind::kHybrid)
+        contract("an MTP head needs the hybrid deployment (Hybrid+MTP)");
+    if (mtpHead && c.commitPolicy != runtime::ContextCacheCommitPolicy::kPrefillStateOnly)
+        contract("Hybrid+MTP needs the prefill-state-only commit policy (Appendix C)");
     bool const swa = c.slidingWindow > 0 && c.swaPaging;
     if (c.sharedBackend) {
         backend_ = c.sharedBackend;
@@ -118,7 +127,7 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
         resources.basePageTable = s.baseTable.get();
         resources.baseLengths = s.baseLengths.get();
     }
-    if (c.deployment == DeploymentKind::kEagle) {
+    if (c.deployment == DeploymentKind::kEagle || mtpHead) {
         s.draft = std::make_unique<device::KvPagePool>(*backend_, geometry);
         s.draftTable = std::make_unique<device::KvPageTable>(*backend_, c.maxBatch, c.maxPagesPerSequence, c.basePages);
         s.draftLengths = std::make_unique<device::KvLengths>(*backend_, c.maxBatch);
@@ -137,15 +146,19 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
         g.convDim = 8;
         g.convKernel = 4;
         g.convDtype = device::DType::kFp16;
+        g.hiddenSize = mtpHead ? kMtpHiddenSize : 0;
         s.state = std::make_unique<device::ResidentState>(*backend_, g);
         device::SnapshotBudgets budgets;
+        budgets.boundaryHidden = mtpHead;
         budgets.recurrentBytes =
-            static_cast<size_t>(c.snapshotSlots) * device::SnapshotStorage::recurrentBytesPerSlot(g, false);
+            static_cast<size_t>(c.snapshotSlots) * device::SnapshotStorage::recurrentBytesPerSlot(g, mtpHead);
+        device::KvPagePool const* snapshotDraft = mtpHead ? s.draft.get() : nullptr;
         if (s.base)
             budgets.partialKvBytes = static_cast<size_t>(c.snapshotSlots) *
-                                     device::SnapshotStorage::partialKvBytesPerSlot(&s.base->geometry(), nullptr);
+                                     device::SnapshotStorage::partialKvBytesPerSlot(
+                                         &s.base->geometry(), snapshotDraft ? &snapshotDraft->geometry() : nullptr);
         s.snapshots =
-            std::make_unique<device::SnapshotStorage>(*backend_, s.state.get(), s.base.get(), nullptr, budgets);
+            std::make_unique<device::SnapshotStorage>(*backend_, s.state.get(), s.base.get(), snapshotDraft, budgets);
         resources.residentState = s.state.get();
         resources.snapshots = s.snapshots.get();
     }
@@ -155,6 +168,10 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
     s.media = device::DeviceBuffer(*backend_, s.stagingEntries * sizeof(uint32_t));
     s.sampled = device::DeviceBuffer(*backend_, static_cast<size_t>(c.maxBatch) * sizeof(int32_t));
     s.mapping = device::DeviceBuffer(*backend_, static_cast<size_t>(c.maxBatch) * sizeof(int32_t));
+    if (mtpHead) {
+        s.hidden = device::DeviceBuffer(*backend_, s.stagingEntries * kMtpHiddenSize * sizeof(uint16_t));
+        s.boundary = device::DeviceBuffer(*backend_, kMtpHiddenSize * sizeof(uint16_t));
+    }
 
     SimModelConfig mc;
     mc.seed = c.seed;
@@ -176,7 +193,10 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
     runtime::ContextCacheDeploymentProfile profile;
     switch (c.deployment) {
         case DeploymentKind::kAttention: break;
-        case DeploymentKind::kHybrid: profile.baseStateKind = runtime::ContextCacheModelStateKind::kHybrid; break;
+        case DeploymentKind::kHybrid:
+            profile.baseStateKind = runtime::ContextCacheModelStateKind::kHybrid;
+            if (mtpHead) profile.specReuseContract = runtime::SpecReuseContract{true, 1};
+            break;
         case DeploymentKind::kRecurrent:
             profile.baseStateKind = runtime::ContextCacheModelStateKind::kPureRecurrent;
             break;
@@ -439,12 +459,14 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
                                  std::vector<EngineOutput>& outputs, std::vector<uint8_t>& done) {
     ReferenceEngineConfig const& c = config_;
     bool const eagle = c.deployment == DeploymentKind::kEagle;
-    DecodingKvHeadroom const headroom{1, eagle ? 1 : 0};
+    bool const speculative = eagle || mtp();
+    DecodingKvHeadroom const headroom{1, speculative ? 1 : 0};
     Storage& st = *storage_;
 
     // Founders: the next maxBatch requests (one after a capacity split).
     std::vector<std::unique_ptr<Row>> rows;
-    size_t const founders = std::min(queue.size(), static_cast<size_t>(soloNext_ > 0 ? 1 : c.maxBatch));
+    // Hybrid+MTP serves batches of one (Appendix C).
+    size_t const founders = std::min(queue.size(), static_cast<size_t>(soloNext_ > 0 || mtp() ? 1 : c.maxBatch));
     if (soloNext_ > 0) --soloNext_;
     runtime::GenerationRequest gr;
     DecodingInferenceContext ctx;
@@ -473,7 +495,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
     };
 
     std::optional<ManagedKVCacheRequest> m =
-        ManagedKVCacheRequest::begin(coordinator_.get(), swa_.get(), gr, ctx, eagle, headroom,
+        ManagedKVCacheRequest::begin(coordinator_.get(), swa_.get(), gr, ctx, speculative, headroom,
                                      runtime::DecodingTokenStateContract::kCommittedPlusLookahead, c.commitPolicy);
     if (!m) {
         releaseAll(rows);
@@ -517,10 +539,30 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
     }
     std::vector<Row*> live;
     for (auto& r : rows) live.push_back(r.get());
+    if (mtp()) {
+        // The boundary row of a hit comes from the checkpoint: the base word at start - 1 is not recomputed.
+        Row& r = *rows[0];
+        r.hidden.assign(static_cast<size_t>(r.inputLength) * kMtpHiddenSize, 0);
+        if (r.prefillStart > 0) {
+            runtime::TensorView boundary = boundaryView();
+            if (!m->restoreHybridMtpBoundaryHidden(0, boundary, 0)) return fault();
+            st.boundary.read(0, r.hidden.data() + static_cast<size_t>(r.prefillStart - 1) * kMtpHiddenSize,
+                             kMtpHiddenSize * sizeof(uint16_t));
+        }
+    }
     if (swa_) {
         if (!prefillWindowed(*m, live)) return fault();
     } else {
         prefillRows(live);
+    }
+    if (mtp()) {
+        // Mid-prefill: the hidden rows, the draft up to the boundary, then the checkpoint at E = n.
+        Row& r = *rows[0];
+        computeHidden(r, r.prefillStart, r.inputLength);
+        mtpDraft(r, std::max(0, r.prefillStart - 1), r.inputLength - 1);
+        st.boundary.write(0, r.hidden.data() + static_cast<size_t>(r.inputLength - 1) * kMtpHiddenSize,
+                          kMtpHiddenSize * sizeof(uint16_t));
+        if (!m->publishHybridMtpEndpoint(0, r.inputLength, boundaryView(), 0)) return fault();
     }
     if (!m->enqueuePrefillCaptures()) return fault();
     finishPrefill(live);
@@ -543,7 +585,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
     };
     auto commonLengths = [&]() {
         std::vector<int32_t> common;
-        if (eagle)
+        if (speculative)
             for (auto& r : rows) common.push_back(r->committed());
         return common;
     };
@@ -678,12 +720,16 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
 // over [prefillStart, input length) (the draft at p reads token p + 1, the last of which is the lookahead).
 void ReferenceEngine::finishPrefill(std::vector<Row*> const& rows) {
     std::vector<SimSampleRequest> reqs;
-    for (Row* r : rows) reqs.push_back({r->resident.slot, r->inputLength, -1, config_.slidingWindow});
+    for (Row* r : rows)
+        reqs.push_back({r->resident.slot, r->inputLength, mtp() && r->inputLength >= 2 ? r->inputLength - 2 : -1,
+                        config_.slidingWindow});
     std::vector<int32_t> const next = sampleRows(*model_, storage_->sampled, reqs);
     for (size_t i = 0; i < rows.size(); ++i) {
         rows[i]->history.push_back(next[i]);
         rows[i]->generated = 1;
     }
+    if (mtp())
+        for (Row* r : rows) mtpDraft(*r, r->inputLength - 1, r->inputLength);
     if (config_.deployment == DeploymentKind::kEagle) {
         Packer p;
         for (Row* r : rows)
@@ -697,6 +743,7 @@ void ReferenceEngine::finishPrefill(std::vector<Row*> const& rows) {
 void ReferenceEngine::decodeRows(std::vector<Row*> const& rows) {
     if (rows.empty()) return;
     bool const eagle = config_.deployment == DeploymentKind::kEagle;
+    bool const drafts = eagle || mtp();
     Packer p;
     for (Row* r : rows) {
         int32_t const pos = r->committed();
@@ -708,10 +755,14 @@ void ReferenceEngine::decodeRows(std::vector<Row*> const& rows) {
     std::vector<SimSampleRequest> reqs;
     for (Row* r : rows) {
         int32_t const pos = r->committed();
-        reqs.push_back({r->resident.slot, pos + 1, eagle ? pos - 1 : -1, config_.slidingWindow});
+        reqs.push_back({r->resident.slot, pos + 1, drafts ? pos - 1 : -1, config_.slidingWindow});
     }
+    if (mtp())
+        for (Row* r : rows) computeHidden(*r, r->committed(), r->committed() + 1);
     std::vector<int32_t> const next = sampleRows(*model_, storage_->sampled, reqs);
     for (size_t i = 0; i < rows.size(); ++i) rows[i]->history.push_back(next[i]);
+    if (mtp())
+        for (Row* r : rows) mtpDraft(*r, r->committed(), r->committed() + 1);
     if (eagle) {
         Packer d;
         for (Row* r : rows) {
@@ -722,6 +773,59 @@ void ReferenceEngine::decodeRows(std::vector<Row*> const& rows) {
         model_->draft(d.seqs.data(), static_cast<int32_t>(d.seqs.size()));
     }
     for (Row* r : rows) ++r->generated;
+}
+
+// Hybrid+MTP: the hidden rows of [begin, end), each word a mix of base layer 0's stored K and V words at p (read
+// back through the page table), so the rows depend on the stored bytes.
+void ReferenceEngine::computeHidden(Row& row, int32_t begin, int32_t end) const {
+    device::KvPagePool const& pool = *storage_->base;
+    device::KvPageTable const& table = *storage_->baseTable;
+    int32_t const P = pool.pageSize();
+    int32_t const elements = config_.kvHeads * config_.headDim;
+    uint32_t const wordBytes = static_cast<uint32_t>(device::dtypeSize(config_.kvDtype));
+    int32_t const* entries = table.hostRow(row.resident.slot);
+    size_t const needed = static_cast<size_t>(end) * kMtpHiddenSize;
+    if (row.hidden.size() < needed) row.hidden.resize(needed, 0);
+    std::vector<unsigned char> k(pool.pageBytes(0)), v(pool.pageBytes(0));
+    int32_t loaded = -1;
+    for (int32_t p = begin; p < end; ++p) {
+        if (p / P != loaded) {
+            loaded = p / P;
+            int32_t const flatK = entries[loaded];
+            int32_t const flatV = entries[table.maxPagesPerSeq() + loaded];
+            if (flatK < 0 || flatV < 0) throw InvariantError("ReferenceEngine: a hidden row's base page is unmapped");
+            pool.readPages(0, flatK, 1, k.data(), k.size());
+            pool.readPages(0, flatV, 1, v.data(), v.size());
+        }
+        for (int32_t j = 0; j < kMtpHiddenSize; ++j) {
+            int64_t const index = static_cast<int64_t>(p % P) * elements + j % elements;
+            uint32_t const kw = simLoadWord(k.data(), index, wordBytes);
+            uint32_t const vw = simLoadWord(v.data(), index, wordBytes);
+            row.hidden[static_cast<size_t>(p) * kMtpHiddenSize + static_cast<size_t>(j)] = static_cast<uint16_t>(
+                simMix5(config_.seed, kSimTagHidden, kw, vw, static_cast<uint32_t>(p), static_cast<uint32_t>(j)));
+        }
+    }
+}
+
+// Hybrid+MTP: the draft over [begin, end) from the row's hidden rows and tokens [begin, end].
+void ReferenceEngine::mtpDraft(Row& row, int32_t begin, int32_t end) {
+    if (begin >= end) return;
+    size_t const rows = static_cast<size_t>(end - begin);
+    storage_->hidden.write(0, row.hidden.data() + static_cast<size_t>(begin) * kMtpHiddenSize,
+                           rows * kMtpHiddenSize * sizeof(uint16_t));
+    Packer p;
+    p.add(row.resident.slot, begin, end, row.salt, row.history.data() + begin, end - begin + 1, nullptr);
+    p.upload(storage_->tokens, storage_->media);
+    p.seqs[0].hiddenRow = 0;
+    model_->draft(p.seqs.data(), 1, static_cast<uint16_t const*>(storage_->hidden.data()), kMtpHiddenSize,
+                  static_cast<int32_t>(rows));
+}
+
+runtime::TensorView ReferenceEngine::boundaryView() const {
+    return runtime::TensorView{storage_->boundary.data(),
+                               runtime::ScalarType::kFp16,
+                               {1, kMtpHiddenSize},
+                               backend_->kind() == device::BackendKind::kCuda ? 0 : -1};
 }
 
 // The engine owns its rows' device KV lengths after the coordinator's reset: each is the committed length (the

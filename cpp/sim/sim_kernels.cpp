@@ -312,12 +312,29 @@ void SimModel::recurrent(SimSequence const* sequences, int32_t count) {
     backend_->countLaunch();
 }
 
-void SimModel::draft(SimSequence const* sequences, int32_t count) {
-    validateSequences("draft", sequences, count, Kind::kDraft);
+void SimModel::draft(SimSequence const* sequences, int32_t count, uint16_t const* hidden, int32_t hiddenSize,
+                     int32_t hiddenRows) {
+    char const* op = "draft";
+    validateSequences(op, sequences, count, Kind::kDraft);
+    if (hidden) {
+        if (hiddenSize <= 0 || hiddenRows < 0) fail(op, "hidden rows need hiddenSize > 0 and hiddenRows >= 0");
+        for (int32_t i = 0; i < count; ++i) {
+            SimSequence const& s = sequences[i];
+            if (s.begin == s.end) continue;
+            if (s.hiddenRow < 0 || static_cast<int64_t>(s.hiddenRow) + (s.end - s.begin) > hiddenRows)
+                fail(op, "sequence " + std::to_string(i) + ": hidden rows [" + std::to_string(s.hiddenRow) + ", +" +
+                             std::to_string(s.end - s.begin) + ") are outside the " + std::to_string(hiddenRows) +
+                             " given");
+        }
+    }
     if (count == 0) return;
-    SimDraftLaunch const launch{draftView_, baseView_,
+    SimDraftLaunch const launch{draftView_,
+                                baseView_,
                                 static_cast<SimSequence const*>(uploadRequests(sequences, count * sizeof(SimSequence))),
-                                count, config_.seed};
+                                count,
+                                config_.seed,
+                                hidden,
+                                hidden ? hiddenSize : 0};
     if (launchers_) cudaLaunchers().draft(launch, backend_->options().device, backend_->nativeStream());
     else detail::cpuSimDraft(launch);
     backend_->countLaunch();

@@ -126,3 +126,10 @@ class SimDeployment(IntEnum):
     HYBRID = 1
     RECURRENT = 2
     EAGLE = 3
+
+
+class SimSpeculative(IntEnum):
+    """The reference engine's drafter: none, or an MTP head (with the hybrid deployment: Hybrid+MTP)."""
+
+    NONE = 0
+    MTP = 1

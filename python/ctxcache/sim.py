@@ -27,11 +27,12 @@ import numpy as np
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import BackendKind, DType, _enum, _Handle
-from .enums import CommitPolicy, HashAlgorithm, SimDeployment
+from .enums import CommitPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import ArgumentTypeError
 from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
 
-__all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment"]
+__all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",
+           "SimSpeculative"]
 
 @dataclass(frozen=True)
 class Request:
@@ -77,6 +78,8 @@ class ReferenceEngine(_Handle):
     synchronisations at seeded random points: the engine recovers (shutdown) and serves again from scratch.
     ``sliding_window=W`` (attention, ``reuse=False``): a model that reads only its last W positions, served through
     the bounded sliding-window backend; ``serve(..., cold=True)`` then keeps the full history.
+    ``speculative="mtp"`` (hybrid): Hybrid+MTP, a model whose MTP head's draft at p reads the base hidden row of p;
+    requests are served one at a time and ``commit_policy`` defaults to prefill-state-only (the only one allowed).
     """
 
     _destroy = staticmethod(lib.ctxc_sim_engine_destroy)
@@ -86,9 +89,9 @@ class ReferenceEngine(_Handle):
                  max_records: int = 1024, max_batch: int = 8, max_pages_per_sequence: int = 64,
                  snapshot_slots: int = 64, backend: Any = "cpu", seed: int = 0, layers: int = 2, kv_heads: int = 2,
                  head_dim: int = 8, kv_dtype: Any = "fp16", recurrent_layers: int = 2, vocab_size: int = 32000,
-                 reuse: bool = True, commit_policy: Any = CommitPolicy.INCLUDING_GENERATED_TOKENS,
+                 reuse: bool = True, commit_policy: Any = None,
                  hash_algorithm: Any = HashAlgorithm.SHA256, sync_failure_rate: float = 0.0,
-                 fault_seed: int = 1, sliding_window: int = 0) -> None:
+                 fault_seed: int = 1, sliding_window: int = 0, speculative: Any = None) -> None:
         o = new_output("ctxc_sim_engine_options_t")
         lib.ctxc_sim_engine_options_init(o)
         o.deployment = _enum(SimDeployment, deployment, "deployment")
@@ -107,6 +110,10 @@ class ReferenceEngine(_Handle):
         o.recurrent_layers = _arrays.integer(recurrent_layers, "recurrent_layers", minimum=None)
         o.vocab_size = _arrays.integer(vocab_size, "vocab_size", minimum=None)
         o.reuse = 1 if _arrays.boolean(reuse, "reuse") else 0
+        o.speculative = _enum(SimSpeculative, "none" if speculative is None else speculative, "speculative")
+        if commit_policy is None:  # the deployment's: Hybrid+MTP publishes prefill state only (Appendix C)
+            mtp = o.speculative == SimSpeculative.MTP
+            commit_policy = CommitPolicy.PREFILL_STATE_ONLY if mtp else CommitPolicy.INCLUDING_GENERATED_TOKENS
         o.commit_policy = _enum(CommitPolicy, commit_policy, "commit_policy")
         o.hash_algorithm = _enum(HashAlgorithm, hash_algorithm, "hash_algorithm")
         o.fault_seed = _arrays.integer(fault_seed, "fault_seed", maximum=2**32 - 1)

@@ -389,5 +389,93 @@ TEST(ReferenceEngine, SlidingWindowConfigurationIsChecked) {
     EXPECT_THROW(engine.coordinator(), ContractError);
 }
 
+// ---- Hybrid+MTP -------------------------------------------------------------------------------------------
+
+ReferenceEngineConfig mtpConfig() {
+    ReferenceEngineConfig c = configFor(DeploymentKind::kHybrid);
+    c.speculative = SpeculativeKind::kMtp;
+    c.commitPolicy = runtime::ContextCacheCommitPolicy::kPrefillStateOnly;
+    return c;
+}
+
+// Mid-page (37), page-aligned (32: its whole last base page is in the snapshot) and one past a page (33: no
+// partial draft token): the next turn starts at the checkpoint and every byte and token equals the cold run's.
+TEST(ReferenceEngine, HybridMtpNextTurnRestoresTheCheckpointAndMatchesCold) {
+    for (int32_t n : {37, 32, 33}) {
+        ReferenceEngine engine(mtpConfig());
+        std::vector<int32_t> const turn1 = iota(n);
+        auto out1 = serveAndCompare(engine, {request(turn1, 6)});
+        EXPECT_EQ(out1[0].prefillStart, 0);
+        std::vector<int32_t> const turn2 = concat(concat(turn1, out1[0].generated), iota(9, 7000));
+        auto out2 = serveAndCompare(engine, {request(turn2, 5)});
+        EXPECT_EQ(out2[0].prefillStart, n) << "n = " << n;
+        runtime::ContextCacheMetrics const m = engine.metrics();
+        EXPECT_EQ(m.hybridRestores, 1u) << "n = " << n;
+        EXPECT_EQ(m.committedPublications, 2u) << "n = " << n;
+        EXPECT_EQ(m.specPairPublications, 2u) << "n = " << n;
+        // The same first turn again is one token short of reusing itself (its boundary token is private)...
+        auto again = serveAndCompare(engine, {request(turn1, 3)});
+        EXPECT_EQ(again[0].prefillStart, 0) << "n = " << n;
+        // ...and a different continuation of it starts at the checkpoint too.
+        auto out3 = serveAndCompare(engine, {request(concat(turn1, iota(4, 9000)), 2)});
+        EXPECT_EQ(out3[0].prefillStart, n) << "n = " << n;
+        std::string why;
+        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+    }
+}
+
+// Two snapshot slots for three interleaved conversations: checkpoints are evicted between turns (with their
+// paired pages and both slots) and every turn, hit or miss, equals the cold run.
+TEST(ReferenceEngine, HybridMtpUnderEvictionPressureMatchesCold) {
+    ReferenceEngineConfig c = mtpConfig();
+    c.snapshotSlots = 2;
+    ReferenceEngine engine(c);
+    std::vector<std::vector<int32_t>> conversations = {iota(20, 1), iota(27, 5000), iota(16, 9000)};
+    uint64_t hits = 0, misses = 0;
+    int turn = 0;
+    for (size_t k : {0, 1, 0, 2, 0, 1, 2, 0, 1, 1, 2, 0}) {
+        bool const continued = conversations[k].size() > 27;  // not its first turn
+        auto out = serveAndCompare(engine, {request(conversations[k], 3)});
+        if (out[0].prefillStart > 0) ++hits;
+        else if (continued) ++misses;
+        conversations[k] = concat(concat(conversations[k], out[0].generated), iota(5, 100 * ++turn + 7));
+    }
+    EXPECT_GT(hits, 0u);
+    EXPECT_GT(misses, 0u);  // a follow-up turn whose checkpoint was evicted in between
+    EXPECT_GT(engine.metrics().evictedRecords, 0u);
+    EXPECT_EQ(engine.metrics().hybridRestores, hits);
+    std::string why;
+    EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+}
+
+TEST(ReferenceEngine, HybridMtpFailedSynchronisationsLoseNothing) {
+    ReferenceEngineConfig c = mtpConfig();
+    c.syncFailureRate = 0.25;
+    c.faultSeed = 11;
+    ReferenceEngine engine(c);
+    std::vector<EngineRequest> reqs;
+    std::vector<int32_t> const system = iota(40, 1);
+    for (int i = 0; i < 16; ++i) reqs.push_back(request(concat(system, iota(3 + i % 7, 1000 * i)), 1 + i % 4));
+    serveAndCompare(engine, reqs);
+    EXPECT_GT(engine.stats().syncFailures, 0u);
+    EXPECT_FALSE(engine.coordinator().poisoned());
+    std::string why;
+    EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+}
+
+TEST(ReferenceEngine, HybridMtpConfigurationIsChecked) {
+    ReferenceEngineConfig attention = mtpConfig();
+    attention.deployment = DeploymentKind::kAttention;
+    EXPECT_THROW(ReferenceEngine{attention}, ContractError);
+    ReferenceEngineConfig decodeEnd = mtpConfig();
+    decodeEnd.commitPolicy = runtime::ContextCacheCommitPolicy::kIncludingGeneratedTokens;
+    EXPECT_THROW(ReferenceEngine{decodeEnd}, ContractError);
+    // Media are refused (text-only), before anything is held.
+    ReferenceEngine engine(mtpConfig());
+    EngineRequest r = request(iota(20), 2);
+    r.media.push_back(runtime::MediaItem{{1, 2, 3}, 4, 3, 0});
+    EXPECT_THROW(engine.serve({r}), ContractError);
+}
+
 }  // namespace
 }  // namespace ctxcache::sim

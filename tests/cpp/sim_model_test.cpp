@@ -174,6 +174,51 @@ TEST_P(SimModelTest, DraftReadsTheNextTokenAndTheBaseKvAndSplitsLikeAttention) {
     }
 }
 
+// An MTP head reads its hidden rows instead of the base pool: a row changes its position and every later one,
+// splitting equals one call, and a base word the draft no longer reads changes nothing.
+TEST_P(SimModelTest, AnMtpDraftReadsItsHiddenRowsInsteadOfTheBase) {
+    std::vector<int32_t> const tokens = history(12);
+    constexpr int32_t kHidden = 3;
+    auto rowsOf = [](int32_t changedRow) {
+        std::vector<uint16_t> rows(11 * kHidden);
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint16_t>(0x3C00 + 7 * i);
+        if (changedRow >= 0) rows[static_cast<size_t>(changedRow * kHidden + 1)] ^= 0x0100;
+        return rows;
+    };
+    auto run = [&](SimRig& rig, std::vector<uint16_t> const& rows, std::vector<int32_t> const& splits) {
+        rig.attention({rig.sequence(0, 0, 11, tokens)});
+        uint16_t const* hidden = rig.onDevice(rows);
+        int32_t begin = 0;
+        for (int32_t end : splits) {
+            SimSequence s = rig.sequence(0, begin, end, tokens, 0, nullptr, 1);
+            s.hiddenRow = begin;
+            rig.model->draft(&s, 1, hidden, kHidden, 11);
+            begin = end;
+        }
+    };
+    SimRig whole(*backend, options(true)), pieces(*backend, options(true)), changed(*backend, options(true));
+    run(whole, rowsOf(-1), {11});
+    run(pieces, rowsOf(-1), {3, 7, 11});
+    EXPECT_EQ(pieces.allBytes(), whole.allBytes());
+    run(changed, rowsOf(6), {11});
+    for (int32_t p = 0; p < 11; ++p) {
+        if (p < 6) EXPECT_EQ(changed.draftRow(0, p), whole.draftRow(0, p)) << "position " << p;
+        else EXPECT_NE(changed.draftRow(0, p), whole.draftRow(0, p)) << "position " << p;
+    }
+    // The EAGLE draft of the same positions reads the base pool and so differs from the MTP head's.
+    SimRig eagle(*backend, options(true));
+    eagle.attention({eagle.sequence(0, 0, 11, tokens)});
+    eagle.draftStep({eagle.sequence(0, 0, 11, tokens, 0, nullptr, 1)});
+    EXPECT_NE(eagle.draftRow(0, 3), whole.draftRow(0, 3));
+    // Rows beyond what was passed are refused before anything is written.
+    SimSequence s = whole.sequence(0, 4, 11, tokens, 0, nullptr, 1);
+    s.hiddenRow = 5;
+    Bytes const before = whole.allBytes();
+    expectContractError([&] { whole.model->draft(&s, 1, whole.onDevice(rowsOf(-1)), kHidden, 11); },
+                        "hidden rows [5, +7)");
+    EXPECT_EQ(whole.allBytes(), before);
+}
+
 TEST_P(SimModelTest, SampleFollowsEveryWordItReadsAndNothingElse) {
     SimRig rig(*backend, options(true, true));
     std::vector<int32_t> const tokens = history(10);

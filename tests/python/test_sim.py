@@ -95,6 +95,31 @@ def test_eagle_pair_publication_and_full_page_replay(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("length", [37, 32, 33])  # mid-page, page-aligned, one past a page
+def test_hybrid_mtp_next_turn_restores_the_checkpoint(backend, length):
+    with sim.ReferenceEngine("hybrid", speculative="mtp", page_size=16, snapshot_slots=8, backend=backend) as eng:
+        turn1 = toks(length)
+        out1 = serve_and_compare(eng, [sim.Request(tokens=turn1, max_new_tokens=6)])
+        turn2 = np.concatenate([turn1, out1[0].generated, toks(9, 7000)])
+        out2 = serve_and_compare(eng, [sim.Request(tokens=turn2, max_new_tokens=5)])
+        assert out2[0].prefill_start == length  # the prompt's own endpoint; nothing after prefill is published
+        m = eng.metrics
+        assert m.hybrid_restores == 1
+        assert m.spec_pair_publications == 2
+        assert serve_and_compare(eng, [sim.Request(tokens=turn1, max_new_tokens=2)])[0].prefill_start == 0
+        assert eng.drain()
+
+
+def test_hybrid_mtp_is_refused_where_appendix_c_refuses_it():
+    with pytest.raises(ctxcache.ContractError, match="needs the hybrid deployment"):
+        sim.ReferenceEngine("attention", speculative="mtp")
+    with pytest.raises(ctxcache.ContractError, match="prefill-state-only"):
+        sim.ReferenceEngine("hybrid", speculative="mtp", commit_policy="including_generated_tokens")
+    with pytest.raises(ctxcache.InvalidArgumentError, match="speculative"):
+        sim.ReferenceEngine("hybrid", speculative="eagle")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_joiners_retraction_compaction_cancellation_and_failure(backend):
     with sim.ReferenceEngine("attention", page_size=16, max_batch=3, backend=backend) as eng:
         system = toks(32, 1)

@@ -11,6 +11,14 @@
 //   non-speculative deployment, a row that finishes makes room for the next queued request, admitted in flight
 //   (admitSequence, seated by a prefill of its own row, finalized). A request whose batch cannot be admitted for
 //   capacity is retried alone; one that cannot fit alone is an error (ContractError).
+// Hybrid+MTP: with speculative = kMtp (hybrid deployment, commitPolicy kPrefillStateOnly) the model has an MTP
+//   head with its own draft pool: its draft word at p reads the fp16 hidden row of p (kMtpHiddenSize words, each
+//   a mix of base layer 0's stored K and V words at p, computed on the host from the pool) and token p + 1.
+//   Requests are served one at a time (Appendix C). Prefill: base and recurrent state over [start, n), hidden
+//   rows of [start, n) (row start - 1 restored with restoreHybridMtpBoundaryHidden after a hit, never recomputed),
+//   the draft over [max(0, start - 1), n - 1), then publishHybridMtpEndpoint at E = n with row n - 1; the
+//   lookahead is sampled from the state, including the draft word at n - 2, and the draft at n - 1 follows. So a
+//   wrong boundary row, partial page, draft page or recurrent snapshot changes the tokens and the digest.
 // Sliding window: with slidingWindow = W > 0 (attention deployment, reuse off) the model reads only the last W
 //   positions (the sampler folds every base word of [e - W, e)) and the engine serves through the facade's
 //   bounded-SWA backend (BoundedSwaKVPageManager over a sparse-window table): prefill in chunks of at most W
@@ -47,6 +55,9 @@ class SimModel;
 
 // Values are part of the C ABI (CTXC_SIM_DEPLOYMENT_*).
 enum class DeploymentKind : uint8_t { kAttention = 0, kHybrid = 1, kRecurrent = 2, kEagle = 3 };
+// Values are part of the C ABI (CTXC_SIM_SPECULATIVE_*).
+enum class SpeculativeKind : uint8_t { kNone = 0, kMtp = 1 };
+inline constexpr int32_t kMtpHiddenSize = 8;  // fp16 words of the MTP head's hidden row
 
 struct ReferenceEngineConfig {
     DeploymentKind deployment = DeploymentKind::kAttention;
@@ -69,6 +80,7 @@ struct ReferenceEngineConfig {
     runtime::ContextCacheCommitPolicy commitPolicy = runtime::ContextCacheCommitPolicy::kIncludingGeneratedTokens;
     HashAlgorithm hashAlgorithm = HashAlgorithm::kSha256;
     int32_t slidingWindow = 0;         // W > 0: a sliding-window model (attention only, reuse off); see above
+    SpeculativeKind speculative = SpeculativeKind::kNone;  // kMtp: the hybrid deployment with an MTP head (above)
     bool swaPaging = true;             // with W > 0: false keeps the full history (the windowed cold truth)
     double syncFailureRate = 0.0;      // probability that one synchronisation fails (fault injection)
     uint32_t faultSeed = 1;
@@ -153,6 +165,10 @@ private:
     std::string const& backendFailure() const;
     void finishPrefill(std::vector<Row*> const& rows);
     void decodeRows(std::vector<Row*> const& rows);
+    bool mtp() const noexcept { return config_.speculative == SpeculativeKind::kMtp; }
+    void computeHidden(Row& row, int32_t begin, int32_t end) const;
+    void mtpDraft(Row& row, int32_t begin, int32_t end);
+    runtime::TensorView boundaryView() const;
     void setLengths(std::vector<std::unique_ptr<Row>> const& rows);
     std::array<uint8_t, 32> digest(Row const& row) const;
     uint32_t salt(std::string const& lora) const;

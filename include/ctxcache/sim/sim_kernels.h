@@ -7,8 +7,10 @@
 //   attention  every base layer's K and V at positions [begin, end) of each sequence, each word computed from the
 //              word at p - 1 read back through the page table, token p, the salt and media word p;
 //   recurrent  every recurrent and conv word of each sequence's resident slot folded over tokens [begin, end);
-//   draft      every EAGLE draft layer's K and V at [begin, end), from the previous draft word, the base layer 0
-//              word at p and token p + 1 (so a sequence passes end - begin + 1 tokens);
+//   draft      every draft layer's K and V at [begin, end), from the previous draft word, the base input at p
+//              and token p + 1 (so a sequence passes end - begin + 1 tokens). The base input is base layer 0's
+//              word at p (EAGLE) or, for an MTP head, the fp16 hidden row of p the caller passes (a row per
+//              position, which the engine computes from the stored base words or restores at a checkpoint);
 //   sample     the next token of each sequence from its stored words (base K/V at L - 1, or at every position of
 //              the last `window` when the request sets one; draft K/V at a chosen position; every recurrent and conv
 //              word of its slot).
@@ -76,8 +78,11 @@ public:
     // Recurrent and conv rows of each sequence's resident slot over [begin, end) (needs a state). Slots distinct.
     void recurrent(SimSequence const* sequences, int32_t count);
     // Draft layers at [begin, end) (needs the draft and base pools); tokenCount >= end - begin + 1 (token end is
-    // the next token); the base pages of [begin, end) must be mapped. media is not read.
-    void draft(SimSequence const* sequences, int32_t count);
+    // the next token); the base pages of [begin, end) must be mapped. media is not read. hidden (device memory,
+    // hiddenRows rows of hiddenSize fp16 words) switches the base input to the hidden rows: sequence s reads rows
+    // [s.hiddenRow, s.hiddenRow + end - begin).
+    void draft(SimSequence const* sequences, int32_t count, uint16_t const* hidden = nullptr, int32_t hiddenSize = 0,
+               int32_t hiddenRows = 0);
     // tokens[i] (device memory, count entries) = the next token of requests[i]; folds[i] (device memory or null)
     // = its 32-bit fold (sim_math.h). A model with a base pool needs length > 0 and reads position length - 1
     // (window > 0: every position of [max(0, length - window), length), each mapped);

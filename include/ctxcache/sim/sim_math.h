@@ -44,7 +44,7 @@ struct SimSequence {
     int32_t const* tokens = nullptr;  // device memory: tokens[i] is the token at position begin + i
     uint32_t const* media = nullptr;  // device memory or null (all text): media[i] for position begin + i, 0 = text
     int32_t tokenCount = 0;           // entries of tokens (and of media when it is not null)
-    int32_t reserved = 0;
+    int32_t hiddenRow = 0;            // a draft over hidden rows (MTP head): the row of position begin
 };
 
 // One sequence to sample: the slot's stored state after `length` tokens.
@@ -67,6 +67,7 @@ inline constexpr uint32_t kSimTagSeedWord = 0x53494D07u;
 inline constexpr uint32_t kSimTagSampleTerm = 0x53494D08u;
 inline constexpr uint32_t kSimTagSample = 0x53494D09u;
 inline constexpr uint32_t kSimTagSampleWindowTerm = 0x53494D0Au;
+inline constexpr uint32_t kSimTagHidden = 0x53494D0Bu;  // the reference engine's MTP hidden rows (host side)
 
 // Sources of sampled words (the `source` input of a sample term).
 enum SimSource : int32_t {
@@ -216,10 +217,14 @@ struct SimRecurrentLaunch {
 
 struct SimDraftLaunch {
     SimKvView draft;
-    SimKvView base;  // layer 0 is read
+    SimKvView base;  // layer 0 is read (EAGLE)
     SimSequence const* sequences;
     int32_t count;
     uint32_t seed;
+    // MTP head: the base input at p is word element % hiddenSize of hidden row hiddenRow + (p - begin) (fp16
+    // bits, device memory) instead of base layer 0's word; null = read the base pool.
+    uint16_t const* hidden;
+    int32_t hiddenSize;
 };
 
 struct SimSampleLaunch {
@@ -298,7 +303,8 @@ CTXC_HD void simRecurrentItem(SimStateSegment const& g, SimSequence const& s, in
     simStoreWord(row, word, g.wordBytes, state);
 }
 
-// Draft: element `element` of `half` of draft layer `layer` at positions [begin, end) of one sequence.
+// Draft: element `element` of `half` of draft layer `layer` at positions [begin, end) of one sequence, from the
+// previous draft word, the base input at p (base layer 0's word, or the MTP head's hidden row) and token p + 1.
 CTXC_HD void simDraftItem(SimDraftLaunch const& d, SimSequence const& s, int32_t layer, int32_t half, int32_t element) {
     if (s.begin >= s.end) return;
     SimKvLayer const& l = d.draft.layers[layer];
@@ -312,7 +318,10 @@ CTXC_HD void simDraftItem(SimDraftLaunch const& d, SimSequence const& s, int32_t
     for (int32_t p = s.begin; p < s.end; ++p) {
         int32_t const i = p - s.begin;
         uint32_t const base =
-            simLoadWord(b.data, simKvWordIndex(d.base, b.elements, s.slot, half, p, baseElement), d.base.wordBytes);
+            d.hidden ? static_cast<uint32_t>(
+                           d.hidden[(static_cast<int64_t>(s.hiddenRow) + i) * d.hiddenSize + element % d.hiddenSize])
+                     : simLoadWord(b.data, simKvWordIndex(d.base, b.elements, s.slot, half, p, baseElement),
+                                   d.base.wordBytes);
         prev = simTruncate(
             simMix8(d.seed, prev, base, static_cast<uint32_t>(s.tokens[i + 1]), s.salt, static_cast<uint32_t>(layer),
                     static_cast<uint32_t>(element), static_cast<uint32_t>(p), tag),

@@ -141,6 +141,60 @@ TEST(ReferenceEngineCudaWindow, WindowedOnCudaEqualsFullHistoryOnCpu) {
     }
 }
 
+// Hybrid+MTP on CUDA (the draft kernel over hidden rows, the paired whole-page snapshot, the hidden-row copies)
+// equals the cold CPU run: conversations whose next turns restore mid-page, page-aligned and one-past-a-page
+// checkpoints.
+TEST(ReferenceEngineCudaMtp, HybridMtpOnCudaEqualsColdOnCpu) {
+    if (!cudaUsable()) GTEST_SKIP() << "no CUDA device";
+    ReferenceEngineConfig c;
+    c.deployment = DeploymentKind::kHybrid;
+    c.speculative = SpeculativeKind::kMtp;
+    c.commitPolicy = runtime::ContextCacheCommitPolicy::kPrefillStateOnly;
+    c.pageSize = 16;
+    c.basePages = 128;
+    c.maxBatch = 4;
+    c.maxPagesPerSequence = 32;
+    c.snapshotSlots = 8;
+    c.backend = device::BackendKind::kCuda;
+#if defined(CTXCACHE_TEST_EMULATED_CUDA)
+    std::unique_ptr<device::DeviceBackend> emulated = device::createEmulatedCudaBackend(device::BackendOptions{});
+    c.sharedBackend = emulated.get();
+#endif
+    ReferenceEngine cuda(c);
+    c.sharedBackend = nullptr;
+    c.backend = device::BackendKind::kCpu;
+    ReferenceEngine cpu(c);
+    std::vector<std::vector<int32_t>> conversations = {iota(37, 1), iota(32, 500), iota(33, 900)};
+    std::vector<int32_t> previous(conversations.size(), 0);
+    for (int turn = 0; turn < 3; ++turn) {
+        std::vector<EngineRequest> reqs;
+        for (auto const& prompt : conversations) {
+            EngineRequest r;
+            r.tokens = prompt;
+            r.maxNewTokens = 2 + turn;
+            reqs.push_back(r);
+        }
+        std::vector<EngineOutput> const warm = cuda.serve(reqs);
+        std::vector<EngineOutput> const oracle = cpu.coldReference(reqs);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            EXPECT_EQ(warm[i].generated, oracle[i].generated) << "turn " << turn << " request " << i;
+            EXPECT_EQ(warm[i].stateDigest, oracle[i].stateDigest) << "turn " << turn << " request " << i;
+            // The previous turn published its prompt: this one starts there.
+            if (turn > 0) EXPECT_EQ(warm[i].prefillStart, previous[i]) << "turn " << turn << " request " << i;
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            previous[i] = static_cast<int32_t>(conversations[i].size());
+            conversations[i].insert(conversations[i].end(), warm[i].generated.begin(), warm[i].generated.end());
+            std::vector<int32_t> const next = iota(3 + 5 * static_cast<int32_t>(i), 7000 + 100 * turn);
+            conversations[i].insert(conversations[i].end(), next.begin(), next.end());
+        }
+        cuda.checkInvariants();
+    }
+    EXPECT_EQ(cuda.metrics().hybridRestores, 6u);
+    std::string why;
+    EXPECT_TRUE(cuda.drainAndCheckPoolsFull(&why)) << why;
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDeployments, ReferenceEngineCuda,
                          ::testing::Values(DeploymentKind::kAttention, DeploymentKind::kHybrid,
                                            DeploymentKind::kRecurrent, DeploymentKind::kEagle),
