@@ -44,6 +44,20 @@ void CacheRecord::validate() const {
     if (!isHybrid() && basePagePath.empty()) fail("a non-hybrid record needs its base path");
     if (!draftPagePath.empty() && draftPagePath.size() != basePagePath.size())
         fail("draftPagePath must be empty or as long as basePagePath");
+    if (hybridMtpCheckpoint) {
+        if (!isHybrid()) fail("an MTP checkpoint needs a hybrid checkpoint length");
+        if (!partialKvSnapshotSlot) fail("an MTP checkpoint needs a partial-KV snapshot slot");
+        if (basePagePath.size() != logicalBlockHashes.size() || draftPagePath.size() != logicalBlockHashes.size())
+            fail("an MTP checkpoint needs base and draft paths as long as its logical path (" +
+                 std::to_string(basePagePath.size()) + " base, " + std::to_string(draftPagePath.size()) + " draft, " +
+                 std::to_string(logicalBlockHashes.size()) + " logical)");
+        if (key.fullBlockCount > 0 && key.fullBlockCount >= *exactCheckpointLength)
+            fail("an MTP checkpoint's full blocks must end before its boundary token (fullBlockCount " +
+                 std::to_string(key.fullBlockCount) + ", exactCheckpointLength " +
+                 std::to_string(*exactCheckpointLength) + ")");
+    } else if (isHybrid() && !draftPagePath.empty()) {
+        fail("a hybrid checkpoint has a draft path only as an MTP checkpoint");
+    }
     for (PageId page : basePagePath)
         if (page < 0) fail("negative base page id");
     for (PageId page : draftPagePath)

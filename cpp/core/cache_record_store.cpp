@@ -1,9 +1,9 @@
-// CacheRecordStore: records by id (unordered_map), the exact-key and hybrid-key indexes (flat hash tables), the
-// LRU (std::list, least recent at the front; touch is a splice), and two hybrid side tables kept in step with the
-// records: stored lengths with their counts (hybridCandidateLengths(n)) and lengths per anchor block, the last
-// full block a checkpoint hangs off (hybridCandidateLengths(n, hashes)). insert undoes its partial work if an
-// allocation fails, leaving the store unchanged. Full contract (invariants, errors, cost, threading):
-// include/ctxcache/cache_record_store.h.
+// CacheRecordStore: records by id (unordered_map), the exact-key, hybrid-key and MTP-key indexes (flat hash
+// tables), the LRU (std::list, least recent at the front; touch is a splice), and two hybrid side tables (plain
+// and MTP checkpoints alike) kept in step with the records: stored lengths with their counts
+// (hybridCandidateLengths(n)) and lengths per anchor block, the last full block a checkpoint hangs off
+// (hybridCandidateLengths(n, hashes)). insert undoes its partial work if an allocation fails, leaving the store
+// unchanged. Full contract (invariants, errors, cost, threading): include/ctxcache/cache_record_store.h.
 
 #include "ctxcache/cache_record_store.h"
 
@@ -37,10 +37,12 @@ CacheRecordStore::Entry& CacheRecordStore::entry(RecordId id, char const* operat
 
 RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
     record.validate();
+    bool const mtp = record.isHybridMtp();
     if (auto hybrid = record.hybridKey()) {
-        if (auto existing = findHybrid(*hybrid)) {
-            touch(*existing);
-            return {*existing, false};
+        if (RecordId const* existing = checkpointIndex(mtp).find(*hybrid)) {
+            RecordId const existingId = *existing;
+            touch(existingId);
+            return {existingId, false};
         }
     } else if (auto existing = find(record.key)) {
         touch(*existing);
@@ -58,7 +60,7 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
         (void)inserted;
         try {
             if (hybrid) {
-                hybridIndex_.tryEmplace(*hybrid, id);
+                checkpointIndex(mtp).tryEmplace(*hybrid, id);
                 std::vector<int32_t>& lengths = hybridAnchors_[anchorOf(it->second.record)];
                 lengths.push_back(hybrid->exactLength);
                 ++hybridLengths_[hybrid->exactLength];  // last: nothing after it can throw
@@ -67,7 +69,7 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
             }
         } catch (...) {
             if (hybrid) {
-                hybridIndex_.erase(*hybrid);
+                checkpointIndex(mtp).erase(*hybrid);
                 auto anchor = hybridAnchors_.find(anchorOf(it->second.record));
                 if (anchor != hybridAnchors_.end()) {
                     auto& lengths = anchor->second;
@@ -94,6 +96,11 @@ std::optional<RecordId> CacheRecordStore::find(CacheRecordKey const& key) const 
 
 std::optional<RecordId> CacheRecordStore::findHybrid(HybridCheckpointKey const& key) const {
     if (RecordId const* id = hybridIndex_.find(key)) return *id;
+    return std::nullopt;
+}
+
+std::optional<RecordId> CacheRecordStore::findHybridMtp(HybridCheckpointKey const& key) const {
+    if (RecordId const* id = mtpIndex_.find(key)) return *id;
     return std::nullopt;
 }
 
@@ -157,7 +164,7 @@ CacheRecord CacheRecordStore::erase(RecordId id) {
     CacheRecord record = std::move(e.record);
     lru_.erase(e.lruPosition);
     if (auto hybrid = record.hybridKey()) {
-        hybridIndex_.erase(*hybrid);
+        checkpointIndex(record.isHybridMtp()).erase(*hybrid);
         auto it = hybridLengths_.find(hybrid->exactLength);
         if (it != hybridLengths_.end() && --it->second == 0) hybridLengths_.erase(it);
         auto anchor = hybridAnchors_.find(anchorOf(record));
@@ -185,7 +192,7 @@ void CacheRecordStore::checkInvariants() const {
         if (rec->second.lruPosition != it)
             throw InvariantError("CacheRecordStore: record " + std::to_string(*it) + " is in the LRU twice");
     }
-    size_t hybrids = 0;
+    size_t hybrids = 0, mtps = 0;
     std::map<int32_t, int32_t, std::greater<int32_t>> lengths;
     for (auto const& [id, e] : records_) {
         if (e.record.id != id || id == kNoRecord || id >= nextId_)
@@ -199,11 +206,13 @@ void CacheRecordStore::checkInvariants() const {
         }
         if (auto hybrid = e.record.hybridKey()) {
             ++hybrids;
+            bool const mtp = e.record.isHybridMtp();
+            if (mtp) ++mtps;
             ++lengths[hybrid->exactLength];
-            RecordId const* indexed = hybridIndex_.find(*hybrid);
+            RecordId const* indexed = checkpointIndex(mtp).find(*hybrid);
             if (!indexed || *indexed != id)
-                throw InvariantError("CacheRecordStore: hybrid record " + std::to_string(id) +
-                                     " missing from the hybrid index");
+                throw InvariantError("CacheRecordStore: hybrid record " + std::to_string(id) + " missing from the " +
+                                     (mtp ? "MTP" : "hybrid") + " checkpoint index");
         } else {
             RecordId const* indexed = exactIndex_.find(e.record.key);
             if (!indexed || *indexed != id)
@@ -211,7 +220,8 @@ void CacheRecordStore::checkInvariants() const {
                                      " missing from the exact-key index");
         }
     }
-    if (hybridIndex_.size() != hybrids || exactIndex_.size() != records_.size() - hybrids)
+    if (hybridIndex_.size() != hybrids - mtps || mtpIndex_.size() != mtps ||
+        exactIndex_.size() != records_.size() - hybrids)
         throw InvariantError("CacheRecordStore: key indexes hold entries of no record");
     if (lengths != hybridLengths_) throw InvariantError("CacheRecordStore: hybrid length counts are stale");
     size_t anchored = 0;
@@ -231,7 +241,7 @@ void CacheRecordStore::checkInvariants() const {
 size_t CacheRecordStore::memoryBytes() const noexcept {
     // Node-based containers: count each node's payload plus two pointers and the allocator's 16-byte header.
     constexpr size_t kNodeOverhead = 2 * sizeof(void*) + 16;
-    size_t bytes = exactIndex_.memoryBytes() + hybridIndex_.memoryBytes();
+    size_t bytes = exactIndex_.memoryBytes() + hybridIndex_.memoryBytes() + mtpIndex_.memoryBytes();
     bytes += records_.bucket_count() * sizeof(void*);
     bytes += records_.size() * (sizeof(std::pair<RecordId const, Entry>) + kNodeOverhead);
     bytes += lru_.size() * (sizeof(RecordId) + kNodeOverhead);

@@ -26,9 +26,17 @@ char const* leaseKind(ReusePlanMode mode) {
         case ReusePlanMode::kVanilla: return "a vanilla lease";
         case ReusePlanMode::kHybrid: return "a hybrid lease";
         case ReusePlanMode::kSpec: return "a spec lease";
+        case ReusePlanMode::kHybridMtp: return "a Hybrid+MTP lease";
     }
     return "a lease";
 }
+
+// Leases that own snapshot reservations and restored snapshot bindings.
+bool isCheckpointLease(ReusePlanMode mode) {
+    return mode == ReusePlanMode::kHybrid || mode == ReusePlanMode::kHybridMtp;
+}
+// Leases that hold draft pages.
+bool isDraftLease(ReusePlanMode mode) { return mode == ReusePlanMode::kSpec || mode == ReusePlanMode::kHybridMtp; }
 
 bool ownsReservation(std::vector<ResourceId> const& reserved, ResourceId id) {
     return std::find(reserved.begin(), reserved.end(), id) != reserved.end();
@@ -131,7 +139,7 @@ void ContextCacheManager::applyEviction(EvictionPlan const& plan, ResourceDemand
 void ContextCacheManager::evictRecord(RecordId id) {
     if (!records_.contains(id)) contract("evictRecord", "no record " + str(static_cast<int64_t>(id)));
     CacheRecord record = records_.erase(id);
-    draftIndex_.erase(record);
+    if (!record.isHybrid()) draftIndex_.erase(record);
     for (PageId page : record.basePagePath) {
         ResourceId const rid{ResourceType::kBaseKvPage, page};
         pools_.releaseCacheRef(rid);
@@ -200,6 +208,20 @@ AcquireResult ContextCacheManager::acquireSpec(BlockHash const* hashes, size_t c
         coverage);
 }
 
+AcquireResult ContextCacheManager::acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates,
+                                                    std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
+                                                    ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+    return acquireHybridMtp(candidates, hashes.data(), hashes.size(), inputTokenCount, lookupPolicy, coverage);
+}
+
+AcquireResult ContextCacheManager::acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates,
+                                                    BlockHash const* hashes, size_t count, int32_t inputTokenCount,
+                                                    ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+    return acquire(
+        makeHybridMtpReusePlan(candidates, {hashes, count}, inputTokenCount, pageSize_, records_, lookupPolicy),
+        coverage);
+}
+
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
     if (inputTokenCount < 0)
         contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
@@ -225,7 +247,7 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
         int32_t const have = static_cast<int32_t>(plan.basePageBindings.size()) + plan.demand.baseKvPages;
         plan.demand.baseKvPages += std::max(0, coverage.basePages - have);
     }
-    if (plan.mode == ReusePlanMode::kSpec) {
+    if (isDraftLease(plan.mode)) {
         int32_t const have = static_cast<int32_t>(plan.draftPageBindings.size()) + plan.demand.draftKvPages;
         plan.demand.draftKvPages += std::max(0, coverage.draftPages - have);
     }
@@ -277,7 +299,8 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
 
 bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count) {
     LeaseState& s = checkLease(lease, "growBasePages");
-    if (s.mode == ReusePlanMode::kSpec) contract("growBasePages", "a spec lease grows with growSpecPages");
+    if (isDraftLease(s.mode))
+        contract("growBasePages", std::string(leaseKind(s.mode)) + " grows both pools with growSpecPages");
     if (count < 0) contract("growBasePages", "count is negative (" + str(count) + ")");
     if (count == 0) return true;
     ResourceDemand demand;
@@ -292,8 +315,8 @@ bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count)
 
 bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCount, int32_t draftCount) {
     LeaseState& s = checkLease(lease, "growSpecPages");
-    if (s.mode != ReusePlanMode::kSpec)
-        contract("growSpecPages", std::string("needs a spec lease, got ") + leaseKind(s.mode));
+    if (!isDraftLease(s.mode))
+        contract("growSpecPages", std::string("needs a spec or Hybrid+MTP lease, got ") + leaseKind(s.mode));
     if (baseCount < 0) contract("growSpecPages", "baseCount is negative (" + str(baseCount) + ")");
     if (draftCount < 0) contract("growSpecPages", "draftCount is negative (" + str(draftCount) + ")");
     ResourceDemand demand;
@@ -313,8 +336,11 @@ bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCo
 std::optional<HybridSnapshotReservation> ContextCacheManager::reserveHybridSnapshots(CacheRequestLease& lease,
                                                                                      bool needsPartialKvSnapshot) {
     LeaseState& s = checkLease(lease, "reserveHybridSnapshots");
-    if (s.mode != ReusePlanMode::kHybrid)
+    if (!isCheckpointLease(s.mode))
         contract("reserveHybridSnapshots", std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
+    if (s.mode == ReusePlanMode::kHybridMtp && !needsPartialKvSnapshot)
+        contract("reserveHybridSnapshots",
+                 "a Hybrid+MTP checkpoint always has a partial-KV snapshot: needsPartialKvSnapshot must be true");
     if (needsPartialKvSnapshot && !s.hybridHasAttention)
         contract("reserveHybridSnapshots", "needsPartialKvSnapshot on a lease without attention");
     ResourceDemand demand;
@@ -338,7 +364,7 @@ std::optional<HybridSnapshotReservation> ContextCacheManager::reserveHybridSnaps
 
 void ContextCacheManager::releaseRestoredHybridSnapshots(CacheRequestLease& lease) {
     LeaseState& s = checkLease(lease, "releaseRestoredHybridSnapshots");
-    if (s.mode != ReusePlanMode::kHybrid)
+    if (!isCheckpointLease(s.mode))
         contract("releaseRestoredHybridSnapshots", std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
     if (s.recurrentBinding) pools_.releaseActiveRef({ResourceType::kRecurrentSnapshot, *s.recurrentBinding});
     if (s.partialBinding) pools_.releaseActiveRef({ResourceType::kPartialKvSnapshot, *s.partialBinding});
@@ -350,7 +376,7 @@ void ContextCacheManager::retireHybridSnapshotReservation(CacheRequestLease& lea
                                                           HybridSnapshotReservation const& reservation) {
     char const* const op = "retireHybridSnapshotReservation";
     LeaseState& s = checkLease(lease, op);
-    if (s.mode != ReusePlanMode::kHybrid) contract(op, std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
+    if (!isCheckpointLease(s.mode)) contract(op, std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
     ResourceId const recurrent{ResourceType::kRecurrentSnapshot, reservation.recurrentSnapshotSlot};
     if (!ownsReservation(s.reservedSnapshots, recurrent))
         contract(
@@ -409,7 +435,7 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
         CacheRecord const& stored = records_.get(id);
-        if (stored.hasDraftPath()) draftIndex_.insert(stored);
+        if (stored.hasDraftPath() && !stored.isHybrid()) draftIndex_.insert(stored);  // EAGLE paths only
     } catch (...) {
         if (id != kNoRecord) records_.erase(id);
         for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef(resources[i]);
@@ -435,6 +461,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
     BlockHashSpan const hashes{hashData, hashCount};
     LeaseState& s = checkLease(lease, op);
     if (s.mode == ReusePlanMode::kHybrid) contract(op, "a hybrid lease publishes with publishHybrid");
+    if (s.mode == ReusePlanMode::kHybridMtp) contract(op, "a Hybrid+MTP lease publishes with publishHybridMtp");
     bool const spec = s.mode == ReusePlanMode::kSpec;
     if (residentStateLength < 0) contract(op, "residentStateLength is negative (" + str(residentStateLength) + ")");
     if (hashCount > 0 && !hashData) contract(op, "fullBlockHashes is null");
@@ -551,6 +578,66 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
     return commitRecord(std::move(record), newlyMapped, publishedBlocks);
 }
 
+PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request) {
+    return publishHybridMtp(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.checkpoint,
+                            request.snapshots);
+}
+
+PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashData,
+                                                    size_t hashCount, HybridCheckpointKey const& checkpoint,
+                                                    HybridSnapshotReservation const& snapshots) {
+    char const* const op = "publishHybridMtp";
+    BlockHashSpan const hashes{hashData, hashCount};
+    LeaseState& s = checkLease(lease, op);
+    if (s.mode != ReusePlanMode::kHybridMtp)
+        contract(op, std::string("needs a Hybrid+MTP lease, got ") + leaseKind(s.mode));
+    int32_t const length = checkpoint.exactLength;
+    if (length < 1) contract(op, "checkpoint.exactLength must be at least 1 (" + str(length) + ")");
+    // The boundary token stays private: the draft KV at E-1 depends on token E, so only the pages complete in
+    // both pools through E-1 are full blocks; the rest is in the partial-KV slot.
+    size_t const fullBlocks = static_cast<size_t>((length - 1) / pageSize_);
+    if (hashCount > 0 && !hashData) contract(op, "fullBlockHashes is null");
+    if (hashes.size != fullBlocks)
+        contract(op, str(static_cast<int64_t>(hashes.size)) + " hashes for an exact length of " + str(length) +
+                         " (expected floor((" + str(length) + " - 1) / " + str(pageSize_) +
+                         ") = " + str(static_cast<int64_t>(fullBlocks)) + ")");
+    if (fullBlocks > s.basePages.size())
+        contract(op, str(static_cast<int64_t>(fullBlocks)) + " full blocks but the lease holds " +
+                         str(static_cast<int64_t>(s.basePages.size())) + " base pages");
+    if (fullBlocks > s.draftPages.size())
+        contract(op, str(static_cast<int64_t>(fullBlocks)) + " full blocks but the lease holds " +
+                         str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
+    if (!snapshots.partialKvSnapshotSlot)
+        contract(op,
+                 "a Hybrid+MTP checkpoint needs a partial-KV snapshot slot (it holds the base tail and the "
+                 "draft page of the boundary)");
+    if (!ownsReservation(s.reservedSnapshots, {ResourceType::kRecurrentSnapshot, snapshots.recurrentSnapshotSlot}))
+        contract(op,
+                 "recurrent snapshot slot " + str(snapshots.recurrentSnapshotSlot) + " is not reserved by this lease");
+    if (!ownsReservation(s.reservedSnapshots, {ResourceType::kPartialKvSnapshot, *snapshots.partialKvSnapshotSlot}))
+        contract(
+            op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
+    checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
+
+    int32_t const publishedBlocks = static_cast<int32_t>(fullBlocks);
+    if (std::optional<RecordId> existing = records_.findHybridMtp(checkpoint)) {
+        records_.touch(*existing);
+        return PublishResult{PublishStatus::kExistingRecord, *existing, records_.get(*existing).basePagePath,
+                             publishedBlocks};
+    }
+    std::vector<PageId> newlyMapped;
+    CacheRecord record;
+    record.key = CacheRecordKey{checkpoint.exactPrefixDigest, publishedBlocks};
+    record.logicalBlockHashes.assign(hashes.begin(), hashes.end());
+    record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + publishedBlocks);
+    record.basePagePath = projectCanonicalBasePath(hashes, fullBlocks, s.basePages, newlyMapped);  // last: maps
+    record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
+    record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
+    record.exactCheckpointLength = length;
+    record.hybridMtpCheckpoint = true;
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks);
+}
+
 // ---- verification -----------------------------------------------------------------------------------------
 
 void ContextCacheManager::checkInvariants() const {
@@ -582,8 +669,8 @@ void ContextCacheManager::checkInvariants() const {
         if (s->recurrentBinding) count(active, {ResourceType::kRecurrentSnapshot, *s->recurrentBinding}, holder);
         if (s->partialBinding) count(active, {ResourceType::kPartialKvSnapshot, *s->partialBinding}, holder);
         for (ResourceId const& id : s->reservedSnapshots) count(active, id, holder);
-        if (s->mode != ReusePlanMode::kSpec && !s->draftPages.empty())
-            throw InvariantError("a non-spec lease holds draft pages");
+        if (!isDraftLease(s->mode) && !s->draftPages.empty())
+            throw InvariantError("a lease that is neither spec nor Hybrid+MTP holds draft pages");
     }
     if (leases != liveLeases_)
         throw InvariantError("live lease count " + str(static_cast<int64_t>(liveLeases_)) +
@@ -599,7 +686,7 @@ void ContextCacheManager::checkInvariants() const {
                 throw InvariantError(holder + " base page " + str(record.basePagePath[i]) + " at block " +
                                      str(static_cast<int64_t>(i)) + " is not the canonical page of its hash");
         }
-        if (record.hasDraftPath()) {
+        if (record.hasDraftPath() && !record.isHybrid()) {  // MTP checkpoints stay out of the EAGLE index
             pairedBoundaries += record.logicalBlockHashes.size();
             for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i)
                 if (!draftIndex_.contains(record.logicalBlockHashes[i], {record.id, static_cast<int32_t>(i + 1)}))

@@ -1,7 +1,8 @@
-// Reuse planners (reference c.6): vanilla, hybrid/pure-recurrent and EAGLE spec plans as pure functions of the
-// indexes: they read, never add references, touch recency or allocate ids. Validation (pageSize, n, hash count)
-// comes first; an empty input is kStandard with nothing to do, bypass and misses are cold kNoReusablePrefix
-// plans, and hybrid candidates outside (0, n) are skipped. Full contract and cost: include/ctxcache/reuse_plan.h.
+// Reuse planners (reference c.6): vanilla, hybrid/pure-recurrent, Hybrid+MTP and EAGLE spec plans as pure
+// functions of the indexes: they read, never add references, touch recency or allocate ids. Validation (pageSize,
+// n, hash count) comes first; an empty input is kStandard with nothing to do, bypass and misses are cold
+// kNoReusablePrefix plans, and hybrid candidates outside (0, n) are skipped. Full contract and cost:
+// include/ctxcache/reuse_plan.h.
 
 #include "ctxcache/reuse_plan.h"
 
@@ -36,6 +37,16 @@ ReusePlan coldPlan(ReusePlanMode mode, int32_t n, int32_t pageSize, bool basePag
     return plan;
 }
 
+// Hybrid candidates longest first (stable: equal lengths keep the caller's order).
+std::vector<HybridCheckpointCandidate const*> longestFirst(std::vector<HybridCheckpointCandidate> const& candidates) {
+    std::vector<HybridCheckpointCandidate const*> ordered;
+    ordered.reserve(candidates.size());
+    for (HybridCheckpointCandidate const& c : candidates) ordered.push_back(&c);
+    std::stable_sort(ordered.begin(), ordered.end(),
+                     [](auto const* a, auto const* b) { return a->exactLength > b->exactLength; });
+    return ordered;
+}
+
 }  // namespace
 
 char const* toString(ReusePlanKind kind) noexcept {
@@ -52,6 +63,7 @@ char const* toString(ReusePlanMode mode) noexcept {
         case ReusePlanMode::kVanilla: return "vanilla";
         case ReusePlanMode::kHybrid: return "hybrid";
         case ReusePlanMode::kSpec: return "spec";
+        case ReusePlanMode::kHybridMtp: return "hybrid-mtp";
     }
     return "unknown";
 }
@@ -88,13 +100,7 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
     plan.hybridHasAttention = hasAttention;
     if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
 
-    std::vector<HybridCheckpointCandidate const*> ordered;
-    ordered.reserve(candidates.size());
-    for (HybridCheckpointCandidate const& c : candidates) ordered.push_back(&c);
-    std::stable_sort(ordered.begin(), ordered.end(),
-                     [](auto const* a, auto const* b) { return a->exactLength > b->exactLength; });
-
-    for (HybridCheckpointCandidate const* c : ordered) {
+    for (HybridCheckpointCandidate const* c : longestFirst(candidates)) {
         // A checkpoint must leave at least one token to compute; any other length is no candidate at all.
         if (c->exactLength <= 0 || c->exactLength >= n) continue;
         HybridCheckpointKey const key{c->exactPrefixDigest, c->exactLength};
@@ -119,6 +125,46 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
         plan.recurrentSnapshotBinding = record.recurrentSnapshotSlot;
         plan.partialKvSnapshotBinding = record.partialKvSnapshotSlot;
         if (hasAttention) plan.demand.baseKvPages = ceilDiv(n, pageSize) - static_cast<int32_t>(fullBlocks);
+        return plan;
+    }
+    return plan;
+}
+
+ReusePlan makeHybridMtpReusePlan(std::vector<HybridCheckpointCandidate> const& candidates, BlockHashSpan hashes,
+                                 int32_t n, int32_t pageSize, CacheRecordStore const& records,
+                                 ContextCacheLookupPolicy lookupPolicy) {
+    validateCommon("makeHybridMtpReusePlan", hashes, n, pageSize);
+    ReusePlan plan = coldPlan(ReusePlanMode::kHybridMtp, n, pageSize, true, true);
+    plan.hybridHasAttention = true;
+    if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
+
+    for (HybridCheckpointCandidate const* c : longestFirst(candidates)) {
+        // E >= 1, and E < n: token E is the reuser's own (it produces the draft KV at E-1).
+        if (c->exactLength < 1 || c->exactLength >= n) continue;
+        HybridCheckpointKey const key{c->exactPrefixDigest, c->exactLength};
+        std::optional<RecordId> id = records.findHybridMtp(key);
+        if (!id) continue;
+        CacheRecord const& record = records.get(*id);
+        size_t const fullBlocks = static_cast<size_t>((c->exactLength - 1) / pageSize);  // boundary token private
+        if (!record.isHybridMtp()) continue;
+        if (fullBlocks > hashes.size || record.logicalBlockHashes.size() != fullBlocks ||
+            !std::equal(record.logicalBlockHashes.begin(), record.logicalBlockHashes.end(), hashes.begin()))
+            continue;
+        if (!record.recurrentSnapshotSlot || !record.partialKvSnapshotSlot) continue;
+        // Both pools complete through the same boundary: a base-only or draft-only path is no checkpoint.
+        if (record.basePagePath.size() != fullBlocks || record.draftPagePath.size() != fullBlocks) continue;
+
+        int32_t const bound = static_cast<int32_t>(fullBlocks);
+        plan.kind = ReusePlanKind::kStandard;
+        plan.matchedTokenLength = plan.reuseTokenLength = c->exactLength;
+        plan.matchedBlockHashes.assign(hashes.begin(), hashes.begin() + bound);
+        plan.basePageBindings = record.basePagePath;
+        plan.draftPageBindings = record.draftPagePath;
+        plan.hybridCheckpoint = key;
+        plan.hybridRecord = *id;
+        plan.recurrentSnapshotBinding = record.recurrentSnapshotSlot;
+        plan.partialKvSnapshotBinding = record.partialKvSnapshotSlot;
+        plan.demand.baseKvPages = plan.demand.draftKvPages = ceilDiv(n, pageSize) - bound;
         return plan;
     }
     return plan;

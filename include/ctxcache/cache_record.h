@@ -2,11 +2,18 @@
 // logical block); an EAGLE-paired record also owns an equally long draft path; a hybrid checkpoint record owns
 // an exact-length recurrent snapshot, a partial-KV snapshot when the length is mid-page on an attention model,
 // and (with attention) the floor(length / pageSize) base pages before it. A pure-recurrent record has no pages.
+// A Hybrid+MTP checkpoint (hybridMtpCheckpoint) at exact length E keeps the boundary token private: it owns
+// fb = floor((E-1) / pageSize) base pages AND fb draft pages (the pages complete in both pools), the recurrent
+// slot, and always the partial-KV slot (base tokens [fb*P, E) and the draft tokens of page fb). It lives in the
+// store's MTP checkpoint index, apart from plain hybrid checkpoints, and never in the EAGLE draft path index.
 //
 // Invariants (checked by validate()): logicalBlockHashes.size() == key.fullBlockCount; a non-hybrid record has
 // >= 1 block and key.terminalHash == the last logical hash; a hybrid record has exactCheckpointLength > 0, a
 // recurrent slot and key.terminalHash = its exact-prefix digest; basePagePath is empty (pure recurrent) or as
-// long as the logical path; draftPagePath is empty or as long as basePagePath; no negative id.
+// long as the logical path; draftPagePath is empty or as long as basePagePath, and a hybrid record has one only
+// when it is an MTP checkpoint; an MTP checkpoint is hybrid, has a partial-KV slot, base and draft paths as long
+// as its logical path, and fullBlockCount < exactCheckpointLength when it has full blocks (fb <= E-1); no
+// negative id. (fb == floor((E-1)/P) needs the page size: the manager checks it at publication.)
 // The manager gives every listed resource exactly one cache reference per listing.
 #pragma once
 
@@ -48,11 +55,13 @@ struct CacheRecord {
     std::optional<int32_t> recurrentSnapshotSlot;
     std::optional<int32_t> partialKvSnapshotSlot;
     std::optional<int32_t> exactCheckpointLength;
+    bool hybridMtpCheckpoint = false;  // a Hybrid+MTP checkpoint (see the file comment); implies isHybrid()
 
     // Every resource this record holds one cache reference on: base pages, draft pages, recurrent, partial.
     std::vector<ResourceId> resources() const;
     std::optional<HybridCheckpointKey> hybridKey() const;
     bool isHybrid() const noexcept { return exactCheckpointLength.has_value(); }
+    bool isHybridMtp() const noexcept { return hybridMtpCheckpoint && isHybrid(); }
     bool hasDraftPath() const noexcept { return !draftPagePath.empty(); }
     // Throws ContractError naming the first broken rule (see the file comment).
     void validate() const;

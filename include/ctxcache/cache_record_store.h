@@ -1,10 +1,11 @@
 // CacheRecordStore: the published records, their exact-endpoint and hybrid-checkpoint indexes, and the
 // record-granular LRU.
 //
-// Invariants: every record is in exactly one key index (hybrid records in the hybrid index, the others in the
-//             exact-key index) and exactly once in the LRU list (least recent at the front); ids start at 1 and
-//             increase. The store does not enforce maxRecords: the manager does (one transient extra is allowed
-//             while a publication commits).
+// Invariants: every record is in exactly one key index (plain hybrid checkpoints in the hybrid index, Hybrid+MTP
+//             checkpoints in the MTP index, the others in the exact-key index; so a plain and an MTP checkpoint
+//             of one exact prefix may coexist and neither is ever found as the other) and exactly once in the LRU list
+//             (least recent at the front); ids start at 1 and increase. The store does not enforce maxRecords: the
+//             manager does (one transient extra is allowed while a publication commits).
 // Errors:     insert of an invalid record, get/touch/erase/setDraftState of an unknown id: ContractError,
 //             nothing changed.
 // Cost:       insert/find/touch/erase O(1) expected plus the record's size; hybridCandidateLengths(n)
@@ -32,15 +33,19 @@ public:
     CacheRecordStore(CacheRecordStore&&) = delete;
     CacheRecordStore& operator=(CacheRecordStore&&) = delete;
 
-    // Assigns the next id and inserts as MRU. An exact duplicate (same hybrid key for a hybrid record, same
-    // exact key otherwise) is only touched and returned with inserted = false.
+    // Assigns the next id and inserts as MRU. An exact duplicate (same hybrid key and kind for a hybrid record,
+    // same exact key otherwise) is only touched and returned with inserted = false.
     RecordInsertResult insert(CacheRecord record);
     std::optional<RecordId> find(CacheRecordKey const& key) const;
+    // A plain hybrid (or pure-recurrent) checkpoint; never an MTP one.
     std::optional<RecordId> findHybrid(HybridCheckpointKey const& key) const;
-    // Every stored hybrid exact length below inputTokenCount, longest first, without duplicates.
+    // A Hybrid+MTP checkpoint; never a plain one.
+    std::optional<RecordId> findHybridMtp(HybridCheckpointKey const& key) const;
+    // Every stored hybrid exact length (plain and MTP) below inputTokenCount, longest first, without duplicates.
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
     // Only the lengths whose checkpoint's full blocks are a prefix of `inputFullBlockHashes` as far as its last
-    // full block (fb = length / pageSize blocks, anchored at hash fb-1, or at the chain root for fb = 0), below
+    // full block (fb = the record's fullBlockCount: length / pageSize, or (length - 1) / pageSize for an MTP
+    // checkpoint; anchored at hash fb-1, or at the chain root for fb = 0), below
     // inputTokenCount, longest first, without duplicates. O(input blocks + lengths returned).
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount, BlockHashSpan inputFullBlockHashes) const;
 
@@ -78,7 +83,12 @@ private:
     RecordId nextId_ = 1;
     std::unordered_map<RecordId, Entry> records_;
     detail::FlatHashMap<CacheRecordKey, RecordId, CacheRecordKeyHasher> exactIndex_;
-    detail::FlatHashMap<HybridCheckpointKey, RecordId, HybridCheckpointKeyHasher> hybridIndex_;
+    using CheckpointIndex = detail::FlatHashMap<HybridCheckpointKey, RecordId, HybridCheckpointKeyHasher>;
+    CheckpointIndex& checkpointIndex(bool mtp) noexcept { return mtp ? mtpIndex_ : hybridIndex_; }
+    CheckpointIndex const& checkpointIndex(bool mtp) const noexcept { return mtp ? mtpIndex_ : hybridIndex_; }
+
+    CheckpointIndex hybridIndex_;
+    CheckpointIndex mtpIndex_;
     std::map<int32_t, int32_t, std::greater<int32_t>> hybridLengths_;  // exact length -> record count
     // (hash of the checkpoint's last full block or the chain root, full-block count) -> exact lengths.
     std::unordered_map<CacheRecordKey, std::vector<int32_t>, CacheRecordKeyHasher> hybridAnchors_;

@@ -34,7 +34,7 @@ public:
 
     // Ordered base-model logical K-page ids; the adapter expands them to a kernel [K, V] row.
     std::vector<PageId> const& basePages() const noexcept;
-    // Ordered EAGLE draft K-page ids; empty for a vanilla or hybrid lease.
+    // Ordered draft K-page ids (EAGLE spec or Hybrid+MTP lease); empty for a vanilla or hybrid lease.
     std::vector<PageId> const& draftPages() const noexcept;
     // Hit snapshot slots to restore from (until releaseRestoredHybridSnapshots).
     std::optional<int32_t> recurrentSnapshotSlot() const noexcept;

@@ -8,14 +8,22 @@
 //     an id is free <=> both are zero;
 //   - a base mapping hash -> page exists exactly while page holds a cache ref, and a base record's path is the
 //     index's projection of its logical hashes;
-//   - every paired record's boundaries are in the draft index and nothing else is;
+//   - every paired non-hybrid (EAGLE) record's boundaries are in the draft index and nothing else is: a
+//     Hybrid+MTP checkpoint's draft path is found only through its exact checkpoint key (the store's MTP
+//     index), never by the EAGLE path lookup, whose one-page replay rule does not describe it;
 //   - records <= maxRecords (none at all when maxRecords == 0).
 // Atomicity: acquire pins the hit, plans eviction read-only, and either evicts + allocates (cannot fail) or rolls
 //   back the pins and reports kInsufficientCapacity having evicted nothing. grow and reserve are all-or-nothing.
 //   Publication validates everything (the lease's acquired prefix, replay dependency, owned snapshots) before
 //   it mutates, then adds cache refs, canonical mappings and one record as one transaction.
-// Recency: hybrid and spec hits are touched at acquire; plain base-block hits touch nothing; an exact duplicate
-//   publication touches the existing record; capacity and record-limit eviction are strict record LRU.
+// Hybrid+MTP (kHybridMtp leases): acquireHybridMtp binds a checkpoint's base AND draft paths (fb pages each,
+//   fb = floor((E-1)/P): the boundary token E stays private) plus its recurrent and partial-KV slots; the lease
+//   grows with growSpecPages (both pools; growBasePages refuses it), reserves BOTH snapshot slots (a reservation
+//   without the partial slot is a ContractError: every MTP checkpoint has one) and publishes with
+//   publishHybridMtp only. The record keeps base and an equally long draft path through the E-1 boundary.
+// Recency: hybrid, Hybrid+MTP and spec hits are touched at acquire; plain base-block hits touch nothing; an
+//   exact duplicate publication touches the existing record; capacity and record-limit eviction are strict
+//   record LRU.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims.
 // Threading: none internal. Callers serialize every manager and lease access (single writer). Leases must be
@@ -118,6 +126,12 @@ public:
     AcquireResult acquireSpec(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                               PageCoverage coverage = {});
+    // A hybrid (attention + recurrent) model drafting with an MTP head: the longest complete Hybrid+MTP
+    // checkpoint among the candidates (makeHybridMtpReusePlan). Coverage raises base and draft demand alike.
+    AcquireResult acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates,
+                                   std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+                                   ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                                   PageCoverage coverage = {});
 
     // The same acquires over `count` hashes the caller owns: read in place, never copied (the C ABI's path).
     AcquireResult acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
@@ -130,27 +144,41 @@ public:
     AcquireResult acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                               PageCoverage coverage = {});
+    AcquireResult acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates, BlockHash const* hashes,
+                                   size_t count, int32_t inputTokenCount,
+                                   ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
+                                   PageCoverage coverage = {});
 
     // Atomically append private base pages (vanilla or hybrid lease); false changes nothing.
     bool growBasePages(CacheRequestLease& lease, int32_t count);
-    // Atomically append EAGLE base and draft pages (spec lease); false changes nothing.
+    // Atomically append base and draft pages (spec or Hybrid+MTP lease); false changes nothing.
     bool growSpecPages(CacheRequestLease& lease, int32_t baseCount, int32_t draftCount);
 
-    // Reserve unpublished snapshot storage (hybrid lease; partial only with attention). nullopt is retention
-    // pressure and leaves the lease unchanged.
+    // Reserve unpublished snapshot storage (hybrid lease: partial only with attention; Hybrid+MTP lease: both
+    // slots always, so needsPartialKvSnapshot must be true). nullopt is retention pressure and leaves the lease
+    // unchanged.
     std::optional<HybridSnapshotReservation> reserveHybridSnapshots(CacheRequestLease& lease,
                                                                     bool needsPartialKvSnapshot);
-    // Drop the hit-snapshot pins after the stream-ordered restore has completed. Idempotent.
+    // Drop the hit-snapshot pins after the stream-ordered restore has completed (hybrid or Hybrid+MTP lease).
+    // Idempotent.
     void releaseRestoredHybridSnapshots(CacheRequestLease& lease);
     // Drop producer ownership of a reservation after capture is terminal and publication committed or skipped.
     void retireHybridSnapshotReservation(CacheRequestLease& lease, HybridSnapshotReservation const& reservation);
 
     PublishResult publish(CacheRequestLease& lease, PublishRequest const& request);
     PublishResult publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request);
+    // A Hybrid+MTP checkpoint at exact length E >= 1 (kHybridMtp lease): fullBlockHashes are its
+    // floor((E-1)/P) full blocks; snapshots must hold BOTH slots, reserved by this lease. The record owns the
+    // canonical base path, the lease's first floor((E-1)/P) draft pages and both slots. An existing MTP
+    // checkpoint with that key is touched (kExistingRecord). Everything is validated first (ContractError,
+    // nothing changed).
+    PublishResult publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request);
     // The same publications over `count` hashes the caller owns (read in place).
     PublishResult publish(CacheRequestLease& lease, BlockHash const* hashes, size_t count, int32_t residentStateLength);
     PublishResult publishHybrid(CacheRequestLease& lease, BlockHash const* hashes, size_t count,
                                 HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots);
+    PublishResult publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashes, size_t count,
+                                   HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots);
 
     // Evicts one record now (whatever its recency). Unknown id: ContractError.
     void evictRecord(RecordId id);

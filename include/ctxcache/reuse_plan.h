@@ -9,6 +9,15 @@
 //   Spec     EAGLE: only a coherent draft path of ONE paired record counts (base-only hits are ignored); the
 //            boundary page is always replayed (kFullPage) because its last draft slot depends on the next
 //            block's first token, and a dependency {hash of block Pp, Pp} is recorded for publication.
+//   HybridMtp a hybrid model drafting with a multi-token-prediction head. A checkpoint at exact length E >= 1
+//            holds the recurrent state after E tokens, base KV [0, E) and draft KV [0, E-1): the draft KV at E-1
+//            depends on token E, which belongs to whoever reuses the checkpoint (the boundary token stays
+//            private). fb = floor((E-1)/P) pages are complete in BOTH pools and are bound; base [fb*P, E) and
+//            the draft tokens of page fb live in the partial-KV slot, which every MTP checkpoint has (also when E
+//            or E-1 is page-aligned). The longest candidate E < n whose record is an MTP checkpoint (a plain
+//            hybrid record never hits here, nor an MTP record a hybrid plan) with the input's first fb hashes,
+//            recurrent + partial slots and base AND draft paths of exactly fb pages wins: reuse = matched = E,
+//            demand.base = demand.draft = ceil(n/P) - fb. A miss or bypass is cold in both pools.
 //
 // Common: totalInputPages = ceil(n/P); the hash list may not exceed floor(n/P) entries; `demand` covers only
 // the pages still to allocate. An empty input (n == 0) plans nothing in every mode: kind kStandard, reuse 0,
@@ -33,7 +42,9 @@ namespace ctxcache {
 
 enum class ContextCacheLookupPolicy : uint8_t { kUseCache = 0, kBypass = 1 };
 enum class ReusePlanKind : uint8_t { kStandard = 0, kNoReusablePrefix = 1, kFullInputRewind = 2 };
-enum class ReusePlanMode : uint8_t { kVanilla = 0, kHybrid = 1, kSpec = 2 };
+// Values are the C ABI's CTXC_MODE_*; kHybridMtp is appended (the reference puts it before kSpec, but kSpec = 2
+// was already ABI).
+enum class ReusePlanMode : uint8_t { kVanilla = 0, kHybrid = 1, kSpec = 2, kHybridMtp = 3 };
 enum class SpecReplayMode : uint8_t { kNone = 0, kFullPage = 1 };
 
 struct HybridCheckpointCandidate {
@@ -55,7 +66,7 @@ struct ReusePlan {
     std::optional<RecordId> draftRecord;
     std::vector<PageId> draftPageBindings;
     std::optional<SpecReplayDependency> specReplayDependency;
-    bool hybridHasAttention = false;
+    bool hybridHasAttention = false;  // always true for kHybridMtp (an MTP head drafts from attention KV)
     std::optional<HybridCheckpointKey> hybridCheckpoint;
     std::optional<RecordId> hybridRecord;
     std::optional<int32_t> recurrentSnapshotBinding;
@@ -73,6 +84,11 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
                               BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
                               bool hasAttention, CacheRecordStore const& records,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
+
+ReusePlan makeHybridMtpReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
+                                 BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
+                                 CacheRecordStore const& records,
+                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 
 ReusePlan makeSpecReusePlan(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
                             BaseBlockIndex const& baseIndex, DraftPathIndex const& draftIndex,

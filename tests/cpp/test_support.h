@@ -83,7 +83,7 @@ inline std::string describe(CacheRecord const& r) {
     for (BlockHash const& h : r.logicalBlockHashes) out << toHex(h) << ' ';
     out << "} base " << describeList(r.basePagePath) << " draft " << describeList(r.draftPagePath) << " recurrent "
         << r.recurrentSnapshotSlot.value_or(-1) << " partial " << r.partialKvSnapshotSlot.value_or(-1) << " exact "
-        << r.exactCheckpointLength.value_or(-1);
+        << r.exactCheckpointLength.value_or(-1) << (r.hybridMtpCheckpoint ? " mtp" : "");
     return out.str();
 }
 
