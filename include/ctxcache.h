@@ -103,7 +103,7 @@ enum {
 };
 enum { CTXC_LOOKUP_USE_CACHE = 0, CTXC_LOOKUP_BYPASS = 1 };
 enum { CTXC_PLAN_STANDARD = 0, CTXC_PLAN_NO_REUSABLE_PREFIX = 1, CTXC_PLAN_FULL_INPUT_REWIND = 2 };
-enum { CTXC_MODE_VANILLA = 0, CTXC_MODE_HYBRID = 1, CTXC_MODE_SPEC = 2 };
+enum { CTXC_MODE_VANILLA = 0, CTXC_MODE_HYBRID = 1, CTXC_MODE_SPEC = 2, CTXC_MODE_HYBRID_MTP = 3 };
 enum { CTXC_SPEC_REPLAY_NONE = 0, CTXC_SPEC_REPLAY_FULL_PAGE = 1 };
 enum { CTXC_ACQUIRE_ACQUIRED = 0, CTXC_ACQUIRE_INSUFFICIENT_CAPACITY = 1 };
 enum { CTXC_PUBLISH_PUBLISHED = 0, CTXC_PUBLISH_EXISTING_RECORD = 1 };
@@ -295,6 +295,8 @@ typedef struct ctxc_record_view {
     size_t base_page_count;
     const int32_t *draft_page_path;
     size_t draft_page_count;
+    int32_t hybrid_mtp_checkpoint; /* 1 = a Hybrid+MTP checkpoint (full blocks floor((length - 1) / page_size)) */
+    int32_t reserved2;
 } ctxc_record_view_t;
 
 CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t *options);
@@ -325,7 +327,19 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t *manager, cons
 CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t *manager, const ctxc_hash128_t *hashes, size_t count,
                                                  int32_t input_token_count, int32_t lookup_policy,
                                                  ctxc_acquire_result_t *out_result, ctxc_lease_t **out_lease);
-/* Stored hybrid checkpoint lengths below input_token_count, longest first. Two-call pattern. */
+/* Acquire for a hybrid (attention + recurrent) model drafting with a multi-token-prediction head: the longest
+ * complete Hybrid+MTP checkpoint among `candidates` whose record matches `hashes`. A checkpoint of exact length E
+ * keeps its boundary token private: it binds floor((E - 1) / page_size) base AND draft pages, the recurrent slot
+ * and the partial-KV slot (always present), and reuse starts at E. Candidates are as for
+ * ctxc_manager_acquire_hybrid (length not in [1, input_token_count) skipped); plain hybrid checkpoints never hit
+ * here. A miss or CTXC_LOOKUP_BYPASS allocates every input page privately in both pools. */
+CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid_mtp(ctxc_manager_t *manager,
+                                                       const ctxc_hybrid_candidate_t *candidates,
+                                                       size_t candidate_count, const ctxc_hash128_t *hashes,
+                                                       size_t count, int32_t input_token_count, int32_t lookup_policy,
+                                                       ctxc_acquire_result_t *out_result, ctxc_lease_t **out_lease);
+/* Stored hybrid checkpoint lengths (plain and Hybrid+MTP) below input_token_count, longest first. Two-call
+ * pattern. */
 CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_t *manager, int32_t input_token_count,
                                                              int32_t *out_lengths, size_t out_capacity,
                                                              size_t *out_count);
@@ -341,11 +355,12 @@ CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths_for(const ctxc_mana
  * (then nothing changed). */
 CTXC_API ctxc_status_t ctxc_manager_grow_base_pages(ctxc_manager_t *manager, ctxc_lease_t *lease, int32_t count,
                                                     int32_t *out_ok);
-/* Append base and draft pages to a spec lease, atomically across both pools. */
+/* Append base and draft pages to a spec or Hybrid+MTP lease, atomically across both pools. */
 CTXC_API ctxc_status_t ctxc_manager_grow_spec_pages(ctxc_manager_t *manager, ctxc_lease_t *lease, int32_t base_count,
                                                     int32_t draft_count, int32_t *out_ok);
-/* Reserve producer snapshot slots on a hybrid lease (partial only with attention). *out_ok = 0 under retention
- * pressure (nothing changed; the caller skips the capture). */
+/* Reserve producer snapshot slots on a hybrid lease (partial only with attention) or a Hybrid+MTP lease (both
+ * slots: needs_partial_kv_snapshot must be 1, else CTXC_E_CONTRACT). *out_ok = 0 under retention pressure
+ * (nothing changed; the caller skips the capture). */
 CTXC_API ctxc_status_t ctxc_manager_reserve_hybrid_snapshots(ctxc_manager_t *manager, ctxc_lease_t *lease,
                                                              int32_t needs_partial_kv_snapshot,
                                                              ctxc_hybrid_snapshot_reservation_t *out_reservation,
@@ -367,6 +382,16 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t *manager, ctxc
                                                    const ctxc_hybrid_checkpoint_key_t *checkpoint,
                                                    const ctxc_hybrid_snapshot_reservation_t *snapshots,
                                                    ctxc_publish_result_t *out_result);
+/* Publish one captured Hybrid+MTP checkpoint of exact length E >= 1 from a Hybrid+MTP lease: hashes are its
+ * floor((E - 1) / page_size) full blocks, `snapshots` holds both slots reserved by this lease. The record keeps
+ * the canonical base path, the lease's first floor((E - 1) / page_size) draft pages and both slots. An existing
+ * Hybrid+MTP checkpoint with that key is touched (CTXC_PUBLISH_EXISTING_RECORD). Any inconsistency is
+ * CTXC_E_CONTRACT and nothing changed. */
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t *manager, ctxc_lease_t *lease,
+                                                       const ctxc_hash128_t *hashes, size_t count,
+                                                       const ctxc_hybrid_checkpoint_key_t *checkpoint,
+                                                       const ctxc_hybrid_snapshot_reservation_t *snapshots,
+                                                       ctxc_publish_result_t *out_result);
 /* Evict one record now. */
 CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t *manager, uint64_t record);
 

@@ -51,6 +51,7 @@ static_assert(same(ReusePlanKind::kFullInputRewind, CTXC_PLAN_FULL_INPUT_REWIND)
 static_assert(same(ReusePlanMode::kVanilla, CTXC_MODE_VANILLA));
 static_assert(same(ReusePlanMode::kHybrid, CTXC_MODE_HYBRID));
 static_assert(same(ReusePlanMode::kSpec, CTXC_MODE_SPEC));
+static_assert(same(ReusePlanMode::kHybridMtp, CTXC_MODE_HYBRID_MTP));
 
 static_assert(same(SpecReplayMode::kNone, CTXC_SPEC_REPLAY_NONE));
 static_assert(same(SpecReplayMode::kFullPage, CTXC_SPEC_REPLAY_FULL_PAGE));

@@ -47,7 +47,7 @@ ctxc_reuse_plan_t fromPlan(ReusePlan const& p) {
     return out;
 }
 
-// Shared tail of the three acquire calls: fill the result, register the lease handle.
+// Shared tail of the acquire calls: fill the result, register the lease handle.
 ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireResult result, ctxc_acquire_result_t& out,
                             ctxc_lease_t** outLease) {
     out.status = static_cast<int32_t>(result.status);
@@ -67,7 +67,7 @@ ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireRes
     return CTXC_OK;
 }
 
-// The common shape of the three acquires: outputs cleared first, then manager, length and policy checked, then
+// The common shape of the acquires: outputs cleared first, then manager, length and policy checked, then
 // `acquire(manager, policy)` runs and its result is reported.
 template <class Acquire>
 ctxc_status_t acquireChecked(ctxc_manager_t* handle, int32_t inputTokenCount, int32_t lookupPolicyValue,
@@ -106,6 +106,14 @@ void fillPublishResult(ManagerObject& m, PublishResult r, ctxc_publish_result_t&
     out.published_base_full_block_count = r.publishedBaseFullBlockCount;
     out.canonical_base_pages = m.publishedPages.data();
     out.canonical_base_page_count = m.publishedPages.size();
+}
+
+std::vector<HybridCheckpointCandidate> toCandidates(ctxc_hybrid_candidate_t const* candidates, size_t count) {
+    requireArray(candidates, count, "candidates");
+    std::vector<HybridCheckpointCandidate> out(count);
+    for (size_t i = 0; i < count; ++i)
+        out[i] = HybridCheckpointCandidate{candidates[i].exact_length, toHash(candidates[i].exact_prefix_digest)};
+    return out;
 }
 
 HybridSnapshotReservation toReservation(ctxc_hybrid_snapshot_reservation_t const& r) {
@@ -184,11 +192,20 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, cons
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
         bool const attention = requireBool(has_attention, "has_attention");
-        requireArray(candidates, candidate_count, "candidates");
-        std::vector<HybridCheckpointCandidate> c(candidate_count);
-        for (size_t i = 0; i < candidate_count; ++i)
-            c[i] = HybridCheckpointCandidate{candidates[i].exact_length, toHash(candidates[i].exact_prefix_digest)};
-        return m.acquireHybrid(c, inputHashes(hashes, count), count, input_token_count, attention, policy);
+        return m.acquireHybrid(toCandidates(candidates, candidate_count), inputHashes(hashes, count), count,
+                               input_token_count, attention, policy);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid_mtp(ctxc_manager_t* manager,
+                                                       const ctxc_hybrid_candidate_t* candidates,
+                                                       size_t candidate_count, const ctxc_hash128_t* hashes,
+                                                       size_t count, int32_t input_token_count, int32_t lookup_policy,
+                                                       ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
+    return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
+                       [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
+        return m.acquireHybridMtp(toCandidates(candidates, candidate_count), inputHashes(hashes, count), count,
+                                  input_token_count, policy);
     });
 }
 
@@ -320,6 +337,24 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
     });
 }
 
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                       const ctxc_hash128_t* hashes, size_t count,
+                                                       const ctxc_hybrid_checkpoint_key_t* checkpoint,
+                                                       const ctxc_hybrid_snapshot_reservation_t* snapshots,
+                                                       ctxc_publish_result_t* out_result) {
+    return guard(__func__, [&] {
+        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        if (!checkpoint) invalidArgument("checkpoint is NULL");
+        if (!snapshots) invalidArgument("snapshots is NULL");
+        HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
+        fillPublishResult(
+            m, m.manager->publishHybridMtp(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)),
+            out);
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t* manager, uint64_t record) {
     return guard(__func__, [&] { requireManager(manager).manager->evictRecord(record); });
 }
@@ -406,6 +441,7 @@ CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, 
         out.base_page_count = r.basePagePath.size();
         out.draft_page_path = r.draftPagePath.data();
         out.draft_page_count = r.draftPagePath.size();
+        out.hybrid_mtp_checkpoint = r.isHybridMtp() ? 1 : 0;
     });
 }
 

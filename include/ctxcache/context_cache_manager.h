@@ -21,9 +21,9 @@
 //   grows with growSpecPages (both pools; growBasePages refuses it), reserves BOTH snapshot slots (a reservation
 //   without the partial slot is a ContractError: every MTP checkpoint has one) and publishes with
 //   publishHybridMtp only. The record keeps base and an equally long draft path through the E-1 boundary.
-// Recency: hybrid, Hybrid+MTP and spec hits are touched at acquire; plain base-block hits touch nothing; an exact
-// duplicate
-//   publication touches the existing record; capacity and record-limit eviction are strict record LRU.
+// Recency: hybrid, Hybrid+MTP and spec hits are touched at acquire; plain base-block hits touch nothing; an
+//   exact duplicate publication touches the existing record; capacity and record-limit eviction are strict
+//   record LRU.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims.
 // Threading: none internal. Callers serialize every manager and lease access (single writer). Leases must be

@@ -30,6 +30,7 @@ class ReusePlanMode(IntEnum):
     VANILLA = 0
     HYBRID = 1
     SPEC = 2
+    HYBRID_MTP = 3
 
 
 class SpecReplayMode(IntEnum):

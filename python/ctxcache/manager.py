@@ -201,6 +201,7 @@ class CacheRecord:
     logical_block_hashes: np.ndarray
     base_page_path: np.ndarray
     draft_page_path: np.ndarray
+    hybrid_mtp_checkpoint: bool = False  # full blocks are floor((exact_checkpoint_length - 1) / page_size)
 
 
 class Lease(Resource):
@@ -402,6 +403,7 @@ class Records:
             logical_block_hashes=_arrays.read_only_hashes(view.logical_block_hashes, view.logical_block_count),
             base_page_path=_arrays.read_only_int32(view.base_page_path, view.base_page_count),
             draft_page_path=_arrays.read_only_int32(view.draft_page_path, view.draft_page_count),
+            hybrid_mtp_checkpoint=bool(view.hybrid_mtp_checkpoint),
         )
 
     get = __getitem__
@@ -461,6 +463,33 @@ def _lookup_policy(value: Any) -> int:
         return int(LookupPolicy(int(value)))
     except ValueError:
         raise InvalidArgumentError(f"lookup_policy {value} is not a LookupPolicy") from None
+
+
+def _candidates(candidates: Any) -> Any:
+    """A ctxc_hybrid_candidate_t array (at least one element, so that cffi never sees a zero-length array)."""
+    if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
+        raise ArgumentTypeError("candidates must be a sequence of HybridCheckpointCandidate")
+    c = ffi.new("ctxc_hybrid_candidate_t[]", max(len(candidates), 1))
+    for i, candidate in enumerate(candidates):
+        if not isinstance(candidate, HybridCheckpointCandidate):
+            raise ArgumentTypeError(f"candidates[{i}] must be a HybridCheckpointCandidate")
+        c[i].exact_length = _arrays.integer(candidate.exact_length, f"candidates[{i}].exact_length",
+                                            minimum=-(2**31))
+        digest = _arrays.single_hash(candidate.exact_prefix_digest, f"candidates[{i}].exact_prefix_digest")
+        c[i].exact_prefix_digest.hi = int(digest[0])
+        c[i].exact_prefix_digest.lo = int(digest[1])
+    return c
+
+
+def _checkpoint_key(checkpoint: Any) -> Any:
+    if not isinstance(checkpoint, HybridCheckpointKey):
+        raise ArgumentTypeError(f"checkpoint must be a HybridCheckpointKey, got {type(checkpoint).__name__}")
+    key = ffi.new("ctxc_hybrid_checkpoint_key_t *")
+    digest = _arrays.single_hash(checkpoint.exact_prefix_digest, "checkpoint.exact_prefix_digest")
+    key.exact_prefix_digest.hi = int(digest[0])
+    key.exact_prefix_digest.lo = int(digest[1])
+    key.exact_length = _arrays.integer(checkpoint.exact_length, "checkpoint.exact_length", minimum=-(2**31))
+    return key
 
 
 def _reservation(value: Any) -> Any:
@@ -559,21 +588,28 @@ class ContextCacheManager(Resource):
         hashes = _arrays.hash_array(full_block_hashes)
         n = _arrays.integer(input_token_count, "input_token_count")
         attention = _arrays.boolean(has_attention, "has_attention")
-        if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
-            raise ArgumentTypeError("candidates must be a sequence of HybridCheckpointCandidate")
-        c = ffi.new("ctxc_hybrid_candidate_t[]", max(len(candidates), 1))
-        for i, candidate in enumerate(candidates):
-            if not isinstance(candidate, HybridCheckpointCandidate):
-                raise ArgumentTypeError(f"candidates[{i}] must be a HybridCheckpointCandidate")
-            c[i].exact_length = _arrays.integer(candidate.exact_length, f"candidates[{i}].exact_length",
-                                                minimum=-(2**31))
-            digest = _arrays.single_hash(candidate.exact_prefix_digest, f"candidates[{i}].exact_prefix_digest")
-            c[i].exact_prefix_digest.hi = int(digest[0])
-            c[i].exact_prefix_digest.lo = int(digest[1])
+        c = _candidates(candidates)
         result = self._new_result()
         check(lib.ctxc_manager_acquire_hybrid(self._live(), c if candidates else _NULL, len(candidates),
                                               _arrays.hash_pointer(hashes), hashes.shape[0], n, int(attention),
                                               _lookup_policy(lookup_policy), result, self._lease_out))
+        return self._finish_acquire(result)
+
+    def acquire_hybrid_mtp(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
+                           input_token_count: int,
+                           lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
+        """Lease on a hybrid model drafting with an MTP head: the longest complete Hybrid+MTP checkpoint.
+
+        A checkpoint of exact length E keeps its boundary token private: it binds floor((E - 1) / page_size) base
+        and draft pages plus its recurrent and partial-KV slots. Plain hybrid checkpoints never hit here. A
+        candidate whose length is not in [1, input_token_count) is skipped, never an error."""
+        hashes = _arrays.hash_array(full_block_hashes)
+        n = _arrays.integer(input_token_count, "input_token_count")
+        c = _candidates(candidates)
+        result = self._new_result()
+        check(lib.ctxc_manager_acquire_hybrid_mtp(self._live(), c if candidates else _NULL, len(candidates),
+                                                  _arrays.hash_pointer(hashes), hashes.shape[0], n,
+                                                  _lookup_policy(lookup_policy), result, self._lease_out))
         return self._finish_acquire(result)
 
     def acquire_spec(self, full_block_hashes: Any, input_token_count: int,
@@ -660,15 +696,21 @@ class ContextCacheManager(Resource):
         """Publish one captured exact checkpoint (its floor(exact_length / page_size) full-block hashes)."""
         handle = self._lease_handle(lease)
         hashes = _arrays.hash_array(full_block_hashes)
-        if not isinstance(checkpoint, HybridCheckpointKey):
-            raise ArgumentTypeError(f"checkpoint must be a HybridCheckpointKey, got {type(checkpoint).__name__}")
-        key = ffi.new("ctxc_hybrid_checkpoint_key_t *")
-        digest = _arrays.single_hash(checkpoint.exact_prefix_digest, "checkpoint.exact_prefix_digest")
-        key.exact_prefix_digest.hi = int(digest[0])
-        key.exact_prefix_digest.lo = int(digest[1])
-        key.exact_length = _arrays.integer(checkpoint.exact_length, "checkpoint.exact_length", minimum=-(2**31))
+        key = _checkpoint_key(checkpoint)
         check(lib.ctxc_manager_publish_hybrid(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0],
                                               key, _reservation(snapshots), self._publish_out))
+        return self._publish_result()
+
+    def publish_hybrid_mtp(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
+                           snapshots: HybridSnapshotReservation) -> PublishResult:
+        """Publish one captured Hybrid+MTP checkpoint of exact length E >= 1: its floor((E - 1) / page_size)
+        full-block hashes, and both snapshot slots reserved by this lease. The record keeps base and an equally
+        long draft path."""
+        handle = self._lease_handle(lease)
+        hashes = _arrays.hash_array(full_block_hashes)
+        key = _checkpoint_key(checkpoint)
+        check(lib.ctxc_manager_publish_hybrid_mtp(self._live(), handle, _arrays.hash_pointer(hashes),
+                                                  hashes.shape[0], key, _reservation(snapshots), self._publish_out))
         return self._publish_result()
 
     def evict_record(self, record_id: int) -> None:

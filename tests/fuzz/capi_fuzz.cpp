@@ -168,14 +168,18 @@ private:
             ctxc_status_t s;
             if (kind == 0) {
                 s = ctxc_manager_acquire_vanilla(m, data, h.size(), n, policy, &result, &lease);
-            } else if (kind == 1) {
+            } else if (kind == 1 || kind == 3) {
                 std::vector<ctxc_hybrid_candidate_t> candidates;
                 size_t const count = in_.ConsumeIntegralInRange<size_t>(0, 3);
                 for (size_t i = 0; i < count; ++i)
                     candidates.push_back({in_.ConsumeIntegralInRange<int32_t>(-2, 30), 0,
                                           ctxc_hash128_t{0xD16Eull, in_.ConsumeIntegralInRange<uint64_t>(0, 30)}});
-                s = ctxc_manager_acquire_hybrid(m, candidates.data(), candidates.size(), data, h.size(), n,
-                                                in_.ConsumeIntegralInRange<int32_t>(0, 2), policy, &result, &lease);
+                if (kind == 3)  // Hybrid+MTP: same candidates, both pools
+                    s = ctxc_manager_acquire_hybrid_mtp(m, candidates.data(), candidates.size(), data, h.size(), n,
+                                                        policy, &result, &lease);
+                else
+                    s = ctxc_manager_acquire_hybrid(m, candidates.data(), candidates.size(), data, h.size(), n,
+                                                    in_.ConsumeIntegralInRange<int32_t>(0, 2), policy, &result, &lease);
             } else {
                 s = ctxc_manager_acquire_spec(m, data, h.size(), n, policy, &result, &lease);
             }
@@ -220,7 +224,7 @@ private:
                 break;
             }
             case 2: acquire(0); break;
-            case 3: acquire(1); break;
+            case 3: acquire(in_.ConsumeBool() ? 1 : 3); break;  // hybrid or Hybrid+MTP
             case 4: acquire(2); break;
             case 5: {
                 ctxc_manager_t* m = managerArg();
@@ -303,8 +307,11 @@ private:
                 if (slot && !slot->reservations.empty() && in_.ConsumeBool()) r = slot->reservations.back();
                 ctxc_publish_result_t out{};
                 out.struct_size = sizeof(out);
-                mutating(m,
-                         [&](bool&) { return ctxc_manager_publish_hybrid(m, l, h.data(), h.size(), &key, &r, &out); });
+                bool const mtp = in_.ConsumeBool();
+                mutating(m, [&](bool&) {
+                    return mtp ? ctxc_manager_publish_hybrid_mtp(m, l, h.data(), h.size(), &key, &r, &out)
+                               : ctxc_manager_publish_hybrid(m, l, h.data(), h.size(), &key, &r, &out);
+                });
                 break;
             }
             case 12: {

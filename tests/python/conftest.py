@@ -92,7 +92,8 @@ def pool_state(manager: ctxcache.ContextCacheManager) -> dict:
     state["refs"] = tuple(refs)
     for record_id in state["records"]:
         r = manager.records[record_id]
-        state[f"record{record_id}"] = (tuple(r.base_page_path), r.logical_block_hashes.tobytes())
+        state[f"record{record_id}"] = (tuple(r.base_page_path), r.logical_block_hashes.tobytes(),
+                                       tuple(r.draft_page_path), r.hybrid_mtp_checkpoint)
     return state
 
 

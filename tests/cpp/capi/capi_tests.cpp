@@ -874,4 +874,202 @@ TEST(CApi, CudaProbeAnswersWithoutCrashing) {
     EXPECT_EQ(ctxc_cuda_device_count(), count);  // a second probe gives the same answer
 }
 
+// ---- Hybrid+MTP checkpoints --------------------------------------------------------------------------------
+
+ctxc_lease_t* acquireMtp(ctxc_manager_t* m, std::vector<ctxc_hybrid_candidate_t> const& candidates,
+                         std::vector<ctxc_hash128_t> const& hashes, int32_t tokens, ctxc_acquire_result_t* result) {
+    ctxc_lease_t* lease = nullptr;
+    EXPECT_EQ(ctxc_manager_acquire_hybrid_mtp(m, candidates.data(), candidates.size(), hashes.data(), hashes.size(),
+                                              tokens, CTXC_LOOKUP_USE_CACHE, result, &lease),
+              CTXC_OK)
+        << ctxc_last_error();
+    return lease;
+}
+
+std::vector<int32_t> leaseDraftPages(ctxc_lease_t const* lease) {
+    int32_t const* pages = nullptr;
+    size_t count = 0;
+    EXPECT_EQ(ctxc_lease_draft_pages(lease, &pages, &count), CTXC_OK) << ctxc_last_error();
+    return std::vector<int32_t>(pages, pages + count);
+}
+
+ctxc_hash128_t mtpDigest(int32_t length) { return ctxc_hash128_t{0x3D16E57ull, static_cast<uint64_t>(length)}; }
+
+// A checkpoint at E = 9 (page 4) keeps 2 full blocks in both pools; a 16-token prompt reuses 9 tokens, binds 2
+// base and 2 draft pages and the two slots; the record view says it is an MTP checkpoint.
+TEST(CApi, HybridMtpCheckpointRoundTrip) {
+    ctxc_manager_t* m = makeManager(4, {16, 16, 4, 4});
+    std::vector<ctxc_hash128_t> const prompt{H(1), H(2), H(3), H(4)};
+    std::vector<ctxc_hash128_t> const first(prompt.begin(), prompt.begin() + 2);
+    ctxc_acquire_result_t r = acquireResult();
+    ctxc_lease_t* producer = acquireMtp(m, {}, first, 9, &r);
+    ASSERT_NE(producer, nullptr);
+    EXPECT_EQ(r.plan.mode, CTXC_MODE_HYBRID_MTP);
+    EXPECT_EQ(r.plan.kind, CTXC_PLAN_NO_REUSABLE_PREFIX);
+    EXPECT_EQ(r.plan.demand.base_kv_pages, 3);
+    EXPECT_EQ(r.plan.demand.draft_kv_pages, 3);
+    EXPECT_EQ(r.plan.hybrid_has_attention, 1);
+    ctxc_lease_info_t info{sizeof(ctxc_lease_info_t)};
+    ASSERT_EQ(ctxc_lease_info(producer, &info), CTXC_OK);
+    EXPECT_EQ(info.mode, CTXC_MODE_HYBRID_MTP);
+    EXPECT_EQ(info.base_page_count, 3u);
+    EXPECT_EQ(info.draft_page_count, 3u);
+    EXPECT_EQ(leaseDraftPages(producer), (std::vector<int32_t>{0, 1, 2}));
+
+    int32_t ok = -1;
+    ctxc_hybrid_snapshot_reservation_t slots{-5, -5};
+    EXPECT_EQ(ctxc_manager_reserve_hybrid_snapshots(m, producer, 0, &slots, &ok), CTXC_E_CONTRACT);
+    EXPECT_TRUE(lastErrorFrom("ctxc_manager_reserve_hybrid_snapshots"));
+    ASSERT_EQ(ctxc_manager_reserve_hybrid_snapshots(m, producer, 1, &slots, &ok), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ok, 1);
+    EXPECT_EQ(slots.recurrent_snapshot_slot, 0);
+    EXPECT_EQ(slots.partial_kv_snapshot_slot, 0);
+    ctxc_hybrid_checkpoint_key_t const key{mtpDigest(9), 9, 0};
+    ctxc_publish_result_t p = publishResult();
+    ASSERT_EQ(ctxc_manager_publish_hybrid_mtp(m, producer, first.data(), 2, &key, &slots, &p), CTXC_OK)
+        << ctxc_last_error();
+    EXPECT_EQ(p.status, CTXC_PUBLISH_PUBLISHED);
+    EXPECT_EQ(p.record, 1u);
+    EXPECT_EQ(p.published_base_full_block_count, 2);
+    ASSERT_EQ(p.canonical_base_page_count, 2u);
+    EXPECT_EQ(std::vector<int32_t>(p.canonical_base_pages, p.canonical_base_pages + 2), (std::vector<int32_t>{0, 1}));
+    // The duplicate: touched, existing record.
+    ASSERT_EQ(ctxc_manager_publish_hybrid_mtp(m, producer, first.data(), 2, &key, &slots, &p), CTXC_OK);
+    EXPECT_EQ(p.status, CTXC_PUBLISH_EXISTING_RECORD);
+    EXPECT_EQ(p.record, 1u);
+    ASSERT_EQ(ctxc_manager_retire_hybrid_snapshot_reservation(m, producer, &slots), CTXC_OK);
+    ASSERT_EQ(ctxc_lease_destroy(producer), CTXC_OK);
+
+    ctxc_record_view_t view{sizeof(ctxc_record_view_t)};
+    ASSERT_EQ(ctxc_debug_manager_record(m, 1, &view), CTXC_OK);
+    EXPECT_EQ(view.hybrid_mtp_checkpoint, 1);
+    EXPECT_EQ(view.exact_checkpoint_length, 9);
+    EXPECT_EQ(view.full_block_count, 2);
+    EXPECT_EQ(view.partial_kv_snapshot_slot, 0);
+    ASSERT_EQ(view.draft_page_count, 2u);
+    EXPECT_EQ(std::vector<int32_t>(view.draft_page_path, view.draft_page_path + 2), (std::vector<int32_t>{0, 1}));
+    size_t entries = 99;
+    EXPECT_EQ(ctxc_debug_manager_draft_index_size(m, &entries), CTXC_OK);
+    EXPECT_EQ(entries, 0u);  // found through its checkpoint key only
+    std::vector<int32_t> lengths(4);
+    size_t count = 0;
+    ASSERT_EQ(ctxc_manager_hybrid_candidate_lengths_for(m, 16, prompt.data(), 4, lengths.data(), 4, &count), CTXC_OK);
+    EXPECT_EQ(count, 1u);
+    EXPECT_EQ(lengths[0], 9);
+
+    // A plain hybrid acquire does not see it; the MTP acquire does.
+    std::vector<ctxc_hybrid_candidate_t> const candidates{{9, 0, mtpDigest(9)}};
+    r = acquireResult();
+    ctxc_lease_t* plain = nullptr;
+    ASSERT_EQ(ctxc_manager_acquire_hybrid(m, candidates.data(), 1, prompt.data(), 4, 16, 1, CTXC_LOOKUP_USE_CACHE, &r,
+                                          &plain),
+              CTXC_OK);
+    EXPECT_EQ(r.plan.kind, CTXC_PLAN_NO_REUSABLE_PREFIX);
+    EXPECT_EQ(r.plan.hybrid_record, 0u);
+    ASSERT_EQ(ctxc_lease_destroy(plain), CTXC_OK);
+    r = acquireResult();
+    ctxc_lease_t* consumer = acquireMtp(m, candidates, prompt, 16, &r);
+    ASSERT_NE(consumer, nullptr);
+    EXPECT_EQ(r.plan.mode, CTXC_MODE_HYBRID_MTP);
+    EXPECT_EQ(r.plan.kind, CTXC_PLAN_STANDARD);
+    EXPECT_EQ(r.plan.matched_token_length, 9);
+    EXPECT_EQ(r.plan.reuse_token_length, 9);
+    EXPECT_EQ(r.plan.bound_base_page_count, 2);
+    EXPECT_EQ(r.plan.bound_draft_page_count, 2);
+    EXPECT_EQ(r.plan.demand.base_kv_pages, 2);
+    EXPECT_EQ(r.plan.demand.draft_kv_pages, 2);
+    EXPECT_EQ(r.plan.hybrid_record, 1u);
+    EXPECT_EQ(r.plan.draft_record, 0u);
+    EXPECT_EQ(r.plan.recurrent_snapshot_binding, 0);
+    EXPECT_EQ(r.plan.partial_kv_snapshot_binding, 0);
+    EXPECT_EQ(r.plan.has_hybrid_checkpoint, 1);
+    EXPECT_EQ(r.plan.hybrid_checkpoint_length, 9);
+    EXPECT_TRUE(sameHash(r.plan.hybrid_checkpoint_digest, mtpDigest(9)));
+    EXPECT_EQ(leasePages(consumer), (std::vector<int32_t>{0, 1, 7, 8}));  // 2..6 went back after the plain lease
+    EXPECT_EQ(leaseDraftPages(consumer), (std::vector<int32_t>{0, 1, 3, 4}));
+    ASSERT_EQ(ctxc_lease_info(consumer, &info), CTXC_OK);
+    EXPECT_EQ(info.draft_page_count, 4u);
+    EXPECT_EQ(info.recurrent_snapshot_slot, 0);
+    EXPECT_EQ(info.partial_kv_snapshot_slot, 0);
+    ASSERT_EQ(ctxc_manager_grow_spec_pages(m, consumer, 1, 1, &ok), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ok, 1);
+    EXPECT_EQ(ctxc_manager_grow_base_pages(m, consumer, 1, &ok), CTXC_E_CONTRACT);
+    EXPECT_EQ(ctxc_manager_release_restored_hybrid_snapshots(m, consumer), CTXC_OK);
+    EXPECT_EQ(ctxc_lease_destroy(consumer), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
+
+    // Eviction returns the draft pages and both slots.
+    ASSERT_EQ(ctxc_manager_evict_record(m, 1), CTXC_OK);
+    ctxc_manager_metrics_t metrics{sizeof(ctxc_manager_metrics_t)};
+    ASSERT_EQ(ctxc_manager_metrics(m, &metrics), CTXC_OK);
+    EXPECT_EQ(metrics.reclaimed_base_kv_pages, 2u);
+    EXPECT_EQ(metrics.reclaimed_draft_kv_pages, 2u);
+    EXPECT_EQ(metrics.reclaimed_recurrent_snapshots, 1u);
+    EXPECT_EQ(metrics.reclaimed_partial_kv_snapshots, 1u);
+    for (int32_t type = 0; type < 4; ++type) {
+        int32_t free = -1, capacity = -2;
+        EXPECT_EQ(ctxc_manager_pool_counts(m, type, &free, &capacity), CTXC_OK);
+        EXPECT_EQ(free, capacity) << type;
+    }
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
+TEST(CApi, HybridMtpBadCallsChangeNothing) {
+    ctxc_manager_t* m = makeManager(4, {16, 16, 4, 4});
+    std::vector<ctxc_hash128_t> const prompt{H(1), H(2), H(3)};
+    ctxc_acquire_result_t r = acquireResult();
+    ctxc_lease_t* lease = acquireMtp(m, {}, prompt, 12, &r);
+    ctxc_lease_t* vanilla = acquire(m, prompt, 12);
+    ctxc_hybrid_snapshot_reservation_t slots{-1, -1};
+    int32_t ok = 0;
+    ASSERT_EQ(ctxc_manager_reserve_hybrid_snapshots(m, lease, 1, &slots, &ok), CTXC_OK);
+    std::string const before = observe(m);
+    std::vector<ctxc_hash128_t> const two(prompt.begin(), prompt.begin() + 2);
+    ctxc_publish_result_t p = publishResult();
+    ctxc_hybrid_checkpoint_key_t const at8{mtpDigest(8), 8, 0};
+    ctxc_hybrid_checkpoint_key_t const at9{mtpDigest(9), 9, 0};
+    // Contract: E = 8 has floor(7/4) = 1 full block; a reservation without its partial slot; the wrong lease kind.
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, two.data(), 2, &at8, &slots, &p), CTXC_E_CONTRACT);
+    EXPECT_TRUE(lastErrorFrom("ctxc_manager_publish_hybrid_mtp"));
+    ctxc_hybrid_snapshot_reservation_t const noPartial{slots.recurrent_snapshot_slot, -1};
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, two.data(), 2, &at9, &noPartial, &p), CTXC_E_CONTRACT);
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, vanilla, two.data(), 2, &at9, &slots, &p), CTXC_E_CONTRACT);
+    EXPECT_EQ(ctxc_manager_publish_hybrid(m, lease, two.data(), 2, &at8, &slots, &p), CTXC_E_CONTRACT);
+    EXPECT_EQ(ctxc_manager_publish(m, lease, two.data(), 2, 8, &p), CTXC_E_CONTRACT);
+    // Malformed: NULL checkpoint or snapshots, a partial slot below -1, a short struct, a bad policy.
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, two.data(), 2, nullptr, &slots, &p), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, two.data(), 2, &at9, nullptr, &p), CTXC_E_INVALID_ARGUMENT);
+    ctxc_hybrid_snapshot_reservation_t const badPartial{slots.recurrent_snapshot_slot, -2};
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, two.data(), 2, &at9, &badPartial, &p), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, nullptr, 2, &at9, &slots, &p), CTXC_E_INVALID_ARGUMENT);
+    ctxc_publish_result_t small = publishResult();
+    small.struct_size = 4;
+    EXPECT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, two.data(), 2, &at9, &slots, &small), CTXC_E_INVALID_ARGUMENT);
+    ctxc_lease_t* out = reinterpret_cast<ctxc_lease_t*>(uintptr_t{0x1});
+    std::vector<ctxc_hybrid_candidate_t> const candidates{{9, 0, mtpDigest(9)}};
+    r = acquireResult();
+    EXPECT_EQ(ctxc_manager_acquire_hybrid_mtp(m, candidates.data(), 1, prompt.data(), 3, 12, 7, &r, &out),
+              CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(out, nullptr);
+    EXPECT_TRUE(lastErrorFrom("ctxc_manager_acquire_hybrid_mtp"));
+    EXPECT_EQ(ctxc_manager_acquire_hybrid_mtp(m, nullptr, 1, prompt.data(), 3, 12, CTXC_LOOKUP_USE_CACHE, &r, &out),
+              CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(
+        ctxc_manager_acquire_hybrid_mtp(m, candidates.data(), 1, prompt.data(), 3, -1, CTXC_LOOKUP_USE_CACHE, &r, &out),
+        CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(
+        ctxc_manager_acquire_hybrid_mtp(m, candidates.data(), 1, prompt.data(), 3, 11, CTXC_LOOKUP_USE_CACHE, &r, &out),
+        CTXC_E_CONTRACT);  // 3 full blocks cannot come from 11 tokens
+    EXPECT_EQ(observe(m), before);
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
+
+    ASSERT_EQ(ctxc_manager_publish_hybrid_mtp(m, lease, two.data(), 2, &at9, &slots, &p), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(p.status, CTXC_PUBLISH_PUBLISHED);
+    EXPECT_EQ(ctxc_lease_destroy(vanilla), CTXC_OK);
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
 }  // namespace
