@@ -3,17 +3,21 @@
 // prefill, decode steps with finished and cancelled rows, joiners, compaction, finish, destroy, shutdown, a
 // synchronizer that fails on demand, coordinators destroyed under live requests, and mistakes: steps out of order,
 // contexts that do not match, stale or duplicate resident refs, reordering maps, NULL, stale, made-up and wrongly
-// typed handles, short struct sizes.
+// typed handles, short struct sizes. Requests also run on the facade's bounded-SWA backend (a second 10-page pool,
+// a sparse-window 4 x 16 table, a window the input picks): prefill chunks, window state, backstops, the manager
+// destroyed under a live request; and the Hybrid+MTP members are called with arbitrary rows, lengths and tensors.
 //
 // After every call the target checks, and aborts on violation:
 //   - the status is a known ctxc_status_t, and never CTXC_E_INTERNAL, CTXC_E_INVARIANT or CTXC_E_DEVICE;
-//   - a live coordinator passes ctxc_coordinator_check_invariants();
+//   - a live coordinator and a live bounded-SWA manager pass their check_invariants();
 //   - a call refused as malformed or inconsistent (CTXC_E_INVALID_ARGUMENT, _CONTRACT, _INVALID_HANDLE) changed
-//     nothing the coordinator reports (its metrics but the planning time, and its info);
+//     nothing the coordinator reports (its metrics but the planning time, and its info) nor the SWA manager's
+//     free page count;
 // and at the end of each input, once everything is destroyed, that the backend holds no device memory.
 // ASan/UBSan/LSan catch memory errors and leaks.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +42,7 @@ int synchronize(void*, void*) { return syncFails ? 1 : 0; }
 // The engine's view of one request: per-row histories and the rest of a decoding context.
 struct Engine {
     ctxc_kv_request_t* handle = nullptr;
+    bool swa = false;  // begun on the bounded-SWA backend
     std::vector<std::vector<int32_t>> tokens;
     std::vector<int32_t> raw, generated, status;
     std::vector<ctxc_resident_ref_t> refs;
@@ -98,11 +103,22 @@ public:
         lo.max_batch = 4;
         expectOk(ctxc_kv_lengths_create(backend_, &lo, &lengths_), "lengths");
         createCoordinator();
+        po.num_pages = 10;
+        expectOk(ctxc_kv_pool_create(backend_, &po, &swaPool_), "swa pool");
+        to.max_pages_per_seq = 16;
+        to.mode = CTXC_PAGE_TABLE_SPARSE_WINDOW;
+        expectOk(ctxc_kv_page_table_create(backend_, &to, &swaTable_), "swa table");
+        expectOk(ctxc_kv_lengths_create(backend_, &lo, &swaLengths_), "swa lengths");
+        createSwaManager();
         for (int step = 0; step < 48 && in_.remaining_bytes() > 0; ++step) {
             one();
             if (coordinator_) {
                 ctxc_status_t const s = ctxc_coordinator_check_invariants(coordinator_);
                 if (s != CTXC_OK) fail("invariants broken", s);
+            }
+            if (swa_) {
+                ctxc_status_t const s = ctxc_swa_manager_check_invariants(swa_);
+                if (s != CTXC_OK) fail("SWA invariants broken", s);
             }
         }
         teardown();
@@ -121,7 +137,13 @@ private:
     }
 
     std::string observe() {
-        if (!coordinator_) return "";
+        std::string out;
+        if (swa_) {
+            int32_t free = -1;
+            expectOk(ctxc_swa_manager_free_page_count(swa_, &free), "swa free pages");
+            out.append(reinterpret_cast<char const*>(&free), sizeof free);
+        }
+        if (!coordinator_) return out;
         ctxc_context_cache_metrics_t m{};
         m.struct_size = sizeof m;
         expectOk(ctxc_coordinator_metrics(coordinator_, &m), "metrics");
@@ -129,7 +151,7 @@ private:
         ctxc_coordinator_info_t i{};
         i.struct_size = sizeof i;
         expectOk(ctxc_coordinator_info(coordinator_, &i), "info");
-        std::string out(reinterpret_cast<char const*>(&m), sizeof m);
+        out.append(reinterpret_cast<char const*>(&m), sizeof m);
         out.append(reinterpret_cast<char const*>(&i), sizeof i);
         return out;
     }
@@ -164,6 +186,23 @@ private:
         if (s == CTXC_OK) return;
         o.model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
         expectOk(ctxc_coordinator_create(&r, &o, &coordinator_), "create");
+    }
+
+    void createSwaManager() {
+        ctxc_swa_manager_options_t o;
+        ctxc_swa_manager_options_init(&o);
+        o.max_batch = 4;
+        o.window_size_tokens = in_.ConsumeIntegralInRange<int32_t>(1, 12);
+        o.synchronize = synchronize;
+        expectOk(ctxc_swa_manager_create(swaPool_, swaTable_, swaLengths_, &o, &swa_), "swa manager");
+    }
+
+    ctxc_swa_manager_t* swaArg() {
+        switch (in_.ConsumeIntegralInRange<int>(0, 15)) {  // an exhausted input reads 0: the live manager
+            case 14: return nullptr;
+            case 15: return reinterpret_cast<ctxc_swa_manager_t*>(coordinator_);  // a handle of the wrong type
+            default: return swa_;
+        }
     }
 
     Engine& engine() { return engines_[in_.ConsumeIntegralInRange<size_t>(0, 1)]; }
@@ -222,11 +261,19 @@ private:
         ctxc_kv_request_options_t o;
         ctxc_kv_request_options_init(&o);
         o.commit_policy = in_.ConsumeBool() ? CTXC_COMMIT_PREFILL_STATE_ONLY : CTXC_COMMIT_INCLUDING_GENERATED_TOKENS;
-        o.headroom.base_extra_tokens = in_.ConsumeIntegralInRange<int32_t>(-1, 5);
-        if (in_.ConsumeIntegralInRange<int>(0, 15) == 0) o.struct_size = 4;
+        bool const onSwa = in_.ConsumeIntegralInRange<int>(0, 3) == 0;
+        // The SWA backend needs headroom {1, 0}: mostly give it that.
+        int const headroomPick = in_.ConsumeIntegralInRange<int>(0, 3);  // an exhausted input reads 0
+        o.headroom.base_extra_tokens = onSwa && headroomPick != 3 ? 1 : in_.ConsumeIntegralInRange<int32_t>(-1, 5);
+        // Rare mistakes, on the largest draw (an exhausted input reads 0: a well-formed request).
+        if (in_.ConsumeIntegralInRange<int>(0, 15) == 15) o.speculative = 1;
+        if (in_.ConsumeIntegralInRange<int>(0, 15) == 15) o.token_state_contract = CTXC_TOKEN_STATE_FULLY_COMMITTED;
+        if (in_.ConsumeIntegralInRange<int>(0, 15) == 15) o.struct_size = 4;
+        fresh.swa = onSwa;
         ctxc_kv_request_t* out = nullptr;
         ctxc_status_t const s = call([&] {
-            return ctxc_kv_request_begin(coordinatorArg(), seqs.data(), seqs.size(), fresh.context(), &o, &out);
+            return onSwa ? ctxc_kv_request_begin_swa(swaArg(), seqs.data(), seqs.size(), fresh.context(), &o, &out)
+                         : ctxc_kv_request_begin(coordinatorArg(), seqs.data(), seqs.size(), fresh.context(), &o, &out);
         });
         if (s != CTXC_OK) {
             if (out) fail("a refused begin returned a request", s);
@@ -293,7 +340,7 @@ private:
 
     void one() {
         Engine& e = engine();
-        int const op = in_.ConsumeIntegralInRange<int>(0, 17);
+        int const op = in_.ConsumeIntegralInRange<int>(0, 20);
         if (trace)
             std::fprintf(stderr, "op %d on engine %d (rows %zu)\n", op, &e == &engines_[0] ? 0 : 1, e.tokens.size());
         switch (op) {
@@ -412,6 +459,64 @@ private:
                     createCoordinator();
                 }
                 break;
+            case 18: {
+                // SWA prefill chunks: each row's endpoint moves to its prompt length, or somewhere near it.
+                std::vector<int32_t> lengths;
+                for (size_t i = 0; i < e.tokens.size(); ++i)
+                    lengths.push_back(in_.ConsumeBool() ? e.raw[i] : in_.ConsumeIntegralInRange<int32_t>(-1, 16));
+                if (in_.ConsumeIntegralInRange<int>(0, 7) == 0) lengths.push_back(1);  // a length too many
+                call([&] {
+                    return ctxc_kv_request_prepare_swa_prefill(
+                        requestArg(e), lengths.empty() ? nullptr : lengths.data(), lengths.size());
+                });
+                break;
+            }
+            case 19: {
+                ctxc_swa_state_t w{};
+                w.struct_size = in_.ConsumeBool() ? 8 : sizeof w;
+                call([&] {
+                    return ctxc_kv_request_swa_state(requestArg(e), in_.ConsumeIntegralInRange<int32_t>(-1, 4), &w);
+                });
+                ctxc_kv_request_info_t info{};
+                info.struct_size = sizeof info;
+                call([&] { return ctxc_kv_request_info(requestArg(e), &info); });
+                int32_t length = 0;
+                call([&] { return ctxc_kv_request_reuse_token_length(requestArg(e), 0, &length); });
+                // The Hybrid+MTP members on whatever this request is: never a crash.
+                std::vector<uint16_t> hidden(static_cast<size_t>(in_.ConsumeIntegralInRange<int>(0, 12)));
+                int64_t const shape[2] = {in_.ConsumeIntegralInRange<int64_t>(-1, 4),
+                                          in_.ConsumeIntegralInRange<int64_t>(0, 4)};
+                ctxc_tensor_view_t view{hidden.empty() ? nullptr : hidden.data(), shape,
+                                        static_cast<size_t>(in_.ConsumeIntegralInRange<int>(0, 3)), CTXC_SCALAR_FP16,
+                                        -1};
+                if (view.rank > 2 || static_cast<int64_t>(hidden.size()) < std::max<int64_t>(0, shape[0]) * shape[1])
+                    view.rank = 0;  // a view that lies about its memory is the caller's bug, not a refusal
+                if (in_.ConsumeBool())
+                    call([&] {
+                        return ctxc_kv_request_publish_hybrid_mtp_endpoint(
+                            requestArg(e), in_.ConsumeIntegralInRange<int32_t>(-1, 2),
+                            in_.ConsumeIntegralInRange<int32_t>(-1, 16), &view,
+                            in_.ConsumeIntegralInRange<int32_t>(-1, 4));
+                    });
+                else
+                    call([&] {
+                        return ctxc_kv_request_restore_hybrid_mtp_boundary_hidden(
+                            requestArg(e), in_.ConsumeIntegralInRange<int32_t>(-1, 2), &view,
+                            in_.ConsumeIntegralInRange<int32_t>(-1, 4));
+                    });
+                break;
+            }
+            case 20:
+                // The SWA manager goes first: live requests on it are refused from then on, and still destroyable.
+                if (in_.ConsumeIntegralInRange<int>(0, 3) == 0) {
+                    checkStatus(ctxc_swa_manager_destroy(swa_));
+                    swa_ = nullptr;
+                    syncFails = false;
+                    createSwaManager();
+                } else {
+                    call([&] { return ctxc_swa_manager_shutdown(swaArg()); });
+                }
+                break;
         }
     }
 
@@ -422,6 +527,13 @@ private:
             checkStatus(ctxc_coordinator_shutdown(coordinator_));
             expectOk(ctxc_coordinator_destroy(coordinator_), "coordinator destroy");
         }
+        if (swa_) {
+            checkStatus(ctxc_swa_manager_shutdown(swa_));
+            expectOk(ctxc_swa_manager_destroy(swa_), "swa manager destroy");
+        }
+        expectOk(ctxc_kv_lengths_destroy(swaLengths_), "swa lengths destroy");
+        expectOk(ctxc_kv_page_table_destroy(swaTable_), "swa table destroy");
+        expectOk(ctxc_kv_pool_destroy(swaPool_), "swa pool destroy");
         expectOk(ctxc_kv_lengths_destroy(lengths_), "lengths destroy");
         expectOk(ctxc_kv_page_table_destroy(table_), "table destroy");
         expectOk(ctxc_kv_pool_destroy(pool_), "pool destroy");
@@ -437,6 +549,10 @@ private:
     ctxc_kv_page_table_t* table_ = nullptr;
     ctxc_kv_lengths_t* lengths_ = nullptr;
     ctxc_coordinator_t* coordinator_ = nullptr;
+    ctxc_kv_pool_t* swaPool_ = nullptr;
+    ctxc_kv_page_table_t* swaTable_ = nullptr;
+    ctxc_kv_lengths_t* swaLengths_ = nullptr;
+    ctxc_swa_manager_t* swa_ = nullptr;
     Engine engines_[2];
     ctxc_kv_request_t* stale_ = nullptr;
     uint64_t epochs_[4] = {0, 0, 0, 0};
