@@ -26,6 +26,11 @@ full-page hashes matched page by page against every page published before it; re
 prompt matched whole and page-aligned recomputes its last page (the full-input rewind: the next token's logits
 need one computed position), and in spec mode every hit replays its boundary page. Each prompt's pages are then
 published. This is exactly what the manager does with pools and records that never run short.
+
+The offline optimum (``ctxcache.oracle``, vanilla mode with prefill-state publication; ``--no-optimum`` skips it):
+what the same capacity would reuse if eviction always removed the cached page needed farthest in the future
+(Belady), leaves of the prefix tree only, requests one at a time. No online policy can do better; the gap between
+it and the hit rate is what a better eviction policy could still win (docs/EVICTION.md).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import numpy as np
 from .enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
 from .hashing import Hasher
 from .manager import ContextCacheManager, ResourceDemand
+from .oracle import offline_optimum, prepare_pages
 from .workload import TRACE_BLOCK, TraceError, WorkloadRequest, builtin_workload, read_trace, trace_workload
 
 MODES = {"vanilla": "attention", "hybrid": "hybrid", "spec": "eagle"}
@@ -362,7 +368,7 @@ def _ratio(a: float, b: float) -> float:
 
 def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workload: str, wall_seconds: float,
                  bound_total: int | None, bound_per_request: Sequence[int] | None,
-                 interrupted: bool) -> dict[str, Any]:
+                 interrupted: bool, optimum: float | None = None) -> dict[str, Any]:
     """The report as one JSON-ready dict. An interrupted run counts only the requests it finished."""
     done = len(m.reused)
     requests = prepared.requests[:done]
@@ -384,6 +390,7 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         "upper_bound_reused_tokens": bound,
         "upper_bound_hit_rate": round(_ratio(bound, prompt_tokens), 6) if bound is not None else None,
         "ratio_to_upper_bound": round(_ratio(reused, bound), 6) if bound else None,
+        "optimum_hit_rate": round(optimum, 6) if optimum is not None else None,
         "full_input_rewinds": m.full_input_rewinds, "forced_cold": m.forced_cold, "rejected": m.rejected,
         "grow_failures": m.grow_failures, "evicted_records": m.evicted_records,
         "reclaimed_pages": m.reclaimed_pages,
@@ -435,6 +442,8 @@ def format_report(r: dict[str, Any]) -> str:
             ("reused tokens", f"{r['reused_tokens']:,}"),
             ("hit rate", pct(r["hit_rate"])),
             ("unbounded-cache upper bound", pct(bound) if bound is not None else "-"),
+            ("offline optimum (this capacity)",
+             pct(r["optimum_hit_rate"]) if r.get("optimum_hit_rate") is not None else "-"),
             ("ratio to the bound", pct(r["ratio_to_upper_bound"]) if r["ratio_to_upper_bound"] is not None else "-"),
             ("requests with reuse", f"{r['requests_with_reuse']:,}"),
             ("full-input rewinds", f"{r['full_input_rewinds']:,}"),
@@ -517,6 +526,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bookkeeping-only", action="store_true", help="the manager alone: no bytes, no engine")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-optimum", action="store_true",
+                   help="skip the offline optimum (Belady) at the same capacity (vanilla mode, prefill state only; "
+                        "a few seconds on a 4,000-request trace)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -544,6 +556,13 @@ def _capacity(args: argparse.Namespace, prepared: Prepared, settings: Settings) 
     return default_capacity_pages(prepared, settings)
 
 
+def _optimum_applies(settings: Settings, args: argparse.Namespace) -> bool:
+    """The offline optimum models the bookkeeping-only replay of vanilla reuse with prefill-state publication."""
+    if getattr(args, "no_optimum", False) or settings.mode != "vanilla":
+        return False
+    return settings.bookkeeping_only or settings.commit_policy == "prefill_state_only"
+
+
 def run_replay(args: argparse.Namespace) -> int:
     settings = _settings(args)
     t0 = time.perf_counter()
@@ -553,6 +572,7 @@ def run_replay(args: argparse.Namespace) -> int:
     bound_each: list[int] | None = None
     prepared = Prepared([], [], 0.0, 0)
     measured: Measured | None = None
+    optimum: float | None = None
     interrupted = False
     try:
         workload, requests = load_workload(args.trace, settings, args.limit)
@@ -573,12 +593,16 @@ def run_replay(args: argparse.Namespace) -> int:
                 replay_bookkeeping(prepared, settings, capacity, step, measured)
             else:
                 replay_full(prepared, settings, capacity, step, measured)
+        if _optimum_applies(settings, args):
+            optimum = offline_optimum(prepare_pages(prepared.requests, prepared.hashes), settings.page_size,
+                                      capacity).hit_rate
     except KeyboardInterrupt:
         interrupted = True
         if measured is None:
             measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", 0)
     report = build_report(prepared, settings, measured, workload=workload, wall_seconds=time.perf_counter() - t0,
-                          bound_total=bound_total, bound_per_request=bound_each, interrupted=interrupted)
+                          bound_total=bound_total, bound_per_request=bound_each, interrupted=interrupted,
+                          optimum=optimum)
     print(json.dumps(report) if args.json else format_report(report), flush=True)
     if interrupted:
         return 130
@@ -631,15 +655,19 @@ def run_sweep(args: argparse.Namespace) -> int:
     check_capacity(prepared.requests, settings, max(capacities[-1], minimum))  # the other settings
     rows: list[dict[str, Any]] = []
     interrupted = False
+    with_optimum = _optimum_applies(settings, args)
+    pages = prepare_pages(prepared.requests, prepared.hashes) if with_optimum else None
     try:
         with _progress(len(capacities) * len(prepared.requests), "sweep", show) as step:
             for cap in capacities:  # below `minimum`, the requests that cannot fit bypass the cache (rejected)
                 m = replay_bookkeeping(prepared, settings, cap, step)
                 reused = sum(m.reused)
+                optimum = offline_optimum(pages, settings.page_size, cap).hit_rate if pages is not None else None
                 rows.append({"capacity_pages": cap, "capacity_tokens": cap * settings.page_size,
                              "fraction_of_distinct": round(_ratio(cap, prepared.distinct_pages), 6),
                              "hit_rate": round(_ratio(reused, prompt_tokens), 6),
                              "ratio_to_upper_bound": round(_ratio(reused, bound_total), 6),
+                             "optimum_hit_rate": round(optimum, 6) if optimum is not None else "",
                              "reused_tokens": reused, "rejected": m.rejected, "evicted_records": m.evicted_records,
                              "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0)})
     except KeyboardInterrupt:
@@ -653,7 +681,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out_dir / f"{args.name}.csv", out_dir / f"{args.name}.png"
     columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
-               "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
+               "optimum_hit_rate", "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -663,6 +691,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     if rows:
         ax.plot([r["capacity_tokens"] for r in rows], [100 * r["hit_rate"] for r in rows], "o-",
                 label="hit rate (LRU cache)")
+        if with_optimum:
+            ax.plot([r["capacity_tokens"] for r in rows], [100 * r["optimum_hit_rate"] for r in rows], "s--",
+                    color="tab:green", label="offline optimum (Belady, knows the future)")
     ax.axhline(100 * bound_rate, color="gray", linestyle="--", label=f"unbounded cache {bound_rate:.1%}")
     for share, style in (("90", ":"), ("99", "-.")):
         hit = reach[share]
@@ -704,8 +735,9 @@ def run_sweep(args: argparse.Namespace) -> int:
                  f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
                  f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
                  _table([(f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}",
+                          f"{r['optimum_hit_rate']:.2%}" if with_optimum else "-",
                           f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}", f"{r['rejected']:,}") for r in rows],
-                        header=("capacity tokens", "of distinct", "hit rate", "of bound", "evicted records",
+                        header=("capacity tokens", "of distinct", "hit rate", "optimum", "of bound", "evicted records",
                                 "rejected")), ""]
         for share in ("90", "99"):
             hit = reach[share]
