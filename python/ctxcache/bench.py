@@ -31,8 +31,11 @@ must stay identical (see the C++ file's header comment for the full list):
   growth + published blocks; manager time = every manager call of the request; hybrid digest time (candidates'
   and publication digests, building the candidate list included) is reported apart; metadata bytes per cached
   block = ``metadata_bytes / (capacity - free base pages)`` after the last request (spec: also per cached base +
-  draft page); each request is hashed ``--repeat`` times back to back and the replay runs ``--repeat`` times: every
-  request counts with its fastest repetition (they do identical work; this filters the noise of a shared machine).
+  draft page);
+- timings: the headline figures are what a server sees, ONE pass in trace order with each request hashed once and
+  served once (the first of the passes); each request is hashed ``--repeat`` times back to back and the replay runs
+  ``--repeat`` times, and the ``hot_*`` figures count every request with its fastest repetition (caches warm from
+  the identical passes before it): labelled hot wherever they are shown.
 
 Usage: ``ctxcache bench [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] [--repeat K]
@@ -377,22 +380,29 @@ def _sig(x: float) -> float:
 
 
 def _best_of(repeat: int, run: Any) -> dict[str, Any]:
-    """One mode's bounded replay ``repeat`` times: the figures must repeat; each request keeps its fastest time."""
+    """One mode's bounded replay ``repeat`` times: the figures must repeat. The first pass's timings are the
+    headline (each request served once); the hot ones keep each request's fastest pass."""
     best: Any = None  # the first pass's dict (None before it)
+    hot: list[int] = []
+    hot_digest: list[int] = []
     for pass_no in range(repeat):
         r = run(pass_no)
         if best is None:
             best = r
+            hot = list(r["request_ns"])
+            hot_digest = list(r.get("request_digest_ns", ()))
             continue
         for k in ("reused_tokens", "pages_touched", "evicted_records", "metadata_bytes", "snapshot_pressure_skips",
                   "digest_sum_hi", "digest_sum_lo"):
             if r.get(k) != best.get(k):
                 raise AssertionError("the replay is not deterministic")
-        best["request_ns"] = [min(x, y) for x, y in zip(best["request_ns"], r["request_ns"])]
-        if "request_digest_ns" in best:
-            best["request_digest_ns"] = [min(x, y) for x, y in zip(best["request_digest_ns"], r["request_digest_ns"])]
+        hot = [min(x, y) for x, y in zip(hot, r["request_ns"])]
+        if "request_digest_ns" in r:
+            hot_digest = [min(x, y) for x, y in zip(hot_digest, r["request_digest_ns"])]
     best["manager_ns"] = sum(best["request_ns"])
     best["digest_ns"] = sum(best.get("request_digest_ns", ()))
+    best["hot_manager_ns"] = sum(hot)
+    best["hot_digest_ns"] = sum(hot_digest)
     return cast("dict[str, Any]", best)
 
 
@@ -436,7 +446,8 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
     perf = time.perf_counter_ns
     hashes: list[np.ndarray] = []
     exact_digests: list[np.ndarray] = []
-    hash_request_ns: list[Any] = [None] * len(requests)
+    hash_request_ns: list[Any] = [None] * len(requests)  # the first pass: the headline
+    hot_hash_request_ns: list[Any] = [None] * len(requests)  # the fastest pass
     results = []
     try:
         for i, r in enumerate(requests):
@@ -445,7 +456,10 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                 t0 = perf()
                 h = hasher.hash_full_blocks(tokens, page_size)
                 t = perf() - t0
-                hash_request_ns[i] = t if pass_no == 0 else min(t, hash_request_ns[i])
+                if pass_no == 0:
+                    hash_request_ns[i] = hot_hash_request_ns[i] = t
+                else:
+                    hot_hash_request_ns[i] = min(t, hot_hash_request_ns[i])
                 if pass_no == 0:
                     hashes.append(h)
                 elif not np.array_equal(h, hashes[i]):
@@ -453,6 +467,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
             if want_hybrid:  # untimed reference for the chained digests
                 exact_digests.append(hasher.hash_exact_prefix(tokens, page_size))
         hash_ns = sum(hash_request_ns)
+        hot_hash_ns = sum(hot_hash_request_ns)
         hashed_blocks = sum(h.shape[0] for h in hashes)
         hashed_tokens = hashed_blocks * page_size
         all_hashes = np.concatenate(hashes) if hashes else np.empty((0, 2), dtype=np.uint64)
@@ -490,7 +505,8 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
             results.append(_result(mode, run, bound, page_size=page_size, repeat=repeat, distinct=distinct,
                                    trace_blocks=trace_blocks, capacity_blocks=capacity_blocks,
                                    max_records=max_records, hashed_tokens=hashed_tokens, hashed_blocks=hashed_blocks,
-                                   sum_hi=sum_hi, sum_lo=sum_lo, hash_ns=hash_ns, bound_capacity=bound_capacity,
+                                   sum_hi=sum_hi, sum_lo=sum_lo, hash_ns=hash_ns, hot_hash_ns=hot_hash_ns,
+                                   bound_capacity=bound_capacity,
                                    bound_slots=bound_slots, hybrid_candidates=hybrid_candidates))
     finally:
         hasher.close()
@@ -499,7 +515,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
 
 def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, page_size: int, repeat: int, distinct: int,
             trace_blocks: int, capacity_blocks: int, max_records: int, hashed_tokens: int, hashed_blocks: int,
-            sum_hi: int, sum_lo: int, hash_ns: int, bound_capacity: int, bound_slots: int,
+            sum_hi: int, sum_lo: int, hash_ns: int, hot_hash_ns: int, bound_capacity: int, bound_slots: int,
             hybrid_candidates: int) -> dict[str, Any]:
     """One mode's result: the same keys, in the same order, as the C++ benchmark prints."""
     hybrid, spec = mode == "hybrid", mode == "spec"
@@ -576,6 +592,14 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
     res["manager_ns_per_call"] = _sig(_ratio(run["manager_ns"], run["manager_calls"]))
     res["manager_requests_per_second"] = _sig(_ratio(run["requests"], manager_s))
     res["requests_per_second"] = _sig(_ratio(run["requests"], hash_s + digest_s + manager_s))
+    # hot: each request's fastest of the --repeat passes (caches warm from the identical passes before)
+    res["hot_hash_ns_per_token"] = _sig(_ratio(hot_hash_ns, hashed_tokens))
+    if hybrid:
+        res["hot_digest_ns_per_token"] = _sig(_ratio(run["hot_digest_ns"], hashed_tokens))
+    res["hot_manager_ns_per_page_touched"] = _sig(_ratio(run["hot_manager_ns"], run["pages_touched"]))
+    res["hot_manager_ns_per_call"] = _sig(_ratio(run["hot_manager_ns"], run["manager_calls"]))
+    res["hot_requests_per_second"] = _sig(_ratio(run["requests"],
+                                                 (hot_hash_ns + run["hot_digest_ns"] + run["hot_manager_ns"]) * 1e-9))
     return res
 
 
@@ -583,6 +607,7 @@ def _table(results: Sequence[dict[str, Any]]) -> str:
     rows = [("page size", "page_size", "{}"), ("mode", "mode", "{}"),
             ("requests/s (incl. hashing)", "requests_per_second", "{:,.0f}"),
             ("manager ns / page touched", "manager_ns_per_page_touched", "{:.1f}"),
+            ("  hot (fastest of repeats)", "hot_manager_ns_per_page_touched", "{:.1f}"),
             ("manager ns / call", "manager_ns_per_call", "{:,.0f}"),
             ("hashing ns / token", "hash_ns_per_token", "{:.2f}"),
             ("+ digest ns / token", "digest_ns_per_token", "{:.3f}"), ("hit rate", "hit_rate", "{:.4f}"),

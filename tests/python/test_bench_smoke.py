@@ -75,6 +75,11 @@ def test_bench_figures_are_self_consistent(trace, page_size):
     assert r["metadata_bytes_per_cached_block"] == pytest.approx(r["metadata_bytes"] / r["cached_pages"], rel=1e-5)
     assert r["metadata_bytes"] <= r["peak_metadata_bytes"]
     assert r["manager_seconds"] > 0 and r["hash_seconds"] > 0
+    # The headline is one pass (each request once); hot keeps each request's fastest pass, so it is never slower.
+    assert r["manager_ns_per_page_touched"] == pytest.approx(r["manager_seconds"] * 1e9 / r["pages_touched"], rel=1e-5)
+    assert 0 < r["hot_manager_ns_per_page_touched"] <= r["manager_ns_per_page_touched"] * (1 + 1e-5)
+    assert 0 < r["hot_hash_ns_per_token"] <= r["hash_ns_per_token"] * (1 + 1e-5)
+    assert r["hot_requests_per_second"] >= r["requests_per_second"] * (1 - 1e-5)
 
 
 @pytest.mark.parametrize("page_size", [16, 128])

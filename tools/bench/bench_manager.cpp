@@ -62,9 +62,11 @@
 // bytes per cached block = metadataBytes() / cached base pages (pages with a cache ref: capacity - free after
 // the last release), at the end of the run; spec also per cached base + draft page; the peak of metadataBytes()
 // is sampled after every request, outside the timed region.
-// Timings: each request is hashed --repeat K times back to back (default 5) and the whole replay is run K times
-// (a fresh manager per replay, whose figures must repeat exactly); every request counts with its fastest
-// repetition (they do identical work, so this filters out preemption and other noise of a shared machine).
+// Timings: the headline figures are what a server sees: ONE pass in trace order, each request hashed once and
+// served once (the first of the K passes). Each request is then hashed --repeat K times back to back (default 5)
+// and the whole replay is run K times (a fresh manager per replay, whose figures must repeat exactly): the hot_*
+// figures count every request with its fastest repetition (caches warm from the identical work before it), and
+// are labelled hot wherever they are shown.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -262,6 +264,7 @@ struct Replay {
     int64_t leasePages = 0;
     int64_t publishedBlocks = 0;
     int64_t managerNs = 0;
+    int64_t hotManagerNs = 0;        // each request's fastest of the repetitions (bestOf)
     std::vector<int64_t> requestNs;  // manager time of each request
     int64_t capacityPages = 0;
     int64_t cachedPages = 0;
@@ -281,6 +284,7 @@ struct Replay {
     uint64_t digestSumHi = 0, digestSumLo = 0;
     std::vector<int64_t> requestDigestNs;  // exact-prefix digest time of each request
     int64_t digestNs = 0;
+    int64_t hotDigestNs = 0;
     int64_t snapshotPressureSkips = 0;
     int64_t reserveCalls = 0;
     int64_t cachedRecurrentSlots = 0, cachedPartialSlots = 0;
@@ -586,14 +590,18 @@ double ratio(double a, double b) { return b == 0 ? 0.0 : a / b; }
 enum class Mode { kVanilla, kHybrid, kSpec };
 char const* modeName(Mode m) { return m == Mode::kVanilla ? "vanilla" : m == Mode::kHybrid ? "hybrid" : "spec"; }
 
-// One mode's bounded replay --repeat times (figures must repeat; each request keeps its fastest timing).
+// One mode's bounded replay --repeat times (figures must repeat). The first pass's timings are the headline (each
+// request served once); hot timings keep each request's fastest pass.
 template <typename ReplayFn>
 Replay bestOf(int repeat, ReplayFn&& run) {
     Replay best;
+    std::vector<int64_t> hotRequestNs, hotRequestDigestNs;
     for (int pass = 0; pass < repeat; ++pass) {
         Replay const r = run(pass);
         if (pass == 0) {
             best = r;
+            hotRequestNs = r.requestNs;
+            hotRequestDigestNs = r.requestDigestNs;
             continue;
         }
         if (r.reusedTokens != best.reusedTokens || r.pagesTouched != best.pagesTouched ||
@@ -601,15 +609,16 @@ Replay bestOf(int repeat, ReplayFn&& run) {
             r.snapshotPressureSkips != best.snapshotPressureSkips || r.digestSumHi != best.digestSumHi ||
             r.digestSumLo != best.digestSumLo)
             fail("the replay is not deterministic");
-        for (size_t i = 0; i < best.requestNs.size(); ++i)
-            best.requestNs[i] = std::min(best.requestNs[i], r.requestNs[i]);
-        for (size_t i = 0; i < best.requestDigestNs.size(); ++i)
-            best.requestDigestNs[i] = std::min(best.requestDigestNs[i], r.requestDigestNs[i]);
+        for (size_t i = 0; i < hotRequestNs.size(); ++i) hotRequestNs[i] = std::min(hotRequestNs[i], r.requestNs[i]);
+        for (size_t i = 0; i < hotRequestDigestNs.size(); ++i)
+            hotRequestDigestNs[i] = std::min(hotRequestDigestNs[i], r.requestDigestNs[i]);
     }
-    best.managerNs = 0;
+    best.managerNs = best.hotManagerNs = 0;
     for (int64_t t : best.requestNs) best.managerNs += t;
-    best.digestNs = 0;
+    for (int64_t t : hotRequestNs) best.hotManagerNs += t;
+    best.digestNs = best.hotDigestNs = 0;
     for (int64_t t : best.requestDigestNs) best.digestNs += t;
+    for (int64_t t : hotRequestDigestNs) best.hotDigestNs += t;
     return best;
 }
 
@@ -694,13 +703,14 @@ int main(int argc, char** argv) {
         if (capacityPages > INT32_MAX) fail("capacity exceeds INT32_MAX pages");
 
         // Hashing phase: expand each request's tokens (untimed), then hash them --repeat times back to back
-        // (timed; the fastest counts; repetitions after the first go to scratch storage and must match it).
+        // (timed: the first is the headline, the fastest the hot figure; repetitions after the first go to
+        // scratch storage and must match it).
         // Hybrid: also the untimed reference hashExactPrefix(tokens[:n]) of every request.
         std::vector<std::vector<BlockHash>> hashes(requests.size());
         std::vector<BlockHash> exactDigests(wantHybrid ? requests.size() : 0);
         std::vector<BlockHash> scratch;
-        std::vector<int64_t> hashRequestNs(requests.size(), INT64_MAX);
-        int64_t hashNs = 0, hashedTokens = 0, hashedBlocks = 0;
+        std::vector<int64_t> hashRequestNs(requests.size(), 0), hotHashRequestNs(requests.size(), INT64_MAX);
+        int64_t hashNs = 0, hotHashNs = 0, hashedTokens = 0, hashedBlocks = 0;
         uint64_t sumHi = 0, sumLo = 0;
         for (size_t i = 0; i < requests.size(); ++i) {
             expandTokens(requests[i], tokens);
@@ -710,12 +720,15 @@ int main(int argc, char** argv) {
                 out.reserve(tokens.size() / static_cast<size_t>(pageSize));
                 Clock::time_point const t0 = Clock::now();
                 hasher.hashFullBlocksInto(tokens.data(), tokens.size(), pageSize, {}, nullptr, out);
-                hashRequestNs[i] = std::min(hashRequestNs[i], ns(t0, Clock::now()));
+                int64_t const t = ns(t0, Clock::now());
+                if (pass == 0) hashRequestNs[i] = t;
+                hotHashRequestNs[i] = std::min(hotHashRequestNs[i], t);
                 if (pass > 0 && out != hashes[i]) fail("hashing is not deterministic");
             }
             if (wantHybrid) exactDigests[i] = hasher.hashExactPrefix(tokens.data(), tokens.size(), pageSize);
         }
         for (int64_t t : hashRequestNs) hashNs += t;
+        for (int64_t t : hotHashRequestNs) hotHashNs += t;
         for (std::vector<BlockHash> const& hs : hashes) {
             hashedBlocks += static_cast<int64_t>(hs.size());
             for (BlockHash const& h : hs) sumHi += h.hi, sumLo += h.lo;
@@ -876,6 +889,17 @@ int main(int argc, char** argv) {
                    ratio(static_cast<double>(run.managerNs), static_cast<double>(run.managerCalls)));
             j.real("manager_requests_per_second", ratio(static_cast<double>(run.requests), managerS));
             j.real("requests_per_second", ratio(static_cast<double>(run.requests), hashS + digestS + managerS));
+            // hot: each request's fastest of the --repeat passes (caches warm from the identical passes before)
+            double const hotS = static_cast<double>(hotHashNs + run.hotDigestNs + run.hotManagerNs) * 1e-9;
+            j.real("hot_hash_ns_per_token", ratio(static_cast<double>(hotHashNs), static_cast<double>(hashedTokens)));
+            if (mode == Mode::kHybrid)
+                j.real("hot_digest_ns_per_token",
+                       ratio(static_cast<double>(run.hotDigestNs), static_cast<double>(hashedTokens)));
+            j.real("hot_manager_ns_per_page_touched",
+                   ratio(static_cast<double>(run.hotManagerNs), static_cast<double>(run.pagesTouched)));
+            j.real("hot_manager_ns_per_call",
+                   ratio(static_cast<double>(run.hotManagerNs), static_cast<double>(run.managerCalls)));
+            j.real("hot_requests_per_second", ratio(static_cast<double>(run.requests), hotS));
             results.push_back(j.done());
         }
     }
