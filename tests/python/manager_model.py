@@ -2,7 +2,7 @@
 
 It is a second, deliberately naive implementation (dicts, lists, linear scans) of the pools (refcounts and FIFO
 free lists), the canonical base index, the record store with its LRU, the draft path index, the read-only
-eviction planner, the three reuse planners and every manager operation. The stateful test drives the real
+eviction planner, the four reuse planners (vanilla, hybrid, Hybrid+MTP, spec) and every manager operation. The stateful test drives the real
 manager and this model with the same operations and compares everything observable after each step, so any
 divergence in plans, page ids, free-list order, recency, eviction victims or metrics is caught.
 
@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 BASE, DRAFT, RECURRENT, PARTIAL = range(4)
 STANDARD, NO_REUSABLE_PREFIX, FULL_INPUT_REWIND = range(3)
-VANILLA, HYBRID, SPEC = range(3)
+VANILLA, HYBRID, SPEC, HYBRID_MTP = range(4)
+CHECKPOINT_MODES = (HYBRID, HYBRID_MTP)  # leases that reserve, restore and retire snapshot slots
+DRAFT_MODES = (SPEC, HYBRID_MTP)         # leases that hold draft pages (and grow with grow_spec)
 PUBLISHED, EXISTING_RECORD = range(2)
 ACQUIRED, INSUFFICIENT_CAPACITY = range(2)
 
@@ -90,6 +92,7 @@ class Record:
     recurrent: int | None = None
     partial: int | None = None
     exact_length: int | None = None
+    mtp: bool = False  # a Hybrid+MTP checkpoint: in its own key index, never in the (EAGLE) draft index
 
     def resources(self):
         out = [(BASE, p) for p in self.base] + [(DRAFT, p) for p in self.draft]
@@ -102,6 +105,10 @@ class Record:
     @property
     def hybrid_key(self):
         return None if self.exact_length is None else (self.terminal, self.exact_length)
+
+    @property
+    def in_draft_index(self) -> bool:
+        return bool(self.draft) and self.exact_length is None
 
 
 @dataclass
@@ -146,11 +153,15 @@ class Model:
         self.reverse: dict = {}     # page -> hash
         self.records: dict[int, Record] = {}
         self.exact: dict = {}       # (terminal, count) -> id
-        self.hybrid: dict = {}      # (digest, length) -> id
+        self.hybrid: dict = {}      # (digest, length) -> id (plain hybrid checkpoints)
+        self.mtp: dict = {}         # (digest, length) -> id (Hybrid+MTP checkpoints; the same key may be in both)
         self.lru: list[int] = []
         self.draft_index: dict = {}  # hash -> [(record, count)]
         self.next_id = 1
         self.metrics = [0, 0, 0, 0, 0]  # evicted, base, draft, recurrent, partial
+
+    def _checkpoints(self, mtp: bool) -> dict:
+        return self.mtp if mtp else self.hybrid
 
     # ---- records --------------------------------------------------------------------------------------------
     def touch(self, rid):
@@ -163,10 +174,10 @@ class Model:
         r = self.records.pop(rid)
         self.lru.remove(rid)
         if r.hybrid_key is not None:
-            del self.hybrid[r.hybrid_key]
+            del self._checkpoints(r.mtp)[r.hybrid_key]
         else:
             del self.exact[(r.terminal, r.full_block_count)]
-        if r.draft:
+        if r.in_draft_index:
             for i, h in enumerate(r.hashes):
                 self.draft_index[h].remove((rid, i + 1))
                 if not self.draft_index[h]:
@@ -288,6 +299,35 @@ class Model:
             return plan
         return plan
 
+    def plan_hybrid_mtp(self, candidates, hashes, n, bypass):
+        """A checkpoint at E keeps its boundary token private: fb = (E-1)//P blocks bound in base AND draft."""
+        self._validate(hashes, n)
+        total = ceil_div(n, self.P)
+        plan = Plan(HYBRID_MTP, kind=cold_kind(n), has_attention=True, demand=[total, total, 0, 0])
+        if n == 0 or bypass:
+            return plan
+        for length, digest in sorted(candidates, key=lambda c: -c[0]):
+            if length < 1 or length >= n:
+                continue
+            rid = self.mtp.get((digest, length))  # plain hybrid checkpoints never hit here
+            if rid is None:
+                continue
+            r = self.records[rid]
+            fb = (length - 1) // self.P
+            if fb > len(hashes) or r.hashes != list(hashes[:fb]):
+                continue
+            if r.recurrent is None or r.partial is None or len(r.base) != fb or len(r.draft) != fb:
+                continue
+            plan.kind = STANDARD
+            plan.matched = plan.reuse = length
+            plan.matched_hashes = list(hashes[:fb])
+            plan.base_bindings, plan.draft_bindings = list(r.base), list(r.draft)
+            plan.hybrid_record = rid
+            plan.recurrent_binding, plan.partial_binding = r.recurrent, r.partial
+            plan.demand = [total - fb, total - fb, 0, 0]
+            return plan
+        return plan
+
     def plan_spec(self, hashes, n, bypass):
         self._validate(hashes, n)
         total = ceil_div(n, self.P)
@@ -369,8 +409,8 @@ class Model:
         lease.live = False
 
     def grow_base(self, lease, count) -> bool:
-        if lease.mode == SPEC:
-            raise ModelContractError("spec lease")
+        if lease.mode in DRAFT_MODES:
+            raise ModelContractError("spec or Hybrid+MTP lease grows with grow_spec")
         if count == 0:
             return True
         if not self.evict_for([count, 0, 0, 0]):
@@ -379,8 +419,8 @@ class Model:
         return True
 
     def grow_spec(self, lease, base, draft) -> bool:
-        if lease.mode != SPEC:
-            raise ModelContractError("needs spec lease")
+        if lease.mode not in DRAFT_MODES:
+            raise ModelContractError("needs a spec or Hybrid+MTP lease")
         if base == 0 and draft == 0:
             return True
         if not self.evict_for([base, draft, 0, 0]):
@@ -390,8 +430,10 @@ class Model:
         return True
 
     def reserve(self, lease, partial: bool):
-        if lease.mode != HYBRID:
+        if lease.mode not in CHECKPOINT_MODES:
             raise ModelContractError("needs hybrid lease")
+        if lease.mode == HYBRID_MTP and not partial:
+            raise ModelContractError("a Hybrid+MTP checkpoint always has a partial slot")
         if partial and not lease.has_attention:
             raise ModelContractError("partial without attention")
         demand = [0, 0, 1, 1 if partial else 0]
@@ -406,7 +448,7 @@ class Model:
         return (r, p)
 
     def release_restored(self, lease):
-        if lease.mode != HYBRID:
+        if lease.mode not in CHECKPOINT_MODES:
             raise ModelContractError("needs hybrid lease")
         if lease.recurrent is not None:
             self.pools.release_active(RECURRENT, lease.recurrent)
@@ -415,7 +457,7 @@ class Model:
         lease.recurrent = lease.partial = None
 
     def retire(self, lease, reservation):
-        if lease.mode != HYBRID:
+        if lease.mode not in CHECKPOINT_MODES:
             raise ModelContractError("needs hybrid lease")
         r, p = reservation
         if (RECURRENT, r) not in lease.reserved:
@@ -462,10 +504,10 @@ class Model:
         self.records[record.id] = record
         self.lru.append(record.id)
         if record.hybrid_key is not None:
-            self.hybrid[record.hybrid_key] = record.id
+            self._checkpoints(record.mtp)[record.hybrid_key] = record.id
         else:
             self.exact[(record.terminal, record.full_block_count)] = record.id
-        if record.draft:
+        if record.in_draft_index:
             for i, h in enumerate(record.hashes):
                 self.draft_index.setdefault(h, []).append((record.id, i + 1))
         canonical = list(record.base)
@@ -476,8 +518,8 @@ class Model:
         return PUBLISHED, (record.id if record.id in self.records else None), canonical, published
 
     def publish(self, lease: Lease, hashes, resident: int):
-        if lease.mode == HYBRID:
-            raise ModelContractError("hybrid lease")
+        if lease.mode in CHECKPOINT_MODES:
+            raise ModelContractError("hybrid or Hybrid+MTP lease")
         spec = lease.mode == SPEC
         count = min(len(hashes), resident // self.P)
         if count == 0 or count > len(lease.base) or (spec and count > len(lease.draft)):
@@ -531,6 +573,31 @@ class Model:
         base = self._project(hashes, fb, lease.base) if lease.has_attention else []
         record = Record(0, digest, fb, list(hashes), base, [], r, p, length)
         return self._commit(record, published)
+
+    def publish_hybrid_mtp(self, lease: Lease, hashes, digest, length, reservation):
+        if lease.mode != HYBRID_MTP:
+            raise ModelContractError("needs a Hybrid+MTP lease")
+        if length < 1:
+            raise ModelContractError("length")
+        fb = (length - 1) // self.P
+        if len(hashes) != fb:
+            raise ModelContractError("hash count")
+        if fb > len(lease.base) or fb > len(lease.draft):
+            raise ModelContractError("too few pages")
+        r, p = reservation
+        if p is None:
+            raise ModelContractError("needs a partial slot")
+        if (RECURRENT, r) not in lease.reserved or (PARTIAL, p) not in lease.reserved:
+            raise ModelContractError("not reserved")
+        self._check_matched(hashes, fb, lease.matched_hashes)
+        key = (digest, length)
+        if key in self.mtp:
+            rid = self.mtp[key]
+            self.touch(rid)
+            return EXISTING_RECORD, rid, list(self.records[rid].base), fb
+        base = self._project(hashes, fb, lease.base)
+        record = Record(0, digest, fb, list(hashes), base, list(lease.draft[:fb]), r, p, length, mtp=True)
+        return self._commit(record, fb)
 
     def hybrid_candidate_lengths_for(self, n, hashes):
         """Lengths whose checkpoint's last full block (or the chain root) is the prompt's block at that count."""
