@@ -1,7 +1,7 @@
 """Model-based test: random operation sequences drive the real manager and tests/python/manager_model.py alike.
 
-Every acquire (vanilla, hybrid with and without attention, spec), grow, reserve, release of restored snapshots,
-retire, publish, hybrid publish, release and eviction runs on both; results must agree exactly (status, plan,
+Every acquire (vanilla, hybrid with and without attention, Hybrid+MTP, spec), grow, reserve, release of restored
+snapshots, retire, publish, hybrid and Hybrid+MTP publish (well-formed and corrupt), release and eviction runs on both; results must agree exactly (status, plan,
 page ids, record ids, canonical pages), a broken contract must fail on both, and after every step the whole
 observable state must agree (free lists in allocation order, every refcount, record LRU, metrics, index size)
 and check_invariants() must pass.
@@ -74,6 +74,7 @@ class ManagerMachine(RuleBasedStateMachine):
         (2, [24, 16, 3, 3], 1),  # record limit 1
         (2, [16, 0, 0, 0], 0),   # max_records 0: nothing is ever kept; no draft or snapshot pools
         (4, [0, 0, 3, 0], 4),    # pure recurrent only
+        (3, [36, 36, 6, 6], 10), # roomy snapshot pools (every Hybrid+MTP checkpoint takes a partial slot), P = 3
     ]
 
     @initialize(profile=st.sampled_from(PROFILES))
@@ -146,7 +147,8 @@ class ManagerMachine(RuleBasedStateMachine):
         return live[index % len(live)] if live else None
 
     # ---- rules ------------------------------------------------------------------------------------------------
-    KINDS = st.sampled_from(["vanilla", "vanilla", "hybrid", "hybrid-no-attention", "spec", "spec"])
+    KINDS = st.sampled_from(["vanilla", "vanilla", "hybrid", "hybrid-no-attention", "spec", "spec",
+                             "hybrid-mtp", "hybrid-mtp"])
     REQUEST = dict(sequence=st.integers(0, 2), length=st.integers(0, SEQUENCE_LENGTH),
                    diverge_at=st.one_of(st.just(SEQUENCE_LENGTH), st.integers(0, SEQUENCE_LENGTH)),
                    salt=st.integers(0, 3), bypass=st.sampled_from([False, False, False, True]))
@@ -163,25 +165,14 @@ class ManagerMachine(RuleBasedStateMachine):
             real = self.manager.acquire_spec(hashes, length, policy)
             plan = self.model.plan_spec(model_hashes, length, bypass)
         else:
-            attention = kind == "hybrid"
-            lengths = self.manager.hybrid_candidate_lengths(length)
-            assert lengths == self.model.hybrid_candidate_lengths(length)
-            narrowed = self.manager.hybrid_candidate_lengths(length, hashes)
-            assert narrowed == self.model.hybrid_candidate_lengths_for(length, model_hashes)
-            if narrow:
-                lengths = narrowed
-            candidates, model_candidates = [], []
-            for n in lengths:
-                key, digest = self.digest(tokens, n)
-                candidates.append(ctxcache.HybridCheckpointCandidate(n, digest))
-                model_candidates.append((n, key))
-            if junk:  # lengths outside (0, length), one of them keyed like a checkpoint of the whole prompt: skipped
-                for n in (0, -1, length, length + 2):
-                    key, digest = self.digest(tokens, max(n, 0))
-                    candidates.insert(0, ctxcache.HybridCheckpointCandidate(n, digest))
-                    model_candidates.insert(0, (n, key))
-            real = self.manager.acquire_hybrid(candidates, hashes, length, attention, policy)
-            plan = self.model.plan_hybrid(model_candidates, model_hashes, length, attention, bypass)
+            candidates, model_candidates = self.candidates(tokens, hashes, length, narrow, junk)
+            if kind == "hybrid-mtp":
+                real = self.manager.acquire_hybrid_mtp(candidates, hashes, length, policy)
+                plan = self.model.plan_hybrid_mtp(model_candidates, model_hashes, length, bypass)
+            else:
+                attention = kind == "hybrid"
+                real = self.manager.acquire_hybrid(candidates, hashes, length, attention, policy)
+                plan = self.model.plan_hybrid(model_candidates, model_hashes, length, attention, bypass)
         status, model_lease = self.model.acquire(plan)
         self.check_acquire(real, status, model_lease, plan)
         if real.lease is None:
@@ -189,6 +180,28 @@ class ManagerMachine(RuleBasedStateMachine):
         entry = [real.lease, model_lease, tokens, hashes, []]
         self.leases.append(entry)
         return entry
+
+    def candidates(self, tokens, hashes, length, narrow, junk):
+        """Hybrid (plain or MTP) candidates as a runtime builds them: every stored length below the prompt's (or
+        only those on its own block chain), each keyed by the digest of the prompt's prefix of that length."""
+        model_hashes = as_tuples(hashes)
+        lengths = self.manager.hybrid_candidate_lengths(length)
+        assert lengths == self.model.hybrid_candidate_lengths(length)
+        narrowed = self.manager.hybrid_candidate_lengths(length, hashes)
+        assert narrowed == self.model.hybrid_candidate_lengths_for(length, model_hashes)
+        if narrow:
+            lengths = narrowed
+        candidates, model_candidates = [], []
+        for n in lengths:
+            key, digest = self.digest(tokens, n)
+            candidates.append(ctxcache.HybridCheckpointCandidate(n, digest))
+            model_candidates.append((n, key))
+        if junk:  # lengths outside (0, length), one of them keyed like a checkpoint of the whole prompt: skipped
+            for n in (0, -1, length, length + 2):
+                key, digest = self.digest(tokens, max(n, 0))
+                candidates.insert(0, ctxcache.HybridCheckpointCandidate(n, digest))
+                model_candidates.insert(0, (n, key))
+        return candidates, model_candidates
 
     @precondition(lambda self: sum(e[1].live for e in self.leases) < 4)
     @rule(kind=KINDS, narrow=st.booleans(), junk=st.booleans(), **REQUEST)
@@ -299,11 +312,51 @@ class ManagerMachine(RuleBasedStateMachine):
             assert (int(real.status), real.record, list(real.canonical_base_pages),
                     real.published_base_full_block_count) == model
 
-    @precondition(lambda self: any(e[1].live and e[1].mode == mm.HYBRID for e in self.leases))
+    @precondition(lambda self: any(e[1].live and e[1].mode in mm.CHECKPOINT_MODES for e in self.leases))
     @rule(index=st.integers(0, 5), length=st.one_of(st.none(), st.integers(1, SEQUENCE_LENGTH)))
     def hybrid_checkpoint(self, index, length):
-        hybrid = [e for e in self.leases if e[1].live and e[1].mode == mm.HYBRID]
+        hybrid = [e for e in self.leases if e[1].live and e[1].mode in mm.CHECKPOINT_MODES]
         self._checkpoint(hybrid[index % len(hybrid)], length)
+
+    @precondition(lambda self: any(e[1].live for e in self.leases))
+    @rule(index=st.integers(0, 5), length=st.integers(-1, SEQUENCE_LENGTH), which=st.integers(0, 3),
+          corrupt=st.sampled_from([None, None, None, "fewer", "more", "drop_partial", "foreign", "prefix", "beyond"]))
+    def publish_hybrid_mtp(self, index, length, which, corrupt):
+        """One Hybrid+MTP publication on any live lease, usually well formed (a reservation it holds, the
+        floor((E-1)/P) hashes of its own prompt), sometimes corrupt: one hash too few or too many, the partial slot
+        dropped, slots the lease does not own, a first block the lease did not acquire, or a checkpoint 2P tokens past
+        the prompt (more blocks than the lease holds unless it grew). Length may be out of range (E < 1). Any lease
+        but a Hybrid+MTP one is refused."""
+        entry = self.live_entry(index)
+        real_lease, model_lease, tokens = entry[0], entry[1], entry[2]
+        length = min(length, len(tokens))
+        if corrupt == "beyond":
+            length = len(tokens) + 2 * self.P
+            tokens = np.concatenate([tokens, BASE_SEQUENCES[0][:2 * self.P]])
+        if entry[4] and corrupt != "foreign":
+            real_r, model_r = entry[4][which % len(entry[4])]
+        else:  # slots this lease did not reserve (whatever else holds them)
+            real_r, model_r = ctxcache.HybridSnapshotReservation(which, which), (which, which)
+        if corrupt == "drop_partial":
+            real_r = ctxcache.HybridSnapshotReservation(real_r.recurrent_snapshot_slot, None)
+            model_r = (model_r[0], None)
+        blocks = max(length - 1, 0) // self.P
+        full = self.hashes(tokens)[:blocks]
+        if corrupt == "fewer" and blocks > 0:
+            full = full[:-1]
+        elif corrupt == "more":
+            full = self.hashes(np.concatenate([tokens, tokens]))[:blocks + 1]
+        elif corrupt == "prefix" and blocks > 0:
+            full = full.copy()
+            full[0, 1] ^= np.uint64(0x5A5A)
+        key, digest = self.digest(tokens, max(length, 0))
+        real, model = Outcome.both(
+            lambda: self.manager.publish_hybrid_mtp(real_lease, full, ctxcache.HybridCheckpointKey(digest, length),
+                                                    real_r),
+            lambda: self.model.publish_hybrid_mtp(model_lease, as_tuples(full), key, length, model_r))
+        if real is not None:
+            assert (int(real.status), real.record, list(real.canonical_base_pages),
+                    real.published_base_full_block_count) == model
 
     def _checkpoint(self, entry, length):
         """The runtime's whole producer sequence: restore done, reserve, capture, publish, retire."""
@@ -313,18 +366,26 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         self.manager.release_restored_hybrid_snapshots(real_lease)
         self.model.release_restored(model_lease)
-        partial = model_lease.has_attention and length % self.P != 0
+        mtp = model_lease.mode == mm.HYBRID_MTP
+        partial = mtp or (model_lease.has_attention and length % self.P != 0)
         real_r = self.manager.reserve_hybrid_snapshots(real_lease, partial)
         model_r = self.model.reserve(model_lease, partial)
         if real_r is None:
             assert model_r is None
             return
         assert (real_r.recurrent_snapshot_slot, real_r.partial_kv_snapshot_slot) == model_r
-        full = self.hashes(tokens[:length])
         key, digest = self.digest(tokens, length)
-        real, model = Outcome.both(
-            lambda: self.manager.publish_hybrid(real_lease, full, ctxcache.HybridCheckpointKey(digest, length), real_r),
-            lambda: self.model.publish_hybrid(model_lease, as_tuples(full), key, length, model_r))
+        checkpoint = ctxcache.HybridCheckpointKey(digest, length)
+        if mtp:  # the boundary token stays private: floor((E-1)/P) blocks
+            full = self.hashes(tokens[:length])[:(length - 1) // self.P]
+            real, model = Outcome.both(
+                lambda: self.manager.publish_hybrid_mtp(real_lease, full, checkpoint, real_r),
+                lambda: self.model.publish_hybrid_mtp(model_lease, as_tuples(full), key, length, model_r))
+        else:
+            full = self.hashes(tokens[:length])
+            real, model = Outcome.both(
+                lambda: self.manager.publish_hybrid(real_lease, full, checkpoint, real_r),
+                lambda: self.model.publish_hybrid(model_lease, as_tuples(full), key, length, model_r))
         if real is not None:
             assert (int(real.status), real.record, list(real.canonical_base_pages),
                     real.published_base_full_block_count) == model
