@@ -2,9 +2,10 @@
 
 It is a second, deliberately naive implementation (dicts, lists, linear scans) of the pools (refcounts and FIFO
 free lists), the canonical base index, the record store with its LRU, the draft path index, the read-only
-eviction planner, the four reuse planners (vanilla, hybrid, Hybrid+MTP, spec) and every manager operation. The stateful test drives the real
-manager and this model with the same operations and compares everything observable after each step, so any
-divergence in plans, page ids, free-list order, recency, eviction victims or metrics is caught.
+eviction planner, the four reuse planners (vanilla, hybrid, Hybrid+MTP, spec) and every manager operation.
+The stateful test drives the real manager and this model with the same operations and compares everything
+observable after each step, so any divergence in plans, page ids, free-list order, recency, eviction victims or
+metrics is caught.
 
 Broken contracts raise ModelContractError where the library raises ctxcache.ContractError.
 """

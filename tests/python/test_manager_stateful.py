@@ -1,10 +1,10 @@
 """Model-based test: random operation sequences drive the real manager and tests/python/manager_model.py alike.
 
 Every acquire (vanilla, hybrid with and without attention, Hybrid+MTP, spec), grow, reserve, release of restored
-snapshots, retire, publish, hybrid and Hybrid+MTP publish (well-formed and corrupt), release and eviction runs on both; results must agree exactly (status, plan,
-page ids, record ids, canonical pages), a broken contract must fail on both, and after every step the whole
-observable state must agree (free lists in allocation order, every refcount, record LRU, metrics, index size)
-and check_invariants() must pass.
+snapshots, retire, publish, hybrid and Hybrid+MTP publish (well formed and corrupt), release and eviction runs on
+both; results must agree exactly (status, plan, page ids, record ids, canonical pages), a broken contract must fail
+on both, and after every step the whole observable state must agree (free lists in allocation order, every
+refcount, record LRU, metrics, index size) and check_invariants() must pass.
 
 Budget: at least CTXCACHE_HYPOTHESIS_EXAMPLES (default 200) examples that run all CTXCACHE_HYPOTHESIS_STEPS
 (default 50) steps; Hypothesis is given twice that many examples because it also explores short programs.
