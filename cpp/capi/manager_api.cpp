@@ -125,6 +125,30 @@ HybridSnapshotReservation toReservation(ctxc_hybrid_snapshot_reservation_t const
     return out;
 }
 
+// The two checkpoint publications (plain hybrid and Hybrid+MTP) take the same arguments and checks.
+template <class Publish>
+ctxc_status_t publishCheckpoint(char const* function, ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                const ctxc_hash128_t* hashes, size_t count,
+                                const ctxc_hybrid_checkpoint_key_t* checkpoint,
+                                const ctxc_hybrid_snapshot_reservation_t* snapshots, ctxc_publish_result_t* out_result,
+                                Publish publish) {
+    return guard(function, [&] {
+        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        if (!checkpoint) invalidArgument("checkpoint is NULL");
+        if (!snapshots) invalidArgument("snapshots is NULL");
+        HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
+        fillPublishResult(
+            m, (m.manager.get()->*publish)(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)),
+            out);
+    });
+}
+
+using PublishCheckpointFn = PublishResult (ContextCacheManager::*)(CacheRequestLease&, BlockHash const*, size_t,
+                                                                   HybridCheckpointKey const&,
+                                                                   HybridSnapshotReservation const&);
+
 }  // namespace
 
 extern "C" {
@@ -324,17 +348,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
                                                    const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                    ctxc_publish_result_t* out_result) {
-    return guard(__func__, [&] {
-        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
-        ManagerObject& m = requireManager(manager);
-        LeaseObject& l = requireLiveLease(lease, manager);
-        if (!checkpoint) invalidArgument("checkpoint is NULL");
-        if (!snapshots) invalidArgument("snapshots is NULL");
-        HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
-        fillPublishResult(
-            m, m.manager->publishHybrid(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)),
-            out);
-    });
+    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, out_result,
+                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -342,17 +357,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, 
                                                        const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                        const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                        ctxc_publish_result_t* out_result) {
-    return guard(__func__, [&] {
-        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
-        ManagerObject& m = requireManager(manager);
-        LeaseObject& l = requireLiveLease(lease, manager);
-        if (!checkpoint) invalidArgument("checkpoint is NULL");
-        if (!snapshots) invalidArgument("snapshots is NULL");
-        HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
-        fillPublishResult(
-            m, m.manager->publishHybridMtp(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)),
-            out);
-    });
+    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, out_result,
+                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
 }
 
 CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t* manager, uint64_t record) {
