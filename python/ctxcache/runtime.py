@@ -391,13 +391,42 @@ def _address(handle: Any) -> int:
     return int(ffi.cast("uintptr_t", handle))
 
 
-def _destroy_coordinator(handle: Any) -> int:
-    """ctxc_coordinator_destroy, then forget the coordinator's synchronizer (the destroy may still call it)."""
-    status = int(lib.ctxc_coordinator_destroy(handle))
+def _register_synchronizer(synchronizer: Synchronizer | None, options: Any) -> int:
+    """Point options.synchronize at ``synchronizer`` (through _synchronize); its key, or 0 when there is none."""
+    if synchronizer is None:
+        return 0
+    if not callable(synchronizer):
+        raise ArgumentTypeError(f"synchronizer must be callable, got {type(synchronizer).__name__}")
+    key = next(_next_key)
+    _synchronizers[key] = synchronizer
+    options.synchronize = _synchronize
+    options.synchronize_user = ffi.cast("void *", key)
+    return key
+
+
+def _create_synchronized(key: int, create: Callable[[], Any], out: Any) -> None:
+    """Run a create call; on failure forget the synchronizer of ``key``, on success tie it to the new handle."""
+    try:
+        check(create())
+    except BaseException:
+        _synchronizers.pop(key, None)
+        raise
+    if key:
+        _keys_by_handle[_address(out[0])] = key
+
+
+def _destroy_synchronized(destroy: Any, handle: Any) -> int:
+    """A destroy call, then forget the handle's synchronizer (the destroy may still call it)."""
+    status = int(destroy(handle))
     key = _keys_by_handle.pop(_address(handle), None)
     if key is not None:
         _synchronizers.pop(key, None)
     return status
+
+
+def _destroy_coordinator(handle: Any) -> int:
+    """ctxc_coordinator_destroy, then forget the coordinator's synchronizer."""
+    return _destroy_synchronized(lib.ctxc_coordinator_destroy, handle)
 
 
 # ---- coordinator ----------------------------------------------------------------------------------------------
@@ -462,23 +491,10 @@ class ContextCacheCoordinator(_Handle):
             options.owns_paged_spec_state = 1 if _arrays.boolean(spec.owns_paged_spec_state, "spec.owns_paged_spec_state") else 0
             options.future_dependency_tokens = _arrays.integer(spec.future_dependency_tokens,
                                                                "spec.future_dependency_tokens", minimum=None)
-        key = 0
-        if synchronizer is not None:
-            if not callable(synchronizer):
-                raise ArgumentTypeError(f"synchronizer must be callable, got {type(synchronizer).__name__}")
-            key = next(_next_key)
-            _synchronizers[key] = synchronizer
-            options.synchronize = _synchronize
-            options.synchronize_user = ffi.cast("void *", key)
+        key = _register_synchronizer(synchronizer, options)
         out = ffi.new("ctxc_coordinator_t **")
-        try:
-            check(lib.ctxc_coordinator_create(resources, options, out))
-        except BaseException:
-            _synchronizers.pop(key, None)
-            raise
+        _create_synchronized(key, lambda: lib.ctxc_coordinator_create(resources, options, out), out)
         del key_buffer
-        if key:
-            _keys_by_handle[_address(out[0])] = key
         self.synchronizer = synchronizer
         super().__init__(out[0], tuple(keep))
 

@@ -34,27 +34,21 @@ from .errors import ArgumentTypeError
 from .runtime import (  # SwaState: the state of a window, kept in runtime (the facade returns it too)
     SwaState,
     Synchronizer,
-    _address,
+    _create_synchronized,
+    _destroy_synchronized,
     _int32s,
-    _keys_by_handle,
-    _next_key,
     _pointer,
+    _register_synchronizer,
     _resident,
     _swa_state,
-    _synchronize,
-    _synchronizers,
 )
 
 _NULL = ffi.NULL
 
 
 def _destroy_manager(handle: Any) -> int:
-    """ctxc_swa_manager_destroy, then forget the manager's synchronizer (the destroy may still call it)."""
-    status = int(lib.ctxc_swa_manager_destroy(handle))
-    key = _keys_by_handle.pop(_address(handle), None)
-    if key is not None:
-        _synchronizers.pop(key, None)
-    return status
+    """ctxc_swa_manager_destroy, then forget the manager's synchronizer."""
+    return _destroy_synchronized(lib.ctxc_swa_manager_destroy, handle)
 
 
 def _typed(value: Any, kind: type[_Handle], name: str) -> Any:
@@ -83,22 +77,9 @@ class BoundedSwaKVPageManager(_Handle):
         lib.ctxc_swa_manager_options_init(options)
         options.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         options.window_size_tokens = _arrays.integer(window_size_tokens, "window_size_tokens", minimum=None)
-        key = 0
-        if synchronizer is not None:
-            if not callable(synchronizer):
-                raise ArgumentTypeError(f"synchronizer must be callable, got {type(synchronizer).__name__}")
-            key = next(_next_key)
-            _synchronizers[key] = synchronizer
-            options.synchronize = _synchronize
-            options.synchronize_user = ffi.cast("void *", key)
+        key = _register_synchronizer(synchronizer, options)
         out = ffi.new("ctxc_swa_manager_t **")
-        try:
-            check(lib.ctxc_swa_manager_create(c_pool, c_table, c_lengths, options, out))
-        except BaseException:
-            _synchronizers.pop(key, None)
-            raise
-        if key:
-            _keys_by_handle[_address(out[0])] = key
+        _create_synchronized(key, lambda: lib.ctxc_swa_manager_create(c_pool, c_table, c_lengths, options, out), out)
         self.synchronizer = synchronizer
         super().__init__(out[0], tuple(keep))
 
