@@ -181,6 +181,29 @@ CacheRecord CacheRecordStore::erase(RecordId id) {
     return record;
 }
 
+void CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
+    Entry& e = entry(id, "trimTail");
+    CacheRecord& record = e.record;
+    std::string const what = "CacheRecordStore::trimTail: record " + std::to_string(id);
+    if (record.isHybrid()) throw ContractError(what + " is a hybrid checkpoint");
+    if (keepBlocks < 1 || keepBlocks >= record.key.fullBlockCount)
+        throw ContractError(what + ": keepBlocks " + std::to_string(keepBlocks) + " outside [1, " +
+                            std::to_string(record.key.fullBlockCount) + ")");
+    size_t const keep = static_cast<size_t>(keepBlocks);
+    CacheRecordKey const shorter{record.logicalBlockHashes[keep - 1], keepBlocks};
+    if (exactIndex_.contains(shorter)) throw ContractError(what + ": another record already ends at that block");
+    exactIndex_.tryEmplace(shorter, id);  // the only allocation: nothing was changed before it
+    exactIndex_.erase(record.key);
+    record.key = shorter;
+    record.logicalBlockHashes.resize(keep);
+    record.basePagePath.resize(keep);
+    if (record.hasDraftPath()) record.draftPagePath.resize(keep);
+    // Non-binding and exception-safe in libstdc++: the tail's storage goes back when it can.
+    record.logicalBlockHashes.shrink_to_fit();
+    record.basePagePath.shrink_to_fit();
+    record.draftPagePath.shrink_to_fit();
+}
+
 void CacheRecordStore::checkInvariants() const {
     if (lru_.size() != records_.size())
         throw InvariantError("CacheRecordStore: LRU holds " + std::to_string(lru_.size()) + " ids for " +

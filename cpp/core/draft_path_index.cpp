@@ -61,9 +61,11 @@ bool DraftPathIndex::contains(BlockHash const& terminalHash, DraftPathMatch cons
     return std::find(it->second.begin(), it->second.end(), match) != it->second.end();
 }
 
-void DraftPathIndex::erase(CacheRecord const& record) {
+void DraftPathIndex::erase(CacheRecord const& record) { eraseAfter(record, 0); }
+
+void DraftPathIndex::eraseAfter(CacheRecord const& record, int32_t keepBlocks) {
     if (record.draftPagePath.empty()) return;
-    for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i) {
+    for (size_t i = static_cast<size_t>(std::max(0, keepBlocks)); i < record.logicalBlockHashes.size(); ++i) {
         auto it = byHash_.find(record.logicalBlockHashes[i]);
         if (it == byHash_.end()) continue;
         auto& matches = it->second;

@@ -23,7 +23,9 @@
 //   publishHybridMtp only. The record keeps base and an equally long draft path through the E-1 boundary.
 // Recency: hybrid, Hybrid+MTP and spec hits are touched at acquire; plain base-block hits touch nothing; an
 //   exact duplicate publication touches the existing record; capacity and record-limit eviction are strict
-//   record LRU.
+//   record LRU. Under EvictionPolicy::kRecordLruTrim (opt-in at construction) capacity eviction may instead
+//   trim the last record it reaches down to a shorter prefix (eviction_planner.h); the record-limit victim is
+//   always evicted whole.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims.
 // Threading: none internal. Callers serialize every manager and lease access (single writer). Leases must be
@@ -99,11 +101,14 @@ struct ContextCacheManagerMetrics {
     uint64_t reclaimedDraftKvPages = 0;
     uint64_t reclaimedRecurrentSnapshots = 0;
     uint64_t reclaimedPartialKvSnapshots = 0;
+    uint64_t trimmedRecords = 0;  // kRecordLruTrim: trims applied (a record trimmed twice counts twice)
+    uint64_t trimmedBlocks = 0;   // blocks those trims took off their records
 };
 
 class ContextCacheManager {
 public:
-    ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
+    ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords,
+                        EvictionPolicy evictionPolicy = EvictionPolicy::kRecordLru);
     ~ContextCacheManager();
     ContextCacheManager(ContextCacheManager const&) = delete;
     ContextCacheManager& operator=(ContextCacheManager const&) = delete;
@@ -189,6 +194,7 @@ public:
     CacheRecordStore const& records() const noexcept { return records_; }
     ContextCacheManagerMetrics const& metrics() const noexcept { return metrics_; }
     int32_t pageSize() const noexcept { return pageSize_; }
+    EvictionPolicy evictionPolicy() const noexcept { return evictionPolicy_; }
     size_t liveLeaseCount() const noexcept { return liveLeases_; }
 
     // Throws InvariantError describing the first violation found. O(capacity + records + leases).
@@ -201,6 +207,7 @@ private:
     using LeaseState = CacheRequestLease::State;
 
     static ResourceDemand validatedCapacities(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
+    static EvictionPolicy validatedPolicy(EvictionPolicy policy);
     AcquireResult acquire(ReusePlan plan, PageCoverage coverage);
     CacheRequestLease newLease(ReusePlanMode mode);
     LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
@@ -208,6 +215,9 @@ private:
     std::optional<EvictionPlan> planEviction(ResourceDemand const& demand,
                                              std::optional<RecordId> protectedRecord) const;
     void applyEviction(EvictionPlan const& plan, ResourceDemand const& demand);
+    void trimRecord(RecordTrim const& trim);
+    // Drops one cache reference on each base page (unmapping it when that was the last) and counts what it frees.
+    void releaseBasePages(std::vector<PageId> const& pages, size_t from);
     std::vector<PageId> projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
                                                  std::vector<PageId> const& producerPages,
                                                  std::vector<PageId>& newlyMapped);
@@ -215,6 +225,7 @@ private:
 
     int32_t pageSize_;
     int32_t maxRecords_;
+    EvictionPolicy evictionPolicy_;
     ResourcePools pools_;
     BaseBlockIndex baseIndex_;
     DraftPathIndex draftIndex_;

@@ -40,6 +40,9 @@ public:
     bool contains(BlockHash const& terminalHash, DraftPathMatch const& match) const;
     // Removes exactly `record`'s entries; a record without a draft path is a no-op.
     void erase(CacheRecord const& record);
+    // Removes `record`'s entries for boundaries after keepBlocks (pathBlockCount > keepBlocks): the part a trim
+    // to keepBlocks blocks gives up. Same no-op rule.
+    void eraseAfter(CacheRecord const& record, int32_t keepBlocks);
 
     size_t entryCount() const noexcept { return entries_; }
     template <class F>
