@@ -181,7 +181,7 @@ CacheRecord CacheRecordStore::erase(RecordId id) {
     return record;
 }
 
-void CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
+CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
     Entry& e = entry(id, "trimTail");
     CacheRecord& record = e.record;
     std::string const what = "CacheRecordStore::trimTail: record " + std::to_string(id);
@@ -192,7 +192,14 @@ void CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
     size_t const keep = static_cast<size_t>(keepBlocks);
     CacheRecordKey const shorter{record.logicalBlockHashes[keep - 1], keepBlocks};
     if (exactIndex_.contains(shorter)) throw ContractError(what + ": another record already ends at that block");
-    exactIndex_.tryEmplace(shorter, id);  // the only allocation: nothing was changed before it
+    // Allocate first (the tail copies, the new key's slot): nothing is changed before the last of them.
+    TrimmedTail tail;
+    tail.firstBlock = keepBlocks;
+    auto const cut = static_cast<std::ptrdiff_t>(keep);
+    tail.hashes.assign(record.logicalBlockHashes.begin() + cut, record.logicalBlockHashes.end());
+    tail.basePages.assign(record.basePagePath.begin() + cut, record.basePagePath.end());
+    if (record.hasDraftPath()) tail.draftPages.assign(record.draftPagePath.begin() + cut, record.draftPagePath.end());
+    exactIndex_.tryEmplace(shorter, id);
     exactIndex_.erase(record.key);
     record.key = shorter;
     record.logicalBlockHashes.resize(keep);
@@ -202,6 +209,7 @@ void CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
     record.logicalBlockHashes.shrink_to_fit();
     record.basePagePath.shrink_to_fit();
     record.draftPagePath.shrink_to_fit();
+    return tail;
 }
 
 void CacheRecordStore::checkInvariants() const {

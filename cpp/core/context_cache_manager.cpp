@@ -216,19 +216,19 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
 }
 
 void ContextCacheManager::trimRecord(RecordTrim const& trim) {
-    CacheRecord const before = records_.get(trim.record);  // the tail's pages and hashes, kept for the release
-    records_.trimTail(trim.record, trim.keepBlocks);     // validates; throws with nothing changed
-    // Nothing below allocates or throws on a consistent state.
-    draftIndex_.eraseAfter(before, trim.keepBlocks);
-    size_t const keep = static_cast<size_t>(trim.keepBlocks);
-    releaseBasePages(before.basePagePath, keep);
-    for (size_t i = keep; i < before.draftPagePath.size(); ++i) {
-        ResourceId const rid{ResourceType::kDraftKvPage, before.draftPagePath[i]};
+    // The store validates and cuts first (throwing with nothing changed); nothing after it allocates or throws
+    // on a consistent state. O(blocks cut).
+    bool const paired = records_.get(trim.record).hasDraftPath();
+    CacheRecordStore::TrimmedTail const tail = records_.trimTail(trim.record, trim.keepBlocks);
+    if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.hashes.data(), tail.hashes.size());
+    releaseBasePages(tail.basePages, 0);
+    for (PageId page : tail.draftPages) {
+        ResourceId const rid{ResourceType::kDraftKvPage, page};
         pools_.releaseCacheRef(rid);
         if (pools_.isFree(rid)) ++metrics_.reclaimedDraftKvPages;
     }
     ++metrics_.trimmedRecords;
-    metrics_.trimmedBlocks += before.basePagePath.size() - keep;
+    metrics_.trimmedBlocks += tail.basePages.size();
 }
 
 // ---- acquire ----------------------------------------------------------------------------------------------
