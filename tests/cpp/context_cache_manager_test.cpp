@@ -21,18 +21,10 @@ using test::draftPage;
 using test::freeBase;
 using test::H;
 using test::Hs;
+using test::produce;
 
 constexpr int32_t kPage = 4;
 std::vector<BlockHash> const kNoHashes;
-
-// Runs one request to completion: acquire (with lookup), publish every given block, release.
-RecordId produce(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens) {
-    AcquireResult a = m.acquireVanilla(hashes, tokens);
-    EXPECT_TRUE(a.lease.has_value());
-    if (!a.lease) return kNoRecord;
-    PublishResult const r = m.publish(*a.lease, {hashes, tokens});
-    return r.record.value_or(kNoRecord);
-}
 
 std::vector<int32_t> freeList(ContextCacheManager const& m) { return m.pools().freeList(ResourceType::kBaseKvPage); }
 

@@ -14,44 +14,7 @@ using test::draftPage;
 using test::Hs;
 using test::recurrentSlot;
 
-// Pools and records wired the way the manager wires them: every listed resource holds one cache reference per
-// listing, and producers' active references are dropped unless a test pins a resource on purpose.
-struct CacheState {
-    ResourcePools pools;
-    CacheRecordStore records{16};
-
-    explicit CacheState(ResourceDemand capacities) : pools(capacities) {
-        ResourceDemand all = capacities;
-        EXPECT_TRUE(pools.allocate(all).has_value());  // ids 0..n-1 of every pool, in order, each active 1
-    }
-
-    RecordId add(std::vector<BlockHash> hashes, std::vector<PageId> base, std::vector<PageId> draft = {}) {
-        CacheRecord r;
-        r.key = CacheRecordKey{hashes.back(), static_cast<int32_t>(hashes.size())};
-        r.logicalBlockHashes = std::move(hashes);
-        r.basePagePath = std::move(base);
-        r.draftPagePath = std::move(draft);
-        for (ResourceId const& id : r.resources()) pools.addCacheRef(id);
-        return records.insert(std::move(r)).id;
-    }
-    RecordId addCheckpoint(BlockHash digest, int32_t length, int32_t recurrent) {
-        CacheRecord r;
-        r.key = CacheRecordKey{digest, 0};
-        r.recurrentSnapshotSlot = recurrent;
-        r.exactCheckpointLength = length;
-        pools.addCacheRef(recurrentSlot(recurrent));
-        return records.insert(std::move(r)).id;
-    }
-    // Drop the producers' active refs on every id of every pool except `pinned`.
-    void finishProducers(std::vector<ResourceId> const& pinned = {}) {
-        for (ResourceType type : kAllResourceTypes)
-            for (int32_t i = 0; i < pools.capacity(type); ++i) {
-                ResourceId const id{type, i};
-                if (std::find(pinned.begin(), pinned.end(), id) == pinned.end()) pools.releaseActiveRef(id);
-            }
-    }
-    std::string describe() const { return test::describe(pools) + test::describe(records); }
-};
+using CacheState = test::PlannerState;
 
 TEST(EvictionPlanner, FreeCapacityReturnsEmptyFeasiblePlan) {
     CacheState s({4, 0, 0, 0});

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "ctxcache/context_cache_manager.h"
 
 namespace ctxcache::test {
@@ -129,5 +131,52 @@ inline std::string describe(ContextCacheManager const& m) {
 inline int32_t activeRefs(ContextCacheManager const& m, ResourceId id) { return m.pools().activeRefCount(id); }
 inline int32_t cacheRefs(ContextCacheManager const& m, ResourceId id) { return m.pools().cacheRefCount(id); }
 inline int32_t freeBase(ContextCacheManager const& m) { return m.pools().freeCount(ResourceType::kBaseKvPage); }
+
+// EvictionPlanner tests: pools and records wired the way the manager wires them: every listed resource holds one cache
+// reference per listing, and producers' active references are dropped unless a test pins a resource on purpose.
+struct PlannerState {
+    ResourcePools pools;
+    CacheRecordStore records{16};
+
+    explicit PlannerState(ResourceDemand capacities) : pools(capacities) {
+        ResourceDemand all = capacities;
+        EXPECT_TRUE(pools.allocate(all).has_value());  // ids 0..n-1 of every pool, in order, each active 1
+    }
+
+    RecordId add(std::vector<BlockHash> hashes, std::vector<PageId> base, std::vector<PageId> draft = {}) {
+        CacheRecord r;
+        r.key = CacheRecordKey{hashes.back(), static_cast<int32_t>(hashes.size())};
+        r.logicalBlockHashes = std::move(hashes);
+        r.basePagePath = std::move(base);
+        r.draftPagePath = std::move(draft);
+        for (ResourceId const& id : r.resources()) pools.addCacheRef(id);
+        return records.insert(std::move(r)).id;
+    }
+    RecordId addCheckpoint(BlockHash digest, int32_t length, int32_t recurrent) {
+        CacheRecord r;
+        r.key = CacheRecordKey{digest, 0};
+        r.recurrentSnapshotSlot = recurrent;
+        r.exactCheckpointLength = length;
+        pools.addCacheRef({ResourceType::kRecurrentSnapshot, recurrent});
+        return records.insert(std::move(r)).id;
+    }
+    // Drop the producers' active refs on every id of every pool except `pinned`.
+    void finishProducers(std::vector<ResourceId> const& pinned = {}) {
+        for (ResourceType type : kAllResourceTypes)
+            for (int32_t i = 0; i < pools.capacity(type); ++i) {
+                ResourceId const id{type, i};
+                if (std::find(pinned.begin(), pinned.end(), id) == pinned.end()) pools.releaseActiveRef(id);
+            }
+    }
+    std::string describe() const { return test::describe(pools) + test::describe(records); }
+};
+
+// Runs one vanilla request to completion: acquire (with lookup), publish every given block, release.
+inline RecordId produce(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens) {
+    AcquireResult a = m.acquireVanilla(hashes, tokens);
+    if (!a.lease) return kNoRecord;
+    PublishResult const r = m.publish(*a.lease, {hashes, tokens});
+    return r.record.value_or(kNoRecord);
+}
 
 }  // namespace ctxcache::test

@@ -17,37 +17,13 @@ using test::describe;
 using test::draftPage;
 using test::freeBase;
 using test::Hs;
+using test::produce;
 using test::recurrentSlot;
 
 constexpr EvictionPolicy kTrim = EvictionPolicy::kRecordLruTrim;
 constexpr int32_t kPage = 4;
 
-// Pools and records wired as the manager wires them (see eviction_planner_test.cpp).
-struct CacheState {
-    ResourcePools pools;
-    CacheRecordStore records{16};
-
-    explicit CacheState(ResourceDemand capacities) : pools(capacities) {
-        EXPECT_TRUE(pools.allocate(capacities).has_value());
-    }
-    RecordId add(std::vector<BlockHash> hashes, std::vector<PageId> base, std::vector<PageId> draft = {}) {
-        CacheRecord r;
-        r.key = CacheRecordKey{hashes.back(), static_cast<int32_t>(hashes.size())};
-        r.logicalBlockHashes = std::move(hashes);
-        r.basePagePath = std::move(base);
-        r.draftPagePath = std::move(draft);
-        for (ResourceId const& id : r.resources()) pools.addCacheRef(id);
-        return records.insert(std::move(r)).id;
-    }
-    void finishProducers(std::vector<ResourceId> const& pinned = {}) {
-        for (ResourceType type : kAllResourceTypes)
-            for (int32_t i = 0; i < pools.capacity(type); ++i) {
-                ResourceId const id{type, i};
-                if (std::find(pinned.begin(), pinned.end(), id) == pinned.end()) pools.releaseActiveRef(id);
-            }
-    }
-    std::string describe() const { return test::describe(pools) + test::describe(records); }
-};
+using CacheState = test::PlannerState;
 
 // ---- planner ------------------------------------------------------------------------------------------------
 
@@ -180,14 +156,6 @@ TEST(TrimEvictionPlanner, TheProtectedRecordIsStillConsideredLast) {
 }
 
 // ---- manager ------------------------------------------------------------------------------------------------
-
-RecordId produce(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens) {
-    AcquireResult a = m.acquireVanilla(hashes, tokens);
-    EXPECT_TRUE(a.lease.has_value());
-    if (!a.lease) return kNoRecord;
-    PublishResult const r = m.publish(*a.lease, {hashes, tokens});
-    return r.record.value_or(kNoRecord);
-}
 
 TEST(TrimEviction, ManagerTrimsTheLruRecordAndItsShorterPrefixStillHits) {
     ContextCacheManager m(kPage, {4, 0, 0, 0}, 8, kTrim);
