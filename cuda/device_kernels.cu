@@ -237,6 +237,82 @@ __global__ void __launch_bounds__(kThreads) gatherPagedKvKernel(PagedKvGather g,
         blockCopyBytes(out + validElems * outSize, nullptr, (totalElems - validElems) * outSize);
 }
 
+// The head-major gather ([batch, kvHeads, seqLen, headDim]): the same blocks as gatherPagedKvKernel, but a token's
+// heads are no longer contiguous in the output, so each block copies one headDim row per (token, head), and an
+// fp8 pool is dequantised element by element with dequantFp8Bits (the CPU's conversion, so the bits match).
+__global__ void __launch_bounds__(kThreads) gatherHeadMajorKernel(PagedKvGather g, int32_t splits,
+                                                                  int32_t tokensPerBlock) {
+    int32_t const logicalPage = static_cast<int32_t>(blockIdx.x) / splits;
+    int32_t const first = (static_cast<int32_t>(blockIdx.x) % splits) * tokensPerBlock;
+    int32_t const b = blockIdx.y;
+    int32_t const half = blockIdx.z;
+    int32_t const pageStart = logicalPage * g.pageSize;
+    int32_t const pageTokens = g.seqLen - pageStart < g.pageSize ? g.seqLen - pageStart : g.pageSize;
+    if (first >= pageTokens) return;
+    int32_t const tokens = pageTokens - first < tokensPerBlock ? pageTokens - first : tokensPerBlock;
+    int32_t const t0 = pageStart + first;
+    int32_t const page = g.pageTable[pageTableIndex(b, half, logicalPage, g.maxPagesPerSeq)];
+    int32_t valid = 0;
+    if (page >= 0 && page < 2 * g.numPages) {
+        valid = tokens;
+        if (g.kvLengths) {
+            int32_t const live = g.kvLengths[b] - t0;
+            valid = live < 0 ? 0 : (live < tokens ? live : tokens);
+        }
+    }
+    uint64_t const inSize = dtypeBytes(g.poolDtype);
+    uint64_t const outSize = dtypeBytes(g.outDtype);
+    uint64_t const rowBytes = static_cast<uint64_t>(g.headDim) * outSize;
+    float const scale = half == 0 ? g.kScale : g.vScale;
+    unsigned char* out = static_cast<unsigned char*>(half == 0 ? g.kOut : g.vOut);
+    for (int32_t k = 0; k < tokens; ++k) {
+        for (int32_t h = 0; h < g.kvHeads; ++h) {
+            unsigned char* dst = out + denseKvIndexIn(g.layout, b, t0 + k, h, 0, g.seqLen, g.kvHeads, g.headDim) * outSize;
+            if (k >= valid) {
+                blockCopyBytes(dst, nullptr, rowBytes);
+                continue;
+            }
+            unsigned char const* src = static_cast<unsigned char const*>(g.pool) +
+                                       kvPoolIndex(page, first + k, h, 0, g.pageSize, g.kvHeads, g.headDim) * inSize;
+            if (g.poolDtype == g.outDtype) {
+                blockCopyBytes(dst, src, rowBytes);
+                continue;
+            }
+            for (int32_t d = threadIdx.x; d < g.headDim; d += blockDim.x)
+                dequantFp8To(src[d], scale, g.outDtype, dst + static_cast<uint64_t>(d) * outSize);
+        }
+    }
+}
+
+// The inverse of the gather: one block per (range of tokensPerBlock tokens, sequence, K/V half). A token's heads
+// are contiguous in the pool; in a token-major input they are contiguous too (one span per token), in a
+// head-major input each (token, head) row is its own span. The front validated every page-table entry touched.
+__global__ void __launch_bounds__(kThreads) scatterPagedKvKernel(PagedKvScatter s, int32_t tokensPerBlock) {
+    int32_t const b = blockIdx.y;
+    int32_t const half = blockIdx.z;
+    int32_t const t0 = static_cast<int32_t>(blockIdx.x) * tokensPerBlock;
+    if (t0 >= s.seqLen) return;
+    int32_t const end = s.seqLen - t0 < tokensPerBlock ? s.seqLen : t0 + tokensPerBlock;
+    uint64_t const size = dtypeBytes(s.dtype);
+    uint64_t const rowBytes = static_cast<uint64_t>(s.headDim) * size;
+    bool const tokenMajor = s.layout == static_cast<int32_t>(DenseKvLayout::kTokenMajor);
+    unsigned char const* in = static_cast<unsigned char const*>(half == 0 ? s.kIn : s.vIn);
+    unsigned char* pool = static_cast<unsigned char*>(s.pool);
+    for (int32_t t = t0; t < end; ++t) {
+        int32_t const page = scatterTargetPage(s, b, half, t);
+        int32_t const slot = (s.firstPosition + t) % s.pageSize;
+        if (tokenMajor) {
+            blockCopyBytes(pool + kvPoolIndex(page, slot, 0, 0, s.pageSize, s.kvHeads, s.headDim) * size,
+                           in + denseKvIndexIn(s.layout, b, t, 0, 0, s.seqLen, s.kvHeads, s.headDim) * size,
+                           rowBytes * static_cast<uint64_t>(s.kvHeads));
+            continue;
+        }
+        for (int32_t h = 0; h < s.kvHeads; ++h)
+            blockCopyBytes(pool + kvPoolIndex(page, slot, h, 0, s.pageSize, s.kvHeads, s.headDim) * size,
+                           in + denseKvIndexIn(s.layout, b, t, h, 0, s.seqLen, s.kvHeads, s.headDim) * size, rowBytes);
+    }
+}
+
 __device__ __forceinline__ void fnvWord(uint64_t& hi, uint64_t& lo, uint32_t word) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) fnv1aByte(hi, lo, (word >> (8 * k)) & 0xFFu);
@@ -315,7 +391,19 @@ void launchGatherPagedKv(PagedKvGather const& params, cudaStream_t stream) {
     int32_t const splits = (params.pageSize + tokensPerBlock - 1) / tokensPerBlock;
     uint64_t const pages = (static_cast<uint64_t>(params.seqLen) + params.pageSize - 1) / params.pageSize;
     dim3 const grid(static_cast<unsigned>(pages * splits), static_cast<unsigned>(params.batch), 2);
-    CTXC_LAUNCH(gatherPagedKvKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
+    if (params.layout == static_cast<int32_t>(DenseKvLayout::kHeadMajor))
+        CTXC_LAUNCH(gatherHeadMajorKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
+    else
+        CTXC_LAUNCH(gatherPagedKvKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
+}
+
+void launchScatterPagedKv(PagedKvScatter const& params, cudaStream_t stream) {
+    uint64_t const tokenBytes = static_cast<uint64_t>(params.kvHeads) * params.headDim * dtypeBytes(params.dtype);
+    uint64_t const perBlock = kSpanChunkBytes / tokenBytes;
+    int32_t const tokensPerBlock = perBlock == 0 ? 1 : (perBlock < 65536 ? static_cast<int32_t>(perBlock) : 65536);
+    uint64_t const blocks = (static_cast<uint64_t>(params.seqLen) + tokensPerBlock - 1) / tokensPerBlock;
+    dim3 const grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.batch), 2);
+    CTXC_LAUNCH(scatterPagedKvKernel, grid, kThreads, stream)(params, tokensPerBlock);
 }
 
 void launchHashChunks(unsigned char const* data, uint64_t size, uint32_t numChunks, unsigned long long* partials,
