@@ -132,6 +132,7 @@ ENUM_GROUPS = {
     "CTXC_ELEMENT_": device.Element,
     "CTXC_STATE_": device.StatePart,
     "CTXC_PAGE_TABLE_": device.PageTableMode,
+    "CTXC_KV_LAYOUT_": device.KvLayout,
     "CTXC_MODEL_": enums.ModelStateKind,
     "CTXC_TOKEN_STATE_": enums.TokenStateContract,
     "CTXC_COMMIT_": enums.CommitPolicy,
