@@ -267,7 +267,8 @@ __global__ void __launch_bounds__(kThreads) gatherHeadMajorKernel(PagedKvGather 
     unsigned char* out = static_cast<unsigned char*>(half == 0 ? g.kOut : g.vOut);
     for (int32_t k = 0; k < tokens; ++k) {
         for (int32_t h = 0; h < g.kvHeads; ++h) {
-            unsigned char* dst = out + denseKvIndexIn(g.layout, b, t0 + k, h, 0, g.seqLen, g.kvHeads, g.headDim) * outSize;
+            unsigned char* dst =
+                out + denseKvIndexIn(g.layout, b, t0 + k, h, 0, g.seqLen, g.kvHeads, g.headDim) * outSize;
             if (k >= valid) {
                 blockCopyBytes(dst, nullptr, rowBytes);
                 continue;
@@ -393,8 +394,7 @@ void launchGatherPagedKv(PagedKvGather const& params, cudaStream_t stream) {
     dim3 const grid(static_cast<unsigned>(pages * splits), static_cast<unsigned>(params.batch), 2);
     if (params.layout == static_cast<int32_t>(DenseKvLayout::kHeadMajor))
         CTXC_LAUNCH(gatherHeadMajorKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
-    else
-        CTXC_LAUNCH(gatherPagedKvKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
+    else CTXC_LAUNCH(gatherPagedKvKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
 }
 
 void launchScatterPagedKv(PagedKvScatter const& params, cudaStream_t stream) {

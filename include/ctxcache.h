@@ -877,8 +877,10 @@ CTXC_API ctxc_status_t ctxc_hash_chunked_host(const void *bytes, size_t size, ui
  * Errors: as in the device layer; a write through an unmapped page-table entry, a dirty table, a byte count that
  * does not match the request and an unknown layout are CTXC_E_CONTRACT (nothing written). */
 
-enum { CTXC_KV_LAYOUT_TOKEN_MAJOR = 0, /* [batch, seq_len, kv_heads, head_dim] */
-       CTXC_KV_LAYOUT_HEAD_MAJOR = 1 /* [batch, kv_heads, seq_len, head_dim]: what attention code reads */ };
+enum {
+    CTXC_KV_LAYOUT_TOKEN_MAJOR = 0, /* [batch, seq_len, kv_heads, head_dim] */
+    CTXC_KV_LAYOUT_HEAD_MAJOR = 1 /* [batch, kv_heads, seq_len, head_dim]: what attention code reads */
+};
 
 typedef struct ctxc_kv_scatter_request {
     uint32_t struct_size;

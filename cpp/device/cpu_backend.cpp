@@ -104,7 +104,8 @@ protected:
                             std::memcpy(dst, src, static_cast<size_t>(g.headDim) * outSize);
                             continue;
                         }
-                        for (int32_t e = 0; e < g.headDim; ++e) dequantFp8To(src[e], scale, g.outDtype, dst + e * outSize);
+                        for (int32_t e = 0; e < g.headDim; ++e)
+                            dequantFp8To(src[e], scale, g.outDtype, dst + e * outSize);
                     }
                 }
             }

@@ -201,8 +201,8 @@ void DeviceBackend::scatterPagedKv(PagedKvScatter const& s) {
     if (s.batch > 65535) fail(op, "batch " + std::to_string(s.batch) + " exceeds 65535 sequences per launch");
     if (static_cast<int64_t>(s.firstPosition) + s.seqLen > static_cast<int64_t>(s.maxPagesPerSeq) * s.pageSize)
         fail(op, "positions [" + std::to_string(s.firstPosition) + ", " +
-                     std::to_string(static_cast<int64_t>(s.firstPosition) + s.seqLen) + ") need more pages than the table's " +
-                     std::to_string(s.maxPagesPerSeq) + " per sequence");
+                     std::to_string(static_cast<int64_t>(s.firstPosition) + s.seqLen) +
+                     ") need more pages than the table's " + std::to_string(s.maxPagesPerSeq) + " per sequence");
     if (s.batch == 0 || s.seqLen == 0) return;
     if (!s.pool || !s.pageTable || !s.kIn || !s.vIn) fail(op, "null pool, page table or input");
     doScatterPagedKv(s);

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError
 
 # Element kinds, by (DLPack type code, bits): the storage dtypes (values of ctxcache.device.DType) and raw integers.
 FP16, BF16, FP8_E4M3, FP32 = 0, 1, 2, 3

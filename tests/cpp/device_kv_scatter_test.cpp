@@ -64,7 +64,9 @@ TEST(KvScatter, WritesEachTokenAtItsPositionThroughThePageTableInBothLayouts) {
         scatterPagedKv(p.pool, p.table, r, k.data(), v.data(), bytes);
         EXPECT_EQ(p.backend->counters().kernels, kernels + 1);  // K and V of both sequences in one launch
         std::vector<uint16_t> const layer = p.layer();
-        auto at = [&](int flatPage, int token, int h, int d) { return layer[static_cast<size_t>(flatPage * 8 + token * 4 + h * 2 + d)]; };
+        auto at = [&](int flatPage, int token, int h, int d) {
+            return layer[static_cast<size_t>(flatPage * 8 + token * 4 + h * 2 + d)];
+        };
         for (int h = 0; h < 2; ++h) {
             for (int d = 0; d < 2; ++d) {
                 EXPECT_EQ(at(2, 1, h, d), value(0, 0, 0, h, d));      // seq 0 token 0 -> position 1: page 2, slot 1
@@ -90,7 +92,8 @@ TEST(KvScatter, WritesEachTokenAtItsPositionThroughThePageTableInBothLayouts) {
             for (int t = 1; t < 3; ++t)
                 for (int h = 0; h < 2; ++h)
                     for (int d = 0; d < 2; ++d)
-                        EXPECT_EQ(kOut[static_cast<size_t>(denseKvIndexIn(static_cast<int32_t>(layout), b, t, h, d, 3, 2, 2))],
+                        EXPECT_EQ(kOut[static_cast<size_t>(
+                                      denseKvIndexIn(static_cast<int32_t>(layout), b, t, h, d, 3, 2, 2))],
                                   value(0, b, t - 1, h, d));
     }
 }
@@ -116,7 +119,8 @@ TEST(KvGather, HeadMajorIsTheTransposeOfTokenMajor) {
     for (int t = 0; t < 5; ++t)
         for (int h = 0; h < 2; ++h)
             for (int d = 0; d < 2; ++d)
-                EXPECT_EQ(headMajor[static_cast<size_t>((h * 5 + t) * 2 + d)], tokenMajor[static_cast<size_t>((t * 2 + h) * 2 + d)]);
+                EXPECT_EQ(headMajor[static_cast<size_t>((h * 5 + t) * 2 + d)],
+                          tokenMajor[static_cast<size_t>((t * 2 + h) * 2 + d)]);
     EXPECT_EQ(tokenMajor[0], layer[(1 + 4) * 8]);  // V of K page 1, token 0, head 0, dim 0
 }
 
@@ -131,7 +135,8 @@ TEST(KvScatter, RefusesUnmappedEntriesDirtyTablesAndWrongSizesWithoutWriting) {
     r.seqLen = 3;  // positions 0-2: logical page 1 is unmapped
     EXPECT_THROW(scatterPagedKv(p.pool, p.table, r, k.data(), v.data(), k.size() * 2), ContractError);
     r.seqLen = 2;
-    EXPECT_THROW(scatterPagedKv(p.pool, p.table, r, k.data(), v.data(), k.size() * 2), ContractError);  // 24 != 16 bytes
+    EXPECT_THROW(scatterPagedKv(p.pool, p.table, r, k.data(), v.data(), k.size() * 2),
+                 ContractError);  // 24 != 16 bytes
     r.firstPosition = 5;  // past the table's 3 pages of 2 tokens
     EXPECT_THROW(scatterPagedKv(p.pool, p.table, r, k.data(), v.data(), 16), ContractError);
     r.firstPosition = 0;

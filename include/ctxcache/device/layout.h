@@ -16,8 +16,8 @@
 //   Partial-KV snapshot layer   [2, pageSize, kvHeads, headDim] per slot: the first validTokens tokens of a K
 //                               page, then (at pageSize*kvHeads*headDim) those of its V page.
 //
-// POD descriptors (SpanCopy, CompactTensor, RowMove, PagedKvGather, PagedKvScatter) are built on the host and read by kernels.
-// Threading: pure functions and plain structs.
+// POD descriptors (SpanCopy, CompactTensor, RowMove, PagedKvGather, PagedKvScatter) are built on the host and read by
+// kernels. Threading: pure functions and plain structs.
 #pragma once
 
 #include <cstddef>

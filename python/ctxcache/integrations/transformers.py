@@ -46,7 +46,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, LinearAttentionLayer
 
 from ..deployment import Deployment, RecurrentGeometry
-from ..device import DType, KvLayout, KvPagePool, KvPageTable, ResidentState, gather_kv_into, scatter_kv
+from ..device import BackendKind, DType, KvLayout, KvPagePool, KvPageTable, ResidentState, gather_kv_into, scatter_kv
 from ..enums import SequenceStatus
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..runtime import DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
@@ -78,7 +78,7 @@ class PagedAttentionLayer(CacheLayerMixin):
         self._heads, self._head_dim = pool.layers[pool_layer]
         self.length = length
         self.dtype = dtype
-        self.device = torch.device("cpu")
+        self.device: torch.device | None = None  # the device of the first K/V stored
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -90,6 +90,7 @@ class PagedAttentionLayer(CacheLayerMixin):
         K/V of positions [0, length + q), read back through the page table."""
         started = time.perf_counter()
         k, v = key_states.contiguous(), value_states.contiguous()
+        self.device = k.device
         scatter_kv(self._pool, self._table, k, v, layer=self._layer, first_position=self.length,
                    layout=KvLayout.HEAD_MAJOR)
         self.length += int(k.shape[2])
@@ -192,7 +193,7 @@ def model_identity(model: torch.nn.Module) -> bytes:
     digest.update(model.config.to_json_string(use_diff=False).encode())
     weights = model.get_input_embeddings().weight.detach()
     digest.update(str(weights.dtype).encode())
-    digest.update(weights.contiguous().view(torch.uint8).numpy().tobytes())
+    digest.update(weights.cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.digest()
 
 
@@ -238,6 +239,12 @@ class CachedGenerator:
             partial_kv_snapshots=snapshots, max_records=max_records, backend=backend,
             hash_key=model_identity(model) if model_id is None else model_id)
         self.device = next(model.parameters()).device
+        # CUDA: the model, the scatter/gather kernels and the facade's captures and restores run on one stream of
+        # the generator's, so they are ordered without a synchronisation (CPU: everything completes in order).
+        self._stream: Any = None
+        if self.deployment.backend.kind == BackendKind.CUDA:
+            self._stream = torch.cuda.Stream(device=self.device)
+            self.deployment.backend.set_stream(self._stream.cuda_stream)
         self._epoch = 0
         self._state_views: list[tuple[torch.Tensor, torch.Tensor]] = []
         state = self.deployment.state
@@ -256,6 +263,9 @@ class CachedGenerator:
 
     def close(self) -> None:
         self._state_views.clear()
+        if self._stream is not None and not self.deployment.backend.closed:
+            self._stream.synchronize()
+            self.deployment.backend.set_stream(None)  # the backend never outlives a stream it was given
         self.deployment.close()
 
     def __enter__(self) -> CachedGenerator:
@@ -294,6 +304,13 @@ class CachedGenerator:
                  before_prefill: Callable[[ManagedKVCacheRequest], None] | None = None) -> Generation:
         """Serve one request greedily: ``max_new_tokens`` (>= 1) tokens after ``prompt``. ``before_prefill`` (tests,
         instrumentation) runs after the facade bound pages and restored state, before the model's prefill."""
+        if self._stream is None:
+            return self._generate(prompt, max_new_tokens, lora_name, before_prefill, None)
+        with torch.cuda.stream(self._stream):
+            return self._generate(prompt, max_new_tokens, lora_name, before_prefill, int(self._stream.cuda_stream))
+
+    def _generate(self, prompt: Sequence[int], max_new_tokens: int, lora_name: str,
+                  before_prefill: Callable[[ManagedKVCacheRequest], None] | None, stream: int | None) -> Generation:
         prompt = [int(t) for t in prompt]
         if max_new_tokens < 1:
             raise InvalidArgumentError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -321,7 +338,7 @@ class CachedGenerator:
 
         model_seconds = 0.0
         request = step("begin", lambda: ManagedKVCacheRequest.begin(
-            self.coordinator, [Request(history, lora_name=lora_name)], context))
+            self.coordinator, [Request(history, lora_name=lora_name)], context, stream=stream))
         with request:
             start = int(request.prefill_starts[0])
             step("prepare_prefill", request.prepare_prefill)
