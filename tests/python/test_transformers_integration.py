@@ -69,6 +69,13 @@ def bamba():
     return tiny_bamba()
 
 
+def serve(generator, prompt, new_tokens):
+    """Serve `prompt` and check the whole state (coordinator, manager, page table)."""
+    served = generator.generate(prompt, new_tokens)
+    generator.coordinator.check_invariants()
+    return served
+
+
 def serve_and_compare(generator, model, prompt, new_tokens=4, **kwargs):
     """Serve `prompt`, check the whole state, and return (generation, max |warm - cold| over the computed rows)."""
     warm = generator.generate(prompt, new_tokens, **kwargs)
@@ -112,8 +119,7 @@ def test_llama_fp16_warm_logits_are_bit_identical_to_cold():
     model = tiny_llama(dtype=torch.float16)
     with CachedGenerator(model, page_size=PAGE, num_pages=64, max_seq_len=256) as generator:
         first = tokens(21, 3)
-        turn1 = generator.generate(first, 4)
-        generator.coordinator.check_invariants()
+        turn1 = serve(generator, first, 4)
         for prompt, start in ((first + turn1.tokens + tokens(5, 4), 24), (first[:16] + tokens(8, 5), 16)):
             warm, _, rows = serve_and_compare(generator, model, prompt)
             assert warm.prefill_start == start
@@ -140,14 +146,13 @@ def test_bamba_checkpoints_mid_page_page_aligned_and_end_of_turn_restore_exactly
         assert difference <= TOLERANCE
         # A page-aligned checkpoint: a 16-token prompt, then a prompt extending it.
         aligned = tokens(16, 9)
-        generator.generate(aligned, 2)
-        generator.coordinator.check_invariants()
+        serve(generator, aligned, 2)
         warm, difference, _ = serve_and_compare(generator, bamba, aligned + tokens(5, 10))
         assert warm.prefill_start == 16
         assert difference <= TOLERANCE
         # An end-of-turn checkpoint in the middle of a page: 19 + 4 answer tokens -> 22 committed.
         odd = tokens(19, 11)
-        answer = generator.generate(odd, 4)
+        answer = serve(generator, odd, 4)
         warm, difference, _ = serve_and_compare(generator, bamba, odd + answer.tokens + tokens(4, 12))
         assert warm.prefill_start == 22
         assert difference <= TOLERANCE
@@ -167,7 +172,7 @@ class RestartedPositions(CachedGenerator):
 def test_negative_control_positions_restarted_at_zero_move_the_logits(llama):
     with RestartedPositions(llama, page_size=PAGE, num_pages=64, max_seq_len=256) as generator:
         first = tokens(24, 13)
-        generator.generate(first, 2)
+        serve(generator, first, 2)
         warm, difference, _ = serve_and_compare(generator, llama, first + tokens(6, 14))
         assert warm.prefill_start == 24
         assert difference > MOVED
@@ -176,7 +181,7 @@ def test_negative_control_positions_restarted_at_zero_move_the_logits(llama):
 def test_negative_control_one_reused_page_holding_other_tokens_moves_the_logits(llama):
     with CachedGenerator(llama, page_size=PAGE, num_pages=64, max_seq_len=256) as generator:
         first = tokens(24, 15)
-        generator.generate(first, 2)
+        serve(generator, first, 2)
         pool = generator.deployment.pool
 
         def overwrite_second_page(request):
@@ -197,7 +202,7 @@ def test_negative_control_one_reused_page_holding_other_tokens_moves_the_logits(
 def test_negative_control_zeroed_recurrent_state_moves_the_logits(bamba):
     with CachedGenerator(bamba, page_size=PAGE, num_pages=64, max_seq_len=256, snapshots=16) as generator:
         first = tokens(21, 17)
-        generator.generate(first, 2)
+        serve(generator, first, 2)
         warm, difference, _ = serve_and_compare(generator, bamba, first + tokens(6, 18),
                                                 before_prefill=lambda request: generator.deployment.state.zero_slot(0))
         assert warm.prefill_start == 21
@@ -269,7 +274,7 @@ def test_generation_loop_on_the_cuda_backend_equals_cold():
     model = tiny_llama().to("cuda")
     with CachedGenerator(model, page_size=PAGE, num_pages=64, max_seq_len=256, backend="cuda") as generator:
         first = tokens(21, 19)
-        turn1 = generator.generate(first, 4)
+        turn1 = serve(generator, first, 4)
         warm, difference, _ = serve_and_compare(generator, model, first + turn1.tokens + tokens(6, 20))
         assert warm.prefill_start == 24
         assert difference <= TOLERANCE
@@ -277,7 +282,7 @@ def test_generation_loop_on_the_cuda_backend_equals_cold():
     with CachedGenerator(hybrid, page_size=PAGE, num_pages=64, max_seq_len=256, snapshots=16,
                          backend="cuda") as generator:
         first = tokens(21, 21)
-        generator.generate(first, 2)
+        serve(generator, first, 2)
         warm, difference, _ = serve_and_compare(generator, hybrid, first + tokens(6, 22))
         assert warm.prefill_start == 21
         assert difference <= TOLERANCE
