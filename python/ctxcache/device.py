@@ -17,6 +17,12 @@ gives its bit patterns. Objects can also be built over memory the engine already
 array, an object with ``__cuda_array_interface__``, or an ``(address, nbytes)`` tuple, kept alive by the object),
 and :meth:`Backend.set_stream` runs every later operation on the engine's stream.
 
+Dense K/V: :func:`scatter_kv` writes one layer's K and V (numpy arrays or DLPack tensors such as torch's, read in
+place; token-major ``[batch, seq, kv_heads, head_dim]`` or head-major ``[batch, kv_heads, seq, head_dim]``) into
+the pages a page table maps, K and V in one launch; :func:`gather_kv_into` reads them back into arrays of the
+caller's. Their full shape and dtype are checked (a head-major array passed as token-major is refused, not
+reinterpreted). "No slot" is None everywhere (snapshot capture and restore included).
+
 Element types map to numpy as: fp16 -> ``float16``, bf16 -> ``uint16`` (bit patterns; numpy has no bfloat16),
 fp8 e4m3 -> ``uint8`` (bit patterns), fp32 -> ``float32``. Writes also accept raw ``uint8`` bytes. Arrays must be
 C-contiguous; a wrong dtype or layout raises :class:`ctxcache.ArgumentTypeError` before anything reaches C, and so
