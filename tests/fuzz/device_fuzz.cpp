@@ -2015,8 +2015,24 @@ private:
         r.batch = in_.ConsumeIntegralInRange<int>(0, 9) == 0
                       ? dim(0, 4)
                       : in_.ConsumeIntegralInRange<int32_t>(0, std::min(std::max(t.maxBatch, 1), 4));
-        int32_t const tableTokens =
-            static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(t.mpps) * g.pageSize, 32));
+        int32_t tableTokens = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(t.mpps) * g.pageSize, 32));
+        if (table.valid() && r.batch > 0 && r.batch <= t.maxBatch && in_.ConsumeIntegralInRange<int>(0, 3) != 0) {
+            // Mostly stay inside what every row maps, so that the successful path is reached too.
+            Obs const current = observe();
+            std::vector<int32_t> const& host = current.tables[table.slot]->host;
+            int32_t mapped = t.mpps;
+            for (int32_t row = 0; row < r.batch; ++row) {
+                int32_t n = 0;
+                while (n < t.mpps) {
+                    int32_t const page =
+                        host[static_cast<size_t>(row) * 2 * static_cast<size_t>(t.mpps) + static_cast<size_t>(n)];
+                    if (page < 0 || page >= g.numPages) break;
+                    ++n;
+                }
+                mapped = std::min(mapped, n);
+            }
+            tableTokens = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(mapped) * g.pageSize, 32));
+        }
         r.first_position = in_.ConsumeIntegralInRange<int>(0, 9) == 0
                                ? dim(0, 8)
                                : in_.ConsumeIntegralInRange<int32_t>(0, std::max(tableTokens, 0));
