@@ -80,6 +80,8 @@ def serve_and_compare(generator, model, prompt, new_tokens=4, **kwargs):
     """Serve `prompt`, check the whole state, and return (generation, max |warm - cold| over the computed rows)."""
     warm = generator.generate(prompt, new_tokens, **kwargs)
     generator.coordinator.check_invariants()
+    if generator.deployment.lengths is not None:  # the device KV length covers every token fed to the model
+        assert generator.deployment.lengths.read().tolist() == [len(prompt) + new_tokens - 1]
     cold_tokens, cold_logits = cold_generate(model, prompt, new_tokens)
     rows = cold_logits[warm.prefill_start:]
     assert rows.shape == warm.logits.shape

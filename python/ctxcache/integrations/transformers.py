@@ -46,7 +46,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, LinearAttentionLayer
 
 from ..deployment import Deployment, RecurrentGeometry
-from ..device import BackendKind, DType, KvLayout, KvPagePool, KvPageTable, ResidentState, gather_kv_into, scatter_kv
+from ..device import BackendKind, DType, KvLayout, KvLengths, KvPagePool, KvPageTable, ResidentState, gather_kv_into, scatter_kv
 from ..enums import SequenceStatus
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..runtime import DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
@@ -71,10 +71,10 @@ class PagedAttentionLayer(CacheLayerMixin):
     is_croppable = False
     supports_early_init = False
 
-    def __init__(self, pool: KvPagePool, table: KvPageTable, pool_layer: int, length: int, dtype: torch.dtype,
-                 timer: KvTimer) -> None:
+    def __init__(self, pool: KvPagePool, table: KvPageTable, lengths: KvLengths, pool_layer: int, length: int,
+                 dtype: torch.dtype, timer: KvTimer) -> None:
         super().__init__()
-        self._pool, self._table, self._layer, self._timer = pool, table, pool_layer, timer
+        self._pool, self._table, self._lengths, self._layer, self._timer = pool, table, lengths, pool_layer, timer
         self._heads, self._head_dim = pool.layers[pool_layer]
         self.length = length
         self.dtype = dtype
@@ -87,7 +87,8 @@ class PagedAttentionLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new tokens' K/V ([1, kv_heads, q, head_dim]) at positions [length, length + q) and return
-        K/V of positions [0, length + q), read back through the page table."""
+        K/V of positions [0, length + q), read back through the page table as an attention kernel would (tokens at
+        or past the device KV length, which the loop advances before each forward, read as zeros)."""
         started = time.perf_counter()
         k, v = key_states.contiguous(), value_states.contiguous()
         self.device = k.device
@@ -96,7 +97,8 @@ class PagedAttentionLayer(CacheLayerMixin):
         self.length += int(k.shape[2])
         keys = torch.empty((1, self._heads, self.length, self._head_dim), dtype=k.dtype, device=k.device)
         values = torch.empty_like(keys)
-        gather_kv_into(self._pool, self._table, keys, values, layer=self._layer, layout=KvLayout.HEAD_MAJOR)
+        gather_kv_into(self._pool, self._table, keys, values, self._lengths, layer=self._layer,
+                       layout=KvLayout.HEAD_MAJOR)
         self._timer.seconds += time.perf_counter() - started
         self._timer.calls += 2
         return keys, values
@@ -284,8 +286,9 @@ class CachedGenerator:
         d = self.deployment
         for kind in self.layout.kinds:
             if kind == "attention":
-                assert d.pool is not None and d.table is not None
-                layers.append(PagedAttentionLayer(d.pool, d.table, attention, start, self.layout.dtype, timer))
+                assert d.pool is not None and d.table is not None and d.lengths is not None
+                layers.append(PagedAttentionLayer(d.pool, d.table, d.lengths, attention, start, self.layout.dtype,
+                                                  timer))
                 attention += 1
             else:
                 conv, state = self._state_views[recurrent]
@@ -294,6 +297,10 @@ class CachedGenerator:
         return CtxcacheCache(layers)
 
     def _forward(self, cache: CtxcacheCache, tokens: Sequence[int], start: int) -> torch.Tensor:
+        """The model over `tokens` at positions [start, start + len): the device KV length (set to the reuse length
+        by prepare_prefill) first grows to cover them, as an engine's does before its attention kernels run."""
+        if self.deployment.lengths is not None:
+            self.deployment.lengths.add(len(tokens))
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         with torch.no_grad():
             out = self.model(input_ids=ids, position_ids=self._positions(start, start + len(tokens)), cache=cache,
