@@ -46,7 +46,17 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, LinearAttentionLayer
 
 from ..deployment import Deployment, RecurrentGeometry
-from ..device import BackendKind, DType, KvLayout, KvLengths, KvPagePool, KvPageTable, ResidentState, gather_kv_into, scatter_kv
+from ..device import (
+    BackendKind,
+    DType,
+    KvLayout,
+    KvLengths,
+    KvPagePool,
+    KvPageTable,
+    ResidentState,
+    gather_kv_into,
+    scatter_kv,
+)
 from ..enums import SequenceStatus
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..runtime import DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
