@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
             results.push_back(
                 {"gather_paged_kv_fp16_head_major", 2 * bytes,
                  timeOp(b, [&] { gatherPagedKv(pool, table, nullptr, g, k.data(), v.data(), bytes); }, minMs),
-                 baseline(2 * bytes), true});
+                 baseline(2 * bytes), false});
             for (DenseKvLayout layout : {DenseKvLayout::kTokenMajor, DenseKvLayout::kHeadMajor}) {
                 KvScatterRequest r;
                 r.batch = batch;
