@@ -213,6 +213,12 @@ protected:
         launched("gatherPagedKv");
     }
 
+    void doScatterPagedKv(PagedKvScatter const& params) override {
+        select();
+        kernels::launchScatterPagedKv(params, stream_);
+        launched("scatterPagedKv");
+    }
+
     void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) override {
         select();
         kernels::launchHashChunks(static_cast<unsigned char const*>(data), size, numChunks,

@@ -66,6 +66,27 @@ __device__ __forceinline__ void blockCopyBytes(unsigned char* dst, unsigned char
     else blockCopyUnits<unsigned char>(dst, src, n);
 }
 
+// n bytes from src to dst (src null: zero-fill) by one group of `width` threads of the block (lane in [0, width)):
+// 16-byte accesses when both addresses and n allow, else 4-byte, else bytes. For many short rows (a head's headDim
+// elements), where a whole block on one row would leave most threads idle.
+__device__ __forceinline__ void groupCopyBytes(unsigned char* dst, unsigned char const* src, uint64_t n, uint32_t lane,
+                                               uint32_t width) {
+    uintptr_t const d = reinterpret_cast<uintptr_t>(dst);
+    uintptr_t const s = src ? reinterpret_cast<uintptr_t>(src) : 0;
+    if (((d | s | n) & 15) == 0) {
+        for (uint64_t i = lane; i < n / 16; i += width)
+            reinterpret_cast<uint4*>(dst)[i] = src ? reinterpret_cast<uint4 const*>(src)[i] : make_uint4(0, 0, 0, 0);
+    } else if (((d | s | n) & 3) == 0) {
+        for (uint64_t i = lane; i < n / 4; i += width)
+            reinterpret_cast<uint32_t*>(dst)[i] = src ? reinterpret_cast<uint32_t const*>(src)[i] : 0u;
+    } else {
+        for (uint64_t i = lane; i < n; i += width) dst[i] = src ? src[i] : 0;
+    }
+}
+
+// The group of threads that copies one row: a warp of the block.
+constexpr uint32_t kRowGroup = 32;
+
 __global__ void __launch_bounds__(kThreads) copySpansKernel(SpanCopy const* spans, int32_t count,
                                                             uint64_t totalChunks) {
     for (uint64_t chunk = blockIdx.x; chunk < totalChunks; chunk += gridDim.x) {
@@ -237,6 +258,98 @@ __global__ void __launch_bounds__(kThreads) gatherPagedKvKernel(PagedKvGather g,
         blockCopyBytes(out + validElems * outSize, nullptr, (totalElems - validElems) * outSize);
 }
 
+// The head-major gather ([batch, kvHeads, seqLen, headDim]): the same blocks as gatherPagedKvKernel, but a token's
+// heads are no longer contiguous in the output, so each warp copies whole headDim rows, one (token, head) pair at a
+// time, and an fp8 pool is dequantised element by element with dequantFp8To (the CPU's conversion, so the bits
+// match).
+__global__ void __launch_bounds__(kThreads) gatherHeadMajorKernel(PagedKvGather g, int32_t splits,
+                                                                  int32_t tokensPerBlock) {
+    int32_t const logicalPage = static_cast<int32_t>(blockIdx.x) / splits;
+    int32_t const first = (static_cast<int32_t>(blockIdx.x) % splits) * tokensPerBlock;
+    int32_t const b = blockIdx.y;
+    int32_t const half = blockIdx.z;
+    int32_t const pageStart = logicalPage * g.pageSize;
+    int32_t const pageTokens = g.seqLen - pageStart < g.pageSize ? g.seqLen - pageStart : g.pageSize;
+    if (first >= pageTokens) return;
+    int32_t const tokens = pageTokens - first < tokensPerBlock ? pageTokens - first : tokensPerBlock;
+    int32_t const t0 = pageStart + first;
+    int32_t const page = g.pageTable[pageTableIndex(b, half, logicalPage, g.maxPagesPerSeq)];
+    int32_t valid = 0;
+    if (page >= 0 && page < 2 * g.numPages) {
+        valid = tokens;
+        if (g.kvLengths) {
+            int32_t const live = g.kvLengths[b] - t0;
+            valid = live < 0 ? 0 : (live < tokens ? live : tokens);
+        }
+    }
+    uint64_t const inSize = dtypeBytes(g.poolDtype);
+    uint64_t const outSize = dtypeBytes(g.outDtype);
+    uint64_t const rowBytes = static_cast<uint64_t>(g.headDim) * outSize;
+    float const scale = half == 0 ? g.kScale : g.vScale;
+    unsigned char* out = static_cast<unsigned char*>(half == 0 ? g.kOut : g.vOut);
+    uint32_t const lane = threadIdx.x % kRowGroup;
+    int32_t const rows = tokens * g.kvHeads;
+    for (int32_t row = static_cast<int32_t>(threadIdx.x / kRowGroup); row < rows;
+         row += static_cast<int32_t>(blockDim.x / kRowGroup)) {
+        int32_t const k = row / g.kvHeads;
+        int32_t const h = row % g.kvHeads;
+        unsigned char* dst = out + denseKvIndexIn(g.layout, b, t0 + k, h, 0, g.seqLen, g.kvHeads, g.headDim) * outSize;
+        if (k >= valid) {
+            groupCopyBytes(dst, nullptr, rowBytes, lane, kRowGroup);
+            continue;
+        }
+        unsigned char const* src = static_cast<unsigned char const*>(g.pool) +
+                                   kvPoolIndex(page, first + k, h, 0, g.pageSize, g.kvHeads, g.headDim) * inSize;
+        if (g.poolDtype == g.outDtype) {
+            groupCopyBytes(dst, src, rowBytes, lane, kRowGroup);
+            continue;
+        }
+        for (int32_t d = static_cast<int32_t>(lane); d < g.headDim; d += static_cast<int32_t>(kRowGroup))
+            dequantFp8To(src[d], scale, g.outDtype, dst + static_cast<uint64_t>(d) * outSize);
+    }
+}
+
+// The inverse of the gather: one block per (range of tokensPerBlock tokens, sequence, K/V half). A token's heads
+// are contiguous in the pool; in a token-major input they are contiguous too (one block-wide span per token), in a
+// head-major input each (token, head) row is its own span, copied by one warp. The front validated every page-table
+// entry touched.
+__global__ void __launch_bounds__(kThreads) scatterPagedKvKernel(PagedKvScatter s, int32_t tokensPerBlock) {
+    int32_t const b = blockIdx.y;
+    int32_t const half = blockIdx.z;
+    int32_t const t0 = static_cast<int32_t>(blockIdx.x) * tokensPerBlock;
+    if (t0 >= s.seqLen) return;
+    int32_t const end = s.seqLen - t0 < tokensPerBlock ? s.seqLen : t0 + tokensPerBlock;
+    uint64_t const size = dtypeBytes(s.dtype);
+    uint64_t const rowBytes = static_cast<uint64_t>(s.headDim) * size;
+    bool const tokenMajor = s.layout == static_cast<int32_t>(DenseKvLayout::kTokenMajor);
+    unsigned char const* in = static_cast<unsigned char const*>(half == 0 ? s.kIn : s.vIn);
+    unsigned char* pool = static_cast<unsigned char*>(s.pool);
+    if (tokenMajor) {  // a token's heads are contiguous on both sides: one block-wide span per token
+        for (int32_t t = t0; t < end; ++t) {
+            int32_t const slot = (s.firstPosition + t) % s.pageSize;
+            unsigned char* dst =
+                pool +
+                kvPoolIndex(scatterTargetPage(s, b, half, t), slot, 0, 0, s.pageSize, s.kvHeads, s.headDim) * size;
+            blockCopyBytes(dst, in + denseKvIndexIn(s.layout, b, t, 0, 0, s.seqLen, s.kvHeads, s.headDim) * size,
+                           rowBytes * static_cast<uint64_t>(s.kvHeads));
+        }
+        return;
+    }
+    // Head-major: a warp per (token, head) row.
+    uint32_t const lane = threadIdx.x % kRowGroup;
+    int32_t const rows = (end - t0) * s.kvHeads;
+    for (int32_t row = static_cast<int32_t>(threadIdx.x / kRowGroup); row < rows;
+         row += static_cast<int32_t>(blockDim.x / kRowGroup)) {
+        int32_t const t = t0 + row / s.kvHeads;
+        int32_t const h = row % s.kvHeads;
+        int32_t const page = scatterTargetPage(s, b, half, t);
+        int32_t const slot = (s.firstPosition + t) % s.pageSize;
+        groupCopyBytes(pool + kvPoolIndex(page, slot, h, 0, s.pageSize, s.kvHeads, s.headDim) * size,
+                       in + denseKvIndexIn(s.layout, b, t, h, 0, s.seqLen, s.kvHeads, s.headDim) * size, rowBytes, lane,
+                       kRowGroup);
+    }
+}
+
 __device__ __forceinline__ void fnvWord(uint64_t& hi, uint64_t& lo, uint32_t word) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) fnv1aByte(hi, lo, (word >> (8 * k)) & 0xFFu);
@@ -315,7 +428,18 @@ void launchGatherPagedKv(PagedKvGather const& params, cudaStream_t stream) {
     int32_t const splits = (params.pageSize + tokensPerBlock - 1) / tokensPerBlock;
     uint64_t const pages = (static_cast<uint64_t>(params.seqLen) + params.pageSize - 1) / params.pageSize;
     dim3 const grid(static_cast<unsigned>(pages * splits), static_cast<unsigned>(params.batch), 2);
-    CTXC_LAUNCH(gatherPagedKvKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
+    if (params.layout == static_cast<int32_t>(DenseKvLayout::kHeadMajor))
+        CTXC_LAUNCH(gatherHeadMajorKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
+    else CTXC_LAUNCH(gatherPagedKvKernel, grid, kThreads, stream)(params, splits, tokensPerBlock);
+}
+
+void launchScatterPagedKv(PagedKvScatter const& params, cudaStream_t stream) {
+    uint64_t const tokenBytes = static_cast<uint64_t>(params.kvHeads) * params.headDim * dtypeBytes(params.dtype);
+    uint64_t const perBlock = kSpanChunkBytes / tokenBytes;
+    int32_t const tokensPerBlock = perBlock == 0 ? 1 : (perBlock < 65536 ? static_cast<int32_t>(perBlock) : 65536);
+    uint64_t const blocks = (static_cast<uint64_t>(params.seqLen) + tokensPerBlock - 1) / tokensPerBlock;
+    dim3 const grid(static_cast<unsigned>(blocks), static_cast<unsigned>(params.batch), 2);
+    CTXC_LAUNCH(scatterPagedKvKernel, grid, kThreads, stream)(params, tokensPerBlock);
 }
 
 void launchHashChunks(unsigned char const* data, uint64_t size, uint32_t numChunks, unsigned long long* partials,

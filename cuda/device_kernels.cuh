@@ -29,6 +29,7 @@ void launchAddToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t
                         cudaStream_t stream);
 
 void launchGatherPagedKv(PagedKvGather const& params, cudaStream_t stream);
+void launchScatterPagedKv(PagedKvScatter const& params, cudaStream_t stream);
 
 // partials: 2 * numChunks uint64 (hi, lo per chunk).
 void launchHashChunks(unsigned char const* data, uint64_t size, uint32_t numChunks, unsigned long long* partials,

@@ -85,6 +85,8 @@ static_assert(same(device::StatePart::kDraftPartialKv, CTXC_STATE_DRAFT_PARTIAL_
 
 static_assert(same(device::KvPageTable::Mode::kDense, CTXC_PAGE_TABLE_DENSE));
 static_assert(same(device::KvPageTable::Mode::kSparseWindow, CTXC_PAGE_TABLE_SPARSE_WINDOW));
+static_assert(same(device::DenseKvLayout::kTokenMajor, CTXC_KV_LAYOUT_TOKEN_MAJOR));
+static_assert(same(device::DenseKvLayout::kHeadMajor, CTXC_KV_LAYOUT_HEAD_MAJOR));
 
 static_assert(device::kDefaultHashChunks == CTXC_DEFAULT_HASH_CHUNKS);
 

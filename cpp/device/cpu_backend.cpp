@@ -78,31 +78,55 @@ protected:
         }
     }
 
+    // One headDim row per (half, b, t, head): the same loop serves both dense layouts.
     void doGatherPagedKv(PagedKvGather const& g) override {
         ++counters_.kernels;
         auto const pool = static_cast<unsigned char const*>(g.pool);
         size_t const inSize = dtypeSize(static_cast<DType>(g.poolDtype));
         size_t const outSize = dtypeSize(static_cast<DType>(g.outDtype));
         bool const convert = g.poolDtype != g.outDtype;
-        int32_t const tokenElems = g.kvHeads * g.headDim;
         for (int32_t half = 0; half < 2; ++half) {
             auto* out = static_cast<unsigned char*>(half == 0 ? g.kOut : g.vOut);
             float const scale = half == 0 ? g.kScale : g.vScale;
             for (int32_t b = 0; b < g.batch; ++b) {
                 for (int32_t t = 0; t < g.seqLen; ++t) {
-                    unsigned char* dst = out + denseKvIndex(b, t, 0, 0, g.seqLen, g.kvHeads, g.headDim) * outSize;
                     int32_t const page = gatherSourcePage(g, b, half, t);
-                    if (page < 0) {
-                        std::memset(dst, 0, static_cast<size_t>(tokenElems) * outSize);
-                        continue;
+                    for (int32_t h = 0; h < g.kvHeads; ++h) {
+                        unsigned char* dst =
+                            out + denseKvIndexIn(g.layout, b, t, h, 0, g.seqLen, g.kvHeads, g.headDim) * outSize;
+                        if (page < 0) {
+                            std::memset(dst, 0, static_cast<size_t>(g.headDim) * outSize);
+                            continue;
+                        }
+                        unsigned char const* src =
+                            pool + kvPoolIndex(page, t % g.pageSize, h, 0, g.pageSize, g.kvHeads, g.headDim) * inSize;
+                        if (!convert) {
+                            std::memcpy(dst, src, static_cast<size_t>(g.headDim) * outSize);
+                            continue;
+                        }
+                        for (int32_t e = 0; e < g.headDim; ++e)
+                            dequantFp8To(src[e], scale, g.outDtype, dst + e * outSize);
                     }
-                    unsigned char const* src =
-                        pool + kvPoolIndex(page, t % g.pageSize, 0, 0, g.pageSize, g.kvHeads, g.headDim) * inSize;
-                    if (!convert) {
-                        std::memcpy(dst, src, static_cast<size_t>(tokenElems) * outSize);
-                        continue;
-                    }
-                    for (int32_t e = 0; e < tokenElems; ++e) dequantFp8To(src[e], scale, g.outDtype, dst + e * outSize);
+                }
+            }
+        }
+    }
+
+    void doScatterPagedKv(PagedKvScatter const& s) override {
+        ++counters_.kernels;
+        auto* pool = static_cast<unsigned char*>(s.pool);
+        size_t const size = dtypeSize(static_cast<DType>(s.dtype));
+        size_t const rowBytes = static_cast<size_t>(s.headDim) * size;
+        for (int32_t half = 0; half < 2; ++half) {
+            auto const* in = static_cast<unsigned char const*>(half == 0 ? s.kIn : s.vIn);
+            for (int32_t b = 0; b < s.batch; ++b) {
+                for (int32_t t = 0; t < s.seqLen; ++t) {
+                    int32_t const page = scatterTargetPage(s, b, half, t);
+                    int32_t const slot = (s.firstPosition + t) % s.pageSize;
+                    for (int32_t h = 0; h < s.kvHeads; ++h)
+                        std::memcpy(pool + kvPoolIndex(page, slot, h, 0, s.pageSize, s.kvHeads, s.headDim) * size,
+                                    in + denseKvIndexIn(s.layout, b, t, h, 0, s.seqLen, s.kvHeads, s.headDim) * size,
+                                    rowBytes);
                 }
             }
         }

@@ -185,9 +185,27 @@ void DeviceBackend::gatherPagedKv(PagedKvGather const& g) {
     if (static_cast<int64_t>(g.seqLen) > static_cast<int64_t>(g.maxPagesPerSeq) * g.pageSize)
         fail(op, "seqLen " + std::to_string(g.seqLen) + " needs more pages than the table's " +
                      std::to_string(g.maxPagesPerSeq) + " per sequence");
+    if (!isValidKvLayout(g.layout)) fail(op, "unknown dense KV layout " + std::to_string(g.layout));
     if (g.batch == 0 || g.seqLen == 0) return;
     if (!g.pool || !g.pageTable || !g.kOut || !g.vOut) fail(op, "null pool, page table or output");
     doGatherPagedKv(g);
+}
+
+void DeviceBackend::scatterPagedKv(PagedKvScatter const& s) {
+    char const* op = "scatterPagedKv";
+    if (!isValidDType(s.dtype)) fail(op, "unknown dtype");
+    if (!isValidKvLayout(s.layout)) fail(op, "unknown dense KV layout " + std::to_string(s.layout));
+    if (s.numPages <= 0 || s.pageSize <= 0 || s.kvHeads <= 0 || s.headDim <= 0 || s.maxPagesPerSeq <= 0)
+        fail(op, "numPages, pageSize, kvHeads, headDim and maxPagesPerSeq must be positive");
+    if (s.batch < 0 || s.seqLen < 0 || s.firstPosition < 0) fail(op, "batch, seqLen and firstPosition must be >= 0");
+    if (s.batch > 65535) fail(op, "batch " + std::to_string(s.batch) + " exceeds 65535 sequences per launch");
+    if (static_cast<int64_t>(s.firstPosition) + s.seqLen > static_cast<int64_t>(s.maxPagesPerSeq) * s.pageSize)
+        fail(op, "positions [" + std::to_string(s.firstPosition) + ", " +
+                     std::to_string(static_cast<int64_t>(s.firstPosition) + s.seqLen) +
+                     ") need more pages than the table's " + std::to_string(s.maxPagesPerSeq) + " per sequence");
+    if (s.batch == 0 || s.seqLen == 0) return;
+    if (!s.pool || !s.pageTable || !s.kIn || !s.vIn) fail(op, "null pool, page table or input");
+    doScatterPagedKv(s);
 }
 
 void DeviceBackend::hashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) {

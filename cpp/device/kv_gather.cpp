@@ -59,6 +59,7 @@ void gatherPagedKv(KvPagePool const& pool, KvPageTable const& table, KvLengths c
     g.outDtype = static_cast<int32_t>(r.outDtype);
     g.kScale = r.kScale;
     g.vScale = r.vScale;
+    g.layout = static_cast<int32_t>(r.layout);
     backend.gatherPagedKv(g);
 }
 

@@ -106,7 +106,13 @@ DeviceBackend = device.Backend
 
 # The runtime layer (coordinator and requests over the device objects) and bounded sliding-window paging (reuse
 # off, a windowed pool).
-from . import runtime, swa  # noqa: E402
+# One object that sizes a model's pool, page table, lengths, resident state, snapshots and coordinator together.
+from . import (  # noqa: E402
+    deployment,  # noqa: E402
+    runtime,
+    swa,
+)
+from .deployment import Deployment, RecurrentGeometry  # noqa: E402
 from .runtime import (  # noqa: E402
     AdmitResult,
     ContextCacheCoordinator,
@@ -132,6 +138,7 @@ __all__ = [
     "RequestFailedError", "ResidentRef", "ScalarType", "SequenceInfo", "SequenceStatus", "SpecReuseContract",
     "TokenStateContract", "runtime",
     "BoundedSwaKVPageManager", "SwaRequest", "SwaState", "swa",
+    "Deployment", "RecurrentGeometry", "deployment",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",

@@ -17,6 +17,12 @@ gives its bit patterns. Objects can also be built over memory the engine already
 array, an object with ``__cuda_array_interface__``, or an ``(address, nbytes)`` tuple, kept alive by the object),
 and :meth:`Backend.set_stream` runs every later operation on the engine's stream.
 
+Dense K/V: :func:`scatter_kv` writes one layer's K and V (numpy arrays or DLPack tensors such as torch's, read in
+place; token-major ``[batch, seq, kv_heads, head_dim]`` or head-major ``[batch, kv_heads, seq, head_dim]``) into
+the pages a page table maps, K and V in one launch; :func:`gather_kv_into` reads them back into arrays of the
+caller's. Their full shape and dtype are checked (a head-major array passed as token-major is refused, not
+reinterpreted). "No slot" is None everywhere (snapshot capture and restore included).
+
 Element types map to numpy as: fp16 -> ``float16``, bf16 -> ``uint16`` (bit patterns; numpy has no bfloat16),
 fp8 e4m3 -> ``uint8`` (bit patterns), fp32 -> ``float32``. Writes also accept raw ``uint8`` bytes. Arrays must be
 C-contiguous; a wrong dtype or layout raises :class:`ctxcache.ArgumentTypeError` before anything reaches C, and so
@@ -39,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays, _resource
+from . import _arrays, _dense, _resource
 from ._ffi import check, ffi, lib, library_path, new_output
 from ._resource import Family, Resource
 from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
@@ -97,6 +103,14 @@ class StatePart(IntEnum):
 class PageTableMode(IntEnum):
     DENSE = 0
     SPARSE_WINDOW = 1
+
+
+class KvLayout(IntEnum):
+    """Layout of dense K or V (gather output, scatter input): TOKEN_MAJOR [batch, seq, kv_heads, head_dim] or
+    HEAD_MAJOR [batch, kv_heads, seq, head_dim] (what attention code such as Hugging Face's reads)."""
+
+    TOKEN_MAJOR = 0
+    HEAD_MAJOR = 1
 
 
 @dataclass(frozen=True)
@@ -372,6 +386,7 @@ class Backend(_Handle):
         out = ffi.new("ctxc_device_backend_t **")
         check(lib.ctxc_device_backend_create(options, out))
         super().__init__(out[0])
+        self.device = int(options.device)
 
     @property
     def kind(self) -> BackendKind:
@@ -547,15 +562,32 @@ class KvPagePool(_Handle):
     def footprint_bytes(self) -> int:
         return _size_out(lib.ctxc_kv_pool_footprint_bytes, self._live())
 
-    def write_pages(self, layer: int, first_flat_page: int, pages: np.ndarray) -> None:
-        """Write whole pages: an array of (count, page_size, kv_heads, head_dim) elements (any shape with that
-        many elements) of the pool's dtype, or the same bytes as uint8."""
-        pages = _typed(pages, self.dtype, "pages")
+    def write_pages(self, layer: int, first_flat_page: int, pages: Any) -> None:
+        """Write whole pages from host memory: ``(count, page_size, kv_heads, head_dim)`` elements of the pool's dtype
+        (numpy, or a CPU tensor through DLPack; bf16 also as uint16 and fp8 as uint8 bit patterns), one page as
+        ``(page_size, kv_heads, head_dim)``, or a flat 1-D array (the caller vouches for its order; uint8 here means
+        raw bytes). Any other shape, e.g. ``(kv_heads, page_size, head_dim)``, is InvalidArgumentError."""
+        array = _dense.dense(pages, "pages")
+        if array.device[0] not in (_dense.DL_CPU, _dense.DL_CUDA_HOST):
+            raise ArgumentTypeError(f"pages must be in host memory (use a DLPack device view to reach device memory), "
+                                    f"got DLPack device {array.device}")
+        raw = array.element == _dense.UINT8 and len(array.shape) == 1
+        if not raw:
+            _dense.require_element(array, self.dtype, "pages")
+        layer = _arrays.integer(layer, "layer", minimum=None)
         page_bytes = self.page_bytes(layer)
-        if pages.nbytes % page_bytes:
-            raise InvalidArgumentError(f"pages holds {pages.nbytes} bytes, not a whole number of {page_bytes}-byte pages")
+        if array.nbytes % page_bytes:
+            raise InvalidArgumentError(f"pages holds {array.nbytes} bytes, not a whole number of {page_bytes}-byte pages")
+        if len(array.shape) != 1:
+            heads, dim = self.layers[layer]
+            page = (self.page_size, heads, dim)
+            if array.shape != page and (len(array.shape) != 4 or array.shape[1:] != page):
+                raise InvalidArgumentError(f"pages has shape {array.shape}, expected (count, page_size, kv_heads, "
+                                           f"head_dim) = (count, {self.page_size}, {heads}, {dim}), one page "
+                                           f"{page}, or a flat 1-D array")
+        pointer = _NULL if array.nbytes == 0 else ffi.cast("const void *", array.address)
         check(lib.ctxc_kv_pool_write_pages(self._live(), layer, _arrays.integer(first_flat_page, "first_flat_page", minimum=None),
-                                           pages.nbytes // page_bytes, _in(pages), pages.nbytes))
+                                           array.nbytes // page_bytes, pointer, array.nbytes))
 
     def read_pages(self, layer: int, first_flat_page: int, count: int) -> np.ndarray:
         """(count, page_size, kv_heads, head_dim) array of the pool's numpy dtype."""
@@ -715,17 +747,18 @@ class KvLengths(_Handle):
 
 class ResidentState(_Handle):
     """Live per-slot recurrent state: per recurrent layer a recurrent row [heads, head_dim, state_size] and a conv
-    row [conv_dim, conv_kernel]; optionally an fp16 boundary hidden row."""
+    row [conv_dim, conv_kernel]; optionally an fp16 boundary hidden row. ``dtype`` (default fp32) is the element
+    type of both the recurrent and the conv rows; ``recurrent_dtype`` / ``conv_dtype`` override it for one part."""
 
     _destroy = staticmethod(lib.ctxc_resident_state_destroy)
     _what = "resident state"
 
     def __init__(self, backend: Backend, *, max_batch: int, num_layers: int = 0, recurrent_heads: int = 0,
-                 recurrent_head_dim: int = 0, state_size: int = 0, recurrent_dtype: Any = DType.FP32,
-                 conv_dim: int = 0, conv_kernel: int = 0, conv_dtype: Any = DType.FP16, hidden_size: int = 0,
-                 external: Any = None):
+                 recurrent_head_dim: int = 0, state_size: int = 0, dtype: Any = DType.FP32,
+                 recurrent_dtype: Any = None, conv_dim: int = 0, conv_kernel: int = 0, conv_dtype: Any = None,
+                 hidden_size: int = 0, external: Any = None):
         options = self._options(max_batch=max_batch, num_layers=num_layers, recurrent_heads=recurrent_heads,
-                                recurrent_head_dim=recurrent_head_dim, state_size=state_size,
+                                recurrent_head_dim=recurrent_head_dim, state_size=state_size, dtype=dtype,
                                 recurrent_dtype=recurrent_dtype, conv_dim=conv_dim, conv_kernel=conv_kernel,
                                 conv_dtype=conv_dtype, hidden_size=hidden_size)
         self.dtypes: dict[StatePart, DType] = {StatePart.RECURRENT: DType(options.recurrent_dtype),
@@ -741,16 +774,17 @@ class ResidentState(_Handle):
 
     @staticmethod
     def _options(*, max_batch: int, num_layers: int = 0, recurrent_heads: int = 0, recurrent_head_dim: int = 0,
-                 state_size: int = 0, recurrent_dtype: Any = DType.FP32, conv_dim: int = 0, conv_kernel: int = 0,
-                 conv_dtype: Any = DType.FP16, hidden_size: int = 0) -> Any:
+                 state_size: int = 0, dtype: Any = DType.FP32, recurrent_dtype: Any = None, conv_dim: int = 0,
+                 conv_kernel: int = 0, conv_dtype: Any = None, hidden_size: int = 0) -> Any:
         options = ffi.new("ctxc_resident_state_options_t *")
         lib.ctxc_resident_state_options_init(options)
         for name, value in (("max_batch", max_batch), ("num_layers", num_layers), ("recurrent_heads", recurrent_heads),
                             ("recurrent_head_dim", recurrent_head_dim), ("state_size", state_size),
                             ("conv_dim", conv_dim), ("conv_kernel", conv_kernel), ("hidden_size", hidden_size)):
             setattr(options, name, _arrays.integer(value, name, minimum=None))
-        options.recurrent_dtype = _enum(DType, recurrent_dtype, "recurrent_dtype")
-        options.conv_dtype = _enum(DType, conv_dtype, "conv_dtype")
+        dtype = _enum(DType, dtype, "dtype")
+        options.recurrent_dtype = dtype if recurrent_dtype is None else _enum(DType, recurrent_dtype, "recurrent_dtype")
+        options.conv_dtype = dtype if conv_dtype is None else _enum(DType, conv_dtype, "conv_dtype")
         return options
 
     @staticmethod
@@ -865,26 +899,30 @@ class SnapshotStorage(_Handle):
                               int(out.max_descriptors))
 
     @staticmethod
-    def _transfer(batch_slot: Any, recurrent_slot: Any, partial_kv_slot: Any, base_page: Any, draft_page: Any,
-                  valid_tokens: Any) -> Any:
+    def _transfer(**parts: Any) -> Any:
+        """A transfer; a part given as None (the default) is skipped. Slots, pages and counts are >= 0: "no slot"
+        is None, as everywhere in the Python API (the C ABI's -1 never reaches it)."""
         t = ffi.new("ctxc_snapshot_transfer_t *")
         lib.ctxc_snapshot_transfer_init(t)
-        for name, value in (("batch_slot", batch_slot), ("recurrent_slot", recurrent_slot),
-                            ("partial_kv_slot", partial_kv_slot), ("base_page", base_page),
-                            ("draft_page", draft_page), ("valid_tokens", valid_tokens)):
-            setattr(t, name, _arrays.integer(value, name, minimum=None))
+        for name, value in parts.items():
+            setattr(t, name, 0 if value is None and name == "valid_tokens" else
+                    -1 if value is None else _arrays.integer(value, name))
         return t
 
-    def capture(self, *, batch_slot: int = -1, recurrent_slot: int = -1, partial_kv_slot: int = -1,
-                base_page: int = -1, draft_page: int = -1, valid_tokens: int = 0) -> None:
-        """Live -> snapshot. A part whose slot is -1 is skipped."""
-        t = self._transfer(batch_slot, recurrent_slot, partial_kv_slot, base_page, draft_page, valid_tokens)
+    def capture(self, *, batch_slot: int | None = None, recurrent_slot: int | None = None,
+                partial_kv_slot: int | None = None, base_page: int | None = None, draft_page: int | None = None,
+                valid_tokens: int = 0) -> None:
+        """Live -> snapshot. A part whose slot is None is skipped."""
+        t = self._transfer(batch_slot=batch_slot, recurrent_slot=recurrent_slot, partial_kv_slot=partial_kv_slot,
+                           base_page=base_page, draft_page=draft_page, valid_tokens=valid_tokens)
         check(lib.ctxc_snapshot_storage_capture(self._live(), t))
 
-    def restore(self, *, batch_slot: int = -1, recurrent_slot: int = -1, partial_kv_slot: int = -1,
-                base_page: int = -1, draft_page: int = -1, valid_tokens: int = 0) -> None:
-        """Snapshot -> live (only the first valid_tokens tokens of each K and V page are written)."""
-        t = self._transfer(batch_slot, recurrent_slot, partial_kv_slot, base_page, draft_page, valid_tokens)
+    def restore(self, *, batch_slot: int | None = None, recurrent_slot: int | None = None,
+                partial_kv_slot: int | None = None, base_page: int | None = None, draft_page: int | None = None,
+                valid_tokens: int = 0) -> None:
+        """Snapshot -> live (only the first valid_tokens tokens of each K and V page are written). None: skipped."""
+        t = self._transfer(batch_slot=batch_slot, recurrent_slot=recurrent_slot, partial_kv_slot=partial_kv_slot,
+                           base_page=base_page, draft_page=draft_page, valid_tokens=valid_tokens)
         check(lib.ctxc_snapshot_storage_restore(self._live(), t))
 
     def region_bytes(self, part: Any, layer: int) -> int:
@@ -946,22 +984,37 @@ def _gather_request(layer: Any, batch: Any, seq_len: Any, out_dtype: Any, k_scal
 
 def gather_kv(pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = None, *, layer: int = 0, batch: int,
               seq_len: int, out_dtype: Any = None, k_scale: float = 1.0, v_scale: float = 1.0,
-              out: tuple[DeviceBuffer, DeviceBuffer] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Dense K and V [batch, seq_len, kv_heads, head_dim] of one layer, read through the uploaded page table.
-    ``out_dtype`` defaults to the pool's; an fp8 pool may dequantise into fp16, bf16 or fp32. ``out``: reuse two
-    device buffers (else two are allocated for the call)."""
+              out: tuple[DeviceBuffer, DeviceBuffer] | None = None,
+              layout: Any = KvLayout.TOKEN_MAJOR) -> tuple[np.ndarray, np.ndarray]:
+    """Dense K and V [batch, seq_len, kv_heads, head_dim] (``layout`` HEAD_MAJOR: [batch, kv_heads, seq_len,
+    head_dim]) of one layer, read through the uploaded page table, as numpy copies. ``out_dtype`` defaults to the
+    pool's; an fp8 pool may dequantise into fp16, bf16 or fp32. ``out``: reuse two device buffers (else two are
+    allocated for the call). To gather into memory of your own without a copy, see :func:`gather_kv_into`."""
     pool_handle = _handle(pool, KvPagePool, "pool")
     table_handle = _handle(table, KvPageTable, "table")
     lengths_handle = _NULL if lengths is None else _handle(lengths, KvLengths, "lengths")
     out_dtype = pool.dtype if out_dtype is None else _enum(DType, out_dtype, "out_dtype")
+    layout = _enum(KvLayout, layout, "layout")
     request = _gather_request(layer, batch, seq_len, out_dtype, k_scale, v_scale)
     nbytes = _size_out(lib.ctxc_kv_gather_output_bytes, pool_handle, request)
+
+    def run(k: DeviceBuffer, v: DeviceBuffer) -> None:
+        if k is v:
+            raise InvalidArgumentError("k_out and v_out are the same buffer")
+        if k.nbytes < nbytes or v.nbytes < nbytes:
+            raise ContractError(f"gatherPagedKv: the outputs hold {min(k.nbytes, v.nbytes)} bytes, {nbytes} needed")
+        if k._family_backend() is not pool.backend or v._family_backend() is not pool.backend:
+            raise ContractError("the output buffers live on another backend than the pool")
+        check(lib.ctxc_kv_gather_into(pool_handle, table_handle, lengths_handle, request, layout,
+                                      ffi.cast("void *", k.view().data), ffi.cast("void *", v.view().data), nbytes))
+
     if out is not None:
         if not isinstance(out, tuple) or len(out) != 2:
             raise ArgumentTypeError(f"out must be a (k, v) tuple of DeviceBuffer, got {type(out).__name__}")
         k, v = out
-        check(lib.ctxc_kv_gather(pool_handle, table_handle, lengths_handle, request, _handle(k, DeviceBuffer, "out[0]"),
-                                 _handle(v, DeviceBuffer, "out[1]")))
+        _handle(k, DeviceBuffer, "out[0]")
+        _handle(v, DeviceBuffer, "out[1]")
+        run(k, v)
     else:
         # Refuse what the table cannot hold before sizing two output buffers for it.
         if request.batch > table.max_batch:
@@ -971,15 +1024,96 @@ def gather_kv(pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = 
                                 f"{table.max_pages_per_seq} per sequence")
         k, v = DeviceBuffer(pool.backend, nbytes), DeviceBuffer(pool.backend, nbytes)
         try:
-            check(lib.ctxc_kv_gather(pool_handle, table_handle, lengths_handle, request, k._live(), v._live()))
+            check(lib.ctxc_kv_gather(pool_handle, table_handle, lengths_handle, request, k._live(), v._live())) \
+                if layout == KvLayout.TOKEN_MAJOR else run(k, v)
         except BaseException:
             k.close()  # a refused gather keeps no device memory
             v.close()
             raise
     heads, dim = pool.layers[request.layer]
-    shape = (batch, seq_len, heads, dim)
+    shape = (batch, seq_len, heads, dim) if layout == KvLayout.TOKEN_MAJOR else (batch, heads, seq_len, dim)
     return (k.read(out_dtype.numpy_dtype, nbytes // out_dtype.itemsize).reshape(shape),
             v.read(out_dtype.numpy_dtype, nbytes // out_dtype.itemsize).reshape(shape))
+
+
+def _on_backend(array: _dense.Dense, backend: Backend, name: str) -> None:
+    """The array's memory is where the backend's operations can reach it."""
+    kind = backend.kind
+    if kind == BackendKind.CUDA:
+        if array.device[0] not in (_dense.DL_CUDA, _dense.DL_CUDA_MANAGED) or array.device[1] != backend.device:
+            raise ArgumentTypeError(f"{name} lives on DLPack device {array.device}; the backend is CUDA device "
+                                    f"{backend.device}")
+    elif array.device[0] not in (_dense.DL_CPU, _dense.DL_CUDA_HOST):
+        raise ArgumentTypeError(f"{name} lives on DLPack device {array.device}; the CPU backend needs host memory")
+
+
+def _dense_kv(pool: KvPagePool, layer: int, arrays: tuple[Any, Any], layout: KvLayout, names: tuple[str, str],
+              element: Any, writeable: bool) -> tuple[_dense.Dense, _dense.Dense, int, int]:
+    """Both K and V as Dense arrays of one 4-D shape in ``layout`` for the layer: (k, v, batch, seq_len)."""
+    k, v = (_dense.dense(a, n) for a, n in zip(arrays, names))
+    heads, dim = pool.layers[_arrays.integer(layer, "layer", maximum=len(pool.layers) - 1)]
+    for array, name in ((k, names[0]), (v, names[1])):
+        _dense.require_element(array, element, name)
+        _on_backend(array, pool.backend, name)
+        if writeable and not array.writeable:
+            raise ArgumentTypeError(f"{name} is read-only")
+        if len(array.shape) != 4:
+            raise InvalidArgumentError(f"{name} must be 4-D, got shape {array.shape}")
+    token_major = layout == KvLayout.TOKEN_MAJOR
+    batch, seq_len = (k.shape[0], k.shape[1]) if token_major else (k.shape[0], k.shape[2])
+    shape = (batch, seq_len, heads, dim) if token_major else (batch, heads, seq_len, dim)
+    what = (f"(batch, seq, kv_heads={heads}, head_dim={dim})" if token_major
+            else f"(batch, kv_heads={heads}, seq, head_dim={dim})")
+    if k.shape != shape:
+        raise InvalidArgumentError(f"{names[0]} has shape {k.shape}, expected {what} ({layout.name.lower()} layout)")
+    if v.shape != shape:
+        raise InvalidArgumentError(f"{names[1]} has shape {v.shape}, {names[0]} {k.shape}: they must match")
+    return k, v, batch, seq_len
+
+
+def scatter_kv(pool: KvPagePool, table: KvPageTable, k: Any, v: Any, *, layer: int = 0, first_position: int = 0,
+               layout: Any = KvLayout.TOKEN_MAJOR) -> None:
+    """Write dense K and V of one layer into the pool's pages through the uploaded page table, in one launch: token t
+    of sequence b goes to position ``first_position + t`` of table slot b. ``k`` and ``v``: the pool's dtype (bf16 also
+    as uint16, fp8 as uint8 bit patterns), shape (batch, seq, kv_heads, head_dim), or (batch, kv_heads, seq, head_dim)
+    with ``layout="head_major"``; numpy arrays or DLPack tensors (torch) in the backend's memory, read in place. A
+    wrong shape or dtype is refused before anything is written, and so is a position whose page is not mapped."""
+    pool_handle = _handle(pool, KvPagePool, "pool")
+    table_handle = _handle(table, KvPageTable, "table")
+    layout = _enum(KvLayout, layout, "layout")
+    kd, vd, batch, seq_len = _dense_kv(pool, layer, (k, v), layout, ("k", "v"), pool.dtype, writeable=False)
+    request = ffi.new("ctxc_kv_scatter_request_t *")
+    lib.ctxc_kv_scatter_request_init(request)
+    request.layer = _arrays.integer(layer, "layer", minimum=None)
+    request.batch = _arrays.integer(batch, "batch")
+    request.seq_len = _arrays.integer(seq_len, "seq_len")
+    request.first_position = _arrays.integer(first_position, "first_position", minimum=None)
+    request.layout = layout
+    check(lib.ctxc_kv_scatter(pool_handle, table_handle, request, ffi.cast("const void *", kd.address),
+                              ffi.cast("const void *", vd.address), kd.nbytes))
+
+
+def gather_kv_into(pool: KvPagePool, table: KvPageTable, k_out: Any, v_out: Any, lengths: KvLengths | None = None, *,
+                   layer: int = 0, layout: Any = KvLayout.TOKEN_MAJOR, k_scale: float = 1.0,
+                   v_scale: float = 1.0) -> None:
+    """Gather one layer's K and V through the uploaded page table into arrays of the caller's (numpy or DLPack, in
+    the backend's memory, written in place, no copy): their shape gives batch and seq_len, their dtype the output
+    dtype (the pool's, or fp16/bf16/fp32 from an fp8 pool)."""
+    pool_handle = _handle(pool, KvPagePool, "pool")
+    table_handle = _handle(table, KvPageTable, "table")
+    lengths_handle = _NULL if lengths is None else _handle(lengths, KvLengths, "lengths")
+    layout = _enum(KvLayout, layout, "layout")
+    probe = _dense.dense(k_out, "k_out")
+    element = probe.element
+    if element in (_dense.UINT16, _dense.UINT8):
+        element = DType.BF16 if element == _dense.UINT16 else DType.FP8_E4M3
+    kd, vd, batch, seq_len = _dense_kv(pool, layer, (k_out, v_out), layout, ("k_out", "v_out"), element,
+                                       writeable=True)
+    if vd.element != kd.element:
+        raise ArgumentTypeError(f"k_out holds {kd.element_name}, v_out {vd.element_name}")
+    request = _gather_request(layer, batch, seq_len, DType(element), k_scale, v_scale)
+    check(lib.ctxc_kv_gather_into(pool_handle, table_handle, lengths_handle, request, layout,
+                                  ffi.cast("void *", kd.address), ffi.cast("void *", vd.address), kd.nbytes))
 
 
 def _digest(out: Any) -> np.ndarray:
@@ -1022,6 +1156,7 @@ __all__ = [
     "Element",
     "KvLengths",
     "KvPagePool",
+    "KvLayout",
     "KvPageTable",
     "LaunchCounters",
     "PageTableMode",
@@ -1031,7 +1166,9 @@ __all__ = [
     "StatePart",
     "compact_rows",
     "gather_kv",
+    "gather_kv_into",
     "hash_chunked",
     "hash_chunked_host",
     "rebase_execution_rows",
+    "scatter_kv",
 ]

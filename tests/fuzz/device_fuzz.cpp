@@ -12,7 +12,8 @@
 //   - success or failure agrees with the model (valid arguments succeed, invalid ones fail; an invalid handle is
 //     CTXC_E_INVALID_HANDLE);
 //   - a failed call changed nothing observable; a successful one changed exactly what the model predicts, byte
-//     for byte (page rows and uploads, compaction, execution-row rebasing, same-dtype gathers, snapshot capture
+//     for byte (page rows and uploads, compaction, execution-row rebasing, same-dtype gathers, dense K/V
+//     scatters in both layouts, snapshot capture
 //     and restore, chunked hashes against an independent FNV-1a);
 //   - every live page table passes ctxc_kv_page_table_check_invariants();
 //   - every live backend's allocated bytes equal the footprints of the objects alive on it (no operation
@@ -709,7 +710,7 @@ private:
             case 27: hash(); break;
             case 28: destroyObject(); break;
             case 29: createPool(); break;
-            case 30: setRow(); break;
+            case 30: scatter(); break;
             default: createBuffer(); break;
         }
     }
@@ -1991,6 +1992,143 @@ private:
                                             static_cast<size_t>(tok % g.pageSize)) *
                                            tokenBytes;
                         std::copy(poolBytes.begin() + src, poolBytes.begin() + src + tokenBytes, out.begin() + dst);
+                    }
+            }
+        }, !handlesOk);
+    }
+
+    // ctxc_kv_scatter from host arrays (the CPU backend's memory): every page-table entry the write touches must be
+    // mapped in the host table, which must be uploaded; the model writes each (token, head) row where the layout
+    // and the table put it.
+    void scatter() {
+        Arg const pool = arg(pools_);
+        Arg const table = arg(tables_);
+        PoolGeometry const g =
+            pool.valid() ? pools_[static_cast<size_t>(pool.slot)].g : PoolGeometry{4, 4, 0, {{1, 1}}};
+        if (table.valid() && in_.ConsumeBool()) upload(table);
+        TableSlot const t = table.valid() ? tables_[static_cast<size_t>(table.slot)] : TableSlot{};
+        ctxc_kv_scatter_request_t r;
+        ctxc_kv_scatter_request_init(&r);
+        bool const shortStruct = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
+        if (shortStruct) r.struct_size = 4;
+        r.layer = index(static_cast<int32_t>(g.layers.size()));
+        r.batch = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                      ? dim(0, 4)
+                      : in_.ConsumeIntegralInRange<int32_t>(0, std::min(std::max(t.maxBatch, 1), 4));
+        int32_t tableTokens = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(t.mpps) * g.pageSize, 32));
+        if (table.valid() && r.batch > 0 && r.batch <= t.maxBatch && in_.ConsumeIntegralInRange<int>(0, 3) != 0) {
+            // Mostly stay inside what every row maps, so that the successful path is reached too.
+            Obs const current = observe();
+            std::vector<int32_t> const& host = current.tables[table.slot]->host;
+            int32_t mapped = t.mpps;
+            for (int32_t row = 0; row < r.batch; ++row) {
+                int32_t n = 0;
+                while (n < t.mpps) {
+                    int32_t const page =
+                        host[static_cast<size_t>(row) * 2 * static_cast<size_t>(t.mpps) + static_cast<size_t>(n)];
+                    if (page < 0 || page >= g.numPages) break;
+                    ++n;
+                }
+                mapped = std::min(mapped, n);
+            }
+            tableTokens = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(mapped) * g.pageSize, 32));
+        }
+        r.first_position = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                               ? dim(0, 8)
+                               : in_.ConsumeIntegralInRange<int32_t>(0, std::max(tableTokens, 0));
+        r.seq_len = in_.ConsumeIntegralInRange<int>(0, 9) == 0
+                        ? dim(0, 8)
+                        : in_.ConsumeIntegralInRange<int32_t>(0, std::max(tableTokens - r.first_position, 0) + 1);
+        r.layout = in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? in_.ConsumeIntegral<int32_t>()
+                                                               : in_.ConsumeIntegralInRange<int32_t>(0, 1);
+        bool const nullRequest = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
+        ctxc_kv_scatter_request_t const* req = nullRequest ? nullptr : &r;
+        bool const layerOk = r.layer >= 0 && r.layer < static_cast<int32_t>(g.layers.size());
+        bool const layoutOk = r.layout == CTXC_KV_LAYOUT_TOKEN_MAJOR || r.layout == CTXC_KV_LAYOUT_HEAD_MAJOR;
+        bool const requestOk = !nullRequest && !shortStruct && layoutOk;
+        long double const needed =
+            layerOk && r.batch >= 0 && r.seq_len >= 0
+                ? 1.0L * r.batch * r.seq_len * static_cast<long double>(g.tokenBytes(static_cast<size_t>(r.layer)))
+                : 0;
+        bool const neededFits = needed <= static_cast<long double>(SIZE_MAX / 2);
+        size_t inputBytes = 0;
+        call("ctxc_kv_scatter_input_bytes",
+             pool.valid() && requestOk && layerOk && r.batch >= 0 && r.seq_len >= 0 && neededFits, [&] {
+            ctxc_status_t const s =
+                ctxc_kv_scatter_input_bytes(static_cast<ctxc_kv_pool_t*>(pool.ptr), req, &inputBytes);
+            if (s == CTXC_OK && static_cast<long double>(inputBytes) != needed)
+                fail("scatter input bytes differ from the geometry");
+            return s;
+        }, nothing, !pool.valid());
+
+        // Host inputs of the needed size (when small enough to allocate), sometimes of another size, misaligned or
+        // NULL.
+        size_t bytes = needed <= kMaxLegitBytes ? static_cast<size_t>(needed) : 0;
+        switch (in_.ConsumeIntegralInRange<int>(0, 15)) {
+            case 0: bytes += 1; break;
+            case 1: bytes = bytes > 0 ? bytes - 1 : 0; break;
+            default: break;
+        }
+        size_t const element = dtypeSize(g.dtype);
+        bool const misaligned = element > 1 && in_.ConsumeIntegralInRange<int>(0, 15) == 0;
+        bool const nullK = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
+        uint8_t const seed = in_.ConsumeIntegral<uint8_t>();
+        std::vector<uint32_t> kStore(bytes / 4 + 2), vStore(bytes / 4 + 2);  // 4-byte aligned
+        auto* k = reinterpret_cast<uint8_t*>(kStore.data()) + (misaligned ? 1 : 0);
+        auto* v = reinterpret_cast<uint8_t*>(vStore.data());
+        for (size_t i = 0; i < bytes; ++i) {
+            k[i] = static_cast<uint8_t>(seed + 3 * i);
+            v[i] = static_cast<uint8_t>(seed + 7 * i + 1);
+        }
+
+        bool const handlesOk = pool.valid() && table.valid();
+        bool valid = handlesOk && requestOk;
+        Obs const now = observe();
+        if (valid) {
+            uint64_t const b = pools_[static_cast<size_t>(pool.slot)].backend;
+            valid = t.backend == b && t.numPages == g.numPages && !now.tables[table.slot]->dirty && layerOk &&
+                    r.batch >= 0 && r.batch <= t.maxBatch && r.batch <= 65535 && r.seq_len >= 0 &&
+                    r.first_position >= 0 &&
+                    static_cast<int64_t>(r.first_position) + r.seq_len <= static_cast<int64_t>(t.mpps) * g.pageSize &&
+                    neededFits && static_cast<long double>(bytes) == needed && (bytes == 0 || (!nullK && !misaligned));
+            if (valid && r.seq_len > 0) {
+                std::vector<int32_t> const& host = now.tables[table.slot]->host;
+                for (int32_t row = 0; row < r.batch && valid; ++row)
+                    for (int32_t p = r.first_position / g.pageSize;
+                         p <= (r.first_position + r.seq_len - 1) / g.pageSize; ++p) {
+                        int32_t const page =
+                            host[static_cast<size_t>(row) * 2 * static_cast<size_t>(t.mpps) + static_cast<size_t>(p)];
+                        if (page < 0 || page >= g.numPages) valid = false;
+                    }
+            }
+        }
+        call("ctxc_kv_scatter", valid, [&] {
+            return ctxc_kv_scatter(static_cast<ctxc_kv_pool_t*>(pool.ptr),
+                                   static_cast<ctxc_kv_page_table_t*>(table.ptr), req, nullK ? nullptr : k, v, bytes);
+        }, [&](Obs& e, Obs const&) {
+            size_t const layer = static_cast<size_t>(r.layer);
+            size_t const heads = static_cast<size_t>(g.layers[layer].first);
+            size_t const rowBytes = g.tokenBytes(layer) / heads;
+            size_t const seq = static_cast<size_t>(r.seq_len);
+            Bytes& poolBytes = (*e.pools[pool.slot])[layer];
+            std::vector<int32_t> const& host = e.tables[table.slot]->host;
+            for (int half = 0; half < 2; ++half) {
+                uint8_t const* in = half == 0 ? k : v;
+                for (size_t b = 0; b < static_cast<size_t>(r.batch); ++b)
+                    for (size_t tok = 0; tok < seq; ++tok) {
+                        size_t const position = static_cast<size_t>(r.first_position) + tok;
+                        size_t const page =
+                            static_cast<size_t>(host[(b * 2 + static_cast<size_t>(half)) * static_cast<size_t>(t.mpps) +
+                                                     position / static_cast<size_t>(g.pageSize)]);
+                        size_t const dst =
+                            (page * static_cast<size_t>(g.pageSize) + position % static_cast<size_t>(g.pageSize)) *
+                            g.tokenBytes(layer);
+                        for (size_t h = 0; h < heads; ++h) {
+                            size_t const src = r.layout == CTXC_KV_LAYOUT_TOKEN_MAJOR
+                                                   ? ((b * seq + tok) * heads + h) * rowBytes
+                                                   : ((b * heads + h) * seq + tok) * rowBytes;
+                            std::copy(in + src, in + src + rowBytes, poolBytes.begin() + dst + h * rowBytes);
+                        }
                     }
             }
         }, !handlesOk);

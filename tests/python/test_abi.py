@@ -133,6 +133,7 @@ ENUM_GROUPS = {
     "CTXC_ELEMENT_": device.Element,
     "CTXC_STATE_": device.StatePart,
     "CTXC_PAGE_TABLE_": device.PageTableMode,
+    "CTXC_KV_LAYOUT_": device.KvLayout,
     "CTXC_MODEL_": enums.ModelStateKind,
     "CTXC_TOKEN_STATE_": enums.TokenStateContract,
     "CTXC_COMMIT_": enums.CommitPolicy,
@@ -448,3 +449,30 @@ def test_require_gpu_turns_the_skip_into_a_failure(pytester, monkeypatch):
     result = _run_marked_test(pytester, monkeypatch, "1")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*CTXCACHE_REQUIRE_GPU=1*no CUDA device*"])
+
+
+# ---- the transformers extra: a skip with the reason, or a failure under CTXCACHE_REQUIRE_TRANSFORMERS=1 ----------
+
+
+def _run_integration_without_torch(pytester, monkeypatch, require: str | None):
+    """The integration test module, run where `import torch` fails (a torch.py that raises shadows the real one)."""
+    pytester.makepyfile(torch="raise ImportError('torch blocked by the test')")
+    source = Path(__file__).with_name("test_transformers_integration.py").read_text()
+    pytester.makepyfile(test_integration=source)
+    if require is None:
+        monkeypatch.delenv("CTXCACHE_REQUIRE_TRANSFORMERS", raising=False)
+    else:
+        monkeypatch.setenv("CTXCACHE_REQUIRE_TRANSFORMERS", require)
+    return pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+
+
+def test_transformers_tests_skip_with_the_reason_when_the_extra_is_missing(pytester, monkeypatch):
+    result = _run_integration_without_torch(pytester, monkeypatch, None)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*the transformers extra is not installed (torch blocked by the test)*"])
+
+
+def test_require_transformers_turns_the_skip_into_a_failure(pytester, monkeypatch):
+    result = _run_integration_without_torch(pytester, monkeypatch, "1")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*CTXCACHE_REQUIRE_TRANSFORMERS=1 but the transformers extra is missing*"])

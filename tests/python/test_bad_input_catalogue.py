@@ -83,7 +83,7 @@ def dev():
     lengths = device.KvLengths(backend, 4)
     lengths.set([5, 3, 7])
     state = device.ResidentState(backend, max_batch=3, num_layers=1, recurrent_heads=1, recurrent_head_dim=2,
-                                 state_size=2, conv_dim=2, conv_kernel=2, hidden_size=4)
+                                 state_size=2, conv_dim=2, conv_kernel=2, conv_dtype="fp16", hidden_size=4)
     for part in (StatePart.RECURRENT, StatePart.CONV, StatePart.BOUNDARY_HIDDEN):
         for slot in range(3):
             state.write_row(part, 0, slot, pattern(state.row_bytes(part), 10 * part + slot))
@@ -179,6 +179,9 @@ CATALOGUE: dict[str, dict[str, list]] = {
                  lambda w: device.KvPagePool(None, num_pages=4, page_size=4, layers=[(1, 2)])),
             case("compact_rows_no_buffer", ArgumentTypeError, "buffer must be a DeviceBuffer, got NoneType",
                  lambda w: device.compact_rows(None, row_bytes=8, rows=4, old_to_new=[0], new_batch=1)),
+            case("scatter_through_an_unmapped_page", ContractError, "slot 0 has no page mapped at logical page 2",
+                 lambda w: device.scatter_kv(w.pool, w.table, np.ones((1, 4, 1, 2), F16), np.ones((1, 4, 1, 2), F16),
+                                             first_position=6)),
             case("gather_pool_is_a_table", ArgumentTypeError, "pool must be a KvPagePool, got KvPageTable",
                  lambda w: device.gather_kv(w.table, w.table, batch=1, seq_len=4)),
             case("c_null_pool_handle", InvalidHandleError, "ctxc_kv_pool_page_bytes: pool is NULL",
@@ -330,10 +333,20 @@ CATALOGUE: dict[str, dict[str, list]] = {
                  lambda w: device.KvLengths(w.backend, 4, external=aligned(64)[::2])),
             case("view_reinterpreted_as_another_size", InvalidArgumentError, r"fp32 \(4 bytes\) cannot reinterpret fp16",
                  lambda w: w.pool.layer(0).view("fp32")),
-            case("pool_pages_float32", ArgumentTypeError, "pages must have dtype float16 or uint8, got float32",
+            case("pool_pages_float32", ArgumentTypeError, "pages holds fp32 elements, the pool stores fp16",
                  lambda w: w.pool.write_pages(0, 0, np.zeros(PAGE0, np.float32))),
-            case("pool_pages_list", ArgumentTypeError, "pages must be a numpy array, got list",
+            case("pool_pages_list", ArgumentTypeError, "pages must be a numpy array, a DLPack tensor .* got list",
                  lambda w: w.pool.write_pages(0, 0, [0.0] * PAGE0)),
+            case("pool_pages_heads_before_tokens", InvalidArgumentError, r"expected \(count, page_size, kv_heads, head_dim\)",
+                 lambda w: w.pool.write_pages(1, 0, np.zeros((1, 2, 4, 2), F16))),
+            case("scatter_heads_before_tokens", InvalidArgumentError, r"expected \(batch, seq, kv_heads=2, head_dim=2\)",
+                 lambda w: device.scatter_kv(w.pool, w.table, np.ones((1, 2, 3, 2), F16), np.ones((1, 2, 3, 2), F16),
+                                             layer=1)),
+            case("scatter_float32", ArgumentTypeError, "k holds fp32 elements, the pool stores fp16",
+                 lambda w: device.scatter_kv(w.pool, w.table, np.ones((1, 3, 1, 2), np.float32),
+                                             np.ones((1, 3, 1, 2), np.float32))),
+            case("scatter_k_and_v_of_other_shapes", InvalidArgumentError, "they must match",
+                 lambda w: device.scatter_kv(w.pool, w.table, np.ones((1, 3, 1, 2), F16), np.ones((1, 2, 1, 2), F16))),
             case("set_row_int64", ArgumentTypeError, "k_pages must have dtype int32, got int64",
                  lambda w: w.table.set_row(2, np.array([0, 1], np.int64))),
             case("set_row_big_endian", ArgumentTypeError, "k_pages must have dtype int32, got >i4",

@@ -51,8 +51,14 @@ def test_pool_pages_round_trip_with_dtype_checks(cpu):
     pool.write_pages(0, 1, pages)  # K page 1 and K page 2
     np.testing.assert_array_equal(pool.read_pages(0, 1, 2), pages)
     assert not pool.read_pages(0, 4, 1).any()  # the V page of K page 1 is untouched
-    with pytest.raises(ctxcache.ArgumentTypeError, match="float16"):
+    with pytest.raises(ctxcache.ArgumentTypeError, match="holds fp32 elements, the pool stores fp16"):
         pool.write_pages(0, 0, pages.astype(np.float32))
+    # Full shape, not just the element count: heads before tokens is another layout, refused before any write.
+    with pytest.raises(ctxcache.InvalidArgumentError, match=r"expected \(count, page_size, kv_heads, head_dim\)"):
+        pool.write_pages(0, 0, np.ascontiguousarray(pages.transpose(0, 2, 1, 3)))
+    with pytest.raises(ctxcache.InvalidArgumentError, match="expected"):
+        pool.write_pages(0, 0, pages.reshape(2, 4, 16))
+    np.testing.assert_array_equal(pool.read_pages(0, 0, 1), np.zeros((1, 4, 2, 8), np.float16))
     with pytest.raises(ctxcache.ArgumentTypeError, match="C-contiguous"):
         pool.write_pages(0, 0, np.asfortranarray(pages[0].reshape(8, 8)))
     with pytest.raises(ctxcache.ContractError, match="outside"):
@@ -269,3 +275,33 @@ def test_objects_outlive_their_backend_handle_and_close_in_any_order():
         pool.page_bytes(0)
     with pytest.raises(ctxcache.InvalidHandleError):
         device.Backend.synchronize(backend)
+
+
+def test_scatter_and_gather_into_caller_arrays_in_both_layouts_without_a_copy(cpu):
+    pool = device.KvPagePool(cpu, num_pages=4, page_size=4, layers=[(2, 3)], dtype="bf16")
+    table = device.KvPageTable(cpu, max_batch=1, max_pages_per_seq=3, num_pages=4)
+    table.set_row(0, [2, 0, 3])
+    table.upload()
+    rng = np.random.default_rng(5)
+    k = rng.integers(1, 2**15, size=(1, 2, 6, 3), dtype=np.uint16)  # bf16 bit patterns, head-major
+    v = rng.integers(1, 2**15, size=(1, 2, 6, 3), dtype=np.uint16)
+    kernels = cpu.counters.kernels
+    device.scatter_kv(pool, table, k, v, first_position=3, layout="head_major")
+    assert cpu.counters.kernels == kernels + 1  # K and V in one launch
+    # Position 3 is the last token of K page 2; positions 4-7 fill K page 0; position 8 starts K page 3.
+    np.testing.assert_array_equal(pool.read_pages(0, 2, 1)[0, 3], k[0, :, 0])
+    np.testing.assert_array_equal(pool.read_pages(0, 0, 1)[0], k[0, :, 1:5].transpose(1, 0, 2))
+    np.testing.assert_array_equal(pool.read_pages(0, 3 + 4, 1)[0, 0], v[0, :, 5])
+    k_out = np.full((1, 9, 2, 3), 7, np.uint16)
+    v_out = np.full((1, 9, 2, 3), 7, np.uint16)
+    address = k_out.__array_interface__["data"][0]
+    device.gather_kv_into(pool, table, k_out, v_out)  # token-major: the transpose of what went in
+    assert k_out.__array_interface__["data"][0] == address
+    np.testing.assert_array_equal(k_out[0, 3:], k[0].transpose(1, 0, 2))
+    np.testing.assert_array_equal(v_out[0, 3:], v[0].transpose(1, 0, 2))
+    assert not k_out[0, :3].any()  # positions 0-2 were never written
+    k_head, _ = device.gather_kv(pool, table, batch=1, seq_len=9, layout="head_major")
+    np.testing.assert_array_equal(k_head[0, :, 3:], k[0])
+    with pytest.raises(ctxcache.ArgumentTypeError, match="read-only"):
+        k_out.flags.writeable = False
+        device.gather_kv_into(pool, table, k_out, v_out)

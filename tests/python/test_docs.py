@@ -3,12 +3,16 @@ of docs/RUNTIME.md is a verbatim excerpt of examples/c/runtime_example.c (which 
 runs against the installed package).
 
 A block runs when its info string is exactly ``python`` (```` ```python skip ```` marks an illustration that needs
-something the tests do not have, such as torch), each in a fresh namespace, on the CPU backend. Every ``ctxc_*``
+something the tests do not have), each in a fresh namespace, on the CPU backend. A ```` ```python transformers ````
+block needs the transformers extra: it runs when torch and transformers import, else it is skipped with the reason
+(a failure under CTXCACHE_REQUIRE_TRANSFORMERS=1, which tools/test sets when it installed the extra). Every ``ctxc_*``
 and ``CTXC_*`` name the runtime page mentions must exist in include/ctxcache.h.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from pathlib import Path
 
@@ -36,6 +40,7 @@ def blocks(path: Path, language: str) -> list[tuple[int, str]]:
 
 
 PYTHON_BLOCKS = [(path, line, code) for path in (RUNTIME, README) for line, code in blocks(path, "python")]
+TRANSFORMERS_BLOCKS = [(README, line, code) for line, code in blocks(README, "python transformers")]
 
 
 def test_the_documents_have_python_blocks():
@@ -57,6 +62,22 @@ def test_python_block_runs(path, line, code):
         for value in leftovers[::-1]:
             value.close()
         namespace.clear()
+
+
+@pytest.mark.parametrize(("path", "line", "code"), TRANSFORMERS_BLOCKS,
+                         ids=[f"{p.name}:{line}" for p, line, _ in TRANSFORMERS_BLOCKS])
+def test_python_transformers_block_runs(path, line, code):
+    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+    if missing:
+        message = f"the transformers extra is not installed (no {', '.join(missing)}); pip install .[transformers]"
+        if os.environ.get("CTXCACHE_REQUIRE_TRANSFORMERS") == "1":
+            pytest.fail(f"CTXCACHE_REQUIRE_TRANSFORMERS=1 but {message}", pytrace=False)
+        pytest.skip(message)
+    test_python_block_runs(path, line, code)
+
+
+def test_the_readme_runs_a_real_model():
+    assert len(TRANSFORMERS_BLOCKS) == 1
 
 
 def test_c_blocks_are_excerpts_of_the_c_example():

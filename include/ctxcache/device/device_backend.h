@@ -117,6 +117,9 @@ public:
     // lengths[i] += scalar + (increments ? increments[i] : 0) for i < count (device arrays).
     void addToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments);
     void gatherPagedKv(PagedKvGather const& params);
+    // Dense K and V into the pool's pages through the page table (one launch for both halves). The front checks
+    // geometry, dtype and layout only; kv_scatter.h checks the table entries the write touches.
+    void scatterPagedKv(PagedKvScatter const& params);
     // Plain 128-bit FNV-1a of each of numChunks chunks of a device buffer (layout.h chunking) into
     // hostPartials[numChunks]. Synchronous.
     void hashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials);
@@ -144,6 +147,7 @@ protected:
                                        int32_t rowsPerSequence) = 0;
     virtual void doAddToLengths(int32_t* lengths, int32_t count, int32_t scalar, int32_t const* increments) = 0;
     virtual void doGatherPagedKv(PagedKvGather const& params) = 0;
+    virtual void doScatterPagedKv(PagedKvScatter const& params) = 0;
     virtual void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) = 0;
     virtual void doSetStream(void* stream) = 0;
     // Empty when the memory is usable; otherwise why not.

@@ -4,7 +4,8 @@
 // (e4m3ToFloat(x) * scale, rounded to nearest even) into fp16, bf16 or fp32. Any other dtype change is a
 // ContractError ("wrong dtype").
 //
-// Output: K and V each [batch, seqLen, kvHeads, headDim] of outDtype, in device buffers of the pool's backend.
+// Output: K and V each [batch, seqLen, kvHeads, headDim] (token-major, the default) or [batch, kvHeads, seqLen,
+// headDim] (head-major) of outDtype, in memory of the pool's backend.
 // Cost: one launch; reads and writes each output byte once.
 // Threading: the backend's single-writer contract.
 #pragma once
@@ -25,6 +26,7 @@ struct KvGatherRequest {
     DType outDtype = DType::kFp16;
     float kScale = 1.0f;  // fp8 dequantisation scales (ignored for a same-dtype gather)
     float vScale = 1.0f;
+    DenseKvLayout layout = DenseKvLayout::kTokenMajor;
 };
 
 // Bytes of each of the K and V outputs.

@@ -9,12 +9,15 @@
 //                               p + numPages.
 //   Page table (kernel view)    [maxBatch, 2, maxPagesPerSeq] int32: row 0 K flat pages, row 1 V flat pages
 //                               (= K + numPages), -1 = unused (both rows).
-//   Dense K or V output         [batch, seqLen, kvHeads, headDim]
+//   Dense K or V (gather output, scatter input), by DenseKvLayout:
+//                               token-major [batch, seqLen, kvHeads, headDim]   (kTokenMajor, the default)
+//                               head-major  [batch, kvHeads, seqLen, headDim]   (kHeadMajor: what attention
+//                               code such as Hugging Face's reads, so no transpose copy is needed)
 //   Partial-KV snapshot layer   [2, pageSize, kvHeads, headDim] per slot: the first validTokens tokens of a K
 //                               page, then (at pageSize*kvHeads*headDim) those of its V page.
 //
-// POD descriptors (SpanCopy, CompactTensor, RowMove, PagedKvGather) are built on the host and read by kernels.
-// Threading: pure functions and plain structs.
+// POD descriptors (SpanCopy, CompactTensor, RowMove, PagedKvGather, PagedKvScatter) are built on the host and read by
+// kernels. Threading: pure functions and plain structs.
 #pragma once
 
 #include <cstddef>
@@ -60,7 +63,10 @@ struct RowMove {
     int32_t to;
 };
 
-// Paged K/V of one layer gathered into dense [batch, seqLen, kvHeads, headDim] K and V tensors. Token t of
+// Layout of a dense K or V tensor. Values are part of the C ABI (CTXC_KV_LAYOUT_*).
+enum class DenseKvLayout : int32_t { kTokenMajor = 0, kHeadMajor = 1 };
+
+// Paged K/V of one layer gathered into dense K and V tensors (layout: a DenseKvLayout). Token t of
 // sequence b comes from page table entry (b, half, t / pageSize); it is zero when the entry is -1 (or outside
 // [0, 2*numPages)) or when t >= kvLengths[b] (kvLengths may be null: every token counts). Same-dtype output is
 // a bit copy; an fp8 pool may be dequantised to fp16, bf16 or fp32 as e4m3ToFloat(x) * scale.
@@ -81,6 +87,28 @@ struct PagedKvGather {
     int32_t outDtype;   // DType
     float kScale;
     float vScale;
+    int32_t layout;     // DenseKvLayout
+};
+
+// Dense K and V of one layer written into its pages through the page table: the inverse of the gather. Token t
+// of sequence b (t < seqLen) is stored at position p = firstPosition + t, in page table entry (b, half,
+// p / pageSize), token p % pageSize of that page. Same dtype only (a bit copy). The front checks on the host
+// table that every entry the write touches is mapped, so the kernel never meets a -1.
+struct PagedKvScatter {
+    void* pool;
+    int32_t const* pageTable;
+    void const* kIn;
+    void const* vIn;
+    int32_t numPages;
+    int32_t pageSize;
+    int32_t kvHeads;
+    int32_t headDim;
+    int32_t maxPagesPerSeq;
+    int32_t batch;
+    int32_t seqLen;
+    int32_t firstPosition;
+    int32_t dtype;   // DType of the pool and the inputs
+    int32_t layout;  // DenseKvLayout
 };
 
 // ---- element sizes (dtype.h's dtypeSize, callable from device code) --------------------------------------------
@@ -111,6 +139,24 @@ CTXC_HD int64_t pageTableIndex(int32_t slot, int32_t half, int32_t logicalPage, 
 CTXC_HD int64_t denseKvIndex(int32_t b, int32_t t, int32_t head, int32_t dim, int32_t seqLen, int32_t kvHeads,
                              int32_t headDim) {
     return ((static_cast<int64_t>(b) * seqLen + t) * kvHeads + head) * static_cast<int64_t>(headDim) + dim;
+}
+
+// Element index of (b, t, head, dim) in a dense K or V tensor of either layout.
+CTXC_HD int64_t denseKvIndexIn(int32_t layout, int32_t b, int32_t t, int32_t head, int32_t dim, int32_t seqLen,
+                               int32_t kvHeads, int32_t headDim) {
+    if (layout == static_cast<int32_t>(DenseKvLayout::kHeadMajor))
+        return ((static_cast<int64_t>(b) * kvHeads + head) * seqLen + t) * static_cast<int64_t>(headDim) + dim;
+    return denseKvIndex(b, t, head, dim, seqLen, kvHeads, headDim);
+}
+
+CTXC_HD bool isValidKvLayout(int32_t layout) {
+    return layout == static_cast<int32_t>(DenseKvLayout::kTokenMajor) ||
+           layout == static_cast<int32_t>(DenseKvLayout::kHeadMajor);
+}
+
+// Flat destination page of token t of sequence b of a scatter (half 0 = K, 1 = V).
+CTXC_HD int32_t scatterTargetPage(PagedKvScatter const& s, int32_t b, int32_t half, int32_t t) {
+    return s.pageTable[pageTableIndex(b, half, (s.firstPosition + t) / s.pageSize, s.maxPagesPerSeq)];
 }
 
 // Flat source page of token t of sequence b (half 0 = K, 1 = V), or -1 when it is zero-filled.

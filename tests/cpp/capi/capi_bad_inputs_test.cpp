@@ -7,6 +7,7 @@
 // The last section holds the regressions device_fuzz found.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -428,6 +429,74 @@ TEST_F(Device, HugeCountsAreRefused) {
     EXPECT_TRUE(refused(ctxc_kv_gather(pool, table, nullptr, &r, k, buffer), CTXC_E_CONTRACT, "ctxc_kv_gather",
                         "outputs hold 64 bytes"));
     EXPECT_EQ(ctxc_device_buffer_destroy(k), CTXC_OK);
+}
+
+// ---- dense K/V over caller memory -----------------------------------------------------------------------------
+
+TEST_F(Device, DenseKvScatterAndGatherIntoRefuseBadPointersSizesAndUnmappedPagesWritingNothing) {
+    auto layer0 = [&] {
+        std::vector<uint8_t> bytes(8 * 16);
+        EXPECT_EQ(ctxc_kv_pool_read_pages(pool, 0, 0, 8, bytes.data(), bytes.size()), CTXC_OK);
+        return bytes;
+    };
+    std::vector<uint8_t> const original = layer0();
+    ctxc_kv_scatter_request_t r;
+    ctxc_kv_scatter_request_init(&r);
+    EXPECT_EQ(r.layout, CTXC_KV_LAYOUT_TOKEN_MAJOR);
+    r.batch = 1;
+    r.seq_len = 3;  // layer 0: 1 head x 2 dims of fp16, 4 bytes a token
+    size_t bytes = 0;
+    ASSERT_EQ(ctxc_kv_scatter_input_bytes(pool, &r, &bytes), CTXC_OK);
+    ASSERT_EQ(bytes, 12u);
+    alignas(16) uint8_t k[32] = {}, v[32] = {};
+    for (int i = 0; i < 32; ++i) k[i] = static_cast<uint8_t>(i + 100), v[i] = static_cast<uint8_t>(i + 200);
+    EXPECT_TRUE(refused(ctxc_kv_scatter(nullptr, table, &r, k, v, 12), CTXC_E_INVALID_HANDLE, "ctxc_kv_scatter",
+                        "pool is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_scatter(pool, table, &r, nullptr, v, 12), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_scatter",
+                        "k is NULL"));
+    EXPECT_TRUE(refused(ctxc_kv_scatter(pool, table, &r, k + 1, v, 12), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_scatter",
+                        "k is not aligned to its 2-byte elements"));
+    EXPECT_TRUE(refused(ctxc_kv_scatter(pool, table, &r, k, v, 8), CTXC_E_CONTRACT, "ctxc_kv_scatter",
+                        "the inputs hold 8 bytes each, 12 expected"));
+    r.first_position = 6;  // positions 6-8: slot 0 maps only logical pages 0 and 1
+    EXPECT_TRUE(refused(ctxc_kv_scatter(pool, table, &r, k, v, 12), CTXC_E_CONTRACT, "ctxc_kv_scatter",
+                        "slot 0 has no page mapped at logical page 2"));
+    r.first_position = 0;
+    r.layout = 5;
+    EXPECT_TRUE(refused(ctxc_kv_scatter(pool, table, &r, k, v, 12), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_scatter",
+                        "request->layout 5 is not a CTXC_KV_LAYOUT_* value"));
+    r.layout = CTXC_KV_LAYOUT_HEAD_MAJOR;
+    r.struct_size = 4;
+    EXPECT_TRUE(
+        refused(ctxc_kv_scatter(pool, table, &r, k, v, 12), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_scatter", "struct_size"));
+    EXPECT_EQ(layer0(), original);  // no refused call wrote a byte
+
+    r.struct_size = sizeof r;
+    r.first_position = 3;  // positions 3-5: the last token of K page 1, then the first two of K page 2
+    ASSERT_EQ(ctxc_kv_scatter(pool, table, &r, k, v, 12), CTXC_OK);
+    std::vector<uint8_t> const after = layer0();
+    EXPECT_TRUE(std::equal(k, k + 4, after.begin() + 1 * 16 + 12));      // K page 1, token 3
+    EXPECT_TRUE(std::equal(k + 4, k + 12, after.begin() + 2 * 16));      // K page 2, tokens 0-1
+    EXPECT_TRUE(std::equal(v + 4, v + 12, after.begin() + 6 * 16));      // its V page (2 + 4)
+
+    ctxc_kv_gather_request_t g;
+    ctxc_kv_gather_request_init(&g);
+    g.batch = 1;
+    g.seq_len = 6;
+    alignas(16) uint8_t ko[24], vo[24];
+    EXPECT_TRUE(refused(ctxc_kv_gather_into(pool, table, nullptr, &g, CTXC_KV_LAYOUT_HEAD_MAJOR, ko, vo, 20),
+                        CTXC_E_CONTRACT, "ctxc_kv_gather_into", "the outputs hold 20 bytes each, 24 expected"));
+    EXPECT_TRUE(refused(ctxc_kv_gather_into(pool, table, nullptr, &g, CTXC_KV_LAYOUT_HEAD_MAJOR, ko, ko, 24),
+                        CTXC_E_INVALID_ARGUMENT, "ctxc_kv_gather_into", "the same memory"));
+    EXPECT_TRUE(refused(ctxc_kv_gather_into(pool, table, nullptr, &g, 2, ko, vo, 24), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_kv_gather_into", "layout 2"));
+    ASSERT_EQ(ctxc_kv_gather_into(pool, table, nullptr, &g, CTXC_KV_LAYOUT_HEAD_MAJOR, ko, vo, 24), CTXC_OK);
+    EXPECT_TRUE(std::equal(k, k + 12, ko + 12));  // positions 3-5 are what was scattered (one head: same layout)
+    EXPECT_TRUE(std::equal(v, v + 12, vo + 12));
+    EXPECT_TRUE(
+        std::equal(original.begin() + 16, original.begin() + 16 + 12, ko));  // positions 0-2: K page 1 as it was
+    // The fixture checks that nothing changed: put the pages the successful scatter wrote back.
+    ASSERT_EQ(ctxc_kv_pool_write_pages(pool, 0, 0, 8, original.data(), original.size()), CTXC_OK);
 }
 
 // ---- compaction maps ------------------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ TEST(KernelEmulation, RebaseAndLengthKernelsMatch) {
     EXPECT_EQ(lengths, cpuLengths);
 }
 
-TEST(KernelEmulation, GatherMatchesForSplitsDequantisationAndZeroFill) {
+TEST(KernelEmulation, GatherMatchesForSplitsDequantisationZeroFillAndBothLayouts) {
     struct Case {
         DType pool;
         DType out;
@@ -159,59 +159,130 @@ TEST(KernelEmulation, GatherMatchesForSplitsDequantisationAndZeroFill) {
     std::vector<Case> const cases = {{DType::kFp16, DType::kFp16, 2, 8},      {DType::kBf16, DType::kBf16, 1, 3},
                                      {DType::kFp8E4m3, DType::kFp16, 2, 8},   {DType::kFp8E4m3, DType::kBf16, 1, 5},
                                      {DType::kFp8E4m3, DType::kFp32, 8, 128}, {DType::kFp32, DType::kFp32, 8, 128}};
-    for (Case const& c : cases) {
-        int32_t const numPages = 5, pageSize = 16, maxPages = 3, batch = 2, seqLen = 40;
-        size_t const inSize = dtypeSize(c.pool), outSize = dtypeSize(c.out);
-        size_t const poolBytes = 2 * size_t(numPages) * pageSize * c.heads * c.headDim * inSize;
-        Bytes const pool = randomBytes(poolBytes, 7);
-        std::vector<int32_t> const table = {3, 0,  4,  8, 5,  9,     // slot 0: K pages 3, 0, 4 (V = K + 5)
-                                            1, -1, -1, 6, -1, -1};  // slot 1: K page 1, then unmapped
-        std::vector<int32_t> const lengths = {37, 40};
-        size_t const outBytes = size_t(batch) * seqLen * c.heads * c.headDim * outSize;
-        PagedKvGather g{};
-        g.numPages = numPages;
-        g.pageSize = pageSize;
-        g.kvHeads = c.heads;
-        g.headDim = c.headDim;
-        g.maxPagesPerSeq = maxPages;
-        g.batch = batch;
-        g.seqLen = seqLen;
-        g.poolDtype = static_cast<int32_t>(c.pool);
-        g.outDtype = static_cast<int32_t>(c.out);
-        g.kScale = 0.37f;
-        g.vScale = 3.5f;
+    for (DenseKvLayout const layout : {DenseKvLayout::kTokenMajor, DenseKvLayout::kHeadMajor})
+        for (Case const& c : cases) {
+            int32_t const numPages = 5, pageSize = 16, maxPages = 3, batch = 2, seqLen = 40;
+            size_t const inSize = dtypeSize(c.pool), outSize = dtypeSize(c.out);
+            size_t const poolBytes = 2 * size_t(numPages) * pageSize * c.heads * c.headDim * inSize;
+            Bytes const pool = randomBytes(poolBytes, 7);
+            std::vector<int32_t> const table = {3, 0,  4,  8, 5,  9,     // slot 0: K pages 3, 0, 4 (V = K + 5)
+                                                1, -1, -1, 6, -1, -1};  // slot 1: K page 1, then unmapped
+            std::vector<int32_t> const lengths = {37, 40};
+            size_t const outBytes = size_t(batch) * seqLen * c.heads * c.headDim * outSize;
+            PagedKvGather g{};
+            g.numPages = numPages;
+            g.pageSize = pageSize;
+            g.kvHeads = c.heads;
+            g.headDim = c.headDim;
+            g.maxPagesPerSeq = maxPages;
+            g.batch = batch;
+            g.seqLen = seqLen;
+            g.poolDtype = static_cast<int32_t>(c.pool);
+            g.outDtype = static_cast<int32_t>(c.out);
+            g.kScale = 0.37f;
+            g.vScale = 3.5f;
+            g.layout = static_cast<int32_t>(layout);
 
-        auto cpu = createCpuBackend();
-        DeviceBuffer p(*cpu, poolBytes), t(*cpu, table.size() * 4), l(*cpu, 8), k(*cpu, outBytes), v(*cpu, outBytes);
-        p.write(0, pool.data(), poolBytes);
-        t.write(0, table.data(), table.size() * 4);
-        l.write(0, lengths.data(), 8);
-        PagedKvGather oracleParams = g;
-        oracleParams.pool = p.data();
-        oracleParams.pageTable = static_cast<int32_t const*>(t.data());
-        oracleParams.kvLengths = static_cast<int32_t const*>(l.data());
-        oracleParams.kOut = k.data();
-        oracleParams.vOut = v.data();
-        cpu->gatherPagedKv(oracleParams);
-        Bytes expectedK(outBytes), expectedV(outBytes);
-        k.read(0, expectedK.data(), outBytes);
-        v.read(0, expectedV.data(), outBytes);
+            auto cpu = createCpuBackend();
+            DeviceBuffer p(*cpu, poolBytes), t(*cpu, table.size() * 4), l(*cpu, 8), k(*cpu, outBytes),
+                v(*cpu, outBytes);
+            p.write(0, pool.data(), poolBytes);
+            t.write(0, table.data(), table.size() * 4);
+            l.write(0, lengths.data(), 8);
+            PagedKvGather oracleParams = g;
+            oracleParams.pool = p.data();
+            oracleParams.pageTable = static_cast<int32_t const*>(t.data());
+            oracleParams.kvLengths = static_cast<int32_t const*>(l.data());
+            oracleParams.kOut = k.data();
+            oracleParams.vOut = v.data();
+            cpu->gatherPagedKv(oracleParams);
+            Bytes expectedK(outBytes), expectedV(outBytes);
+            k.read(0, expectedK.data(), outBytes);
+            v.read(0, expectedV.data(), outBytes);
 
-        Arena poolArena(poolBytes), kArena(outBytes), vArena(outBytes);
-        std::memcpy(poolArena.data(), pool.data(), poolBytes);
-        std::memset(kArena.data(), 0xCD, outBytes);
-        std::memset(vArena.data(), 0xCD, outBytes);
-        g.pool = poolArena.data();
-        g.pageTable = table.data();
-        g.kvLengths = lengths.data();
-        g.kOut = kArena.data();
-        g.vOut = vArena.data();
-        emulated_kernels::launchGatherPagedKv(g, nullptr);
-        EXPECT_EQ(Bytes(kArena.data(), kArena.data() + outBytes), expectedK)
-            << dtypeName(c.pool) << " -> " << dtypeName(c.out);
-        EXPECT_EQ(Bytes(vArena.data(), vArena.data() + outBytes), expectedV)
-            << dtypeName(c.pool) << " -> " << dtypeName(c.out);
-    }
+            Arena poolArena(poolBytes), kArena(outBytes), vArena(outBytes);
+            std::memcpy(poolArena.data(), pool.data(), poolBytes);
+            std::memset(kArena.data(), 0xCD, outBytes);
+            std::memset(vArena.data(), 0xCD, outBytes);
+            g.pool = poolArena.data();
+            g.pageTable = table.data();
+            g.kvLengths = lengths.data();
+            g.kOut = kArena.data();
+            g.vOut = vArena.data();
+            emulated_kernels::launchGatherPagedKv(g, nullptr);
+            EXPECT_EQ(Bytes(kArena.data(), kArena.data() + outBytes), expectedK)
+                << dtypeName(c.pool) << " -> " << dtypeName(c.out) << " layout " << static_cast<int>(layout);
+            EXPECT_EQ(Bytes(vArena.data(), vArena.data() + outBytes), expectedV)
+                << dtypeName(c.pool) << " -> " << dtypeName(c.out) << " layout " << static_cast<int>(layout);
+        }
+}
+
+TEST(KernelEmulation, ScatterMatchesTheOracleForBothLayoutsSplitsAndAnOffset) {
+    struct Case {
+        DType dtype;
+        int32_t heads;
+        int32_t headDim;
+        int32_t firstPosition;
+    };
+    // 8 x 128 fp32 tokens are 4 KiB: 4 tokens per block, so a sequence spans several blocks; an odd byte count
+    // (bf16 1 x 3) takes the unaligned copy path.
+    std::vector<Case> const cases = {
+        {DType::kFp16, 2, 8, 0}, {DType::kBf16, 1, 3, 5}, {DType::kFp8E4m3, 2, 8, 13}, {DType::kFp32, 8, 128, 7}};
+    for (DenseKvLayout const layout : {DenseKvLayout::kTokenMajor, DenseKvLayout::kHeadMajor})
+        for (Case const& c : cases) {
+            int32_t const numPages = 5, pageSize = 16, maxPages = 3, batch = 2, seqLen = 27;
+            size_t const size = dtypeSize(c.dtype);
+            size_t const poolBytes = 2 * size_t(numPages) * pageSize * c.heads * c.headDim * size;
+            size_t const inBytes = size_t(batch) * seqLen * c.heads * c.headDim * size;
+            Bytes const pool = randomBytes(poolBytes, 11);
+            Bytes const kIn = randomBytes(inBytes, 12), vIn = randomBytes(inBytes, 13);
+            std::vector<int32_t> const table = {3, 0, 4, 8, 5, 9,    // slot 0: K pages 3, 0, 4 (V = K + 5)
+                                                1, 2, 0, 6, 7, 5};  // slot 1: K pages 1, 2, 0 (0 shared with slot 0)
+            PagedKvScatter s{};
+            s.numPages = numPages;
+            s.pageSize = pageSize;
+            s.kvHeads = c.heads;
+            s.headDim = c.headDim;
+            s.maxPagesPerSeq = maxPages;
+            s.batch = 1;  // slot 0 only when its pages are shared: a real engine never writes one page from two slots
+            s.seqLen = seqLen;
+            s.firstPosition = c.firstPosition;
+            s.dtype = static_cast<int32_t>(c.dtype);
+            s.layout = static_cast<int32_t>(layout);
+            for (int32_t rows : {1, 2}) {
+                std::vector<int32_t> rowTable = table;
+                if (rows == 2) rowTable[8] = -1, rowTable[11] = -1;  // slot 1 stops before page 0
+                if (rows == 2 && c.firstPosition + seqLen > 2 * pageSize) continue;
+                s.batch = rows;
+                auto cpu = createCpuBackend();
+                DeviceBuffer p(*cpu, poolBytes), t(*cpu, rowTable.size() * 4), k(*cpu, inBytes), v(*cpu, inBytes);
+                p.write(0, pool.data(), poolBytes);
+                t.write(0, rowTable.data(), rowTable.size() * 4);
+                k.write(0, kIn.data(), inBytes);
+                v.write(0, vIn.data(), inBytes);
+                PagedKvScatter oracleParams = s;
+                oracleParams.pool = p.data();
+                oracleParams.pageTable = static_cast<int32_t const*>(t.data());
+                oracleParams.kIn = k.data();
+                oracleParams.vIn = v.data();
+                cpu->scatterPagedKv(oracleParams);
+                Bytes expected(poolBytes);
+                p.read(0, expected.data(), poolBytes);
+                EXPECT_NE(expected, pool);
+
+                Arena poolArena(poolBytes), kArena(inBytes), vArena(inBytes);
+                std::memcpy(poolArena.data(), pool.data(), poolBytes);
+                std::memcpy(kArena.data(), kIn.data(), inBytes);
+                std::memcpy(vArena.data(), vIn.data(), inBytes);
+                s.pool = poolArena.data();
+                s.pageTable = rowTable.data();
+                s.kIn = kArena.data();
+                s.vIn = vArena.data();
+                emulated_kernels::launchScatterPagedKv(s, nullptr);
+                EXPECT_EQ(Bytes(poolArena.data(), poolArena.data() + poolBytes), expected)
+                    << dtypeName(c.dtype) << " layout " << static_cast<int>(layout) << " rows " << rows;
+            }
+        }
 }
 
 TEST(KernelEmulation, HashChunksMatchTheHostChunking) {

@@ -16,6 +16,7 @@
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/device/kv_gather.h"
 #include "ctxcache/device/kv_lengths.h"
+#include "ctxcache/device/kv_scatter.h"
 #include "ctxcache/device/snapshot_storage.h"
 #include "device/cuda_probe.h"
 #include "device_test_support.h"
@@ -308,6 +309,57 @@ TEST_F(CudaVsCpu, PagedGatherMatchesForEveryDtypeWithDequantisationAndZeroFill) 
         }
         EXPECT_EQ(results[1], results[0])
             << dtypeName(c.pool) << " -> " << dtypeName(c.out) << " headDim " << c.headDim;
+    }
+}
+
+TEST_F(CudaVsCpu, ScatterAndHeadMajorGatherMatchInBothLayouts) {
+    struct Case {
+        DType dtype;
+        int32_t heads;
+        int32_t headDim;
+    };
+    std::vector<Case> const cases = {
+        {DType::kFp16, 2, 64}, {DType::kBf16, 3, 3}, {DType::kFp32, 2, 8}, {DType::kFp8E4m3, 1, 5}};
+    for (DenseKvLayout const layout : {DenseKvLayout::kTokenMajor, DenseKvLayout::kHeadMajor}) {
+        for (Case const& c : cases) {
+            Bytes results[2];
+            for (int i = 0; i < 2; ++i) {
+                DeviceBackend& b = backend(i);
+                KvPagePool pool(b, KvPoolGeometry{12, 16, c.dtype, {{c.heads, c.headDim}}});
+                fillPool(pool, 60);
+                KvPageTable table(b, 2, 5, 12);
+                std::vector<int32_t> const r0 = {3, 7, 0, 11}, r1 = {5, 9, 1};
+                table.setRow(0, r0.data(), r0.size());
+                table.setRow(1, r1.data(), r1.size());
+                table.upload();
+                KvScatterRequest s;
+                s.batch = 2;
+                s.seqLen = 29;
+                s.firstPosition = 13;  // positions 13..41: the end of page 0 to the middle of page 2
+                s.layout = layout;
+                size_t const inBytes = scatterInputBytes(pool, s);
+                Bytes const kIn = randomBytes(inBytes, 61), vIn = randomBytes(inBytes, 62);
+                DeviceBuffer k(b, inBytes), v(b, inBytes);
+                k.write(0, kIn.data(), inBytes);
+                v.write(0, vIn.data(), inBytes);
+                scatterPagedKv(pool, table, s, k.data(), v.data(), inBytes);
+                KvGatherRequest g;
+                g.batch = 2;
+                g.seqLen = 48;
+                g.outDtype = c.dtype;
+                g.layout = layout;
+                size_t const outBytes = gatherOutputBytes(pool, g);
+                DeviceBuffer ko(b, outBytes), vo(b, outBytes);
+                gatherPagedKv(pool, table, nullptr, g, ko.data(), vo.data(), outBytes);
+                results[i] = readBuffer(ko);
+                Bytes const vb = readBuffer(vo);
+                results[i].insert(results[i].end(), vb.begin(), vb.end());
+                Bytes pages(pool.layerBytes(0));
+                pool.readPages(0, 0, 2 * pool.numPages(), pages.data(), pages.size());
+                results[i].insert(results[i].end(), pages.begin(), pages.end());
+            }
+            EXPECT_EQ(results[1], results[0]) << dtypeName(c.dtype) << " layout " << static_cast<int>(layout);
+        }
     }
 }
 
