@@ -54,34 +54,6 @@ void checkMatchedPrefix(char const* operation, BlockHashSpan hashes, size_t coun
                                     " != " + toHex(matched[i]) + ")");
 }
 
-// f(x) for each x in order, with prefetch(x) issued kPrefetchDistance elements ahead (the walks over a lease's or
-// a record's pages touch one random refcount slot each; their misses overlap this way).
-template <class T, class Prefetch, class F>
-void forEachPrefetched(std::vector<T> const& items, Prefetch&& prefetch, F&& f) {
-    size_t const d = detail::kPrefetchDistance;
-    size_t const n = items.size();
-    for (size_t i = 0; i < std::min(n, d); ++i) prefetch(items[i]);
-    for (size_t i = 0; i < n; ++i) {
-        if (i + d < n) prefetch(items[i + d]);
-        f(items[i]);
-    }
-}
-
-// Like forEachPrefetched, for walks with two dependent misses per element: early(x) is issued 2 * distance ahead
-// (loads that need nothing), late(x) one distance ahead (loads whose address comes from what early fetched).
-// Elements [from, size) only.
-template <class T, class Early, class Late, class F>
-void forEachPipelined(std::vector<T> const& items, size_t from, Early&& early, Late&& late, F&& f) {
-    size_t const d = detail::kPrefetchDistance;
-    size_t const n = items.size() > from ? items.size() - from : 0;
-    T const* x = items.data() + from;
-    for (size_t k = 0; k < n + 2 * d; ++k) {
-        if (k < n) early(x[k]);
-        if (k >= d && k - d < n) late(x[k - d]);
-        if (k >= 2 * d && k - 2 * d < n) f(x[k - 2 * d]);
-    }
-}
-
 }  // namespace
 
 ResourceDemand ContextCacheManager::validatedCapacities(int32_t pageSize, ResourceDemand capacities,
@@ -140,10 +112,8 @@ ContextCacheManager::LeaseState& ContextCacheManager::checkLease(CacheRequestLea
 
 void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
     // noexcept: a refcount underflow here means corrupted metadata, and std::terminate is the right answer.
-    forEachPrefetched(s.basePages, [&](PageId page) { pools_.prefetch({ResourceType::kBaseKvPage, page}); },
-                      [&](PageId page) { pools_.releaseActiveRef({ResourceType::kBaseKvPage, page}); });
-    forEachPrefetched(s.draftPages, [&](PageId page) { pools_.prefetch({ResourceType::kDraftKvPage, page}); },
-                      [&](PageId page) { pools_.releaseActiveRef({ResourceType::kDraftKvPage, page}); });
+    for (PageId page : s.basePages) pools_.releaseActiveRef({ResourceType::kBaseKvPage, page});
+    for (PageId page : s.draftPages) pools_.releaseActiveRef({ResourceType::kDraftKvPage, page});
     if (s.recurrentBinding) pools_.releaseActiveRef({ResourceType::kRecurrentSnapshot, *s.recurrentBinding});
     if (s.partialBinding) pools_.releaseActiveRef({ResourceType::kPartialKvSnapshot, *s.partialBinding});
     for (ResourceId const& id : s.reservedSnapshots) pools_.releaseActiveRef(id);
@@ -180,12 +150,11 @@ void ContextCacheManager::evictRecord(RecordId id) {
     CacheRecord record = records_.erase(id);
     if (!record.isHybrid()) draftIndex_.erase(record);
     releaseBasePages(record.basePagePath, 0);
-    forEachPrefetched(record.draftPagePath, [&](PageId page) { pools_.prefetch({ResourceType::kDraftKvPage, page}); },
-                      [&](PageId page) {
+    for (PageId page : record.draftPagePath) {
         ResourceId const rid{ResourceType::kDraftKvPage, page};
         pools_.releaseCacheRef(rid);
         if (pools_.isFree(rid)) ++metrics_.reclaimedDraftKvPages;
-    });
+    }
     if (record.recurrentSnapshotSlot) {
         ResourceId const rid{ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot};
         pools_.releaseCacheRef(rid);
@@ -200,19 +169,14 @@ void ContextCacheManager::evictRecord(RecordId id) {
 }
 
 void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from) {
-    // Two dependent misses per page when its last cache reference goes (its refcount slot and reverse entry,
-    // then the forward slot of the hash found there): a two-stage pipeline keeps both in flight.
-    forEachPipelined(pages, from, [&](PageId page) {
-        pools_.prefetch({ResourceType::kBaseKvPage, page});
-        baseIndex_.prefetchPage(page);
-    }, [&](PageId page) { baseIndex_.prefetchForwardOfPage(page); }, [&](PageId page) {
-        ResourceId const rid{ResourceType::kBaseKvPage, page};
+    for (size_t i = from; i < pages.size(); ++i) {
+        ResourceId const rid{ResourceType::kBaseKvPage, pages[i]};
         pools_.releaseCacheRef(rid);
         if (pools_.cacheRefCount(rid) == 0) {
-            baseIndex_.erasePage(page);
+            baseIndex_.erasePage(pages[i]);
             if (pools_.activeRefCount(rid) == 0) ++metrics_.reclaimedBaseKvPages;
         }
-    });
+    }
 }
 
 void ContextCacheManager::trimRecord(RecordTrim const& trim) {
@@ -326,11 +290,10 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
     s.draftPages.reserve(plan.draftPageBindings.size());
 
     // 1. Pin the hit before eviction so that planning cannot count it as reclaimable.
-    forEachPrefetched(plan.basePageBindings, [&](PageId page) { pools_.prefetch({ResourceType::kBaseKvPage, page}); },
-                      [&](PageId page) {
+    for (PageId page : plan.basePageBindings) {
         pools_.addActiveRef({ResourceType::kBaseKvPage, page});
         s.basePages.push_back(page);
-    });
+    }
     for (PageId page : plan.draftPageBindings) {
         pools_.addActiveRef({ResourceType::kDraftKvPage, page});
         s.draftPages.push_back(page);
@@ -472,11 +435,8 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan 
     std::vector<PageId> canonical;
     canonical.reserve(count);
     newlyMapped.reserve(count);
-    size_t const d = detail::kPrefetchDistance;
-    for (size_t i = 0; i < std::min(count, d); ++i) baseIndex_.prefetch(hashes[i]);
     try {
         for (size_t i = 0; i < count; ++i) {
-            if (i + d < count) baseIndex_.prefetch(hashes[i + d]);
             BaseInsertResult const r = baseIndex_.insert(hashes[i], producerPages[i]);
             canonical.push_back(r.canonicalPage);
             if (r.inserted) newlyMapped.push_back(producerPages[i]);
@@ -499,12 +459,7 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     size_t refsAdded = 0;
     RecordId id = kNoRecord;
     try {
-        size_t const d = detail::kPrefetchDistance;
-        for (size_t i = 0; i < std::min(resources.size(), d); ++i) pools_.prefetch(resources[i]);
-        for (; refsAdded < resources.size(); ++refsAdded) {
-            if (refsAdded + d < resources.size()) pools_.prefetch(resources[refsAdded + d]);
-            pools_.addCacheRef(resources[refsAdded]);
-        }
+        for (; refsAdded < resources.size(); ++refsAdded) pools_.addCacheRef(resources[refsAdded]);
         RecordInsertResult const inserted = records_.insert(std::move(record));
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
