@@ -1,0 +1,61 @@
+// KvEventLog: flat append-only event storage (include/ctxcache/kv_events.h).
+
+#include "ctxcache/kv_events.h"
+
+namespace ctxcache {
+
+void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
+                              int32_t const* tokens, size_t tokenCount) {
+    KvEvent event;
+    event.type = KvEventType::kBlockStored;
+    event.hasParent = hasParent;
+    event.parentBlockHash = hasParent ? parentBlockHash : 0;
+    event.firstHash = hashes_.size();
+    event.hashCount = count;
+    event.firstToken = tokens_.size();
+    event.tokenCount = tokenCount;
+    events_.reserve(events_.size() + 1);
+    hashes_.reserve(hashes_.size() + count);
+    tokens_.reserve(tokens_.size() + tokenCount);
+    // Nothing below allocates: the log is unchanged if a reservation throws.
+    for (size_t i = 0; i < count; ++i) hashes_.push_back(kvEventBlockHash(blockHashes[i]));
+    tokens_.insert(tokens_.end(), tokens, tokens + tokenCount);
+    events_.push_back(event);
+}
+
+void KvEventLog::beginRemoved() {
+    KvEvent event;
+    event.type = KvEventType::kBlockRemoved;
+    event.firstHash = hashes_.size();
+    event.firstToken = tokens_.size();
+    events_.push_back(event);
+}
+
+void KvEventLog::endRemoved() {
+    if (!events_.empty() && events_.back().type == KvEventType::kBlockRemoved && events_.back().hashCount == 0)
+        events_.pop_back();
+}
+
+void KvEventLog::appendCleared() {
+    KvEvent event;
+    event.type = KvEventType::kAllBlocksCleared;
+    event.firstHash = hashes_.size();
+    event.firstToken = tokens_.size();
+    events_.push_back(event);
+}
+
+void KvEventLog::append(KvEventLog const& other) {
+    size_t const hashBase = hashes_.size();
+    size_t const tokenBase = tokens_.size();
+    events_.reserve(events_.size() + other.events_.size());
+    hashes_.insert(hashes_.end(), other.hashes_.begin(), other.hashes_.end());
+    tokens_.insert(tokens_.end(), other.tokens_.begin(), other.tokens_.end());
+    for (KvEvent event : other.events_) {
+        event.firstHash += hashBase;
+        event.firstToken += tokenBase;
+        events_.push_back(event);
+    }
+    if (blockSize == 0) blockSize = other.blockSize;
+}
+
+}  // namespace ctxcache
