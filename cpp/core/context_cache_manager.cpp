@@ -171,8 +171,7 @@ void ContextCacheManager::evictOne(RecordId id) {
             eventFailed();
         }
     }
-    // Leaf-first, so that a consumer never sees a block removed before its descendants.
-    for (size_t i = record.basePagePath.size(); i-- > 0;) {
+    for (size_t i = 0; i < record.basePagePath.size(); ++i) {
         PageId const page = record.basePagePath[i];
         ResourceId const rid{ResourceType::kBaseKvPage, page};
         pools_.releaseCacheRef(rid);

@@ -2,6 +2,8 @@
 
 #include "ctxcache/kv_events.h"
 
+#include <algorithm>
+
 namespace ctxcache {
 
 void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
@@ -31,9 +33,15 @@ void KvEventLog::beginRemoved() {
     events_.push_back(event);
 }
 
-void KvEventLog::endRemoved() {
-    if (!events_.empty() && events_.back().type == KvEventType::kBlockRemoved && events_.back().hashCount == 0)
+void KvEventLog::endRemoved() noexcept {
+    if (events_.empty() || events_.back().type != KvEventType::kBlockRemoved) return;
+    KvEvent const& event = events_.back();
+    if (event.hashCount == 0) {
         events_.pop_back();
+        return;
+    }
+    auto const first = hashes_.begin() + static_cast<std::ptrdiff_t>(event.firstHash);
+    std::reverse(first, first + static_cast<std::ptrdiff_t>(event.hashCount));
 }
 
 void KvEventLog::appendCleared() {

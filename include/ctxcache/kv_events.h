@@ -47,14 +47,15 @@ public:
     // blockHashes are the full 128-bit hashes; the log keeps kvEventBlockHash of each.
     void appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
                       int32_t const* tokens, size_t tokenCount);
-    // Opens a BlockRemoved event; addRemoved appends its hashes (one event per evicted record).
+    // Opens a BlockRemoved event; addRemoved appends its hashes root-first (one event per evicted record).
     void beginRemoved();
     void addRemoved(uint64_t blockHash) {
         hashes_.push_back(blockHash);
         ++events_.back().hashCount;
     }
-    // Drops an opened BlockRemoved event that received no hash.
-    void endRemoved();
+    // Closes it: its hashes become leaf-first (a consumer never sees a block go before its descendants); an
+    // event that received no hash is dropped.
+    void endRemoved() noexcept;
     void appendCleared();
     // Moves other's events behind this log's (offsets rebased).
     void append(KvEventLog const& other);
