@@ -52,6 +52,22 @@ void KvEventLog::appendCleared() {
     events_.push_back(event);
 }
 
+void KvEventLog::appendEvent(KvEventType type, bool hasParent, uint64_t parentBlockHash, uint64_t const* blockHashes,
+                             size_t count, int32_t const* tokens, size_t tokenCount) {
+    KvEvent event;
+    event.type = type;
+    event.hasParent = hasParent;
+    event.parentBlockHash = hasParent ? parentBlockHash : 0;
+    event.firstHash = hashes_.size();
+    event.hashCount = count;
+    event.firstToken = tokens_.size();
+    event.tokenCount = tokenCount;
+    events_.reserve(events_.size() + 1);
+    hashes_.insert(hashes_.end(), blockHashes, blockHashes + count);
+    tokens_.insert(tokens_.end(), tokens, tokens + tokenCount);
+    events_.push_back(event);
+}
+
 void KvEventLog::append(KvEventLog const& other) {
     size_t const hashBase = hashes_.size();
     size_t const tokenBase = tokens_.size();

@@ -57,6 +57,9 @@ public:
     // event that received no hash is dropped.
     void endRemoved() noexcept;
     void appendCleared();
+    // Any event from its wire values (hashes already 64-bit), e.g. one a caller of the C ABI hands back to encode.
+    void appendEvent(KvEventType type, bool hasParent, uint64_t parentBlockHash, uint64_t const* blockHashes,
+                     size_t count, int32_t const* tokens, size_t tokenCount);
     // Moves other's events behind this log's (offsets rebased).
     void append(KvEventLog const& other);
 
