@@ -123,6 +123,19 @@ from .runtime import (  # noqa: E402
 )
 from .swa import BoundedSwaKVPageManager, SwaRequest  # noqa: E402
 
+# KV events for cluster routers (docs/EVENTS.md).
+from . import events  # noqa: E402
+from .events import (  # noqa: E402
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEventPublisher,
+    KvEventStatus,
+    PublisherStats,
+    encode_kv_events,
+    publisher_available,
+)
+
 # Spelled out (not computed) so that type checkers see what the package exports.
 __all__ = [
     "AdmitResult", "AdmitSequenceStatus", "CommitPolicy", "ContextCacheCommitPolicy", "ContextCacheCoordinator",
@@ -131,6 +144,8 @@ __all__ = [
     "RequestFailedError", "ResidentRef", "ScalarType", "SequenceInfo", "SequenceStatus", "SpecReuseContract",
     "TokenStateContract", "runtime",
     "BoundedSwaKVPageManager", "SwaRequest", "SwaState", "swa",
+    "AllBlocksCleared", "BlockRemoved", "BlockStored", "KvEventPublisher", "KvEventStatus", "PublisherStats",
+    "encode_kv_events", "events", "publisher_available",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",

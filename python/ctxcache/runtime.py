@@ -45,6 +45,7 @@ import numpy as np
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage, _Handle
+from .events import KvEventSource
 from .enums import (
     AdmitSequenceStatus,
     CommitPolicy,
@@ -441,7 +442,7 @@ def _device(value: Any, kind: type[_Handle], name: str, keep: list[Any]) -> Any:
     return value._live()
 
 
-class ContextCacheCoordinator(_Handle):
+class ContextCacheCoordinator(KvEventSource, _Handle):
     """A context-cache coordinator over device objects (None where the profile does not use them): attention
     needs base_pool, base_table and base_lengths; a speculative profile that owns paged spec state the draft
     triple; a hybrid or pure recurrent model resident_state and snapshots."""

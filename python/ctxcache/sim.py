@@ -27,6 +27,7 @@ import numpy as np
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import BackendKind, DType, _enum, _Handle
+from .events import KvEventSource
 from .enums import CommitPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import ArgumentTypeError
 from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
@@ -70,7 +71,7 @@ class EngineStats:
     retractions: int
 
 
-class ReferenceEngine(_Handle):
+class ReferenceEngine(KvEventSource, _Handle):
     """A reference engine over its own backend, pools, page tables, snapshot storage and coordinator.
 
     ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``backend``: "cpu" (default), "cuda" or
