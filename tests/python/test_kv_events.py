@@ -1,0 +1,423 @@
+"""KV events (docs/EVENTS.md): the drained stream, the msgpack encoding decoded with a schema (msgspec Structs
+shaped like vLLM's KVEventBatch), the ZMQ publisher's 3-frame batches and replay decoded from a real pyzmq
+subscriber, a stalled subscriber that changes no cache result, and vLLM's own decoder where a vLLM venv exists."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import msgspec
+import numpy as np
+import pytest
+import zmq
+
+import ctxcache
+from ctxcache import AllBlocksCleared, BlockRemoved, BlockStored, ResourceDemand
+
+PAGE = 4
+
+
+# ---- the schema: vLLM's wire types (vllm/distributed/kv_events.py), written here from the format ----------------
+
+class MapEvent(msgspec.Struct, tag=True, omit_defaults=True, gc=False):
+    pass
+
+
+class MapBlockStored(MapEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: Optional[int]
+    token_ids: list[int]
+    block_size: int
+    lora_id: Optional[int]
+    medium: Optional[str]
+    lora_name: Optional[str]
+
+
+class MapBlockRemoved(MapEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: Optional[str]
+
+
+class MapAllBlocksCleared(MapEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class MapBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[Union[MapBlockStored, MapBlockRemoved, MapAllBlocksCleared]]
+    data_parallel_rank: Optional[int] = None
+
+
+class ArrayEvent(msgspec.Struct, tag=True, array_like=True, omit_defaults=True, gc=False):
+    pass
+
+
+class ArrayBlockStored(ArrayEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: Optional[int]
+    token_ids: list[int]
+    block_size: int
+    lora_id: Optional[int]
+    medium: Optional[str]
+    lora_name: Optional[str]
+
+
+class ArrayBlockRemoved(ArrayEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: Optional[str]
+
+
+class ArrayAllBlocksCleared(ArrayEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class ArrayBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[Union[ArrayBlockStored, ArrayBlockRemoved, ArrayAllBlocksCleared]]
+    data_parallel_rank: Optional[int] = None
+
+
+MAP_DECODER = msgspec.msgpack.Decoder(MapBatch)
+ARRAY_DECODER = msgspec.msgpack.Decoder(ArrayBatch)
+
+
+def as_events(batch: Any) -> list[ctxcache.events.KvEvent]:
+    """A decoded wire batch as the drain's dataclasses (medium checked separately)."""
+    out: list[ctxcache.events.KvEvent] = []
+    for e in batch.events:
+        name = type(e).__name__
+        if name.endswith("BlockStored"):
+            assert (e.lora_id, e.lora_name) == (None, None)
+            out.append(BlockStored(e.block_hashes, e.parent_block_hash, e.token_ids, e.block_size))
+        elif name.endswith("BlockRemoved"):
+            out.append(BlockRemoved(e.block_hashes))
+        else:
+            out.append(AllBlocksCleared())
+    return out
+
+
+# ---- a scripted sequence and the events its index changes imply --------------------------------------------------
+
+def low64(hashes: np.ndarray) -> list[int]:
+    return [int(lo) for lo in hashes[:, 1]]
+
+
+class Scenario:
+    """publish A (3 blocks), publish A again, publish B (shares 2 blocks), evict A, capacity eviction by C, clear."""
+
+    def __init__(self) -> None:
+        self.a_tokens = list(range(100, 114))  # 3 full blocks + a tail
+        self.b_tokens = list(range(100, 108)) + [500, 501, 502, 503]
+        self.c_tokens = list(range(900, 924))  # 6 blocks: every page
+        self.a = ctxcache.hash_full_blocks(np.array(self.a_tokens, dtype=np.int32), PAGE)
+        self.b = ctxcache.hash_full_blocks(np.array(self.b_tokens, dtype=np.int32), PAGE)
+        self.c = ctxcache.hash_full_blocks(np.array(self.c_tokens, dtype=np.int32), PAGE)
+
+    def steps(self) -> list[str]:
+        return ["publish A", "publish A again", "publish B", "evict A", "publish C", "clear"]
+
+    def run(self, manager: ctxcache.ContextCacheManager, after_step: Any = None) -> None:
+        def publish(hashes: np.ndarray, tokens: list[int]) -> None:
+            result = manager.acquire_vanilla(hashes, len(tokens))
+            with result.lease as lease:
+                manager.publish(lease, hashes, len(tokens), tokens=tokens)
+
+        actions = [
+            lambda: publish(self.a, self.a_tokens),
+            lambda: publish(self.a, self.a_tokens),
+            lambda: publish(self.b, self.b_tokens),
+            lambda: manager.evict_record(manager.records.lru()[0]),
+            lambda: publish(self.c, self.c_tokens),
+            manager.clear,
+        ]
+        for name, action in zip(self.steps(), actions):
+            action()
+            manager.check_invariants()
+            if after_step:
+                after_step(name)
+
+    def expected(self) -> dict[str, list[list[ctxcache.events.KvEvent]]]:
+        """Per step, its batches (one per manager call that changed the index), each a list of events."""
+        a, b, c = low64(self.a), low64(self.b), low64(self.c)
+        assert a[:2] == b[:2] and a[2] != b[2]
+        return {
+            "enable": [[AllBlocksCleared()]],
+            "publish A": [[BlockStored(a, None, self.a_tokens[:12], PAGE)]],
+            "publish A again": [],
+            "publish B": [[BlockStored([b[2]], a[1], self.b_tokens[8:12], PAGE)]],
+            "evict A": [[BlockRemoved([a[2]])]],
+            # the acquire evicts B (leaf-first), then the publication stores C
+            "publish C": [[BlockRemoved([b[2], b[1], b[0]])], [BlockStored(c, None, self.c_tokens, PAGE)]],
+            "clear": [[AllBlocksCleared()]],
+        }
+
+
+def flat(batches: list[list[Any]]) -> list[Any]:
+    return [event for batch in batches for event in batch]
+
+
+def new_manager() -> ctxcache.ContextCacheManager:
+    return ctxcache.ContextCacheManager(PAGE, ResourceDemand(base_kv_pages=6), 8)
+
+
+def test_drain_reports_exactly_the_index_changes_of_the_scripted_sequence() -> None:
+    scenario = Scenario()
+    expected = scenario.expected()
+    with new_manager() as manager:
+        manager.enable_kv_events()
+        assert manager.drain_kv_events() == flat(expected["enable"])
+        seen: dict[str, list[Any]] = {}
+        scenario.run(manager, lambda step: seen.__setitem__(step, manager.drain_kv_events()))
+        assert seen == {step: flat(expected[step]) for step in scenario.steps()}
+        assert len(manager.base_index) == 0
+        assert manager.kv_event_status == ctxcache.KvEventStatus(True, 0, 0)
+
+
+def test_events_need_tokens_and_an_empty_index() -> None:
+    scenario = Scenario()
+    with new_manager() as manager:
+        manager.enable_kv_events()
+        manager.drain_kv_events()
+        with manager.acquire_vanilla(scenario.a, 14).lease as lease:
+            with pytest.raises(ctxcache.ContractError, match="tokens"):
+                manager.publish(lease, scenario.a, 14)
+            with pytest.raises(ctxcache.ContractError, match="tokens"):
+                manager.publish(lease, scenario.a, 14, tokens=scenario.a_tokens[:11])
+            assert len(manager.records) == 0
+        assert manager.drain_kv_events() == []
+        with pytest.raises(ctxcache.ContractError, match="already enabled"):
+            manager.enable_kv_events()
+        manager.disable_kv_events()
+        with manager.acquire_vanilla(scenario.a, 14).lease as lease:
+            manager.publish(lease, scenario.a, 14)  # no events: no tokens needed
+        with pytest.raises(ctxcache.ContractError, match="before the first publication"):
+            manager.enable_kv_events()
+        manager.clear()
+
+
+def test_pending_limit_turns_overflow_into_one_clear() -> None:
+    scenario = Scenario()
+    with new_manager() as manager:
+        manager.enable_kv_events(max_pending_events=2)
+        scenario.run(manager)
+        status = manager.kv_event_status
+        assert status.lost > 0 and status.pending <= 2
+        events = manager.drain_kv_events()
+        assert AllBlocksCleared() in events and len(events) <= 2
+
+
+# ---- the encoding, decoded with the schema ---------------------------------------------------------------------
+
+ALL_KINDS = [AllBlocksCleared(), BlockStored([1, 2**64 - 1], None, list(range(8)), 4),
+             BlockStored([7], 2**63, [9, 9, 9, 9], 4), BlockRemoved([2**64 - 1, 1])]
+
+
+@pytest.mark.skipif(not ctxcache.publisher_available(), reason="built without the ZMQ publisher (libzmq, msgpack)")
+@pytest.mark.parametrize("array_encoding", [False, True])
+def test_encoding_decodes_with_the_schema(array_encoding: bool) -> None:
+    payload = ctxcache.encode_kv_events(ALL_KINDS, block_size=4, timestamp=1234.5, data_parallel_rank=3,
+                                        medium="GPU", array_encoding=array_encoding)
+    batch = (ARRAY_DECODER if array_encoding else MAP_DECODER).decode(payload)
+    assert batch.ts == 1234.5 and batch.data_parallel_rank == 3
+    assert as_events(batch) == ALL_KINDS
+    assert [getattr(e, "medium", "GPU") for e in batch.events] == ["GPU"] * 4
+    # The other decoder refuses it: a map consumer cannot read arrays, and the reverse.
+    with pytest.raises(msgspec.ValidationError):
+        (MAP_DECODER if array_encoding else ARRAY_DECODER).decode(payload)
+    # Hashes are msgpack integers (a router drops byte-string hashes): the raw structure says so.
+    raw = msgspec.msgpack.decode(payload)
+    stored = raw[1][1]
+    hashes = stored[1] if array_encoding else stored["block_hashes"]
+    assert hashes == [1, 2**64 - 1] and all(isinstance(h, int) for h in hashes)
+    nil_rank = msgspec.msgpack.decode(ctxcache.encode_kv_events([], block_size=4, timestamp=0.0))
+    assert nil_rank == [0.0, [], None]
+
+
+def test_publisher_is_unavailable_or_works() -> None:
+    if ctxcache.publisher_available():
+        with ctxcache.KvEventPublisher(f"ipc://{tempfile.mkdtemp()}/p") as publisher:
+            assert publisher.stats.accepted_batches == 0
+        with pytest.raises(ctxcache.InvalidHandleError):
+            publisher.stats
+    else:
+        with pytest.raises(ctxcache.UnsupportedError, match="built without"):
+            ctxcache.KvEventPublisher("tcp://*:5557")
+
+
+# ---- the ZMQ publisher, as a subscriber sees it -----------------------------------------------------------------
+
+needs_publisher = pytest.mark.skipif(not ctxcache.publisher_available(),
+                                     reason="built without the ZMQ publisher (libzmq, msgpack-cxx)")
+
+
+def receive(sub: zmq.Socket, timeout: float = 5.0) -> list[list[bytes]] | None:
+    if not sub.poll(int(timeout * 1000)):
+        return None
+    return sub.recv_multipart()
+
+
+def replay(endpoint: str, start: int) -> list[list[bytes]]:
+    """A late joiner's DEALER: every buffered batch from `start`, then the end marker."""
+    context = zmq.Context.instance()
+    with context.socket(zmq.DEALER) as dealer:
+        dealer.connect(endpoint)
+        dealer.send_multipart([b"", start.to_bytes(8, "big")])
+        out = []
+        while True:
+            assert dealer.poll(5000), "no replay answer"
+            frames = dealer.recv_multipart()
+            assert frames[0] == b""
+            if frames[1] == b"" and int.from_bytes(frames[2], "big", signed=True) == -1:
+                assert frames[3] == b""
+                return out
+            out.append(frames[1:])
+
+
+@needs_publisher
+@pytest.mark.parametrize("array_encoding", [False, True])
+def test_published_batches_decode_to_the_scripted_events_and_replay(array_encoding: bool) -> None:
+    scenario = Scenario()
+    expected = scenario.expected()
+    folder = tempfile.mkdtemp()
+    endpoint, replay_endpoint = f"ipc://{folder}/events", f"ipc://{folder}/replay"
+    decoder = ARRAY_DECODER if array_encoding else MAP_DECODER
+    context = zmq.Context.instance()
+    with context.socket(zmq.SUB) as sub, new_manager() as manager, \
+            ctxcache.KvEventPublisher(endpoint, replay_endpoint=replay_endpoint, topic="kv@pod-1@model",
+                                      data_parallel_rank=2, array_encoding=array_encoding,
+                                      medium="GPU") as publisher:
+        first = publisher.stats.next_sequence
+        assert abs(first / 1e6 - time.time()) < 60  # wall-clock microseconds: above any earlier run's numbers
+        sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        sub.connect(endpoint + "_dp2")  # vLLM's rule: rank r suffixes an ipc path (a tcp port moves up by r)
+        time.sleep(0.3)  # the subscription reaches the PUB (a slow joiner misses earlier batches)
+        manager.enable_kv_events()
+        manager.attach_kv_event_publisher(publisher)
+        batches: dict[str, list[list[bytes]]] = {}
+        names = ["enable"] + scenario.steps()
+
+        def take(step: str) -> None:
+            assert publisher.flush(5.0)
+            batches[step] = []
+            for _ in expected[step]:
+                frames = receive(sub)
+                assert frames is not None, f"no batch after {step}"
+                batches[step].append(frames)
+            assert receive(sub, 0.05) is None  # one batch per call, none for a call without index changes
+
+        take("enable")
+        scenario.run(manager, take)
+        assert manager.drain_kv_events() == []  # the publisher took everything
+
+        sequences = []
+        live = [frames for step in names for frames in batches[step]]
+        for step in names:
+            for (topic, sequence, payload), events in zip(batches[step], expected[step]):
+                assert topic == b"kv@pod-1@model"
+                sequences.append(int.from_bytes(sequence, "big"))
+                batch = decoder.decode(payload)
+                assert batch.data_parallel_rank == 2
+                assert as_events(batch) == events, step
+        assert sequences == list(range(first, first + len(sequences)))
+        stats = publisher.stats
+        assert (stats.accepted_batches, stats.sent_batches, stats.dropped_batches) == (len(sequences),) * 2 + (0,)
+
+        # A late joiner asks for everything from the third batch: the same frames, then the end marker.
+        replayed = replay(replay_endpoint + "_dp2", first + 2)
+        assert replayed == live[2:]
+        assert replay(replay_endpoint + "_dp2", first + 100) == []
+        assert publisher.stats.replay_requests == 2
+
+
+@needs_publisher
+def test_a_stalled_subscriber_changes_no_cache_result() -> None:
+    """A subscriber that never reads (tiny high-water marks) and a two-batch queue: the manager with the publisher
+    gives every result the manager without events gives, and the publisher only counts what it drops."""
+    rng = np.random.default_rng(7)
+    folder = tempfile.mkdtemp()
+    endpoint = f"ipc://{folder}/stalled"
+    context = zmq.Context.instance()
+    with context.socket(zmq.SUB) as stalled, \
+            ctxcache.KvEventPublisher(endpoint, max_queued_batches=2, send_high_water_mark=1,
+                                      buffer_steps=0) as publisher, \
+            new_manager() as quiet, new_manager() as loud:
+        stalled.setsockopt(zmq.RCVHWM, 1)
+        stalled.setsockopt(zmq.SUBSCRIBE, b"")
+        stalled.connect(endpoint)
+        loud.enable_kv_events()
+        loud.attach_kv_event_publisher(publisher)
+        started = time.perf_counter()
+        for step in range(300):
+            tokens = [int(t) for t in rng.integers(0, 4, size=int(rng.integers(4, 20)))]
+            hashes = ctxcache.hash_full_blocks(np.array(tokens, dtype=np.int32), PAGE)
+            results = []
+            for manager in (quiet, loud):
+                acquired = manager.acquire_vanilla(hashes, len(tokens))
+                assert acquired.lease is not None
+                with acquired.lease as lease:
+                    published = manager.publish(lease, hashes, len(tokens), tokens=tokens)
+                    results.append((acquired.plan.reuse_token_length, list(lease.base_pages), published))
+                if step % 37 == 36:
+                    manager.clear()
+                results.append((manager.records.lru(), len(manager.base_index)))
+            assert results[:2] == results[2:], step
+        elapsed = time.perf_counter() - started
+        loud.check_invariants()
+        publisher.flush(5.0)
+        stats = publisher.stats
+        assert stats.accepted_batches > 300
+        assert stats.sent_batches + stats.dropped_batches == stats.accepted_batches
+        assert elapsed < 30
+
+
+# ---- vLLM's own decoder, where a vLLM environment exists ---------------------------------------------------------
+
+def _vllm_python() -> Path | None:
+    root = Path(__file__).resolve().parents[2]
+    candidates = [os.environ.get("CTXCACHE_VLLM_VENV"), root / "build-peers" / "venv-vllm",
+                  Path("/work/main/build-peers/venv-vllm")]
+    for venv in candidates:
+        if venv and (Path(venv) / "bin" / "python").exists():
+            return Path(venv) / "bin" / "python"
+    return None
+
+
+_VLLM_DECODE = """
+import sys, msgspec
+from vllm.distributed.kv_events import KVEventBatch, BlockStored, BlockRemoved, AllBlocksCleared
+batch = msgspec.msgpack.Decoder(type=KVEventBatch).decode(sys.stdin.buffer.read())
+out = []
+for e in batch.events:
+    if isinstance(e, BlockStored):
+        out.append(["stored", list(e.block_hashes), e.parent_block_hash, list(e.token_ids), e.block_size, e.medium])
+    elif isinstance(e, BlockRemoved):
+        out.append(["removed", list(e.block_hashes), e.medium])
+    else:
+        assert isinstance(e, AllBlocksCleared)
+        out.append(["cleared"])
+print(msgspec.json.encode([batch.data_parallel_rank, out]).decode())
+"""
+
+
+@needs_publisher
+def test_vllm_kv_event_batch_decoder_reads_our_batches() -> None:
+    python = _vllm_python()
+    if python is None:
+        pytest.skip("no vLLM environment (CTXCACHE_VLLM_VENV or build-peers/venv-vllm, see tools/bench_peers)")
+    payload = ctxcache.encode_kv_events(ALL_KINDS, block_size=4, timestamp=1.0, data_parallel_rank=0)
+    done = subprocess.run([str(python), "-c", _VLLM_DECODE], input=payload, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    rank, events = msgspec.json.decode(done.stdout)
+    assert rank == 0
+    assert events == [["cleared"], ["stored", [1, 2**64 - 1], None, list(range(8)), 4, "GPU"],
+                      ["stored", [7], 2**63, [9, 9, 9, 9], 4, "GPU"], ["removed", [2**64 - 1, 1], "GPU"]]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
