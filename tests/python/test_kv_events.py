@@ -421,3 +421,43 @@ def test_vllm_kv_event_batch_decoder_reads_our_batches() -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+# ---- ctxcache replay --events ----------------------------------------------------------------------------------
+
+@needs_publisher
+@pytest.mark.parametrize("engine", ["--bookkeeping-only", "--verify"])
+def test_replay_publishes_its_events(engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from ctxcache import replay
+
+    endpoint = f"ipc://{tempfile.mkdtemp()}/replay-events"
+    context = zmq.Context.instance()
+    with context.socket(zmq.SUB) as sub:
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(endpoint)  # before the publisher binds: ZMQ connects once it does
+        code = replay.replay_main(["--limit", "24", "--page-size", "16", engine, "--json", "--no-progress",
+                                   "--no-optimum", "--events", endpoint, "--events-topic", "kv@replay@toy"])
+        assert code == 0
+        report = json.loads(capsys.readouterr().out)
+        received = []
+        while (frames := receive(sub, 1.0)) is not None:
+            received.append(frames)
+    ev = report["kv_events"]
+    assert ev["batches"] > 0 and ev["sent"] == ev["batches"] and ev["dropped"] == 0
+    # A subscriber that joins as the publisher binds misses the batches sent before its subscription arrives (ZMQ's
+    # slow joiner; a router recovers them through the replay socket), never later ones: what arrived is the tail of
+    # the sequence, in order, and decodes. A replay this short can be over before the subscription arrives, so
+    # arrival itself is not asserted here (tests/python/test_kv_events_dynamo.py proves delivery and replay).
+    assert len(received) <= ev["batches"]
+    sequences = [int.from_bytes(f[1], "big") for f in received]
+    assert sequences == list(range(sequences[0], sequences[0] + len(sequences))) if sequences else True
+    stored = 0
+    for topic, _, payload in received:
+        assert topic == b"kv@replay@toy"
+        for event in MAP_DECODER.decode(payload).events:
+            if isinstance(event, MapBlockStored):
+                assert event.block_size == 16 and len(event.token_ids) == 16 * len(event.block_hashes)
+                stored += len(event.block_hashes)
+    assert stored > 0 or not received or len(received) < ev["batches"]
