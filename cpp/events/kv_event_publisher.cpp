@@ -48,8 +48,11 @@ std::string kvEventEndpointForRank(std::string const& endpoint, int32_t rank) {
 
 namespace {
 
-constexpr int kIdlePollMilliseconds = 10;  // how often an idle sender looks at the replay socket
-constexpr size_t kSpareLogs = 4;           // recycled event logs (their capacity) kept for consume()
+// consume() does not wake the sender (a futex wake per manager call would cost the manager more than the events
+// themselves): the sender looks at the queue and the replay socket every kPollMilliseconds, so a batch leaves
+// within that time, and consume() wakes it early only when the queue is half full.
+constexpr int kPollMilliseconds = 5;
+constexpr size_t kSpareLogs = 64;  // recycled event logs (their capacity) handed back to the manager by consume()
 
 std::string bigEndian(uint64_t value) {
     std::string out(8, '\0');
@@ -116,8 +119,7 @@ void KvEventPublisher::Impl::run() noexcept {
         Batch batch;
         {
             std::unique_lock<std::mutex> lock(mutex);
-            wake.wait_for(lock, std::chrono::milliseconds(kIdlePollMilliseconds),
-                          [&] { return stopping || !queue.empty(); });
+            if (queue.empty() && !stopping) wake.wait_for(lock, std::chrono::milliseconds(kPollMilliseconds));
             if (queue.empty()) {
                 if (stopping) return;
                 lock.unlock();
@@ -290,7 +292,7 @@ void KvEventPublisher::consume(KvEventLog& events) noexcept {
         ++s.stats.droppedBatches;
         return;
     }
-    s.wake.notify_one();
+    if (2 * s.queue.size() >= s.options.maxQueuedBatches) s.wake.notify_one();
 }
 
 bool KvEventPublisher::flush(int32_t timeoutMilliseconds) {
