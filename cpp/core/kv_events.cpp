@@ -5,6 +5,17 @@
 #include <algorithm>
 
 namespace ctxcache {
+namespace {
+
+// Room for `extra` more elements, growing geometrically (reserve(size + extra) alone would reallocate on every
+// append once the capacity is reached).
+template <class T>
+void makeRoom(std::vector<T>& v, size_t extra) {
+    size_t const needed = v.size() + extra;
+    if (needed > v.capacity()) v.reserve(std::max(needed, 2 * v.capacity()));
+}
+
+}  // namespace
 
 void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
                               int32_t const* tokens, size_t tokenCount) {
@@ -16,9 +27,9 @@ void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool h
     event.hashCount = count;
     event.firstToken = tokens_.size();
     event.tokenCount = tokenCount;
-    events_.reserve(events_.size() + 1);
-    hashes_.reserve(hashes_.size() + count);
-    tokens_.reserve(tokens_.size() + tokenCount);
+    makeRoom(events_, 1);
+    makeRoom(hashes_, count);
+    makeRoom(tokens_, tokenCount);
     // Nothing below allocates: the log is unchanged if a reservation throws.
     for (size_t i = 0; i < count; ++i) hashes_.push_back(kvEventBlockHash(blockHashes[i]));
     tokens_.insert(tokens_.end(), tokens, tokens + tokenCount);
@@ -62,7 +73,9 @@ void KvEventLog::appendEvent(KvEventType type, bool hasParent, uint64_t parentBl
     event.hashCount = count;
     event.firstToken = tokens_.size();
     event.tokenCount = tokenCount;
-    events_.reserve(events_.size() + 1);
+    makeRoom(events_, 1);
+    makeRoom(hashes_, count);
+    makeRoom(tokens_, tokenCount);
     hashes_.insert(hashes_.end(), blockHashes, blockHashes + count);
     tokens_.insert(tokens_.end(), tokens, tokens + tokenCount);
     events_.push_back(event);
@@ -71,7 +84,7 @@ void KvEventLog::appendEvent(KvEventType type, bool hasParent, uint64_t parentBl
 void KvEventLog::append(KvEventLog const& other) {
     size_t const hashBase = hashes_.size();
     size_t const tokenBase = tokens_.size();
-    events_.reserve(events_.size() + other.events_.size());
+    makeRoom(events_, other.events_.size());
     hashes_.insert(hashes_.end(), other.hashes_.begin(), other.hashes_.end());
     tokens_.insert(tokens_.end(), other.tokens_.begin(), other.tokens_.end());
     for (KvEvent event : other.events_) {

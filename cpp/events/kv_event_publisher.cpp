@@ -263,25 +263,32 @@ KvEventPublisher::~KvEventPublisher() { close(); }
 void KvEventPublisher::consume(KvEventLog& events) noexcept {
     if (events.empty()) return;
     Impl& s = *impl_;
-    double const now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.closed) {
-        ++s.stats.droppedBatches;
-        return;
-    }
-    uint64_t const sequence = s.stats.nextSequence++;
-    ++s.stats.acceptedBatches;
-    try {
-        Impl::Batch batch;
-        batch.sequence = sequence;
-        batch.timestamp = now;
+    Impl::Batch batch;
+    batch.timestamp = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
         if (!s.spare.empty()) {
             batch.events = std::move(s.spare.back());
             s.spare.pop_back();
         }
-        std::swap(batch.events, events);  // the manager keeps a recycled log's capacity
-        events.clear();
+    }
+    // A copy into a recycled log, outside the lock: both the manager's log and the recycled ones keep their
+    // capacity, so that steady state allocates nothing (handing the manager's own buffers to the sender thread
+    // made it allocate, and fault in fresh pages, on every call).
+    bool copied = true;
+    try {
+        batch.events = events;
+    } catch (...) {
+        copied = false;
+    }
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.closed || !copied) {
+        ++s.stats.droppedBatches;
+        return;
+    }
+    batch.sequence = s.stats.nextSequence++;
+    ++s.stats.acceptedBatches;
+    try {
         if (s.queue.size() >= s.options.maxQueuedBatches) {
             s.queue.pop_front();  // the oldest: its sequence number becomes a gap the consumer sees
             ++s.stats.droppedBatches;
