@@ -415,14 +415,18 @@ CTXC_API ctxc_status_t ctxc_manager_publish_with_tokens(ctxc_manager_t *manager,
                                                         const ctxc_hash128_t *hashes, size_t count,
                                                         int32_t resident_state_length, const int32_t *tokens,
                                                         size_t token_count, ctxc_publish_result_t *out_result);
-CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(
-    ctxc_manager_t *manager, ctxc_lease_t *lease, const ctxc_hash128_t *hashes, size_t count,
-    const ctxc_hybrid_checkpoint_key_t *checkpoint, const ctxc_hybrid_snapshot_reservation_t *snapshots,
-    const int32_t *tokens, size_t token_count, ctxc_publish_result_t *out_result);
-CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(
-    ctxc_manager_t *manager, ctxc_lease_t *lease, const ctxc_hash128_t *hashes, size_t count,
-    const ctxc_hybrid_checkpoint_key_t *checkpoint, const ctxc_hybrid_snapshot_reservation_t *snapshots,
-    const int32_t *tokens, size_t token_count, ctxc_publish_result_t *out_result);
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t *manager, ctxc_lease_t *lease,
+                                                               const ctxc_hash128_t *hashes, size_t count,
+                                                               const ctxc_hybrid_checkpoint_key_t *checkpoint,
+                                                               const ctxc_hybrid_snapshot_reservation_t *snapshots,
+                                                               const int32_t *tokens, size_t token_count,
+                                                               ctxc_publish_result_t *out_result);
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_t *manager, ctxc_lease_t *lease,
+                                                                   const ctxc_hash128_t *hashes, size_t count,
+                                                                   const ctxc_hybrid_checkpoint_key_t *checkpoint,
+                                                                   const ctxc_hybrid_snapshot_reservation_t *snapshots,
+                                                                   const int32_t *tokens, size_t token_count,
+                                                                   ctxc_publish_result_t *out_result);
 /* Evict every record (a prefix-cache reset). Live leases keep what they pin; nothing is findable any more. With
  * KV events on, one AllBlocksCleared event instead of the removals. */
 CTXC_API ctxc_status_t ctxc_manager_clear(ctxc_manager_t *manager);
@@ -438,11 +442,7 @@ CTXC_API ctxc_status_t ctxc_manager_clear(ctxc_manager_t *manager);
  * `cache` names the manager: a ctxc_manager_t *, or the manager inside a ctxc_coordinator_t * or a
  * ctxc_sim_engine_t * (anything else: CTXC_E_INVALID_HANDLE). Every call follows that object's single-writer
  * contract. */
-enum {
-    CTXC_KV_EVENT_BLOCK_STORED = 0,
-    CTXC_KV_EVENT_BLOCK_REMOVED = 1,
-    CTXC_KV_EVENT_ALL_BLOCKS_CLEARED = 2
-};
+enum { CTXC_KV_EVENT_BLOCK_STORED = 0, CTXC_KV_EVENT_BLOCK_REMOVED = 1, CTXC_KV_EVENT_ALL_BLOCKS_CLEARED = 2 };
 
 typedef struct ctxc_kv_event {
     int32_t type; /* CTXC_KV_EVENT_* */

@@ -207,10 +207,9 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size
         }
         std::string payload;
         try {
-            payload = encodeKvEventBatch(log, timestamp,
-                                         data_parallel_rank >= 0 ? std::optional<int32_t>(data_parallel_rank)
-                                                                 : std::nullopt,
-                                         optionalString(medium, "GPU"), arrays);
+            payload = encodeKvEventBatch(
+                log, timestamp, data_parallel_rank >= 0 ? std::optional<int32_t>(data_parallel_rank) : std::nullopt,
+                optionalString(medium, "GPU"), arrays);
         } catch (KvEventPublisherUnavailableError const& e) {
             throw ApiError(CTXC_E_UNSUPPORTED, e.what());
         }

@@ -367,10 +367,12 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
 }
 
-CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(
-    ctxc_manager_t* manager, ctxc_lease_t* lease, const ctxc_hash128_t* hashes, size_t count,
-    const ctxc_hybrid_checkpoint_key_t* checkpoint, const ctxc_hybrid_snapshot_reservation_t* snapshots,
-    const int32_t* tokens, size_t token_count, ctxc_publish_result_t* out_result) {
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                               const ctxc_hash128_t* hashes, size_t count,
+                                                               const ctxc_hybrid_checkpoint_key_t* checkpoint,
+                                                               const ctxc_hybrid_snapshot_reservation_t* snapshots,
+                                                               const int32_t* tokens, size_t token_count,
+                                                               ctxc_publish_result_t* out_result) {
     ctxc_status_t const status = guard(__func__, [&] { inputTokens(tokens, token_count); });
     if (status != CTXC_OK) return status;
     return publishCheckpoint("ctxc_manager_publish_hybrid", manager, lease, hashes, count, checkpoint, snapshots,
@@ -387,10 +389,12 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, 
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
 }
 
-CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(
-    ctxc_manager_t* manager, ctxc_lease_t* lease, const ctxc_hash128_t* hashes, size_t count,
-    const ctxc_hybrid_checkpoint_key_t* checkpoint, const ctxc_hybrid_snapshot_reservation_t* snapshots,
-    const int32_t* tokens, size_t token_count, ctxc_publish_result_t* out_result) {
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                                   const ctxc_hash128_t* hashes, size_t count,
+                                                                   const ctxc_hybrid_checkpoint_key_t* checkpoint,
+                                                                   const ctxc_hybrid_snapshot_reservation_t* snapshots,
+                                                                   const int32_t* tokens, size_t token_count,
+                                                                   ctxc_publish_result_t* out_result) {
     ctxc_status_t const status = guard(__func__, [&] { inputTokens(tokens, token_count); });
     if (status != CTXC_OK) return status;
     return publishCheckpoint("ctxc_manager_publish_hybrid_mtp", manager, lease, hashes, count, checkpoint, snapshots,

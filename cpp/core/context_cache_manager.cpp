@@ -642,8 +642,7 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Hy
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashData,
                                                     size_t hashCount, HybridCheckpointKey const& checkpoint,
-                                                    HybridSnapshotReservation const& snapshots,
-                                                    BlockTokenSpan tokens) {
+                                                    HybridSnapshotReservation const& snapshots, BlockTokenSpan tokens) {
     EventCall const call(*this);
     char const* const op = "publishHybridMtp";
     BlockHashSpan const hashes{hashData, hashCount};

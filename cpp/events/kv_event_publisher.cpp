@@ -25,7 +25,8 @@ bool kvEventEndpointBinds(std::string const& endpoint) {
 }
 
 std::string kvEventEndpointForRank(std::string const& endpoint, int32_t rank) {
-    if (rank < 0) throw ContractError("KvEventPublisher: data-parallel rank is negative (" + std::to_string(rank) + ")");
+    if (rank < 0)
+        throw ContractError("KvEventPublisher: data-parallel rank is negative (" + std::to_string(rank) + ")");
     if (endpoint.empty() || rank == 0) return endpoint;
     if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0)
         return endpoint + "_dp" + std::to_string(rank);

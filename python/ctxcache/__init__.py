@@ -105,7 +105,22 @@ DeviceBackend = device.Backend
 
 # The runtime layer (coordinator and requests over the device objects) and bounded sliding-window paging (reuse
 # off, a windowed pool).
-from . import runtime, swa  # noqa: E402
+# KV events for cluster routers (docs/EVENTS.md).
+from . import (  # noqa: E402
+    events,  # noqa: E402
+    runtime,
+    swa,
+)
+from .events import (  # noqa: E402
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEventPublisher,
+    KvEventStatus,
+    PublisherStats,
+    encode_kv_events,
+    publisher_available,
+)
 from .runtime import (  # noqa: E402
     AdmitResult,
     ContextCacheCoordinator,
@@ -122,19 +137,6 @@ from .runtime import (  # noqa: E402
     SwaState,
 )
 from .swa import BoundedSwaKVPageManager, SwaRequest  # noqa: E402
-
-# KV events for cluster routers (docs/EVENTS.md).
-from . import events  # noqa: E402
-from .events import (  # noqa: E402
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    KvEventPublisher,
-    KvEventStatus,
-    PublisherStats,
-    encode_kv_events,
-    publisher_available,
-)
 
 # Spelled out (not computed) so that type checkers see what the package exports.
 __all__ = [

@@ -17,7 +17,6 @@ import numpy as np
 from . import _arrays, _resource
 from ._ffi import check, ffi, lib, new_output
 from ._resource import Family, Resource
-from .events import KvEventSource
 from .enums import (
     AcquireStatus,
     LeaseState,
@@ -29,6 +28,7 @@ from .enums import (
     SpecReplayMode,
 )
 from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+from .events import KvEventSource
 
 _NULL = ffi.NULL
 
@@ -103,6 +103,13 @@ _ACQUIRE_RESULT_SIZE = ffi.sizeof("ctxc_acquire_result_t")
 
 def _demand(c: Any) -> ResourceDemand:
     return ResourceDemand(c.base_kv_pages, c.draft_kv_pages, c.recurrent_snapshot_slots, c.partial_kv_snapshot_slots)
+
+
+def _token_pointer(tokens: np.ndarray | None) -> tuple[Any, int]:
+    """(pointer, count) of a publication's token array (the caller keeps the array alive across the call)."""
+    if tokens is None or tokens.size == 0:
+        return _NULL, 0
+    return _arrays.int32_pointer(tokens), int(tokens.size)
 
 
 def _optional_slot(value: int) -> int | None:
@@ -690,12 +697,10 @@ class ContextCacheManager(KvEventSource, Resource):
         handle = self._lease_handle(lease)
         hashes = _arrays.hash_array(full_block_hashes)
         resident = _arrays.integer(resident_state_length, "resident_state_length")
-        t = _NULL, 0, None
-        if tokens is not None:
-            array = _arrays.int32_array(tokens)
-            t = _arrays.int32_pointer(array) if array.size else _NULL, array.size, array
+        array = None if tokens is None else _arrays.int32_array(tokens)
+        pointer, count = _token_pointer(array)
         check(lib.ctxc_manager_publish_with_tokens(self._live(), handle, _arrays.hash_pointer(hashes),
-                                                   hashes.shape[0], resident, t[0], t[1], self._publish_out))
+                                                   hashes.shape[0], resident, pointer, count, self._publish_out))
         return self._publish_result()
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
@@ -719,12 +724,10 @@ class ContextCacheManager(KvEventSource, Resource):
         handle = self._lease_handle(lease)
         hashes = _arrays.hash_array(full_block_hashes)
         key = _checkpoint_key(checkpoint)
-        t = _NULL, 0, None
-        if tokens is not None:
-            array = _arrays.int32_array(tokens)
-            t = _arrays.int32_pointer(array) if array.size else _NULL, array.size, array
+        array = None if tokens is None else _arrays.int32_array(tokens)
+        pointer, count = _token_pointer(array)
         check(function(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0], key,
-                       _reservation(snapshots), t[0], t[1], self._publish_out))
+                       _reservation(snapshots), pointer, count, self._publish_out))
         return self._publish_result()
 
     def evict_record(self, record_id: int) -> None:

@@ -45,7 +45,6 @@ import numpy as np
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage, _Handle
-from .events import KvEventSource
 from .enums import (
     AdmitSequenceStatus,
     CommitPolicy,
@@ -59,6 +58,7 @@ from .enums import (
     TokenStateContract,
 )
 from .errors import ArgumentTypeError, InvalidArgumentError
+from .events import KvEventSource
 
 _NULL = ffi.NULL
 _INHERIT = int(lib.CTXC_INHERIT_LOOKUP_POLICY)

@@ -27,9 +27,9 @@ import numpy as np
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import BackendKind, DType, _enum, _Handle
-from .events import KvEventSource
 from .enums import CommitPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import ArgumentTypeError
+from .events import KvEventSource
 from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",

@@ -211,13 +211,15 @@ TEST(KvEventPublisher, AStalledSubscriberChangesNoCacheResult) {
         std::vector<BlockHash> hashes;  // a chain over the tokens: equal prefixes share blocks
         uint64_t h = 1469598103934665603ull;
         for (int32_t i = 0; i + 4 <= length; i += 4) {
-            for (int32_t j = i; j < i + 4; ++j) h = (h ^ static_cast<uint64_t>(tokens[static_cast<size_t>(j)])) * 1099511628211ull;
+            for (int32_t j = i; j < i + 4; ++j)
+                h = (h ^ static_cast<uint64_t>(tokens[static_cast<size_t>(j)])) * 1099511628211ull;
             hashes.push_back({h, h * 31});
         }
         for (ContextCacheManager* m : {&quiet, &loud}) {
             AcquireResult a = m->acquireVanilla(hashes, length);
             ASSERT_TRUE(a.lease);
-            if (!hashes.empty()) m->publish(*a.lease, hashes.data(), hashes.size(), length, {tokens.data(), tokens.size()});
+            if (!hashes.empty())
+                m->publish(*a.lease, hashes.data(), hashes.size(), length, {tokens.data(), tokens.size()});
             a.lease->release();
             if (step % 97 == 96) m->clear();
         }

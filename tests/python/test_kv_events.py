@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -31,17 +31,17 @@ class MapEvent(msgspec.Struct, tag=True, omit_defaults=True, gc=False):
 
 class MapBlockStored(MapEvent, tag="BlockStored"):
     block_hashes: list[int]
-    parent_block_hash: Optional[int]
+    parent_block_hash: int | None
     token_ids: list[int]
     block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str]
-    lora_name: Optional[str]
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
 
 
 class MapBlockRemoved(MapEvent, tag="BlockRemoved"):
     block_hashes: list[int]
-    medium: Optional[str]
+    medium: str | None
 
 
 class MapAllBlocksCleared(MapEvent, tag="AllBlocksCleared"):
@@ -50,8 +50,8 @@ class MapAllBlocksCleared(MapEvent, tag="AllBlocksCleared"):
 
 class MapBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
-    events: list[Union[MapBlockStored, MapBlockRemoved, MapAllBlocksCleared]]
-    data_parallel_rank: Optional[int] = None
+    events: list[MapBlockStored | MapBlockRemoved | MapAllBlocksCleared]
+    data_parallel_rank: int | None = None
 
 
 class ArrayEvent(msgspec.Struct, tag=True, array_like=True, omit_defaults=True, gc=False):
@@ -60,17 +60,17 @@ class ArrayEvent(msgspec.Struct, tag=True, array_like=True, omit_defaults=True, 
 
 class ArrayBlockStored(ArrayEvent, tag="BlockStored"):
     block_hashes: list[int]
-    parent_block_hash: Optional[int]
+    parent_block_hash: int | None
     token_ids: list[int]
     block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str]
-    lora_name: Optional[str]
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
 
 
 class ArrayBlockRemoved(ArrayEvent, tag="BlockRemoved"):
     block_hashes: list[int]
-    medium: Optional[str]
+    medium: str | None
 
 
 class ArrayAllBlocksCleared(ArrayEvent, tag="AllBlocksCleared"):
@@ -79,8 +79,8 @@ class ArrayAllBlocksCleared(ArrayEvent, tag="AllBlocksCleared"):
 
 class ArrayBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
-    events: list[Union[ArrayBlockStored, ArrayBlockRemoved, ArrayAllBlocksCleared]]
-    data_parallel_rank: Optional[int] = None
+    events: list[ArrayBlockStored | ArrayBlockRemoved | ArrayAllBlocksCleared]
+    data_parallel_rank: int | None = None
 
 
 MAP_DECODER = msgspec.msgpack.Decoder(MapBatch)

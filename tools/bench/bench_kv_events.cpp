@@ -99,8 +99,7 @@ struct Pass {
 };
 
 Pass replay(std::vector<Request> const& requests, std::vector<std::vector<int32_t>> const& tokens,
-            std::vector<std::vector<BlockHash>> const& hashes, int32_t pageSize, int32_t capacityPages,
-            Config config) {
+            std::vector<std::vector<BlockHash>> const& hashes, int32_t pageSize, int32_t capacityPages, Config config) {
     ContextCacheManager manager(pageSize, {capacityPages, 0, 0, 0}, 1 << 20);
     std::shared_ptr<KvEventPublisher> publisher;
     if (config != Config::kOff) manager.enableKvEvents();
@@ -185,8 +184,8 @@ int main(int argc, char** argv) {
     if (capacityBlocks < 0) capacityBlocks = std::max<int64_t>(1, static_cast<int64_t>(distinct.size()) / 4);
     int64_t widest = 0;
     for (Request const& r : requests)
-        widest = std::max<int64_t>(widest, (static_cast<int64_t>(r.inputLength) + r.outputLength + pageSize - 1) /
-                                               pageSize);
+        widest =
+            std::max<int64_t>(widest, (static_cast<int64_t>(r.inputLength) + r.outputLength + pageSize - 1) / pageSize);
     int32_t const capacityPages =
         static_cast<int32_t>(std::max<int64_t>(capacityBlocks * (kTraceBlock / pageSize), widest));
 
@@ -210,20 +209,21 @@ int main(int argc, char** argv) {
         cpuMedians[c] = cpuTimes[c][cpuTimes[c].size() / 2];
     }
     auto ratio = [](int64_t a, int64_t b) { return static_cast<double>(a) / static_cast<double>(b); };
-    std::printf("{\"requests\": %zu, \"page_size\": %d, \"capacity_pages\": %d, \"rounds\": %d, "
-                "\"reused_tokens\": %lld, \"events_per_pass\": %lld, \"batches_per_pass\": %lld",
-                requests.size(), pageSize, capacityPages, rounds, static_cast<long long>(last[0].reusedTokens),
-                static_cast<long long>(last[1].events), static_cast<long long>(last[2].batches));
+    std::printf(
+        "{\"requests\": %zu, \"page_size\": %d, \"capacity_pages\": %d, \"rounds\": %d, "
+        "\"reused_tokens\": %lld, \"events_per_pass\": %lld, \"batches_per_pass\": %lld",
+        requests.size(), pageSize, capacityPages, rounds, static_cast<long long>(last[0].reusedTokens),
+        static_cast<long long>(last[1].events), static_cast<long long>(last[2].batches));
     for (int c = 0; c < count; ++c)
         std::printf(", \"%s_manager_ms\": %.3f, \"%s_manager_cpu_ms\": %.3f", name(configs[c]),
-                    static_cast<double>(medians[c]) * 1e-6, name(configs[c]), static_cast<double>(cpuMedians[c]) * 1e-6);
+                    static_cast<double>(medians[c]) * 1e-6, name(configs[c]),
+                    static_cast<double>(cpuMedians[c]) * 1e-6);
     std::printf(", \"drain_ratio\": %.4f, \"drain_cpu_ratio\": %.4f", ratio(medians[1], medians[0]),
                 ratio(cpuMedians[1], cpuMedians[0]));
     if (count == 3)
         std::printf(", \"publish_ratio\": %.4f, \"publish_cpu_ratio\": %.4f", ratio(medians[2], medians[0]),
                     ratio(cpuMedians[2], cpuMedians[0]));
-    else
-        std::printf(", \"publish_ratio\": null, \"publish_cpu_ratio\": null");
+    else std::printf(", \"publish_ratio\": null, \"publish_cpu_ratio\": null");
     std::printf(", \"target_ratio\": 1.10}\n");
     return 0;
 }
