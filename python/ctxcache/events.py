@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Union
 from . import _arrays, _resource
 from ._ffi import check, ffi, lib, new_output
 from ._resource import Family, Resource
+from .enums import KvEventType
 from .errors import ArgumentTypeError, InvalidHandleError
 
 _NULL = ffi.NULL
@@ -180,10 +181,10 @@ class KvEventSource:
         for i in range(count[0]):
             e = events[0][i]
             hashes = [int(h) for h in ffi.unpack(e.block_hashes, e.block_hash_count)] if e.block_hash_count else []
-            if e.type == lib.CTXC_KV_EVENT_BLOCK_STORED:
+            if e.type == KvEventType.BLOCK_STORED:
                 tokens = [int(t) for t in ffi.unpack(e.token_ids, e.token_count)] if e.token_count else []
                 out.append(BlockStored(hashes, int(e.parent_block_hash) if e.has_parent else None, tokens, size))
-            elif e.type == lib.CTXC_KV_EVENT_BLOCK_REMOVED:
+            elif e.type == KvEventType.BLOCK_REMOVED:
                 out.append(BlockRemoved(hashes))
             else:
                 out.append(AllBlocksCleared())
@@ -215,7 +216,7 @@ def encode_kv_events(events: Sequence[KvEvent], *, block_size: int, timestamp: f
         c = c_events[i]
         hashes: list[int] = []
         if isinstance(event, BlockStored):
-            c.type = lib.CTXC_KV_EVENT_BLOCK_STORED
+            c.type = KvEventType.BLOCK_STORED
             hashes = event.block_hashes
             tokens = _arrays.int32_array(event.token_ids, "token_ids")
             keep.append(tokens)
@@ -225,10 +226,10 @@ def encode_kv_events(events: Sequence[KvEvent], *, block_size: int, timestamp: f
                 c.has_parent = 1
                 c.parent_block_hash = _arrays.integer(event.parent_block_hash, "parent_block_hash", maximum=2**64 - 1)
         elif isinstance(event, BlockRemoved):
-            c.type = lib.CTXC_KV_EVENT_BLOCK_REMOVED
+            c.type = KvEventType.BLOCK_REMOVED
             hashes = event.block_hashes
         elif isinstance(event, AllBlocksCleared):
-            c.type = lib.CTXC_KV_EVENT_ALL_BLOCKS_CLEARED
+            c.type = KvEventType.ALL_BLOCKS_CLEARED
         else:
             raise ArgumentTypeError(f"events[{i}] is not a KV event: {type(event).__name__}")
         if hashes:

@@ -461,3 +461,64 @@ def test_replay_publishes_its_events(engine: str, capsys: pytest.CaptureFixture[
                 assert event.block_size == 16 and len(event.token_ids) == 16 * len(event.block_hashes)
                 stored += len(event.block_hashes)
     assert stored > 0 or not received or len(received) < ev["batches"]
+
+
+# ---- bad input: a typed error, nothing changed ----------------------------------------------------------------
+
+def test_bad_event_calls_are_refused_and_change_nothing() -> None:
+    from ctxcache._ffi import ffi, lib
+
+    scenario = Scenario()
+    with new_manager() as manager:
+        manager.enable_kv_events()
+        # Not a cache: a NULL handle, a lease handle, a closed manager.
+        for handle in (ffi.NULL,):
+            with pytest.raises(ctxcache.InvalidHandleError, match="not a live ctxc_manager_t"):
+                ctxcache._ffi.check(lib.ctxc_kv_events_enable(handle, 0))
+        with manager.acquire_vanilla(scenario.a, 14).lease as lease:
+            with pytest.raises(ctxcache.InvalidHandleError):
+                ctxcache._ffi.check(lib.ctxc_kv_events_drain(lease._live_handle(), ffi.new("const ctxc_kv_event_t **"),
+                                                             ffi.new("size_t *"), ffi.NULL))
+            with pytest.raises(ctxcache.InvalidArgumentError, match="out_events"):
+                ctxcache._ffi.check(lib.ctxc_kv_events_drain(manager._live(), ffi.NULL, ffi.new("size_t *"),
+                                                             ffi.NULL))
+            with pytest.raises(ctxcache.InvalidArgumentError, match="tokens is NULL"):
+                ctxcache._ffi.check(lib.ctxc_manager_publish_with_tokens(
+                    manager._live(), lease._live_handle(), ctxcache._arrays.hash_pointer(scenario.a), 3, 14, ffi.NULL,
+                    12, manager._publish_out))
+        assert manager.drain_kv_events() == [AllBlocksCleared()]  # nothing was published or lost
+        with pytest.raises(ctxcache.ArgumentTypeError, match="KvEventPublisher"):
+            manager.attach_kv_event_publisher("tcp://*:5557")  # type: ignore[arg-type]
+        with pytest.raises(ctxcache.ArgumentTypeError, match="token_ids"):
+            ctxcache.encode_kv_events([BlockStored([1], None, [1.5], 4)], block_size=4, timestamp=0.0)  # type: ignore[list-item]
+        with pytest.raises(ctxcache.ArgumentTypeError, match="not a KV event"):
+            ctxcache.encode_kv_events(["BlockStored"], block_size=4, timestamp=0.0)  # type: ignore[list-item]
+    with pytest.raises(ctxcache.InvalidHandleError):
+        manager.drain_kv_events()
+
+
+@needs_publisher
+def test_bad_publisher_options_are_refused() -> None:
+    with pytest.raises(ctxcache.InvalidArgumentError, match="endpoint"):
+        ctxcache.KvEventPublisher("")
+    with pytest.raises(ctxcache.InvalidArgumentError, match="max_queued_batches"):
+        ctxcache.KvEventPublisher("inproc://x", max_queued_batches=0)
+    with pytest.raises(ctxcache.ContractError, match="cannot bind"):
+        ctxcache.KvEventPublisher("tcp://*:not-a-port")
+    with pytest.raises(ctxcache.ContractError, match="cannot offset"):
+        ctxcache.KvEventPublisher("tcp://host-without-port", data_parallel_rank=1)
+    with pytest.raises(ctxcache.InvalidArgumentError, match="data_parallel_rank"):
+        ctxcache.KvEventPublisher("inproc://x", data_parallel_rank=-1)
+    import socket
+
+    with socket.socket() as probe:  # a free port; the publisher binds it on every interface, as vLLM's default does
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"tcp://*:{port}"
+    with ctxcache.KvEventPublisher(endpoint):
+        with pytest.raises(ctxcache.ContractError, match="Address already in use"):
+            ctxcache.KvEventPublisher(endpoint)
+    with new_manager() as manager:
+        with pytest.raises(ctxcache.ContractError, match="not enabled"):
+            with ctxcache.KvEventPublisher(f"ipc://{tempfile.mkdtemp()}/p") as publisher:
+                manager.attach_kv_event_publisher(publisher)
