@@ -522,3 +522,57 @@ def test_bad_publisher_options_are_refused() -> None:
         with pytest.raises(ctxcache.ContractError, match="not enabled"):
             with ctxcache.KvEventPublisher(f"ipc://{tempfile.mkdtemp()}/p") as publisher:
                 manager.attach_kv_event_publisher(publisher)
+
+
+# ---- the runtime publishes with its own tokens ------------------------------------------------------------------
+
+def replay_stream(events: list[ctxcache.events.KvEvent], page: int) -> set[int]:
+    """Apply a stream the way a router does, checking what a router needs: a stored block's parent is known and the
+    block is new, every block carries its page of tokens, a removed block is known. Returns the live blocks."""
+    live: set[int] = set()
+    for event in events:
+        if isinstance(event, AllBlocksCleared):
+            live.clear()
+        elif isinstance(event, BlockStored):
+            assert event.block_size == page and len(event.token_ids) == page * len(event.block_hashes)
+            assert event.parent_block_hash is None or event.parent_block_hash in live, event
+            for h in event.block_hashes:
+                assert h not in live, event
+                live.add(h)
+        else:
+            for h in event.block_hashes:
+                assert h in live, event
+                live.remove(h)
+    return live
+
+
+@pytest.mark.parametrize("deployment, speculative", [("attention", None), ("eagle", None), ("hybrid", None),
+                                                     ("hybrid", "mtp")])
+def test_the_runtime_stream_describes_the_index(deployment: str, speculative: str | None) -> None:
+    """Multi-turn conversations through the reference engine (real runtime, small pool: evictions) with events
+    on: replayed as a router does, the stream is consistent and names exactly as many blocks as the cache holds;
+    a prompt's first stored block is the hash of its first page of tokens."""
+    from ctxcache import sim
+
+    rng = np.random.default_rng(3)
+    with sim.ReferenceEngine(deployment, speculative=speculative, page_size=PAGE, base_pages=24,
+                             max_pages_per_sequence=24, snapshot_slots=16) as engine:
+        engine.enable_kv_events()
+        events: list[ctxcache.events.KvEvent] = []
+        histories = [np.arange(i * 1000, i * 1000 + 9, dtype=np.int32) for i in range(6)]
+        for _ in range(4):
+            for i in rng.permutation(len(histories)):
+                prompt = np.concatenate([histories[i], rng.integers(0, 50, size=3, dtype=np.int32)])
+                out = engine.serve([sim.Request(tokens=prompt, max_new_tokens=3)])[0]
+                histories[i] = np.concatenate([prompt, out.generated])
+                events += engine.drain_kv_events()
+        engine.check_invariants()
+        metrics = engine.metrics
+        live = replay_stream(events, PAGE)
+        assert len(live) == metrics.base_kv_pages.capacity - metrics.base_kv_pages.free
+        assert any(isinstance(e, BlockRemoved) for e in events)
+        roots = [e for e in events if isinstance(e, BlockStored) and e.parent_block_hash is None]
+        assert roots
+        for e in roots:
+            expected = ctxcache.hash_full_blocks(np.array(e.token_ids[:PAGE], dtype=np.int32), PAGE)
+            assert e.block_hashes[0] == int(expected[0, 1])
