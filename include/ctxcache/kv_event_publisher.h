@@ -17,7 +17,8 @@
 // Invariants: consume() never blocks on the network and never throws: it moves the batch into a bounded queue
 //             (maxQueuedBatches; the oldest batch is dropped and counted when it is full), hands the manager a
 //             recycled log, and wakes nobody (a futex wake per call would cost more than the events): the sender
-//             thread polls every 5 ms (or is woken at half queue), encodes, sends (ZMQ never blocks a PUB: a slow
+//             thread (at a nice value 10 above the process's: background work) polls every 5 ms (or is woken at
+//             half queue), encodes, sends (ZMQ never blocks a PUB: a slow
 //             subscriber loses messages at the high-water mark) and serves replay requests. close() sends what is
 //             queued, stops the thread and closes the sockets; consume() after close() drops and counts.
 // Availability: built only when CMake found libzmq and msgpack-cxx (CTXCACHE_WITH_KV_EVENT_PUBLISHER);

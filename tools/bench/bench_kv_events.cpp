@@ -2,8 +2,9 @@
 // (acquire, grow to the output, publish the prompt with its tokens, release), in three configurations alternated
 // round by round in one run: events off; events on and drained after every request (what a runtime that ships
 // events itself does each step); events on with the ZMQ publisher attached (no subscriber: its sender thread still
-// encodes every batch). Only manager calls (and the drain) are timed, on the manager's thread; the figure is the
-// median over rounds of each pass's manager time, and the ratios to "off" are measured in this one run.
+// encodes every batch). Only manager calls (and the drain) are timed, on the manager's thread, both on the wall
+// clock and in the thread's CPU time; the figure is the median over rounds (the order of the three rotates from
+// round to round) of each pass's manager time, and the ratios to "off" are measured in this one run.
 //
 //   bench_kv_events [--trace PATH] [--requests N] [--page-size P] [--capacity-blocks B] [--rounds K]
 //
@@ -194,7 +195,8 @@ int main(int argc, char** argv) {
     std::vector<int64_t> times[3], cpuTimes[3];
     Pass last[3];
     for (int round = 0; round < rounds; ++round)
-        for (int c = 0; c < count; ++c) {
+        for (int k = 0; k < count; ++k) {
+            int const c = (round + k) % count;  // rotated, so that no configuration always runs first
             last[c] = replay(requests, tokens, hashes, pageSize, capacityPages, configs[c]);
             times[c].push_back(last[c].managerNs);
             cpuTimes[c].push_back(last[c].managerCpuNs);
