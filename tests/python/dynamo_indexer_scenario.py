@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -59,8 +60,10 @@ def cache_matched(manager: ctxcache.ContextCacheManager, tokens: list[int]) -> i
 
 def main() -> int:
     loopback_up()
+    # The indexer is not ours to sanitize: under tools/test --sanitize it runs without the preloaded runtimes.
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
     indexer = subprocess.Popen([sys.executable, "-m", "dynamo.indexer", "--port", "8090", "--threads", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         for _ in range(200):
             try:

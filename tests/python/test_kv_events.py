@@ -241,10 +241,20 @@ def test_encoding_decodes_with_the_schema(array_encoding: bool) -> None:
 
 def test_publisher_is_unavailable_or_works() -> None:
     if ctxcache.publisher_available():
-        with ctxcache.KvEventPublisher(f"ipc://{tempfile.mkdtemp()}/p") as publisher:
+        endpoint = f"ipc://{tempfile.mkdtemp()}/p"
+        with ctxcache.KvEventPublisher(endpoint) as publisher, new_manager() as manager:
             assert publisher.stats.accepted_batches == 0
+            manager.enable_kv_events()
+            manager.attach_kv_event_publisher(publisher)
+            manager.clear()
+            assert publisher.flush(5.0)
+            last = publisher.stats.next_sequence - 1
+            assert publisher.stats.accepted_batches == 2
         with pytest.raises(ctxcache.InvalidHandleError):
             publisher.stats
+        # A restarted publisher on the same endpoint continues above the numbers a router has seen.
+        with ctxcache.KvEventPublisher(endpoint) as restarted:
+            assert restarted.stats.next_sequence > last
     else:
         with pytest.raises(ctxcache.UnsupportedError, match="built without"):
             ctxcache.KvEventPublisher("tcp://*:5557")
