@@ -104,6 +104,10 @@ enum {
 enum { CTXC_LOOKUP_USE_CACHE = 0, CTXC_LOOKUP_BYPASS = 1 };
 enum { CTXC_PLAN_STANDARD = 0, CTXC_PLAN_NO_REUSABLE_PREFIX = 1, CTXC_PLAN_FULL_INPUT_REWIND = 2 };
 enum { CTXC_MODE_VANILLA = 0, CTXC_MODE_HYBRID = 1, CTXC_MODE_SPEC = 2, CTXC_MODE_HYBRID_MTP = 3 };
+/* Capacity eviction (ctxc_manager_options_t.eviction_policy): whole records, least recent first (the
+ * reference's, the default), or the same walk where the last record reached gives up only the tail blocks the
+ * demand needs and keeps its shorter prefix (hybrid checkpoints always go whole). */
+enum { CTXC_EVICTION_RECORD_LRU = 0, CTXC_EVICTION_RECORD_LRU_TRIM = 1 };
 enum { CTXC_SPEC_REPLAY_NONE = 0, CTXC_SPEC_REPLAY_FULL_PAGE = 1 };
 enum { CTXC_ACQUIRE_ACQUIRED = 0, CTXC_ACQUIRE_INSUFFICIENT_CAPACITY = 1 };
 enum { CTXC_PUBLISH_PUBLISHED = 0, CTXC_PUBLISH_EXISTING_RECORD = 1 };
@@ -211,6 +215,7 @@ typedef struct ctxc_manager_options {
     int32_t page_size; /* tokens per page/block, > 0 (default 128) */
     ctxc_resource_demand_t capacities; /* pool sizes, >= 0 each */
     int32_t max_records; /* >= 0; 0 keeps no record at all (default 1024) */
+    int32_t eviction_policy; /* CTXC_EVICTION_* (default CTXC_EVICTION_RECORD_LRU) */
 } ctxc_manager_options_t;
 
 /* Frozen: only ever the last member of ctxc_acquire_result_t, whose struct_size covers it. */
@@ -277,6 +282,8 @@ typedef struct ctxc_manager_metrics {
     uint64_t reclaimed_draft_kv_pages;
     uint64_t reclaimed_recurrent_snapshots;
     uint64_t reclaimed_partial_kv_snapshots;
+    uint64_t trimmed_records; /* CTXC_EVICTION_RECORD_LRU_TRIM: trims applied */
+    uint64_t trimmed_blocks; /* blocks those trims took off their records */
 } ctxc_manager_metrics_t;
 
 /* A stored record, as views valid until the next mutating call on the manager. */
@@ -1114,7 +1121,7 @@ typedef struct ctxc_coordinator_options {
     int32_t has_spec; /* 0/1: a speculative deployment (default 0) */
     int32_t owns_paged_spec_state; /* 0/1: the drafter has its own KV pool, EAGLE (default 1) */
     int32_t future_dependency_tokens; /* >= 0: draft state at p depends on token p + this (default 1) */
-    int32_t reserved;
+    int32_t eviction_policy; /* CTXC_EVICTION_* (default CTXC_EVICTION_RECORD_LRU) */
     ctxc_synchronize_fn synchronize; /* NULL = synchronise the backend */
     void *synchronize_user;
 } ctxc_coordinator_options_t;
@@ -1512,6 +1519,7 @@ typedef struct ctxc_sim_engine_options {
     int32_t speculative; /* CTXC_SIM_SPECULATIVE_NONE; _MTP with CTXC_SIM_DEPLOYMENT_HYBRID: an MTP head with
                             its own draft pool (Hybrid+MTP; needs CTXC_COMMIT_PREFILL_STATE_ONLY; requests
                             are served one at a time) */
+    int32_t eviction_policy; /* CTXC_EVICTION_RECORD_LRU (default) or CTXC_EVICTION_RECORD_LRU_TRIM */
 } ctxc_sim_engine_options_t;
 
 typedef struct ctxc_sim_request {

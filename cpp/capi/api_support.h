@@ -18,6 +18,7 @@
 #include "ctxcache/block_hash.h"
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/errors.h"
+#include "ctxcache/eviction_planner.h"
 #include "ctxcache/types.h"
 
 namespace ctxcache::capi {
@@ -92,6 +93,14 @@ void requireArray(T const* data, size_t count, char const* name) {
 
 inline void requireNonNegative(int64_t value, char const* name) {
     if (value < 0) invalidArgument(std::string(name) + " is negative (" + std::to_string(value) + ")");
+}
+
+// A CTXC_EVICTION_* value as the core's policy.
+inline EvictionPolicy evictionPolicyOf(int32_t value, char const* name) {
+    if (value != static_cast<int32_t>(EvictionPolicy::kRecordLru) &&
+        value != static_cast<int32_t>(EvictionPolicy::kRecordLruTrim))
+        invalidArgument(std::string(name) + " must be a CTXC_EVICTION_* value (got " + std::to_string(value) + ")");
+    return static_cast<EvictionPolicy>(value);
 }
 
 inline bool requireBool(int32_t value, char const* name) {

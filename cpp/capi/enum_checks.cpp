@@ -49,6 +49,8 @@ static_assert(same(ReusePlanKind::kNoReusablePrefix, CTXC_PLAN_NO_REUSABLE_PREFI
 static_assert(same(ReusePlanKind::kFullInputRewind, CTXC_PLAN_FULL_INPUT_REWIND));
 
 static_assert(same(ReusePlanMode::kVanilla, CTXC_MODE_VANILLA));
+static_assert(same(EvictionPolicy::kRecordLru, CTXC_EVICTION_RECORD_LRU));
+static_assert(same(EvictionPolicy::kRecordLruTrim, CTXC_EVICTION_RECORD_LRU_TRIM));
 static_assert(same(ReusePlanMode::kHybrid, CTXC_MODE_HYBRID));
 static_assert(same(ReusePlanMode::kSpec, CTXC_MODE_SPEC));
 static_assert(same(ReusePlanMode::kHybridMtp, CTXC_MODE_HYBRID_MTP));

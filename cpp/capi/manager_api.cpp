@@ -179,7 +179,8 @@ CTXC_API ctxc_status_t ctxc_manager_create(const ctxc_manager_options_t* options
         ResourceDemand const capacities{o.capacities.base_kv_pages, o.capacities.draft_kv_pages,
                                         o.capacities.recurrent_snapshot_slots, o.capacities.partial_kv_snapshot_slots};
         auto object = std::make_unique<ManagerObject>();
-        object->manager = std::make_unique<ContextCacheManager>(o.page_size, capacities, o.max_records);
+        object->manager = std::make_unique<ContextCacheManager>(
+            o.page_size, capacities, o.max_records, evictionPolicyOf(o.eviction_policy, "options->eviction_policy"));
         *out_manager = static_cast<ctxc_manager_t*>(managers().add(std::move(object)));
     });
 }
@@ -419,6 +420,8 @@ CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_
         out.reclaimed_draft_kv_pages = mm.reclaimedDraftKvPages;
         out.reclaimed_recurrent_snapshots = mm.reclaimedRecurrentSnapshots;
         out.reclaimed_partial_kv_snapshots = mm.reclaimedPartialKvSnapshots;
+        out.trimmed_records = mm.trimmedRecords;
+        out.trimmed_blocks = mm.trimmedBlocks;
     });
 }
 

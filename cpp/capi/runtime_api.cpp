@@ -328,6 +328,7 @@ CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_
         requireBytes(o.hash_key, o.hash_key_length, "options->hash_key");
         ContextCacheConfig config;
         config.maxRecords = o.max_records;
+        config.evictionPolicy = evictionPolicyOf(o.eviction_policy, "options->eviction_policy");
         config.maxBatch = o.max_batch;
         config.pageSize = o.page_size;
         config.hashAlgorithm =

@@ -135,6 +135,7 @@ CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* o
         c.pageSize = o.page_size;
         c.basePages = o.base_pages;
         c.maxRecords = o.max_records;
+        c.evictionPolicy = evictionPolicyOf(o.eviction_policy, "options->eviction_policy");
         c.maxBatch = o.max_batch;
         c.maxPagesPerSequence = o.max_pages_per_sequence;
         c.snapshotSlots = o.snapshot_slots;

@@ -5,6 +5,7 @@
 
 #include "ctxcache/base_block_index.h"
 
+#include <algorithm>
 #include <string>
 
 #include "ctxcache/errors.h"
@@ -31,8 +32,13 @@ BaseLookupResult BaseBlockIndex::lookupPrefix(std::vector<BlockHash> const& hash
 }
 
 size_t BaseBlockIndex::lookupPrefixInto(BlockHash const* hashes, size_t count, std::vector<PageId>& pages) const {
+    // The chain is known up front: keep kPrefetchDistance probes in flight. Past the first miss at most that
+    // many slots were loaded in vain.
+    size_t const ahead = std::min(count, detail::kPrefetchDistance);
+    for (size_t i = 0; i < ahead; ++i) forward_.prefetch(hashes[i]);
     size_t matched = 0;
     for (; matched < count; ++matched) {
+        if (matched + detail::kPrefetchDistance < count) forward_.prefetch(hashes[matched + detail::kPrefetchDistance]);
         PageId const* page = forward_.find(hashes[matched]);
         if (!page) break;
         pages.push_back(*page);

@@ -181,6 +181,37 @@ CacheRecord CacheRecordStore::erase(RecordId id) {
     return record;
 }
 
+CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
+    Entry& e = entry(id, "trimTail");
+    CacheRecord& record = e.record;
+    std::string const what = "CacheRecordStore::trimTail: record " + std::to_string(id);
+    if (record.isHybrid()) throw ContractError(what + " is a hybrid checkpoint");
+    if (keepBlocks < 1 || keepBlocks >= record.key.fullBlockCount)
+        throw ContractError(what + ": keepBlocks " + std::to_string(keepBlocks) + " outside [1, " +
+                            std::to_string(record.key.fullBlockCount) + ")");
+    size_t const keep = static_cast<size_t>(keepBlocks);
+    CacheRecordKey const shorter{record.logicalBlockHashes[keep - 1], keepBlocks};
+    if (exactIndex_.contains(shorter)) throw ContractError(what + ": another record already ends at that block");
+    // Allocate first (the tail copies, the new key's slot): nothing is changed before the last of them.
+    TrimmedTail tail;
+    tail.firstBlock = keepBlocks;
+    auto const cut = static_cast<std::ptrdiff_t>(keep);
+    tail.hashes.assign(record.logicalBlockHashes.begin() + cut, record.logicalBlockHashes.end());
+    tail.basePages.assign(record.basePagePath.begin() + cut, record.basePagePath.end());
+    if (record.hasDraftPath()) tail.draftPages.assign(record.draftPagePath.begin() + cut, record.draftPagePath.end());
+    exactIndex_.tryEmplace(shorter, id);
+    exactIndex_.erase(record.key);
+    record.key = shorter;
+    record.logicalBlockHashes.resize(keep);
+    record.basePagePath.resize(keep);
+    if (record.hasDraftPath()) record.draftPagePath.resize(keep);
+    // Non-binding and exception-safe in libstdc++: the tail's storage goes back when it can.
+    record.logicalBlockHashes.shrink_to_fit();
+    record.basePagePath.shrink_to_fit();
+    record.draftPagePath.shrink_to_fit();
+    return tail;
+}
+
 void CacheRecordStore::checkInvariants() const {
     if (lru_.size() != records_.size())
         throw InvariantError("CacheRecordStore: LRU holds " + std::to_string(lru_.size()) + " ids for " +

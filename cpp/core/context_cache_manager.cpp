@@ -54,6 +54,34 @@ void checkMatchedPrefix(char const* operation, BlockHashSpan hashes, size_t coun
                                     " != " + toHex(matched[i]) + ")");
 }
 
+// f(x) for each x in order, with prefetch(x) issued kPrefetchDistance elements ahead (the walks over a lease's or
+// a record's pages touch one random refcount slot each; their misses overlap this way).
+template <class T, class Prefetch, class F>
+void forEachPrefetched(std::vector<T> const& items, Prefetch&& prefetch, F&& f) {
+    size_t const d = detail::kPrefetchDistance;
+    size_t const n = items.size();
+    for (size_t i = 0; i < std::min(n, d); ++i) prefetch(items[i]);
+    for (size_t i = 0; i < n; ++i) {
+        if (i + d < n) prefetch(items[i + d]);
+        f(items[i]);
+    }
+}
+
+// Like forEachPrefetched, for walks with two dependent misses per element: early(x) is issued 2 * distance ahead
+// (loads that need nothing), late(x) one distance ahead (loads whose address comes from what early fetched).
+// Elements [from, size) only.
+template <class T, class Early, class Late, class F>
+void forEachPipelined(std::vector<T> const& items, size_t from, Early&& early, Late&& late, F&& f) {
+    size_t const d = detail::kPrefetchDistance;
+    size_t const n = items.size() > from ? items.size() - from : 0;
+    T const* x = items.data() + from;
+    for (size_t k = 0; k < n + 2 * d; ++k) {
+        if (k < n) early(x[k]);
+        if (k >= d && k - d < n) late(x[k - d]);
+        if (k >= 2 * d && k - 2 * d < n) f(x[k - 2 * d]);
+    }
+}
+
 }  // namespace
 
 ResourceDemand ContextCacheManager::validatedCapacities(int32_t pageSize, ResourceDemand capacities,
@@ -64,9 +92,17 @@ ResourceDemand ContextCacheManager::validatedCapacities(int32_t pageSize, Resour
     return capacities;
 }
 
-ContextCacheManager::ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords)
+EvictionPolicy ContextCacheManager::validatedPolicy(EvictionPolicy policy) {
+    if (policy != EvictionPolicy::kRecordLru && policy != EvictionPolicy::kRecordLruTrim)
+        contract("ContextCacheManager", "unknown eviction policy " + str(static_cast<int32_t>(policy)));
+    return policy;
+}
+
+ContextCacheManager::ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords,
+                                         EvictionPolicy evictionPolicy)
     : pageSize_(pageSize),
       maxRecords_(maxRecords),
+      evictionPolicy_(validatedPolicy(evictionPolicy)),
       pools_(validatedCapacities(pageSize, capacities, maxRecords)),
       baseIndex_(capacities.baseKvPages),
       records_(maxRecords) {}
@@ -104,8 +140,10 @@ ContextCacheManager::LeaseState& ContextCacheManager::checkLease(CacheRequestLea
 
 void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
     // noexcept: a refcount underflow here means corrupted metadata, and std::terminate is the right answer.
-    for (PageId page : s.basePages) pools_.releaseActiveRef({ResourceType::kBaseKvPage, page});
-    for (PageId page : s.draftPages) pools_.releaseActiveRef({ResourceType::kDraftKvPage, page});
+    forEachPrefetched(s.basePages, [&](PageId page) { pools_.prefetch({ResourceType::kBaseKvPage, page}); },
+                      [&](PageId page) { pools_.releaseActiveRef({ResourceType::kBaseKvPage, page}); });
+    forEachPrefetched(s.draftPages, [&](PageId page) { pools_.prefetch({ResourceType::kDraftKvPage, page}); },
+                      [&](PageId page) { pools_.releaseActiveRef({ResourceType::kDraftKvPage, page}); });
     if (s.recurrentBinding) pools_.releaseActiveRef({ResourceType::kRecurrentSnapshot, *s.recurrentBinding});
     if (s.partialBinding) pools_.releaseActiveRef({ResourceType::kPartialKvSnapshot, *s.partialBinding});
     for (ResourceId const& id : s.reservedSnapshots) pools_.releaseActiveRef(id);
@@ -126,13 +164,14 @@ void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
 
 std::optional<EvictionPlan> ContextCacheManager::planEviction(ResourceDemand const& demand,
                                                               std::optional<RecordId> protectedRecord) const {
-    EvictionPlan plan = EvictionPlanner::plan(demand, pools_, records_, protectedRecord);
+    EvictionPlan plan = EvictionPlanner::plan(demand, pools_, records_, protectedRecord, evictionPolicy_);
     if (!plan.feasible) return std::nullopt;
     return plan;
 }
 
 void ContextCacheManager::applyEviction(EvictionPlan const& plan, ResourceDemand const& demand) {
     for (RecordId victim : plan.victims) evictOne(victim);
+    if (plan.trim) trimRecord(*plan.trim);
     if (!pools_.canAllocate(demand)) throw InvariantError("ContextCacheManager: eviction reclaimed less than planned");
 }
 
@@ -163,36 +202,15 @@ void ContextCacheManager::clear() {
 void ContextCacheManager::evictOne(RecordId id) {
     CacheRecord record = records_.erase(id);
     if (!record.isHybrid()) draftIndex_.erase(record);
-    bool const report = eventsEnabled_ && !suppressRemovals_ && !record.basePagePath.empty();
-    if (report) {
-        try {
-            events_.beginRemoved();
-        } catch (...) {
-            eventFailed();
-        }
-    }
-    for (size_t i = 0; i < record.basePagePath.size(); ++i) {
-        PageId const page = record.basePagePath[i];
-        ResourceId const rid{ResourceType::kBaseKvPage, page};
-        pools_.releaseCacheRef(rid);
-        if (pools_.cacheRefCount(rid) == 0) {
-            baseIndex_.erasePage(page);
-            if (pools_.activeRefCount(rid) == 0) ++metrics_.reclaimedBaseKvPages;
-            if (report && !eventsBroken_) {
-                try {
-                    events_.addRemoved(kvEventBlockHash(record.logicalBlockHashes[i]));
-                } catch (...) {
-                    eventFailed();
-                }
-            }
-        }
-    }
-    if (report && !eventsBroken_) events_.endRemoved();
-    for (PageId page : record.draftPagePath) {
+    bool const report = beginRemovals(record.basePagePath.size());
+    releaseBasePages(record.basePagePath, 0);
+    if (report) events_.endRemoved();
+    forEachPrefetched(record.draftPagePath, [&](PageId page) { pools_.prefetch({ResourceType::kDraftKvPage, page}); },
+                      [&](PageId page) {
         ResourceId const rid{ResourceType::kDraftKvPage, page};
         pools_.releaseCacheRef(rid);
         if (pools_.isFree(rid)) ++metrics_.reclaimedDraftKvPages;
-    }
+    });
     if (record.recurrentSnapshotSlot) {
         ResourceId const rid{ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot};
         pools_.releaseCacheRef(rid);
@@ -204,6 +222,58 @@ void ContextCacheManager::evictOne(RecordId id) {
         if (pools_.isFree(rid)) ++metrics_.reclaimedPartialKvSnapshots;
     }
     ++metrics_.evictedRecords;
+}
+
+void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from) {
+    // Two dependent misses per page when its last cache reference goes (its refcount slot and reverse entry,
+    // then the forward slot of the hash found there): a two-stage pipeline keeps both in flight.
+    forEachPipelined(pages, from, [&](PageId page) {
+        pools_.prefetch({ResourceType::kBaseKvPage, page});
+        baseIndex_.prefetchPage(page);
+    }, [&](PageId page) { baseIndex_.prefetchForwardOfPage(page); }, [&](PageId page) {
+        ResourceId const rid{ResourceType::kBaseKvPage, page};
+        pools_.releaseCacheRef(rid);
+        if (pools_.cacheRefCount(rid) == 0) {
+            if (reportingRemovals_) {  // capacity reserved by beginRemovals: cannot throw
+                if (std::optional<BlockHash> const hash = baseIndex_.hashOfPage(page))
+                    events_.addRemoved(kvEventBlockHash(*hash));
+            }
+            baseIndex_.erasePage(page);
+            if (pools_.activeRefCount(rid) == 0) ++metrics_.reclaimedBaseKvPages;
+        }
+    });
+    reportingRemovals_ = false;
+}
+
+bool ContextCacheManager::beginRemovals(size_t maxBlocks) noexcept {
+    reportingRemovals_ = false;
+    if (!eventsEnabled_ || suppressRemovals_ || eventsBroken_ || maxBlocks == 0) return false;
+    try {
+        events_.beginRemoved(maxBlocks);
+    } catch (...) {
+        eventFailed();
+        return false;
+    }
+    reportingRemovals_ = true;
+    return true;
+}
+
+void ContextCacheManager::trimRecord(RecordTrim const& trim) {
+    // The store validates and cuts first (throwing with nothing changed); nothing after it allocates or throws
+    // on a consistent state. O(blocks cut).
+    bool const paired = records_.get(trim.record).hasDraftPath();
+    CacheRecordStore::TrimmedTail const tail = records_.trimTail(trim.record, trim.keepBlocks);
+    if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.hashes.data(), tail.hashes.size());
+    bool const report = beginRemovals(tail.basePages.size());
+    releaseBasePages(tail.basePages, 0);
+    if (report) events_.endRemoved();
+    for (PageId page : tail.draftPages) {
+        ResourceId const rid{ResourceType::kDraftKvPage, page};
+        pools_.releaseCacheRef(rid);
+        if (pools_.isFree(rid)) ++metrics_.reclaimedDraftKvPages;
+    }
+    ++metrics_.trimmedRecords;
+    metrics_.trimmedBlocks += tail.basePages.size();
 }
 
 // ---- acquire ----------------------------------------------------------------------------------------------
@@ -302,10 +372,11 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
     s.draftPages.reserve(plan.draftPageBindings.size());
 
     // 1. Pin the hit before eviction so that planning cannot count it as reclaimable.
-    for (PageId page : plan.basePageBindings) {
+    forEachPrefetched(plan.basePageBindings, [&](PageId page) { pools_.prefetch({ResourceType::kBaseKvPage, page}); },
+                      [&](PageId page) {
         pools_.addActiveRef({ResourceType::kBaseKvPage, page});
         s.basePages.push_back(page);
-    }
+    });
     for (PageId page : plan.draftPageBindings) {
         pools_.addActiveRef({ResourceType::kDraftKvPage, page});
         s.draftPages.push_back(page);
@@ -452,8 +523,11 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan 
     newlyMapped.reserve(count);
     stagedStores_.clear();
     if (eventsEnabled_) stagedStores_.reserve(count);
+    size_t const d = detail::kPrefetchDistance;
+    for (size_t i = 0; i < std::min(count, d); ++i) baseIndex_.prefetch(hashes[i]);
     try {
         for (size_t i = 0; i < count; ++i) {
+            if (i + d < count) baseIndex_.prefetch(hashes[i + d]);
             BaseInsertResult const r = baseIndex_.insert(hashes[i], producerPages[i]);
             canonical.push_back(r.canonicalPage);
             if (r.inserted) {
@@ -480,7 +554,12 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     size_t refsAdded = 0;
     RecordId id = kNoRecord;
     try {
-        for (; refsAdded < resources.size(); ++refsAdded) pools_.addCacheRef(resources[refsAdded]);
+        size_t const d = detail::kPrefetchDistance;
+        for (size_t i = 0; i < std::min(resources.size(), d); ++i) pools_.prefetch(resources[i]);
+        for (; refsAdded < resources.size(); ++refsAdded) {
+            if (refsAdded + d < resources.size()) pools_.prefetch(resources[refsAdded + d]);
+            pools_.addCacheRef(resources[refsAdded]);
+        }
         RecordInsertResult const inserted = records_.insert(std::move(record));
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;

@@ -63,11 +63,16 @@ bool DraftPathIndex::contains(BlockHash const& terminalHash, DraftPathMatch cons
 
 void DraftPathIndex::erase(CacheRecord const& record) {
     if (record.draftPagePath.empty()) return;
-    for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i) {
-        auto it = byHash_.find(record.logicalBlockHashes[i]);
+    eraseBoundaries(record.id, 0, record.logicalBlockHashes.data(), record.logicalBlockHashes.size());
+}
+
+void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, BlockHash const* hashes, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+        auto it = byHash_.find(hashes[i]);
         if (it == byHash_.end()) continue;
         auto& matches = it->second;
-        auto m = std::find(matches.begin(), matches.end(), DraftPathMatch{record.id, static_cast<int32_t>(i + 1)});
+        auto m =
+            std::find(matches.begin(), matches.end(), DraftPathMatch{record, firstBlock + static_cast<int32_t>(i + 1)});
         if (m == matches.end()) continue;
         matches.erase(m);
         --entries_;

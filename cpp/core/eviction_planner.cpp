@@ -1,10 +1,12 @@
 // EvictionPlanner: simulates dropping the victims' cache references without touching the pools (a local map
 // counts resources listed more than once) and returns the shortest feasible LRU prefix, the protected record
-// last. Exits early when the pools already suffice or when even every reclaimable resource could not.
-// Read-only; contract and cost: include/ctxcache/eviction_planner.h.
+// last; under kRecordLruTrim the last record of that prefix may be trimmed instead of evicted. Exits early when the
+// pools already suffice or when even every reclaimable resource could not. Read-only; contract and cost:
+// include/ctxcache/eviction_planner.h.
 
 #include "ctxcache/eviction_planner.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "ctxcache/errors.h"
@@ -44,6 +46,16 @@ private:
     std::unordered_map<ResourceId, int32_t> counts_;
 };
 
+// Drops the record's blocks [from, to): base page and, when paired, draft page of each.
+void simulateBlocks(CacheRecord const& record, size_t from, size_t to, SimulatedCacheCounts& counts,
+                    ResourceDemand& reclaimed) {
+    bool const paired = record.hasDraftPath();
+    for (size_t i = from; i < to; ++i) {
+        if (counts.dropOne({ResourceType::kBaseKvPage, record.basePagePath[i]})) ++reclaimed.baseKvPages;
+        if (paired && counts.dropOne({ResourceType::kDraftKvPage, record.draftPagePath[i]})) ++reclaimed.draftKvPages;
+    }
+}
+
 void simulateVictim(CacheRecord const& record, SimulatedCacheCounts& counts, ResourceDemand& reclaimed) {
     for (PageId page : record.basePagePath)
         if (counts.dropOne({ResourceType::kBaseKvPage, page})) ++reclaimed.baseKvPages;
@@ -57,10 +69,47 @@ void simulateVictim(CacheRecord const& record, SimulatedCacheCounts& counts, Res
         ++reclaimed.partialKvSnapshotSlots;
 }
 
+// kRecordLruTrim: drops the record's blocks from the tail until the demand is met. Returns the blocks to keep
+// (>= 1) when a trim suffices and its shorter key is free; otherwise drops the rest, as a whole eviction would,
+// and returns nullopt (the record is then a victim).
+std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, ResourcePools const& pools,
+                                           CacheRecordStore const& records, CacheRecord const& record,
+                                           std::vector<RecordId> const& victims, SimulatedCacheCounts& counts,
+                                           ResourceDemand& reclaimed) {
+    size_t const n = record.basePagePath.size();
+    if (record.isHybrid() || n < 2) {
+        simulateVictim(record, counts, reclaimed);
+        return std::nullopt;
+    }
+    size_t keptFrom = n;  // blocks [keptFrom, n) are dropped
+    for (size_t keep = n - 1; keep >= 1; --keep) {
+        simulateBlocks(record, keep, keep + 1, counts, reclaimed);
+        keptFrom = keep;
+        if (!satisfied(demand, pools, reclaimed)) continue;
+        CacheRecordKey const shorter{record.logicalBlockHashes[keep - 1], static_cast<int32_t>(keep)};
+        std::optional<RecordId> const holder = records.find(shorter);
+        // Free, or held by a victim of this plan (evicted before the trim is applied): trim.
+        if (!holder || std::find(victims.begin(), victims.end(), *holder) != victims.end())
+            return static_cast<int32_t>(keep);
+        break;  // another record that stays already ends there: evict this one whole
+    }
+    simulateBlocks(record, 0, keptFrom, counts, reclaimed);  // a non-hybrid record holds no snapshot slot
+    return std::nullopt;
+}
+
 }  // namespace
 
+char const* toString(EvictionPolicy policy) noexcept {
+    switch (policy) {
+        case EvictionPolicy::kRecordLru: return "lru";
+        case EvictionPolicy::kRecordLruTrim: return "lru-trim";
+    }
+    return "unknown";
+}
+
 EvictionPlan EvictionPlanner::plan(ResourceDemand const& demand, ResourcePools const& pools,
-                                   CacheRecordStore const& records, std::optional<RecordId> mruRecord) {
+                                   CacheRecordStore const& records, std::optional<RecordId> mruRecord,
+                                   EvictionPolicy policy) {
     if (!demand.isNonNegative()) throw ContractError("EvictionPlanner::plan: demand must be non-negative");
     EvictionPlan result;
     if (pools.canAllocate(demand)) {
@@ -73,23 +122,27 @@ EvictionPlan EvictionPlanner::plan(ResourceDemand const& demand, ResourcePools c
 
     if (mruRecord && !records.contains(*mruRecord)) mruRecord.reset();
     SimulatedCacheCounts counts(pools);
-    for (RecordId id : records.lru()) {
-        if (mruRecord && id == *mruRecord) continue;
-        simulateVictim(records.get(id), counts, result.reclaimed);
+    // One LRU step: the record is trimmed (the plan is complete) or becomes a victim. True when feasible.
+    auto step = [&](RecordId id) {
+        CacheRecord const& record = records.get(id);
+        if (policy == EvictionPolicy::kRecordLruTrim) {
+            if (std::optional<int32_t> keep =
+                    simulateTrimOrEvict(demand, pools, records, record, result.victims, counts, result.reclaimed)) {
+                result.trim = RecordTrim{id, *keep};
+                return result.feasible = true;
+            }
+        } else {
+            simulateVictim(record, counts, result.reclaimed);
+        }
         result.victims.push_back(id);
-        if (satisfied(demand, pools, result.reclaimed)) {
-            result.feasible = true;
-            return result;
-        }
+        return result.feasible = satisfied(demand, pools, result.reclaimed);
+    };
+    RecordId const last = mruRecord.value_or(kNoRecord);  // kNoRecord is never a stored id
+    for (RecordId id : records.lru()) {
+        if (id == last) continue;
+        if (step(id)) return result;
     }
-    if (mruRecord) {
-        simulateVictim(records.get(*mruRecord), counts, result.reclaimed);
-        result.victims.push_back(*mruRecord);
-        if (satisfied(demand, pools, result.reclaimed)) {
-            result.feasible = true;
-            return result;
-        }
-    }
+    if (last != kNoRecord && step(last)) return result;
     // Unreachable while the reclaimable counters are exact; never return a partial plan.
     throw InvariantError("EvictionPlanner: evicting every record fell short of the reclaimable count");
 }

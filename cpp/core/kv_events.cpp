@@ -36,7 +36,9 @@ void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool h
     events_.push_back(event);
 }
 
-void KvEventLog::beginRemoved() {
+void KvEventLog::beginRemoved(size_t capacity) {
+    makeRoom(events_, 1);
+    makeRoom(hashes_, capacity);
     KvEvent event;
     event.type = KvEventType::kBlockRemoved;
     event.firstHash = hashes_.size();

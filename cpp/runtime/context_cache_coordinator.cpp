@@ -259,7 +259,7 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
       synchronizer_(std::move(synchronizer)),
       pageSize_(pageSizeOf(config, profile, resources)),
       hasher_(config.hashAlgorithm, config.hashKey),
-      manager_(pageSize_, capacitiesOf(profile, resources), config.maxRecords),
+      manager_(pageSize_, capacitiesOf(profile, resources), config.maxRecords, config.evictionPolicy),
       residentEpochs_(static_cast<size_t>(config.maxBatch), 0),
       lastEpochs_(static_cast<size_t>(config.maxBatch), 0) {
     if (resources_.basePool) backend_ = &resources_.basePool->backend();

@@ -187,6 +187,7 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
 
     runtime::ContextCacheConfig cc;
     cc.maxRecords = c.maxRecords;
+    cc.evictionPolicy = c.evictionPolicy;
     cc.maxBatch = c.maxBatch;
     cc.pageSize = c.deployment == DeploymentKind::kRecurrent ? c.pageSize : 0;
     cc.hashAlgorithm = c.hashAlgorithm;

@@ -45,6 +45,16 @@ public:
     std::optional<BlockHash> hashOfPage(PageId page) const;
 
     BaseInsertResult insert(BlockHash hash, PageId proposedPage);
+    // Cache hints (no effect on contents): the forward slot of `hash`; the reverse entry of `page`; and, for a
+    // page whose reverse entry is already cached, the forward slot of the hash it is mapped from (erasePage's
+    // second miss). Out-of-range pages are ignored.
+    void prefetch(BlockHash const& hash) const noexcept { forward_.prefetch(hash); }
+    void prefetchPage(PageId page) const noexcept {
+        if (page >= 0 && page < pageCapacity()) __builtin_prefetch(&reverse_[static_cast<size_t>(page)]);
+    }
+    void prefetchForwardOfPage(PageId page) const noexcept {
+        if (page >= 0 && page < pageCapacity()) forward_.prefetch(reverse_[static_cast<size_t>(page)]);
+    }
     // Removes page's mapping (reverse entry, and forward entry if it still points at page). Absent: no-op.
     void erasePage(PageId page);
 

@@ -55,6 +55,17 @@ public:
     void setDraftState(RecordId id, std::vector<PageId> draftPagePath);
     void touch(RecordId id);
     CacheRecord erase(RecordId id);
+    // Cuts a non-hybrid record down to its first keepBlocks blocks (1 <= keepBlocks < fullBlockCount): logical
+    // hashes and base (and draft) paths shrink, the key becomes {hash of block keepBlocks-1, keepBlocks}, the
+    // LRU position stays. Returns what was cut (O(blocks cut)). ContractError, nothing changed, for a hybrid
+    // record, a keepBlocks out of range, or a shorter key that another record already has.
+    struct TrimmedTail {
+        int32_t firstBlock = 0;  // index of the first block cut (= keepBlocks)
+        std::vector<BlockHash> hashes;
+        std::vector<PageId> basePages;
+        std::vector<PageId> draftPages;  // empty for a base-only record
+    };
+    TrimmedTail trimTail(RecordId id, int32_t keepBlocks);
 
     // Least recent first. The list is the store's own: valid until the next mutation.
     std::list<RecordId> const& lru() const noexcept { return lru_; }

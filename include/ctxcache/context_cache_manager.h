@@ -23,7 +23,9 @@
 //   publishHybridMtp only. The record keeps base and an equally long draft path through the E-1 boundary.
 // Recency: hybrid, Hybrid+MTP and spec hits are touched at acquire; plain base-block hits touch nothing; an
 //   exact duplicate publication touches the existing record; capacity and record-limit eviction are strict
-//   record LRU.
+//   record LRU. Under EvictionPolicy::kRecordLruTrim (opt-in at construction) capacity eviction may instead
+//   trim the last record it reaches down to a shorter prefix (eviction_planner.h); the record-limit victim is
+//   always evicted whole.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims.
 // KV events (opt-in, include/ctxcache/kv_events.h, docs/EVENTS.md): the events mirror the base block index, the
@@ -110,11 +112,14 @@ struct ContextCacheManagerMetrics {
     uint64_t reclaimedDraftKvPages = 0;
     uint64_t reclaimedRecurrentSnapshots = 0;
     uint64_t reclaimedPartialKvSnapshots = 0;
+    uint64_t trimmedRecords = 0;  // kRecordLruTrim: trims applied (a record trimmed twice counts twice)
+    uint64_t trimmedBlocks = 0;   // blocks those trims took off their records
 };
 
 class ContextCacheManager {
 public:
-    ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
+    ContextCacheManager(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords,
+                        EvictionPolicy evictionPolicy = EvictionPolicy::kRecordLru);
     ~ContextCacheManager();
     ContextCacheManager(ContextCacheManager const&) = delete;
     ContextCacheManager& operator=(ContextCacheManager const&) = delete;
@@ -224,6 +229,7 @@ public:
     CacheRecordStore const& records() const noexcept { return records_; }
     ContextCacheManagerMetrics const& metrics() const noexcept { return metrics_; }
     int32_t pageSize() const noexcept { return pageSize_; }
+    EvictionPolicy evictionPolicy() const noexcept { return evictionPolicy_; }
     size_t liveLeaseCount() const noexcept { return liveLeases_; }
 
     // Throws InvariantError describing the first violation found. O(capacity + records + leases).
@@ -236,6 +242,7 @@ private:
     using LeaseState = CacheRequestLease::State;
 
     static ResourceDemand validatedCapacities(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
+    static EvictionPolicy validatedPolicy(EvictionPolicy policy);
     AcquireResult acquire(ReusePlan plan, PageCoverage coverage);
     CacheRequestLease newLease(ReusePlanMode mode);
     LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
@@ -244,6 +251,11 @@ private:
                                              std::optional<RecordId> protectedRecord) const;
     void applyEviction(EvictionPlan const& plan, ResourceDemand const& demand);
     void evictOne(RecordId id);
+    void trimRecord(RecordTrim const& trim);
+    // Drops one cache reference on each base page (unmapping it when that was the last) and counts what it frees;
+    // after beginRemovals, each unmapped block is added to the open BlockRemoved event.
+    void releaseBasePages(std::vector<PageId> const& pages, size_t from);
+    bool beginRemovals(size_t maxBlocks) noexcept;  // opens a BlockRemoved event when removals are reported
     std::vector<PageId> projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
                                                  std::vector<PageId> const& producerPages,
                                                  std::vector<PageId>& newlyMapped);
@@ -270,6 +282,7 @@ private:
 
     int32_t pageSize_;
     int32_t maxRecords_;
+    EvictionPolicy evictionPolicy_;
     ResourcePools pools_;
     BaseBlockIndex baseIndex_;
     DraftPathIndex draftIndex_;
@@ -281,6 +294,7 @@ private:
     bool eventsEnabled_ = false;
     bool eventsBroken_ = false;        // an append failed: the pending events become one AllBlocksCleared
     bool suppressRemovals_ = false;    // clear() reports one AllBlocksCleared instead
+    bool reportingRemovals_ = false;   // the running releaseBasePages adds to an open BlockRemoved event
     int eventCallDepth_ = 0;
     size_t maxPendingEvents_ = 0;
     uint64_t lostKvEvents_ = 0;

@@ -40,6 +40,9 @@ public:
     bool contains(BlockHash const& terminalHash, DraftPathMatch const& match) const;
     // Removes exactly `record`'s entries; a record without a draft path is a no-op.
     void erase(CacheRecord const& record);
+    // Removes record's entries {record, firstBlock + i + 1} under hashes[i], i < count: the boundaries a trim
+    // gives up (firstBlock = the blocks kept). Entries not present are skipped. O(count x entries per hash).
+    void eraseBoundaries(RecordId record, int32_t firstBlock, BlockHash const* hashes, size_t count);
 
     size_t entryCount() const noexcept { return entries_; }
     template <class F>

@@ -1,9 +1,21 @@
-// EvictionPlanner: picks whole-record victims, least recent first, without mutating anything.
+// EvictionPlanner: picks victims, least recent first, without mutating anything.
 //
 // Simulation: walking the LRU (the optional protected record, the hit being acquired, moved to the very end),
 // each victim drops one cache reference per listed resource; a resource counts as reclaimed when its simulated
 // cache count reaches zero while no lease pins it. The plan is the shortest LRU prefix after which
 // free + reclaimed >= demand holds for all four types together, or infeasible with no victims.
+//
+// Policies (EvictionPolicy, chosen when the manager is built):
+//   kRecordLru       the reference's: every victim is evicted whole.
+//   kRecordLruTrim   the same walk, but each non-hybrid record first gives up its blocks from the tail, one at
+//                    a time (base page and, when paired, draft page of the same block); when the demand is met
+//                    after dropping blocks [k, n) with k >= 1, that record is trimmed to its first k blocks
+//                    instead of evicted (plan.trim). It keeps its LRU position, so the next shortage continues
+//                    with it. A trim whose shorter key (hash of block k-1, k) already names another record that
+//                    stays (not a victim of the same plan) goes on to evict the record whole. Hybrid checkpoints are
+//                    always evicted whole (their state is for one exact length). This is the block-granular LRU of
+//                    vLLM's free queue (a request's tail blocks go first) at record granularity: a record's prefix
+//                    outlives its unshared tail.
 //
 // Cost:       O(1) when the pools already satisfy the demand or when even evicting every record could not
 //             (ResourcePools::reclaimableCount is exact); otherwise proportional to the resources of the victims
@@ -20,16 +32,29 @@
 
 namespace ctxcache {
 
+// Whole-record LRU (the reference's, the default) or record LRU that trims tails first (see the file comment).
+enum class EvictionPolicy : int32_t { kRecordLru = 0, kRecordLruTrim = 1 };
+
+// A record cut down to its first keepBlocks blocks (1 <= keepBlocks < its fullBlockCount).
+struct RecordTrim {
+    RecordId record = kNoRecord;
+    int32_t keepBlocks = 0;
+};
+
 struct EvictionPlan {
     bool feasible = false;
-    std::vector<RecordId> victims;
+    std::vector<RecordId> victims;   // evicted whole, in LRU order
+    std::optional<RecordTrim> trim;  // applied after the victims; never one of them
     ResourceDemand reclaimed;
 };
 
 class EvictionPlanner {
 public:
     static EvictionPlan plan(ResourceDemand const& demand, ResourcePools const& pools, CacheRecordStore const& records,
-                             std::optional<RecordId> mruRecord = std::nullopt);
+                             std::optional<RecordId> mruRecord = std::nullopt,
+                             EvictionPolicy policy = EvictionPolicy::kRecordLru);
 };
+
+char const* toString(EvictionPolicy policy) noexcept;
 
 }  // namespace ctxcache

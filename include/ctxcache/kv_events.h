@@ -47,9 +47,10 @@ public:
     // blockHashes are the full 128-bit hashes; the log keeps kvEventBlockHash of each.
     void appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
                       int32_t const* tokens, size_t tokenCount);
-    // Opens a BlockRemoved event; addRemoved appends its hashes root-first (one event per evicted record).
-    void beginRemoved();
-    void addRemoved(uint64_t blockHash) {
+    // Opens a BlockRemoved event with room for `capacity` hashes; addRemoved appends up to that many hashes
+    // root-first without allocating (one event per evicted or trimmed record).
+    void beginRemoved(size_t capacity = 0);
+    void addRemoved(uint64_t blockHash) noexcept {
         hashes_.push_back(blockHash);
         ++events_.back().hashCount;
     }

@@ -38,6 +38,11 @@ public:
     void addCacheRef(ResourceId const& id);
     void releaseCacheRef(ResourceId const& id);
 
+    // Cache hint for a later refcount operation on `id` (ignored when out of range). Changes nothing.
+    void prefetch(ResourceId const& id) const noexcept {
+        if (validId(id)) __builtin_prefetch(&pools_[index(id.type)].slots[static_cast<size_t>(id.index)]);
+    }
+
     int32_t activeRefCount(ResourceId const& id) const;
     int32_t cacheRefCount(ResourceId const& id) const;
     bool isFree(ResourceId const& id) const;

@@ -120,6 +120,7 @@ def _finish(manager: ContextCacheManager, out: dict[str, Any], capacities: Resou
     out["metadata_bytes"] = manager.metadata_bytes
     out["peak_metadata_bytes"] = max(peak, out["metadata_bytes"])
     out["evicted_records"] = metrics.evicted_records
+    out["trimmed_records"] = metrics.trimmed_records
     out["reclaimed_base_pages"] = metrics.reclaimed_base_kv_pages
     out["reclaimed_draft_pages"] = metrics.reclaimed_draft_kv_pages
     out["reclaimed_recurrent_snapshots"] = metrics.reclaimed_recurrent_snapshots
@@ -127,11 +128,11 @@ def _finish(manager: ContextCacheManager, out: dict[str, Any], capacities: Resou
 
 
 def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                  max_records: int, sample_peak: bool, spec: bool) -> dict[str, Any]:
+                  max_records: int, sample_peak: bool, spec: bool, eviction_policy: str = "lru") -> dict[str, Any]:
     """One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
     pool (both grown alike). Only the manager calls are timed."""
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
-    manager = ContextCacheManager(page_size, capacities, max_records)
+    manager = ContextCacheManager(page_size, capacities, max_records, eviction_policy)
     pools = 2 if spec else 1
     acquire = manager.acquire_spec if spec else manager.acquire_vanilla
     perf = time.perf_counter_ns
@@ -225,9 +226,10 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 
 
 def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                   max_records: int, sample_peak: bool = True) -> dict[str, Any]:
+                   max_records: int, sample_peak: bool = True, eviction_policy: str = "lru") -> dict[str, Any]:
     """One pass of acquire / grow / publish / release over every request. Only the manager calls are timed."""
-    return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=False)
+    return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=False,
+                         eviction_policy=eviction_policy)
 
 
 def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: int, tail: np.ndarray) -> Any:
@@ -241,12 +243,12 @@ def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: 
 def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
                   max_records: int, *, snapshot_slots: int, hasher: Hasher,
                   candidate_cap: int = DEFAULT_HYBRID_CANDIDATES, exact_digests: Sequence[np.ndarray] | None = None,
-                  sample_peak: bool = True) -> dict[str, Any]:
+                  sample_peak: bool = True, eviction_policy: str = "lru") -> dict[str, Any]:
     """One pass of the hybrid protocol (attention + recurrent, a checkpoint at every prompt end). The manager
     calls and the exact-prefix digests are timed apart; expanding the digests' tokens is not timed."""
     capacities = ResourceDemand(base_kv_pages=capacity_pages, recurrent_snapshot_slots=snapshot_slots,
                                 partial_kv_snapshot_slots=snapshot_slots)
-    manager = ContextCacheManager(page_size, capacities, max_records)
+    manager = ContextCacheManager(page_size, capacities, max_records, eviction_policy)
     perf = time.perf_counter_ns
     out: dict[str, Any] = dict(requests=0, acquired=0, insufficient_capacity=0, grow_calls=0, grow_failures=0, publish_calls=0,
                published_new=0, published_existing=0, manager_calls=0, input_tokens=0, reused_tokens=0,
@@ -365,9 +367,10 @@ def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 
 
 def replay_spec(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                max_records: int, sample_peak: bool = True) -> dict[str, Any]:
+                max_records: int, sample_peak: bool = True, eviction_policy: str = "lru") -> dict[str, Any]:
     """One pass of the EAGLE protocol: paired base + draft pools of the same size. Only manager calls are timed."""
-    return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=True)
+    return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=True,
+                         eviction_policy=eviction_policy)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -409,17 +412,17 @@ def _best_of(repeat: int, run: Any) -> dict[str, Any]:
 def run_page_size(requests: Sequence[Request], page_size: int, *, mode: str = "vanilla",
                   capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
                   repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
-                  hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> dict[str, Any]:
+                  hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES, eviction_policy: str = "lru") -> dict[str, Any]:
     """The benchmark at one page size in one mode: hashing phase, bounded replay, upper-bound replay."""
     return run_modes(requests, page_size, [mode], capacity_blocks=capacity_blocks, max_records=max_records, key=key,
                      repeat=repeat, upper_bound=upper_bound, snapshot_slots=snapshot_slots,
-                     hybrid_candidates=hybrid_candidates)[0]
+                     hybrid_candidates=hybrid_candidates, eviction_policy=eviction_policy)[0]
 
 
 def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] = MODES, *,
               capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
               repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
-              hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES) -> list[dict[str, Any]]:
+              hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES, eviction_policy: str = "lru") -> list[dict[str, Any]]:
     """The benchmark at one page size: one hashing phase, then per mode (in the order vanilla, hybrid, spec) the
     bounded replay and the upper-bound replay; one result dict per mode."""
     if page_size <= 0 or TRACE_BLOCK % page_size:
@@ -478,12 +481,15 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
         for mode in modes:
             def run_once(base_pages: int, slots: int, sample_peak: bool, check: bool, mode: str = mode) -> dict[str, Any]:
                 if mode == "vanilla":
-                    return replay_vanilla(requests, hashes, page_size, base_pages, max_records, sample_peak)
+                    return replay_vanilla(requests, hashes, page_size, base_pages, max_records, sample_peak,
+                                          eviction_policy)
                 if mode == "spec":
-                    return replay_spec(requests, hashes, page_size, base_pages, max_records, sample_peak)
+                    return replay_spec(requests, hashes, page_size, base_pages, max_records, sample_peak,
+                                       eviction_policy)
                 return replay_hybrid(requests, hashes, page_size, base_pages, max_records, snapshot_slots=slots,
                                      hasher=hasher, candidate_cap=hybrid_candidates,
-                                     exact_digests=exact_digests if check else None, sample_peak=sample_peak)
+                                     exact_digests=exact_digests if check else None, sample_peak=sample_peak,
+                                     eviction_policy=eviction_policy)
 
             run = _best_of(repeat, lambda pass_no: run_once(capacity_pages, snapshot_slots, pass_no == 0, pass_no == 0))
 
@@ -507,7 +513,8 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                                    max_records=max_records, hashed_tokens=hashed_tokens, hashed_blocks=hashed_blocks,
                                    sum_hi=sum_hi, sum_lo=sum_lo, hash_ns=hash_ns, hot_hash_ns=hot_hash_ns,
                                    bound_capacity=bound_capacity,
-                                   bound_slots=bound_slots, hybrid_candidates=hybrid_candidates))
+                                   bound_slots=bound_slots, hybrid_candidates=hybrid_candidates,
+                                   eviction_policy=eviction_policy))
     finally:
         hasher.close()
     return results
@@ -516,10 +523,11 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
 def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, page_size: int, repeat: int, distinct: int,
             trace_blocks: int, capacity_blocks: int, max_records: int, hashed_tokens: int, hashed_blocks: int,
             sum_hi: int, sum_lo: int, hash_ns: int, hot_hash_ns: int, bound_capacity: int, bound_slots: int,
-            hybrid_candidates: int) -> dict[str, Any]:
+            hybrid_candidates: int, eviction_policy: str = "lru") -> dict[str, Any]:
     """One mode's result: the same keys, in the same order, as the C++ benchmark prints."""
     hybrid, spec = mode == "hybrid", mode == "spec"
-    res = {"page_size": page_size, "mode": mode, "repeat": repeat, "requests": run["requests"],
+    res = {"page_size": page_size, "mode": mode, "eviction_policy": eviction_policy, "repeat": repeat,
+           "requests": run["requests"],
            "distinct_blocks": distinct, "trace_blocks": trace_blocks, "capacity_blocks": capacity_blocks,
            "capacity_pages": run["capacity_pages"]}
     if spec:
@@ -559,7 +567,7 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
     if spec:
         res["lease_base_pages"] = run["lease_base_pages"]
         res["lease_draft_pages"] = run["lease_draft_pages"]
-    for k in ("published_blocks", "pages_touched", "evicted_records", "reclaimed_base_pages"):
+    for k in ("published_blocks", "pages_touched", "evicted_records", "trimmed_records", "reclaimed_base_pages"):
         res[k] = run[k]
     if spec:
         res["reclaimed_draft_pages"] = run["reclaimed_draft_pages"]
@@ -653,6 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5,
                         help="identical passes; each request counts with its fastest (default 5)")
     parser.add_argument("--no-upper-bound", action="store_true", help="skip the unbounded-cache replay")
+    parser.add_argument("--eviction-policy", choices=("lru", "lru-trim"), default="lru",
+                        help="the manager's capacity eviction (default lru, the reference's whole-record LRU)")
     parser.add_argument("--table", action="store_true", help="also print a readable table on stderr")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
@@ -673,7 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                for r in run_modes(requests, p, modes, capacity_blocks=args.capacity_blocks,
                                   max_records=args.max_records, key=args.key, repeat=args.repeat,
                                   upper_bound=not args.no_upper_bound, snapshot_slots=args.snapshot_slots,
-                                  hybrid_candidates=args.hybrid_candidates)]
+                                  hybrid_candidates=args.hybrid_candidates, eviction_policy=args.eviction_policy)]
     print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", "results": results}))
     if args.table:
         print(_table(results), file=sys.stderr)

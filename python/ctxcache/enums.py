@@ -33,6 +33,28 @@ class ReusePlanMode(IntEnum):
     HYBRID_MTP = 3
 
 
+class EvictionPolicy(IntEnum):
+    """Capacity eviction: whole records least recent first (the default), or the same walk trimming the last
+    record reached down to the prefix it can keep (``"lru"`` / ``"lru-trim"`` in the command line)."""
+
+    RECORD_LRU = 0
+    RECORD_LRU_TRIM = 1
+
+    @property
+    def label(self) -> str:
+        return "lru" if self is EvictionPolicy.RECORD_LRU else "lru-trim"
+
+    @classmethod
+    def parse(cls, value: EvictionPolicy | str) -> EvictionPolicy:
+        """An EvictionPolicy, or its command-line label ``"lru"`` / ``"lru-trim"``."""
+        if isinstance(value, EvictionPolicy):
+            return value
+        for policy in cls:
+            if value == policy.label:
+                return policy
+        raise ValueError(f"unknown eviction policy {value!r} (lru or lru-trim)")
+
+
 class SpecReplayMode(IntEnum):
     NONE = 0
     FULL_PAGE = 1

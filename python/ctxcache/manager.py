@@ -19,6 +19,7 @@ from ._ffi import check, ffi, lib, new_output
 from ._resource import Family, Resource
 from .enums import (
     AcquireStatus,
+    EvictionPolicy,
     LeaseState,
     LookupPolicy,
     PublishStatus,
@@ -94,6 +95,8 @@ class ManagerMetrics:
     reclaimed_draft_kv_pages: int
     reclaimed_recurrent_snapshots: int
     reclaimed_partial_kv_snapshots: int
+    trimmed_records: int = 0  # EvictionPolicy.RECORD_LRU_TRIM: trims applied
+    trimmed_blocks: int = 0  # blocks those trims took off their records
 
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
@@ -510,17 +513,28 @@ def _reservation(value: Any) -> Any:
     return c
 
 
+def eviction_policy_of(value: Any, name: str = "eviction_policy") -> EvictionPolicy:
+    """An EvictionPolicy from itself or its label ("lru", "lru-trim"); anything else is InvalidArgumentError."""
+    try:
+        return EvictionPolicy.parse(value)
+    except ValueError:
+        raise InvalidArgumentError(f"{name} must be an EvictionPolicy, 'lru' or 'lru-trim', got {value!r}") from None
+
+
 class ContextCacheManager(KvEventSource, Resource):
     """Host orchestrator of the context cache: acquire -> model execution -> publish or release.
 
-    ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none).
+    ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none);
+    ``eviction_policy`` is an :class:`EvictionPolicy` or its label (``"lru"``, the default, or ``"lru-trim"``).
     """
 
-    __slots__ = ("_handle", "_lease_out", "_publish_out", "_family", "_kv_publisher", "page_size", "__weakref__")
+    __slots__ = ("_handle", "_lease_out", "_publish_out", "_family", "_kv_publisher", "page_size", "eviction_policy",
+                 "__weakref__")
     _destroy = staticmethod(lib.ctxc_manager_destroy)
     _rank = 1  # destroyed after its leases when both wait in the family
 
-    def __init__(self, page_size: int, capacities: ResourceDemand, max_records: int = 1024):
+    def __init__(self, page_size: int, capacities: ResourceDemand, max_records: int = 1024,
+                 eviction_policy: EvictionPolicy | str = EvictionPolicy.RECORD_LRU):
         self._handle = _NULL
         self._join(Family())
         if not isinstance(capacities, ResourceDemand):
@@ -533,10 +547,13 @@ class ContextCacheManager(KvEventSource, Resource):
         options.capacities.recurrent_snapshot_slots = capacities.recurrent_snapshot_slots
         options.capacities.partial_kv_snapshot_slots = capacities.partial_kv_snapshot_slots
         options.max_records = _arrays.integer(max_records, "max_records")
+        policy = eviction_policy_of(eviction_policy)
+        options.eviction_policy = policy
         out = ffi.new("ctxc_manager_t **")
         check(lib.ctxc_manager_create(options, out))
         self._handle = out[0]
         self.page_size = options.page_size
+        self.eviction_policy = policy
         self._lease_out = ffi.new("ctxc_lease_t **")
         self._publish_out = new_output("ctxc_publish_result_t")
 
@@ -744,7 +761,8 @@ class ContextCacheManager(KvEventSource, Resource):
         m = new_output("ctxc_manager_metrics_t")
         check(lib.ctxc_manager_metrics(self._live(), m))
         return ManagerMetrics(m.evicted_records, m.reclaimed_base_kv_pages, m.reclaimed_draft_kv_pages,
-                              m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots)
+                              m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots, m.trimmed_records,
+                              m.trimmed_blocks)
 
     @property
     def live_lease_count(self) -> int:

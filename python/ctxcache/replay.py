@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 import time
@@ -87,6 +88,7 @@ class Settings:
     events: str | None = None  # KV event PUB endpoint (docs/EVENTS.md)
     events_replay: str | None = None
     events_topic: str = ""
+    eviction_policy: str = "lru"  # "lru" (whole records, the reference's) or "lru-trim" (tails first)
 
 
 @dataclass
@@ -243,7 +245,7 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     page_size = settings.page_size
     m = measured if measured is not None else Measured("bookkeeping-only", capacity_pages)
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
-    manager = ContextCacheManager(page_size, capacities, settings.max_records)
+    manager = ContextCacheManager(page_size, capacities, settings.max_records, settings.eviction_policy)
     acquire = manager.acquire_spec if spec else manager.acquire_vanilla
     pools = manager.pools
     perf = time.perf_counter_ns
@@ -339,7 +341,7 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
         max_records=settings.max_records, max_batch=settings.batch_size, max_pages_per_sequence=widest,
         snapshot_slots=max(64, 2 * settings.batch_size), backend=settings.backend, seed=settings.seed,
         commit_policy=CommitPolicy[settings.commit_policy.upper()],
-        hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()])
+        hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()], eviction_policy=settings.eviction_policy)
     chunk = settings.batch_size * max(1, 16 // settings.batch_size)
     checked = mismatches = 0
     first_mismatch: str | None = None
@@ -416,6 +418,7 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         "page_size": settings.page_size, "capacity_pages": m.capacity_pages,
         "capacity_tokens": m.capacity_pages * settings.page_size, "max_records": settings.max_records,
         "batch_size": settings.batch_size, "hash_algorithm": settings.hash_algorithm,
+        "eviction_policy": settings.eviction_policy,
         "commit_policy": settings.commit_policy if m.engine == "full" else "prefill_state_only",
         "seed": settings.seed,
         "requests": done, "requests_in_workload": len(prepared.requests), "prompt_tokens": prompt_tokens,
@@ -472,7 +475,8 @@ def format_report(r: dict[str, Any]) -> str:
            + (f", {r['backend']} backend" if r["backend"] else "") + ")"
            + ("  [INTERRUPTED: partial figures]" if r["interrupted"] else ""),
            f"  page size {r['page_size']}, capacity {r['capacity_pages']:,} pages ({r['capacity_tokens']:,} tokens), "
-           f"max records {r['max_records']:,}, batch size {r['batch_size']}, commit {r['commit_policy']}", ""]
+           f"max records {r['max_records']:,}, batch size {r['batch_size']}, commit {r['commit_policy']}, "
+           f"eviction {r['eviction_policy']}", ""]
     bound = r["upper_bound_hit_rate"]
     rows = [("requests", f"{r['requests']:,}" + (f" of {r['requests_in_workload']:,}" if r["interrupted"] else "")),
             ("prompt tokens", f"{r['prompt_tokens']:,}"),
@@ -556,6 +560,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                      help="base pool capacity in tokens (rounded down to pages; default: half the workload's "
                           "distinct prompt tokens)")
     p.add_argument("--max-records", type=int, default=1_000_000, help="cache record limit (default 1,000,000)")
+    p.add_argument("--policy", dest="eviction_policy", choices=("lru", "lru-trim"), default="lru",
+                   help="capacity eviction: lru, whole records least recent first (the reference's, default), or "
+                        "lru-trim, the same walk giving up a record's tail blocks first (docs/EVICTION.md)")
     p.add_argument("--batch-size", type=int, default=1, help="requests in flight together (default 1)")
     p.add_argument("--mode", choices=sorted(MODES), default="vanilla",
                    help="vanilla (attention), hybrid (attention + recurrent) or spec (EAGLE); default vanilla")
@@ -577,7 +584,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(page_size=args.page_size, max_records=args.max_records, batch_size=args.batch_size,
                     mode=args.mode, backend=args.backend, hash_algorithm=args.hash_algorithm, key=args.key,
-                    commit_policy=args.commit_policy, seed=args.seed,
+                    commit_policy=args.commit_policy, seed=args.seed, eviction_policy=args.eviction_policy,
                     bookkeeping_only=getattr(args, "bookkeeping_only", True), verify=getattr(args, "verify", False),
                     events=getattr(args, "events", None), events_replay=getattr(args, "events_replay", None),
                     events_topic=getattr(args, "events_topic", ""))
@@ -702,17 +709,22 @@ def run_sweep(args: argparse.Namespace) -> int:
     interrupted = False
     with_optimum = _optimum_applies(settings, args)
     pages = prepare_pages(prepared.requests, prepared.hashes) if with_optimum else None
+    # Another policy than the reference's: its curve is drawn beside record LRU's, measured at the same points.
+    baseline = dataclasses.replace(settings, eviction_policy="lru") if settings.eviction_policy != "lru" else None
     try:
         with _progress(len(capacities) * len(prepared.requests), "sweep", show) as step:
             for cap in capacities:  # below `minimum`, the requests that cannot fit bypass the cache (rejected)
                 m = replay_bookkeeping(prepared, settings, cap, step)
                 reused = sum(m.reused)
+                lru_reused = sum(replay_bookkeeping(prepared, baseline, cap).reused) if baseline else None
                 optimum = offline_optimum(pages, settings.page_size, cap).hit_rate if pages is not None else None
                 rows.append({"capacity_pages": cap, "capacity_tokens": cap * settings.page_size,
                              "fraction_of_distinct": round(_ratio(cap, prepared.distinct_pages), 6),
                              "hit_rate": round(_ratio(reused, prompt_tokens), 6),
                              "ratio_to_upper_bound": round(_ratio(reused, bound_total), 6),
                              "optimum_hit_rate": round(optimum, 6) if optimum is not None else "",
+                             "lru_hit_rate": round(_ratio(lru_reused, prompt_tokens), 6) if lru_reused is not None
+                             else "",
                              "reused_tokens": reused, "rejected": m.rejected, "evicted_records": m.evicted_records,
                              "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0)})
     except KeyboardInterrupt:
@@ -726,7 +738,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out_dir / f"{args.name}.csv", out_dir / f"{args.name}.png"
     columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
-               "optimum_hit_rate", "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
+               "optimum_hit_rate", "lru_hit_rate", "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -735,7 +747,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     fig, ax = plt.subplots(figsize=(8, 5))
     if rows:
         ax.plot([r["capacity_tokens"] for r in rows], [100 * r["hit_rate"] for r in rows], "o-",
-                label="hit rate (LRU cache)")
+                label=f"hit rate ({'record LRU' if baseline is None else settings.eviction_policy})")
+        if baseline is not None:
+            ax.plot([r["capacity_tokens"] for r in rows], [100 * r["lru_hit_rate"] for r in rows], "^:",
+                    color="tab:orange", label="hit rate (record LRU, the reference's)")
         if with_optimum:
             ax.plot([r["capacity_tokens"] for r in rows], [100 * r["optimum_hit_rate"] for r in rows], "s--",
                     color="tab:green", label="offline optimum (Belady, knows the future)")
@@ -763,6 +778,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                      f"largest request ({minimum * settings.page_size:,} tokens with its output): the requests that "
                      f"do not fit bypass the cache and count as not reused (column 'rejected')")
     report = {"command": "sweep", "workload": workload, "interrupted": interrupted, "mode": settings.mode,
+              "eviction_policy": settings.eviction_policy,
               "page_size": settings.page_size, "max_records": settings.max_records,
               "batch_size": settings.batch_size, "requests": len(prepared.requests), "prompt_tokens": prompt_tokens,
               "distinct_prompt_tokens": prepared.distinct_pages * settings.page_size,
@@ -775,15 +791,17 @@ def run_sweep(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report), flush=True)
     else:
-        lines = [f"ctxcache sweep: {workload} ({settings.mode}, page size {settings.page_size})"
+        lines = [f"ctxcache sweep: {workload} ({settings.mode}, page size {settings.page_size}, "
+                 f"eviction {settings.eviction_policy})"
                  + ("  [INTERRUPTED: partial figures]" if interrupted else ""),
                  f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
                  f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
                  _table([(f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}",
+                          f"{r['lru_hit_rate']:.2%}" if baseline else "-",
                           f"{r['optimum_hit_rate']:.2%}" if with_optimum else "-",
                           f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}", f"{r['rejected']:,}") for r in rows],
-                        header=("capacity tokens", "of distinct", "hit rate", "optimum", "of bound", "evicted records",
-                                "rejected")), ""]
+                        header=("capacity tokens", "of distinct", "hit rate", "record LRU", "optimum", "of bound",
+                                "evicted records", "rejected")), ""]
         for share in ("90", "99"):
             hit = reach[share]
             lines.append(f"{share}% of the bound: " + (f"{hit['capacity_tokens']:,} tokens" if hit else "not reached"))

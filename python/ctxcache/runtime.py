@@ -48,6 +48,7 @@ from .device import KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotS
 from .enums import (
     AdmitSequenceStatus,
     CommitPolicy,
+    EvictionPolicy,
     HashAlgorithm,
     LookupPolicy,
     MediaModality,
@@ -59,6 +60,7 @@ from .enums import (
 )
 from .errors import ArgumentTypeError, InvalidArgumentError
 from .events import KvEventSource
+from .manager import eviction_policy_of
 
 _NULL = ffi.NULL
 _INHERIT = int(lib.CTXC_INHERIT_LOOKUP_POLICY)
@@ -458,7 +460,7 @@ class ContextCacheCoordinator(KvEventSource, _Handle):
                  base_lengths: KvLengths | None = None, draft_pool: KvPagePool | None = None,
                  draft_table: KvPageTable | None = None, draft_lengths: KvLengths | None = None,
                  resident_state: ResidentState | None = None, snapshots: SnapshotStorage | None = None,
-                 synchronizer: Synchronizer | None = None):
+                 synchronizer: Synchronizer | None = None, eviction_policy: Any = EvictionPolicy.RECORD_LRU):
         keep: list[Any] = []
         resources = ffi.new("ctxc_coordinator_resources_t *")
         lib.ctxc_coordinator_resources_init(resources)
@@ -473,6 +475,7 @@ class ContextCacheCoordinator(KvEventSource, _Handle):
         options = ffi.new("ctxc_coordinator_options_t *")
         lib.ctxc_coordinator_options_init(options)
         options.max_records = _arrays.integer(max_records, "max_records", minimum=None)
+        options.eviction_policy = eviction_policy_of(eviction_policy)
         options.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         options.page_size = _arrays.integer(page_size, "page_size", minimum=None)
         options.hash_algorithm = _enum(HashAlgorithm, hash_algorithm, "hash_algorithm")

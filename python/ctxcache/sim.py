@@ -27,9 +27,10 @@ import numpy as np
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import BackendKind, DType, _enum, _Handle
-from .enums import CommitPolicy, HashAlgorithm, SimDeployment, SimSpeculative
+from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import ArgumentTypeError
 from .events import KvEventSource
+from .manager import eviction_policy_of
 from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",
@@ -92,13 +93,15 @@ class ReferenceEngine(KvEventSource, _Handle):
                  head_dim: int = 8, kv_dtype: Any = "fp16", recurrent_layers: int = 2, vocab_size: int = 32000,
                  reuse: bool = True, commit_policy: Any = None,
                  hash_algorithm: Any = HashAlgorithm.SHA256, sync_failure_rate: float = 0.0,
-                 fault_seed: int = 1, sliding_window: int = 0, speculative: Any = None) -> None:
+                 fault_seed: int = 1, sliding_window: int = 0, speculative: Any = None,
+                 eviction_policy: Any = EvictionPolicy.RECORD_LRU) -> None:
         o = new_output("ctxc_sim_engine_options_t")
         lib.ctxc_sim_engine_options_init(o)
         o.deployment = _enum(SimDeployment, deployment, "deployment")
         o.page_size = _arrays.integer(page_size, "page_size", minimum=None)
         o.base_pages = _arrays.integer(base_pages, "base_pages", minimum=None)
         o.max_records = _arrays.integer(max_records, "max_records", minimum=None)
+        o.eviction_policy = eviction_policy_of(eviction_policy)
         o.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         o.max_pages_per_sequence = _arrays.integer(max_pages_per_sequence, "max_pages_per_sequence", minimum=None)
         o.snapshot_slots = _arrays.integer(snapshot_slots, "snapshot_slots", minimum=None)

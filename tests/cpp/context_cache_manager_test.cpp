@@ -710,12 +710,12 @@ TEST(ContextCacheManager, EveryPoolReturnsToFullCapacityAfterLeasesAndRecordsGo)
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
-TEST(ContextCacheManager, RandomizedLifecycleKeepsEveryInvariant) {
-    // Seeded random traffic over a two-token alphabet (so prompts share prefixes and collide on whole blocks)
-    // against small pools and a record limit: the whole-state invariant must hold after every single step, a
-    // refused call must change nothing, and at the end every pool must be whole again.
+// Seeded random traffic over a two-token alphabet (so prompts share prefixes and collide on whole blocks)
+// against small pools and a record limit: the whole-state invariant must hold after every single step, a
+// refused call must change nothing, and at the end every pool must be whole again. Run under each policy.
+void randomizedLifecycle(EvictionPolicy policy) {
     BlockHasher const hasher(HashAlgorithm::kFnv1a128);
-    ContextCacheManager m(kPage, {12, 0, 0, 0}, 5);
+    ContextCacheManager m(kPage, {12, 0, 0, 0}, 5, policy);
     std::mt19937 rng(20240601);
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     struct Running {
@@ -784,12 +784,20 @@ TEST(ContextCacheManager, RandomizedLifecycleKeepsEveryInvariant) {
     EXPECT_GT(refused, 0);
     EXPECT_GT(published, 300);
     EXPECT_GT(m.metrics().evictedRecords, 50u);
+    if (policy == EvictionPolicy::kRecordLruTrim) EXPECT_GT(m.metrics().trimmedRecords, 50u);
+    else EXPECT_EQ(m.metrics().trimmedRecords, 0u);
     running.clear();
     while (std::optional<RecordId> lru = m.records().leastRecent()) m.evictRecord(*lru);
     EXPECT_EQ(freeBase(m), 12);
     EXPECT_EQ(m.baseIndex().size(), 0u);
     EXPECT_GT(contractErrors, 0);
     EXPECT_NO_THROW(m.checkInvariants());
+}
+
+TEST(ContextCacheManager, RandomizedLifecycleKeepsEveryInvariant) { randomizedLifecycle(EvictionPolicy::kRecordLru); }
+
+TEST(ContextCacheManager, RandomizedLifecycleKeepsEveryInvariantWhenTrimming) {
+    randomizedLifecycle(EvictionPolicy::kRecordLruTrim);
 }
 
 // ---- a few EAGLE cases --------------------------------------------------------------------------------------

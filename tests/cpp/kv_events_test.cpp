@@ -210,6 +210,24 @@ TEST(KvEvents, SpecDraftUpgradeAddsNoBlocks) {
     m.checkInvariants();
 }
 
+TEST(KvEvents, ATrimmedTailIsRemovedAndTheKeptPrefixIsNot) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8, EvictionPolicy::kRecordLruTrim);
+    m.enableKvEvents();
+    drain(m);
+    publishWith(m, Hs({1, 2, 3, 4}), iota(0, 16)).release();  // every page
+    drain(m);
+    AcquireResult other = m.acquireVanilla(Hs({9}), 4);  // one page: the record loses its last block only
+    ASSERT_TRUE(other.lease);
+    EXPECT_EQ(m.metrics().trimmedBlocks, 1u);
+    EXPECT_EQ(drain(m), std::vector<Event>{removed({H(4)})});
+    other.lease->release();
+    AcquireResult more = m.acquireVanilla(Hs({8}), 12);  // three pages: one free, two more trimmed leaf-first
+    ASSERT_TRUE(more.lease);
+    EXPECT_EQ(drain(m), std::vector<Event>{removed({H(3), H(2)})});
+    EXPECT_EQ(m.baseIndex().size(), 1u);
+    m.checkInvariants();
+}
+
 struct RecordingSink : KvEventSink {
     std::vector<std::vector<Event>> batches;
     void consume(KvEventLog& events) noexcept override { batches.push_back(decode(events)); }

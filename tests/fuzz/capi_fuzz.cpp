@@ -202,6 +202,7 @@ private:
                 o.capacities = {in_.ConsumeIntegralInRange<int32_t>(-1, 16), in_.ConsumeIntegralInRange<int32_t>(0, 12),
                                 in_.ConsumeIntegralInRange<int32_t>(0, 3), in_.ConsumeIntegralInRange<int32_t>(0, 3)};
                 o.max_records = in_.ConsumeIntegralInRange<int32_t>(-1, 4);
+                o.eviction_policy = in_.ConsumeIntegralInRange<int32_t>(-1, 1);  // -1: refused
                 ctxc_manager_t* m = nullptr;
                 ctxc_status_t const s = ctxc_manager_create(&o, &m);
                 checkStatus(s);

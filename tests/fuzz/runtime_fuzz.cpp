@@ -178,6 +178,7 @@ private:
         ctxc_coordinator_options_init(&o);
         o.max_batch = 4;
         o.max_records = in_.ConsumeIntegralInRange<int32_t>(0, 4);
+        o.eviction_policy = in_.ConsumeBool() ? CTXC_EVICTION_RECORD_LRU_TRIM : CTXC_EVICTION_RECORD_LRU;
         o.hash_algorithm = in_.ConsumeBool() ? CTXC_HASH_FNV1A128 : CTXC_HASH_SHA256;
         o.synchronize = synchronize;
         if (in_.ConsumeIntegralInRange<int>(0, 15) == 0) o.model_state_kind = CTXC_MODEL_HYBRID;  // refused

@@ -146,8 +146,9 @@ class Lease:
 
 
 class Model:
-    def __init__(self, page_size: int, capacities, max_records: int):
+    def __init__(self, page_size: int, capacities, max_records: int, policy: str = "lru"):
         self.P = page_size
+        self.policy = policy  # "lru": whole records; "lru-trim": the last record reached may be trimmed
         self.pools = Pools(capacities)
         self.max_records = max_records
         self.index: dict = {}       # hash -> page
@@ -159,7 +160,7 @@ class Model:
         self.lru: list[int] = []
         self.draft_index: dict = {}  # hash -> [(record, count)]
         self.next_id = 1
-        self.metrics = [0, 0, 0, 0, 0]  # evicted, base, draft, recurrent, partial
+        self.metrics = [0, 0, 0, 0, 0, 0, 0]  # evicted, base, draft, recurrent, partial, trimmed records, blocks
 
     def _checkpoints(self, mtp: bool) -> dict:
         return self.mtp if mtp else self.hybrid
@@ -183,18 +184,7 @@ class Model:
                 self.draft_index[h].remove((rid, i + 1))
                 if not self.draft_index[h]:
                     del self.draft_index[h]
-        for p in r.base:
-            self.pools.release_cache(BASE, p)
-            if self.pools.cache[BASE][p] == 0:
-                h = self.reverse.pop(p, None)
-                if h is not None and self.index.get(h) == p:
-                    del self.index[h]
-                if self.pools.active[BASE][p] == 0:
-                    self.metrics[1] += 1
-        for p in r.draft:
-            self.pools.release_cache(DRAFT, p)
-            if self.pools.is_free(DRAFT, p):
-                self.metrics[2] += 1
+        self._release_pages(r.base, r.draft)
         if r.recurrent is not None:
             self.pools.release_cache(RECURRENT, r.recurrent)
             if self.pools.is_free(RECURRENT, r.recurrent):
@@ -205,10 +195,43 @@ class Model:
                 self.metrics[4] += 1
         self.metrics[0] += 1
 
+    def _release_pages(self, base, draft):
+        """Drops one cache reference on each page; a base page whose last one goes loses its mapping."""
+        for p in base:
+            self.pools.release_cache(BASE, p)
+            if self.pools.cache[BASE][p] == 0:
+                h = self.reverse.pop(p, None)
+                if h is not None and self.index.get(h) == p:
+                    del self.index[h]
+                if self.pools.active[BASE][p] == 0:
+                    self.metrics[1] += 1
+        for p in draft:
+            self.pools.release_cache(DRAFT, p)
+            if self.pools.is_free(DRAFT, p):
+                self.metrics[2] += 1
+
+    def trim(self, rid, keep):
+        """lru-trim: the record keeps its first `keep` blocks (its LRU position too)."""
+        r = self.records[rid]
+        del self.exact[(r.terminal, r.full_block_count)]
+        if r.in_draft_index:
+            for i, h in enumerate(r.hashes[keep:]):
+                self.draft_index[h].remove((rid, keep + i + 1))
+                if not self.draft_index[h]:
+                    del self.draft_index[h]
+        tail_base, tail_draft = r.base[keep:], r.draft[keep:]
+        r.hashes, r.base, r.draft = r.hashes[:keep], r.base[:keep], r.draft[:keep]
+        r.terminal, r.full_block_count = r.hashes[-1], keep
+        self.exact[(r.terminal, keep)] = rid
+        self._release_pages(tail_base, tail_draft)
+        self.metrics[5] += 1
+        self.metrics[6] += len(tail_base)
+
     def plan_eviction(self, demand, protected=None):
+        """(victims, trim) where trim is (record, blocks kept) or None; None when infeasible."""
         pools = self.pools
         if pools.can_allocate(demand):
-            return []
+            return [], None
         for t in range(4):
             if len(pools.free[t]) + pools.reclaimable(t) < demand[t]:
                 return None
@@ -217,24 +240,53 @@ class Model:
             order.append(protected)
         counts: dict = {}
         reclaimed = [0, 0, 0, 0]
-        victims = []
+        victims: list[int] = []
+
+        def drop(t, i):
+            c = counts.get((t, i), pools.cache[t][i]) - 1
+            counts[(t, i)] = c
+            if c == 0 and pools.active[t][i] == 0:
+                reclaimed[t] += 1
+
+        def enough():
+            return all(len(pools.free[t]) + reclaimed[t] >= demand[t] for t in range(4))
+
         for rid in order:
-            for t, i in self.records[rid].resources():
-                c = counts.get((t, i), pools.cache[t][i]) - 1
-                counts[(t, i)] = c
-                if c == 0 and pools.active[t][i] == 0:
-                    reclaimed[t] += 1
+            r = self.records[rid]
+            if self.policy == "lru-trim" and r.exact_length is None and len(r.base) >= 2:
+                kept_from = len(r.base)  # blocks [kept_from, n) are dropped
+                for keep in range(len(r.base) - 1, 0, -1):
+                    drop(BASE, r.base[keep])
+                    if r.draft:
+                        drop(DRAFT, r.draft[keep])
+                    kept_from = keep
+                    if not enough():
+                        continue
+                    holder = self.exact.get((r.hashes[keep - 1], keep))
+                    if holder is None or holder in victims:
+                        return victims, (rid, keep)
+                    break  # a record that stays already ends there: this one goes whole
+                for i in range(kept_from):
+                    drop(BASE, r.base[i])
+                    if r.draft:
+                        drop(DRAFT, r.draft[i])
+            else:
+                for t, i in r.resources():
+                    drop(t, i)
             victims.append(rid)
-            if all(len(pools.free[t]) + reclaimed[t] >= demand[t] for t in range(4)):
-                return victims
+            if enough():
+                return victims, None
         raise AssertionError("model: evicting everything fell short")
 
     def evict_for(self, demand, protected=None) -> bool:
-        victims = self.plan_eviction(demand, protected)
-        if victims is None:
+        plan = self.plan_eviction(demand, protected)
+        if plan is None:
             return False
+        victims, trim = plan
         for rid in victims:
             self.evict(rid)
+        if trim is not None:
+            self.trim(*trim)
         return True
 
     # ---- planning ---------------------------------------------------------------------------------------------

@@ -122,6 +122,7 @@ ENUM_GROUPS = {
     "CTXC_LOOKUP_": enums.LookupPolicy,
     "CTXC_PLAN_": enums.ReusePlanKind,
     "CTXC_MODE_": enums.ReusePlanMode,
+    "CTXC_EVICTION_": enums.EvictionPolicy,
     "CTXC_SPEC_REPLAY_": enums.SpecReplayMode,
     "CTXC_ACQUIRE_": enums.AcquireStatus,
     "CTXC_PUBLISH_": enums.PublishStatus,

@@ -1,6 +1,7 @@
 """Model-based test: random operation sequences drive the real manager and tests/python/manager_model.py alike.
 
-Every acquire (vanilla, hybrid with and without attention, Hybrid+MTP, spec), grow, reserve, release of restored
+Every profile runs under both eviction policies (record LRU, and record LRU trimming tails first). Every acquire
+(vanilla, hybrid with and without attention, Hybrid+MTP, spec), grow, reserve, release of restored
 snapshots, retire, publish, hybrid and Hybrid+MTP publish (well formed and corrupt), release and eviction runs on
 both; results must agree exactly (status, plan, page ids, record ids, canonical pages), a broken contract must fail
 on both, and after every step the whole observable state must agree (free lists in allocation order, every
@@ -30,6 +31,7 @@ STEPS = int(os.environ.get("CTXCACHE_HYPOTHESIS_STEPS", "50"))
 FULL_LENGTH = int(os.environ.get("CTXCACHE_HYPOTHESIS_EXAMPLES", "200"))
 EXAMPLES = 2 * FULL_LENGTH
 _steps_per_example: list[int] = []
+_trims_per_trimming_example: list[int] = []  # trims applied in each lru-trim example
 SEQUENCE_LENGTH = 16
 
 _rng = np.random.default_rng(20261129)
@@ -77,11 +79,11 @@ class ManagerMachine(RuleBasedStateMachine):
         (3, [36, 36, 6, 6], 10), # roomy snapshot pools (every Hybrid+MTP checkpoint takes a partial slot), P = 3
     ]
 
-    @initialize(profile=st.sampled_from(PROFILES))
-    def create(self, profile):
+    @initialize(profile=st.sampled_from(PROFILES), policy=st.sampled_from(["lru", "lru-trim"]))
+    def create(self, profile, policy):
         page_size, capacities, max_records = profile
-        self.manager = ctxcache.ContextCacheManager(page_size, ResourceDemand(*capacities), max_records)
-        self.model = mm.Model(page_size, capacities, max_records)
+        self.manager = ctxcache.ContextCacheManager(page_size, ResourceDemand(*capacities), max_records, policy)
+        self.model = mm.Model(page_size, capacities, max_records, policy)
         self.P = page_size
         self.leases = []  # [real lease, model lease, tokens, hashes (array), reservations [(real, model tuple)]]
 
@@ -90,6 +92,8 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         # State comparisons made: one per step (Hypothesis counts the create step within stateful_step_count).
         _steps_per_example.append(getattr(self, "_steps", 0))
+        if self.model.policy == "lru-trim":
+            _trims_per_trimming_example.append(self.manager.metrics.trimmed_records)
         if os.environ.get("CTXCACHE_STATEFUL_TRACE"):
             print(f"steps={getattr(self, '_steps', 0)} leases={len(self.leases)} records={len(self.manager.records)} "
                   f"next_record_id={self.model.next_id} evicted={self.manager.metrics.evicted_records}")
@@ -422,7 +426,14 @@ class ManagerMachine(RuleBasedStateMachine):
         assert m.records.lru() == model.lru
         metrics = m.metrics
         assert [metrics.evicted_records, metrics.reclaimed_base_kv_pages, metrics.reclaimed_draft_kv_pages,
-                metrics.reclaimed_recurrent_snapshots, metrics.reclaimed_partial_kv_snapshots] == model.metrics
+                metrics.reclaimed_recurrent_snapshots, metrics.reclaimed_partial_kv_snapshots,
+                metrics.trimmed_records, metrics.trimmed_blocks] == model.metrics
+        for rid in model.lru:  # trims change a record's key and paths in place
+            real, expected = m.records[rid], model.records[rid]
+            assert real.full_block_count == expected.full_block_count, f"record {rid} blocks"
+            assert as_tuples(real.logical_block_hashes) == expected.hashes, f"record {rid} hashes"
+            assert list(real.base_page_path) == expected.base, f"record {rid} base path"
+            assert list(real.draft_page_path) == expected.draft, f"record {rid} draft path"
         assert len(m.base_index) == len(model.index)
         for real_lease, model_lease, *_ in self.leases:
             if model_lease.live:
@@ -447,3 +458,5 @@ def test_budget_was_met():
         pytest.skip("the state machine did not run in this session (deselected)")
     full = sum(1 for steps in _steps_per_example if steps >= STEPS)
     assert full >= FULL_LENGTH, f"only {full} of {len(_steps_per_example)} examples ran all {STEPS} steps"
+    trimming = sum(1 for trims in _trims_per_trimming_example if trims > 0)
+    assert trimming >= FULL_LENGTH // 20, f"only {trimming} lru-trim examples trimmed a record"

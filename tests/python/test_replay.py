@@ -219,7 +219,7 @@ def test_sweep_writes_the_plot_and_the_csv(tmp_path, capsys):
         rows = list(csv.DictReader(f))
     assert len(rows) == len(r["points"]) == 8
     assert list(rows[0]) == ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate",
-                             "ratio_to_upper_bound", "optimum_hit_rate", "reused_tokens", "rejected",
+                             "ratio_to_upper_bound", "optimum_hit_rate", "lru_hit_rate", "reused_tokens", "rejected",
                              "evicted_records", "reclaimed_pages", "peak_pages"]
     caps = [int(x["capacity_pages"]) for x in rows]
     assert caps == sorted(caps) and caps[-1] == r["distinct_prompt_tokens"] // 16

@@ -316,11 +316,12 @@ void finishReplay(ContextCacheManager const& manager, Replay& out) {
 // One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
 // pool (both grown alike). Only manager calls are timed.
 Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>> const& hashes,
-                   int32_t pageSize, int32_t capacityPages, int32_t maxRecords, bool samplePeak, bool spec) {
+                   int32_t pageSize, int32_t capacityPages, int32_t maxRecords, EvictionPolicy policy, bool samplePeak,
+                   bool spec) {
     ResourceDemand capacities;
     capacities.baseKvPages = capacityPages;
     capacities.draftKvPages = spec ? capacityPages : 0;
-    ContextCacheManager manager(pageSize, capacities, maxRecords);
+    ContextCacheManager manager(pageSize, capacities, maxRecords, policy);
     Replay out;
     out.capacityPages = capacityPages;
     out.draftCapacityPages = capacities.draftKvPages;
@@ -420,12 +421,13 @@ inline BlockHash chainedDigest(BlockHasher const& hasher, std::vector<BlockHash>
 }
 
 Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes, int32_t pageSize,
-                    int32_t capacityPages, int32_t maxRecords, HybridOptions const& options, bool samplePeak) {
+                    int32_t capacityPages, int32_t maxRecords, EvictionPolicy policy, HybridOptions const& options,
+                    bool samplePeak) {
     ResourceDemand capacities;
     capacities.baseKvPages = capacityPages;
     capacities.recurrentSnapshotSlots = options.snapshotSlots;
     capacities.partialKvSnapshotSlots = options.snapshotSlots;
-    ContextCacheManager manager(pageSize, capacities, maxRecords);
+    ContextCacheManager manager(pageSize, capacities, maxRecords, policy);
     BlockHasher const& hasher = *options.hasher;
     Replay out;
     out.capacityPages = capacityPages;
@@ -632,12 +634,13 @@ int main(int argc, char** argv) {
     int64_t candidateCap = 8;
     bool upperBound = true;
     int repeat = 5;
+    EvictionPolicy policy = EvictionPolicy::kRecordLru;
     std::vector<int32_t> pageSizes;
     std::vector<Mode> modes;
     char const* const usage =
         "bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]... "
         "[--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] "
-        "[--repeat K] [--no-upper-bound]";
+        "[--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim]";
     for (int i = 1; i < argc; ++i) {
         std::string const a = argv[i];
         auto value = [&]() -> std::string {
@@ -665,7 +668,13 @@ int main(int argc, char** argv) {
         else if (a == "--key") key = value();
         else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
         else if (a == "--no-upper-bound") upperBound = false;
-        else if (a == "-h" || a == "--help") {
+        else if (a == "--eviction-policy") {
+            std::string const name = value();
+            policy = name == "lru"        ? EvictionPolicy::kRecordLru
+                     : name == "lru-trim" ? EvictionPolicy::kRecordLruTrim
+                                          : (fail("unknown eviction policy \"" + name + "\" (lru or lru-trim)"),
+                                             EvictionPolicy::kRecordLru);
+        } else if (a == "-h" || a == "--help") {
             std::puts(usage);
             return 0;
         } else fail("unknown argument " + a);
@@ -741,8 +750,9 @@ int main(int argc, char** argv) {
                 int32_t const pages = static_cast<int32_t>(basePages), records = static_cast<int32_t>(maxRecords);
                 switch (mode) {
                     case Mode::kVanilla:
-                        return replayPaged(requests, hashes, pageSize, pages, records, samplePeak, false);
-                    case Mode::kSpec: return replayPaged(requests, hashes, pageSize, pages, records, samplePeak, true);
+                        return replayPaged(requests, hashes, pageSize, pages, records, policy, samplePeak, false);
+                    case Mode::kSpec:
+                        return replayPaged(requests, hashes, pageSize, pages, records, policy, samplePeak, true);
                     case Mode::kHybrid: break;
                 }
                 HybridOptions options;
@@ -750,7 +760,7 @@ int main(int argc, char** argv) {
                 options.candidateCap = static_cast<int32_t>(candidateCap);
                 options.hasher = &hasher;
                 options.exactDigests = check ? &exactDigests : nullptr;
-                return replayHybrid(requests, hashes, pageSize, pages, records, options, samplePeak);
+                return replayHybrid(requests, hashes, pageSize, pages, records, policy, options, samplePeak);
             };
             Replay run =
                 bestOf(repeat, [&](int pass) { return runOnce(capacityPages, snapshotSlots, pass == 0, pass == 0); });
@@ -774,6 +784,7 @@ int main(int argc, char** argv) {
             Json j;
             j.num("page_size", static_cast<int64_t>(pageSize));
             j.str("mode", modeName(mode));
+            j.str("eviction_policy", toString(policy));
             j.num("repeat", static_cast<int64_t>(repeat));
             j.num("requests", run.requests);
             j.num("distinct_blocks", distinctBlocks);
@@ -833,6 +844,7 @@ int main(int argc, char** argv) {
             j.num("published_blocks", run.publishedBlocks);
             j.num("pages_touched", run.pagesTouched);
             j.num("evicted_records", static_cast<uint64_t>(run.metrics.evictedRecords));
+            j.num("trimmed_records", static_cast<uint64_t>(run.metrics.trimmedRecords));
             j.num("reclaimed_base_pages", static_cast<uint64_t>(run.metrics.reclaimedBaseKvPages));
             if (mode == Mode::kSpec)
                 j.num("reclaimed_draft_pages", static_cast<uint64_t>(run.metrics.reclaimedDraftKvPages));

@@ -58,6 +58,7 @@ struct ContextCacheConfig {
     int32_t pageSize = 0;    // tokens per page; 0 = the base pool's (required for a pure recurrent model)
     HashAlgorithm hashAlgorithm = HashAlgorithm::kSha256;
     std::string hashKey;     // optional secret of the keyed SHA-256 chain
+    EvictionPolicy evictionPolicy = EvictionPolicy::kRecordLru;  // the manager's capacity eviction
 };
 
 // The device objects the coordinator drives; all on one backend, all outliving the coordinator. What a

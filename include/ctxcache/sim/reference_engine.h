@@ -64,6 +64,7 @@ struct ReferenceEngineConfig {
     int32_t pageSize = 16;
     int32_t basePages = 256;           // pages of the base pool (and of the draft pool for EAGLE)
     int32_t maxRecords = 1024;
+    EvictionPolicy evictionPolicy = EvictionPolicy::kRecordLru;  // the coordinator's manager's
     int32_t maxBatch = 8;
     int32_t maxPagesPerSequence = 64;  // page-table width: a sequence holds at most this many pages
     int32_t snapshotSlots = 64;        // recurrent (and partial-KV) snapshot slots for checkpoint deployments

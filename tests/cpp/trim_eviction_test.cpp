@@ -1,0 +1,288 @@
+// EvictionPolicy::kRecordLruTrim: the planner trims the last record it reaches from the tail instead of evicting
+// it whole (only the blocks the demand needs), the manager applies the trim (shorter key, paths, draft index,
+// base mappings), and the default policy is untouched.
+#include <gtest/gtest.h>
+
+#include "ctxcache/context_cache_manager.h"
+#include "ctxcache/errors.h"
+#include "ctxcache/eviction_planner.h"
+#include "test_support.h"
+
+namespace ctxcache {
+namespace {
+
+using test::basePage;
+using test::cacheRefs;
+using test::describe;
+using test::draftPage;
+using test::freeBase;
+using test::Hs;
+using test::recurrentSlot;
+
+constexpr EvictionPolicy kTrim = EvictionPolicy::kRecordLruTrim;
+constexpr int32_t kPage = 4;
+
+// Pools and records wired as the manager wires them (see eviction_planner_test.cpp).
+struct CacheState {
+    ResourcePools pools;
+    CacheRecordStore records{16};
+
+    explicit CacheState(ResourceDemand capacities) : pools(capacities) {
+        EXPECT_TRUE(pools.allocate(capacities).has_value());
+    }
+    RecordId add(std::vector<BlockHash> hashes, std::vector<PageId> base, std::vector<PageId> draft = {}) {
+        CacheRecord r;
+        r.key = CacheRecordKey{hashes.back(), static_cast<int32_t>(hashes.size())};
+        r.logicalBlockHashes = std::move(hashes);
+        r.basePagePath = std::move(base);
+        r.draftPagePath = std::move(draft);
+        for (ResourceId const& id : r.resources()) pools.addCacheRef(id);
+        return records.insert(std::move(r)).id;
+    }
+    void finishProducers(std::vector<ResourceId> const& pinned = {}) {
+        for (ResourceType type : kAllResourceTypes)
+            for (int32_t i = 0; i < pools.capacity(type); ++i) {
+                ResourceId const id{type, i};
+                if (std::find(pinned.begin(), pinned.end(), id) == pinned.end()) pools.releaseActiveRef(id);
+            }
+    }
+    std::string describe() const { return test::describe(pools) + test::describe(records); }
+};
+
+// ---- planner ------------------------------------------------------------------------------------------------
+
+TEST(TrimEvictionPlanner, TrimsOnlyTheTailBlocksTheDemandNeeds) {
+    CacheState s({4, 0, 0, 0});
+    RecordId const r = s.add(Hs({1, 2, 3, 4}), {0, 1, 2, 3});
+    s.finishProducers();
+    std::string const before = s.describe();
+    for (int32_t demand = 1; demand <= 3; ++demand) {
+        EvictionPlan const plan = EvictionPlanner::plan({demand, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+        EXPECT_TRUE(plan.feasible);
+        EXPECT_TRUE(plan.victims.empty());
+        ASSERT_TRUE(plan.trim.has_value()) << demand;
+        EXPECT_EQ(plan.trim->record, r);
+        EXPECT_EQ(plan.trim->keepBlocks, 4 - demand);
+        EXPECT_EQ(plan.reclaimed, (ResourceDemand{demand, 0, 0, 0}));
+    }
+    // All four pages: no block would be left, so the record is a victim.
+    EvictionPlan const whole = EvictionPlanner::plan({4, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+    EXPECT_EQ(whole.victims, (std::vector<RecordId>{r}));
+    EXPECT_FALSE(whole.trim.has_value());
+    // The default policy evicts the whole record for one page.
+    EvictionPlan const lru = EvictionPlanner::plan({1, 0, 0, 0}, s.pools, s.records);
+    EXPECT_EQ(lru.victims, (std::vector<RecordId>{r}));
+    EXPECT_FALSE(lru.trim.has_value());
+    EXPECT_EQ(lru.reclaimed, (ResourceDemand{4, 0, 0, 0}));
+    EXPECT_EQ(s.describe(), before);  // planning is read-only
+}
+
+TEST(TrimEvictionPlanner, EarlierRecordsAreEvictedWholeAndOnlyTheLastIsTrimmed) {
+    CacheState s({7, 0, 0, 0});
+    RecordId const r1 = s.add(Hs({1, 2}), {0, 1});
+    RecordId const r2 = s.add(Hs({5, 6, 7, 8, 9}), {2, 3, 4, 5, 6});
+    s.finishProducers();
+    EvictionPlan const plan = EvictionPlanner::plan({4, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+    EXPECT_TRUE(plan.feasible);
+    EXPECT_EQ(plan.victims, (std::vector<RecordId>{r1}));  // a 2-block record: trimming it frees 1, not enough
+    ASSERT_TRUE(plan.trim.has_value());
+    EXPECT_EQ(plan.trim->record, r2);
+    EXPECT_EQ(plan.trim->keepBlocks, 3);
+    EXPECT_EQ(plan.reclaimed.baseKvPages, 4);
+}
+
+TEST(TrimEvictionPlanner, SharedAndPinnedTailPagesFreeNothingSoTheTrimGoesDeeper) {
+    // r1 = [1 2 3 4 5] on pages 0..4; r2 = [1 2] shares pages 0 and 1 and is the most recent. Page 4 is pinned.
+    CacheState s({5, 0, 0, 0});
+    RecordId const r1 = s.add(Hs({1, 2, 3, 4, 5}), {0, 1, 2, 3, 4});
+    RecordId const r2 = s.add(Hs({1, 2}), {0, 1});
+    s.finishProducers({basePage(4)});
+    EvictionPlan plan = EvictionPlanner::plan({1, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+    ASSERT_TRUE(plan.trim.has_value());
+    EXPECT_TRUE(plan.victims.empty());
+    EXPECT_EQ(plan.trim->record, r1);
+    EXPECT_EQ(plan.trim->keepBlocks, 3);  // block 5 (pinned page 4) frees nothing; block 4 (page 3) does
+    EXPECT_EQ(plan.reclaimed.baseKvPages, 1);
+    // Two pages would trim r1 to [1 2], r2's key: r1 goes whole instead (its pages 0 and 1 stay with r2).
+    plan = EvictionPlanner::plan({2, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+    EXPECT_EQ(plan.victims, (std::vector<RecordId>{r1}));
+    EXPECT_FALSE(plan.trim.has_value());
+    EXPECT_EQ(plan.reclaimed.baseKvPages, 2);
+    // Four pages (every reclaimable one): both go, r2 block by block and then whole.
+    plan = EvictionPlanner::plan({4, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+    EXPECT_TRUE(plan.feasible);
+    EXPECT_EQ(plan.victims, (std::vector<RecordId>{r1, r2}));
+    EXPECT_FALSE(plan.trim.has_value());
+    EXPECT_EQ(plan.reclaimed.baseKvPages, 4);
+    EXPECT_FALSE(EvictionPlanner::plan({5, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim).feasible);
+}
+
+TEST(TrimEvictionPlanner, ATrimOntoAnotherRecordsKeyEvictsWholeUnlessThatRecordIsAVictim) {
+    {
+        // r1 = [1 2] (LRU), r2 = [1 2 3]: trimming r2 to 2 blocks would collide with r1, a victim: allowed.
+        CacheState s({3, 0, 0, 0});
+        RecordId const r1 = s.add(Hs({1, 2}), {0, 1});
+        RecordId const r2 = s.add(Hs({1, 2, 3}), {0, 1, 2});
+        s.finishProducers();
+        EvictionPlan const plan = EvictionPlanner::plan({1, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+        EXPECT_EQ(plan.victims, (std::vector<RecordId>{r1}));
+        ASSERT_TRUE(plan.trim.has_value());
+        EXPECT_EQ(plan.trim->record, r2);
+        EXPECT_EQ(plan.trim->keepBlocks, 2);
+    }
+    {
+        // r2 = [1 2 3] (LRU), r1 = [1 2] stays (MRU): trimming r2 onto r1's key is refused, r2 goes whole.
+        CacheState s({3, 0, 0, 0});
+        RecordId const r2 = s.add(Hs({1, 2, 3}), {0, 1, 2});
+        s.add(Hs({1, 2}), {0, 1});
+        s.finishProducers();
+        EvictionPlan const plan = EvictionPlanner::plan({1, 0, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+        EXPECT_EQ(plan.victims, (std::vector<RecordId>{r2}));
+        EXPECT_FALSE(plan.trim.has_value());
+        EXPECT_EQ(plan.reclaimed.baseKvPages, 1);
+    }
+}
+
+TEST(TrimEvictionPlanner, PairedRecordsGiveUpBaseAndDraftTogetherAndCheckpointsGoWhole) {
+    CacheState s({3, 3, 1, 0});
+    RecordId const cp = [&] {
+        CacheRecord r;
+        r.key = CacheRecordKey{Hs({77})[0], 0};
+        r.recurrentSnapshotSlot = 0;
+        r.exactCheckpointLength = 3;
+        s.pools.addCacheRef(recurrentSlot(0));
+        return s.records.insert(std::move(r)).id;
+    }();
+    RecordId const paired = s.add(Hs({1, 2, 3}), {0, 1, 2}, {0, 1, 2});
+    s.finishProducers();
+    // Draft pages only: the checkpoint (LRU) frees none, so it goes whole; the paired record gives up one block.
+    EvictionPlan const plan = EvictionPlanner::plan({0, 1, 0, 0}, s.pools, s.records, std::nullopt, kTrim);
+    EXPECT_EQ(plan.victims, (std::vector<RecordId>{cp}));
+    ASSERT_TRUE(plan.trim.has_value());
+    EXPECT_EQ(plan.trim->record, paired);
+    EXPECT_EQ(plan.trim->keepBlocks, 2);
+    EXPECT_EQ(plan.reclaimed, (ResourceDemand{1, 1, 1, 0}));
+}
+
+TEST(TrimEvictionPlanner, TheProtectedRecordIsStillConsideredLast) {
+    CacheState s({6, 0, 0, 0});
+    RecordId const r1 = s.add(Hs({1, 2, 3}), {0, 1, 2});
+    RecordId const r2 = s.add(Hs({4, 5, 6}), {3, 4, 5});
+    s.finishProducers();
+    EvictionPlan plan = EvictionPlanner::plan({1, 0, 0, 0}, s.pools, s.records, r1, kTrim);
+    ASSERT_TRUE(plan.trim.has_value());
+    EXPECT_EQ(plan.trim->record, r2);
+    plan = EvictionPlanner::plan({4, 0, 0, 0}, s.pools, s.records, r1, kTrim);
+    EXPECT_EQ(plan.victims, (std::vector<RecordId>{r2}));
+    ASSERT_TRUE(plan.trim.has_value());
+    EXPECT_EQ(plan.trim->record, r1);
+    EXPECT_EQ(plan.trim->keepBlocks, 2);
+}
+
+// ---- manager ------------------------------------------------------------------------------------------------
+
+RecordId produce(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens) {
+    AcquireResult a = m.acquireVanilla(hashes, tokens);
+    EXPECT_TRUE(a.lease.has_value());
+    if (!a.lease) return kNoRecord;
+    PublishResult const r = m.publish(*a.lease, {hashes, tokens});
+    return r.record.value_or(kNoRecord);
+}
+
+TEST(TrimEviction, ManagerTrimsTheLruRecordAndItsShorterPrefixStillHits) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8, kTrim);
+    EXPECT_EQ(m.evictionPolicy(), kTrim);
+    RecordId const r = produce(m, Hs({1, 2, 3, 4}), 16);  // pages 0..3
+    ASSERT_EQ(freeBase(m), 0);
+    AcquireResult other = m.acquireVanilla(Hs({9}), 4);  // one page: block 4 of r goes
+    ASSERT_TRUE(other.lease.has_value());
+    EXPECT_EQ(other.lease->basePages(), (std::vector<PageId>{3}));
+    ASSERT_TRUE(m.records().contains(r));
+    CacheRecord const& trimmed = m.records().get(r);
+    EXPECT_EQ(trimmed.key, (CacheRecordKey{Hs({3})[0], 3}));
+    EXPECT_EQ(trimmed.logicalBlockHashes, Hs({1, 2, 3}));
+    EXPECT_EQ(trimmed.basePagePath, (std::vector<PageId>{0, 1, 2}));
+    EXPECT_EQ(m.records().find({Hs({3})[0], 3}), r);
+    EXPECT_FALSE(m.records().find({Hs({4})[0], 4}).has_value());
+    EXPECT_FALSE(m.baseIndex().lookup(Hs({4})[0]).has_value());
+    EXPECT_EQ(m.metrics().trimmedRecords, 1u);
+    EXPECT_EQ(m.metrics().trimmedBlocks, 1u);
+    EXPECT_EQ(m.metrics().evictedRecords, 0u);
+    EXPECT_EQ(m.metrics().reclaimedBaseKvPages, 1u);
+    EXPECT_NO_THROW(m.checkInvariants());
+    other.lease->release();
+    // A prompt through block 3 reuses the three blocks that stayed (one private page: the one just freed).
+    AcquireResult again = m.acquireVanilla(Hs({1, 2, 3}), 13);
+    ASSERT_TRUE(again.lease.has_value());
+    EXPECT_EQ(again.plan.reuseTokenLength, 12);
+    EXPECT_EQ(again.lease->basePages(), (std::vector<PageId>{0, 1, 2, 3}));
+    EXPECT_NO_THROW(m.checkInvariants());
+}
+
+TEST(TrimEviction, DefaultPolicyStillEvictsTheWholeRecord) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8);
+    EXPECT_EQ(m.evictionPolicy(), EvictionPolicy::kRecordLru);
+    RecordId const r = produce(m, Hs({1, 2, 3, 4}), 16);
+    AcquireResult other = m.acquireVanilla(Hs({9}), 4);
+    ASSERT_TRUE(other.lease.has_value());
+    EXPECT_FALSE(m.records().contains(r));
+    EXPECT_EQ(freeBase(m), 3);
+    EXPECT_EQ(m.metrics().trimmedRecords, 0u);
+    EXPECT_EQ(m.metrics().evictedRecords, 1u);
+}
+
+TEST(TrimEviction, SpecTrimDropsTheDraftBoundariesWithTheBlocks) {
+    ContextCacheManager m(kPage, {6, 6, 0, 0}, 8, kTrim);
+    std::vector<BlockHash> const hashes = Hs({1, 2, 3, 4});
+    AcquireResult a = m.acquireSpec(hashes, 16);
+    ASSERT_TRUE(a.lease.has_value());
+    RecordId const r = *m.publish(*a.lease, {hashes, 16}).record;
+    a.lease->release();
+    EXPECT_EQ(m.draftIndex().entryCount(), 4u);
+    AcquireResult other = m.acquireSpec(Hs({9, 10, 11}), 12);  // 3 pages each: 2 free + block 4 of the record
+    ASSERT_TRUE(other.lease.has_value());
+    CacheRecord const& trimmed = m.records().get(r);
+    EXPECT_EQ(trimmed.draftPagePath.size(), 3u);
+    EXPECT_EQ(m.draftIndex().entryCount(), 3u);
+    EXPECT_FALSE(m.draftIndex().contains(Hs({4})[0], {r, 4}));
+    EXPECT_TRUE(m.draftIndex().contains(Hs({3})[0], {r, 3}));
+    EXPECT_NO_THROW(m.checkInvariants());
+    other.lease->release();
+    // The paired path now ends at block 3: reuse = 3 blocks matched - one replayed page.
+    AcquireResult again = m.acquireSpec(hashes, 17);
+    ASSERT_TRUE(again.lease.has_value());
+    EXPECT_EQ(again.plan.reuseTokenLength, 8);
+    EXPECT_NO_THROW(m.checkInvariants());
+}
+
+TEST(TrimEviction, StoreTrimRejectsBadArgumentsAndChangesNothing) {
+    CacheRecordStore records(8);
+    CacheRecord r;
+    r.key = CacheRecordKey{Hs({3})[0], 3};
+    r.logicalBlockHashes = Hs({1, 2, 3});
+    r.basePagePath = {0, 1, 2};
+    RecordId const id = records.insert(r).id;
+    CacheRecord s;
+    s.key = CacheRecordKey{Hs({2})[0], 2};
+    s.logicalBlockHashes = Hs({1, 2});
+    s.basePagePath = {0, 1};
+    records.insert(s);
+    std::string const before = test::describe(records);
+    EXPECT_THROW(records.trimTail(id, 0), ContractError);
+    EXPECT_THROW(records.trimTail(id, 3), ContractError);
+    EXPECT_THROW(records.trimTail(id, 2), ContractError);  // {H2, 2} is the other record's key
+    EXPECT_THROW(records.trimTail(RecordId{99}, 1), ContractError);
+    EXPECT_EQ(test::describe(records), before);
+    records.trimTail(id, 1);
+    EXPECT_EQ(records.get(id).key, (CacheRecordKey{Hs({1})[0], 1}));
+    EXPECT_NO_THROW(records.checkInvariants());
+}
+
+TEST(TrimEviction, ConstructorRejectsAnUnknownPolicy) {
+    EXPECT_THROW(ContextCacheManager(kPage, {4, 0, 0, 0}, 8, static_cast<EvictionPolicy>(7)), ContractError);
+    EXPECT_STREQ(toString(EvictionPolicy::kRecordLru), "lru");
+    EXPECT_STREQ(toString(EvictionPolicy::kRecordLruTrim), "lru-trim");
+}
+
+}  // namespace
+}  // namespace ctxcache
