@@ -217,10 +217,15 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
     if settings.events is None:
         yield False
         return
+    from .errors import ContractError, InvalidArgumentError, UnsupportedError
     from .events import KvEventPublisher
 
-    with KvEventPublisher(settings.events, replay_endpoint=settings.events_replay,
-                          topic=settings.events_topic) as publisher:
+    try:
+        publisher = KvEventPublisher(settings.events, replay_endpoint=settings.events_replay,
+                                     topic=settings.events_topic)
+    except (UnsupportedError, ContractError, InvalidArgumentError) as e:  # no ZMQ in this build, a bad endpoint
+        raise SettingsError(f"--events: {e}") from None
+    with publisher:
         cache.enable_kv_events()
         cache.attach_kv_event_publisher(publisher)
         try:

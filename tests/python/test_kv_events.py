@@ -586,3 +586,13 @@ def test_the_runtime_stream_describes_the_index(deployment: str, speculative: st
         for e in roots:
             expected = ctxcache.hash_full_blocks(np.array(e.token_ids[:PAGE], dtype=np.int32), PAGE)
             assert e.block_hashes[0] == int(expected[0, 1])
+
+
+def test_replay_refuses_an_endpoint_it_cannot_use(capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxcache import replay
+
+    code = replay.replay_main(["--limit", "4", "--bookkeeping-only", "--no-progress", "--no-optimum",
+                               "--events", "tcp://*:not-a-port"])
+    assert code != 0
+    why = capsys.readouterr().err
+    assert "--events" in why and ("cannot bind" in why or "built without" in why)
