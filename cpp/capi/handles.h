@@ -14,11 +14,28 @@
 #include "ctxcache.h"
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
+#include "ctxcache/kv_events.h"
 
 namespace ctxcache::capi {
 
+// The last drain of a cache's KV events: the C views point into `drained`.
+struct KvEventsDrain {
+    KvEventLog drained;
+    std::vector<ctxc_kv_event_t> views;
+};
+
+// The manager behind a `cache` argument of the ctxc_kv_events_* calls, and where its drains live.
+struct KvEventTarget {
+    ContextCacheManager* manager = nullptr;
+    KvEventsDrain* drain = nullptr;
+};
+// Each returns an empty target when the handle is not one of its kind (runtime_api.cpp, sim_api.cpp).
+KvEventTarget coordinatorKvEvents(void const* handle);
+KvEventTarget simEngineKvEvents(void const* handle);
+
 struct ManagerObject {
     std::unique_ptr<ContextCacheManager> manager;
+    KvEventsDrain kvEvents;
     std::unordered_set<void const*> leases;  // handles of this manager's leases not yet destroyed
     std::vector<int32_t> publishedPages;     // backs ctxc_publish_result_t::canonical_base_pages
 };

@@ -130,8 +130,8 @@ template <class Publish>
 ctxc_status_t publishCheckpoint(char const* function, ctxc_manager_t* manager, ctxc_lease_t* lease,
                                 const ctxc_hash128_t* hashes, size_t count,
                                 const ctxc_hybrid_checkpoint_key_t* checkpoint,
-                                const ctxc_hybrid_snapshot_reservation_t* snapshots, ctxc_publish_result_t* out_result,
-                                Publish publish) {
+                                const ctxc_hybrid_snapshot_reservation_t* snapshots, BlockTokenSpan tokens,
+                                ctxc_publish_result_t* out_result, Publish publish) {
     return guard(function, [&] {
         ctxc_publish_result_t& out = requireSized(out_result, "out_result");
         ManagerObject& m = requireManager(manager);
@@ -139,15 +139,21 @@ ctxc_status_t publishCheckpoint(char const* function, ctxc_manager_t* manager, c
         if (!checkpoint) invalidArgument("checkpoint is NULL");
         if (!snapshots) invalidArgument("snapshots is NULL");
         HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
-        fillPublishResult(
-            m, (m.manager.get()->*publish)(l.lease, inputHashes(hashes, count), count, key, toReservation(*snapshots)),
-            out);
+        fillPublishResult(m,
+                          (m.manager.get()->*publish)(l.lease, inputHashes(hashes, count), count, key,
+                                                      toReservation(*snapshots), tokens),
+                          out);
     });
 }
 
 using PublishCheckpointFn = PublishResult (ContextCacheManager::*)(CacheRequestLease&, BlockHash const*, size_t,
                                                                    HybridCheckpointKey const&,
-                                                                   HybridSnapshotReservation const&);
+                                                                   HybridSnapshotReservation const&, BlockTokenSpan);
+
+BlockTokenSpan inputTokens(int32_t const* tokens, size_t count) {
+    requireBytes(tokens, count, "tokens");
+    return {tokens, count};
+}
 
 }  // namespace
 
@@ -334,13 +340,22 @@ CTXC_API ctxc_status_t ctxc_manager_retire_hybrid_snapshot_reservation(
 CTXC_API ctxc_status_t ctxc_manager_publish(ctxc_manager_t* manager, ctxc_lease_t* lease, const ctxc_hash128_t* hashes,
                                             size_t count, int32_t resident_state_length,
                                             ctxc_publish_result_t* out_result) {
-    return guard(__func__, [&] {
+    return ctxc_manager_publish_with_tokens(manager, lease, hashes, count, resident_state_length, nullptr, 0,
+                                            out_result);
+}
+
+CTXC_API ctxc_status_t ctxc_manager_publish_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                        const ctxc_hash128_t* hashes, size_t count,
+                                                        int32_t resident_state_length, const int32_t* tokens,
+                                                        size_t token_count, ctxc_publish_result_t* out_result) {
+    return guard("ctxc_manager_publish", [&] {
         ctxc_publish_result_t& out = requireSized(out_result, "out_result");
         ManagerObject& m = requireManager(manager);
         LeaseObject& l = requireLiveLease(lease, manager);
         requireNonNegative(resident_state_length, "resident_state_length");
-        fillPublishResult(m, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length),
-                          out);
+        BlockTokenSpan const span = inputTokens(tokens, token_count);
+        fillPublishResult(
+            m, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length, span), out);
     });
 }
 
@@ -349,7 +364,20 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
                                                    const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                    ctxc_publish_result_t* out_result) {
-    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, out_result,
+    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, {}, out_result,
+                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
+}
+
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                               const ctxc_hash128_t* hashes, size_t count,
+                                                               const ctxc_hybrid_checkpoint_key_t* checkpoint,
+                                                               const ctxc_hybrid_snapshot_reservation_t* snapshots,
+                                                               const int32_t* tokens, size_t token_count,
+                                                               ctxc_publish_result_t* out_result) {
+    ctxc_status_t const status = guard(__func__, [&] { inputTokens(tokens, token_count); });
+    if (status != CTXC_OK) return status;
+    return publishCheckpoint("ctxc_manager_publish_hybrid", manager, lease, hashes, count, checkpoint, snapshots,
+                             {tokens, token_count}, out_result,
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
 }
 
@@ -358,8 +386,25 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, 
                                                        const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                        const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                        ctxc_publish_result_t* out_result) {
-    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, out_result,
+    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, {}, out_result,
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
+}
+
+CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
+                                                                   const ctxc_hash128_t* hashes, size_t count,
+                                                                   const ctxc_hybrid_checkpoint_key_t* checkpoint,
+                                                                   const ctxc_hybrid_snapshot_reservation_t* snapshots,
+                                                                   const int32_t* tokens, size_t token_count,
+                                                                   ctxc_publish_result_t* out_result) {
+    ctxc_status_t const status = guard(__func__, [&] { inputTokens(tokens, token_count); });
+    if (status != CTXC_OK) return status;
+    return publishCheckpoint("ctxc_manager_publish_hybrid_mtp", manager, lease, hashes, count, checkpoint, snapshots,
+                             {tokens, token_count}, out_result,
+                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
+}
+
+CTXC_API ctxc_status_t ctxc_manager_clear(ctxc_manager_t* manager) {
+    return guard(__func__, [&] { requireManager(manager).manager->clear(); });
 }
 
 CTXC_API ctxc_status_t ctxc_manager_evict_record(ctxc_manager_t* manager, uint64_t record) {

@@ -16,6 +16,7 @@
 #include "capi/api_support.h"
 #include "capi/device_handles.h"
 #include "capi/handle_table.h"
+#include "capi/handles.h"
 #include "capi/runtime_conversions.h"
 #include "capi/swa_handles.h"
 #include "ctxcache/runtime/context_cache_coordinator.h"
@@ -33,6 +34,7 @@ struct CoordinatorObject {
     std::vector<std::shared_ptr<void>> keep;
     std::unique_ptr<ContextCacheCoordinator> coordinator;
     std::unordered_set<void const*> requests;  // handles of this coordinator's requests not yet destroyed
+    KvEventsDrain kvEvents;
 
     CoordinatorObject() = default;
     CoordinatorObject(CoordinatorObject const&) = delete;
@@ -54,6 +56,16 @@ struct KvRequestObject {
 
 auto& coordinators() { return handleTable<CoordinatorObject, 0xCB>(); }
 auto& kvRequests() { return handleTable<KvRequestObject, 0xCC>(); }
+
+}  // namespace
+
+KvEventTarget ctxcache::capi::coordinatorKvEvents(void const* handle) {
+    CoordinatorObject* object = coordinators().find(handle);
+    if (!object) return {};
+    return {&object->coordinator->manager(), &object->kvEvents};
+}
+
+namespace {
 
 CoordinatorObject& requireCoordinator(void const* handle) {
     return requireObject(coordinators(), handle, "coordinator");

@@ -6,6 +6,7 @@
 
 #include "capi/api_support.h"
 #include "capi/handle_table.h"
+#include "capi/handles.h"
 #include "capi/runtime_conversions.h"
 #include "ctxcache.h"
 #include "ctxcache/device/device_error.h"
@@ -16,6 +17,7 @@ namespace {
 
 struct SimEngineObject {
     std::unique_ptr<sim::ReferenceEngine> engine;
+    KvEventsDrain kvEvents;
 };
 
 struct SimResultsObject {
@@ -24,6 +26,16 @@ struct SimResultsObject {
 
 auto& simEngines() { return handleTable<SimEngineObject, 0xD1>(); }
 auto& simResults() { return handleTable<SimResultsObject, 0xD2>(); }
+
+}  // namespace
+
+KvEventTarget simEngineKvEvents(void const* handle) {
+    SimEngineObject* object = simEngines().find(handle);
+    if (!object) return {};
+    return {&object->engine->coordinator().manager(), &object->kvEvents};
+}
+
+namespace {
 
 sim::ReferenceEngine& requireEngine(void const* handle) {
     SimEngineObject* object = simEngines().find(handle);

@@ -140,16 +140,41 @@ std::optional<EvictionPlan> ContextCacheManager::planEviction(ResourceDemand con
 }
 
 void ContextCacheManager::applyEviction(EvictionPlan const& plan, ResourceDemand const& demand) {
-    for (RecordId victim : plan.victims) evictRecord(victim);
+    for (RecordId victim : plan.victims) evictOne(victim);
     if (plan.trim) trimRecord(*plan.trim);
     if (!pools_.canAllocate(demand)) throw InvariantError("ContextCacheManager: eviction reclaimed less than planned");
 }
 
 void ContextCacheManager::evictRecord(RecordId id) {
+    EventCall const call(*this);
     if (!records_.contains(id)) contract("evictRecord", "no record " + str(static_cast<int64_t>(id)));
+    evictOne(id);
+}
+
+void ContextCacheManager::clear() {
+    EventCall const call(*this);
+    suppressRemovals_ = true;
+    try {
+        while (std::optional<RecordId> victim = records_.leastRecent()) evictOne(*victim);
+    } catch (...) {
+        suppressRemovals_ = false;
+        throw;
+    }
+    suppressRemovals_ = false;
+    if (!eventsEnabled_) return;
+    try {
+        events_.appendCleared();
+    } catch (...) {
+        eventFailed();
+    }
+}
+
+void ContextCacheManager::evictOne(RecordId id) {
     CacheRecord record = records_.erase(id);
     if (!record.isHybrid()) draftIndex_.erase(record);
+    bool const report = beginRemovals(record.basePagePath.size());
     releaseBasePages(record.basePagePath, 0);
+    if (report) events_.endRemoved();
     for (PageId page : record.draftPagePath) {
         ResourceId const rid{ResourceType::kDraftKvPage, page};
         pools_.releaseCacheRef(rid);
@@ -173,10 +198,28 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
         ResourceId const rid{ResourceType::kBaseKvPage, pages[i]};
         pools_.releaseCacheRef(rid);
         if (pools_.cacheRefCount(rid) == 0) {
+            if (reportingRemovals_) {  // capacity reserved by beginRemovals: cannot throw
+                if (std::optional<BlockHash> const hash = baseIndex_.hashOfPage(pages[i]))
+                    events_.addRemoved(kvEventBlockHash(*hash));
+            }
             baseIndex_.erasePage(pages[i]);
             if (pools_.activeRefCount(rid) == 0) ++metrics_.reclaimedBaseKvPages;
         }
     }
+    reportingRemovals_ = false;
+}
+
+bool ContextCacheManager::beginRemovals(size_t maxBlocks) noexcept {
+    reportingRemovals_ = false;
+    if (!eventsEnabled_ || suppressRemovals_ || eventsBroken_ || maxBlocks == 0) return false;
+    try {
+        events_.beginRemoved(maxBlocks);
+    } catch (...) {
+        eventFailed();
+        return false;
+    }
+    reportingRemovals_ = true;
+    return true;
 }
 
 void ContextCacheManager::trimRecord(RecordTrim const& trim) {
@@ -185,7 +228,9 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
     bool const paired = records_.get(trim.record).hasDraftPath();
     CacheRecordStore::TrimmedTail const tail = records_.trimTail(trim.record, trim.keepBlocks);
     if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.hashes.data(), tail.hashes.size());
+    bool const report = beginRemovals(tail.basePages.size());
     releaseBasePages(tail.basePages, 0);
+    if (report) events_.endRemoved();
     for (PageId page : tail.draftPages) {
         ResourceId const rid{ResourceType::kDraftKvPage, page};
         pools_.releaseCacheRef(rid);
@@ -267,6 +312,7 @@ std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTo
 }
 
 AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage) {
+    EventCall const call(*this);
     if (coverage.basePages < 0 || coverage.draftPages < 0)
         contract("acquire",
                  "page coverage is negative (" + str(coverage.basePages) + ", " + str(coverage.draftPages) + ")");
@@ -327,6 +373,7 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
 // ---- grow / reserve -----------------------------------------------------------------------------------------
 
 bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count) {
+    EventCall const call(*this);
     LeaseState& s = checkLease(lease, "growBasePages");
     if (isDraftLease(s.mode))
         contract("growBasePages", std::string(leaseKind(s.mode)) + " grows both pools with growSpecPages");
@@ -343,6 +390,7 @@ bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count)
 }
 
 bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCount, int32_t draftCount) {
+    EventCall const call(*this);
     LeaseState& s = checkLease(lease, "growSpecPages");
     if (!isDraftLease(s.mode))
         contract("growSpecPages", std::string("needs a spec or Hybrid+MTP lease, got ") + leaseKind(s.mode));
@@ -364,6 +412,7 @@ bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCo
 
 std::optional<HybridSnapshotReservation> ContextCacheManager::reserveHybridSnapshots(CacheRequestLease& lease,
                                                                                      bool needsPartialKvSnapshot) {
+    EventCall const call(*this);
     LeaseState& s = checkLease(lease, "reserveHybridSnapshots");
     if (!isCheckpointLease(s.mode))
         contract("reserveHybridSnapshots", std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
@@ -435,22 +484,28 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan 
     std::vector<PageId> canonical;
     canonical.reserve(count);
     newlyMapped.reserve(count);
+    stagedStores_.clear();
+    if (eventsEnabled_) stagedStores_.reserve(count);
     try {
         for (size_t i = 0; i < count; ++i) {
             BaseInsertResult const r = baseIndex_.insert(hashes[i], producerPages[i]);
             canonical.push_back(r.canonicalPage);
-            if (r.inserted) newlyMapped.push_back(producerPages[i]);
+            if (r.inserted) {
+                newlyMapped.push_back(producerPages[i]);
+                if (eventsEnabled_) stagedStores_.push_back(i);  // reserved: cannot throw
+            }
         }
     } catch (...) {
         for (PageId page : newlyMapped) baseIndex_.erasePage(page);
         newlyMapped.clear();
+        stagedStores_.clear();
         throw;
     }
     return canonical;
 }
 
 PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped,
-                                                int32_t publishedBlocks) {
+                                                int32_t publishedBlocks, BlockTokenSpan tokens) {
     // The record-limit victim is chosen before the commit: the LRU head as it stands now.
     std::optional<RecordId> limitVictim;
     if (maxRecords_ > 0 && records_.size() >= static_cast<size_t>(maxRecords_)) limitVictim = records_.leastRecent();
@@ -469,23 +524,27 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         if (id != kNoRecord) records_.erase(id);
         for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef(resources[i]);
         for (PageId page : newlyMapped) baseIndex_.erasePage(page);
+        stagedStores_.clear();
         throw;
     }
 
     CacheRecord const& stored = records_.get(id);
+    if (eventsEnabled_) emitStored(stored.logicalBlockHashes, tokens);  // before the record-limit removals
     PublishResult result{PublishStatus::kPublished, id, stored.basePagePath, publishedBlocks};
-    if (maxRecords_ == 0) evictRecord(id);
-    else if (limitVictim) evictRecord(*limitVictim);
+    if (maxRecords_ == 0) evictOne(id);
+    else if (limitVictim) evictOne(*limitVictim);
     if (!records_.contains(id)) result.record.reset();
     return result;
 }
 
 PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequest const& request) {
-    return publish(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.residentStateLength);
+    return publish(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.residentStateLength,
+                   {request.tokenIds.data(), request.tokenIds.size()});
 }
 
 PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash const* hashData, size_t hashCount,
-                                           int32_t residentStateLength) {
+                                           int32_t residentStateLength, BlockTokenSpan tokens) {
+    EventCall const call(*this);
     char const* const op = "publish";
     BlockHashSpan const hashes{hashData, hashCount};
     LeaseState& s = checkLease(lease, op);
@@ -505,6 +564,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
         contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " +
                          str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
     checkMatchedPrefix(op, hashes, count, s.matchedHashes);
+    checkEventTokens(op, tokens, count);
     if (s.specReplayDependency) {
         SpecReplayDependency const& dep = *s.specReplayDependency;
         if (count < static_cast<size_t>(dep.pathBlockCount))
@@ -548,17 +608,18 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
     record.logicalBlockHashes.assign(hashes.begin(), hashes.begin() + published);
     record.basePagePath = projectCanonicalBasePath(hashes, count, s.basePages, newlyMapped);
     if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
-    return commitRecord(std::move(record), newlyMapped, published);
+    return commitRecord(std::move(record), newlyMapped, published, tokens);
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {
     return publishHybrid(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.checkpoint,
-                         request.snapshots);
+                         request.snapshots, {request.tokenIds.data(), request.tokenIds.size()});
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, BlockHash const* hashData, size_t hashCount,
                                                  HybridCheckpointKey const& checkpoint,
-                                                 HybridSnapshotReservation const& snapshots) {
+                                                 HybridSnapshotReservation const& snapshots, BlockTokenSpan tokens) {
+    EventCall const call(*this);
     char const* const op = "publishHybrid";
     BlockHashSpan const hashes{hashData, hashCount};
     LeaseState& s = checkLease(lease, op);
@@ -588,6 +649,7 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
         contract(
             op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
     checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
+    if (s.hybridHasAttention) checkEventTokens(op, tokens, fullBlocks);
 
     int32_t const publishedBlocks = s.hybridHasAttention ? static_cast<int32_t>(fullBlocks) : 0;
     if (std::optional<RecordId> existing = records_.findHybrid(checkpoint)) {
@@ -604,17 +666,18 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens);
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request) {
     return publishHybridMtp(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.checkpoint,
-                            request.snapshots);
+                            request.snapshots, {request.tokenIds.data(), request.tokenIds.size()});
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashData,
                                                     size_t hashCount, HybridCheckpointKey const& checkpoint,
-                                                    HybridSnapshotReservation const& snapshots) {
+                                                    HybridSnapshotReservation const& snapshots, BlockTokenSpan tokens) {
+    EventCall const call(*this);
     char const* const op = "publishHybridMtp";
     BlockHashSpan const hashes{hashData, hashCount};
     LeaseState& s = checkLease(lease, op);
@@ -647,6 +710,7 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
         contract(
             op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
     checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
+    checkEventTokens(op, tokens, fullBlocks);
 
     int32_t const publishedBlocks = static_cast<int32_t>(fullBlocks);
     if (std::optional<RecordId> existing = records_.findHybridMtp(checkpoint)) {
@@ -664,7 +728,104 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
     record.hybridMtpCheckpoint = true;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens);
+}
+
+// ---- KV events ----------------------------------------------------------------------------------------------
+
+void ContextCacheManager::enableKvEvents(size_t maxPendingEvents) {
+    char const* const op = "enableKvEvents";
+    if (eventsEnabled_) contract(op, "events are already enabled");
+    if (maxPendingEvents == 0) contract(op, "maxPendingEvents must be positive");
+    if (baseIndex_.size() != 0)
+        contract(op, "the base index already holds " + str(static_cast<int64_t>(baseIndex_.size())) +
+                         " blocks: enable events before the first publication");
+    KvEventLog fresh;
+    fresh.blockSize = pageSize_;
+    fresh.appendCleared();
+    events_ = std::move(fresh);
+    eventsEnabled_ = true;
+    eventsBroken_ = false;
+    maxPendingEvents_ = maxPendingEvents;
+}
+
+void ContextCacheManager::disableKvEvents() noexcept {
+    eventsEnabled_ = false;
+    eventsBroken_ = false;
+    events_.clear();
+    eventSink_.reset();
+    stagedStores_.clear();
+}
+
+void ContextCacheManager::setKvEventSink(std::shared_ptr<KvEventSink> sink) {
+    if (!eventsEnabled_) contract("setKvEventSink", "events are not enabled");
+    eventSink_ = std::move(sink);
+    if (eventSink_ && eventCallDepth_ == 0) finishEventCall();
+}
+
+void ContextCacheManager::drainKvEvents(KvEventLog& out) {
+    out.clear();
+    out.blockSize = pageSize_;
+    if (eventsEnabled_) std::swap(out, events_);
+    events_.clear();
+    events_.blockSize = pageSize_;
+}
+
+void ContextCacheManager::checkEventTokens(char const* operation, BlockTokenSpan tokens, size_t blocks) const {
+    if (tokens.size > 0 && !tokens.data) contract(operation, "tokens is null");
+    if (!eventsEnabled_) return;
+    size_t const needed = blocks * static_cast<size_t>(pageSize_);
+    if (tokens.size < needed)
+        contract(operation, "KV events are on: the publication needs the tokens of its " +
+                                str(static_cast<int64_t>(blocks)) + " blocks (" + str(static_cast<int64_t>(needed)) +
+                                "), got " + str(static_cast<int64_t>(tokens.size)));
+}
+
+void ContextCacheManager::emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens) noexcept {
+    size_t const page = static_cast<size_t>(pageSize_);
+    try {
+        for (size_t run = 0; run < stagedStores_.size();) {
+            size_t end = run + 1;
+            while (end < stagedStores_.size() && stagedStores_[end] == stagedStores_[end - 1] + 1) ++end;
+            size_t const first = stagedStores_[run];
+            size_t const count = end - run;
+            bool const hasParent = first > 0;
+            events_.appendStored(hashes.data() + first, count, hasParent,
+                                 hasParent ? kvEventBlockHash(hashes[first - 1]) : 0, tokens.data + first * page,
+                                 count * page);
+            run = end;
+        }
+    } catch (...) {
+        eventFailed();
+    }
+    stagedStores_.clear();
+}
+
+void ContextCacheManager::eventFailed() noexcept {
+    // An event could not be recorded (out of memory): what the consumer would learn is incomplete, so the
+    // pending events are replaced by one AllBlocksCleared at the end of the call.
+    lostKvEvents_ += events_.size() + 1;
+    events_.clear();
+    eventsBroken_ = true;
+}
+
+void ContextCacheManager::finishEventCall() noexcept {
+    if (!eventsEnabled_) return;
+    if (eventsBroken_ || (!eventSink_ && events_.size() > maxPendingEvents_)) {
+        if (!eventsBroken_) lostKvEvents_ += events_.size();
+        events_.clear();
+        try {
+            events_.appendCleared();
+            eventsBroken_ = false;
+        } catch (...) {
+            return;  // still broken: the next call retries
+        }
+    }
+    if (eventSink_ && !events_.empty()) {
+        eventSink_->consume(events_);
+        events_.clear();
+        events_.blockSize = pageSize_;
+    }
 }
 
 // ---- verification -----------------------------------------------------------------------------------------

@@ -28,11 +28,19 @@
 //   always evicted whole.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims.
+// KV events (opt-in, include/ctxcache/kv_events.h, docs/EVENTS.md): the events mirror the base block index, the
+//   blocks a later lookup can hit. BlockStored when a publication maps blocks canonically (a draft path, a
+//   recurrent or partial snapshot and an existing record add none), BlockRemoved when eviction erases an index
+//   entry (whether or not a lease still pins the page: a lookup can no longer find it), AllBlocksCleared when
+//   events are enabled and on clear(). Each public call's events go to the sink at the end of that call (one
+//   batch), or stay pending for drainKvEvents(). With events on, a publication must carry its blocks' tokens.
 // Threading: none internal. Callers serialize every manager and lease access (single writer). Leases must be
 //   released before the manager is destroyed; any still alive then are detached (invalid, release is a no-op).
+//   A sink is called on the caller's thread, at the end of the call that produced the events.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -42,6 +50,7 @@
 #include "ctxcache/cache_request_lease.h"
 #include "ctxcache/draft_path_index.h"
 #include "ctxcache/eviction_planner.h"
+#include "ctxcache/kv_events.h"
 #include "ctxcache/resource_pools.h"
 #include "ctxcache/reuse_plan.h"
 #include "ctxcache/types.h"
@@ -63,6 +72,7 @@ struct PublishRequest {
     // Greatest logical prefix ready for publication. For speculative leases, both base and draft state must be
     // materialized through this boundary.
     int32_t residentStateLength = 0;
+    std::vector<int32_t> tokenIds;  // the prompt's tokens (at least the published blocks'): needed with events on
 };
 
 struct PublishResult {
@@ -91,6 +101,7 @@ struct HybridPublishRequest {
     std::vector<BlockHash> fullBlockHashes;
     HybridCheckpointKey checkpoint;
     HybridSnapshotReservation snapshots;
+    std::vector<int32_t> tokenIds;  // as PublishRequest::tokenIds
 };
 
 // Cumulative eviction outcomes. Reclaimed counts include only resources returned to a free list at the
@@ -178,15 +189,39 @@ public:
     // checkpoint with that key is touched (kExistingRecord). Everything is validated first (ContractError,
     // nothing changed).
     PublishResult publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request);
-    // The same publications over `count` hashes the caller owns (read in place).
-    PublishResult publish(CacheRequestLease& lease, BlockHash const* hashes, size_t count, int32_t residentStateLength);
+    // The same publications over `count` hashes (and tokens) the caller owns (read in place). With events on,
+    // `tokens` must hold at least (published blocks) * pageSize tokens (ContractError, nothing changed).
+    PublishResult publish(CacheRequestLease& lease, BlockHash const* hashes, size_t count, int32_t residentStateLength,
+                          BlockTokenSpan tokens = {});
     PublishResult publishHybrid(CacheRequestLease& lease, BlockHash const* hashes, size_t count,
-                                HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots);
+                                HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots,
+                                BlockTokenSpan tokens = {});
     PublishResult publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashes, size_t count,
-                                   HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots);
+                                   HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots,
+                                   BlockTokenSpan tokens = {});
 
     // Evicts one record now (whatever its recency). Unknown id: ContractError.
     void evictRecord(RecordId id);
+    // Evicts every record (a prefix-cache reset); leases keep what they pin, but nothing is findable any more.
+    // With events on: one AllBlocksCleared instead of the removals.
+    void clear();
+
+    // Turns the event stream on: ContractError when it is already on, when the base index is not empty (the
+    // stream must describe the whole index, so enable it before the first publication) or when maxPendingEvents
+    // is 0. The first event is AllBlocksCleared. Without a sink, events wait for drainKvEvents(); when more than
+    // maxPendingEvents are waiting at the end of a call, they are dropped (counted in lostKvEvents()) and replaced
+    // by one AllBlocksCleared, so a consumer under-reports this cache, never over-reports it.
+    void enableKvEvents(size_t maxPendingEvents = size_t{1} << 20);
+    // Turns it off: pending events are dropped and the sink is detached. Idempotent.
+    void disableKvEvents() noexcept;
+    bool kvEventsEnabled() const noexcept { return eventsEnabled_; }
+    // Each later call's events go to `sink` (null: they wait for a drain). Pending events go to it now. Needs
+    // events on (ContractError).
+    void setKvEventSink(std::shared_ptr<KvEventSink> sink);
+    // Swaps the pending events into `out` (whose old contents are discarded). Empty when events are off.
+    void drainKvEvents(KvEventLog& out);
+    size_t pendingKvEventCount() const noexcept { return events_.size(); }
+    uint64_t lostKvEvents() const noexcept { return lostKvEvents_; }
 
     ResourcePools const& pools() const noexcept { return pools_; }
     BaseBlockIndex const& baseIndex() const noexcept { return baseIndex_; }
@@ -215,13 +250,35 @@ private:
     std::optional<EvictionPlan> planEviction(ResourceDemand const& demand,
                                              std::optional<RecordId> protectedRecord) const;
     void applyEviction(EvictionPlan const& plan, ResourceDemand const& demand);
+    void evictOne(RecordId id);
     void trimRecord(RecordTrim const& trim);
-    // Drops one cache reference on each base page (unmapping it when that was the last) and counts what it frees.
+    // Drops one cache reference on each base page (unmapping it when that was the last) and counts what it frees;
+    // after beginRemovals, each unmapped block is added to the open BlockRemoved event.
     void releaseBasePages(std::vector<PageId> const& pages, size_t from);
+    bool beginRemovals(size_t maxBlocks) noexcept;  // opens a BlockRemoved event when removals are reported
     std::vector<PageId> projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
                                                  std::vector<PageId> const& producerPages,
                                                  std::vector<PageId>& newlyMapped);
-    PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks);
+    PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks,
+                               BlockTokenSpan tokens);
+    void checkEventTokens(char const* operation, BlockTokenSpan tokens, size_t blocks) const;
+    void emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens) noexcept;
+    void eventFailed() noexcept;
+    void finishEventCall() noexcept;
+
+    // Marks one public call: the outermost one hands its events to the sink when it ends.
+    class EventCall {
+    public:
+        explicit EventCall(ContextCacheManager& m) noexcept : m_(m) { ++m_.eventCallDepth_; }
+        ~EventCall() {
+            if (--m_.eventCallDepth_ == 0) m_.finishEventCall();
+        }
+        EventCall(EventCall const&) = delete;
+        EventCall& operator=(EventCall const&) = delete;
+
+    private:
+        ContextCacheManager& m_;
+    };
 
     int32_t pageSize_;
     int32_t maxRecords_;
@@ -233,6 +290,17 @@ private:
     ContextCacheManagerMetrics metrics_;
     LeaseState* leaseList_ = nullptr;  // intrusive list of live lease states
     size_t liveLeases_ = 0;
+
+    bool eventsEnabled_ = false;
+    bool eventsBroken_ = false;        // an append failed: the pending events become one AllBlocksCleared
+    bool suppressRemovals_ = false;    // clear() reports one AllBlocksCleared instead
+    bool reportingRemovals_ = false;   // the running releaseBasePages adds to an open BlockRemoved event
+    int eventCallDepth_ = 0;
+    size_t maxPendingEvents_ = 0;
+    uint64_t lostKvEvents_ = 0;
+    KvEventLog events_;                      // this call's events, or all pending ones without a sink
+    std::shared_ptr<KvEventSink> eventSink_;
+    std::vector<size_t> stagedStores_;       // blocks the running publication mapped canonically, in order
 };
 
 }  // namespace ctxcache

@@ -24,6 +24,7 @@ from .enums import (
     DecodingTokenStateContract,
     EvictionPolicy,
     HashAlgorithm,
+    KvEventType,
     LeaseState,
     LookupPolicy,
     MediaModality,
@@ -106,13 +107,25 @@ DeviceBackend = device.Backend
 
 # The runtime layer (coordinator and requests over the device objects) and bounded sliding-window paging (reuse
 # off, a windowed pool).
-# One object that sizes a model's pool, page table, lengths, resident state, snapshots and coordinator together.
+# One object that sizes a model's pool, page table, lengths, resident state, snapshots and coordinator together;
+# KV events for cluster routers (docs/EVENTS.md).
 from . import (  # noqa: E402
     deployment,  # noqa: E402
+    events,  # noqa: E402
     runtime,
     swa,
 )
 from .deployment import Deployment, RecurrentGeometry  # noqa: E402
+from .events import (  # noqa: E402
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEventPublisher,
+    KvEventStatus,
+    PublisherStats,
+    encode_kv_events,
+    publisher_available,
+)
 from .runtime import (  # noqa: E402
     AdmitResult,
     ContextCacheCoordinator,
@@ -139,6 +152,9 @@ __all__ = [
     "TokenStateContract", "runtime",
     "BoundedSwaKVPageManager", "SwaRequest", "SwaState", "swa",
     "Deployment", "RecurrentGeometry", "deployment",
+    "AllBlocksCleared", "BlockRemoved", "BlockStored", "KvEventPublisher", "KvEventStatus", "KvEventType",
+    "PublisherStats",
+    "encode_kv_events", "events", "publisher_available",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",

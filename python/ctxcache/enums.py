@@ -156,3 +156,11 @@ class SimSpeculative(IntEnum):
 
     NONE = 0
     MTP = 1
+
+
+class KvEventType(IntEnum):
+    """A KV event's kind (ctxcache.events): vLLM's BlockStored, BlockRemoved and AllBlocksCleared."""
+
+    BLOCK_STORED = 0
+    BLOCK_REMOVED = 1
+    ALL_BLOCKS_CLEARED = 2

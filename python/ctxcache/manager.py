@@ -29,6 +29,7 @@ from .enums import (
     SpecReplayMode,
 )
 from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+from .events import KvEventSource
 
 _NULL = ffi.NULL
 
@@ -105,6 +106,13 @@ _ACQUIRE_RESULT_SIZE = ffi.sizeof("ctxc_acquire_result_t")
 
 def _demand(c: Any) -> ResourceDemand:
     return ResourceDemand(c.base_kv_pages, c.draft_kv_pages, c.recurrent_snapshot_slots, c.partial_kv_snapshot_slots)
+
+
+def _token_pointer(tokens: np.ndarray | None) -> tuple[Any, int]:
+    """(pointer, count) of a publication's token array (the caller keeps the array alive across the call)."""
+    if tokens is None or tokens.size == 0:
+        return _NULL, 0
+    return _arrays.int32_pointer(tokens), int(tokens.size)
 
 
 def _optional_slot(value: int) -> int | None:
@@ -513,14 +521,15 @@ def eviction_policy_of(value: Any, name: str = "eviction_policy") -> EvictionPol
         raise InvalidArgumentError(f"{name} must be an EvictionPolicy, 'lru' or 'lru-trim', got {value!r}") from None
 
 
-class ContextCacheManager(Resource):
+class ContextCacheManager(KvEventSource, Resource):
     """Host orchestrator of the context cache: acquire -> model execution -> publish or release.
 
     ``capacities`` sizes the four pools; ``max_records`` bounds the record count (0 keeps none);
     ``eviction_policy`` is an :class:`EvictionPolicy` or its label (``"lru"``, the default, or ``"lru-trim"``).
     """
 
-    __slots__ = ("_handle", "_lease_out", "_publish_out", "_family", "page_size", "eviction_policy", "__weakref__")
+    __slots__ = ("_handle", "_lease_out", "_publish_out", "_family", "_kv_publisher", "page_size", "eviction_policy",
+                 "__weakref__")
     _destroy = staticmethod(lib.ctxc_manager_destroy)
     _rank = 1  # destroyed after its leases when both wait in the family
 
@@ -698,39 +707,53 @@ class ContextCacheManager(Resource):
                              _arrays.read_only_int32(out.canonical_base_pages, out.canonical_base_page_count),
                              out.published_base_full_block_count)
 
-    def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int) -> PublishResult:
-        """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record."""
+    def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int,
+                tokens: Any = None) -> PublishResult:
+        """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record. ``tokens``
+        (the prompt's token ids, at least the published blocks'): required once KV events are on."""
         handle = self._lease_handle(lease)
         hashes = _arrays.hash_array(full_block_hashes)
         resident = _arrays.integer(resident_state_length, "resident_state_length")
-        check(lib.ctxc_manager_publish(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0],
-                                       resident, self._publish_out))
+        array = None if tokens is None else _arrays.int32_array(tokens)
+        pointer, count = _token_pointer(array)
+        check(lib.ctxc_manager_publish_with_tokens(self._live(), handle, _arrays.hash_pointer(hashes),
+                                                   hashes.shape[0], resident, pointer, count, self._publish_out))
         return self._publish_result()
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
-                       snapshots: HybridSnapshotReservation) -> PublishResult:
-        """Publish one captured exact checkpoint (its floor(exact_length / page_size) full-block hashes)."""
-        handle = self._lease_handle(lease)
-        hashes = _arrays.hash_array(full_block_hashes)
-        key = _checkpoint_key(checkpoint)
-        check(lib.ctxc_manager_publish_hybrid(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0],
-                                              key, _reservation(snapshots), self._publish_out))
-        return self._publish_result()
+                       snapshots: HybridSnapshotReservation, tokens: Any = None) -> PublishResult:
+        """Publish one captured exact checkpoint (its floor(exact_length / page_size) full-block hashes).
+        ``tokens`` as for :meth:`publish`."""
+        return self._publish_checkpoint(lib.ctxc_manager_publish_hybrid_with_tokens, lease, full_block_hashes,
+                                        checkpoint, snapshots, tokens)
 
     def publish_hybrid_mtp(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
-                           snapshots: HybridSnapshotReservation) -> PublishResult:
+                           snapshots: HybridSnapshotReservation, tokens: Any = None) -> PublishResult:
         """Publish one captured Hybrid+MTP checkpoint of exact length E >= 1: its floor((E - 1) / page_size)
         full-block hashes, and both snapshot slots reserved by this lease. The record keeps base and an equally
-        long draft path."""
+        long draft path. ``tokens`` as for :meth:`publish`."""
+        return self._publish_checkpoint(lib.ctxc_manager_publish_hybrid_mtp_with_tokens, lease, full_block_hashes,
+                                        checkpoint, snapshots, tokens)
+
+    def _publish_checkpoint(self, function: Any, lease: Lease, full_block_hashes: Any,
+                            checkpoint: HybridCheckpointKey, snapshots: HybridSnapshotReservation,
+                            tokens: Any) -> PublishResult:
         handle = self._lease_handle(lease)
         hashes = _arrays.hash_array(full_block_hashes)
         key = _checkpoint_key(checkpoint)
-        check(lib.ctxc_manager_publish_hybrid_mtp(self._live(), handle, _arrays.hash_pointer(hashes),
-                                                  hashes.shape[0], key, _reservation(snapshots), self._publish_out))
+        array = None if tokens is None else _arrays.int32_array(tokens)
+        pointer, count = _token_pointer(array)
+        check(function(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0], key,
+                       _reservation(snapshots), pointer, count, self._publish_out))
         return self._publish_result()
 
     def evict_record(self, record_id: int) -> None:
         check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))
+
+    def clear(self) -> None:
+        """Evict every record (a prefix-cache reset); live leases keep what they pin. With KV events on: one
+        AllBlocksCleared instead of the removals."""
+        check(lib.ctxc_manager_clear(self._live()))
 
     # -- inspection ---------------------------------------------------------------------------------------------
     @property

@@ -42,7 +42,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,9 @@ class Settings:
     seed: int = 0
     bookkeeping_only: bool = False
     verify: bool = False
+    events: str | None = None  # KV event PUB endpoint (docs/EVENTS.md)
+    events_replay: str | None = None
+    events_topic: str = ""
     eviction_policy: str = "lru"  # "lru" (whole records, the reference's) or "lru-trim" (tails first)
 
 
@@ -204,6 +207,36 @@ class Measured:
     engine_seconds: float = 0.0
     verify: dict[str, Any] | None = None
     engine_stats: dict[str, Any] | None = None
+    events: dict[str, Any] | None = None  # the KV event publisher's counters
+
+
+@contextmanager
+def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[bool]:
+    """With --events: a publisher attached to ``cache`` (a manager or the engine) for the block; its counters go
+    into ``measured.events``. Yields whether events are on."""
+    if settings.events is None:
+        yield False
+        return
+    from .errors import ContractError, InvalidArgumentError, UnsupportedError
+    from .events import KvEventPublisher
+
+    try:
+        publisher = KvEventPublisher(settings.events, replay_endpoint=settings.events_replay,
+                                     topic=settings.events_topic)
+    except (UnsupportedError, ContractError, InvalidArgumentError) as e:  # no ZMQ in this build, a bad endpoint
+        raise SettingsError(f"--events: {e}") from None
+    with publisher:
+        cache.enable_kv_events()
+        cache.attach_kv_event_publisher(publisher)
+        try:
+            yield True
+        finally:
+            publisher.flush(10.0)
+            stats = publisher.stats
+            measured.events = {"endpoint": settings.events, "replay_endpoint": settings.events_replay,
+                               "topic": settings.events_topic, "batches": stats.accepted_batches,
+                               "sent": stats.sent_batches, "dropped": stats.dropped_batches,
+                               "replay_requests": stats.replay_requests}
 
 
 def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: int,
@@ -228,7 +261,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     requests, hashes = prepared.requests, prepared.hashes
     i = 0
     t_start = time.perf_counter()
+    events = ExitStack()
     try:
+        with_tokens = events.enter_context(_kv_events(settings, manager, m))
         while i < len(requests):
             batch: list[tuple[int, Any, bool]] = []  # (request index, lease, forced cold)
             while i < len(requests) and len(batch) < settings.batch_size:
@@ -261,8 +296,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
             for j, lease, forced in batch:  # prefill end: publish the prompt
                 h = hashes[j]
                 if not forced and h.shape[0] > 0:
+                    tokens = requests[j].tokens() if with_tokens else None
                     t0 = perf()
-                    manager.publish(lease, h, requests[j].input_length)
+                    manager.publish(lease, h, requests[j].input_length, tokens=tokens)
                     ops["publish"].append(perf() - t0)
             for j, lease, _ in batch:  # decode: grow to hold the output
                 r = requests[j]
@@ -286,6 +322,7 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
         metrics = manager.metrics
         m.evicted_records += metrics.evicted_records
         m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+        events.close()
         manager.close()
     return m
 
@@ -314,7 +351,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     checked = mismatches = 0
     first_mismatch: str | None = None
     t_start = time.perf_counter()
+    events = ExitStack()
     try:
+        events.enter_context(_kv_events(settings, engine, m))
         for begin in range(0, len(requests), chunk):
             part = requests[begin:begin + chunk]
             served = [sim.Request(tokens=r.tokens(), max_new_tokens=max(1, r.output_length)) for r in part]
@@ -350,6 +389,7 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             if settings.verify:
                 m.verify = {"checked": checked, "mismatches": mismatches, "first_mismatch": first_mismatch,
                             "verdict": "byte-exact" if mismatches == 0 else "MISMATCH"}
+            events.close()
             engine.close()
     return m
 
@@ -416,6 +456,8 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         report["engine_seconds"] = round(m.engine_seconds, 3)
         report["engine_stats"] = m.engine_stats
         report["verify"] = m.verify
+    if m.events is not None:
+        report["kv_events"] = m.events
     report["wall_seconds"] = round(wall_seconds, 3)
     report["requests_per_second"] = round(_ratio(done, wall_seconds), 1)
     return report
@@ -476,6 +518,12 @@ def format_report(r: dict[str, Any]) -> str:
             out.append(f"verify: {v['verdict']} ({v['checked']:,} requests compared with a cold run, "
                        f"{v['mismatches']} mismatches"
                        + (f", first: {v['first_mismatch']}" if v["first_mismatch"] else "") + ")")
+    ev = r.get("kv_events")
+    if ev:
+        out.append(f"KV events on {ev['endpoint']}"
+                   + (f" (replay {ev['replay_endpoint']})" if ev["replay_endpoint"] else "")
+                   + f": {ev['batches']:,} batches, {ev['sent']:,} sent, {ev['dropped']:,} dropped, "
+                   f"{ev['replay_requests']:,} replay requests")
     out.append(f"wall time {r['wall_seconds']:.2f} s, {r['requests_per_second']:,.0f} requests/s")
     return "\n".join(out)
 
@@ -542,7 +590,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(page_size=args.page_size, max_records=args.max_records, batch_size=args.batch_size,
                     mode=args.mode, backend=args.backend, hash_algorithm=args.hash_algorithm, key=args.key,
                     commit_policy=args.commit_policy, seed=args.seed, eviction_policy=args.eviction_policy,
-                    bookkeeping_only=getattr(args, "bookkeeping_only", True), verify=getattr(args, "verify", False))
+                    bookkeeping_only=getattr(args, "bookkeeping_only", True), verify=getattr(args, "verify", False),
+                    events=getattr(args, "events", None), events_replay=getattr(args, "events_replay", None),
+                    events_topic=getattr(args, "events_topic", ""))
 
 
 def load_workload(trace: str | None, settings: Settings, limit: int | None) -> tuple[str, list[WorkloadRequest]]:
@@ -804,6 +854,13 @@ def replay_parser(prog: str = "ctxcache replay") -> argparse.ArgumentParser:
     _add_common(p)
     p.add_argument("--verify", action="store_true",
                    help="full engine: compare every request with a cold run, byte for byte")
+    p.add_argument("--events", metavar="ENDPOINT", default=None,
+                   help="publish the cache's KV events in vLLM's ZMQ format while replaying (e.g. tcp://*:5557, "
+                        "which binds; a tcp://host:port connects to a router that binds): docs/EVENTS.md")
+    p.add_argument("--events-replay", metavar="ENDPOINT", default=None,
+                   help="with --events: the replay ROUTER endpoint (e.g. tcp://*:5558)")
+    p.add_argument("--events-topic", metavar="TOPIC", default="",
+                   help="with --events: the topic (llm-d expects kv@<pod>@<model>)")
     return p
 
 
@@ -822,6 +879,8 @@ def replay_main(argv: Sequence[str] | None = None) -> int:
     args = replay_parser().parse_args(list(argv) if argv is not None else None)
     if args.verify and args.bookkeeping_only:
         replay_parser().error("--verify needs the full engine (drop --bookkeeping-only)")
+    if (args.events_replay or args.events_topic) and not args.events:
+        replay_parser().error("--events-replay and --events-topic need --events")
     return _guarded(run_replay, args, "ctxcache replay")
 
 

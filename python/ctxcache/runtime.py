@@ -59,6 +59,7 @@ from .enums import (
     TokenStateContract,
 )
 from .errors import ArgumentTypeError, InvalidArgumentError
+from .events import KvEventSource
 from .manager import eviction_policy_of
 
 _NULL = ffi.NULL
@@ -443,7 +444,7 @@ def _device(value: Any, kind: type[_Handle], name: str, keep: list[Any]) -> Any:
     return value._live()
 
 
-class ContextCacheCoordinator(_Handle):
+class ContextCacheCoordinator(KvEventSource, _Handle):
     """A context-cache coordinator over device objects (None where the profile does not use them): attention
     needs base_pool, base_table and base_lengths; a speculative profile that owns paged spec state the draft
     triple; a hybrid or pure recurrent model resident_state and snapshots."""

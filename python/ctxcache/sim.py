@@ -29,6 +29,7 @@ from ._ffi import check, ffi, lib, new_output
 from .device import BackendKind, DType, _enum, _Handle
 from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import ArgumentTypeError
+from .events import KvEventSource
 from .manager import eviction_policy_of
 from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
 
@@ -71,7 +72,7 @@ class EngineStats:
     retractions: int
 
 
-class ReferenceEngine(_Handle):
+class ReferenceEngine(KvEventSource, _Handle):
     """A reference engine over its own backend, pools, page tables, snapshot storage and coordinator.
 
     ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``backend``: "cpu" (default), "cuda" or

@@ -192,7 +192,7 @@ private:
     }
 
     void one() {
-        switch (in_.ConsumeIntegralInRange<int>(0, 19)) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 21)) {
             case 0: {  // create
                 int const i = in_.ConsumeIntegralInRange<int>(0, 1);
                 if (managers_[static_cast<size_t>(i)].live) break;
@@ -387,6 +387,62 @@ private:
                 ctxc_hash128_t digest;
                 checkStatus(
                     ctxc_hash_exact_prefix(nullptr, tokens.data(), tokens.size(), page, nullptr, 0, nullptr, &digest));
+                break;
+            }
+            case 19: {  // KV events: enable, drain (each event well-formed), status, disable
+                ctxc_manager_t* m = managerArg();
+                switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
+                    case 0:
+                        mutating(m, [&](bool&) {
+                            return ctxc_kv_events_enable(m, in_.ConsumeIntegralInRange<size_t>(0, 4));
+                        });
+                        break;
+                    case 1: {
+                        ctxc_kv_event_t const* events = nullptr;
+                        size_t count = 0;
+                        int32_t blockSize = 0;
+                        ctxc_status_t const s = ctxc_kv_events_drain(m, &events, &count, &blockSize);
+                        checkStatus(s);
+                        for (size_t i = 0; s == CTXC_OK && i < count; ++i) {
+                            ctxc_kv_event_t const& e = events[i];
+                            if (e.type < CTXC_KV_EVENT_BLOCK_STORED || e.type > CTXC_KV_EVENT_ALL_BLOCKS_CLEARED)
+                                fail("drained an event of no known type", s);
+                            if (e.type == CTXC_KV_EVENT_BLOCK_STORED &&
+                                (e.block_hash_count == 0 ||
+                                 e.token_count != e.block_hash_count * static_cast<size_t>(blockSize)))
+                                fail("a stored event without its tokens", s);
+                        }
+                        break;
+                    }
+                    case 2: {
+                        int32_t enabled = 0;
+                        size_t pending = 0;
+                        uint64_t lost = 0;
+                        checkStatus(ctxc_kv_events_status(m, &enabled, &pending, &lost));
+                        break;
+                    }
+                    default: checkStatus(ctxc_kv_events_disable(m)); break;
+                }
+                break;
+            }
+            case 20: {  // publication with tokens (maybe too few, maybe NULL), or a clear
+                ctxc_manager_t* m = managerArg();
+                if (in_.ConsumeIntegralInRange<int>(0, 3) == 0) {
+                    mutating(m, [&](bool&) { return ctxc_manager_clear(m); });
+                    break;
+                }
+                ctxc_lease_t* l = leaseArg();
+                std::vector<ctxc_hash128_t> h = hashes(8);
+                int32_t const resident = smallCount();
+                std::vector<int32_t> tokens(in_.ConsumeIntegralInRange<size_t>(0, 48));
+                for (int32_t& t : tokens) t = in_.ConsumeIntegralInRange<int32_t>(0, 9);
+                bool const nullTokens = in_.ConsumeIntegralInRange<int>(0, 7) == 0;
+                ctxc_publish_result_t out{};
+                out.struct_size = sizeof(out);
+                mutating(m, [&](bool&) {
+                    return ctxc_manager_publish_with_tokens(m, l, h.empty() ? nullptr : h.data(), h.size(), resident,
+                                                            nullTokens ? nullptr : tokens.data(), tokens.size(), &out);
+                });
                 break;
             }
             case 18: {  // made-up and NULL handles everywhere

@@ -140,6 +140,7 @@ ENUM_GROUPS = {
     "CTXC_SEQUENCE_": enums.SequenceStatus,
     "CTXC_ADMIT_": enums.AdmitSequenceStatus,
     "CTXC_MEDIA_": enums.MediaModality,
+    "CTXC_KV_EVENT_": enums.KvEventType,
     "CTXC_SCALAR_": enums.ScalarType,
     "CTXC_SIM_DEPLOYMENT_": enums.SimDeployment,
     "CTXC_SIM_SPECULATIVE_": enums.SimSpeculative,
@@ -243,7 +244,7 @@ FROZEN_STRUCTS = {
     "ctxc_hash128_t", "ctxc_resource_demand_t", "ctxc_media_span_key_t", "ctxc_block_key_extras_t",
     "ctxc_hybrid_candidate_t", "ctxc_hybrid_snapshot_reservation_t", "ctxc_hybrid_checkpoint_key_t",
     "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t", "ctxc_resident_ref_t", "ctxc_kv_headroom_t", "ctxc_media_item_t",
-    "ctxc_sequence_request_t", "ctxc_tensor_view_t", "ctxc_sim_request_t",
+    "ctxc_sequence_request_t", "ctxc_tensor_view_t", "ctxc_sim_request_t", "ctxc_kv_event_t",
 }
 
 

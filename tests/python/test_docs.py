@@ -1,4 +1,4 @@
-"""The documentation cannot rot: every ```python block of docs/RUNTIME.md and README.md runs, and every ```c block
+"""The documentation cannot rot: every ```python block of docs/RUNTIME.md, docs/EVENTS.md and README.md runs, and every ```c block
 of docs/RUNTIME.md is a verbatim excerpt of examples/c/runtime_example.c (which ctest install.examples builds and
 runs against the installed package).
 
@@ -23,6 +23,7 @@ import ctxcache
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "docs" / "RUNTIME.md"
 README = ROOT / "README.md"
+EVENTS = ROOT / "docs" / "EVENTS.md"
 C_EXAMPLE = ROOT / "examples" / "c" / "runtime_example.c"
 HEADER = ROOT / "include" / "ctxcache.h"
 
@@ -39,7 +40,7 @@ def blocks(path: Path, language: str) -> list[tuple[int, str]]:
     return out
 
 
-PYTHON_BLOCKS = [(path, line, code) for path in (RUNTIME, README) for line, code in blocks(path, "python")]
+PYTHON_BLOCKS = [(path, line, code) for path in (RUNTIME, README, EVENTS) for line, code in blocks(path, "python")]
 TRANSFORMERS_BLOCKS = [(README, line, code) for line, code in blocks(README, "python transformers")]
 
 

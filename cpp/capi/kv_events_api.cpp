@@ -1,0 +1,228 @@
+// C ABI: KV events (enable, drain, status, publisher attachment) and the ZMQ publisher's handle.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/api_support.h"
+#include "capi/handles.h"
+#include "ctxcache.h"
+#include "ctxcache/kv_event_publisher.h"
+#include "ctxcache/kv_events.h"
+
+using namespace ctxcache;
+using namespace ctxcache::capi;
+
+namespace {
+
+static_assert(static_cast<int>(KvEventType::kBlockStored) == CTXC_KV_EVENT_BLOCK_STORED);
+static_assert(static_cast<int>(KvEventType::kBlockRemoved) == CTXC_KV_EVENT_BLOCK_REMOVED);
+static_assert(static_cast<int>(KvEventType::kAllBlocksCleared) == CTXC_KV_EVENT_ALL_BLOCKS_CLEARED);
+
+struct PublisherObject {
+    std::shared_ptr<KvEventPublisher> publisher;
+};
+
+auto& publishers() { return handleTable<PublisherObject, 0xD3>(); }
+
+std::shared_ptr<KvEventPublisher> const& requirePublisher(void const* handle) {
+    return requireObject(publishers(), handle, "publisher").publisher;
+}
+
+// A manager handle, or the manager inside a coordinator or a sim engine.
+KvEventTarget requireCache(void const* handle) {
+    if (ManagerObject* m = managers().find(handle)) return {m->manager.get(), &m->kvEvents};
+    if (KvEventTarget t = coordinatorKvEvents(handle); t.manager) return t;
+    if (KvEventTarget t = simEngineKvEvents(handle); t.manager) return t;
+    invalidHandle("cache is not a live ctxc_manager_t, ctxc_coordinator_t or ctxc_sim_engine_t");
+}
+
+std::string optionalString(char const* text, char const* fallback) { return text ? text : fallback; }
+
+}  // namespace
+
+extern "C" {
+
+CTXC_API ctxc_status_t ctxc_kv_events_enable(void* cache, size_t max_pending_events) {
+    return guard(__func__, [&] {
+        requireCache(cache).manager->enableKvEvents(max_pending_events == 0 ? size_t{1} << 20 : max_pending_events);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_events_disable(void* cache) {
+    return guard(__func__, [&] { requireCache(cache).manager->disableKvEvents(); });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_events_drain(void* cache, const ctxc_kv_event_t** out_events, size_t* out_count,
+                                            int32_t* out_block_size) {
+    return guard(__func__, [&] {
+        const ctxc_kv_event_t*& events = requireOut(out_events, "out_events");
+        size_t& count = requireOut(out_count, "out_count");
+        events = nullptr;
+        count = 0;
+        KvEventTarget const t = requireCache(cache);
+        KvEventsDrain& d = *t.drain;
+        std::vector<ctxc_kv_event_t> views;
+        KvEventLog log;
+        t.manager->drainKvEvents(log);
+        views.reserve(log.size());
+        for (KvEvent const& e : log.events()) {
+            ctxc_kv_event_t v{};
+            v.type = static_cast<int32_t>(e.type);
+            v.has_parent = e.hasParent ? 1 : 0;
+            v.parent_block_hash = e.parentBlockHash;
+            v.block_hashes = log.hashes().data() + e.firstHash;
+            v.block_hash_count = e.hashCount;
+            v.token_ids = log.tokens().data() + e.firstToken;
+            v.token_count = e.tokenCount;
+            views.push_back(v);
+        }
+        d.drained = std::move(log);  // the vectors' buffers move with it: the views stay valid
+        d.views = std::move(views);
+        events = d.views.data();
+        count = d.views.size();
+        if (out_block_size) *out_block_size = t.manager->pageSize();
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_events_status(const void* cache, int32_t* out_enabled, size_t* out_pending,
+                                             uint64_t* out_lost) {
+    return guard(__func__, [&] {
+        ContextCacheManager const& m = *requireCache(cache).manager;
+        if (out_enabled) *out_enabled = m.kvEventsEnabled() ? 1 : 0;
+        if (out_pending) *out_pending = m.pendingKvEventCount();
+        if (out_lost) *out_lost = m.lostKvEvents();
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_events_attach_publisher(void* cache, ctxc_kv_event_publisher_t* publisher) {
+    return guard(__func__, [&] {
+        ContextCacheManager& m = *requireCache(cache).manager;
+        std::shared_ptr<KvEventPublisher> p;
+        if (publisher) p = requirePublisher(publisher);
+        m.setKvEventSink(std::move(p));
+    });
+}
+
+CTXC_API int32_t ctxc_kv_event_publisher_available(void) { return KvEventPublisher::available() ? 1 : 0; }
+
+CTXC_API void ctxc_kv_event_publisher_options_init(ctxc_kv_event_publisher_options_t* options) {
+    if (!initSized(options)) return;
+    KvEventPublisherOptions const defaults;
+    options->data_parallel_rank = -1;
+    options->endpoint = "tcp://*:5557";
+    options->replay_endpoint = nullptr;
+    options->topic = "";
+    options->medium = "GPU";
+    options->buffer_steps = defaults.bufferSteps;
+    options->max_queued_batches = defaults.maxQueuedBatches;
+    options->send_high_water_mark = defaults.sendHighWaterMark;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_create(const ctxc_kv_event_publisher_options_t* options,
+                                                      ctxc_kv_event_publisher_t** out_publisher) {
+    return guard(__func__, [&] {
+        requireOut(out_publisher, "out_publisher") = nullptr;
+        ctxc_kv_event_publisher_options_t const& o = requireSized(options, "options");
+        if (!o.endpoint || !*o.endpoint) invalidArgument("options->endpoint is NULL or empty");
+        if (o.data_parallel_rank < -1)
+            invalidArgument("options->data_parallel_rank must be >= 0 or -1 (none), got " +
+                            std::to_string(o.data_parallel_rank));
+        if (o.max_queued_batches == 0) invalidArgument("options->max_queued_batches must be positive");
+        requireNonNegative(o.send_high_water_mark, "options->send_high_water_mark");
+        KvEventPublisherOptions po;
+        po.endpoint = o.endpoint;
+        po.replayEndpoint = optionalString(o.replay_endpoint, "");
+        po.topic = optionalString(o.topic, "");
+        po.medium = optionalString(o.medium, "GPU");
+        if (o.data_parallel_rank >= 0) po.dataParallelRank = o.data_parallel_rank;
+        po.bufferSteps = o.buffer_steps;
+        po.maxQueuedBatches = o.max_queued_batches;
+        po.sendHighWaterMark = o.send_high_water_mark;
+        po.arrayEncoding = requireBool(o.array_encoding, "options->array_encoding");
+        if (requireBool(o.has_first_sequence, "options->has_first_sequence")) po.firstSequence = o.first_sequence;
+        auto object = std::make_unique<PublisherObject>();
+        try {
+            object->publisher = std::make_shared<KvEventPublisher>(std::move(po));
+        } catch (KvEventPublisherUnavailableError const& e) {
+            throw ApiError(CTXC_E_UNSUPPORTED, e.what());
+        }
+        *out_publisher = static_cast<ctxc_kv_event_publisher_t*>(publishers().add(std::move(object)));
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_destroy(ctxc_kv_event_publisher_t* publisher) {
+    return guard(__func__, [&] {
+        if (!publisher) return;
+        std::unique_ptr<PublisherObject> object = publishers().remove(publisher);
+        if (!object) invalidHandle("publisher is not a live ctxc_kv_event_publisher_t");
+        object->publisher->close();  // a cache that still holds it only counts drops from now on
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_stats(const ctxc_kv_event_publisher_t* publisher,
+                                                     ctxc_kv_event_publisher_stats_t* out_stats) {
+    return guard(__func__, [&] {
+        ctxc_kv_event_publisher_stats_t& out = requireSized(out_stats, "out_stats");
+        KvEventPublisherStats const s = requirePublisher(publisher)->stats();
+        out.accepted_batches = s.acceptedBatches;
+        out.sent_batches = s.sentBatches;
+        out.dropped_batches = s.droppedBatches;
+        out.queued_batches = s.queuedBatches;
+        out.next_sequence = s.nextSequence;
+        out.replay_requests = s.replayRequests;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_flush(ctxc_kv_event_publisher_t* publisher, int32_t timeout_ms,
+                                                     int32_t* out_empty) {
+    return guard(__func__, [&] {
+        requireNonNegative(timeout_ms, "timeout_ms");
+        bool const empty = requirePublisher(publisher)->flush(timeout_ms);
+        if (out_empty) *out_empty = empty ? 1 : 0;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size_t count, int32_t block_size,
+                                             double timestamp, int32_t data_parallel_rank, const char* medium,
+                                             int32_t array_encoding, uint8_t* out_bytes, size_t out_capacity,
+                                             size_t* out_size) {
+    return guard(__func__, [&] {
+        requireOut(out_size, "out_size");
+        requireArray(events, count, "events");
+        if (block_size <= 0) invalidArgument("block_size must be positive (got " + std::to_string(block_size) + ")");
+        if (data_parallel_rank < -1) invalidArgument("data_parallel_rank must be >= 0 or -1 (none)");
+        bool const arrays = requireBool(array_encoding, "array_encoding");
+        KvEventLog log;
+        log.blockSize = block_size;
+        for (size_t i = 0; i < count; ++i) {
+            ctxc_kv_event_t const& e = events[i];
+            std::string const at = "events[" + std::to_string(i) + "]";
+            if (e.type < CTXC_KV_EVENT_BLOCK_STORED || e.type > CTXC_KV_EVENT_ALL_BLOCKS_CLEARED)
+                invalidArgument(at + ".type " + std::to_string(e.type) + " is not a CTXC_KV_EVENT_* value");
+            requireArray(e.block_hashes, e.block_hash_count, (at + ".block_hashes").c_str());
+            requireArray(e.token_ids, e.token_count, (at + ".token_ids").c_str());
+            bool const hasParent = requireBool(e.has_parent, (at + ".has_parent").c_str());
+            log.appendEvent(static_cast<KvEventType>(e.type), hasParent, e.parent_block_hash, e.block_hashes,
+                            e.block_hash_count, e.token_ids, e.token_count);
+        }
+        std::string payload;
+        try {
+            payload = encodeKvEventBatch(
+                log, timestamp, data_parallel_rank >= 0 ? std::optional<int32_t>(data_parallel_rank) : std::nullopt,
+                optionalString(medium, "GPU"), arrays);
+        } catch (KvEventPublisherUnavailableError const& e) {
+            throw ApiError(CTXC_E_UNSUPPORTED, e.what());
+        }
+        *out_size = payload.size();
+        if (out_capacity < payload.size()) {
+            if (!out_bytes && out_capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;
+            throw ApiError(CTXC_E_BUFFER_TOO_SMALL, "out_bytes holds " + std::to_string(out_capacity) + " bytes, " +
+                                                        std::to_string(payload.size()) + " needed");
+        }
+        if (!out_bytes) invalidArgument("out_bytes is NULL");
+        std::copy(payload.begin(), payload.end(), out_bytes);
+        return CTXC_OK;
+    });
+}
+
+}  // extern "C"

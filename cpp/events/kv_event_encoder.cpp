@@ -1,0 +1,136 @@
+// encodeKvEventBatch: one batch of KV events as vLLM's msgpack payload, written with msgpack-cxx's packer
+// (include/ctxcache/kv_event_publisher.h; field names and order: docs/EVENTS.md).
+//
+//   batch    [ts: float64, events: [...], data_parallel_rank: int | nil]
+//   map      {"type": "BlockStored", "block_hashes": [u64...], "parent_block_hash": u64 | nil,
+//             "token_ids": [int...], "block_size": int, "lora_id": nil, "medium": str, "lora_name": nil}
+//            {"type": "BlockRemoved", "block_hashes": [u64...], "medium": str}
+//            {"type": "AllBlocksCleared"}
+//   array    the same values in the same order, the tag first: ["BlockStored", hashes, parent, tokens, ...]
+
+#include "ctxcache/kv_event_publisher.h"
+
+#include "events/kv_event_encoding.h"
+
+#if CTXCACHE_WITH_KV_EVENT_PUBLISHER
+#include <msgpack.hpp>
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+namespace ctxcache {
+
+#if CTXCACHE_WITH_KV_EVENT_PUBLISHER
+namespace {
+
+// msgpack-cxx writes through any buffer with write(data, size). This one fills a reused string with an inline
+// memcpy (std::string::append is an out-of-line call per written integer: it tripled the cost of a token); the
+// string is cut to the written size at the end.
+struct StringBuffer {
+    std::string& out;
+    size_t used = 0;
+    void write(char const* data, size_t size) {
+        if (used + size > out.size()) out.resize(std::max(2 * out.size(), used + size + 4096));
+        std::memcpy(&out[used], data, size);
+        used += size;
+    }
+};
+using Packer = msgpack::packer<StringBuffer>;
+
+void packString(Packer& pk, char const* text) {
+    size_t const n = std::strlen(text);
+    pk.pack_str(static_cast<uint32_t>(n));
+    pk.pack_str_body(text, static_cast<uint32_t>(n));
+}
+void packString(Packer& pk, std::string const& text) {
+    pk.pack_str(static_cast<uint32_t>(text.size()));
+    pk.pack_str_body(text.data(), static_cast<uint32_t>(text.size()));
+}
+
+// A map key (map encoding) or nothing (array encoding: position is the key).
+void key(Packer& pk, bool map, char const* name) {
+    if (map) packString(pk, name);
+}
+
+void packHashes(Packer& pk, KvEventLog const& log, KvEvent const& e) {
+    pk.pack_array(static_cast<uint32_t>(e.hashCount));
+    for (size_t i = 0; i < e.hashCount; ++i) pk.pack_uint64(log.hashes()[e.firstHash + i]);
+}
+
+void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string const& medium, bool map) {
+    switch (e.type) {
+        case KvEventType::kBlockStored:
+            if (map) pk.pack_map(8);
+            else pk.pack_array(8);
+            key(pk, map, "type");
+            packString(pk, "BlockStored");
+            key(pk, map, "block_hashes");
+            packHashes(pk, log, e);
+            key(pk, map, "parent_block_hash");
+            if (e.hasParent) pk.pack_uint64(e.parentBlockHash);
+            else pk.pack_nil();
+            key(pk, map, "token_ids");
+            pk.pack_array(static_cast<uint32_t>(e.tokenCount));
+            for (size_t i = 0; i < e.tokenCount; ++i) pk.pack_int32(log.tokens()[e.firstToken + i]);
+            key(pk, map, "block_size");
+            pk.pack_int32(log.blockSize);
+            key(pk, map, "lora_id");
+            pk.pack_nil();
+            key(pk, map, "medium");
+            packString(pk, medium);
+            key(pk, map, "lora_name");
+            pk.pack_nil();
+            return;
+        case KvEventType::kBlockRemoved:
+            if (map) pk.pack_map(3);
+            else pk.pack_array(3);
+            key(pk, map, "type");
+            packString(pk, "BlockRemoved");
+            key(pk, map, "block_hashes");
+            packHashes(pk, log, e);
+            key(pk, map, "medium");
+            packString(pk, medium);
+            return;
+        case KvEventType::kAllBlocksCleared:
+            if (map) pk.pack_map(1);
+            else pk.pack_array(1);
+            key(pk, map, "type");
+            packString(pk, "AllBlocksCleared");
+            return;
+    }
+}
+
+}  // namespace
+
+void encodeKvEventBatchInto(KvEventLog const& events, double timestamp, std::optional<int32_t> dataParallelRank,
+                            std::string const& medium, bool arrayEncoding, std::string& out) {
+    StringBuffer buffer{out};
+    Packer pk(buffer);
+    pk.pack_array(3);
+    pk.pack_double(timestamp);
+    pk.pack_array(static_cast<uint32_t>(events.size()));
+    for (KvEvent const& e : events.events()) packEvent(pk, events, e, medium, !arrayEncoding);
+    if (dataParallelRank) pk.pack_int32(*dataParallelRank);
+    else pk.pack_nil();
+    out.resize(buffer.used);
+}
+
+std::string encodeKvEventBatch(KvEventLog const& events, double timestamp, std::optional<int32_t> dataParallelRank,
+                               std::string const& medium, bool arrayEncoding) {
+    std::string out;
+    encodeKvEventBatchInto(events, timestamp, dataParallelRank, medium, arrayEncoding, out);
+    return out;
+}
+
+#else
+
+std::string encodeKvEventBatch(KvEventLog const&, double, std::optional<int32_t>, std::string const&, bool) {
+    throw KvEventPublisherUnavailableError(
+        "encodeKvEventBatch: this ctxcache was built without msgpack-cxx and libzmq (the KV event publisher); "
+        "drain the events instead");
+}
+
+#endif
+
+}  // namespace ctxcache

@@ -1,0 +1,250 @@
+// KvEventPublisher and encodeKvEventBatch: vLLM's endpoint rules, the msgpack batch decoded back with msgpack-cxx
+// (map and array encodings), sequence numbers, and a stalled subscriber that changes no cache result.
+#include "ctxcache/kv_event_publisher.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ctxcache/context_cache_manager.h"
+#include "test_support.h"
+
+#if CTXCACHE_WITH_KV_EVENT_PUBLISHER
+#include <zmq.h>
+
+#include <msgpack.hpp>
+#endif
+
+namespace ctxcache {
+namespace {
+
+TEST(KvEventPublisher, EndpointRulesFollowVllm) {
+    EXPECT_TRUE(kvEventEndpointBinds("tcp://*:5557"));
+    EXPECT_TRUE(kvEventEndpointBinds("tcp://[::]:5557"));
+    EXPECT_TRUE(kvEventEndpointBinds("ipc:///tmp/events"));
+    EXPECT_TRUE(kvEventEndpointBinds("inproc://events"));
+    EXPECT_FALSE(kvEventEndpointBinds("tcp://127.0.0.1:5557"));
+    EXPECT_FALSE(kvEventEndpointBinds("tcp://router.local:5557"));
+
+    EXPECT_EQ(kvEventEndpointForRank("tcp://*:5557", 0), "tcp://*:5557");
+    EXPECT_EQ(kvEventEndpointForRank("tcp://*:5557", 3), "tcp://*:5560");
+    EXPECT_EQ(kvEventEndpointForRank("tcp://10.0.0.1:5557", 1), "tcp://10.0.0.1:5558");
+    EXPECT_EQ(kvEventEndpointForRank("ipc:///tmp/events", 2), "ipc:///tmp/events_dp2");
+    EXPECT_EQ(kvEventEndpointForRank("", 2), "");
+    EXPECT_THROW(kvEventEndpointForRank("tcp://*:65535", 1), ContractError);
+    EXPECT_THROW(kvEventEndpointForRank("tcp://host", 1), ContractError);
+    EXPECT_THROW(kvEventEndpointForRank("tcp://*:5557", -1), ContractError);
+}
+
+KvEventLog sampleLog() {
+    KvEventLog log;
+    log.blockSize = 2;
+    log.appendCleared();
+    BlockHash const hashes[] = {{1, 0xFFFFFFFFFFFFFFFFull}, {2, 7}};
+    int32_t const tokens[] = {10, 11, 12, 13};
+    log.appendStored(hashes, 2, false, 0, tokens, 4);
+    log.appendStored(hashes + 1, 1, true, 0xFFFFFFFFFFFFFFFFull, tokens + 2, 2);
+    log.beginRemoved();
+    log.addRemoved(0xFFFFFFFFFFFFFFFFull);
+    log.addRemoved(7);
+    log.endRemoved();  // leaf-first: 7, then the root
+    return log;
+}
+
+#if CTXCACHE_WITH_KV_EVENT_PUBLISHER
+
+msgpack::object_handle unpack(std::string const& payload) { return msgpack::unpack(payload.data(), payload.size()); }
+
+std::string str(msgpack::object const& o) { return o.as<std::string>(); }
+
+// A map event's value by key (the keys, in order, are checked separately).
+msgpack::object const& field(msgpack::object const& event, char const* key) {
+    for (uint32_t i = 0; i < event.via.map.size; ++i)
+        if (str(event.via.map.ptr[i].key) == key) return event.via.map.ptr[i].val;
+    throw std::runtime_error(std::string("no key ") + key);
+}
+
+std::vector<std::string> keys(msgpack::object const& event) {
+    std::vector<std::string> out;
+    for (uint32_t i = 0; i < event.via.map.size; ++i) out.push_back(str(event.via.map.ptr[i].key));
+    return out;
+}
+
+TEST(KvEventPublisher, MapEncodingIsVllmsKvEventBatch) {
+    msgpack::object_handle const h = unpack(encodeKvEventBatch(sampleLog(), 12.5, std::nullopt, "GPU", false));
+    msgpack::object const& batch = h.get();
+    ASSERT_EQ(batch.type, msgpack::type::ARRAY);
+    ASSERT_EQ(batch.via.array.size, 3u);
+    EXPECT_EQ(batch.via.array.ptr[0].type, msgpack::type::FLOAT64);
+    EXPECT_EQ(batch.via.array.ptr[0].as<double>(), 12.5);
+    EXPECT_TRUE(batch.via.array.ptr[2].is_nil());
+    msgpack::object const& events = batch.via.array.ptr[1];
+    ASSERT_EQ(events.via.array.size, 4u);
+
+    msgpack::object const& cleared = events.via.array.ptr[0];
+    EXPECT_EQ(keys(cleared), std::vector<std::string>{"type"});
+    EXPECT_EQ(str(field(cleared, "type")), "AllBlocksCleared");
+
+    msgpack::object const& root = events.via.array.ptr[1];
+    EXPECT_EQ(keys(root), (std::vector<std::string>{"type", "block_hashes", "parent_block_hash", "token_ids",
+                                                    "block_size", "lora_id", "medium", "lora_name"}));
+    EXPECT_EQ(str(field(root, "type")), "BlockStored");
+    EXPECT_EQ(field(root, "block_hashes").as<std::vector<uint64_t>>(),
+              (std::vector<uint64_t>{0xFFFFFFFFFFFFFFFFull, 7}));
+    EXPECT_EQ(field(root, "block_hashes").via.array.ptr[0].type, msgpack::type::POSITIVE_INTEGER);
+    EXPECT_TRUE(field(root, "parent_block_hash").is_nil());
+    EXPECT_EQ(field(root, "token_ids").as<std::vector<int32_t>>(), (std::vector<int32_t>{10, 11, 12, 13}));
+    EXPECT_EQ(field(root, "block_size").as<int>(), 2);
+    EXPECT_TRUE(field(root, "lora_id").is_nil());
+    EXPECT_EQ(str(field(root, "medium")), "GPU");
+    EXPECT_TRUE(field(root, "lora_name").is_nil());
+
+    msgpack::object const& child = events.via.array.ptr[2];
+    EXPECT_EQ(field(child, "parent_block_hash").as<uint64_t>(), 0xFFFFFFFFFFFFFFFFull);
+    EXPECT_EQ(field(child, "token_ids").as<std::vector<int32_t>>(), (std::vector<int32_t>{12, 13}));
+
+    msgpack::object const& removed = events.via.array.ptr[3];
+    EXPECT_EQ(keys(removed), (std::vector<std::string>{"type", "block_hashes", "medium"}));
+    EXPECT_EQ(field(removed, "block_hashes").as<std::vector<uint64_t>>(),
+              (std::vector<uint64_t>{7, 0xFFFFFFFFFFFFFFFFull}));
+}
+
+TEST(KvEventPublisher, ArrayEncodingKeepsTheFieldOrder) {
+    msgpack::object_handle const h = unpack(encodeKvEventBatch(sampleLog(), 1.0, 3, "CPU", true));
+    msgpack::object const& batch = h.get();
+    EXPECT_EQ(batch.via.array.ptr[2].as<int>(), 3);
+    msgpack::object const& events = batch.via.array.ptr[1];
+    msgpack::object const& cleared = events.via.array.ptr[0];
+    ASSERT_EQ(cleared.type, msgpack::type::ARRAY);
+    EXPECT_EQ(cleared.via.array.size, 1u);
+    EXPECT_EQ(str(cleared.via.array.ptr[0]), "AllBlocksCleared");
+    msgpack::object const& stored = events.via.array.ptr[2];
+    ASSERT_EQ(stored.via.array.size, 8u);
+    EXPECT_EQ(str(stored.via.array.ptr[0]), "BlockStored");
+    EXPECT_EQ(stored.via.array.ptr[1].as<std::vector<uint64_t>>(), std::vector<uint64_t>{7});
+    EXPECT_EQ(stored.via.array.ptr[2].as<uint64_t>(), 0xFFFFFFFFFFFFFFFFull);
+    EXPECT_EQ(stored.via.array.ptr[4].as<int>(), 2);
+    EXPECT_EQ(str(stored.via.array.ptr[6]), "CPU");
+    msgpack::object const& removed = events.via.array.ptr[3];
+    ASSERT_EQ(removed.via.array.size, 3u);
+    EXPECT_EQ(str(removed.via.array.ptr[0]), "BlockRemoved");
+}
+
+std::string ipcEndpoint(char const* name) {
+    char pattern[] = "/tmp/ctxcache-events-XXXXXX";
+    char* dir = mkdtemp(pattern);
+    if (!dir) throw std::runtime_error("mkdtemp failed");
+    return std::string("ipc://") + dir + "/" + name;
+}
+
+TEST(KvEventPublisher, SequenceStartsAtTheWallClockOrTheGivenNumber) {
+    uint64_t const now = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    KvEventPublisherOptions options;
+    options.endpoint = ipcEndpoint("clock");
+    KvEventPublisher byClock(options);
+    uint64_t const first = byClock.stats().nextSequence;
+    EXPECT_GE(first, now);
+    EXPECT_LT(first, now + 60'000'000);
+    KvEventLog log = sampleLog();
+    byClock.consume(log);
+    EXPECT_EQ(log.size(), 4u);  // copied into a recycled log: the caller's buffers stay the caller's
+    EXPECT_EQ(byClock.stats().nextSequence, first + 1);
+    EXPECT_TRUE(byClock.flush(5000));
+    EXPECT_EQ(byClock.stats().sentBatches, 1u);
+    byClock.close();
+    KvEventLog late = sampleLog();
+    byClock.consume(late);
+    EXPECT_EQ(byClock.stats().droppedBatches, 1u);
+
+    options.endpoint = ipcEndpoint("given");
+    options.firstSequence = 42;
+    KvEventPublisher given(options);
+    EXPECT_EQ(given.stats().nextSequence, 42u);
+}
+
+TEST(KvEventPublisher, RefusesAnEndpointInUseWithAReason) {
+    KvEventPublisherOptions options;
+    options.endpoint = ipcEndpoint("dup");
+    options.replayEndpoint = "tcp://*:not-a-port";
+    try {
+        KvEventPublisher broken(options);
+        FAIL() << "a malformed replay endpoint was accepted";
+    } catch (ContractError const& e) {
+        EXPECT_NE(std::string(e.what()).find("replay endpoint"), std::string::npos) << e.what();
+    }
+}
+
+// A subscriber that never reads, one-message high-water marks and a two-batch queue: every manager result equals
+// that of a manager without events, and the publisher only counts what it could not send.
+TEST(KvEventPublisher, AStalledSubscriberChangesNoCacheResult) {
+    KvEventPublisherOptions options;
+    options.endpoint = ipcEndpoint("stalled");
+    options.maxQueuedBatches = 2;
+    options.sendHighWaterMark = 1;
+    options.bufferSteps = 0;
+    auto publisher = std::make_shared<KvEventPublisher>(options);
+    void* context = zmq_ctx_new();
+    void* stalled = zmq_socket(context, ZMQ_SUB);
+    int const one = 1;
+    zmq_setsockopt(stalled, ZMQ_RCVHWM, &one, sizeof one);
+    zmq_setsockopt(stalled, ZMQ_SUBSCRIBE, "", 0);
+    ASSERT_EQ(zmq_connect(stalled, options.endpoint.c_str()), 0);
+
+    ContextCacheManager quiet(4, {12, 0, 0, 0}, 6);
+    ContextCacheManager loud(4, {12, 0, 0, 0}, 6);
+    loud.enableKvEvents();
+    loud.setKvEventSink(publisher);
+    std::mt19937 rng(11);
+    auto const started = std::chrono::steady_clock::now();
+    for (int step = 0; step < 2000; ++step) {
+        int32_t const length = 4 + static_cast<int32_t>(rng() % 20);
+        std::vector<int32_t> tokens(static_cast<size_t>(length));
+        for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 3);
+        std::vector<BlockHash> hashes;  // a chain over the tokens: equal prefixes share blocks
+        uint64_t h = 1469598103934665603ull;
+        for (int32_t i = 0; i + 4 <= length; i += 4) {
+            for (int32_t j = i; j < i + 4; ++j)
+                h = (h ^ static_cast<uint64_t>(tokens[static_cast<size_t>(j)])) * 1099511628211ull;
+            hashes.push_back({h, h * 31});
+        }
+        for (ContextCacheManager* m : {&quiet, &loud}) {
+            AcquireResult a = m->acquireVanilla(hashes, length);
+            ASSERT_TRUE(a.lease);
+            if (!hashes.empty())
+                m->publish(*a.lease, hashes.data(), hashes.size(), length, {tokens.data(), tokens.size()});
+            a.lease->release();
+            if (step % 97 == 96) m->clear();
+        }
+        ASSERT_EQ(test::describe(quiet), test::describe(loud)) << "step " << step;
+    }
+    double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    EXPECT_LT(seconds, 30.0);
+    loud.checkInvariants();
+    EXPECT_TRUE(publisher->flush(5000));
+    KvEventPublisherStats const s = publisher->stats();
+    EXPECT_GT(s.acceptedBatches, 2000u);
+    EXPECT_EQ(s.sentBatches + s.droppedBatches, s.acceptedBatches);
+    zmq_close(stalled);
+    zmq_ctx_term(context);
+}
+
+#else
+
+TEST(KvEventPublisher, IsUnavailableWithoutZmq) {
+    EXPECT_FALSE(KvEventPublisher::available());
+    EXPECT_THROW(KvEventPublisher(KvEventPublisherOptions{}), KvEventPublisherUnavailableError);
+    EXPECT_THROW(encodeKvEventBatch(sampleLog(), 0, std::nullopt, "GPU", false), KvEventPublisherUnavailableError);
+}
+
+#endif
+
+}  // namespace
+}  // namespace ctxcache

@@ -1,0 +1,284 @@
+// The manager's KV event stream (include/ctxcache/kv_events.h): exactly the stores, removals and clears that the
+// base index's changes imply, after a scripted sequence of publications, duplicates, evictions and a clear.
+#include "ctxcache/kv_events.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxcache/context_cache_manager.h"
+#include "ctxcache/errors.h"
+#include "test_support.h"
+
+namespace ctxcache {
+namespace {
+
+using test::describe;
+using test::H;
+using test::Hs;
+
+constexpr int32_t kPage = 4;
+
+// One decoded event, easy to compare.
+struct Event {
+    KvEventType type = KvEventType::kAllBlocksCleared;
+    std::optional<uint64_t> parent;
+    std::vector<uint64_t> hashes;
+    std::vector<int32_t> tokens;
+
+    friend bool operator==(Event const& a, Event const& b) {
+        return a.type == b.type && a.parent == b.parent && a.hashes == b.hashes && a.tokens == b.tokens;
+    }
+};
+
+std::ostream& operator<<(std::ostream& out, Event const& e) {
+    char const* names[] = {"Stored", "Removed", "Cleared"};
+    out << names[static_cast<int>(e.type)] << "(parent=";
+    if (e.parent) out << *e.parent;
+    else out << "nil";
+    out << " hashes=" << test::describeList(e.hashes) << " tokens=" << test::describeList(e.tokens) << ')';
+    return out;
+}
+
+std::vector<Event> decode(KvEventLog const& log) {
+    std::vector<Event> out;
+    for (KvEvent const& e : log.events()) {
+        Event d;
+        d.type = e.type;
+        if (e.hasParent) d.parent = e.parentBlockHash;
+        d.hashes.assign(log.hashes().begin() + static_cast<std::ptrdiff_t>(e.firstHash),
+                        log.hashes().begin() + static_cast<std::ptrdiff_t>(e.firstHash + e.hashCount));
+        d.tokens.assign(log.tokens().begin() + static_cast<std::ptrdiff_t>(e.firstToken),
+                        log.tokens().begin() + static_cast<std::ptrdiff_t>(e.firstToken + e.tokenCount));
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+std::vector<Event> drain(ContextCacheManager& m) {
+    KvEventLog log;
+    m.drainKvEvents(log);
+    EXPECT_EQ(log.blockSize, kPage);
+    return decode(log);
+}
+
+Event stored(std::optional<uint64_t> parent, std::vector<BlockHash> const& hashes, std::vector<int32_t> tokens) {
+    Event e{KvEventType::kBlockStored, parent, {}, std::move(tokens)};
+    for (BlockHash const& h : hashes) e.hashes.push_back(h.lo);
+    return e;
+}
+Event removed(std::vector<BlockHash> const& hashes) {
+    Event e{KvEventType::kBlockRemoved, std::nullopt, {}, {}};
+    for (BlockHash const& h : hashes) e.hashes.push_back(h.lo);
+    return e;
+}
+Event const kCleared{KvEventType::kAllBlocksCleared, std::nullopt, {}, {}};
+
+std::vector<int32_t> iota(int32_t first, int32_t count) {
+    std::vector<int32_t> out(static_cast<size_t>(count));
+    std::iota(out.begin(), out.end(), first);
+    return out;
+}
+
+// acquire + publish every given block with its tokens; the lease is returned (still live) for the caller.
+CacheRequestLease publishWith(ContextCacheManager& m, std::vector<BlockHash> const& hashes,
+                              std::vector<int32_t> const& tokens) {
+    int32_t const n = static_cast<int32_t>(tokens.size());
+    AcquireResult a = m.acquireVanilla(hashes, n);
+    EXPECT_TRUE(a.lease.has_value());
+    m.publish(*a.lease, hashes.data(), hashes.size(), n, {tokens.data(), tokens.size()});
+    return std::move(*a.lease);
+}
+
+TEST(KvEvents, BlockHashIsTheLow64BitsOfTheBlockHash) {
+    EXPECT_EQ(kvEventBlockHash(BlockHash{0x1111222233334444ull, 0x5555666677778888ull}), 0x5555666677778888ull);
+}
+
+TEST(KvEvents, ScriptedSequenceReportsExactlyTheIndexChanges) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    m.enableKvEvents();
+    EXPECT_EQ(drain(m), std::vector<Event>{kCleared});
+
+    // A: 3 full blocks (12 tokens) plus a partial tail that is never published.
+    std::vector<BlockHash> const a = Hs({1, 2, 3});
+    std::vector<int32_t> const aTokens = iota(100, 14);
+    publishWith(m, a, aTokens).release();
+    EXPECT_EQ(drain(m), std::vector<Event>{stored(std::nullopt, a, iota(100, 12))});
+
+    // The same prompt again: a hit and an existing record, nothing new.
+    publishWith(m, a, aTokens).release();
+    EXPECT_EQ(drain(m), std::vector<Event>{});
+
+    // B shares A's first two blocks: only its third block is stored, chained to A's second.
+    std::vector<BlockHash> const b = {H(1), H(2), H(13)};
+    std::vector<int32_t> bTokens = iota(100, 8);
+    for (int32_t t : iota(500, 4)) bTokens.push_back(t);
+    publishWith(m, b, bTokens).release();
+    EXPECT_EQ(drain(m), std::vector<Event>{stored(H(2).lo, {H(13)}, iota(500, 4))});
+    m.checkInvariants();
+
+    // Evicting A frees only its third block: the first two are still B's.
+    RecordId const recordA = m.records().lruToMru().front();
+    m.evictRecord(recordA);
+    EXPECT_EQ(drain(m), std::vector<Event>{removed({H(3)})});
+
+    // C needs every page: capacity eviction of B removes its three blocks, leaf first; then C's 6 are stored.
+    std::vector<BlockHash> const c = Hs({21, 22, 23, 24, 25, 26});
+    publishWith(m, c, iota(900, 24)).release();
+    EXPECT_EQ(drain(m), (std::vector<Event>{removed({H(13), H(2), H(1)}), stored(std::nullopt, c, iota(900, 24))}));
+
+    // clear(): one AllBlocksCleared, no removals, nothing left.
+    m.clear();
+    EXPECT_EQ(drain(m), std::vector<Event>{kCleared});
+    EXPECT_EQ(m.baseIndex().size(), 0u);
+    EXPECT_EQ(m.records().size(), 0u);
+    m.checkInvariants();
+}
+
+TEST(KvEvents, APinnedPageLeavesTheIndexAndIsReportedRemoved) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8);
+    m.enableKvEvents();
+    CacheRequestLease lease = publishWith(m, Hs({1, 2}), iota(0, 8));  // still pins both pages
+    drain(m);
+    m.evictRecord(m.records().lruToMru().front());
+    // A lookup can no longer find the blocks (the lease keeps the bytes): for a router they are gone.
+    EXPECT_EQ(drain(m), std::vector<Event>{removed({H(2), H(1)})});
+    EXPECT_EQ(m.baseIndex().size(), 0u);
+    lease.release();
+    EXPECT_EQ(drain(m), std::vector<Event>{});
+    m.checkInvariants();
+}
+
+TEST(KvEvents, RecordLimitZeroStoresThenRemovesInOneCall) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 0);
+    m.enableKvEvents();
+    drain(m);
+    publishWith(m, Hs({1}), iota(0, 4)).release();
+    EXPECT_EQ(drain(m), (std::vector<Event>{stored(std::nullopt, Hs({1}), iota(0, 4)), removed({H(1)})}));
+}
+
+TEST(KvEvents, PublicationWithoutTokensIsAContractErrorThatChangesNothing) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8);
+    m.enableKvEvents();
+    drain(m);
+    AcquireResult a = m.acquireVanilla(Hs({1, 2}), 8);
+    std::string const before = describe(m);
+    std::vector<int32_t> const tooFew = iota(0, 7);
+    EXPECT_THROW(m.publish(*a.lease, Hs({1, 2}).data(), 2, 8, {tooFew.data(), tooFew.size()}), ContractError);
+    EXPECT_THROW(m.publish(*a.lease, PublishRequest{Hs({1, 2}), 8, {}}), ContractError);
+    EXPECT_EQ(describe(m), before);
+    EXPECT_EQ(drain(m), std::vector<Event>{});
+    // Without events the tokens are not needed.
+    ContextCacheManager quiet(kPage, {4, 0, 0, 0}, 8);
+    AcquireResult q = quiet.acquireVanilla(Hs({1, 2}), 8);
+    EXPECT_EQ(quiet.publish(*q.lease, PublishRequest{Hs({1, 2}), 8, {}}).status, PublishStatus::kPublished);
+}
+
+TEST(KvEvents, EnablingNeedsAnEmptyIndexAndOnlyOnce) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8);
+    publishWith(m, Hs({1}), iota(0, 4)).release();
+    EXPECT_THROW(m.enableKvEvents(), ContractError);
+    EXPECT_FALSE(m.kvEventsEnabled());
+    m.clear();
+    m.enableKvEvents();
+    EXPECT_THROW(m.enableKvEvents(), ContractError);
+    EXPECT_THROW(m.enableKvEvents(0), ContractError);
+    m.disableKvEvents();
+    EXPECT_EQ(m.pendingKvEventCount(), 0u);
+    EXPECT_THROW(m.setKvEventSink(nullptr), ContractError);
+}
+
+TEST(KvEvents, SpecDraftUpgradeAddsNoBlocks) {
+    ContextCacheManager m(kPage, {6, 6, 0, 0}, 8);
+    m.enableKvEvents();
+    drain(m);
+    std::vector<int32_t> const tokens = iota(0, 9);
+    {  // a base-only record first (vanilla), then a spec producer upgrades it with its draft path
+        publishWith(m, Hs({1, 2}), tokens).release();
+        EXPECT_EQ(drain(m), std::vector<Event>{stored(std::nullopt, Hs({1, 2}), iota(0, 8))});
+    }
+    AcquireResult s = m.acquireSpec(Hs({1, 2}), 9);
+    ASSERT_TRUE(s.lease);
+    ASSERT_GE(s.lease->draftPages().size(), 2u);
+    m.publish(*s.lease, Hs({1, 2}).data(), 2, 8, {tokens.data(), tokens.size()});
+    EXPECT_EQ(drain(m), std::vector<Event>{});
+    EXPECT_TRUE(m.records().get(m.records().lruToMru().back()).hasDraftPath());
+    m.checkInvariants();
+}
+
+TEST(KvEvents, ATrimmedTailIsRemovedAndTheKeptPrefixIsNot) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8, EvictionPolicy::kRecordLruTrim);
+    m.enableKvEvents();
+    drain(m);
+    publishWith(m, Hs({1, 2, 3, 4}), iota(0, 16)).release();  // every page
+    drain(m);
+    AcquireResult other = m.acquireVanilla(Hs({9}), 4);  // one page: the record loses its last block only
+    ASSERT_TRUE(other.lease);
+    EXPECT_EQ(m.metrics().trimmedBlocks, 1u);
+    EXPECT_EQ(drain(m), std::vector<Event>{removed({H(4)})});
+    other.lease->release();
+    AcquireResult more = m.acquireVanilla(Hs({8}), 12);  // three pages: one free, two more trimmed leaf-first
+    ASSERT_TRUE(more.lease);
+    EXPECT_EQ(drain(m), std::vector<Event>{removed({H(3), H(2)})});
+    EXPECT_EQ(m.baseIndex().size(), 1u);
+    m.checkInvariants();
+}
+
+struct RecordingSink : KvEventSink {
+    std::vector<std::vector<Event>> batches;
+    void consume(KvEventLog& events) noexcept override { batches.push_back(decode(events)); }
+};
+
+TEST(KvEvents, ASinkReceivesOneBatchPerCall) {
+    ContextCacheManager m(kPage, {2, 0, 0, 0}, 8);
+    m.enableKvEvents();
+    auto sink = std::make_shared<RecordingSink>();
+    m.setKvEventSink(sink);  // the pending AllBlocksCleared goes out at once
+    ASSERT_EQ(sink->batches.size(), 1u);
+    EXPECT_EQ(sink->batches[0], std::vector<Event>{kCleared});
+
+    AcquireResult a = m.acquireVanilla(Hs({1, 2}), 8);  // no index change: no batch
+    EXPECT_EQ(sink->batches.size(), 1u);
+    std::vector<int32_t> const tokens = iota(0, 8);
+    m.publish(*a.lease, Hs({1, 2}).data(), 2, 8, {tokens.data(), tokens.size()});
+    a.lease->release();
+    ASSERT_EQ(sink->batches.size(), 2u);
+    EXPECT_EQ(sink->batches[1], std::vector<Event>{stored(std::nullopt, Hs({1, 2}), tokens)});
+
+    AcquireResult b = m.acquireVanilla(Hs({3}), 4);  // evicts the record inside the acquire: one batch
+    ASSERT_TRUE(b.lease);
+    ASSERT_EQ(sink->batches.size(), 3u);
+    EXPECT_EQ(sink->batches[2], std::vector<Event>{removed({H(2), H(1)})});
+    EXPECT_EQ(m.pendingKvEventCount(), 0u);
+
+    m.setKvEventSink(nullptr);  // back to draining
+    std::vector<int32_t> const more = iota(40, 4);
+    m.publish(*b.lease, Hs({3}).data(), 1, 4, {more.data(), more.size()});
+    EXPECT_EQ(sink->batches.size(), 3u);
+    EXPECT_EQ(drain(m), std::vector<Event>{stored(std::nullopt, Hs({3}), more)});
+}
+
+TEST(KvEvents, TooManyPendingEventsBecomeOneClear) {
+    ContextCacheManager m(kPage, {8, 0, 0, 0}, 8);
+    m.enableKvEvents(2);
+    publishWith(m, Hs({1}), iota(0, 4)).release();  // Cleared + Stored: 2 pending, at the limit
+    EXPECT_EQ(m.pendingKvEventCount(), 2u);
+    EXPECT_EQ(m.lostKvEvents(), 0u);
+    publishWith(m, Hs({2}), iota(4, 4)).release();  // a third: all three dropped, one Cleared instead
+    EXPECT_EQ(m.lostKvEvents(), 3u);
+    EXPECT_EQ(drain(m), std::vector<Event>{kCleared});
+}
+
+TEST(KvEvents, DisabledEventsCostNothingAndDrainEmpty) {
+    ContextCacheManager m(kPage, {4, 0, 0, 0}, 8);
+    publishWith(m, Hs({1}), iota(0, 4)).release();
+    EXPECT_EQ(m.pendingKvEventCount(), 0u);
+    EXPECT_EQ(drain(m), std::vector<Event>{});
+}
+
+}  // namespace
+}  // namespace ctxcache
