@@ -390,8 +390,7 @@ def test_a_stalled_subscriber_changes_no_cache_result() -> None:
 
 def _vllm_python() -> Path | None:
     root = Path(__file__).resolve().parents[2]
-    candidates = [os.environ.get("CTXCACHE_VLLM_VENV"), root / "build-peers" / "venv-vllm",
-                  Path("/work/main/build-peers/venv-vllm")]
+    candidates = [os.environ.get("CTXCACHE_VLLM_VENV"), root / "build-peers" / "venv-vllm"]
     for venv in candidates:
         if venv and (Path(venv) / "bin" / "python").exists():
             return Path(venv) / "bin" / "python"
