@@ -211,29 +211,43 @@ __device__ __forceinline__ void blockDequant(unsigned char* out, uint8_t const* 
     }
 }
 
+// What one block of a paged gather covers: tokens [t0, t0 + tokens) of sequence b's K (half 0) or V (half 1),
+// starting at token `first` of its page `page`; the first `valid` of them are present (mapped and below the
+// sequence's KV length), the rest are zero-filled. tokens <= 0: the block has nothing to do.
+struct GatherBlock {
+    int32_t b, half, first, tokens, t0, page, valid;
+};
+__device__ inline GatherBlock gatherBlock(PagedKvGather const& g, int32_t splits, int32_t tokensPerBlock) {
+    GatherBlock r{};
+    int32_t const logicalPage = static_cast<int32_t>(blockIdx.x) / splits;
+    r.first = (static_cast<int32_t>(blockIdx.x) % splits) * tokensPerBlock;  // token within the page
+    r.b = blockIdx.y;
+    r.half = blockIdx.z;
+    int32_t const pageStart = logicalPage * g.pageSize;
+    int32_t const pageTokens = g.seqLen - pageStart < g.pageSize ? g.seqLen - pageStart : g.pageSize;
+    if (r.first >= pageTokens) return r;  // tokens == 0
+    r.tokens = pageTokens - r.first < tokensPerBlock ? pageTokens - r.first : tokensPerBlock;
+    r.t0 = pageStart + r.first;
+    r.page = g.pageTable[pageTableIndex(r.b, r.half, logicalPage, g.maxPagesPerSeq)];
+    if (r.page >= 0 && r.page < 2 * g.numPages) {
+        r.valid = r.tokens;
+        if (g.kvLengths) {
+            int32_t const live = g.kvLengths[r.b] - r.t0;
+            r.valid = live < 0 ? 0 : (live < r.tokens ? live : r.tokens);
+        }
+    }
+    return r;
+}
+
 // One block per (token range of a logical page, sequence, K/V half): a page's tokens are contiguous in the pool
 // and in the dense output, so the gather is a span copy (or dequantisation) of the valid tokens plus a zero-fill
 // of the rest. A page is split into ranges of tokensPerBlock tokens so that every block writes ~kSpanChunkBytes.
 __global__ void __launch_bounds__(kThreads) gatherPagedKvKernel(PagedKvGather g, int32_t splits,
                                                                 int32_t tokensPerBlock) {
-    int32_t const logicalPage = static_cast<int32_t>(blockIdx.x) / splits;
-    int32_t const first = (static_cast<int32_t>(blockIdx.x) % splits) * tokensPerBlock;  // token within the page
-    int32_t const b = blockIdx.y;
-    int32_t const half = blockIdx.z;
-    int32_t const pageStart = logicalPage * g.pageSize;
-    int32_t const pageTokens = g.seqLen - pageStart < g.pageSize ? g.seqLen - pageStart : g.pageSize;
-    if (first >= pageTokens) return;
-    int32_t const tokens = pageTokens - first < tokensPerBlock ? pageTokens - first : tokensPerBlock;
-    int32_t const t0 = pageStart + first;
-    int32_t const page = g.pageTable[pageTableIndex(b, half, logicalPage, g.maxPagesPerSeq)];
-    int32_t valid = 0;
-    if (page >= 0 && page < 2 * g.numPages) {
-        valid = tokens;
-        if (g.kvLengths) {
-            int32_t const live = g.kvLengths[b] - t0;
-            valid = live < 0 ? 0 : (live < tokens ? live : tokens);
-        }
-    }
+    GatherBlock const blk = gatherBlock(g, splits, tokensPerBlock);
+    if (blk.tokens <= 0) return;
+    int32_t const b = blk.b, half = blk.half, first = blk.first, tokens = blk.tokens, t0 = blk.t0, page = blk.page,
+                  valid = blk.valid;
     uint64_t const inSize = dtypeBytes(g.poolDtype);
     uint64_t const outSize = dtypeBytes(g.outDtype);
     uint64_t const tokenElems = static_cast<uint64_t>(g.kvHeads) * g.headDim;
@@ -264,24 +278,10 @@ __global__ void __launch_bounds__(kThreads) gatherPagedKvKernel(PagedKvGather g,
 // match).
 __global__ void __launch_bounds__(kThreads) gatherHeadMajorKernel(PagedKvGather g, int32_t splits,
                                                                   int32_t tokensPerBlock) {
-    int32_t const logicalPage = static_cast<int32_t>(blockIdx.x) / splits;
-    int32_t const first = (static_cast<int32_t>(blockIdx.x) % splits) * tokensPerBlock;
-    int32_t const b = blockIdx.y;
-    int32_t const half = blockIdx.z;
-    int32_t const pageStart = logicalPage * g.pageSize;
-    int32_t const pageTokens = g.seqLen - pageStart < g.pageSize ? g.seqLen - pageStart : g.pageSize;
-    if (first >= pageTokens) return;
-    int32_t const tokens = pageTokens - first < tokensPerBlock ? pageTokens - first : tokensPerBlock;
-    int32_t const t0 = pageStart + first;
-    int32_t const page = g.pageTable[pageTableIndex(b, half, logicalPage, g.maxPagesPerSeq)];
-    int32_t valid = 0;
-    if (page >= 0 && page < 2 * g.numPages) {
-        valid = tokens;
-        if (g.kvLengths) {
-            int32_t const live = g.kvLengths[b] - t0;
-            valid = live < 0 ? 0 : (live < tokens ? live : tokens);
-        }
-    }
+    GatherBlock const blk = gatherBlock(g, splits, tokensPerBlock);
+    if (blk.tokens <= 0) return;
+    int32_t const b = blk.b, half = blk.half, first = blk.first, tokens = blk.tokens, t0 = blk.t0, page = blk.page,
+                  valid = blk.valid;
     uint64_t const inSize = dtypeBytes(g.poolDtype);
     uint64_t const outSize = dtypeBytes(g.outDtype);
     uint64_t const rowBytes = static_cast<uint64_t>(g.headDim) * outSize;
