@@ -125,14 +125,21 @@ HybridSnapshotReservation toReservation(ctxc_hybrid_snapshot_reservation_t const
     return out;
 }
 
-// The two checkpoint publications (plain hybrid and Hybrid+MTP) take the same arguments and checks.
+BlockTokenSpan inputTokens(int32_t const* tokens, size_t count) {
+    requireBytes(tokens, count, "tokens");
+    return {tokens, count};
+}
+
+// The two checkpoint publications (plain hybrid and Hybrid+MTP), with or without the prompt's tokens, take the
+// same arguments and checks (the tokens first).
 template <class Publish>
 ctxc_status_t publishCheckpoint(char const* function, ctxc_manager_t* manager, ctxc_lease_t* lease,
                                 const ctxc_hash128_t* hashes, size_t count,
                                 const ctxc_hybrid_checkpoint_key_t* checkpoint,
-                                const ctxc_hybrid_snapshot_reservation_t* snapshots, BlockTokenSpan tokens,
-                                ctxc_publish_result_t* out_result, Publish publish) {
+                                const ctxc_hybrid_snapshot_reservation_t* snapshots, int32_t const* tokenIds,
+                                size_t tokenCount, ctxc_publish_result_t* out_result, Publish publish) {
     return guard(function, [&] {
+        BlockTokenSpan const tokens = inputTokens(tokenIds, tokenCount);
         ctxc_publish_result_t& out = requireSized(out_result, "out_result");
         ManagerObject& m = requireManager(manager);
         LeaseObject& l = requireLiveLease(lease, manager);
@@ -149,11 +156,6 @@ ctxc_status_t publishCheckpoint(char const* function, ctxc_manager_t* manager, c
 using PublishCheckpointFn = PublishResult (ContextCacheManager::*)(CacheRequestLease&, BlockHash const*, size_t,
                                                                    HybridCheckpointKey const&,
                                                                    HybridSnapshotReservation const&, BlockTokenSpan);
-
-BlockTokenSpan inputTokens(int32_t const* tokens, size_t count) {
-    requireBytes(tokens, count, "tokens");
-    return {tokens, count};
-}
 
 }  // namespace
 
@@ -364,7 +366,7 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
                                                    const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                    ctxc_publish_result_t* out_result) {
-    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, {}, out_result,
+    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0, out_result,
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
 }
 
@@ -374,10 +376,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t* m
                                                                const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                                const int32_t* tokens, size_t token_count,
                                                                ctxc_publish_result_t* out_result) {
-    ctxc_status_t const status = guard(__func__, [&] { inputTokens(tokens, token_count); });
-    if (status != CTXC_OK) return status;
     return publishCheckpoint("ctxc_manager_publish_hybrid", manager, lease, hashes, count, checkpoint, snapshots,
-                             {tokens, token_count}, out_result,
+                             tokens, token_count, out_result,
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
 }
 
@@ -386,7 +386,7 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, 
                                                        const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                        const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                        ctxc_publish_result_t* out_result) {
-    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, {}, out_result,
+    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0, out_result,
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
 }
 
@@ -396,10 +396,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_
                                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                                    const int32_t* tokens, size_t token_count,
                                                                    ctxc_publish_result_t* out_result) {
-    ctxc_status_t const status = guard(__func__, [&] { inputTokens(tokens, token_count); });
-    if (status != CTXC_OK) return status;
     return publishCheckpoint("ctxc_manager_publish_hybrid_mtp", manager, lease, hashes, count, checkpoint, snapshots,
-                             {tokens, token_count}, out_result,
+                             tokens, token_count, out_result,
                              static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
 }
 

@@ -17,19 +17,29 @@ void makeRoom(std::vector<T>& v, size_t extra) {
 
 }  // namespace
 
-void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
-                              int32_t const* tokens, size_t tokenCount) {
+KvEvent KvEventLog::header(KvEventType type, bool hasParent, uint64_t parentBlockHash, size_t count,
+                           size_t tokenCount) const noexcept {
     KvEvent event;
-    event.type = KvEventType::kBlockStored;
+    event.type = type;
     event.hasParent = hasParent;
     event.parentBlockHash = hasParent ? parentBlockHash : 0;
     event.firstHash = hashes_.size();
     event.hashCount = count;
     event.firstToken = tokens_.size();
     event.tokenCount = tokenCount;
+    return event;
+}
+
+void KvEventLog::reserveFor(size_t count, size_t tokenCount) {
     makeRoom(events_, 1);
     makeRoom(hashes_, count);
     makeRoom(tokens_, tokenCount);
+}
+
+void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
+                              int32_t const* tokens, size_t tokenCount) {
+    KvEvent const event = header(KvEventType::kBlockStored, hasParent, parentBlockHash, count, tokenCount);
+    reserveFor(count, tokenCount);
     // Nothing below allocates: the log is unchanged if a reservation throws.
     for (size_t i = 0; i < count; ++i) hashes_.push_back(kvEventBlockHash(blockHashes[i]));
     tokens_.insert(tokens_.end(), tokens, tokens + tokenCount);
@@ -67,17 +77,8 @@ void KvEventLog::appendCleared() {
 
 void KvEventLog::appendEvent(KvEventType type, bool hasParent, uint64_t parentBlockHash, uint64_t const* blockHashes,
                              size_t count, int32_t const* tokens, size_t tokenCount) {
-    KvEvent event;
-    event.type = type;
-    event.hasParent = hasParent;
-    event.parentBlockHash = hasParent ? parentBlockHash : 0;
-    event.firstHash = hashes_.size();
-    event.hashCount = count;
-    event.firstToken = tokens_.size();
-    event.tokenCount = tokenCount;
-    makeRoom(events_, 1);
-    makeRoom(hashes_, count);
-    makeRoom(tokens_, tokenCount);
+    KvEvent const event = header(type, hasParent, parentBlockHash, count, tokenCount);
+    reserveFor(count, tokenCount);
     hashes_.insert(hashes_.end(), blockHashes, blockHashes + count);
     tokens_.insert(tokens_.end(), tokens, tokens + tokenCount);
     events_.push_back(event);

@@ -79,6 +79,12 @@ public:
     int32_t blockSize = 0;
 
 private:
+    // The header of an event whose count hashes and tokenCount tokens go at the current ends of the arrays.
+    KvEvent header(KvEventType type, bool hasParent, uint64_t parentBlockHash, size_t count,
+                   size_t tokenCount) const noexcept;
+    // Room for one more event and that many hashes and tokens: after it, appending them cannot throw.
+    void reserveFor(size_t count, size_t tokenCount);
+
     std::vector<KvEvent> events_;
     std::vector<uint64_t> hashes_;
     std::vector<int32_t> tokens_;
