@@ -53,6 +53,12 @@ void key(Packer& pk, bool map, char const* name) {
     if (map) packString(pk, name);
 }
 
+// An event of `fields` fields (its "type" included): a map, or a positional array.
+void openEvent(Packer& pk, bool map, uint32_t fields) {
+    if (map) pk.pack_map(fields);
+    else pk.pack_array(fields);
+}
+
 void packHashes(Packer& pk, KvEventLog const& log, KvEvent const& e) {
     pk.pack_array(static_cast<uint32_t>(e.hashCount));
     for (size_t i = 0; i < e.hashCount; ++i) pk.pack_uint64(log.hashes()[e.firstHash + i]);
@@ -61,8 +67,7 @@ void packHashes(Packer& pk, KvEventLog const& log, KvEvent const& e) {
 void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string const& medium, bool map) {
     switch (e.type) {
         case KvEventType::kBlockStored:
-            if (map) pk.pack_map(8);
-            else pk.pack_array(8);
+            openEvent(pk, map, 8);
             key(pk, map, "type");
             packString(pk, "BlockStored");
             key(pk, map, "block_hashes");
@@ -83,8 +88,7 @@ void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string 
             pk.pack_nil();
             return;
         case KvEventType::kBlockRemoved:
-            if (map) pk.pack_map(3);
-            else pk.pack_array(3);
+            openEvent(pk, map, 3);
             key(pk, map, "type");
             packString(pk, "BlockRemoved");
             key(pk, map, "block_hashes");
@@ -93,8 +97,7 @@ void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string 
             packString(pk, medium);
             return;
         case KvEventType::kAllBlocksCleared:
-            if (map) pk.pack_map(1);
-            else pk.pack_array(1);
+            openEvent(pk, map, 1);
             key(pk, map, "type");
             packString(pk, "AllBlocksCleared");
             return;

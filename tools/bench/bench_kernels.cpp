@@ -63,6 +63,16 @@ Measure timeOp(DeviceBackend& backend, std::function<void()> const& op, double m
                    double(after.transfers - before.transfers) / iterations};
 }
 
+// Maps every sequence's pages to pool pages spread over the whole pool (no two sequences alike), then uploads.
+void scatterRows(KvPageTable& table, int32_t batch, int32_t pagesPerSeq, int32_t numPages) {
+    std::vector<int32_t> row(static_cast<size_t>(pagesPerSeq));
+    for (int32_t s = 0; s < batch; ++s) {
+        for (int32_t p = 0; p < pagesPerSeq; ++p) row[size_t(p)] = (p * batch + s * 7) % numPages;
+        table.setRow(s, row.data(), pagesPerSeq);
+    }
+    table.upload();
+}
+
 struct Result {
     std::string name;
     uint64_t bytes;
@@ -186,12 +196,7 @@ int main(int argc, char** argv) {
             int32_t const numPages = batch * pagesPerSeq;
             KvPagePool pool(b, KvPoolGeometry{numPages, pageSize, poolType, {{8, 128}}});
             KvPageTable table(b, batch, pagesPerSeq, numPages);
-            std::vector<int32_t> row(static_cast<size_t>(pagesPerSeq));
-            for (int32_t s = 0; s < batch; ++s) {
-                for (int32_t p = 0; p < pagesPerSeq; ++p) row[size_t(p)] = (p * batch + s * 7) % numPages;
-                table.setRow(s, row.data(), pagesPerSeq);
-            }
-            table.upload();
+            scatterRows(table, batch, pagesPerSeq, numPages);
             KvGatherRequest r;
             r.batch = batch;
             r.seqLen = seqLen;
@@ -210,12 +215,7 @@ int main(int argc, char** argv) {
             int32_t const numPages = batch * pagesPerSeq;
             KvPagePool pool(b, KvPoolGeometry{numPages, pageSize, DType::kFp16, {{8, 128}}});
             KvPageTable table(b, batch, pagesPerSeq, numPages);
-            std::vector<int32_t> row(static_cast<size_t>(pagesPerSeq));
-            for (int32_t s = 0; s < batch; ++s) {
-                for (int32_t p = 0; p < pagesPerSeq; ++p) row[size_t(p)] = (p * batch + s * 7) % numPages;
-                table.setRow(s, row.data(), pagesPerSeq);
-            }
-            table.upload();
+            scatterRows(table, batch, pagesPerSeq, numPages);
             KvGatherRequest g;
             g.batch = batch;
             g.seqLen = seqLen;
