@@ -2038,7 +2038,9 @@ private:
                                : in_.ConsumeIntegralInRange<int32_t>(0, std::max(tableTokens, 0));
         r.seq_len = in_.ConsumeIntegralInRange<int>(0, 9) == 0
                         ? dim(0, 8)
-                        : in_.ConsumeIntegralInRange<int32_t>(0, std::max(tableTokens - r.first_position, 0) + 1);
+                        : in_.ConsumeIntegralInRange<int32_t>(
+                              0, static_cast<int32_t>(
+                                     std::clamp<int64_t>(int64_t{tableTokens} - r.first_position + 1, 1, INT32_MAX)));
         r.layout = in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? in_.ConsumeIntegral<int32_t>()
                                                                : in_.ConsumeIntegralInRange<int32_t>(0, 1);
         bool const nullRequest = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
