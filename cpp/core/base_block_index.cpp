@@ -1,7 +1,7 @@
-// BaseBlockIndex: the canonical hash -> base page map (a flat hash table) and its page -> hash reverse array.
-// insert() is first-committer-wins and changes nothing before its one allocation; erasePage() removes the forward
-// entry only if it still names that page. Full contract (invariants, errors, cost, threading):
-// include/ctxcache/base_block_index.h.
+// BaseBlockIndex: the canonical hash -> base page table (8-byte {tag, page} slots, confirmed against the reverse
+// array) and its page -> hash reverse array. The table is sized for the whole pool at construction, so insert()
+// never allocates; erasePage() shifts the probe run back over the hole. Full contract (design, invariants, errors,
+// cost, threading): include/ctxcache/base_block_index.h.
 
 #include "ctxcache/base_block_index.h"
 
@@ -13,6 +13,10 @@ namespace ctxcache {
 
 BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) {
     if (pageCapacity < 0) throw ContractError("BaseBlockIndex: pageCapacity must be non-negative");
+    size_t slots = 16;
+    while (slots / 4 * 3 < static_cast<size_t>(pageCapacity)) slots *= 2;
+    slots_.assign(slots, Slot{});
+    mask_ = slots - 1;
     reverse_.resize(static_cast<size_t>(pageCapacity));
     mapped_.resize(static_cast<size_t>(pageCapacity), false);
 }
@@ -21,6 +25,30 @@ void BaseBlockIndex::checkPage(PageId page, char const* operation) const {
     if (page < 0 || page >= pageCapacity())
         throw ContractError(std::string("BaseBlockIndex::") + operation + ": page " + std::to_string(page) +
                             " is out of range [0, " + std::to_string(pageCapacity()) + ")");
+}
+
+BaseBlockIndex::Slot const* BaseBlockIndex::findSlot(BlockHash const& hash) const noexcept {
+    uint32_t const tag = tagOf(hash);
+    for (size_t i = homeOf(tag);; i = (i + 1) & mask_) {
+        Slot const& s = slots_[i];
+        if (s.page < 0) return nullptr;
+        if (s.tag == tag && reverse_[static_cast<size_t>(s.page)] == hash) return &s;
+    }
+}
+
+void BaseBlockIndex::eraseSlot(size_t i) noexcept {
+    // Backward shift: pull later members of the run into the hole unless that would put them before their home.
+    for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
+        Slot const next = slots_[j];
+        if (next.page < 0) break;
+        size_t const home = homeOf(next.tag);
+        if (((j - home) & mask_) >= ((j - i) & mask_)) {
+            slots_[i] = next;
+            i = j;
+        }
+    }
+    slots_[i] = Slot{};
+    --size_;
 }
 
 BaseLookupResult BaseBlockIndex::lookupPrefix(std::vector<BlockHash> const& hashes) const {
@@ -33,15 +61,15 @@ BaseLookupResult BaseBlockIndex::lookupPrefix(std::vector<BlockHash> const& hash
 size_t BaseBlockIndex::lookupPrefixInto(BlockHash const* hashes, size_t count, std::vector<PageId>& pages) const {
     size_t matched = 0;
     for (; matched < count; ++matched) {
-        PageId const* page = forward_.find(hashes[matched]);
-        if (!page) break;
-        pages.push_back(*page);
+        Slot const* slot = findSlot(hashes[matched]);
+        if (!slot) break;
+        pages.push_back(slot->page);
     }
     return matched;
 }
 
 std::optional<PageId> BaseBlockIndex::lookup(BlockHash const& hash) const {
-    if (PageId const* page = forward_.find(hash)) return *page;
+    if (Slot const* slot = findSlot(hash)) return slot->page;
     return std::nullopt;
 }
 
@@ -52,12 +80,20 @@ std::optional<BlockHash> BaseBlockIndex::hashOfPage(PageId page) const {
 
 BaseInsertResult BaseBlockIndex::insert(BlockHash hash, PageId proposedPage) {
     checkPage(proposedPage, "insert");
-    if (PageId const* existing = forward_.find(hash)) return {*existing, false};
+    uint32_t const tag = tagOf(hash);
+    size_t i = homeOf(tag);
+    for (;; i = (i + 1) & mask_) {
+        Slot const& s = slots_[i];
+        if (s.page < 0) break;
+        if (s.tag == tag && reverse_[static_cast<size_t>(s.page)] == hash) return {s.page, false};
+    }
     if (mapped_[static_cast<size_t>(proposedPage)])
         throw ContractError("BaseBlockIndex::insert: page " + std::to_string(proposedPage) +
                             " is already the canonical page of another hash (" +
                             toHex(reverse_[static_cast<size_t>(proposedPage)]) + ")");
-    forward_.tryEmplace(hash, proposedPage);  // the only allocation; nothing was changed before it
+    // At most one mapping per page and the table holds 4/3 slots per page: slot i is free, no growth.
+    slots_[i] = Slot{tag, proposedPage};
+    ++size_;
     reverse_[static_cast<size_t>(proposedPage)] = hash;
     mapped_[static_cast<size_t>(proposedPage)] = true;
     return {proposedPage, true};
@@ -66,29 +102,46 @@ BaseInsertResult BaseBlockIndex::insert(BlockHash hash, PageId proposedPage) {
 void BaseBlockIndex::erasePage(PageId page) {
     checkPage(page, "erasePage");
     if (!mapped_[static_cast<size_t>(page)]) return;
-    BlockHash const hash = reverse_[static_cast<size_t>(page)];
-    PageId const* forward = forward_.find(hash);
-    if (forward && *forward == page) forward_.erase(hash);
+    if (Slot const* slot = findSlot(reverse_[static_cast<size_t>(page)]); slot && slot->page == page)
+        eraseSlot(static_cast<size_t>(slot - slots_.data()));
     mapped_[static_cast<size_t>(page)] = false;
 }
 
 void BaseBlockIndex::checkInvariants() const {
+    size_t used = 0;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+        Slot const& s = slots_[i];
+        if (s.page < 0) continue;
+        ++used;
+        std::string const where =
+            "BaseBlockIndex: slot " + std::to_string(i) + " (page " + std::to_string(s.page) + ")";
+        if (s.page >= pageCapacity() || !mapped_[static_cast<size_t>(s.page)])
+            throw InvariantError(where + " names a page that is not mapped");
+        if (s.tag != tagOf(reverse_[static_cast<size_t>(s.page)]))
+            throw InvariantError(where + " has a tag that is not its hash's");
+        for (size_t j = homeOf(s.tag); j != i; j = (j + 1) & mask_)
+            if (slots_[j].page < 0)
+                throw InvariantError(where + " is cut off from its home slot " + std::to_string(homeOf(s.tag)));
+    }
+    if (used != size_)
+        throw InvariantError("BaseBlockIndex: " + std::to_string(used) + " used slots but a size of " +
+                             std::to_string(size_));
     size_t mappedPages = 0;
     for (size_t page = 0; page < mapped_.size(); ++page) {
         if (!mapped_[page]) continue;
         ++mappedPages;
-        PageId const* forward = forward_.find(reverse_[page]);
-        if (!forward || *forward != static_cast<PageId>(page))
+        Slot const* forward = findSlot(reverse_[page]);
+        if (!forward || forward->page != static_cast<PageId>(page))
             throw InvariantError("BaseBlockIndex: reverse entry of page " + std::to_string(page) +
                                  " has no matching forward entry");
     }
-    if (mappedPages != forward_.size())
-        throw InvariantError("BaseBlockIndex: " + std::to_string(forward_.size()) + " forward entries but " +
+    if (mappedPages != size_)
+        throw InvariantError("BaseBlockIndex: " + std::to_string(size_) + " forward entries but " +
                              std::to_string(mappedPages) + " reverse entries");
 }
 
 size_t BaseBlockIndex::memoryBytes() const noexcept {
-    return forward_.memoryBytes() + reverse_.capacity() * sizeof(BlockHash) + mapped_.capacity() / 8;
+    return slots_.capacity() * sizeof(Slot) + reverse_.capacity() * sizeof(BlockHash) + mapped_.capacity() / 8;
 }
 
 }  // namespace ctxcache

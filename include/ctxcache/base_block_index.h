@@ -1,13 +1,22 @@
 // BaseBlockIndex: the canonical base-KV page of every published block hash. Not an owner: no refcounts, no
 // recency; the manager keeps a mapping only while its page holds at least one cache reference.
 //
-// Invariants: forward (hash -> page) and reverse (page -> hash) are one bijection over the mapped entries.
+// Design: the hash of a mapped page lives once, in the page -> hash reverse array. The forward direction is an
+// open-addressing table (linear probing, backward-shift deletion, no tombstones) of 8-byte slots {32-bit tag of
+// the hash, page}: a probe compares tags and confirms a tag match against reverse[page], so a full 128-bit
+// comparison decides every hit and a slot is a third of one holding the hash. The home slot is the tag's low bits,
+// so deletion re-derives homes from the slots alone. The table is sized once for the pool (a mapping per page at
+// most, load <= 3/4): insert never allocates and never rehashes.
+//
+// Invariants: forward (hash -> page) and reverse (page -> hash) are one bijection over the mapped entries; every
+//             used slot sits in the probe run from its home with no empty slot in between; a slot's tag is
+//             the tag of reverse[its page].
 //             First committer wins: insert() of a present hash returns the existing page and changes nothing.
 // Errors:     a negative or out-of-range page, or a page already mapped to another hash: ContractError, nothing
 //             changed.
-// Cost:       lookup/insert/erasePage O(1) expected (one flat-table probe run + one array slot);
-//             lookupPrefix O(matched blocks + 1). Memory: one 24-byte table slot per mapping (load <= 3/4) plus
-//             17 bytes per page of capacity for the reverse map.
+// Cost:       lookup/insert/erasePage O(1) expected (one probe run; a hit reads one reverse entry);
+//             lookupPrefix O(matched blocks + 1). Memory, fixed at construction: 8 bytes per table slot (between
+//             4/3 and 8/3 slots per page of capacity) plus 16 bytes and 1 bit per page for the reverse map.
 // Threading:  single writer, no internal locks.
 #pragma once
 
@@ -48,21 +57,38 @@ public:
     // Removes page's mapping (reverse entry, and forward entry if it still points at page). Absent: no-op.
     void erasePage(PageId page);
 
-    size_t size() const noexcept { return forward_.size(); }
+    size_t size() const noexcept { return size_; }
     int32_t pageCapacity() const noexcept { return static_cast<int32_t>(reverse_.size()); }
     // Throws InvariantError unless forward and reverse agree.
     void checkInvariants() const;
     size_t memoryBytes() const noexcept;
 
+    // f(hash, page) for every mapping, in table order.
     template <class F>
     void forEach(F&& f) const {
-        forward_.forEach(f);
+        for (Slot const& s : slots_)
+            if (s.page >= 0) f(reverse_[static_cast<size_t>(s.page)], s.page);
     }
 
 private:
+    struct Slot {
+        uint32_t tag = 0;
+        PageId page = kUnusedPageEntry;  // negative: empty
+    };
+    static_assert(sizeof(Slot) == 8, "a forward slot is a tag and a page");
+
+    static uint32_t tagOf(BlockHash const& hash) noexcept {
+        return static_cast<uint32_t>(detail::mixHash(Hash128Hasher{}(hash)) >> 32);
+    }
+    size_t homeOf(uint32_t tag) const noexcept { return static_cast<size_t>(tag) & mask_; }
+    // The slot holding hash, or nullptr.
+    Slot const* findSlot(BlockHash const& hash) const noexcept;
+    void eraseSlot(size_t index) noexcept;
     void checkPage(PageId page, char const* operation) const;
 
-    detail::FlatHashMap<BlockHash, PageId, Hash128Hasher> forward_;
+    std::vector<Slot> slots_;  // power-of-two size, fixed at construction
+    size_t mask_ = 0;
+    size_t size_ = 0;
     std::vector<BlockHash> reverse_;
     std::vector<bool> mapped_;
 };

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <random>
+#include <unordered_map>
 
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/errors.h"
@@ -134,15 +135,73 @@ TEST(BaseBlockIndex, OutOfRangePageThrows) {
     EXPECT_NO_THROW(index.checkInvariants());
 }
 
-// Keys whose table home slots coincide: mixHash(hi) has the same low 10 bits, so they share a home slot at every
-// table size up to 1024. With lo = 0 the table hash of {hi, 0} is hi itself (Hash128Hasher: hi ^ lo * golden).
-std::vector<BlockHash> keysHomedAt(uint64_t homeLowBits, size_t count, uint64_t& cursor) {
+// The index's slot tag and home, as its header describes them: tag = high 32 bits of mixHash(Hash128Hasher(h)),
+// home = tag mod table size. Written out here so that the tests can build colliding keys on purpose.
+uint32_t tagOf(BlockHash const& h) { return static_cast<uint32_t>(detail::mixHash(Hash128Hasher{}(h)) >> 32); }
+
+// Keys whose home slots coincide in a table of 2048 slots (the table of a 1024-page index: 4/3 slots per page,
+// rounded up to a power of two). With lo = 0 the table hash of {hi, 0} is hi itself.
+std::vector<BlockHash> keysHomedAt(uint32_t home, size_t count, uint64_t& cursor) {
     std::vector<BlockHash> keys;
     while (keys.size() < count) {
         ++cursor;
-        if ((detail::mixHash(cursor) & 1023u) == homeLowBits) keys.push_back(BlockHash{cursor, 0});
+        if ((tagOf(BlockHash{cursor, 0}) & 2047u) == home) keys.push_back(BlockHash{cursor, 0});
     }
     return keys;
+}
+
+TEST(BaseBlockIndex, TableIsSizedForThePoolAndNeverGrows) {
+    // 1024 pages -> 2048 slots of 8 bytes, plus 16 bytes and a bit per page: fixed from construction on.
+    BaseBlockIndex index(1024);
+    size_t const expected = 2048 * 8 + 1024 * 16 + 1024 / 8;
+    EXPECT_EQ(index.memoryBytes(), expected);
+    for (PageId page = 0; page < 1024; ++page) ASSERT_TRUE(index.insert(H(1000 + page), page).inserted);
+    EXPECT_EQ(index.size(), 1024u);
+    EXPECT_EQ(index.memoryBytes(), expected);
+    for (PageId page = 0; page < 1024; ++page) ASSERT_EQ(index.lookup(H(1000 + page)), std::optional<PageId>(page));
+    EXPECT_NO_THROW(index.checkInvariants());
+    // The smallest table (16 slots) holds a full 12-page pool at load 3/4.
+    BaseBlockIndex small(12);
+    EXPECT_GE(small.memoryBytes(), 16u * 8 + 12 * 16);
+    EXPECT_LE(small.memoryBytes(), 16u * 8 + 12 * 16 + 8);  // the page bits round up to a word
+    for (PageId page = 0; page < 12; ++page) ASSERT_TRUE(small.insert(H(50 + page), page).inserted);
+    for (PageId page = 0; page < 12; ++page) ASSERT_EQ(small.lookup(H(50 + page)), std::optional<PageId>(page));
+    EXPECT_NO_THROW(small.checkInvariants());
+}
+
+TEST(BaseBlockIndex, EqualTagsAreToldApartByTheFullHash) {
+    // Two distinct hashes with the same 32-bit tag (so the same home): found by brute force among 2^18 keys
+    // (about 8 such pairs are expected). Each must find its own page, miss after the other's erase, and a third
+    // key with the tag but never inserted must miss.
+    std::unordered_map<uint32_t, uint64_t> seen;
+    std::vector<std::pair<uint64_t, uint64_t>> pairs;
+    for (uint64_t hi = 1; hi <= (1u << 18) && pairs.size() < 2; ++hi) {
+        auto [it, inserted] = seen.emplace(tagOf(BlockHash{hi, 7}), hi);
+        if (!inserted) pairs.emplace_back(it->second, hi);
+    }
+    ASSERT_EQ(pairs.size(), 2u);
+    BlockHash const a{pairs[0].first, 7}, b{pairs[0].second, 7};
+    ASSERT_EQ(tagOf(a), tagOf(b));
+    ASSERT_NE(a, b);
+    BaseBlockIndex index(8);
+    EXPECT_TRUE(index.insert(a, 2).inserted);
+    EXPECT_FALSE(index.lookup(b).has_value());  // same tag, same home, other hash: a miss
+    BaseInsertResult const second = index.insert(b, 5);
+    EXPECT_TRUE(second.inserted);
+    EXPECT_EQ(second.canonicalPage, 5);
+    EXPECT_EQ(index.lookup(a), std::optional<PageId>(2));
+    EXPECT_EQ(index.lookup(b), std::optional<PageId>(5));
+    EXPECT_FALSE(index.insert(a, 6).inserted);  // still first-committer-wins under the shared tag
+    EXPECT_NO_THROW(index.checkInvariants());
+    index.erasePage(2);
+    EXPECT_FALSE(index.lookup(a).has_value());
+    EXPECT_EQ(index.lookup(b), std::optional<PageId>(5));
+    EXPECT_EQ(index.hashOfPage(5), std::optional<BlockHash>(b));
+    EXPECT_NO_THROW(index.checkInvariants());
+    index.erasePage(5);
+    EXPECT_EQ(index.size(), 0u);
+    EXPECT_FALSE(index.lookup(b).has_value());
+    EXPECT_NO_THROW(index.checkInvariants());
 }
 
 TEST(BaseBlockIndex, ManyInsertsAndErasesKeepLookupsExact) {
@@ -154,7 +213,7 @@ TEST(BaseBlockIndex, ManyInsertsAndErasesKeepLookupsExact) {
     ASSERT_EQ(Hash128Hasher{}(BlockHash{12345, 0}), 12345u);
     uint64_t cursor = 0;
     std::vector<BlockHash> keys;
-    for (uint64_t home : {1023u, 0u, 1u}) {
+    for (uint32_t home : {2047u, 0u, 1u}) {
         std::vector<BlockHash> run = keysHomedAt(home, 40, cursor);
         keys.insert(keys.end(), run.begin(), run.end());
     }
