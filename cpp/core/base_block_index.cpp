@@ -108,20 +108,28 @@ void BaseBlockIndex::erasePage(PageId page) {
 }
 
 void BaseBlockIndex::checkInvariants() const {
+    // One pass around the table, starting after an empty slot (load <= 3/4 guarantees one): a used slot is
+    // reachable from its home iff its home lies within the run that began after the last empty slot.
+    size_t lastEmpty = 0;
+    while (slots_[lastEmpty].page >= 0) ++lastEmpty;
     size_t used = 0;
-    for (size_t i = 0; i < slots_.size(); ++i) {
+    size_t emptyBefore = lastEmpty;
+    for (size_t step = 1; step <= slots_.size(); ++step) {
+        size_t const i = (lastEmpty + step) & mask_;
         Slot const& s = slots_[i];
-        if (s.page < 0) continue;
+        if (s.page < 0) {
+            emptyBefore = i;
+            continue;
+        }
         ++used;
-        std::string const where =
-            "BaseBlockIndex: slot " + std::to_string(i) + " (page " + std::to_string(s.page) + ")";
-        if (s.page >= pageCapacity() || !mapped_[static_cast<size_t>(s.page)])
-            throw InvariantError(where + " names a page that is not mapped");
-        if (s.tag != tagOf(reverse_[static_cast<size_t>(s.page)]))
-            throw InvariantError(where + " has a tag that is not its hash's");
-        for (size_t j = homeOf(s.tag); j != i; j = (j + 1) & mask_)
-            if (slots_[j].page < 0)
-                throw InvariantError(where + " is cut off from its home slot " + std::to_string(homeOf(s.tag)));
+        auto fail = [&](std::string const& what) {
+            throw InvariantError("BaseBlockIndex: slot " + std::to_string(i) + " (page " + std::to_string(s.page) +
+                                 ") " + what);
+        };
+        if (s.page >= pageCapacity() || !mapped_[static_cast<size_t>(s.page)]) fail("names a page that is not mapped");
+        if (s.tag != tagOf(reverse_[static_cast<size_t>(s.page)])) fail("has a tag that is not its hash's");
+        if (((i - homeOf(s.tag)) & mask_) >= ((i - emptyBefore) & mask_))
+            fail("is cut off from its home slot " + std::to_string(homeOf(s.tag)));
     }
     if (used != size_)
         throw InvariantError("BaseBlockIndex: " + std::to_string(used) + " used slots but a size of " +

@@ -478,9 +478,16 @@ void ContextCacheManager::retireHybridSnapshotReservation(CacheRequestLease& lea
 
 std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
                                                                   std::vector<PageId> const& producerPages,
+                                                                  size_t matchedBlocks,
                                                                   std::vector<PageId>& newlyMapped) {
     // First committer wins: an indexed hash keeps its page; otherwise the producer's page becomes canonical
     // (a hash repeated within this publication finds the mapping its first occurrence just made).
+    // A matched block whose pinned page is still mapped needs no probe: the page was canonical for this hash at
+    // acquire, the lease's pin kept it from being freed, and a page is only ever mapped again by a publication of
+    // the hash it holds (a lease's matched prefix is checked, and unmatched pages come off the free list), so a
+    // mapped pinned page is still the canonical page of hashes[i]. An unmapped one (its records were evicted
+    // meanwhile) goes through insert like any other block.
+    matchedBlocks = std::min({matchedBlocks, count, producerPages.size()});
     std::vector<PageId> canonical;
     canonical.reserve(count);
     newlyMapped.reserve(count);
@@ -488,6 +495,10 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan 
     if (eventsEnabled_) stagedStores_.reserve(count);
     try {
         for (size_t i = 0; i < count; ++i) {
+            if (i < matchedBlocks && baseIndex_.isMapped(producerPages[i])) {
+                canonical.push_back(producerPages[i]);
+                continue;
+            }
             BaseInsertResult const r = baseIndex_.insert(hashes[i], producerPages[i]);
             canonical.push_back(r.canonicalPage);
             if (r.inserted) {
@@ -606,7 +617,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
     CacheRecord record;
     record.key = key;
     record.logicalBlockHashes.assign(hashes.begin(), hashes.begin() + published);
-    record.basePagePath = projectCanonicalBasePath(hashes, count, s.basePages, newlyMapped);
+    record.basePagePath = projectCanonicalBasePath(hashes, count, s.basePages, s.matchedHashes.size(), newlyMapped);
     if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
     return commitRecord(std::move(record), newlyMapped, published, tokens);
 }
@@ -662,7 +673,8 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
     record.key = CacheRecordKey{checkpoint.exactPrefixDigest, static_cast<int32_t>(fullBlocks)};
     record.logicalBlockHashes.assign(hashes.begin(), hashes.end());
     if (s.hybridHasAttention)
-        record.basePagePath = projectCanonicalBasePath(hashes, fullBlocks, s.basePages, newlyMapped);
+        record.basePagePath =
+            projectCanonicalBasePath(hashes, fullBlocks, s.basePages, s.matchedHashes.size(), newlyMapped);
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
@@ -723,7 +735,8 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
     record.key = CacheRecordKey{checkpoint.exactPrefixDigest, publishedBlocks};
     record.logicalBlockHashes.assign(hashes.begin(), hashes.end());
     record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + publishedBlocks);
-    record.basePagePath = projectCanonicalBasePath(hashes, fullBlocks, s.basePages, newlyMapped);  // last: maps
+    record.basePagePath =
+        projectCanonicalBasePath(hashes, fullBlocks, s.basePages, s.matchedHashes.size(), newlyMapped);  // last: maps
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;

@@ -50,6 +50,10 @@ public:
     // Same, appending pages only; returns the number matched.
     size_t lookupPrefixInto(BlockHash const* hashes, size_t count, std::vector<PageId>& pages) const;
     std::optional<PageId> lookup(BlockHash const& hash) const;
+    // Whether `page` is some hash's canonical page (false for an out-of-range page). O(1), reads one bit.
+    bool isMapped(PageId page) const noexcept {
+        return page >= 0 && page < pageCapacity() && mapped_[static_cast<size_t>(page)];
+    }
     // The hash `page` is mapped from, if any.
     std::optional<BlockHash> hashOfPage(PageId page) const;
 

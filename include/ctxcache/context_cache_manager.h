@@ -256,8 +256,10 @@ private:
     // after beginRemovals, each unmapped block is added to the open BlockRemoved event.
     void releaseBasePages(std::vector<PageId> const& pages, size_t from);
     bool beginRemovals(size_t maxBlocks) noexcept;  // opens a BlockRemoved event when removals are reported
+    // producerPages[i] for i < matchedBlocks is the canonical page the lease pinned for hashes[i] at acquire
+    // (the caller has checked hashes against the lease's matched prefix).
     std::vector<PageId> projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
-                                                 std::vector<PageId> const& producerPages,
+                                                 std::vector<PageId> const& producerPages, size_t matchedBlocks,
                                                  std::vector<PageId>& newlyMapped);
     PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks,
                                BlockTokenSpan tokens);

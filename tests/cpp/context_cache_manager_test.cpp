@@ -361,6 +361,45 @@ TEST(ContextCacheManager, PublicationProjectsCanonicalOverlapWithoutRebindingLea
     EXPECT_NO_THROW(m.checkInvariants());
 }
 
+TEST(ContextCacheManager, MatchedPagesWhoseRecordWasEvictedArePublishedAgainOrYieldToALaterProducer) {
+    // A lease pins the hit pages of record 1; the record is evicted under it, so those pages leave the index.
+    // Publishing then re-maps them (nobody else did), or, when another producer mapped the same hashes
+    // meanwhile, takes that producer's canonical pages (first committer wins) and keeps its own private.
+    for (bool const otherProducer : {false, true}) {
+        SCOPED_TRACE(otherProducer ? "another producer in between" : "no other producer");
+        ContextCacheManager m(kPage, {8, 0, 0, 0}, 8);
+        AcquireResult first = m.acquireVanilla(Hs({1, 2}), 8);
+        m.publish(*first.lease, {Hs({1, 2}), 8});
+        first.lease->release();
+        AcquireResult a = m.acquireVanilla(Hs({1, 2, 3}), 12);
+        ASSERT_EQ(a.lease->basePages(), (std::vector<PageId>{0, 1, 2}));  // pages 0, 1 are hits
+        m.evictRecord(1);
+        EXPECT_FALSE(m.baseIndex().isMapped(0));
+        EXPECT_FALSE(m.baseIndex().isMapped(1));
+        if (otherProducer) {
+            AcquireResult b = m.acquireVanilla(Hs({1, 2}), 8);  // a miss now: fresh pages
+            ASSERT_EQ(b.lease->basePages(), (std::vector<PageId>{3, 4}));
+            m.publish(*b.lease, {Hs({1, 2}), 8});
+            b.lease->release();
+        }
+        PublishResult const p = m.publish(*a.lease, {Hs({1, 2, 3}), 12});
+        std::vector<PageId> const expected =
+            otherProducer ? std::vector<PageId>{3, 4, 2} : std::vector<PageId>{0, 1, 2};
+        EXPECT_EQ(p.canonicalBasePages, expected);
+        EXPECT_EQ(m.baseIndex().lookup(H(1)), std::optional<PageId>(expected[0]));
+        EXPECT_EQ(m.baseIndex().lookup(H(2)), std::optional<PageId>(expected[1]));
+        EXPECT_EQ(m.baseIndex().lookup(H(3)), std::optional<PageId>(2));
+        EXPECT_EQ(m.baseIndex().size(), 3u);
+        EXPECT_NO_THROW(m.checkInvariants());
+        a.lease->release();
+        // The lease's own copies of blocks 1-2 are private when another producer won: back on the free list.
+        EXPECT_EQ(m.pools().isFree(basePage(0)), otherProducer);
+        EXPECT_EQ(m.pools().isFree(basePage(1)), otherProducer);
+        EXPECT_EQ(m.pools().freeCount(ResourceType::kBaseKvPage), 5);  // pages 2, 3, 4 or 0, 1, 2 cached
+        EXPECT_NO_THROW(m.checkInvariants());
+    }
+}
+
 TEST(ContextCacheManager, PublicationRollbackRestoresRefsAfterBaseMappingConflict) {
     ContextCacheManager m(kPage, {8, 0, 0, 0}, 8);
     {
