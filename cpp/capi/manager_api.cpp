@@ -488,8 +488,7 @@ CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, 
         out.exact_checkpoint_length = r.exactCheckpointLength.value_or(-1);
         out.recurrent_snapshot_slot = r.recurrentSnapshotSlot.value_or(-1);
         out.partial_kv_snapshot_slot = r.partialKvSnapshotSlot.value_or(-1);
-        out.logical_block_hashes =
-            reinterpret_cast<ctxc_hash128_t const*>(m.recordViewHashes.hashes(records, r.id));
+        out.logical_block_hashes = reinterpret_cast<ctxc_hash128_t const*>(m.recordViewHashes.hashes(records, r.id));
         out.logical_block_count = static_cast<size_t>(r.key.fullBlockCount);
         out.base_page_path = r.basePagePath.data();
         out.base_page_count = r.basePagePath.size();

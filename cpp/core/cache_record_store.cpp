@@ -4,7 +4,8 @@
 // (hybridCandidateLengths(n)) and lengths per anchor block, the last full block a checkpoint hangs off
 // (hybridCandidateLengths(n, hashes)). insert undoes its partial work if an allocation fails, leaving the store
 // unchanged. With a hash source, a record with a base path is stored without its logical hashes: logicalHash reads
-// block i's from the source's page -> hash reverse entry of basePagePath[i]. Full contract (invariants, errors, cost, threading): include/ctxcache/cache_record_store.h.
+// block i's from the source's page -> hash reverse entry of basePagePath[i]. Full contract (invariants, errors, cost,
+// threading): include/ctxcache/cache_record_store.h.
 
 #include "ctxcache/cache_record_store.h"
 
@@ -282,10 +283,10 @@ void CacheRecordStore::checkInvariants() const {
         bool const derived = derivesHashes(e.record);
         if (derived ? !e.record.keptBlockHashes.empty()
                     : e.record.keptBlockHashes.size() != static_cast<size_t>(e.record.key.fullBlockCount))
-            throw InvariantError("CacheRecordStore: record " + std::to_string(id) + " keeps " +
-                                 std::to_string(e.record.keptBlockHashes.size()) + " hashes, expected " +
-                                 (derived ? std::string("none (derivable)") :
-                                            std::to_string(e.record.key.fullBlockCount)));
+            throw InvariantError(
+                "CacheRecordStore: record " + std::to_string(id) + " keeps " +
+                std::to_string(e.record.keptBlockHashes.size()) + " hashes, expected " +
+                (derived ? std::string("none (derivable)") : std::to_string(e.record.key.fullBlockCount)));
         try {
             // Every derivable hash must exist (materialize throws InvariantError for an unmapped page) and the
             // record must be valid with them: its key ends at the derived last hash.

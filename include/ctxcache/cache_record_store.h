@@ -80,9 +80,9 @@ public:
     // only while the source still maps its pages (the manager reads them before it releases the pages).
     StoredRecord erase(RecordId id);
     // Cuts a non-hybrid record down to its first keepBlocks blocks (1 <= keepBlocks < fullBlockCount): logical
-    // hashes (kept or derived) and base (and draft) paths shrink, the key becomes {hash of block keepBlocks-1, keepBlocks}, the
-    // LRU position stays. Returns what was cut (O(blocks cut)). ContractError, nothing changed, for a hybrid
-    // record, a keepBlocks out of range, or a shorter key that another record already has.
+    // hashes (kept or derived) and base (and draft) paths shrink, the key becomes {hash of block keepBlocks-1,
+    // keepBlocks}, the LRU position stays. Returns what was cut (O(blocks cut)). ContractError, nothing changed, for a
+    // hybrid record, a keepBlocks out of range, or a shorter key that another record already has.
     struct TrimmedTail {
         int32_t firstBlock = 0;  // index of the first block cut (= keepBlocks)
         std::vector<BlockHash> hashes;

@@ -158,8 +158,8 @@ Published spec(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int
 Published hybrid(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t length, bool attention,
                  BlockHash digest) {
     int32_t const tokens = length + 1;
-    AcquireResult a = m.acquireHybrid({}, firstBlocks(hashes, static_cast<size_t>(tokens / kPage)), tokens,
-                                      attention, ContextCacheLookupPolicy::kBypass);
+    AcquireResult a = m.acquireHybrid({}, firstBlocks(hashes, static_cast<size_t>(tokens / kPage)), tokens, attention,
+                                      ContextCacheLookupPolicy::kBypass);
     EXPECT_TRUE(a.lease);
     bool const partial = attention && length % kPage != 0;
     std::optional<HybridSnapshotReservation> slots = m.reserveHybridSnapshots(*a.lease, partial);
@@ -201,8 +201,8 @@ TEST(DerivedRecordHashes, EveryRecordKindReadsBackItsPublishedHashes) {
     ASSERT_NO_THROW(m.checkInvariants());
 
     EXPECT_EQ(m.records().get(turn2.record).basePagePath[2], m.records().get(turn1.record).basePagePath[2]);
-    for (Published const* p : {&turn1, &turn2, &eagle, &withAttention, &pageAligned, &pureRecurrent,
-                               &shortRecurrent, &mtp})
+    for (Published const* p :
+         {&turn1, &turn2, &eagle, &withAttention, &pageAligned, &pureRecurrent, &shortRecurrent, &mtp})
         expectPublishedHashes(m, p->record, p->hashes);
     EXPECT_EQ(m.records().get(pureRecurrent.record).keptBlockHashes, pureRecurrent.hashes);
     EXPECT_TRUE(m.records().get(mtp.record).keptBlockHashes.empty());

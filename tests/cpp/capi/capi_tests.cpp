@@ -362,8 +362,8 @@ TEST(CApi, RecordViewsHeldTogetherShowThePublishedHashes) {
     uint64_t const r3 = publishAll(m, other, 4);
     ASSERT_EQ(freeList(m).size(), 2u);
 
-    ctxc_record_view_t v1{sizeof(ctxc_record_view_t)}, v2{sizeof(ctxc_record_view_t)},
-        v3{sizeof(ctxc_record_view_t)}, v2again{sizeof(ctxc_record_view_t)};
+    ctxc_record_view_t v1{sizeof(ctxc_record_view_t)}, v2{sizeof(ctxc_record_view_t)}, v3{sizeof(ctxc_record_view_t)},
+        v2again{sizeof(ctxc_record_view_t)};
     ASSERT_EQ(ctxc_debug_manager_record(m, r1, &v1), CTXC_OK);
     ASSERT_EQ(ctxc_debug_manager_record(m, r2, &v2), CTXC_OK);
     ASSERT_EQ(ctxc_debug_manager_record(m, r3, &v3), CTXC_OK);
