@@ -478,9 +478,9 @@ CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, 
                                                  ctxc_record_view_t* out_view) {
     return guard(__func__, [&] {
         ctxc_record_view_t& out = requireSized(out_view, "out_view");
-        CacheRecordStore const& records = requireManager(manager).manager->records();
-        if (!records.contains(record)) throw ContractError("record " + std::to_string(record) + " does not exist");
         ManagerObject& m = requireManager(manager);
+        CacheRecordStore const& records = m.manager->records();
+        if (!records.contains(record)) throw ContractError("record " + std::to_string(record) + " does not exist");
         StoredRecord const& r = records.get(record);
         out.id = r.id;
         out.terminal_hash = fromHash(r.key.terminalHash);
