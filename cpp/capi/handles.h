@@ -3,9 +3,12 @@
 // A ManagerObject owns its ContextCacheManager and knows the handles of its live leases, so that destroying it
 // orphans them (their later use is CTXC_E_INVALID_HANDLE) instead of leaving them to touch freed memory.
 // A LeaseObject remembers its manager's handle: a lease passed to another manager is refused as foreign.
+// A record view's logical hashes: the store derives most of them from base pages (it keeps no copy), so the
+// ManagerObject keeps the materialized hashes a view points into, per record id (RecordViewHashes).
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -33,8 +36,22 @@ struct KvEventTarget {
 KvEventTarget coordinatorKvEvents(void const* handle);
 KvEventTarget simEngineKvEvents(void const* handle);
 
+// Materialized logical hashes behind ctxc_debug_manager_record views. An entry stays while its record exists: a
+// record's hashes never change while it lives (ids are never reused; a trim only shortens it and keeps the
+// prefix), so a view stays valid until the record is evicted or trimmed (both mutating calls), and several views
+// may be held at once. Entries of evicted records are dropped at a later view call (amortized O(1)).
+class RecordViewHashes {
+public:
+    // The first `record.key.fullBlockCount` hashes of `id` (pointer into storage owned here or by the store).
+    BlockHash const* hashes(CacheRecordStore const& records, RecordId id);
+
+private:
+    std::unordered_map<RecordId, std::vector<BlockHash>> byRecord_;
+};
+
 struct ManagerObject {
     std::unique_ptr<ContextCacheManager> manager;
+    RecordViewHashes recordViewHashes;  // backs ctxc_record_view_t::logical_block_hashes
     KvEventsDrain kvEvents;
     std::unordered_set<void const*> leases;  // handles of this manager's leases not yet destroyed
     std::vector<int32_t> publishedPages;     // backs ctxc_publish_result_t::canonical_base_pages

@@ -478,17 +478,18 @@ CTXC_API ctxc_status_t ctxc_debug_manager_record(const ctxc_manager_t* manager, 
                                                  ctxc_record_view_t* out_view) {
     return guard(__func__, [&] {
         ctxc_record_view_t& out = requireSized(out_view, "out_view");
-        CacheRecordStore const& records = requireManager(manager).manager->records();
+        ManagerObject& m = requireManager(manager);
+        CacheRecordStore const& records = m.manager->records();
         if (!records.contains(record)) throw ContractError("record " + std::to_string(record) + " does not exist");
-        CacheRecord const& r = records.get(record);
+        StoredRecord const& r = records.get(record);
         out.id = r.id;
         out.terminal_hash = fromHash(r.key.terminalHash);
         out.full_block_count = r.key.fullBlockCount;
         out.exact_checkpoint_length = r.exactCheckpointLength.value_or(-1);
         out.recurrent_snapshot_slot = r.recurrentSnapshotSlot.value_or(-1);
         out.partial_kv_snapshot_slot = r.partialKvSnapshotSlot.value_or(-1);
-        out.logical_block_hashes = reinterpret_cast<ctxc_hash128_t const*>(r.logicalBlockHashes.data());
-        out.logical_block_count = r.logicalBlockHashes.size();
+        out.logical_block_hashes = reinterpret_cast<ctxc_hash128_t const*>(m.recordViewHashes.hashes(records, r.id));
+        out.logical_block_count = static_cast<size_t>(r.key.fullBlockCount);
         out.base_page_path = r.basePagePath.data();
         out.base_page_count = r.basePagePath.size();
         out.draft_page_path = r.draftPagePath.data();

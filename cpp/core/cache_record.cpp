@@ -10,7 +10,7 @@
 
 namespace ctxcache {
 
-std::vector<ResourceId> CacheRecord::resources() const {
+std::vector<ResourceId> CacheRecordCore::resources() const {
     std::vector<ResourceId> result;
     result.reserve(basePagePath.size() + draftPagePath.size() + 2);
     for (PageId page : basePagePath) result.push_back({ResourceType::kBaseKvPage, page});
@@ -20,7 +20,7 @@ std::vector<ResourceId> CacheRecord::resources() const {
     return result;
 }
 
-std::optional<HybridCheckpointKey> CacheRecord::hybridKey() const {
+std::optional<HybridCheckpointKey> CacheRecordCore::hybridKey() const {
     if (!exactCheckpointLength) return std::nullopt;
     return HybridCheckpointKey{key.terminalHash, *exactCheckpointLength};
 }

@@ -3,29 +3,66 @@
 // and MTP checkpoints alike) kept in step with the records: stored lengths with their counts
 // (hybridCandidateLengths(n)) and lengths per anchor block, the last full block a checkpoint hangs off
 // (hybridCandidateLengths(n, hashes)). insert undoes its partial work if an allocation fails, leaving the store
-// unchanged. Full contract (invariants, errors, cost, threading): include/ctxcache/cache_record_store.h.
+// unchanged. With a hash source, a record with a base path is stored without its logical hashes: logicalHash reads
+// block i's from the source's page -> hash reverse entry of basePagePath[i]. Full contract (invariants, errors, cost,
+// threading): include/ctxcache/cache_record_store.h.
 
 #include "ctxcache/cache_record_store.h"
 
 #include <algorithm>
 #include <string>
 
+#include "ctxcache/base_block_index.h"
 #include "ctxcache/errors.h"
 
 namespace ctxcache {
 
 namespace {
 
-// Where a hybrid checkpoint hangs off its prompt's block chain: its last full block (or the chain root).
-CacheRecordKey anchorOf(CacheRecord const& record) {
+// anchorOf for a record in its full form (at insertion).
+CacheRecordKey fullRecordAnchor(CacheRecord const& record) {
     int32_t const blocks = record.key.fullBlockCount;
     return {blocks > 0 ? record.logicalBlockHashes.back() : kChainRoot, blocks};
 }
 
 }  // namespace
 
-CacheRecordStore::CacheRecordStore(int32_t maxRecords) : maxRecords_(maxRecords) {
+CacheRecordStore::CacheRecordStore(int32_t maxRecords, BaseBlockIndex const* hashSource)
+    : maxRecords_(maxRecords), hashSource_(hashSource) {
     if (maxRecords < 0) throw ContractError("CacheRecordStore: maxRecords must be non-negative");
+}
+
+CacheRecordKey CacheRecordStore::anchorOf(StoredRecord const& record) const {
+    int32_t const blocks = record.key.fullBlockCount;
+    return {blocks > 0 ? logicalHash(record, static_cast<size_t>(blocks - 1)) : kChainRoot, blocks};
+}
+
+BlockHash CacheRecordStore::logicalHash(StoredRecord const& record, size_t block) const {
+    if (block >= static_cast<size_t>(record.key.fullBlockCount))
+        throw ContractError("CacheRecordStore::logicalHash: record " + std::to_string(record.id) + " has " +
+                            std::to_string(record.key.fullBlockCount) + " blocks, asked for block " +
+                            std::to_string(block));
+    if (!derivesHashes(record)) return record.keptBlockHashes[block];
+    PageId const page = record.basePagePath[block];
+    std::optional<BlockHash> hash = hashSource_->hashOfPage(page);
+    if (!hash)
+        throw InvariantError("CacheRecordStore: record " + std::to_string(record.id) + " block " +
+                             std::to_string(block) + ": base page " + std::to_string(page) +
+                             " has no hash in the base index");
+    return *hash;
+}
+
+CacheRecord CacheRecordStore::materialize(StoredRecord const& record) const {
+    CacheRecord full;
+    static_cast<CacheRecordCore&>(full) = record;
+    if (!derivesHashes(record)) {
+        full.logicalBlockHashes = record.keptBlockHashes;
+        return full;
+    }
+    size_t const blocks = static_cast<size_t>(record.key.fullBlockCount);
+    full.logicalBlockHashes.reserve(blocks);
+    for (size_t i = 0; i < blocks; ++i) full.logicalBlockHashes.push_back(logicalHash(record, i));
+    return full;
 }
 
 CacheRecordStore::Entry& CacheRecordStore::entry(RecordId id, char const* operation) {
@@ -35,7 +72,7 @@ CacheRecordStore::Entry& CacheRecordStore::entry(RecordId id, char const* operat
     return it->second;
 }
 
-RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
+RecordInsertResult CacheRecordStore::insert(CacheRecord const& record) {
     record.validate();
     bool const mtp = record.isHybridMtp();
     if (auto hybrid = record.hybridKey()) {
@@ -49,19 +86,27 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
         return {*existing, false};
     }
     if (nextId_ == 0) throw ContractError("CacheRecordStore::insert: record ids wrapped around");
+    bool const derived = derivesHashes(record);
+    // One O(1) spot check of the derivation's precondition (checkInvariants checks every block).
+    if (derived && hashSource_->hashOfPage(record.basePagePath.back()) != record.logicalBlockHashes.back())
+        throw ContractError("CacheRecordStore::insert: base page " + std::to_string(record.basePagePath.back()) +
+                            " is not the canonical page of the record's last block hash");
     RecordId const id = nextId_;
-    record.id = id;
     auto hybrid = record.hybridKey();
     // Allocate everything first, then link: an allocation failure leaves the store unchanged.
+    StoredRecord stored;
+    static_cast<CacheRecordCore&>(stored) = record;
+    stored.id = id;
+    if (!derived) stored.keptBlockHashes = record.logicalBlockHashes;
     lru_.push_back(id);
     auto lruPosition = std::prev(lru_.end());
     try {
-        auto [it, inserted] = records_.emplace(id, Entry{std::move(record), lruPosition});
+        auto [it, inserted] = records_.emplace(id, Entry{std::move(stored), lruPosition});
         (void)inserted;
         try {
             if (hybrid) {
                 checkpointIndex(mtp).tryEmplace(*hybrid, id);
-                std::vector<int32_t>& lengths = hybridAnchors_[anchorOf(it->second.record)];
+                std::vector<int32_t>& lengths = hybridAnchors_[fullRecordAnchor(record)];
                 lengths.push_back(hybrid->exactLength);
                 ++hybridLengths_[hybrid->exactLength];  // last: nothing after it can throw
             } else {
@@ -70,7 +115,7 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord record) {
         } catch (...) {
             if (hybrid) {
                 checkpointIndex(mtp).erase(*hybrid);
-                auto anchor = hybridAnchors_.find(anchorOf(it->second.record));
+                auto anchor = hybridAnchors_.find(fullRecordAnchor(record));
                 if (anchor != hybridAnchors_.end()) {
                     auto& lengths = anchor->second;
                     auto at = std::find(lengths.begin(), lengths.end(), hybrid->exactLength);
@@ -128,7 +173,7 @@ std::vector<int32_t> CacheRecordStore::hybridCandidateLengths(int32_t inputToken
     return lengths;
 }
 
-CacheRecord const& CacheRecordStore::get(RecordId id) const {
+StoredRecord const& CacheRecordStore::get(RecordId id) const {
     return const_cast<CacheRecordStore*>(this)->entry(id, "get").record;
 }
 
@@ -159,15 +204,18 @@ void CacheRecordStore::setDraftState(RecordId id, std::vector<PageId> draftPageP
     lru_.splice(lru_.end(), lru_, e.lruPosition);
 }
 
-CacheRecord CacheRecordStore::erase(RecordId id) {
+StoredRecord CacheRecordStore::erase(RecordId id) {
     Entry& e = entry(id, "erase");
-    CacheRecord record = std::move(e.record);
+    // The anchor is read first: everything after it is a removal that cannot throw.
+    std::optional<CacheRecordKey> const anchorKey =
+        e.record.isHybrid() ? std::optional<CacheRecordKey>(anchorOf(e.record)) : std::nullopt;
+    StoredRecord record = std::move(e.record);
     lru_.erase(e.lruPosition);
     if (auto hybrid = record.hybridKey()) {
         checkpointIndex(record.isHybridMtp()).erase(*hybrid);
         auto it = hybridLengths_.find(hybrid->exactLength);
         if (it != hybridLengths_.end() && --it->second == 0) hybridLengths_.erase(it);
-        auto anchor = hybridAnchors_.find(anchorOf(record));
+        auto anchor = hybridAnchors_.find(*anchorKey);
         if (anchor != hybridAnchors_.end()) {
             auto& lengths = anchor->second;
             auto at = std::find(lengths.begin(), lengths.end(), hybrid->exactLength);
@@ -183,30 +231,33 @@ CacheRecord CacheRecordStore::erase(RecordId id) {
 
 CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
     Entry& e = entry(id, "trimTail");
-    CacheRecord& record = e.record;
+    StoredRecord& record = e.record;
     std::string const what = "CacheRecordStore::trimTail: record " + std::to_string(id);
     if (record.isHybrid()) throw ContractError(what + " is a hybrid checkpoint");
     if (keepBlocks < 1 || keepBlocks >= record.key.fullBlockCount)
         throw ContractError(what + ": keepBlocks " + std::to_string(keepBlocks) + " outside [1, " +
                             std::to_string(record.key.fullBlockCount) + ")");
     size_t const keep = static_cast<size_t>(keepBlocks);
-    CacheRecordKey const shorter{record.logicalBlockHashes[keep - 1], keepBlocks};
+    CacheRecordKey const shorter{logicalHash(record, keep - 1), keepBlocks};
     if (exactIndex_.contains(shorter)) throw ContractError(what + ": another record already ends at that block");
-    // Allocate first (the tail copies, the new key's slot): nothing is changed before the last of them.
+    // Allocate first (the tail copies, the new key's slot): nothing is changed before the last of them. The tail's
+    // hashes are read while its pages are still mapped.
     TrimmedTail tail;
     tail.firstBlock = keepBlocks;
     auto const cut = static_cast<std::ptrdiff_t>(keep);
-    tail.hashes.assign(record.logicalBlockHashes.begin() + cut, record.logicalBlockHashes.end());
+    size_t const blocks = static_cast<size_t>(record.key.fullBlockCount);
+    tail.hashes.reserve(blocks - keep);
+    for (size_t i = keep; i < blocks; ++i) tail.hashes.push_back(logicalHash(record, i));
     tail.basePages.assign(record.basePagePath.begin() + cut, record.basePagePath.end());
     if (record.hasDraftPath()) tail.draftPages.assign(record.draftPagePath.begin() + cut, record.draftPagePath.end());
     exactIndex_.tryEmplace(shorter, id);
     exactIndex_.erase(record.key);
     record.key = shorter;
-    record.logicalBlockHashes.resize(keep);
+    if (!record.keptBlockHashes.empty()) record.keptBlockHashes.resize(keep);
     record.basePagePath.resize(keep);
     if (record.hasDraftPath()) record.draftPagePath.resize(keep);
     // Non-binding and exception-safe in libstdc++: the tail's storage goes back when it can.
-    record.logicalBlockHashes.shrink_to_fit();
+    record.keptBlockHashes.shrink_to_fit();
     record.basePagePath.shrink_to_fit();
     record.draftPagePath.shrink_to_fit();
     return tail;
@@ -229,8 +280,17 @@ void CacheRecordStore::checkInvariants() const {
         if (e.record.id != id || id == kNoRecord || id >= nextId_)
             throw InvariantError("CacheRecordStore: record stored under id " + std::to_string(id) + " has id " +
                                  std::to_string(e.record.id));
+        bool const derived = derivesHashes(e.record);
+        if (derived ? !e.record.keptBlockHashes.empty()
+                    : e.record.keptBlockHashes.size() != static_cast<size_t>(e.record.key.fullBlockCount))
+            throw InvariantError(
+                "CacheRecordStore: record " + std::to_string(id) + " keeps " +
+                std::to_string(e.record.keptBlockHashes.size()) + " hashes, expected " +
+                (derived ? std::string("none (derivable)") : std::to_string(e.record.key.fullBlockCount)));
         try {
-            e.record.validate();
+            // Every derivable hash must exist (materialize throws InvariantError for an unmapped page) and the
+            // record must be valid with them: its key ends at the derived last hash.
+            materialize(e.record).validate();
         } catch (ContractError const& error) {
             throw InvariantError(std::string("CacheRecordStore: record ") + std::to_string(id) +
                                  " invalid: " + error.what());
@@ -282,7 +342,7 @@ size_t CacheRecordStore::memoryBytes() const noexcept {
         bytes += sizeof(std::pair<CacheRecordKey const, std::vector<int32_t>>) + kNodeOverhead +
                  lengths.capacity() * sizeof(int32_t);
     for (auto const& [id, e] : records_) {
-        bytes += e.record.logicalBlockHashes.capacity() * sizeof(BlockHash);
+        bytes += e.record.keptBlockHashes.capacity() * sizeof(BlockHash);
         bytes += e.record.basePagePath.capacity() * sizeof(PageId);
         bytes += e.record.draftPagePath.capacity() * sizeof(PageId);
     }

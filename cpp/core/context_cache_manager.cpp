@@ -77,7 +77,7 @@ ContextCacheManager::ContextCacheManager(int32_t pageSize, ResourceDemand capaci
       evictionPolicy_(validatedPolicy(evictionPolicy)),
       pools_(validatedCapacities(pageSize, capacities, maxRecords)),
       baseIndex_(capacities.baseKvPages),
-      records_(maxRecords) {}
+      records_(maxRecords, &baseIndex_) {}
 
 ContextCacheManager::~ContextCacheManager() {
     // Leases must be released first; any that were not are detached so they never reach freed memory.
@@ -170,8 +170,13 @@ void ContextCacheManager::clear() {
 }
 
 void ContextCacheManager::evictOne(RecordId id) {
-    CacheRecord record = records_.erase(id);
-    if (!record.isHybrid()) draftIndex_.erase(record);
+    // MERGE(draft-index spans): an EAGLE record's hashes are read (derived from its still-mapped pages) before
+    // anything changes; with DraftPathIndex::erase(RecordId, BlockHashSpan) this materialization goes away.
+    std::optional<CacheRecord> paired;
+    if (StoredRecord const& stored = records_.get(id); stored.hasDraftPath() && !stored.isHybrid())
+        paired = records_.materialize(stored);
+    StoredRecord const record = records_.erase(id);
+    if (paired) draftIndex_.erase(*paired);
     bool const report = beginRemovals(record.basePagePath.size());
     releaseBasePages(record.basePagePath, 0);
     if (report) events_.endRemoved();
@@ -517,6 +522,8 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan 
 
 PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped,
                                                 int32_t publishedBlocks, BlockTokenSpan tokens) {
+    // `record` is the full form (every logical hash): the store keeps it compact, and the draft index and the
+    // BlockStored events read the hashes from here.
     // The record-limit victim is chosen before the commit: the LRU head as it stands now.
     std::optional<RecordId> limitVictim;
     if (maxRecords_ > 0 && records_.size() >= static_cast<size_t>(maxRecords_)) limitVictim = records_.leastRecent();
@@ -526,11 +533,12 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     RecordId id = kNoRecord;
     try {
         for (; refsAdded < resources.size(); ++refsAdded) pools_.addCacheRef(resources[refsAdded]);
-        RecordInsertResult const inserted = records_.insert(std::move(record));
+        RecordInsertResult const inserted = records_.insert(record);
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
-        CacheRecord const& stored = records_.get(id);
-        if (stored.hasDraftPath() && !stored.isHybrid()) draftIndex_.insert(stored);  // EAGLE paths only
+        record.id = id;
+        // MERGE(draft-index spans): insert(id, record.logicalBlockHashes, ...) once DraftPathIndex takes spans.
+        if (record.hasDraftPath() && !record.isHybrid()) draftIndex_.insert(record);  // EAGLE paths only
     } catch (...) {
         if (id != kNoRecord) records_.erase(id);
         for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef(resources[i]);
@@ -539,9 +547,8 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         throw;
     }
 
-    CacheRecord const& stored = records_.get(id);
-    if (eventsEnabled_) emitStored(stored.logicalBlockHashes, tokens);  // before the record-limit removals
-    PublishResult result{PublishStatus::kPublished, id, stored.basePagePath, publishedBlocks};
+    if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens);  // before the record-limit removals
+    PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};
     if (maxRecords_ == 0) evictOne(id);
     else if (limitVictim) evictOne(*limitVictim);
     if (!records_.contains(id)) result.record.reset();
@@ -589,14 +596,15 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
     int32_t const published = static_cast<int32_t>(count);
     CacheRecordKey const key{hashes[count - 1], published};
     if (std::optional<RecordId> existing = records_.find(key)) {
-        CacheRecord const& record = records_.get(*existing);
+        StoredRecord const& record = records_.get(*existing);
         if (!spec || record.hasDraftPath()) {
             records_.touch(*existing);
             return PublishResult{PublishStatus::kExistingRecord, *existing, record.basePagePath, published};
         }
         // Draft upgrade: a base-only record gains this producer's draft path (and becomes MRU). Index first
         // (strong guarantee), then refs (undone on failure), then the record itself (cannot fail).
-        CacheRecord upgraded = record;
+        // MERGE(draft-index spans): the full form only feeds DraftPathIndex::insert/erase(CacheRecord).
+        CacheRecord upgraded = records_.materialize(record);
         upgraded.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
         draftIndex_.insert(upgraded);
         size_t refsAdded = 0;
@@ -880,7 +888,9 @@ void ContextCacheManager::checkInvariants() const {
                              " != " + str(static_cast<int64_t>(leases)));
 
     size_t pairedBoundaries = 0;
-    records_.forEach([&](CacheRecord const& record) {
+    records_.forEach([&](StoredRecord const& stored) {
+        // Derived hashes come from the base index; each must map back to the very page it came from.
+        CacheRecord const record = records_.materialize(stored);
         std::string const holder = "record " + str(static_cast<int64_t>(record.id));
         for (ResourceId const& id : record.resources()) count(cache, id, holder);
         for (size_t i = 0; i < record.basePagePath.size(); ++i) {

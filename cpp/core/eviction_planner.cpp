@@ -47,7 +47,7 @@ private:
 };
 
 // Drops the record's blocks [from, to): base page and, when paired, draft page of each.
-void simulateBlocks(CacheRecord const& record, size_t from, size_t to, SimulatedCacheCounts& counts,
+void simulateBlocks(StoredRecord const& record, size_t from, size_t to, SimulatedCacheCounts& counts,
                     ResourceDemand& reclaimed) {
     bool const paired = record.hasDraftPath();
     for (size_t i = from; i < to; ++i) {
@@ -56,7 +56,7 @@ void simulateBlocks(CacheRecord const& record, size_t from, size_t to, Simulated
     }
 }
 
-void simulateVictim(CacheRecord const& record, SimulatedCacheCounts& counts, ResourceDemand& reclaimed) {
+void simulateVictim(StoredRecord const& record, SimulatedCacheCounts& counts, ResourceDemand& reclaimed) {
     for (PageId page : record.basePagePath)
         if (counts.dropOne({ResourceType::kBaseKvPage, page})) ++reclaimed.baseKvPages;
     for (PageId page : record.draftPagePath)
@@ -73,7 +73,7 @@ void simulateVictim(CacheRecord const& record, SimulatedCacheCounts& counts, Res
 // (>= 1) when a trim suffices and its shorter key is free; otherwise drops the rest, as a whole eviction would,
 // and returns nullopt (the record is then a victim).
 std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, ResourcePools const& pools,
-                                           CacheRecordStore const& records, CacheRecord const& record,
+                                           CacheRecordStore const& records, StoredRecord const& record,
                                            std::vector<RecordId> const& victims, SimulatedCacheCounts& counts,
                                            ResourceDemand& reclaimed) {
     size_t const n = record.basePagePath.size();
@@ -86,7 +86,7 @@ std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, Resourc
         simulateBlocks(record, keep, keep + 1, counts, reclaimed);
         keptFrom = keep;
         if (!satisfied(demand, pools, reclaimed)) continue;
-        CacheRecordKey const shorter{record.logicalBlockHashes[keep - 1], static_cast<int32_t>(keep)};
+        CacheRecordKey const shorter{records.logicalHash(record, keep - 1), static_cast<int32_t>(keep)};
         std::optional<RecordId> const holder = records.find(shorter);
         // Free, or held by a victim of this plan (evicted before the trim is applied): trim.
         if (!holder || std::find(victims.begin(), victims.end(), *holder) != victims.end())
@@ -124,7 +124,7 @@ EvictionPlan EvictionPlanner::plan(ResourceDemand const& demand, ResourcePools c
     SimulatedCacheCounts counts(pools);
     // One LRU step: the record is trimmed (the plan is complete) or becomes a victim. True when feasible.
     auto step = [&](RecordId id) {
-        CacheRecord const& record = records.get(id);
+        StoredRecord const& record = records.get(id);
         if (policy == EvictionPolicy::kRecordLruTrim) {
             if (std::optional<int32_t> keep =
                     simulateTrimOrEvict(demand, pools, records, record, result.victims, counts, result.reclaimed)) {

@@ -47,6 +47,15 @@ std::vector<HybridCheckpointCandidate const*> longestFirst(std::vector<HybridChe
     return ordered;
 }
 
+// The record has exactly `blocks` logical blocks and they are hashes[0, blocks) (hashes holds at least that many).
+bool logicalPrefixEquals(CacheRecordStore const& records, StoredRecord const& record, BlockHashSpan hashes,
+                         size_t blocks) {
+    if (static_cast<size_t>(record.key.fullBlockCount) != blocks) return false;
+    for (size_t i = 0; i < blocks; ++i)
+        if (records.logicalHash(record, i) != hashes[i]) return false;
+    return true;
+}
+
 }  // namespace
 
 char const* toString(ReusePlanKind kind) noexcept {
@@ -106,12 +115,10 @@ ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& cand
         HybridCheckpointKey const key{c->exactPrefixDigest, c->exactLength};
         std::optional<RecordId> id = records.findHybrid(key);
         if (!id) continue;
-        CacheRecord const& record = records.get(*id);
+        StoredRecord const& record = records.get(*id);
         size_t const fullBlocks = static_cast<size_t>(c->exactLength / pageSize);
         bool const midPage = c->exactLength % pageSize != 0;
-        if (fullBlocks > hashes.size || record.logicalBlockHashes.size() != fullBlocks ||
-            !std::equal(record.logicalBlockHashes.begin(), record.logicalBlockHashes.end(), hashes.begin()))
-            continue;
+        if (fullBlocks > hashes.size || !logicalPrefixEquals(records, record, hashes, fullBlocks)) continue;
         if (!record.recurrentSnapshotSlot) continue;
         if (record.partialKvSnapshotSlot.has_value() != (hasAttention && midPage)) continue;
         if (record.basePagePath.size() != (hasAttention ? fullBlocks : 0)) continue;
@@ -144,12 +151,10 @@ ReusePlan makeHybridMtpReusePlan(std::vector<HybridCheckpointCandidate> const& c
         HybridCheckpointKey const key{c->exactPrefixDigest, c->exactLength};
         std::optional<RecordId> id = records.findHybridMtp(key);
         if (!id) continue;
-        CacheRecord const& record = records.get(*id);
+        StoredRecord const& record = records.get(*id);
         size_t const fullBlocks = static_cast<size_t>((c->exactLength - 1) / pageSize);  // boundary token private
         if (!record.isHybridMtp()) continue;
-        if (fullBlocks > hashes.size || record.logicalBlockHashes.size() != fullBlocks ||
-            !std::equal(record.logicalBlockHashes.begin(), record.logicalBlockHashes.end(), hashes.begin()))
-            continue;
+        if (fullBlocks > hashes.size || !logicalPrefixEquals(records, record, hashes, fullBlocks)) continue;
         if (!record.recurrentSnapshotSlot || !record.partialKvSnapshotSlot) continue;
         // Both pools complete through the same boundary: a base-only or draft-only path is no checkpoint.
         if (record.basePagePath.size() != fullBlocks || record.draftPagePath.size() != fullBlocks) continue;
@@ -181,10 +186,14 @@ ReusePlan makeSpecReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize, B
     int32_t const baseMatched = static_cast<int32_t>(baseIndex.lookupPrefixInto(hashes.data, hashes.size, basePages));
     std::optional<DraftPathMatch> match = draftIndex.lookupLongest(hashes, baseMatched);
     if (!match) return plan;  // base-only hits cannot be used: their draft KV cannot be reconstructed
-    CacheRecord const& record = records.get(match->record);
+    StoredRecord const& record = records.get(match->record);
     int32_t const paired = match->pathBlockCount;
+    // The record's logical hashes must be hashes[0, paired). Its base pages are canonical (the store derives its
+    // hashes from them) and basePages[i] is the canonical page of hashes[i] (paired <= baseMatched), so under
+    // the index's hash <-> page bijection comparing the pages is comparing the hashes, without reading them.
     if (record.draftPagePath.size() < static_cast<size_t>(paired) ||
-        !std::equal(hashes.begin(), hashes.begin() + paired, record.logicalBlockHashes.begin()))
+        record.basePagePath.size() < static_cast<size_t>(paired) ||
+        !std::equal(basePages.begin(), basePages.begin() + paired, record.basePagePath.begin()))
         return plan;  // incoherent path (only possible with colliding hashes): treat as a miss
 
     int32_t const total = ceilDiv(n, pageSize);

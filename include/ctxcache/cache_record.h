@@ -15,6 +15,8 @@
 // as its logical path, and fullBlockCount < exactCheckpointLength when it has full blocks (fb <= E-1); no
 // negative id. (fb == floor((E-1)/P) needs the page size: the manager checks it at publication.)
 // The manager gives every listed resource exactly one cache reference per listing.
+// Two forms: CacheRecord carries every logical hash (publication input, materialized reads); StoredRecord is what
+// the store keeps, without the hashes it can derive from the base path (a record's base pages are canonical).
 #pragma once
 
 #include <cstdint>
@@ -46,10 +48,10 @@ struct HybridCheckpointKey {
     friend bool operator!=(HybridCheckpointKey const& a, HybridCheckpointKey const& b) noexcept { return !(a == b); }
 };
 
-struct CacheRecord {
+// What every form of a record holds: its id, key, page paths, snapshot slots and kind.
+struct CacheRecordCore {
     RecordId id = kNoRecord;
     CacheRecordKey key;
-    std::vector<BlockHash> logicalBlockHashes;
     std::vector<PageId> basePagePath;
     std::vector<PageId> draftPagePath;
     std::optional<int32_t> recurrentSnapshotSlot;
@@ -63,8 +65,23 @@ struct CacheRecord {
     bool isHybrid() const noexcept { return exactCheckpointLength.has_value(); }
     bool isHybridMtp() const noexcept { return hybridMtpCheckpoint && isHybrid(); }
     bool hasDraftPath() const noexcept { return !draftPagePath.empty(); }
+};
+
+// The full form: what a publication inserts and what CacheRecordStore::materialize returns.
+struct CacheRecord : CacheRecordCore {
+    std::vector<BlockHash> logicalBlockHashes;
+
     // Throws ContractError naming the first broken rule (see the file comment).
     void validate() const;
+};
+
+// The form CacheRecordStore keeps: the logical hashes only where the store cannot derive them. A store with a
+// hash source (the manager's BaseBlockIndex) derives block i's hash of a record with a base path from its
+// canonical page (the index's page -> hash reverse entry, which exists while the record holds the page), so
+// keptBlockHashes is empty there; it keeps them for a pure-recurrent checkpoint (no pages), and for every
+// record in a store without a hash source. Read hashes through CacheRecordStore::logicalHash / materialize.
+struct StoredRecord : CacheRecordCore {
+    std::vector<BlockHash> keptBlockHashes;
 };
 
 struct RecordInsertResult {

@@ -1,14 +1,22 @@
 // CacheRecordStore: the published records, their exact-endpoint and hybrid-checkpoint indexes, and the
-// record-granular LRU.
+// record-granular LRU. Records are kept compact (StoredRecord): given a hash source (the manager's BaseBlockIndex),
+// the store keeps no logical hash of a record with a base path and derives block i's hash from its canonical page
+// (logicalHash, materialize); a pure-recurrent checkpoint (no pages) keeps its hashes. Without a hash source every
+// record keeps its hashes.
 //
 // Invariants: every record is in exactly one key index (plain hybrid checkpoints in the hybrid index, Hybrid+MTP
 //             checkpoints in the MTP index, the others in the exact-key index; so a plain and an MTP checkpoint
 //             of one exact prefix may coexist and neither is ever found as the other) and exactly once in the LRU list
 //             (least recent at the front); ids start at 1 and increase. The store does not enforce maxRecords: the
-//             manager does (one transient extra is allowed while a publication commits).
-// Errors:     insert of an invalid record, get/touch/erase/setDraftState of an unknown id: ContractError,
-//             nothing changed.
-// Cost:       insert/find/touch/erase O(1) expected plus the record's size; hybridCandidateLengths(n)
+//             manager does (one transient extra is allowed while a publication commits). With a hash source:
+//             while a record holds base page p, the source maps p to the record's logical hash at that block
+//             (the manager keeps a canonical mapping while its page holds a cache reference; checkInvariants
+//             checks it), and a record keeps its hashes exactly when it has no base path.
+// Errors:     insert of an invalid record (or, with a hash source, one whose last base page is not mapped to
+//             its last hash), get/touch/erase/setDraftState/materialize of an unknown id: ContractError, nothing
+//             changed. A derivable hash whose page the source does not map: InvariantError (corrupt state).
+// Cost:       insert/find/touch/erase O(1) expected plus the record's size; logicalHash O(1) (one reverse-array
+//             read); materialize O(blocks); hybridCandidateLengths(n)
 //             O(distinct stored lengths below n), hybridCandidateLengths(n, hashes) O(input blocks + results).
 // Threading:  single writer, no internal locks.
 #pragma once
@@ -25,17 +33,22 @@
 
 namespace ctxcache {
 
+class BaseBlockIndex;
+
 class CacheRecordStore {
 public:
-    explicit CacheRecordStore(int32_t maxRecords);
+    // hashSource: where the hashes of records with a base path are derived from (it must outlive the store);
+    // null keeps every record's hashes.
+    explicit CacheRecordStore(int32_t maxRecords, BaseBlockIndex const* hashSource = nullptr);
     CacheRecordStore(CacheRecordStore const&) = delete;
     CacheRecordStore& operator=(CacheRecordStore const&) = delete;
     CacheRecordStore(CacheRecordStore&&) = delete;
     CacheRecordStore& operator=(CacheRecordStore&&) = delete;
 
     // Assigns the next id and inserts as MRU. An exact duplicate (same hybrid key and kind for a hybrid record,
-    // same exact key otherwise) is only touched and returned with inserted = false.
-    RecordInsertResult insert(CacheRecord record);
+    // same exact key otherwise) is only touched and returned with inserted = false. Copies the record's paths
+    // (and its hashes only where they cannot be derived).
+    RecordInsertResult insert(CacheRecord const& record);
     std::optional<RecordId> find(CacheRecordKey const& key) const;
     // A plain hybrid (or pure-recurrent) checkpoint; never an MTP one.
     std::optional<RecordId> findHybrid(HybridCheckpointKey const& key) const;
@@ -49,16 +62,27 @@ public:
     // inputTokenCount, longest first, without duplicates. O(input blocks + lengths returned).
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount, BlockHashSpan inputFullBlockHashes) const;
 
-    CacheRecord const& get(RecordId id) const;
+    StoredRecord const& get(RecordId id) const;
+    // The hash of `record`'s logical block `block` (< key.fullBlockCount): kept, or derived from its base page.
+    BlockHash logicalHash(StoredRecord const& record, size_t block) const;
+    // The full form, with every logical hash (O(blocks)): for readers off the hot path.
+    CacheRecord materialize(StoredRecord const& record) const;
+    CacheRecord materialize(RecordId id) const { return materialize(get(id)); }
+    // True when the store derives this record's hashes (it has a hash source and the record a base path).
+    bool derivesHashes(CacheRecordCore const& record) const noexcept {
+        return hashSource_ != nullptr && !record.basePagePath.empty();
+    }
     bool contains(RecordId id) const noexcept { return records_.find(id) != records_.end(); }
     // Attaches a draft path to a base-only record (as long as its base path) and makes it MRU.
     void setDraftState(RecordId id, std::vector<PageId> draftPagePath);
     void touch(RecordId id);
-    CacheRecord erase(RecordId id);
+    // Returns the record as it was stored: its derivable hashes stay readable through logicalHash / materialize
+    // only while the source still maps its pages (the manager reads them before it releases the pages).
+    StoredRecord erase(RecordId id);
     // Cuts a non-hybrid record down to its first keepBlocks blocks (1 <= keepBlocks < fullBlockCount): logical
-    // hashes and base (and draft) paths shrink, the key becomes {hash of block keepBlocks-1, keepBlocks}, the
-    // LRU position stays. Returns what was cut (O(blocks cut)). ContractError, nothing changed, for a hybrid
-    // record, a keepBlocks out of range, or a shorter key that another record already has.
+    // hashes (kept or derived) and base (and draft) paths shrink, the key becomes {hash of block keepBlocks-1,
+    // keepBlocks}, the LRU position stays. Returns what was cut (O(blocks cut)). ContractError, nothing changed, for a
+    // hybrid record, a keepBlocks out of range, or a shorter key that another record already has.
     struct TrimmedTail {
         int32_t firstBlock = 0;  // index of the first block cut (= keepBlocks)
         std::vector<BlockHash> hashes;
@@ -77,7 +101,7 @@ public:
 
     template <class F>
     void forEach(F&& f) const {
-        for (auto const& [id, entry] : records_) f(entry.record);
+        for (auto const& [id, entry] : records_) f(entry.record);  // StoredRecord const&
     }
 
     void checkInvariants() const;
@@ -85,12 +109,15 @@ public:
 
 private:
     struct Entry {
-        CacheRecord record;
+        StoredRecord record;
         std::list<RecordId>::iterator lruPosition;
     };
     Entry& entry(RecordId id, char const* operation);
+    // Where a hybrid checkpoint hangs off its prompt's block chain: its last full block (or the chain root).
+    CacheRecordKey anchorOf(StoredRecord const& record) const;
 
     int32_t maxRecords_;
+    BaseBlockIndex const* hashSource_;
     RecordId nextId_ = 1;
     std::unordered_map<RecordId, Entry> records_;
     detail::FlatHashMap<CacheRecordKey, RecordId, CacheRecordKeyHasher> exactIndex_;

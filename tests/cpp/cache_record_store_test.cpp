@@ -38,10 +38,11 @@ TEST(CacheRecordStore, RecordOwnsItsCompleteBasePath) {
     RecordInsertResult const r = store.insert(vanillaRecord(Hs({1, 2, 3}), {5, 6, 7}));
     EXPECT_TRUE(r.inserted);
     EXPECT_EQ(r.id, 1u);
-    CacheRecord const& stored = store.get(r.id);
+    StoredRecord const& stored = store.get(r.id);
     EXPECT_EQ(stored.id, 1u);
     EXPECT_EQ(stored.basePagePath, (std::vector<PageId>{5, 6, 7}));
-    EXPECT_EQ(stored.logicalBlockHashes, Hs({1, 2, 3}));
+    EXPECT_EQ(stored.keptBlockHashes, Hs({1, 2, 3}));  // no hash source: the store keeps every hash
+    EXPECT_EQ(store.materialize(r.id).logicalBlockHashes, Hs({1, 2, 3}));
     EXPECT_EQ(stored.key, (CacheRecordKey{H(3), 3}));
     EXPECT_EQ(stored.resources(), (std::vector<ResourceId>{basePage(5), basePage(6), basePage(7)}));
     EXPECT_FALSE(stored.hybridKey().has_value());
@@ -91,7 +92,7 @@ TEST(CacheRecordStore, EraseRemovesExactKeyAndLruEntry) {
     store.insert(vanillaRecord(Hs({1, 2}), {0, 1}));
     store.insert(vanillaRecord(Hs({2}), {3}));
     store.insert(vanillaRecord(Hs({5}), {4}));
-    CacheRecord const erased = store.erase(1);
+    StoredRecord const erased = store.erase(1);
     EXPECT_EQ(erased.id, 1u);
     EXPECT_EQ(erased.basePagePath, (std::vector<PageId>{0, 1}));
     EXPECT_FALSE(store.contains(1));
@@ -250,7 +251,7 @@ TEST(CacheRecordStore, AddingDraftStatePreservesBaseIdentityAndPromotesRecord) {
     EXPECT_THROW(store.setDraftState(1, {5}), ContractError);  // must be as long as the base path
     EXPECT_FALSE(store.get(1).hasDraftPath());
     store.setDraftState(1, {5, 6});
-    CacheRecord const& r = store.get(1);
+    StoredRecord const& r = store.get(1);
     EXPECT_EQ(r.draftPagePath, (std::vector<PageId>{5, 6}));
     EXPECT_EQ(r.basePagePath, (std::vector<PageId>{0, 1}));
     EXPECT_EQ(r.key, (CacheRecordKey{H(2), 2}));

@@ -281,7 +281,7 @@ TEST(ContextCacheManager, PublishAddsCacheRefsBeforeDroppingActivity) {
     EXPECT_EQ(activeRefs(m, basePage(2)), 1);
     EXPECT_EQ(cacheRefs(m, basePage(2)), 0);
     EXPECT_EQ(m.baseIndex().lookup(H(2)), std::optional<PageId>(1));
-    CacheRecord const& rec = m.records().get(1);
+    CacheRecord const rec = m.records().materialize(1);
     EXPECT_EQ(rec.key, (CacheRecordKey{H(2), 2}));
     EXPECT_EQ(rec.logicalBlockHashes, Hs({1, 2}));
     EXPECT_NO_THROW(m.checkInvariants());

@@ -53,7 +53,7 @@ TEST(HybridManager, HybridCheckpointPublishesAndAcquiresAllStateAtomically) {
     EXPECT_EQ(p.reservation.recurrentSnapshotSlot, 0);
     EXPECT_EQ(p.reservation.partialKvSnapshotSlot, std::optional<int32_t>(0));
     cold.lease->release();
-    CacheRecord const& record = m.records().get(*p.result.record);
+    CacheRecord const record = m.records().materialize(*p.result.record);
     EXPECT_EQ(record.key.terminalHash, digest(1, 10));
     EXPECT_EQ(record.key.fullBlockCount, 2);
     EXPECT_EQ(record.exactCheckpointLength, std::optional<int32_t>(10));
@@ -98,7 +98,7 @@ TEST(HybridManager, PureRecurrentCheckpointNeedsNoBaseOrPartialPage) {
     EXPECT_TRUE(p.result.canonicalBasePages.empty());
     EXPECT_EQ(p.result.publishedBaseFullBlockCount, 0);
     cold.lease->release();
-    CacheRecord const& record = m.records().get(*p.result.record);
+    CacheRecord const record = m.records().materialize(*p.result.record);
     EXPECT_TRUE(record.basePagePath.empty());
     EXPECT_EQ(record.logicalBlockHashes, a);
 

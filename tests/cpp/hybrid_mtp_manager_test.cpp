@@ -83,7 +83,7 @@ TEST(HybridMtpManager, PlanBindsFloorOfLengthMinusOnePagesOnAndOffAPageBoundary)
         ASSERT_EQ(p.result.status, PublishStatus::kPublished);
         ASSERT_TRUE(p.result.record);
         EXPECT_EQ(p.result.publishedBaseFullBlockCount, c.fullBlocks);
-        CacheRecord const record = m.records().get(*p.result.record);
+        CacheRecord const record = m.records().materialize(*p.result.record);
         std::vector<PageId> const firstPages(cold.lease->basePages().begin(),
                                              cold.lease->basePages().begin() + c.fullBlocks);
         std::vector<PageId> const firstDraft(cold.lease->draftPages().begin(),
@@ -418,7 +418,7 @@ TEST(HybridMtpManager, DuplicatePublicationTouchesTheExistingCheckpoint) {
     Published const first = coldCheckpoint(m, a, 10, digest(1, 10));
     Published const second = coldCheckpoint(m, chain(2, 1), 5, digest(2, 5));
     ASSERT_EQ(m.records().lruToMru(), (std::vector<RecordId>{*first.result.record, *second.result.record}));
-    auto const firstRecord = describe(m.records().get(*first.result.record));
+    auto const firstRecord = describe(m.records().materialize(*first.result.record));
 
     AcquireResult again = m.acquireHybridMtp({}, a, 12, ContextCacheLookupPolicy::kBypass);
     std::vector<PageId> const producerDraft = again.lease->draftPages();
@@ -428,7 +428,7 @@ TEST(HybridMtpManager, DuplicatePublicationTouchesTheExistingCheckpoint) {
     EXPECT_EQ(dup.result.publishedBaseFullBlockCount, 2);
     EXPECT_EQ(dup.result.canonicalBasePages, m.records().get(*first.result.record).basePagePath);
     EXPECT_EQ(m.records().lruToMru(), (std::vector<RecordId>{*second.result.record, *first.result.record}));
-    EXPECT_EQ(describe(m.records().get(*first.result.record)), firstRecord);  // unchanged, only touched
+    EXPECT_EQ(describe(m.records().materialize(*first.result.record)), firstRecord);  // unchanged, only touched
     // The duplicate producer's slots and draft pages were never cached: retire and release free them.
     EXPECT_TRUE(m.pools().isFree({kRecurrent, dup.reservation.recurrentSnapshotSlot}));
     EXPECT_TRUE(m.pools().isFree({kPartial, *dup.reservation.partialKvSnapshotSlot}));
@@ -444,7 +444,7 @@ TEST(HybridMtpManager, RecordLimitEvictsTheLeastRecentCheckpointWithItsPairedSta
     EXPECT_NO_THROW(m.checkInvariants());
     Published const p2 = coldCheckpoint(m, chain(2, 3), 9, digest(2, 9));
     EXPECT_NO_THROW(m.checkInvariants());
-    CacheRecord const victim = m.records().get(*p1.result.record);
+    CacheRecord const victim = m.records().materialize(*p1.result.record);
     EXPECT_EQ(m.pools().freeCount(kDraft), 12);
     Published const p3 = coldCheckpoint(m, chain(3, 3), 9, digest(3, 9));
     EXPECT_NO_THROW(m.checkInvariants());

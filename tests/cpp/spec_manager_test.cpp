@@ -107,7 +107,7 @@ TEST(SpecManager, SpecAcquirePublishesPairedStateAndReplaysOneFullPage) {
     auto const h = chain(1, 3);
     PublishResult const first = serveSpec(m, h, 12);
     ASSERT_TRUE(first.record);
-    CacheRecord const& record = m.records().get(*first.record);
+    CacheRecord const record = m.records().materialize(*first.record);
     EXPECT_EQ(record.basePagePath, (std::vector<PageId>{0, 1, 2}));
     EXPECT_EQ(record.draftPagePath, (std::vector<PageId>{0, 1, 2}));
     EXPECT_EQ(m.draftIndex().entryCount(), 3u);
@@ -164,7 +164,7 @@ TEST(SpecManager, SpecPublicationUsesCommonMaterializedBoundary) {
     // Base and draft are both materialized only through token 9: two full blocks are published.
     PublishResult const p = m.publish(*r.lease, {h, 9});
     EXPECT_EQ(p.publishedBaseFullBlockCount, 2);
-    CacheRecord const& record = m.records().get(*p.record);
+    CacheRecord const record = m.records().materialize(*p.record);
     EXPECT_EQ(record.key.fullBlockCount, 2);
     EXPECT_EQ(record.key.terminalHash, h[1]);
     EXPECT_EQ(record.draftPagePath.size(), 2u);
@@ -204,7 +204,7 @@ TEST(SpecManager, SpecDraftUpgradeUsesCanonicalProjectedBasePath) {
     EXPECT_EQ(upgraded.status, PublishStatus::kPublished);
     EXPECT_EQ(upgraded.record, baseOnly.record);  // the same record gained a draft path
     EXPECT_EQ(upgraded.canonicalBasePages, (std::vector<PageId>{0, 1, 2}));
-    CacheRecord const& record = m.records().get(*baseOnly.record);
+    CacheRecord const record = m.records().materialize(*baseOnly.record);
     EXPECT_EQ(record.basePagePath, (std::vector<PageId>{0, 1, 2}));
     EXPECT_EQ(record.draftPagePath, (std::vector<PageId>{0, 1, 2}));
     EXPECT_EQ(m.pools().cacheRefCount({kDraft, 1}), 1);

@@ -93,7 +93,7 @@ inline std::string describe(CacheRecordStore const& records) {
     std::ostringstream out;
     out << "next id " << records.nextId() << " lru " << describeList(records.lruToMru()) << '\n';
     std::vector<std::string> lines;
-    records.forEach([&](CacheRecord const& r) { lines.push_back(describe(r)); });
+    records.forEach([&](StoredRecord const& r) { lines.push_back(describe(records.materialize(r))); });
     std::sort(lines.begin(), lines.end());
     for (std::string const& line : lines) out << line << '\n';
     return out.str();

@@ -166,7 +166,7 @@ TEST(TrimEviction, ManagerTrimsTheLruRecordAndItsShorterPrefixStillHits) {
     ASSERT_TRUE(other.lease.has_value());
     EXPECT_EQ(other.lease->basePages(), (std::vector<PageId>{3}));
     ASSERT_TRUE(m.records().contains(r));
-    CacheRecord const& trimmed = m.records().get(r);
+    CacheRecord const trimmed = m.records().materialize(r);
     EXPECT_EQ(trimmed.key, (CacheRecordKey{Hs({3})[0], 3}));
     EXPECT_EQ(trimmed.logicalBlockHashes, Hs({1, 2, 3}));
     EXPECT_EQ(trimmed.basePagePath, (std::vector<PageId>{0, 1, 2}));
@@ -209,7 +209,7 @@ TEST(TrimEviction, SpecTrimDropsTheDraftBoundariesWithTheBlocks) {
     EXPECT_EQ(m.draftIndex().entryCount(), 4u);
     AcquireResult other = m.acquireSpec(Hs({9, 10, 11}), 12);  // 3 pages each: 2 free + block 4 of the record
     ASSERT_TRUE(other.lease.has_value());
-    CacheRecord const& trimmed = m.records().get(r);
+    CacheRecord const trimmed = m.records().materialize(r);
     EXPECT_EQ(trimmed.draftPagePath.size(), 3u);
     EXPECT_EQ(m.draftIndex().entryCount(), 3u);
     EXPECT_FALSE(m.draftIndex().contains(Hs({4})[0], {r, 4}));

@@ -38,6 +38,24 @@ def test_labels_and_values_match_the_c_constants():
         EvictionPolicy.parse("lfu")
 
 
+def test_records_read_back_their_published_hashes_across_shared_turns_and_trims():
+    # The store derives a record's hashes from its canonical base pages; what Python reads is what was published.
+    with ctxcache.ContextCacheManager(PAGE, ResourceDemand(base_kv_pages=6), 8, "lru-trim") as m:
+        turn1 = produce(m, chain(1, 2, 3))
+        turn2 = produce(m, chain(1, 2, 3, 4, 5))  # shares turn1's three pages
+        first, second = m.records[turn1], m.records[turn2]
+        assert first.logical_block_hashes.tolist() == chain(1, 2, 3).tolist()
+        assert second.logical_block_hashes.tolist() == chain(1, 2, 3, 4, 5).tolist()
+        assert list(second.base_page_path[:3]) == list(first.base_page_path)
+        # Two pages for one free: turn1 frees nothing and goes whole, turn2 gives up its last block.
+        with m.acquire_vanilla(chain(9, 10), 2 * PAGE).lease:
+            assert list(m.records) == [turn2]
+            assert m.records[turn2].logical_block_hashes.tolist() == chain(1, 2, 3, 4).tolist()
+            assert second.logical_block_hashes.tolist() == chain(1, 2, 3, 4, 5).tolist()  # a copy, as read then
+            assert (m.metrics.evicted_records, m.metrics.trimmed_records) == (1, 1)
+            m.check_invariants()
+
+
 def test_lru_trim_cuts_the_lru_record_to_the_prefix_it_can_keep():
     with ctxcache.ContextCacheManager(PAGE, ResourceDemand(base_kv_pages=4), 8, "lru-trim") as m:
         assert m.eviction_policy is EvictionPolicy.RECORD_LRU_TRIM

@@ -323,6 +323,77 @@ TEST(CApi, AcquirePublishReleaseRoundTrip) {
     EXPECT_EQ(ctxc_hasher_destroy(hasher), CTXC_OK);
 }
 
+// Publishes `hashes` (all full blocks of `tokens`) through a fresh vanilla lease and destroys the lease.
+uint64_t publishAll(ctxc_manager_t* m, std::vector<ctxc_hash128_t> const& hashes, int32_t tokens) {
+    ctxc_lease_t* lease = acquire(m, hashes, tokens);
+    EXPECT_NE(lease, nullptr);
+    ctxc_publish_result_t p = publishResult();
+    EXPECT_EQ(ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), tokens, &p), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    return p.record;
+}
+
+::testing::AssertionResult viewShows(ctxc_record_view_t const& view, std::vector<ctxc_hash128_t> const& hashes) {
+    if (view.logical_block_count != hashes.size() || view.full_block_count != static_cast<int32_t>(hashes.size()))
+        return ::testing::AssertionFailure() << "record " << view.id << " shows " << view.logical_block_count
+                                             << " hashes, expected " << hashes.size();
+    for (size_t i = 0; i < hashes.size(); ++i)
+        if (!sameHash(view.logical_block_hashes[i], hashes[i]))
+            return ::testing::AssertionFailure() << "record " << view.id << " hash " << i << " differs";
+    return ::testing::AssertionSuccess();
+}
+
+// The store derives most logical hashes from base pages; the views still show each record's published hashes,
+// several at once, and a trimmed record its kept prefix.
+TEST(CApi, RecordViewsHeldTogetherShowThePublishedHashes) {
+    ctxc_manager_options_t options;
+    ctxc_manager_options_init(&options);
+    options.page_size = 4;
+    options.capacities = {8, 0, 0, 0};
+    options.max_records = 8;
+    options.eviction_policy = CTXC_EVICTION_RECORD_LRU_TRIM;
+    ctxc_manager_t* m = nullptr;
+    ASSERT_EQ(ctxc_manager_create(&options, &m), CTXC_OK) << ctxc_last_error();
+    std::vector<ctxc_hash128_t> const turn1{H(1), H(2), H(3)};
+    std::vector<ctxc_hash128_t> const turn2{H(1), H(2), H(3), H(4), H(5)};  // shares turn1's three pages
+    std::vector<ctxc_hash128_t> const other{H(7)};
+    uint64_t const r1 = publishAll(m, turn1, 12);
+    uint64_t const r2 = publishAll(m, turn2, 20);
+    uint64_t const r3 = publishAll(m, other, 4);
+    ASSERT_EQ(freeList(m).size(), 2u);
+
+    ctxc_record_view_t v1{sizeof(ctxc_record_view_t)}, v2{sizeof(ctxc_record_view_t)}, v3{sizeof(ctxc_record_view_t)},
+        v2again{sizeof(ctxc_record_view_t)};
+    ASSERT_EQ(ctxc_debug_manager_record(m, r1, &v1), CTXC_OK);
+    ASSERT_EQ(ctxc_debug_manager_record(m, r2, &v2), CTXC_OK);
+    ASSERT_EQ(ctxc_debug_manager_record(m, r3, &v3), CTXC_OK);
+    ASSERT_EQ(ctxc_debug_manager_record(m, r2, &v2again), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);  // not a mutating call: the views stay valid
+    EXPECT_TRUE(viewShows(v1, turn1));
+    EXPECT_TRUE(viewShows(v2, turn2));
+    EXPECT_TRUE(viewShows(v3, other));
+    EXPECT_TRUE(viewShows(v2again, turn2));
+    EXPECT_EQ(std::vector<int32_t>(v2.base_page_path, v2.base_page_path + 3),
+              std::vector<int32_t>(v1.base_page_path, v1.base_page_path + 3));
+
+    // Three pages for two free: turn1 frees nothing (its pages are turn2's too) and goes whole; turn2 gives up its
+    // private last block.
+    ctxc_lease_t* lease = acquire(m, {}, 12);
+    ASSERT_NE(lease, nullptr);
+    size_t count = 0;
+    ASSERT_EQ(ctxc_manager_record_count(m, &count), CTXC_OK);
+    EXPECT_EQ(count, 2u);
+    ctxc_record_view_t trimmed{sizeof(ctxc_record_view_t)}, still{sizeof(ctxc_record_view_t)};
+    ASSERT_EQ(ctxc_debug_manager_record(m, r2, &trimmed), CTXC_OK);
+    ASSERT_EQ(ctxc_debug_manager_record(m, r3, &still), CTXC_OK);
+    EXPECT_TRUE(viewShows(trimmed, {H(1), H(2), H(3), H(4)}));
+    EXPECT_TRUE(viewShows(still, other));
+    EXPECT_EQ(ctxc_debug_manager_record(m, r1, &v1), CTXC_E_CONTRACT);
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
 TEST(CApi, LeaseBasePagesViewFollowsGrowth) {
     ctxc_manager_t* m = makeManager(4, {3, 0, 0, 0});
     ctxc_lease_t* lease = acquire(m, {}, 4);
