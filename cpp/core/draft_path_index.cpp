@@ -29,7 +29,7 @@ size_t DraftPathIndex::home(uint64_t hi, uint64_t lo, int32_t pathBlockCount) co
 }
 
 DraftPathIndex::Boundary const* DraftPathIndex::findBoundary(BlockHash const& hash,
-                                                              int32_t pathBlockCount) const noexcept {
+                                                             int32_t pathBlockCount) const noexcept {
     if (boundaryCount_ == 0) return nullptr;
     for (size_t i = home(hash.hi, hash.lo, pathBlockCount);; i = (i + 1) & mask_) {
         Boundary const& b = boundaries_[i];
@@ -265,16 +265,15 @@ void DraftPathIndex::checkInvariants() const {
     }
     if (boundaries != boundaryCount_)
         fail(std::to_string(boundaries) + " boundary slots used but counted " + std::to_string(boundaryCount_));
-    if (entries != entries_)
-        fail(std::to_string(entries) + " entries listed but counted " + std::to_string(entries_));
+    if (entries != entries_) fail(std::to_string(entries) + " entries listed but counted " + std::to_string(entries_));
     size_t live = 0, free = 0, capacity = 0;
     for (size_t slot = 0; slot < records_.size(); ++slot) {
         RecordLinks const& r = records_[slot];
         if (r.id == kNoRecord) continue;
         ++live;
         capacity += r.links.capacity();
-        size_t const present = static_cast<size_t>(
-            std::count_if(r.links.begin(), r.links.end(), [](uint32_t l) { return l != kAbsent; }));
+        size_t const present =
+            static_cast<size_t>(std::count_if(r.links.begin(), r.links.end(), [](uint32_t l) { return l != kAbsent; }));
         if (r.entries == 0 || present != r.entries || listed[slot] != r.entries)
             fail("record " + std::to_string(r.id) + " counts " + std::to_string(r.entries) + " entries, has " +
                  std::to_string(present) + " links and is listed " + std::to_string(listed[slot]) + " times");
