@@ -253,7 +253,7 @@ void DraftPathIndex::checkInvariants() const {
         if (b.head == kEnd) fail("boundary slot " + std::to_string(i) + " has an empty list");
         size_t const link = static_cast<size_t>(b.pathBlockCount - 1);
         for (uint32_t slot = b.head; slot != kEnd; slot = records_[slot].links[link]) {
-            if (slot >= records_.size() || records_[slot].id == kNoRecord)
+            if (slot >= records_.size() || records_[slot].entries == 0)
                 fail("boundary slot " + std::to_string(i) + " lists record slot " + std::to_string(slot) +
                      ", which is not live");
             if (link >= records_[slot].links.size() || records_[slot].links[link] == kAbsent)
@@ -269,12 +269,12 @@ void DraftPathIndex::checkInvariants() const {
     size_t live = 0, free = 0, capacity = 0;
     for (size_t slot = 0; slot < records_.size(); ++slot) {
         RecordLinks const& r = records_[slot];
-        if (r.id == kNoRecord) continue;
+        if (r.entries == 0) continue;  // free
         ++live;
         capacity += r.links.capacity();
         size_t const present =
             static_cast<size_t>(std::count_if(r.links.begin(), r.links.end(), [](uint32_t l) { return l != kAbsent; }));
-        if (r.entries == 0 || present != r.entries || listed[slot] != r.entries)
+        if (present != r.entries || listed[slot] != r.entries)
             fail("record " + std::to_string(r.id) + " counts " + std::to_string(r.entries) + " entries, has " +
                  std::to_string(present) + " links and is listed " + std::to_string(listed[slot]) + " times");
         auto const found = slotOf_.find(r.id);
@@ -282,7 +282,7 @@ void DraftPathIndex::checkInvariants() const {
             fail("record " + std::to_string(r.id) + " is not mapped to its slot " + std::to_string(slot));
     }
     for (uint32_t slot = freeSlot_; slot != kEnd; slot = records_[slot].nextFree) {
-        if (slot >= records_.size() || records_[slot].id != kNoRecord || ++free > records_.size())
+        if (slot >= records_.size() || records_[slot].entries != 0 || ++free > records_.size())
             fail("the free record slots are not a list of free slots");
     }
     if (live != slotOf_.size() || live + free != records_.size())

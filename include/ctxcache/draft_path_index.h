@@ -94,9 +94,9 @@ private:
     static_assert(sizeof(Boundary) == 24, "a boundary slot is 24 bytes: the index's per-block cost");
 
     struct RecordLinks {
-        RecordId id = kNoRecord;      // kNoRecord: a free slot
+        RecordId id = kNoRecord;
         std::vector<uint32_t> links;  // links[n - 1]: next record slot in boundary n's list, kEnd, or kAbsent
-        uint32_t entries = 0;         // links present
+        uint32_t entries = 0;         // links present; 0: a free slot
         uint32_t nextFree = kEnd;     // free slots only: the next free slot
     };
 
