@@ -5,11 +5,6 @@
 // The last section holds the regressions tests/fuzz/device_fuzz.cpp found, as the C++ API sees them.
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -32,6 +27,7 @@ using ctxcache::test::Bytes;
 using ctxcache::test::expectContractError;
 using ctxcache::test::pattern;
 using ctxcache::test::chain;
+using ctxcache::test::completesWithinAddressSpace;
 using ctxcache::test::poolsFull;
 using ctxcache::test::describe;
 
@@ -121,41 +117,6 @@ struct DeviceWorld {
         return out;
     }
 };
-
-// Runs `body` in a child process whose address space may grow by only `headroom` bytes; true when it returned.
-// (Refusals that allocate first fail there with std::bad_alloc.) Not under AddressSanitizer, whose shadow memory
-// needs terabytes of address space.
-bool completesWithinAddressSpace(size_t headroom, std::function<void()> const& body) {
-    std::fflush(nullptr);
-    pid_t const pid = fork();
-    if (pid == 0) {
-        long pages = 0;
-        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-            if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-            std::fclose(f);
-        }
-        rlim_t const limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
-        rlimit const rl{limit, limit};
-        if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
-        try {
-            body();
-        } catch (...) {
-            _exit(1);
-        }
-        _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-#if defined(__SANITIZE_ADDRESS__)
-#define CTXC_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CTXC_UNDER_ASAN 1
-#endif
-#endif
 
 }  // namespace
 

@@ -1,8 +1,17 @@
 // DraftPathIndex: one coherent record path per lookup, bounded by the caller's block count; repeated hashes as
 // distinct boundaries; insert refuses incomplete paths and duplicates; exact erase; incremental memory accounting
-// (reference c.3).
+// (reference c.3). The flat layout: many records under one boundary, unlinking from the middle of a list, the most
+// recent first after erases, record slots reused through the free list, 4 bytes per shared entry, the strong
+// guarantee under a failed allocation, and a randomized comparison against a plain model.
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <new>
+#include <random>
+#include <set>
+#include <tuple>
 
 #include "ctxcache/draft_path_index.h"
 #include "ctxcache/errors.h"
@@ -24,6 +33,24 @@ CacheRecord pairedRecord(RecordId id, std::vector<BlockHash> hashes, PageId firs
         r.draftPagePath.push_back(firstPage + static_cast<PageId>(i));
     }
     return r;
+}
+
+// Every entry as "hash/n->record", in forEach order: most recent first under one boundary.
+std::vector<std::string> entries(DraftPathIndex const& index) {
+    std::vector<std::string> out;
+    index.forEach([&](BlockHash const& h, DraftPathMatch const& m) {
+        out.push_back(toHex(h) + "/" + std::to_string(m.pathBlockCount) + "->" + std::to_string(m.record));
+    });
+    return out;
+}
+
+// The records listed under one boundary, in forEach order.
+std::vector<RecordId> listed(DraftPathIndex const& index, BlockHash const& hash, int32_t n) {
+    std::vector<RecordId> out;
+    index.forEach([&](BlockHash const& h, DraftPathMatch const& m) {
+        if (h == hash && m.pathBlockCount == n) out.push_back(m.record);
+    });
+    return out;
 }
 
 TEST(DraftPathIndex, DraftLookupSelectsOneCoherentRecordPath) {
@@ -117,6 +144,263 @@ TEST(DraftPathIndex, MemoryBytesIsAccountedIncrementally) {
     }
     EXPECT_EQ(index.entryCount(), 0u);
     index.insert(pairedRecord(9, chain(1, 2), 0));
+    index.checkInvariants();
+}
+
+TEST(DraftPathIndex, SpanEntryPointsNeedNoStoredRecord) {
+    DraftPathIndex index;
+    std::vector<BlockHash> const path = chain(2, 3);
+    index.insert(4, BlockHashSpan(path.data(), 3), 3);
+    EXPECT_EQ(index.entryCount(), 3u);
+    EXPECT_EQ(index.lookupLongest(path, 3), (DraftPathMatch{4, 3}));
+    EXPECT_THROW(index.insert(5, path, 2), ContractError);  // draft path shorter than the logical path
+    EXPECT_THROW(index.insert(5, BlockHashSpan(), 0), ContractError);
+    index.erase(4, BlockHashSpan(path.data(), 2));  // the first two boundaries only
+    EXPECT_EQ(index.entryCount(), 1u);
+    EXPECT_FALSE(index.lookupLongest(path, 2));
+    EXPECT_EQ(index.lookupLongest(path, 3), (DraftPathMatch{4, 3}));
+    index.erase(4, path);
+    EXPECT_EQ(index.entryCount(), 0u);
+    index.checkInvariants();
+}
+
+TEST(DraftPathIndex, ManyRecordsUnderOneBoundaryListTheMostRecentFirst) {
+    DraftPathIndex index;
+    std::vector<BlockHash> const shared = chain(1, 3);
+    for (RecordId id = 1; id <= 12; ++id)  // a common prefix, then one block of the record's own
+        index.insert(pairedRecord(id, test::extend(shared, 100 + id, 1), 0));
+    index.checkInvariants();
+    EXPECT_EQ(index.entryCount(), 48u);
+    for (int32_t n = 1; n <= 3; ++n) {
+        EXPECT_EQ(listed(index, shared[static_cast<size_t>(n - 1)], n),
+                  (std::vector<RecordId>{12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1}));
+        EXPECT_EQ(index.lookupLongest(shared, n), (DraftPathMatch{12, n}));
+    }
+    for (RecordId id = 1; id <= 12; ++id) {  // each record's own boundary names it alone
+        std::vector<BlockHash> const own = test::extend(shared, 100 + id, 1);
+        EXPECT_EQ(index.lookupLongest(own, 4), (DraftPathMatch{id, 4}));
+        EXPECT_EQ(listed(index, own[3], 4), (std::vector<RecordId>{id}));
+        EXPECT_TRUE(index.contains(shared[0], {id, 1}));
+        EXPECT_FALSE(index.contains(shared[0], {id, 2}));  // the record's boundary 2 is under shared[1]
+    }
+    EXPECT_FALSE(index.contains(shared[0], {13, 1}));
+    EXPECT_FALSE(index.contains(shared[0], {1, 0}));
+}
+
+TEST(DraftPathIndex, EraseFromTheMiddleOfAListKeepsTheOthersInOrder) {
+    DraftPathIndex index;
+    std::vector<BlockHash> const path = chain(1, 4);
+    for (RecordId id = 1; id <= 5; ++id) index.insert(pairedRecord(id, path, 0));
+    index.erase(pairedRecord(3, path, 0));  // the middle of every list
+    index.checkInvariants();
+    EXPECT_EQ(listed(index, path[3], 4), (std::vector<RecordId>{5, 4, 2, 1}));
+    EXPECT_EQ(index.lookupLongest(path, 4), (DraftPathMatch{5, 4}));
+    index.erase(pairedRecord(5, path, 0));  // the head
+    EXPECT_EQ(index.lookupLongest(path, 4), (DraftPathMatch{4, 4}));
+    index.erase(pairedRecord(1, path, 0));  // the tail
+    EXPECT_EQ(listed(index, path[0], 1), (std::vector<RecordId>{4, 2}));
+    index.insert(pairedRecord(3, path, 0));  // back in: the most recent again
+    EXPECT_EQ(listed(index, path[2], 3), (std::vector<RecordId>{3, 4, 2}));
+    EXPECT_EQ(index.lookupLongest(path, 2), (DraftPathMatch{3, 2}));
+    // A trim of record 4 (it keeps 2 blocks) leaves it first among what remains of boundaries 1 and 2 only.
+    index.eraseBoundaries(4, 2, path.data() + 2, 2);
+    EXPECT_EQ(listed(index, path[3], 4), (std::vector<RecordId>{3, 2}));
+    EXPECT_EQ(listed(index, path[1], 2), (std::vector<RecordId>{3, 4, 2}));
+    index.erase(pairedRecord(3, path, 0));
+    EXPECT_EQ(index.lookupLongest(path, 4), (DraftPathMatch{2, 4}));
+    EXPECT_EQ(index.lookupLongest(path, 2), (DraftPathMatch{4, 2}));
+    EXPECT_EQ(index.entryCount(), 6u);
+    index.checkInvariants();
+    // An erase naming hashes the record is not under, or boundaries it lacks, changes nothing.
+    index.eraseBoundaries(2, 0, chain(9, 4).data(), 4);
+    index.eraseBoundaries(4, 2, path.data() + 2, 2);
+    index.eraseBoundaries(77, 0, path.data(), 4);
+    EXPECT_EQ(index.entryCount(), 6u);
+    index.checkInvariants();
+}
+
+TEST(DraftPathIndex, ARecordHasOneEntryPerBoundary) {
+    DraftPathIndex index;
+    index.insert(pairedRecord(1, chain(1, 3), 0));
+    index.eraseBoundaries(1, 0, chain(1, 3).data(), 2);  // boundaries 1 and 2 go, 3 stays
+    // Boundary 3 is still indexed (under chain(1,3)[2]): a path naming another hash there is a duplicate.
+    EXPECT_THROW(index.insert(pairedRecord(1, chain(5, 3), 0)), ContractError);
+    EXPECT_EQ(index.entryCount(), 1u);
+    // Boundaries 1 and 2 are free again: the record may index them under any hashes.
+    index.insert(1, chain(5, 2), 2);
+    EXPECT_EQ(index.entryCount(), 3u);
+    EXPECT_EQ(index.lookupLongest(chain(5, 2), 2), (DraftPathMatch{1, 2}));
+    EXPECT_EQ(index.lookupLongest(chain(1, 3), 3), (DraftPathMatch{1, 3}));
+    EXPECT_FALSE(index.lookupLongest(chain(1, 2), 2));
+    index.checkInvariants();
+}
+
+TEST(DraftPathIndex, RecordSlotsAreReusedThroughTheFreeList) {
+    DraftPathIndex index;
+    auto path = [](RecordId id) { return test::extend(chain(1, 2), 10 + id, 2); };
+    for (RecordId id = 1; id <= 8; ++id) index.insert(pairedRecord(id, path(id), 0));
+    size_t const full = index.memoryBytes();
+    for (RecordId id = 1; id <= 8; ++id) index.erase(pairedRecord(id, path(id), 0));
+    EXPECT_LT(index.memoryBytes(), full);  // the link arrays went back
+    index.checkInvariants();
+    for (RecordId id = 21; id <= 28; ++id) index.insert(pairedRecord(id, path(id - 20), 0));
+    EXPECT_EQ(index.memoryBytes(), full);  // same shape, same bytes: eight slots reused, none added
+    EXPECT_EQ(index.lookupLongest(path(1), 4), (DraftPathMatch{21, 4}));
+    EXPECT_EQ(index.lookupLongest(chain(1, 2), 2), (DraftPathMatch{28, 2}));
+    index.checkInvariants();
+}
+
+TEST(DraftPathIndex, AnEntryUnderASharedBoundaryCostsFourBytes) {
+    DraftPathIndex index;
+    index.insert(pairedRecord(1, chain(1, 6), 0));
+    index.insert(pairedRecord(2, chain(2, 1), 0));
+    size_t const b0 = index.memoryBytes();
+    index.insert(pairedRecord(3, chain(1, 3), 0));  // 3 entries under existing boundaries
+    size_t const b1 = index.memoryBytes();
+    index.insert(pairedRecord(4, chain(1, 6), 0));  // 6 entries under existing boundaries
+    size_t const b2 = index.memoryBytes();
+    // Each record adds its per-record overhead once and 4 bytes per entry; no boundary slot is added.
+    EXPECT_EQ((b2 - b1) - (b1 - b0), 3 * sizeof(uint32_t));
+    index.erase(pairedRecord(4, chain(1, 6), 0));
+    EXPECT_EQ(index.memoryBytes(), b1);
+    index.checkInvariants();
+}
+
+TEST(DraftPathIndex, AFailedAllocationUndoesAPartialInsert) {
+#ifdef CTXC_UNDER_ASAN
+    GTEST_SKIP() << "address-space limits and AddressSanitizer do not mix";
+#else
+    // 2^21 boundaries need a 96 MiB table; 48 MiB of headroom lets the insert index part of them before the
+    // table cannot grow. Exit 0 only when insert threw bad_alloc and every entry is as it was before.
+    std::vector<BlockHash> const big = chain(7, 1 << 21);
+    EXPECT_TRUE(test::completesWithinAddressSpace(size_t{48} << 20, [&] {
+        DraftPathIndex index;
+        index.insert(pairedRecord(1, chain(1, 3), 0));
+        index.insert(pairedRecord(2, test::extend(chain(1, 2), 3, 2), 0));
+        index.eraseBoundaries(2, 3, chain(9, 1).data(), 1);  // a no-op naming a hash it is not under
+        std::vector<std::string> before = entries(index);
+        std::sort(before.begin(), before.end());  // the table's growth reorders boundaries, not lists
+        bool threw = false;
+        try {
+            index.insert(2, big, big.size());  // record 2 already has boundaries 1..4 -> duplicate, not this
+        } catch (ContractError const&) {
+        }
+        try {
+            index.insert(3, big, big.size());
+        } catch (std::bad_alloc const&) {
+            threw = true;
+        }
+        index.checkInvariants();
+        std::vector<std::string> after = entries(index);
+        std::sort(after.begin(), after.end());
+        if (!threw || after != before || listed(index, chain(1, 2)[0], 1) != std::vector<RecordId>{2, 1} ||
+            index.entryCount() != 7 || index.lookupLongest(big, 1 << 21) || index.contains(big[0], {3, 1}) ||
+            !(index.lookupLongest(chain(1, 3), 3) == DraftPathMatch{1, 3}))
+            throw std::runtime_error("not undone");
+        index.insert(3, chain(1, 3), 3);  // the record slot went back: record 3 indexes afresh
+        index.checkInvariants();
+    }));
+#endif
+}
+
+// A plain model of the contract: every entry with its insertion sequence number.
+struct ModelEntry {
+    BlockHash hash;
+    int32_t n;
+    RecordId record;
+    uint64_t seq;
+};
+
+TEST(DraftPathIndex, MatchesAPlainModelUnderRandomOperations) {
+    std::mt19937_64 rng(1234);
+    DraftPathIndex index;
+    std::vector<ModelEntry> model;
+    std::map<RecordId, std::vector<BlockHash>> paths;  // records with entries, their full paths
+    uint64_t seq = 0;
+    auto randomPath = [&] {  // three trunks, diverging at random: shared boundaries, repeated hashes
+        std::vector<BlockHash> p = chain(rng() % 3, 1 + static_cast<int>(rng() % 5));
+        if (rng() % 2) p = test::extend(p, 10 + rng() % 4, 1 + static_cast<int>(rng() % 3));
+        if (rng() % 8 == 0) p.push_back(p.front());
+        return p;
+    };
+    auto modelCount = [&] { return model.size(); };
+    for (int step = 0; step < 3000; ++step) {
+        uint64_t const op = rng() % 10;
+        RecordId const id = rng() % 16;  // 0 (kNoRecord) included: the index gives it no meaning
+        if (op < 4 && !paths.count(id)) {
+            std::vector<BlockHash> const p = randomPath();
+            index.insert(id, p, p.size());
+            ++seq;
+            for (size_t i = 0; i < p.size(); ++i) model.push_back({p[i], static_cast<int32_t>(i + 1), id, seq});
+            paths[id] = p;
+        } else if (op < 5 && paths.count(id)) {
+            EXPECT_THROW(index.insert(id, paths[id], paths[id].size()), ContractError);
+        } else if (op < 7 && paths.count(id)) {
+            index.erase(id, paths[id]);
+            model.erase(std::remove_if(model.begin(), model.end(), [&](ModelEntry const& e) { return e.record == id; }),
+                        model.end());
+            paths.erase(id);
+        } else if (op < 8 && paths.count(id)) {  // trim: keep `kept` blocks
+            std::vector<BlockHash>& p = paths[id];
+            int32_t const kept = static_cast<int32_t>(rng() % p.size());
+            index.eraseBoundaries(id, kept, p.data() + kept, p.size() - static_cast<size_t>(kept));
+            model.erase(std::remove_if(model.begin(), model.end(),
+                                       [&](ModelEntry const& e) { return e.record == id && e.n > kept; }),
+                        model.end());
+            p.resize(static_cast<size_t>(kept));
+            if (p.empty()) paths.erase(id);
+        }
+        ASSERT_EQ(index.entryCount(), modelCount());
+        // Queries: every record's path and a random one, at every bound.
+        std::vector<BlockHash> query = rng() % 2 || paths.empty()
+                                           ? randomPath()
+                                           : std::next(paths.begin(), static_cast<long>(rng() % paths.size()))->second;
+        for (int32_t bound = 0; bound <= static_cast<int32_t>(query.size()); ++bound) {
+            std::optional<DraftPathMatch> expected;
+            for (int32_t n = bound; n >= 1 && !expected; --n) {
+                uint64_t best = 0;
+                for (ModelEntry const& e : model)
+                    if (e.n == n && e.hash == query[static_cast<size_t>(n - 1)] && e.seq > best) {
+                        best = e.seq;
+                        expected = DraftPathMatch{e.record, n};
+                    }
+            }
+            ASSERT_EQ(index.lookupLongest(query, bound), expected) << "step " << step << " bound " << bound;
+        }
+        for (int32_t n = 1; n <= static_cast<int32_t>(query.size()); ++n) {
+            RecordId const r = rng() % 17;
+            bool const present = std::any_of(model.begin(), model.end(), [&](ModelEntry const& e) {
+                return e.record == r && e.n == n && e.hash == query[static_cast<size_t>(n - 1)];
+            });
+            ASSERT_EQ(index.contains(query[static_cast<size_t>(n - 1)], {r, n}), present);
+        }
+        if (step % 50 == 0) {
+            std::vector<std::string> expectedEntries;  // forEach: per boundary, most recent first
+            std::vector<ModelEntry> sorted = model;
+            std::sort(sorted.begin(), sorted.end(), [](ModelEntry const& a, ModelEntry const& b) {
+                return std::make_tuple(a.hash.hi, a.hash.lo, a.n, ~a.seq) <
+                       std::make_tuple(b.hash.hi, b.hash.lo, b.n, ~b.seq);
+            });
+            for (ModelEntry const& e : sorted)
+                expectedEntries.push_back(toHex(e.hash) + "/" + std::to_string(e.n) + "->" + std::to_string(e.record));
+            std::vector<std::string> actual = entries(index);
+            std::vector<std::string> actualGrouped;  // regroup forEach's output by boundary, keeping list order
+            std::map<std::string, std::vector<std::string>> byBoundary;
+            for (std::string const& e : actual) byBoundary[e.substr(0, e.find("->"))].push_back(e);
+            for (ModelEntry const& e : sorted) {
+                std::string const key = toHex(e.hash) + "/" + std::to_string(e.n);
+                if (byBoundary.count(key)) {
+                    for (std::string const& x : byBoundary[key]) actualGrouped.push_back(x);
+                    byBoundary.erase(key);
+                }
+            }
+            ASSERT_EQ(actualGrouped, expectedEntries) << "step " << step;
+            ASSERT_EQ(actual.size(), expectedEntries.size());
+        }
+        index.checkInvariants();
+    }
+    for (auto const& [id, p] : paths) index.erase(id, p);
+    EXPECT_EQ(index.entryCount(), 0u);
     index.checkInvariants();
 }
 

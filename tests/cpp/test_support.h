@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -13,7 +15,19 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "ctxcache/context_cache_manager.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CTXC_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CTXC_UNDER_ASAN 1
+#endif
+#endif
 
 namespace ctxcache::test {
 
@@ -39,6 +53,33 @@ inline std::vector<BlockHash> chain(uint64_t lane, int count) {
 inline std::vector<BlockHash> extend(std::vector<BlockHash> prefix, uint64_t lane, int count) {
     for (int i = 0; i < count; ++i) prefix.push_back(blockHash(lane, static_cast<uint64_t>(prefix.size())));
     return prefix;
+}
+
+// Runs `body` in a child process whose address space may grow by only `headroom` bytes; true when it returned.
+// (Refusals that allocate first fail there with std::bad_alloc.) Not under AddressSanitizer, whose shadow memory
+// needs terabytes of address space.
+inline bool completesWithinAddressSpace(size_t headroom, std::function<void()> const& body) {
+    std::fflush(nullptr);
+    pid_t const pid = fork();
+    if (pid == 0) {
+        long pages = 0;
+        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+            if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+            std::fclose(f);
+        }
+        rlim_t const limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
+        rlimit const rl{limit, limit};
+        if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+        try {
+            body();
+        } catch (...) {
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 inline bool poolsFull(ContextCacheManager const& m) {
