@@ -170,13 +170,16 @@ void ContextCacheManager::clear() {
 }
 
 void ContextCacheManager::evictOne(RecordId id) {
-    // MERGE(draft-index spans): an EAGLE record's hashes are read (derived from its still-mapped pages) before
-    // anything changes; with DraftPathIndex::erase(RecordId, BlockHashSpan) this materialization goes away.
-    std::optional<CacheRecord> paired;
-    if (StoredRecord const& stored = records_.get(id); stored.hasDraftPath() && !stored.isHybrid())
-        paired = records_.materialize(stored);
+    // An EAGLE record's hashes are read (derived from its still-mapped pages) before anything changes: its draft
+    // boundaries are keyed by them.
+    std::vector<BlockHash> pairedHashes;
+    if (StoredRecord const& stored = records_.get(id); stored.hasDraftPath() && !stored.isHybrid()) {
+        pairedHashes.reserve(static_cast<size_t>(stored.key.fullBlockCount));
+        for (size_t i = 0; i < static_cast<size_t>(stored.key.fullBlockCount); ++i)
+            pairedHashes.push_back(records_.logicalHash(stored, i));
+    }
     StoredRecord const record = records_.erase(id);
-    if (paired) draftIndex_.erase(*paired);
+    if (!pairedHashes.empty()) draftIndex_.erase(id, {pairedHashes.data(), pairedHashes.size()});
     bool const report = beginRemovals(record.basePagePath.size());
     releaseBasePages(record.basePagePath, 0);
     if (report) events_.endRemoved();
@@ -537,8 +540,9 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
         record.id = id;
-        // MERGE(draft-index spans): insert(id, record.logicalBlockHashes, ...) once DraftPathIndex takes spans.
-        if (record.hasDraftPath() && !record.isHybrid()) draftIndex_.insert(record);  // EAGLE paths only
+        if (record.hasDraftPath() && !record.isHybrid())  // EAGLE paths only
+            draftIndex_.insert(id, {record.logicalBlockHashes.data(), record.logicalBlockHashes.size()},
+                               record.draftPagePath.size());
     } catch (...) {
         if (id != kNoRecord) records_.erase(id);
         for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef(resources[i]);
@@ -603,7 +607,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
         }
         // Draft upgrade: a base-only record gains this producer's draft path (and becomes MRU). Index first
         // (strong guarantee), then refs (undone on failure), then the record itself (cannot fail).
-        // MERGE(draft-index spans): the full form only feeds DraftPathIndex::insert/erase(CacheRecord).
+        // The full form (its hashes derived from the canonical pages) feeds the draft index.
         CacheRecord upgraded = records_.materialize(record);
         upgraded.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
         draftIndex_.insert(upgraded);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ctxcache/detail/flat_hash_map.h"
 #include "ctxcache/errors.h"
 #include "test_support.h"
 
@@ -259,6 +260,39 @@ TEST(CacheRecordStore, AddingDraftStatePreservesBaseIdentityAndPromotesRecord) {
     EXPECT_THROW(store.setDraftState(1, {7, 8}), ContractError);  // already paired
     EXPECT_EQ(store.get(1).draftPagePath, (std::vector<PageId>{5, 6}));
     EXPECT_NO_THROW(store.checkInvariants());
+}
+
+struct IdentityHasher {
+    size_t operator()(uint64_t k) const noexcept { return static_cast<size_t>(k); }
+};
+
+TEST(FlatHashMap, AGrowthThatCannotAllocateLeavesTheMapAsItWas) {
+#ifdef CTXC_UNDER_ASAN
+    GTEST_SKIP() << "address-space limits and AddressSanitizer do not mix";
+#else
+    // The store's key indexes are FlatHashMaps. Filled to 3/4 of 2^20 slots (16 MiB), the next insert needs a
+    // 32 MiB table; with 24 MiB of headroom it throws bad_alloc, and every entry must still be found, none
+    // added (the map used to drop its slots before allocating the new ones). Exit 0 only if both hold.
+    EXPECT_TRUE(test::completesWithinAddressSpace(size_t{24} << 20, [] {
+        detail::FlatHashMap<uint64_t, int32_t, IdentityHasher> map;
+        map.reserve(size_t{3} << 18);  // exactly 2^20 slots
+        uint64_t const full = uint64_t{3} << 18;
+        for (uint64_t k = 0; k < full; ++k) map.tryEmplace(k * 7919, static_cast<int32_t>(k));
+        size_t const bytes = map.memoryBytes();
+        bool threw = false;
+        try {
+            map.tryEmplace(uint64_t{1} << 40, -1);
+        } catch (std::bad_alloc const&) {
+            threw = true;
+        }
+        bool intact = threw && map.size() == full && map.memoryBytes() == bytes && !map.contains(uint64_t{1} << 40);
+        for (uint64_t k = 0; intact && k < full; ++k) {
+            int32_t const* v = map.find(k * 7919);
+            intact = v && *v == static_cast<int32_t>(k);
+        }
+        if (!intact || !map.erase(0) || map.contains(0)) throw std::runtime_error("not intact");
+    }));
+#endif
 }
 
 }  // namespace

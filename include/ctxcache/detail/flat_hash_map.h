@@ -110,9 +110,10 @@ private:
     size_t home(Key const& key) const noexcept { return static_cast<size_t>(mixHash(Hasher{}(key))) & mask_; }
 
     void rehash(size_t capacity) {
+        std::vector<Slot> grown(capacity, Slot{});  // the only allocation: a failure leaves the map untouched
         std::vector<Slot> old;
         old.swap(slots_);
-        slots_.assign(capacity, Slot{});
+        slots_.swap(grown);
         mask_ = capacity - 1;
         size_ = 0;
         for (Slot& s : old)
