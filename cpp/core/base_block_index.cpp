@@ -5,11 +5,17 @@
 
 #include "ctxcache/base_block_index.h"
 
+#include <algorithm>
 #include <string>
 
 #include "ctxcache/errors.h"
 
 namespace ctxcache {
+
+namespace {
+// How many chain hashes ahead a walk starts loading home slots: enough misses in flight to cover the latency.
+constexpr size_t kPrefetchDistance = 8;
+}  // namespace
 
 BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) {
     if (pageCapacity < 0) throw ContractError("BaseBlockIndex: pageCapacity must be non-negative");
@@ -60,7 +66,9 @@ BaseLookupResult BaseBlockIndex::lookupPrefix(std::vector<BlockHash> const& hash
 
 size_t BaseBlockIndex::lookupPrefixInto(BlockHash const* hashes, size_t count, std::vector<PageId>& pages) const {
     size_t matched = 0;
+    for (size_t i = 0; i < std::min(count, kPrefetchDistance); ++i) prefetch(hashes[i]);
     for (; matched < count; ++matched) {
+        if (matched + kPrefetchDistance < count) prefetch(hashes[matched + kPrefetchDistance]);
         Slot const* slot = findSlot(hashes[matched]);
         if (!slot) break;
         pages.push_back(slot->page);

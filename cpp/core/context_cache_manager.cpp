@@ -502,7 +502,11 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan 
     stagedStores_.clear();
     if (eventsEnabled_) stagedStores_.reserve(count);
     try {
+        constexpr size_t kPrefetchDistance = 8;  // home slots loading ahead of the inserts
+        for (size_t i = matchedBlocks; i < std::min(count, matchedBlocks + kPrefetchDistance); ++i)
+            baseIndex_.prefetch(hashes[i]);
         for (size_t i = 0; i < count; ++i) {
+            if (i >= matchedBlocks && i + kPrefetchDistance < count) baseIndex_.prefetch(hashes[i + kPrefetchDistance]);
             if (i < matchedBlocks && baseIndex_.isMapped(producerPages[i])) {
                 canonical.push_back(producerPages[i]);
                 continue;

@@ -58,6 +58,8 @@ public:
     std::optional<BlockHash> hashOfPage(PageId page) const;
 
     BaseInsertResult insert(BlockHash hash, PageId proposedPage);
+    // A hint that `hash` is about to be looked up or inserted: starts loading its home slot. No effect on state.
+    void prefetch(BlockHash const& hash) const noexcept { __builtin_prefetch(&slots_[homeOf(tagOf(hash))]); }
     // Removes page's mapping (reverse entry, and forward entry if it still points at page). Absent: no-op.
     void erasePage(PageId page);
 
