@@ -282,21 +282,32 @@ void KvEventPublisher::consume(KvEventLog& events) noexcept {
     Impl& s = *impl_;
     Impl::Batch batch;
     batch.timestamp = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    KvEventLog recycled;
+    bool haveRecycled = false;
     {
         std::lock_guard<std::mutex> lock(s.mutex);
         if (!s.spare.empty()) {
-            batch.events = std::move(s.spare.back());
+            recycled = std::move(s.spare.back());
             s.spare.pop_back();
+            haveRecycled = true;
         }
     }
-    // A copy into a recycled log, outside the lock: both the manager's log and the recycled ones keep their
-    // capacity, so that steady state allocates nothing (handing the manager's own buffers to the sender thread
-    // made it allocate, and fault in fresh pages, on every call).
+    // The batch takes the manager's log and the manager gets a recycled one in exchange: no copy, and both keep
+    // their capacity, so steady state allocates nothing (handing the manager's buffers over without an exchange
+    // made it allocate, and fault in fresh pages, on every call). With no recycled log to give (the sender is
+    // behind), the batch is a copy and the manager keeps its own.
     bool copied = true;
-    try {
-        batch.events = events;
-    } catch (...) {
-        copied = false;
+    if (haveRecycled) {
+        recycled.clear();
+        recycled.blockSize = events.blockSize;
+        batch.events = std::move(events);
+        events = std::move(recycled);
+    } else {
+        try {
+            batch.events = events;
+        } catch (...) {
+            copied = false;
+        }
     }
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.closed || !copied) {
