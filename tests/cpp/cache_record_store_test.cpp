@@ -13,14 +13,7 @@ namespace {
 using test::basePage;
 using test::H;
 using test::Hs;
-
-CacheRecord vanillaRecord(std::vector<BlockHash> hashes, std::vector<PageId> pages) {
-    CacheRecord r;
-    r.key = CacheRecordKey{hashes.back(), static_cast<int32_t>(hashes.size())};
-    r.logicalBlockHashes = std::move(hashes);
-    r.basePagePath = std::move(pages);
-    return r;
-}
+using test::vanillaRecord;
 
 CacheRecord hybridRecord(BlockHash digest, int32_t exactLength, std::vector<BlockHash> hashes,
                          std::vector<PageId> pages, int32_t recurrent, std::optional<int32_t> partial) {

@@ -16,16 +16,9 @@ using test::chain;
 using test::describe;
 using test::H;
 using test::Hs;
+using test::vanillaRecord;
 
 constexpr int32_t kPage = 4;
-
-CacheRecord vanillaRecord(std::vector<BlockHash> hashes, std::vector<PageId> pages) {
-    CacheRecord r;
-    r.key = CacheRecordKey{hashes.back(), static_cast<int32_t>(hashes.size())};
-    r.logicalBlockHashes = std::move(hashes);
-    r.basePagePath = std::move(pages);
-    return r;
-}
 
 CacheRecord pureRecurrentRecord(BlockHash digest, int32_t length, std::vector<BlockHash> hashes, int32_t slot) {
     CacheRecord r;
@@ -138,20 +131,21 @@ struct Published {
     std::vector<BlockHash> hashes;  // the full blocks the record was published with
 };
 
-Published vanilla(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens) {
-    AcquireResult a = m.acquireVanilla(hashes, tokens);
+// A prompt of `tokens` acquired (EAGLE-paired when `paired`), published and released.
+Published publishPrompt(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens, bool paired) {
+    AcquireResult a = paired ? m.acquireSpec(hashes, tokens) : m.acquireVanilla(hashes, tokens);
     EXPECT_TRUE(a.lease);
     PublishResult const r = m.publish(*a.lease, {hashes, tokens});
     a.lease->release();
     return {r.record.value_or(kNoRecord), firstBlocks(hashes, static_cast<size_t>(tokens / kPage))};
 }
 
+Published vanilla(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens) {
+    return publishPrompt(m, hashes, tokens, false);
+}
+
 Published spec(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t tokens) {
-    AcquireResult a = m.acquireSpec(hashes, tokens);
-    EXPECT_TRUE(a.lease);
-    PublishResult const r = m.publish(*a.lease, {hashes, tokens});
-    a.lease->release();
-    return {r.record.value_or(kNoRecord), firstBlocks(hashes, static_cast<size_t>(tokens / kPage))};
+    return publishPrompt(m, hashes, tokens, true);
 }
 
 // A hybrid checkpoint at `length` (with or without attention), published by a cold lease.

@@ -49,6 +49,15 @@ inline std::vector<BlockHash> chain(uint64_t lane, int count) {
     return out;
 }
 
+// A vanilla record over `hashes` and `pages` (its key: the last hash and the block count), not yet stored.
+inline CacheRecord vanillaRecord(std::vector<BlockHash> hashes, std::vector<PageId> pages) {
+    CacheRecord r;
+    r.key = CacheRecordKey{hashes.back(), static_cast<int32_t>(hashes.size())};
+    r.logicalBlockHashes = std::move(hashes);
+    r.basePagePath = std::move(pages);
+    return r;
+}
+
 // `prefix` followed by `count` hashes of another lane: a request sharing `prefix` then diverging.
 inline std::vector<BlockHash> extend(std::vector<BlockHash> prefix, uint64_t lane, int count) {
     for (int i = 0; i < count; ++i) prefix.push_back(blockHash(lane, static_cast<uint64_t>(prefix.size())));
