@@ -8,9 +8,10 @@
 //
 //   bench_kv_events [--trace PATH] [--requests N] [--page-size P] [--capacity-blocks B] [--rounds K]
 //
-// Tokens: block id b of the trace (512 tokens) expands to tokens (b * 1000003 + j) mod 2^31 for j in [0, 512);
-// hashes: FNV-1a-128 chains (hashing is not what is measured). Capacity: --capacity-blocks B trace blocks (default
-// a quarter of the distinct blocks), so eviction runs. Prints one JSON object.
+// Requests: the trace as mooncake_trace.h reads it (timestamp order). Tokens: block id b of the trace (512 tokens)
+// expands to tokens (b * 1000003 + j) mod 2^31 for j in [0, 512); hashes: FNV-1a-128 chains (hashing is not what is
+// measured). Capacity: --capacity-blocks B trace blocks (default a quarter of the distinct blocks), so eviction
+// runs. Prints one JSON object.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,54 +30,19 @@
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/kv_event_publisher.h"
+#include "mooncake_trace.h"
 
 using namespace ctxcache;
 
 namespace {
 
-constexpr int32_t kTraceBlock = 512;
+using bench::kTraceBlock;
+using bench::loadTrace;
+using bench::Request;
 
 [[noreturn]] void fail(std::string const& why) {
     std::cerr << "bench_kv_events: " << why << "\n";
     std::exit(1);
-}
-
-struct Request {
-    int32_t inputLength = 0;
-    int32_t outputLength = 0;
-    std::vector<int64_t> blocks;
-};
-
-// The integer after "key": in one JSONL line.
-int64_t number(std::string const& line, char const* key) {
-    size_t const at = line.find(key);
-    if (at == std::string::npos) fail(std::string("no ") + key);
-    return std::stoll(line.substr(line.find(':', at) + 1));
-}
-
-std::vector<Request> readTrace(std::string const& path, int64_t limit) {
-    std::ifstream in(path);
-    if (!in) fail("cannot read " + path);
-    std::vector<Request> out;
-    std::string line;
-    while (std::getline(in, line) && (limit < 0 || static_cast<int64_t>(out.size()) < limit)) {
-        if (line.empty()) continue;
-        Request r;
-        r.inputLength = static_cast<int32_t>(number(line, "\"input_length\""));
-        r.outputLength = static_cast<int32_t>(number(line, "\"output_length\""));
-        size_t const open = line.find('[', line.find("\"hash_ids\""));
-        size_t const close = line.find(']', open);
-        std::string const list = line.substr(open + 1, close - open - 1);
-        for (size_t p = 0; p < list.size();) {
-            size_t const comma = list.find(',', p);
-            std::string const item = list.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
-            if (item.find_first_of("0123456789") != std::string::npos) r.blocks.push_back(std::stoll(item));
-            if (comma == std::string::npos) break;
-            p = comma + 1;
-        }
-        out.push_back(std::move(r));
-    }
-    return out;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -166,14 +133,20 @@ int main(int argc, char** argv) {
         else fail("unknown argument " + a);
     }
     if (pageSize <= 0 || kTraceBlock % pageSize) fail("--page-size must divide 512");
-    std::vector<Request> const requests = readTrace(trace, limit);
+    std::vector<Request> requests;
+    try {
+        requests = loadTrace(trace, limit);
+    } catch (std::runtime_error const& e) {
+        fail(e.what());
+    }
     std::set<int64_t> distinct;
     std::vector<std::vector<int32_t>> tokens;
     std::vector<std::vector<BlockHash>> hashes;
     BlockHasher const hasher(HashAlgorithm::kFnv1a128);
     for (Request const& r : requests) {
         std::vector<int32_t> t;
-        for (int64_t b : r.blocks) {
+        for (uint64_t const id : r.hashIds) {
+            int64_t const b = static_cast<int64_t>(id);
             distinct.insert(b);
             for (int32_t j = 0; j < kTraceBlock && static_cast<int32_t>(t.size()) < r.inputLength; ++j)
                 t.push_back(static_cast<int32_t>((b * 1000003 + j) % 2147483647));

@@ -76,138 +76,29 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
+#include "mooncake_trace.h"
 
 using namespace ctxcache;
 
 namespace {
 
-constexpr int32_t kTraceBlock = 512;
+using bench::kTraceBlock;
+using bench::loadTrace;
+using bench::Request;
+
 constexpr char const* kDefaultTrace = "../shared/data/mooncake_synthetic_trace.jsonl";
 constexpr char const* kDefaultKey = "ctxcache-bench-key";
-
-struct Request {
-    int64_t timestamp = 0;
-    int32_t inputLength = 0;
-    int32_t outputLength = 0;
-    std::vector<uint64_t> hashIds;
-};
 
 [[noreturn]] void fail(std::string const& why) {
     std::fprintf(stderr, "bench_manager: %s\n", why.c_str());
     std::exit(2);
-}
-
-// ---- a tiny parser for the fixed JSONL format ----------------------------------------------------------------
-
-class LineParser {
-public:
-    LineParser(std::string const& line, size_t lineNo) : s_(line), lineNo_(lineNo) {}
-
-    Request parse() {
-        Request r;
-        bool seen[4] = {};
-        expect('{');
-        skipSpace();
-        if (peek() == '}') fail(where("empty object"));
-        for (;;) {
-            std::string const key = string();
-            expect(':');
-            if (key == "timestamp") r.timestamp = integer(), seen[0] = true;
-            else if (key == "input_length") r.inputLength = static_cast<int32_t>(integer()), seen[1] = true;
-            else if (key == "output_length") r.outputLength = static_cast<int32_t>(integer()), seen[2] = true;
-            else if (key == "hash_ids") {
-                expect('[');
-                skipSpace();
-                if (peek() == ']') ++i_;
-                else
-                    for (;;) {
-                        int64_t const id = integer();
-                        if (id < 0) fail(where("negative hash id"));
-                        r.hashIds.push_back(static_cast<uint64_t>(id));
-                        skipSpace();
-                        if (peek() == ',') {
-                            ++i_;
-                            continue;
-                        }
-                        expect(']');
-                        break;
-                    }
-                seen[3] = true;
-            } else {
-                fail(where("unknown key \"" + key + "\""));
-            }
-            skipSpace();
-            if (peek() == ',') {
-                ++i_;
-                continue;
-            }
-            expect('}');
-            break;
-        }
-        if (!(seen[0] && seen[1] && seen[2] && seen[3])) fail(where("missing field"));
-        if (r.inputLength < 0 || r.outputLength < 0) fail(where("negative length"));
-        if (static_cast<int64_t>(r.hashIds.size()) * kTraceBlock < r.inputLength)
-            fail(where("hash_ids do not cover input_length"));
-        return r;
-    }
-
-private:
-    std::string where(std::string const& why) const { return "trace line " + std::to_string(lineNo_) + ": " + why; }
-    void skipSpace() {
-        while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n')) ++i_;
-    }
-    char peek() {
-        skipSpace();
-        return i_ < s_.size() ? s_[i_] : '\0';
-    }
-    void expect(char c) {
-        if (peek() != c) fail(where(std::string("expected '") + c + "'"));
-        ++i_;
-    }
-    std::string string() {
-        expect('"');
-        size_t const end = s_.find('"', i_);
-        if (end == std::string::npos) fail(where("unterminated string"));
-        std::string out = s_.substr(i_, end - i_);
-        i_ = end + 1;
-        return out;
-    }
-    int64_t integer() {
-        skipSpace();
-        bool negative = false;
-        if (i_ < s_.size() && s_[i_] == '-') negative = true, ++i_;
-        if (i_ >= s_.size() || s_[i_] < '0' || s_[i_] > '9') fail(where("expected an integer"));
-        int64_t v = 0;
-        while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') v = v * 10 + (s_[i_++] - '0');
-        if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) fail(where("expected an integer"));
-        return negative ? -v : v;
-    }
-
-    std::string const& s_;
-    size_t lineNo_;
-    size_t i_ = 0;
-};
-
-std::vector<Request> loadTrace(std::string const& path, int64_t limit) {
-    std::ifstream in(path);
-    if (!in) fail("cannot open trace " + path);
-    std::vector<Request> requests;
-    std::string line;
-    size_t lineNo = 0;
-    while ((limit < 0 || static_cast<int64_t>(requests.size()) < limit) && std::getline(in, line)) {
-        ++lineNo;
-        if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-        requests.push_back(LineParser(line, lineNo).parse());
-    }
-    std::stable_sort(requests.begin(), requests.end(),
-                     [](Request const& a, Request const& b) { return a.timestamp < b.timestamp; });
-    return requests;
 }
 
 // ---- token expansion (identical in python/ctxcache/bench.py) -----------------------------------------------
@@ -689,7 +580,12 @@ int main(int argc, char** argv) {
     if (snapshotSlotsOption > INT32_MAX / 4) fail("--snapshot-slots out of range");
     bool const wantHybrid = std::find(modes.begin(), modes.end(), Mode::kHybrid) != modes.end();
 
-    std::vector<Request> const requests = loadTrace(trace, limit);
+    std::vector<Request> requests;
+    try {
+        requests = loadTrace(trace, limit);
+    } catch (std::runtime_error const& e) {
+        fail(e.what());
+    }
     std::unordered_set<uint64_t> distinct;
     int64_t traceBlocks = 0, maxRequestTokens = 0;
     for (Request const& r : requests) {
