@@ -103,7 +103,8 @@ private:
         if (i_ >= s_.size() || s_[i_] < '0' || s_[i_] > '9') throw std::runtime_error(where("expected an integer"));
         int64_t v = 0;
         while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') v = v * 10 + (s_[i_++] - '0');
-        if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) throw std::runtime_error(where("expected an integer"));
+        if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E'))
+            throw std::runtime_error(where("expected an integer"));
         return negative ? -v : v;
     }
 
