@@ -20,7 +20,7 @@ constexpr size_t kPrefetchDistance = 8;
 BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) {
     if (pageCapacity < 0) throw ContractError("BaseBlockIndex: pageCapacity must be non-negative");
     size_t slots = 16;
-    while (slots / 4 * 3 < static_cast<size_t>(pageCapacity)) slots *= 2;
+    while (slots / 2 < static_cast<size_t>(pageCapacity)) slots *= 2;
     slots_.assign(slots, Slot{});
     mask_ = slots - 1;
     reverse_.resize(static_cast<size_t>(pageCapacity));
@@ -99,7 +99,7 @@ BaseInsertResult BaseBlockIndex::insert(BlockHash hash, PageId proposedPage) {
         throw ContractError("BaseBlockIndex::insert: page " + std::to_string(proposedPage) +
                             " is already the canonical page of another hash (" +
                             toHex(reverse_[static_cast<size_t>(proposedPage)]) + ")");
-    // At most one mapping per page and the table holds 4/3 slots per page: slot i is free, no growth.
+    // At most one mapping per page and the table holds 2 slots per page: slot i is free, no growth.
     slots_[i] = Slot{tag, proposedPage};
     ++size_;
     reverse_[static_cast<size_t>(proposedPage)] = hash;
@@ -116,7 +116,7 @@ void BaseBlockIndex::erasePage(PageId page) {
 }
 
 void BaseBlockIndex::checkInvariants() const {
-    // One pass around the table, starting after an empty slot (load <= 3/4 guarantees one): a used slot is
+    // One pass around the table, starting after an empty slot (load <= 1/2 guarantees one): a used slot is
     // reachable from its home iff its home lies within the run that began after the last empty slot.
     size_t lastEmpty = 0;
     while (slots_[lastEmpty].page >= 0) ++lastEmpty;

@@ -202,7 +202,14 @@ void ContextCacheManager::evictOne(RecordId id) {
 }
 
 void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from) {
+    // Pipelined: a page's reverse entry is requested 2d pages ahead, the home slot of its hash d pages ahead, so
+    // the forward-table miss of erasePage overlaps the work on earlier pages.
+    constexpr size_t kAhead = 8;
+    for (size_t i = from; i < std::min(pages.size(), from + 2 * kAhead); ++i) baseIndex_.prefetchReverse(pages[i]);
+    for (size_t i = from; i < std::min(pages.size(), from + kAhead); ++i) baseIndex_.prefetchErase(pages[i]);
     for (size_t i = from; i < pages.size(); ++i) {
+        if (i + 2 * kAhead < pages.size()) baseIndex_.prefetchReverse(pages[i + 2 * kAhead]);
+        if (i + kAhead < pages.size()) baseIndex_.prefetchErase(pages[i + kAhead]);
         ResourceId const rid{ResourceType::kBaseKvPage, pages[i]};
         pools_.releaseCacheRef(rid);
         if (pools_.cacheRefCount(rid) == 0) {

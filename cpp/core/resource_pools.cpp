@@ -5,7 +5,6 @@
 
 #include "ctxcache/resource_pools.h"
 
-#include <limits>
 #include <string>
 
 #include "ctxcache/errors.h"
@@ -56,13 +55,6 @@ void ResourcePools::takeFree(Pool& pool, int32_t count, std::vector<int32_t>* id
     pool.freeCount -= count;
 }
 
-void ResourcePools::pushFree(Pool& pool, int32_t id) noexcept {
-    int32_t tail = pool.freeHead + pool.freeCount;
-    if (tail >= pool.capacity) tail -= pool.capacity;
-    pool.freeRing[static_cast<size_t>(tail)] = id;
-    ++pool.freeCount;
-}
-
 bool ResourcePools::allocateInto(ResourceDemand const& demand, std::vector<ResourceId>& resources) {
     if (!demand.isNonNegative()) throw ContractError("ResourcePools::allocateInto: demand must be non-negative");
     if (!canAllocate(demand)) return false;
@@ -90,61 +82,13 @@ bool ResourcePools::allocateIds(ResourceType type, int32_t count, std::vector<in
     return true;
 }
 
-ResourcePools::Slot& ResourcePools::slot(ResourceId const& id, char const* operation) {
-    if (!validId(id))
-        throw ContractError(std::string("ResourcePools::") + operation + ": " + describe(id) + " is out of range [0, " +
-                            std::to_string(capacity(id.type)) + ")");
-    return pools_[index(id.type)].slots[static_cast<size_t>(id.index)];
+void ResourcePools::failOutOfRange(ResourceId const& id, char const* operation) const {
+    throw ContractError(std::string("ResourcePools::") + operation + ": " + describe(id) + " is out of range [0, " +
+                        std::to_string(capacity(id.type)) + ")");
 }
 
-ResourcePools::Slot const& ResourcePools::slot(ResourceId const& id, char const* operation) const {
-    return const_cast<ResourcePools*>(this)->slot(id, operation);
-}
-
-void ResourcePools::addActiveRef(ResourceId const& id) {
-    Slot& s = slot(id, "addActiveRef");
-    if (s.active == 0 && s.cache == 0) throw ContractError("ResourcePools::addActiveRef: " + describe(id) + " is free");
-    if (s.active == std::numeric_limits<int32_t>::max())
-        throw ContractError("ResourcePools::addActiveRef: " + describe(id) + " active refcount overflow");
-    if (s.active++ == 0) --pools_[index(id.type)].reclaimable;
-}
-
-void ResourcePools::releaseActiveRef(ResourceId const& id) {
-    Slot& s = slot(id, "releaseActiveRef");
-    if (s.active == 0)
-        throw ContractError("ResourcePools::releaseActiveRef: " + describe(id) + " has no active reference");
-    if (--s.active == 0) {
-        Pool& pool = pools_[index(id.type)];
-        if (s.cache == 0) pushFree(pool, id.index);
-        else ++pool.reclaimable;
-    }
-}
-
-void ResourcePools::addCacheRef(ResourceId const& id) {
-    Slot& s = slot(id, "addCacheRef");
-    if (s.active == 0 && s.cache == 0) throw ContractError("ResourcePools::addCacheRef: " + describe(id) + " is free");
-    if (s.cache == std::numeric_limits<int32_t>::max())
-        throw ContractError("ResourcePools::addCacheRef: " + describe(id) + " cache refcount overflow");
-    ++s.cache;
-    // active > 0 here unless the id already had cache refs: reclaimable does not change either way.
-}
-
-void ResourcePools::releaseCacheRef(ResourceId const& id) {
-    Slot& s = slot(id, "releaseCacheRef");
-    if (s.cache == 0)
-        throw ContractError("ResourcePools::releaseCacheRef: " + describe(id) + " has no cache reference");
-    if (--s.cache == 0 && s.active == 0) {
-        Pool& pool = pools_[index(id.type)];
-        --pool.reclaimable;
-        pushFree(pool, id.index);
-    }
-}
-
-int32_t ResourcePools::activeRefCount(ResourceId const& id) const { return slot(id, "activeRefCount").active; }
-int32_t ResourcePools::cacheRefCount(ResourceId const& id) const { return slot(id, "cacheRefCount").cache; }
-bool ResourcePools::isFree(ResourceId const& id) const {
-    Slot const& s = slot(id, "isFree");
-    return s.active == 0 && s.cache == 0;
+void ResourcePools::failRef(ResourceId const& id, char const* operation, char const* what) {
+    throw ContractError(std::string("ResourcePools::") + operation + ": " + describe(id) + " " + what);
 }
 
 std::vector<int32_t> ResourcePools::freeList(ResourceType type) const {

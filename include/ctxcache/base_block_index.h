@@ -6,7 +6,8 @@
 // the hash, page}: a probe compares tags and confirms a tag match against reverse[page], so a full 128-bit
 // comparison decides every hit and a slot is a third of one holding the hash. The home slot is the tag's low bits,
 // so deletion re-derives homes from the slots alone. The table is sized once for the pool (a mapping per page at
-// most, load <= 3/4): insert never allocates and never rehashes.
+// most, load <= 1/2, so a probe run is short and an insert's miss rarely leaves its home cache line): insert never
+// allocates and never rehashes.
 //
 // Invariants: forward (hash -> page) and reverse (page -> hash) are one bijection over the mapped entries; every
 //             used slot sits in the probe run from its home with no empty slot in between; a slot's tag is
@@ -16,7 +17,7 @@
 //             changed.
 // Cost:       lookup/insert/erasePage O(1) expected (one probe run; a hit reads one reverse entry);
 //             lookupPrefix O(matched blocks + 1). Memory, fixed at construction: 8 bytes per table slot (between
-//             4/3 and 8/3 slots per page of capacity) plus 16 bytes and 1 bit per page for the reverse map.
+//             2 and 4 slots per page of capacity) plus 16 bytes and 1 bit per page for the reverse map.
 // Threading:  single writer, no internal locks.
 #pragma once
 
@@ -26,6 +27,7 @@
 
 #include "ctxcache/block_hash.h"
 #include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/detail/prefetch.h"
 #include "ctxcache/types.h"
 
 namespace ctxcache {
@@ -59,7 +61,15 @@ public:
 
     BaseInsertResult insert(BlockHash hash, PageId proposedPage);
     // A hint that `hash` is about to be looked up or inserted: starts loading its home slot. No effect on state.
-    void prefetch(BlockHash const& hash) const noexcept { __builtin_prefetch(&slots_[homeOf(tagOf(hash))]); }
+    void prefetch(BlockHash const& hash) const noexcept { detail::prefetchForRead(&slots_[homeOf(tagOf(hash))]); }
+    // Hints for erasing `page` soon (an eviction walks pages in order): prefetchReverse starts loading its reverse
+    // entry; prefetchErase, issued once that entry has arrived, starts loading the home slot of the hash it holds.
+    // An out-of-range page reads entry 0 instead, and an unmapped page's stale entry only wastes the hint.
+    void prefetchReverse(PageId page) const noexcept { detail::prefetchForRead(reverse_.data() + clampedPage(page)); }
+    void prefetchErase(PageId page) const noexcept {
+        static constexpr BlockHash kNone{};
+        prefetch(reverse_.empty() ? kNone : reverse_[clampedPage(page)]);
+    }
     // Removes page's mapping (reverse entry, and forward entry if it still points at page). Absent: no-op.
     void erasePage(PageId page);
 
@@ -83,6 +93,10 @@ private:
     };
     static_assert(sizeof(Slot) == 8, "a forward slot is a tag and a page");
 
+    size_t clampedPage(PageId page) const noexcept {
+        size_t const i = static_cast<uint32_t>(page);
+        return i < reverse_.size() ? i : 0;
+    }
     static uint32_t tagOf(BlockHash const& hash) noexcept {
         return static_cast<uint32_t>(detail::mixHash(Hash128Hasher{}(hash)) >> 32);
     }

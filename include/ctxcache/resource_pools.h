@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -33,14 +34,46 @@ public:
     // Appends `count` ids of one type; false (nothing appended) when short.
     bool allocateIds(ResourceType type, int32_t count, std::vector<int32_t>& ids);
 
-    void addActiveRef(ResourceId const& id);
-    void releaseActiveRef(ResourceId const& id);
-    void addCacheRef(ResourceId const& id);
-    void releaseCacheRef(ResourceId const& id);
+    // The refcount operations are inline (they run once per page on every request's path); their error paths
+    // are out of line.
+    void addActiveRef(ResourceId const& id) {
+        Slot& s = slot(id, "addActiveRef");
+        if (s.active == 0 && s.cache == 0) failRef(id, "addActiveRef", "is free");
+        if (s.active == std::numeric_limits<int32_t>::max()) failRef(id, "addActiveRef", "active refcount overflow");
+        if (s.active++ == 0) --pools_[index(id.type)].reclaimable;
+    }
+    void releaseActiveRef(ResourceId const& id) {
+        Slot& s = slot(id, "releaseActiveRef");
+        if (s.active == 0) failRef(id, "releaseActiveRef", "has no active reference");
+        if (--s.active == 0) {
+            Pool& pool = pools_[index(id.type)];
+            if (s.cache == 0) pushFree(pool, id.index);
+            else ++pool.reclaimable;
+        }
+    }
+    void addCacheRef(ResourceId const& id) {
+        Slot& s = slot(id, "addCacheRef");
+        if (s.active == 0 && s.cache == 0) failRef(id, "addCacheRef", "is free");
+        if (s.cache == std::numeric_limits<int32_t>::max()) failRef(id, "addCacheRef", "cache refcount overflow");
+        ++s.cache;
+        // active > 0 here unless the id already had cache refs: reclaimable does not change either way.
+    }
+    void releaseCacheRef(ResourceId const& id) {
+        Slot& s = slot(id, "releaseCacheRef");
+        if (s.cache == 0) failRef(id, "releaseCacheRef", "has no cache reference");
+        if (--s.cache == 0 && s.active == 0) {
+            Pool& pool = pools_[index(id.type)];
+            --pool.reclaimable;
+            pushFree(pool, id.index);
+        }
+    }
 
-    int32_t activeRefCount(ResourceId const& id) const;
-    int32_t cacheRefCount(ResourceId const& id) const;
-    bool isFree(ResourceId const& id) const;
+    int32_t activeRefCount(ResourceId const& id) const { return slot(id, "activeRefCount").active; }
+    int32_t cacheRefCount(ResourceId const& id) const { return slot(id, "cacheRefCount").cache; }
+    bool isFree(ResourceId const& id) const {
+        Slot const& s = slot(id, "isFree");
+        return s.active == 0 && s.cache == 0;
+    }
 
     int32_t freeCount(ResourceType type) const noexcept { return pools_[index(type)].freeCount; }
     int32_t capacity(ResourceType type) const noexcept { return pools_[index(type)].capacity; }
@@ -74,11 +107,23 @@ private:
     };
 
     static int index(ResourceType type) noexcept { return static_cast<int>(type); }
-    Slot& slot(ResourceId const& id, char const* operation);
-    Slot const& slot(ResourceId const& id, char const* operation) const;
+    Slot& slot(ResourceId const& id, char const* operation) {
+        if (!validId(id)) failOutOfRange(id, operation);
+        return pools_[index(id.type)].slots[static_cast<size_t>(id.index)];
+    }
+    Slot const& slot(ResourceId const& id, char const* operation) const {
+        return const_cast<ResourcePools*>(this)->slot(id, operation);
+    }
+    [[noreturn]] void failOutOfRange(ResourceId const& id, char const* operation) const;
+    [[noreturn]] static void failRef(ResourceId const& id, char const* operation, char const* what);
     void takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
                   ResourceType type);
-    static void pushFree(Pool& pool, int32_t id) noexcept;
+    static void pushFree(Pool& pool, int32_t id) noexcept {
+        int32_t tail = pool.freeHead + pool.freeCount;
+        if (tail >= pool.capacity) tail -= pool.capacity;
+        pool.freeRing[static_cast<size_t>(tail)] = id;
+        ++pool.freeCount;
+    }
 
     std::array<Pool, kResourceTypeCount> pools_;
 };

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <random>
 #include <unordered_map>
@@ -139,7 +140,7 @@ TEST(BaseBlockIndex, OutOfRangePageThrows) {
 // home = tag mod table size. Written out here so that the tests can build colliding keys on purpose.
 uint32_t tagOf(BlockHash const& h) { return static_cast<uint32_t>(detail::mixHash(Hash128Hasher{}(h)) >> 32); }
 
-// Keys whose home slots coincide in a table of 2048 slots (the table of a 1024-page index: 4/3 slots per page,
+// Keys whose home slots coincide in a table of 2048 slots (the table of a 1024-page index: 2 slots per page,
 // rounded up to a power of two). With lo = 0 the table hash of {hi, 0} is hi itself.
 std::vector<BlockHash> keysHomedAt(uint32_t home, size_t count, uint64_t& cursor) {
     std::vector<BlockHash> keys;
@@ -160,13 +161,14 @@ TEST(BaseBlockIndex, TableIsSizedForThePoolAndNeverGrows) {
     EXPECT_EQ(index.memoryBytes(), expected);
     for (PageId page = 0; page < 1024; ++page) ASSERT_EQ(index.lookup(H(1000 + page)), std::optional<PageId>(page));
     EXPECT_NO_THROW(index.checkInvariants());
-    // The smallest table (16 slots) holds a full 12-page pool at load 3/4.
-    BaseBlockIndex small(12);
-    EXPECT_GE(small.memoryBytes(), 16u * 8 + 12 * 16);
-    EXPECT_LE(small.memoryBytes(), 16u * 8 + 12 * 16 + 8);  // the page bits round up to a word
-    for (PageId page = 0; page < 12; ++page) ASSERT_TRUE(small.insert(H(50 + page), page).inserted);
-    for (PageId page = 0; page < 12; ++page) ASSERT_EQ(small.lookup(H(50 + page)), std::optional<PageId>(page));
+    // The smallest table (16 slots) holds a full 8-page pool at load 1/2; a 9-page pool gets 32 slots.
+    BaseBlockIndex small(8);
+    EXPECT_GE(small.memoryBytes(), 16u * 8 + 8 * 16);
+    EXPECT_LE(small.memoryBytes(), 16u * 8 + 8 * 16 + 8);  // the page bits round up to a word
+    for (PageId page = 0; page < 8; ++page) ASSERT_TRUE(small.insert(H(50 + page), page).inserted);
+    for (PageId page = 0; page < 8; ++page) ASSERT_EQ(small.lookup(H(50 + page)), std::optional<PageId>(page));
     EXPECT_NO_THROW(small.checkInvariants());
+    EXPECT_GE(BaseBlockIndex(9).memoryBytes(), 32u * 8 + 9 * 16);
 }
 
 TEST(BaseBlockIndex, EqualTagsAreToldApartByTheFullHash) {
@@ -268,6 +270,27 @@ TEST(BaseBlockIndex, ManyInsertsAndErasesKeepLookupsExact) {
     verify();
     EXPECT_EQ(index.size(), 0u);
     for (BlockHash const& k : keys) EXPECT_FALSE(index.lookup(k).has_value());
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
+TEST(BaseBlockIndex, EraseHintsAcceptAnyPageAndChangeNothing) {
+    // The eviction walk issues hints for pages ahead of it, mapped or not, and the hints clamp instead of
+    // checking: any page id, on an empty or a zero-capacity index, must neither fault nor change the state.
+    BaseBlockIndex empty(0);
+    for (PageId page : {-1, 0, 1, std::numeric_limits<PageId>::max(), std::numeric_limits<PageId>::min()}) {
+        empty.prefetchReverse(page);
+        empty.prefetchErase(page);
+    }
+    EXPECT_EQ(empty.size(), 0u);
+    BaseBlockIndex index(4);
+    ASSERT_TRUE(index.insert(H(1), 2).inserted);
+    for (PageId page : {-7, 0, 2, 3, 4, 1 << 30}) {
+        index.prefetchReverse(page);
+        index.prefetchErase(page);
+        index.prefetch(H(static_cast<uint64_t>(page) + 9));
+    }
+    EXPECT_EQ(index.size(), 1u);
+    EXPECT_EQ(index.lookup(H(1)), std::optional<PageId>(2));
     EXPECT_NO_THROW(index.checkInvariants());
 }
 
