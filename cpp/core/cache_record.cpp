@@ -13,10 +13,7 @@ namespace ctxcache {
 std::vector<ResourceId> CacheRecordCore::resources() const {
     std::vector<ResourceId> result;
     result.reserve(basePagePath.size() + draftPagePath.size() + 2);
-    for (PageId page : basePagePath) result.push_back({ResourceType::kBaseKvPage, page});
-    for (PageId page : draftPagePath) result.push_back({ResourceType::kDraftKvPage, page});
-    if (recurrentSnapshotSlot) result.push_back({ResourceType::kRecurrentSnapshot, *recurrentSnapshotSlot});
-    if (partialKvSnapshotSlot) result.push_back({ResourceType::kPartialKvSnapshot, *partialKvSnapshotSlot});
+    forEachResource([&](ResourceId const& id) { result.push_back(id); });
     return result;
 }
 

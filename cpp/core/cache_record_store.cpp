@@ -52,6 +52,26 @@ BlockHash CacheRecordStore::logicalHash(StoredRecord const& record, size_t block
     return *hash;
 }
 
+void CacheRecordStore::appendLogicalHashes(StoredRecord const& record, size_t from, size_t to,
+                                           std::vector<BlockHash>& out) const {
+    if (from > to || to > static_cast<size_t>(record.key.fullBlockCount))
+        throw ContractError("CacheRecordStore::appendLogicalHashes: record " + std::to_string(record.id) + " has " +
+                            std::to_string(record.key.fullBlockCount) + " blocks, asked for [" + std::to_string(from) +
+                            ", " + std::to_string(to) + ")");
+    out.reserve(out.size() + (to - from));
+    if (!derivesHashes(record)) {
+        out.insert(out.end(), record.keptBlockHashes.begin() + static_cast<std::ptrdiff_t>(from),
+                   record.keptBlockHashes.begin() + static_cast<std::ptrdiff_t>(to));
+        return;
+    }
+    constexpr size_t kAhead = 8;  // reverse entries loading ahead of the reads
+    for (size_t i = from; i < std::min(to, from + kAhead); ++i) hashSource_->prefetchReverse(record.basePagePath[i]);
+    for (size_t i = from; i < to; ++i) {
+        if (i + kAhead < to) hashSource_->prefetchReverse(record.basePagePath[i + kAhead]);
+        out.push_back(logicalHash(record, i));
+    }
+}
+
 CacheRecord CacheRecordStore::materialize(StoredRecord const& record) const {
     CacheRecord full;
     static_cast<CacheRecordCore&>(full) = record;
@@ -59,9 +79,7 @@ CacheRecord CacheRecordStore::materialize(StoredRecord const& record) const {
         full.logicalBlockHashes = record.keptBlockHashes;
         return full;
     }
-    size_t const blocks = static_cast<size_t>(record.key.fullBlockCount);
-    full.logicalBlockHashes.reserve(blocks);
-    for (size_t i = 0; i < blocks; ++i) full.logicalBlockHashes.push_back(logicalHash(record, i));
+    appendLogicalHashes(record, 0, static_cast<size_t>(record.key.fullBlockCount), full.logicalBlockHashes);
     return full;
 }
 
@@ -246,8 +264,7 @@ CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t ke
     tail.firstBlock = keepBlocks;
     auto const cut = static_cast<std::ptrdiff_t>(keep);
     size_t const blocks = static_cast<size_t>(record.key.fullBlockCount);
-    tail.hashes.reserve(blocks - keep);
-    for (size_t i = keep; i < blocks; ++i) tail.hashes.push_back(logicalHash(record, i));
+    appendLogicalHashes(record, keep, blocks, tail.hashes);
     tail.basePages.assign(record.basePagePath.begin() + cut, record.basePagePath.end());
     if (record.hasDraftPath()) tail.draftPages.assign(record.draftPagePath.begin() + cut, record.draftPagePath.end());
     exactIndex_.tryEmplace(shorter, id);

@@ -174,9 +174,7 @@ void ContextCacheManager::evictOne(RecordId id) {
     // boundaries are keyed by them.
     std::vector<BlockHash> pairedHashes;
     if (StoredRecord const& stored = records_.get(id); stored.hasDraftPath() && !stored.isHybrid()) {
-        pairedHashes.reserve(static_cast<size_t>(stored.key.fullBlockCount));
-        for (size_t i = 0; i < static_cast<size_t>(stored.key.fullBlockCount); ++i)
-            pairedHashes.push_back(records_.logicalHash(stored, i));
+        records_.appendLogicalHashes(stored, 0, static_cast<size_t>(stored.key.fullBlockCount), pairedHashes);
     }
     StoredRecord const record = records_.erase(id);
     if (!pairedHashes.empty()) draftIndex_.erase(id, {pairedHashes.data(), pairedHashes.size()});
@@ -542,11 +540,13 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     std::optional<RecordId> limitVictim;
     if (maxRecords_ > 0 && records_.size() >= static_cast<size_t>(maxRecords_)) limitVictim = records_.leastRecent();
 
-    std::vector<ResourceId> const resources = record.resources();
     size_t refsAdded = 0;
     RecordId id = kNoRecord;
     try {
-        for (; refsAdded < resources.size(); ++refsAdded) pools_.addCacheRef(resources[refsAdded]);
+        record.forEachResource([&](ResourceId const& rid) {
+            pools_.addCacheRef(rid);
+            ++refsAdded;
+        });
         RecordInsertResult const inserted = records_.insert(record);
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
@@ -556,7 +556,11 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
                                record.draftPagePath.size());
     } catch (...) {
         if (id != kNoRecord) records_.erase(id);
-        for (size_t i = 0; i < refsAdded; ++i) pools_.releaseCacheRef(resources[i]);
+        record.forEachResource([&](ResourceId const& rid) {
+            if (refsAdded == 0) return;
+            pools_.releaseCacheRef(rid);
+            --refsAdded;
+        });
         for (PageId page : newlyMapped) baseIndex_.erasePage(page);
         stagedStores_.clear();
         throw;

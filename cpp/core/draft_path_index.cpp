@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/detail/prefetch.h"
 #include "ctxcache/errors.h"
 
 namespace ctxcache {
@@ -21,11 +22,17 @@ constexpr size_t kSlotNodeBytes = sizeof(std::pair<RecordId const, uint32_t>) + 
 // The allocator's header on each live record's link array.
 constexpr size_t kHeapBlockHeaderBytes = 16;
 constexpr size_t kMinBoundaryCapacity = 16;
+// How many boundaries ahead insert and erase start loading home slots: enough misses in flight to cover the latency.
+constexpr size_t kPrefetchDistance = 8;
 }  // namespace
 
 size_t DraftPathIndex::home(uint64_t hi, uint64_t lo, int32_t pathBlockCount) const noexcept {
     uint64_t const h = hi ^ (lo * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(pathBlockCount) << 40);
     return static_cast<size_t>(detail::mixHash(h)) & mask_;
+}
+
+void DraftPathIndex::prefetchBoundary(BlockHash const& hash, int32_t pathBlockCount) const noexcept {
+    if (!boundaries_.empty()) detail::prefetchForRead(&boundaries_[home(hash.hi, hash.lo, pathBlockCount)]);
 }
 
 DraftPathIndex::Boundary const* DraftPathIndex::findBoundary(BlockHash const& hash,
@@ -147,8 +154,14 @@ void DraftPathIndex::insert(RecordId record, BlockHashSpan hashes, size_t draftP
     // records_ does not reallocate below: the link array stays put.
     uint32_t* const links = records_[slot].links.data();
     size_t inserted = 0;
+    // Home slots load ahead of the probes (a growth midway only makes the hints already issued stale).
+    for (size_t i = 0; i < std::min(length, kPrefetchDistance); ++i)
+        prefetchBoundary(hashes[i], static_cast<int32_t>(i + 1));
     try {
         for (; inserted < length; ++inserted) {
+            if (inserted + kPrefetchDistance < length)
+                prefetchBoundary(hashes[inserted + kPrefetchDistance],
+                                 static_cast<int32_t>(inserted + kPrefetchDistance + 1));
             Boundary& b = findOrAddBoundary(hashes[inserted], static_cast<int32_t>(inserted + 1));
             links[inserted] = b.head;
             b.head = slot;
@@ -209,7 +222,11 @@ void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, BlockH
     if (found == slotOf_.end()) return;
     uint32_t const slot = found->second;
     RecordLinks& r = records_[slot];
+    auto boundaryOf = [&](size_t i) { return static_cast<int32_t>(int64_t{firstBlock} + static_cast<int64_t>(i) + 1); };
+    for (size_t i = 0; i < std::min(count, kPrefetchDistance); ++i) prefetchBoundary(hashes[i], boundaryOf(i));
     for (size_t i = 0; i < count; ++i) {
+        if (i + kPrefetchDistance < count)
+            prefetchBoundary(hashes[i + kPrefetchDistance], boundaryOf(i + kPrefetchDistance));
         int64_t const n = int64_t{firstBlock} + static_cast<int64_t>(i) + 1;
         if (n < 1 || static_cast<uint64_t>(n) > r.links.size() || r.links[static_cast<size_t>(n - 1)] == kAbsent)
             continue;

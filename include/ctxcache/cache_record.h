@@ -61,6 +61,14 @@ struct CacheRecordCore {
 
     // Every resource this record holds one cache reference on: base pages, draft pages, recurrent, partial.
     std::vector<ResourceId> resources() const;
+    // f(ResourceId) for each of resources(), in that order, without building the list (the publish path).
+    template <class F>
+    void forEachResource(F&& f) const {
+        for (PageId page : basePagePath) f(ResourceId{ResourceType::kBaseKvPage, page});
+        for (PageId page : draftPagePath) f(ResourceId{ResourceType::kDraftKvPage, page});
+        if (recurrentSnapshotSlot) f(ResourceId{ResourceType::kRecurrentSnapshot, *recurrentSnapshotSlot});
+        if (partialKvSnapshotSlot) f(ResourceId{ResourceType::kPartialKvSnapshot, *partialKvSnapshotSlot});
+    }
     std::optional<HybridCheckpointKey> hybridKey() const;
     bool isHybrid() const noexcept { return exactCheckpointLength.has_value(); }
     bool isHybridMtp() const noexcept { return hybridMtpCheckpoint && isHybrid(); }

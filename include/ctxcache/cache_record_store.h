@@ -65,6 +65,10 @@ public:
     StoredRecord const& get(RecordId id) const;
     // The hash of `record`'s logical block `block` (< key.fullBlockCount): kept, or derived from its base page.
     BlockHash logicalHash(StoredRecord const& record, size_t block) const;
+    // Appends the logical hashes of blocks [from, to) to `out`, as logicalHash would, loading the reverse entries
+    // ahead of the reads (an eviction's walk over a cold record). Throws as logicalHash; `out` may then hold a
+    // prefix of them.
+    void appendLogicalHashes(StoredRecord const& record, size_t from, size_t to, std::vector<BlockHash>& out) const;
     // The full form, with every logical hash (O(blocks)): for readers off the hot path.
     CacheRecord materialize(StoredRecord const& record) const;
     CacheRecord materialize(RecordId id) const { return materialize(get(id)); }

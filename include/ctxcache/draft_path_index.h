@@ -100,6 +100,8 @@ private:
         uint32_t nextFree = kEnd;     // free slots only: the next free slot
     };
 
+    // Starts loading the home slot of (hash, pathBlockCount); a hint only (any values, no state change).
+    void prefetchBoundary(BlockHash const& hash, int32_t pathBlockCount) const noexcept;
     Boundary const* findBoundary(BlockHash const& hash, int32_t pathBlockCount) const noexcept;
     Boundary* findBoundary(BlockHash const& hash, int32_t pathBlockCount) noexcept;
     // The boundary, added with an empty list if absent. Growth may throw, before anything changed.

@@ -40,6 +40,21 @@ void expectPublishedHashes(ContextCacheManager const& m, RecordId id, std::vecto
     for (size_t i = 0; i < published.size(); ++i) EXPECT_EQ(m.records().logicalHash(stored, i), published[i]) << i;
     EXPECT_EQ(m.records().materialize(id).logicalBlockHashes, published);
     EXPECT_THROW(m.records().logicalHash(stored, published.size()), ContractError);
+    // The bulk read (the eviction's and the trim's) appends exactly the same hashes for every range.
+    for (size_t from = 0; from <= published.size(); ++from) {
+        std::vector<BlockHash> bulk{H(77)};  // appended after what is there
+        m.records().appendLogicalHashes(stored, from, published.size(), bulk);
+        ASSERT_EQ(bulk.size(), 1 + published.size() - from) << from;
+        EXPECT_EQ(bulk.front(), H(77));
+        for (size_t i = from; i < published.size(); ++i)
+            EXPECT_EQ(bulk[1 + i - from], published[i]) << from << " " << i;
+    }
+    std::vector<BlockHash> refused;
+    EXPECT_THROW(m.records().appendLogicalHashes(stored, 0, published.size() + 1, refused), ContractError);
+    if (!published.empty())
+        EXPECT_THROW(m.records().appendLogicalHashes(stored, published.size(), published.size() - 1, refused),
+                     ContractError);
+    EXPECT_TRUE(refused.empty());
 }
 
 std::vector<BlockHash> firstBlocks(std::vector<BlockHash> const& hashes, size_t n) {
