@@ -7,8 +7,8 @@
 #include "ctxcache/eviction_planner.h"
 
 #include <algorithm>
-#include <unordered_map>
 
+#include "ctxcache/detail/flat_hash_map.h"
 #include "ctxcache/errors.h"
 
 namespace ctxcache {
@@ -33,8 +33,8 @@ public:
         if (real == 1) {
             remaining = 0;  // this listing is the only one anywhere
         } else {
-            auto [it, inserted] = counts_.try_emplace(id, real);
-            remaining = --it->second;
+            int32_t* const count = counts_.tryEmplace(id, real).first;
+            remaining = --*count;
             if (remaining < 0)
                 throw InvariantError("EvictionPlanner: records list a resource more often than its cache count");
         }
@@ -43,7 +43,7 @@ public:
 
 private:
     ResourcePools const& pools_;
-    std::unordered_map<ResourceId, int32_t> counts_;
+    detail::FlatHashMap<ResourceId, int32_t, std::hash<ResourceId>> counts_;  // flat: no allocation per entry
 };
 
 // Drops the record's blocks [from, to): base page and, when paired, draft page of each.
