@@ -25,8 +25,6 @@ class SimulatedCacheCounts {
 public:
     explicit SimulatedCacheCounts(ResourcePools const& pools) : pools_(pools) {}
 
-    // Starts loading the refcounts of a resource a later dropOne reads (a victim's pages are cold).
-    void prefetch(ResourceId const& id) const noexcept { pools_.prefetch(id); }
     // Drops one simulated cache reference; true when the resource would return to its free list.
     bool dropOne(ResourceId const& id) {
         int32_t const real = pools_.cacheRefCount(id);
@@ -48,35 +46,21 @@ private:
     detail::FlatHashMap<ResourceId, int32_t, std::hash<ResourceId>> counts_;  // flat: no allocation per entry
 };
 
-constexpr size_t kPlanAhead = 8;  // refcounts loading ahead of a victim walk
-
-void prefetchBlock(StoredRecord const& record, size_t i, bool paired, SimulatedCacheCounts const& counts) {
-    counts.prefetch({ResourceType::kBaseKvPage, record.basePagePath[i]});
-    if (paired) counts.prefetch({ResourceType::kDraftKvPage, record.draftPagePath[i]});
-}
-
 // Drops the record's blocks [from, to): base page and, when paired, draft page of each.
 void simulateBlocks(StoredRecord const& record, size_t from, size_t to, SimulatedCacheCounts& counts,
                     ResourceDemand& reclaimed) {
     bool const paired = record.hasDraftPath();
-    for (size_t i = from; i < std::min(to, from + kPlanAhead); ++i) prefetchBlock(record, i, paired, counts);
     for (size_t i = from; i < to; ++i) {
-        if (i + kPlanAhead < to) prefetchBlock(record, i + kPlanAhead, paired, counts);
         if (counts.dropOne({ResourceType::kBaseKvPage, record.basePagePath[i]})) ++reclaimed.baseKvPages;
         if (paired && counts.dropOne({ResourceType::kDraftKvPage, record.draftPagePath[i]})) ++reclaimed.draftKvPages;
     }
 }
 
 void simulateVictim(StoredRecord const& record, SimulatedCacheCounts& counts, ResourceDemand& reclaimed) {
-    auto walk = [&](std::vector<PageId> const& pages, ResourceType type, int32_t& reclaimedOfType) {
-        for (size_t i = 0; i < std::min(pages.size(), kPlanAhead); ++i) counts.prefetch({type, pages[i]});
-        for (size_t i = 0; i < pages.size(); ++i) {
-            if (i + kPlanAhead < pages.size()) counts.prefetch({type, pages[i + kPlanAhead]});
-            if (counts.dropOne({type, pages[i]})) ++reclaimedOfType;
-        }
-    };
-    walk(record.basePagePath, ResourceType::kBaseKvPage, reclaimed.baseKvPages);
-    walk(record.draftPagePath, ResourceType::kDraftKvPage, reclaimed.draftKvPages);
+    for (PageId page : record.basePagePath)
+        if (counts.dropOne({ResourceType::kBaseKvPage, page})) ++reclaimed.baseKvPages;
+    for (PageId page : record.draftPagePath)
+        if (counts.dropOne({ResourceType::kDraftKvPage, page})) ++reclaimed.draftKvPages;
     if (record.recurrentSnapshotSlot &&
         counts.dropOne({ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot}))
         ++reclaimed.recurrentSnapshotSlots;
@@ -98,10 +82,7 @@ std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, Resourc
         return std::nullopt;
     }
     size_t keptFrom = n;  // blocks [keptFrom, n) are dropped
-    bool const paired = record.hasDraftPath();
-    for (size_t i = n - 1; i >= 1 && i + kPlanAhead >= n; --i) prefetchBlock(record, i, paired, counts);
     for (size_t keep = n - 1; keep >= 1; --keep) {
-        if (keep > kPlanAhead) prefetchBlock(record, keep - kPlanAhead, paired, counts);  // the walk runs backwards
         simulateBlocks(record, keep, keep + 1, counts, reclaimed);
         keptFrom = keep;
         if (!satisfied(demand, pools, reclaimed)) continue;

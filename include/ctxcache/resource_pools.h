@@ -19,7 +19,6 @@
 #include <optional>
 #include <vector>
 
-#include "ctxcache/detail/prefetch.h"
 #include "ctxcache/types.h"
 
 namespace ctxcache {
@@ -69,13 +68,6 @@ public:
         }
     }
 
-    // A hint that id's refcounts are about to be read or changed: starts loading them. Out-of-range ids load
-    // slot 0 instead (branch-free, see detail/prefetch.h); no effect on state.
-    void prefetch(ResourceId const& id) const noexcept {
-        Pool const& pool = pools_[index(id.type)];
-        size_t const i = static_cast<uint32_t>(id.index);
-        detail::prefetchForRead(pool.slots.data() + (i < pool.slots.size() ? i : 0));
-    }
     int32_t activeRefCount(ResourceId const& id) const { return slot(id, "activeRefCount").active; }
     int32_t cacheRefCount(ResourceId const& id) const { return slot(id, "cacheRefCount").cache; }
     bool isFree(ResourceId const& id) const {
