@@ -14,12 +14,16 @@ from typing import Any
 import numpy as np
 
 from . import _arrays
-from ._ffi import check, ffi, lib
+from ._ffi import check, ffi, lib, new_cdata
 from ._resource import Family, Resource
 from .enums import HashAlgorithm
 from .errors import ArgumentTypeError, InvalidArgumentError
 
 Digest = Any  # a (2,) uint64 array or a (hi, lo) tuple
+
+_SIZE_T_PTR = ffi.typeof("size_t *")
+_UINT64 = np.dtype(np.uint64)
+_empty = np.empty
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,13 @@ def _set_hash(target: Any, value: Digest, name: str) -> None:
     target.lo = int(h[1])
 
 
+_NO_EXTRAS = (_arrays._NULL, 0, ())
+
+
 def _extras_array(extras: BlockKeyExtras | Sequence[BlockKeyExtras] | None) -> Any:
     """ctxc_block_key_extras_t[] and the keep-alive list of their media arrays."""
     if extras is None:
-        return _arrays._NULL, 0, []
+        return _NO_EXTRAS
     if not isinstance(extras, (BlockKeyExtras, list, tuple)):
         raise ArgumentTypeError(f"extras must be a BlockKeyExtras or a list of them, got {type(extras).__name__}")
     items = [extras] if isinstance(extras, BlockKeyExtras) else list(extras)
@@ -150,15 +157,17 @@ class Hasher(Resource):
         tokens = _arrays.int32_array(tokens)
         page_size = _arrays.integer(page_size, "page_size", minimum=1)
         extras_ptr, extras_count, keep = _extras_array(extras)
-        media = _media_pointer(per_position_media_hashes, tokens.shape[0])
-        blocks = tokens.shape[0] // page_size
+        n = tokens.shape[0]
+        media = _media_pointer(per_position_media_hashes, n)
+        blocks = n // page_size
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} full blocks (0, 1 or one per block)")
-        out = np.empty((blocks, 2), dtype=np.uint64)
-        count = ffi.new("size_t *")
-        out_ptr = ffi.cast("ctxc_hash128_t *", ffi.from_buffer(out, require_writable=True)) if blocks else _arrays._NULL
-        check(lib.ctxc_hash_full_blocks(self._handle, _arrays.int32_pointer(tokens), tokens.shape[0], page_size,
-                                        extras_ptr, extras_count, media, out_ptr, blocks, count))
+        out = _empty((blocks, 2), _UINT64)
+        status = lib.ctxc_hash_full_blocks(self._handle, _arrays.int32_pointer(tokens), n, page_size, extras_ptr,
+                                           extras_count, media, _arrays.writable_hash_pointer(out), blocks,
+                                           new_cdata(_SIZE_T_PTR))
+        if status:
+            check(status)
         del keep
         return out
 
