@@ -21,6 +21,7 @@ from .errors import ArgumentTypeError, InvalidArgumentError
 
 Digest = Any  # a (2,) uint64 array or a (hi, lo) tuple
 
+_NULL = ffi.NULL
 _SIZE_T_PTR = ffi.typeof("size_t *")
 _UINT64 = np.dtype(np.uint64)
 _empty = np.empty
@@ -156,9 +157,9 @@ class Hasher(Resource):
     def hash_full_blocks(self, tokens: Any, page_size: int, extras: Any = None, per_position_media_hashes: Any = None) -> np.ndarray:
         tokens = _arrays.int32_array(tokens)
         page_size = _arrays.integer(page_size, "page_size", minimum=1)
-        extras_ptr, extras_count, keep = _extras_array(extras)
+        extras_ptr, extras_count, keep = _NO_EXTRAS if extras is None else _extras_array(extras)
         n = tokens.shape[0]
-        media = _media_pointer(per_position_media_hashes, n)
+        media = _NULL if per_position_media_hashes is None else _media_pointer(per_position_media_hashes, n)
         blocks = n // page_size
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} full blocks (0, 1 or one per block)")

@@ -103,9 +103,11 @@ _ACQUIRE_STATUSES = tuple(AcquireStatus)
 _PUBLISH_STATUSES = tuple(PublishStatus)
 _ACQUIRED = AcquireStatus.ACQUIRED
 _ACQUIRE_RESULT = ffi.typeof("ctxc_acquire_result_t *")
-_ACQUIRE_RESULT_SIZE = ffi.sizeof("ctxc_acquire_result_t")
+_ACQUIRE_RESULT_INIT = [ffi.sizeof("ctxc_acquire_result_t")]  # struct_size, the rest zero
 _INT32_PTR = ffi.typeof("int32_t *")
-_read_only_int32 = _arrays.read_only_int32
+_INT32 = np.dtype(np.int32)
+_frombuffer = np.frombuffer
+_buffer = ffi.buffer
 
 
 def _demand(c: Any) -> ResourceDemand:
@@ -186,14 +188,25 @@ class PublishResult:
     """What a publication committed. canonical_base_pages: the record's pages (read-only int32), never a
     page-table update recipe: the lease keeps its own pages."""
 
-    __slots__ = ("status", "record", "canonical_base_pages", "published_base_full_block_count")
+    __slots__ = ("status", "record", "_pages", "published_base_full_block_count")
 
-    def __init__(self, status: PublishStatus, record: int | None, canonical_base_pages: np.ndarray,
+    def __init__(self, status: PublishStatus, record: int | None, canonical_base_pages: np.ndarray | bytes,
                  published_base_full_block_count: int):
         self.status = status
         self.record = record
-        self.canonical_base_pages = canonical_base_pages
+        self._pages = canonical_base_pages  # the manager passes bytes: its copy of the C view, made an array on read
         self.published_base_full_block_count = published_base_full_block_count
+
+    @property
+    def canonical_base_pages(self) -> np.ndarray:
+        pages = self._pages
+        if type(pages) is bytes:
+            pages = self._pages = _frombuffer(pages, _INT32)  # over immutable bytes: read-only
+        return pages  # type: ignore[return-value]  # bytes were replaced just above
+
+    @canonical_base_pages.setter
+    def canonical_base_pages(self, value: np.ndarray) -> None:
+        self._pages = value
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, PublishResult) and (self.status, self.record, self.published_base_full_block_count)
@@ -602,13 +615,6 @@ class ContextCacheManager(KvEventSource, Resource):
         return bool(self._handle == _NULL)
 
     # -- acquire ------------------------------------------------------------------------------------------
-    @staticmethod
-    def _new_result() -> Any:
-        """A fresh result struct per acquire (its ReusePlan views it for as long as the plan lives)."""
-        result = new_cdata(_ACQUIRE_RESULT)
-        result.struct_size = _ACQUIRE_RESULT_SIZE
-        return result
-
     def _finish_acquire(self, status_code: int, result: Any) -> AcquireResult:
         if status_code:
             check(status_code)
@@ -621,7 +627,7 @@ class ContextCacheManager(KvEventSource, Resource):
         """Lease for a prompt on an attention-only deployment: the longest cached full-block prefix."""
         hashes, count = _arrays.hashes(full_block_hashes)
         n = _arrays.count(input_token_count, "input_token_count")
-        result = self._new_result()
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
         return self._finish_acquire(lib.ctxc_manager_acquire_vanilla(
             self._live(), hashes, count, n, _lookup_policy(lookup_policy), result, self._lease_out), result)
 
@@ -635,7 +641,7 @@ class ContextCacheManager(KvEventSource, Resource):
         n = _arrays.count(input_token_count, "input_token_count")
         attention = _arrays.boolean(has_attention, "has_attention")
         c = _candidates(candidates)
-        result = self._new_result()
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
         return self._finish_acquire(lib.ctxc_manager_acquire_hybrid(
             self._live(), c if candidates else _NULL, len(candidates), hashes, count, n, int(attention),
             _lookup_policy(lookup_policy), result, self._lease_out), result)
@@ -651,7 +657,7 @@ class ContextCacheManager(KvEventSource, Resource):
         hashes, count = _arrays.hashes(full_block_hashes)
         n = _arrays.count(input_token_count, "input_token_count")
         c = _candidates(candidates)
-        result = self._new_result()
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
         return self._finish_acquire(lib.ctxc_manager_acquire_hybrid_mtp(
             self._live(), c if candidates else _NULL, len(candidates), hashes, count, n,
             _lookup_policy(lookup_policy), result, self._lease_out), result)
@@ -661,7 +667,7 @@ class ContextCacheManager(KvEventSource, Resource):
         """Lease for greedy, non-hybrid EAGLE: one coherent paired record, boundary page replayed."""
         hashes, count = _arrays.hashes(full_block_hashes)
         n = _arrays.count(input_token_count, "input_token_count")
-        result = self._new_result()
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
         return self._finish_acquire(lib.ctxc_manager_acquire_spec(
             self._live(), hashes, count, n, _lookup_policy(lookup_policy), result, self._lease_out), result)
 
@@ -681,9 +687,16 @@ class ContextCacheManager(KvEventSource, Resource):
     # -- grow / snapshots --------------------------------------------------------------------------------------
     @staticmethod
     def _lease_handle(lease: Any) -> Any:
+        """``lease._live_handle()`` of a Lease (inline: every per-request call takes one)."""
         if type(lease) is not Lease and not isinstance(lease, Lease):
             raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
-        return lease._live_handle()
+        family = lease._family
+        if family.pending or orphans:
+            drain(family)
+        handle = lease._handle
+        if handle == _NULL:
+            raise InvalidHandleError("lease was destroyed")
+        return handle
 
     def grow_base_pages(self, lease: Lease, count: int) -> bool:
         """Append ``count`` private base pages; False (nothing changed) when capacity is short."""
@@ -727,9 +740,10 @@ class ContextCacheManager(KvEventSource, Resource):
     def _publish_result(self, status: int) -> PublishResult:
         if status:
             check(status)
-        out = self._publish_out  # its page view dies with the next mutating call: copied now
+        out = self._publish_out  # its page view dies with the next mutating call: copied now (bytes)
+        pages = out.canonical_base_page_count
         return PublishResult(_PUBLISH_STATUSES[out.status], out.record or None,
-                             _read_only_int32(out.canonical_base_pages, out.canonical_base_page_count),
+                             _buffer(out.canonical_base_pages, pages * 4)[:] if pages else b"",
                              out.published_base_full_block_count)
 
     def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int,

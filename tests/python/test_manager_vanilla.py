@@ -567,6 +567,22 @@ def test_plan_outlives_its_call(manager, hashes):
     assert plan.kind == ReusePlanKind.NO_REUSABLE_PREFIX and plan.demand.base_kv_pages == 3
 
 
+def test_publish_result_outlives_later_calls(manager, hashes):
+    # The C view of the canonical pages dies with the next mutating call: the result keeps a copy of its own.
+    first, _ = produce(manager, hashes, A + B)
+    second, _ = produce(manager, hashes, C)
+    grown = manager.acquire_vanilla(hashes(D), 4).lease
+    assert manager.grow_base_pages(grown, 2) is True
+    grown.close()
+    assert (first.status, first.record, first.published_base_full_block_count) == (PublishStatus.PUBLISHED, 1, 2)
+    assert [int(p) for p in first.canonical_base_pages] == [0, 1] and [int(p) for p in second.canonical_base_pages] == [2]
+    pages = first.canonical_base_pages
+    assert pages.dtype == np.int32 and pages.flags.writeable is False and pages is first.canonical_base_pages
+    with pytest.raises(ValueError):
+        pages[0] = 7
+    assert first == first and first != second
+
+
 # ---- views ----------------------------------------------------------------------------------------------------
 
 
