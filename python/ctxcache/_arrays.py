@@ -94,15 +94,13 @@ def hash_pointer(array: np.ndarray) -> Any:
 def hashes(value: Any, name: str = "full_block_hashes") -> tuple[Any, int]:
     """``hash_array(value, name)`` as the (pointer, count) a C call takes. The pointer (NULL when empty) keeps the
     array alive."""
+    if type(value) is _NDARRAY and value.dtype is _UINT64 and value.strides == _HASH_STRIDES:  # hash_array's
+        n, width = value.shape
+        if width == 2 and n <= INT32_MAX:
+            return (from_buffer_cdata(_HASHES, value, False) if n else _NULL), n
     array = hash_array(value, name)
     n = array.shape[0]
     return (from_buffer_cdata(_HASHES, array, False) if n else _NULL), n
-
-
-def writable_hash_pointer(array: np.ndarray) -> Any:
-    """A ctxc_hash128_t* for C to fill: over a C-contiguous (n, 2) uint64 array made by the caller, NULL when
-    empty."""
-    return from_buffer_cdata(_HASHES, array, True) if array.shape[0] else _NULL
 
 
 def single_hash(value: Any, name: str) -> np.ndarray:

@@ -78,7 +78,8 @@ DEFAULT_MAX_RECORDS = 1_000_000
 DEFAULT_HYBRID_CANDIDATES = 8
 DEFAULT_CALL_BATCHES = 40
 DEFAULT_CALL_BATCH_SIZE = 500
-CALL_OPS = ("hash_full_blocks", "acquire_vanilla", "grow_base_pages", "publish", "lease_close", "drop_results")
+CALL_OPS = ("hash_full_blocks", "acquire_vanilla", "grow_base_pages", "publish", "lease_close", "read_results",
+            "drop_results")
 MODES = ("vanilla", "hybrid", "spec")
 _MASK64 = 2**64 - 1
 
@@ -117,10 +118,12 @@ def call_overhead(page_size: int = 16, blocks: int = 2, batches: int = DEFAULT_C
     hasher, on a manager of 4096 base pages that already holds the prompt's record, so that every acquire hits.
     Per request, each timed on its own with ``time.perf_counter_ns``: ``hash_full_blocks(tokens, page_size)``,
     ``acquire_vanilla(hashes, n)``, ``grow_base_pages(lease, 2)``, ``publish(lease, hashes, n)``,
-    ``lease.close()``, and ``drop_results``: dropping the request's result objects (their deallocation and the
-    lease's finalizer, which a caller pays too). Each figure is a batch's mean minus the clock's own cost (an empty
-    interval timed in the same batch), and the median over ``batches`` batches of ``batch_size`` requests (after
-    two warm-up batches; the garbage collector runs as usual). ``request`` is their sum.
+    ``lease.close()``; and what a caller pays around the calls: ``read_results`` (reading the acquire's status and
+    plan (reuse and matched lengths, made on first read) and the publication's status) and ``drop_results``
+    (dropping the request's result objects: their deallocation and the lease's finalizer). Each figure is a
+    batch's mean minus the clock's own cost (an empty interval timed in the same batch), and the median over
+    ``batches`` batches of ``batch_size`` requests (after two warm-up batches; the garbage collector runs as
+    usual). ``request`` is their sum.
 
     Each figure includes the C++ work of the call (small for this request, but not zero):
     ``tools/bench/bench_capi_calls`` runs the same loop through the same C functions, and the overhead is the
@@ -134,8 +137,10 @@ def call_overhead(page_size: int = 16, blocks: int = 2, batches: int = DEFAULT_C
     manager = ContextCacheManager(page_size, ResourceDemand(base_kv_pages=4096))
     try:
         hashes = hasher.hash_full_blocks(tokens, page_size)
-        with manager.acquire_vanilla(hashes, n).lease as lease:  # the record every timed acquire hits
-            manager.publish(lease, hashes, n)
+        first = manager.acquire_vanilla(hashes, n).lease
+        assert first is not None
+        with first:  # the record every timed acquire hits
+            manager.publish(first, hashes, n)
         expected_reuse = (blocks - 1) * page_size
         hit, existing = AcquireStatus.ACQUIRED, PublishStatus.EXISTING_RECORD
         perf = time.perf_counter_ns
@@ -154,6 +159,8 @@ def call_overhead(page_size: int = 16, blocks: int = 2, batches: int = DEFAULT_C
                 result = acquire(hashes, n)
                 t2 = perf()
                 lease = result.lease
+                if lease is None:
+                    raise AssertionError("a request did not go the measured way (hit, grow, existing record)")
                 t3 = perf()
                 grown = grow(lease, 2)
                 t4 = perf()
@@ -161,20 +168,24 @@ def call_overhead(page_size: int = 16, blocks: int = 2, batches: int = DEFAULT_C
                 t5 = perf()
                 lease.close()
                 t6 = perf()
-                if (result.status is not hit or result.plan.reuse_token_length != expected_reuse or not grown
-                        or published.status is not existing or hashed[0, 1] != hashes[0, 1]):
-                    raise AssertionError("a request did not go the measured way (hit, grow, existing record)")
+                status, plan, publication = result.status, result.plan, published.status
+                reused, matched = plan.reuse_token_length, plan.matched_token_length
                 t7 = perf()
-                del hashed, result, lease, published
+                if (status is not hit or reused != expected_reuse or matched != n or not grown
+                        or publication is not existing or hashed[0, 1] != hashes[0, 1]):
+                    raise AssertionError("a request did not go the measured way (hit, grow, existing record)")
                 t8 = perf()
+                del hashed, result, lease, published, plan
                 t9 = perf()
+                t10 = perf()
                 sums[0] += t1 - t0
                 sums[1] += t2 - t1
                 sums[2] += t4 - t3
                 sums[3] += t5 - t4
                 sums[4] += t6 - t5
-                sums[5] += t8 - t7
-                empty += t9 - t8
+                sums[5] += t7 - t6
+                sums[6] += t9 - t8
+                empty += t10 - t9
             if batch < 2:  # warm-up
                 continue
             clock_ns = empty / batch_size

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays
-from ._ffi import check, ffi, lib, new_cdata
+from ._ffi import check, ffi, from_buffer_cdata, lib, new_cdata
 from ._resource import Family, Resource
 from .enums import HashAlgorithm
 from .errors import ArgumentTypeError, InvalidArgumentError
@@ -23,8 +23,15 @@ Digest = Any  # a (2,) uint64 array or a (hi, lo) tuple
 
 _NULL = ffi.NULL
 _SIZE_T_PTR = ffi.typeof("size_t *")
+_HASHES = ffi.typeof("ctxc_hash128_t[]")
+_INT32S = ffi.typeof("int32_t[]")
+_NDARRAY = np.ndarray
 _UINT64 = np.dtype(np.uint64)
+_INT32 = np.dtype(np.int32)
+_INT32_STRIDES = (4,)
+_INT32_MAX = _arrays.INT32_MAX
 _empty = np.empty
+_hash_full_blocks = lib.ctxc_hash_full_blocks
 
 
 @dataclass(frozen=True)
@@ -155,8 +162,11 @@ class Hasher(Resource):
             self._handle = _arrays._NULL
 
     def hash_full_blocks(self, tokens: Any, page_size: int, extras: Any = None, per_position_media_hashes: Any = None) -> np.ndarray:
-        tokens = _arrays.int32_array(tokens)
-        page_size = _arrays.integer(page_size, "page_size", minimum=1)
+        # The common argument types are tested inline (see _arrays), anything else takes the full checks.
+        if type(tokens) is not _NDARRAY or tokens.dtype is not _INT32 or tokens.strides != _INT32_STRIDES:
+            tokens = _arrays.int32_array(tokens)
+        if type(page_size) is not int or not 1 <= page_size <= _INT32_MAX:
+            page_size = _arrays.integer(page_size, "page_size", minimum=1)
         extras_ptr, extras_count, keep = _NO_EXTRAS if extras is None else _extras_array(extras)
         n = tokens.shape[0]
         media = _NULL if per_position_media_hashes is None else _media_pointer(per_position_media_hashes, n)
@@ -164,9 +174,10 @@ class Hasher(Resource):
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} full blocks (0, 1 or one per block)")
         out = _empty((blocks, 2), _UINT64)
-        status = lib.ctxc_hash_full_blocks(self._handle, _arrays.int32_pointer(tokens), n, page_size, extras_ptr,
-                                           extras_count, media, _arrays.writable_hash_pointer(out), blocks,
-                                           new_cdata(_SIZE_T_PTR))
+        status = _hash_full_blocks(self._handle, from_buffer_cdata(_INT32S, tokens, False) if n else _NULL, n,
+                                   page_size, extras_ptr, extras_count, media,
+                                   from_buffer_cdata(_HASHES, out, True) if blocks else _NULL, blocks,
+                                   new_cdata(_SIZE_T_PTR))
         if status:
             check(status)
         del keep

@@ -102,6 +102,11 @@ class ManagerMetrics:
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
 _PUBLISH_STATUSES = tuple(PublishStatus)
 _ACQUIRED = AcquireStatus.ACQUIRED
+_USE_CACHE = LookupPolicy.USE_CACHE
+INT32_MAX = _arrays.INT32_MAX
+_acquire_vanilla = lib.ctxc_manager_acquire_vanilla
+_grow_base_pages = lib.ctxc_manager_grow_base_pages
+_publish_with_tokens = lib.ctxc_manager_publish_with_tokens
 _ACQUIRE_RESULT = ffi.typeof("ctxc_acquire_result_t *")
 _ACQUIRE_RESULT_INIT = [ffi.sizeof("ctxc_acquire_result_t")]  # struct_size, the rest zero
 _INT32_PTR = ffi.typeof("int32_t *")
@@ -173,12 +178,25 @@ class ReusePlan:
 
 
 class AcquireResult:
-    __slots__ = ("status", "lease", "plan")
+    """An acquire's status, its lease (None unless ACQUIRED) and its plan."""
 
-    def __init__(self, status: AcquireStatus, lease: Lease | None, plan: ReusePlan):
+    __slots__ = ("status", "lease", "_plan")
+
+    def __init__(self, status: AcquireStatus, lease: Lease | None, plan: Any):
         self.status = status
         self.lease = lease
-        self.plan = plan
+        self._plan = plan  # a ReusePlan, or (from the manager) the call's result struct, made a ReusePlan on read
+
+    @property
+    def plan(self) -> ReusePlan:
+        plan = self._plan
+        if type(plan) is not ReusePlan:
+            plan = self._plan = ReusePlan(plan)
+        return plan
+
+    @plan.setter
+    def plan(self, value: ReusePlan) -> None:
+        self._plan = value
 
     def __repr__(self) -> str:
         return f"AcquireResult(status={self.status.name}, lease={self.lease!r}, plan={self.plan!r})"
@@ -618,18 +636,22 @@ class ContextCacheManager(KvEventSource, Resource):
     def _finish_acquire(self, status_code: int, result: Any) -> AcquireResult:
         if status_code:
             check(status_code)
-        status = _ACQUIRE_STATUSES[result.status]
-        lease = Lease(self, self._lease_out[0]) if status is _ACQUIRED else None
-        return AcquireResult(status, lease, ReusePlan(result))
+        if result.status == 0:  # CTXC_ACQUIRE_ACQUIRED
+            return AcquireResult(_ACQUIRED, Lease(self, self._lease_out[0]), result)
+        return AcquireResult(_ACQUIRE_STATUSES[result.status], None, result)
 
+    # The per-request calls (acquire_vanilla, acquire_spec, grow_*, publish) test the common argument types inline
+    # (an int in [0, INT32_MAX], the default lookup policy) and call the full checks for anything else.
     def acquire_vanilla(self, full_block_hashes: Any, input_token_count: int,
                         lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
         """Lease for a prompt on an attention-only deployment: the longest cached full-block prefix."""
         hashes, count = _arrays.hashes(full_block_hashes)
-        n = _arrays.count(input_token_count, "input_token_count")
-        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
-        return self._finish_acquire(lib.ctxc_manager_acquire_vanilla(
-            self._live(), hashes, count, n, _lookup_policy(lookup_policy), result, self._lease_out), result)
+        n = (input_token_count if type(input_token_count) is int and 0 <= input_token_count <= INT32_MAX
+             else _arrays.integer(input_token_count, "input_token_count"))
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        return self._finish_acquire(_acquire_vanilla(
+            self._live(), hashes, count, n, 0 if lookup_policy is _USE_CACHE else _lookup_policy(lookup_policy),
+            result, self._lease_out), result)
 
     def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
                        input_token_count: int, has_attention: bool,
@@ -641,7 +663,7 @@ class ContextCacheManager(KvEventSource, Resource):
         n = _arrays.count(input_token_count, "input_token_count")
         attention = _arrays.boolean(has_attention, "has_attention")
         c = _candidates(candidates)
-        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
         return self._finish_acquire(lib.ctxc_manager_acquire_hybrid(
             self._live(), c if candidates else _NULL, len(candidates), hashes, count, n, int(attention),
             _lookup_policy(lookup_policy), result, self._lease_out), result)
@@ -657,7 +679,7 @@ class ContextCacheManager(KvEventSource, Resource):
         hashes, count = _arrays.hashes(full_block_hashes)
         n = _arrays.count(input_token_count, "input_token_count")
         c = _candidates(candidates)
-        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
         return self._finish_acquire(lib.ctxc_manager_acquire_hybrid_mtp(
             self._live(), c if candidates else _NULL, len(candidates), hashes, count, n,
             _lookup_policy(lookup_policy), result, self._lease_out), result)
@@ -666,10 +688,12 @@ class ContextCacheManager(KvEventSource, Resource):
                      lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
         """Lease for greedy, non-hybrid EAGLE: one coherent paired record, boundary page replayed."""
         hashes, count = _arrays.hashes(full_block_hashes)
-        n = _arrays.count(input_token_count, "input_token_count")
-        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: a ReusePlan views it
+        n = (input_token_count if type(input_token_count) is int and 0 <= input_token_count <= INT32_MAX
+             else _arrays.integer(input_token_count, "input_token_count"))
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
         return self._finish_acquire(lib.ctxc_manager_acquire_spec(
-            self._live(), hashes, count, n, _lookup_policy(lookup_policy), result, self._lease_out), result)
+            self._live(), hashes, count, n, 0 if lookup_policy is _USE_CACHE else _lookup_policy(lookup_policy),
+            result, self._lease_out), result)
 
     def hybrid_candidate_lengths(self, input_token_count: int, full_block_hashes: Any = None) -> list[int]:
         """Stored checkpoint lengths below input_token_count, longest first. With the prompt's full-block hashes,
@@ -702,11 +726,12 @@ class ContextCacheManager(KvEventSource, Resource):
         """Append ``count`` private base pages; False (nothing changed) when capacity is short."""
         handle = self._lease_handle(lease)
         ok = self._ok_out
-        status = lib.ctxc_manager_grow_base_pages(self._live(), handle, _arrays.count(count, "count"), ok)
+        status = _grow_base_pages(self._live(), handle, count if type(count) is int and 0 <= count <= INT32_MAX
+                                  else _arrays.integer(count, "count"), ok)
         if status:
             check(status)
         lease._base_pages = lease._draft_pages = None  # lease._changed(), inline
-        return ok[0] != 0
+        return bool(ok[0])
 
     def grow_spec_pages(self, lease: Lease, base_count: int, draft_count: int) -> bool:
         handle = self._lease_handle(lease)
@@ -716,7 +741,7 @@ class ContextCacheManager(KvEventSource, Resource):
         if status:
             check(status)
         lease._base_pages = lease._draft_pages = None
-        return ok[0] != 0
+        return bool(ok[0])
 
     def reserve_hybrid_snapshots(self, lease: Lease, needs_partial_kv_snapshot: bool) -> HybridSnapshotReservation | None:
         """Reserve producer snapshot slots; None under retention pressure (skip the capture)."""
@@ -752,9 +777,11 @@ class ContextCacheManager(KvEventSource, Resource):
         (the prompt's token ids, at least the published blocks'): required once KV events are on."""
         handle = self._lease_handle(lease)
         hashes, count = _arrays.hashes(full_block_hashes)
-        resident = _arrays.count(resident_state_length, "resident_state_length")
+        resident = (resident_state_length if type(resident_state_length) is int
+                    and 0 <= resident_state_length <= INT32_MAX
+                    else _arrays.integer(resident_state_length, "resident_state_length"))
         pointer, token_count = _NO_TOKENS if tokens is None else _token_pointer(_arrays.int32_array(tokens))
-        return self._publish_result(lib.ctxc_manager_publish_with_tokens(
+        return self._publish_result(_publish_with_tokens(
             self._live(), handle, hashes, count, resident, pointer, token_count, self._publish_out))
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,

@@ -40,8 +40,7 @@ void ok(ctxc_status_t status, char const* what) {
 }
 
 int64_t now() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
 
@@ -144,8 +143,8 @@ int main(int argc, char** argv) {
             int64_t const t5 = now();
             int64_t const t6 = now();
             if (s0 || s1 || s2 || s3 || s4) fail(std::string("a call failed: ") + ctxc_last_error());
-            if (result.status != CTXC_ACQUIRE_ACQUIRED || result.plan.reuse_token_length != expectedReuse ||
-                !grown || published.status != CTXC_PUBLISH_EXISTING_RECORD || scratch[0].lo != hashes[0].lo)
+            if (result.status != CTXC_ACQUIRE_ACQUIRED || result.plan.reuse_token_length != expectedReuse || !grown ||
+                published.status != CTXC_PUBLISH_EXISTING_RECORD || scratch[0].lo != hashes[0].lo)
                 fail("a request did not go the measured way (hit, grow, existing record)");
             sum[0] += t1 - t0;
             sum[1] += t2 - t1;
@@ -161,9 +160,10 @@ int main(int argc, char** argv) {
             perBatch[op].push_back(std::max(0.0, static_cast<double>(sum[op]) / batchSize - clock));
     }
 
-    std::printf("{\"path\": \"c-abi\", \"page_size\": %d, \"blocks\": %d, \"tokens\": %d, \"batches\": %d, "
-                "\"batch_size\": %d, \"clock_ns\": %.1f, \"capi_call_ns\": {",
-                pageSize, blocks, tokenCount, batches, batchSize, median(clockCost));
+    std::printf(
+        "{\"path\": \"c-abi\", \"page_size\": %d, \"blocks\": %d, \"tokens\": %d, \"batches\": %d, "
+        "\"batch_size\": %d, \"clock_ns\": %.1f, \"capi_call_ns\": {",
+        pageSize, blocks, tokenCount, batches, batchSize, median(clockCost));
     double request = 0;
     for (int op = 0; op < kOpCount; ++op) {
         double const ns = median(perBatch[op]);
