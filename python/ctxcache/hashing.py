@@ -17,7 +17,7 @@ from . import _arrays
 from ._ffi import check, ffi, from_buffer_cdata, lib, new_cdata
 from ._resource import Family, Resource
 from .enums import HashAlgorithm
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
 
 Digest = Any  # a (2,) uint64 array or a (hi, lo) tuple
 
@@ -161,6 +161,13 @@ class Hasher(Resource):
             lib.ctxc_hasher_destroy(self._handle)
             self._handle = _arrays._NULL
 
+    def _live(self) -> Any:
+        """The C handle; a closed hasher raises (its NULL handle would hash, unkeyed, with the default hasher)."""
+        handle = self._handle
+        if handle == _NULL:
+            raise InvalidHandleError("hasher is closed")
+        return handle
+
     def hash_full_blocks(self, tokens: Any, page_size: int, extras: Any = None, per_position_media_hashes: Any = None) -> np.ndarray:
         # The common argument types are tested inline (see _arrays), anything else takes the full checks.
         if type(tokens) is not _NDARRAY or tokens.dtype is not _INT32 or tokens.strides != _INT32_STRIDES:
@@ -174,7 +181,7 @@ class Hasher(Resource):
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} full blocks (0, 1 or one per block)")
         out = _empty((blocks, 2), _UINT64)
-        status = _hash_full_blocks(self._handle, from_buffer_cdata(_INT32S, tokens, False) if n else _NULL, n,
+        status = _hash_full_blocks(self._live(), from_buffer_cdata(_INT32S, tokens, False) if n else _NULL, n,
                                    page_size, extras_ptr, extras_count, media,
                                    from_buffer_cdata(_HASHES, out, True) if blocks else _NULL, blocks,
                                    new_cdata(_SIZE_T_PTR))
@@ -192,7 +199,7 @@ class Hasher(Resource):
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} blocks (0, 1 or one per block)")
         digest = ffi.new("ctxc_hash128_t *")
-        check(lib.ctxc_hash_exact_prefix(self._handle, _arrays.int32_pointer(tokens), tokens.shape[0], page_size,
+        check(lib.ctxc_hash_exact_prefix(self._live(), _arrays.int32_pointer(tokens), tokens.shape[0], page_size,
                                          extras_ptr, extras_count, media, digest))
         del keep
         return np.array([digest.hi, digest.lo], dtype=np.uint64)
@@ -208,7 +215,7 @@ class Hasher(Resource):
         extras_ptr, _, keep = _extras_array(extras)
         media = _media_pointer(per_position_media_hashes, tokens.shape[0])
         out = ffi.new("ctxc_hash128_t *")
-        check(lib.ctxc_hash_block(self._handle, parent_ptr, _arrays.int32_pointer(tokens), tokens.shape[0],
+        check(lib.ctxc_hash_block(self._live(), parent_ptr, _arrays.int32_pointer(tokens), tokens.shape[0],
                                   extras_ptr, media, out))
         del keep
         return np.array([out.hi, out.lo], dtype=np.uint64)
@@ -221,7 +228,7 @@ class Hasher(Resource):
         data = bytes(data)
         out = ffi.new("ctxc_hash128_t *")
         buf = ffi.from_buffer(data) if data else _arrays._NULL
-        check(lib.ctxc_hash_opaque_identity(self._handle, buf, len(data), out))
+        check(lib.ctxc_hash_opaque_identity(self._live(), buf, len(data), out))
         return np.array([out.hi, out.lo], dtype=np.uint64)
 
 
