@@ -7,6 +7,7 @@ one applies to every block, a list gives one per block.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ _INT32_STRIDES = (4,)
 _INT32_MAX = _arrays.INT32_MAX
 _empty = np.empty
 _hash_full_blocks = lib.ctxc_hash_full_blocks
+_scratch = threading.local()  # per thread (hashers are shared between threads): outputs nobody reads
 
 
 @dataclass(frozen=True)
@@ -181,10 +183,13 @@ class Hasher(Resource):
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} full blocks (0, 1 or one per block)")
         out = _empty((blocks, 2), _UINT64)
+        try:
+            count = _scratch.count  # C writes the count (= blocks, the capacity given): never read
+        except AttributeError:  # this thread's first call
+            count = _scratch.count = new_cdata(_SIZE_T_PTR)
         status = _hash_full_blocks(self._live(), from_buffer_cdata(_INT32S, tokens, False) if n else _NULL, n,
                                    page_size, extras_ptr, extras_count, media,
-                                   from_buffer_cdata(_HASHES, out, True) if blocks else _NULL, blocks,
-                                   new_cdata(_SIZE_T_PTR))
+                                   from_buffer_cdata(_HASHES, out, True) if blocks else _NULL, blocks, count)
         if status:
             check(status)
         del keep
