@@ -94,7 +94,7 @@ def _resolve_everything() -> None:
     if missing:
         raise ImportError(f"ctxcache: {_library_path} lacks functions its header declares: {', '.join(missing)}")
     typedefs = sorted(set(re.findall(r"\b(ctxc_\w+_t)\b", _header_text)))  # the header names every type ctxc_*_t
-    for spelling in ("void *", "uintptr_t", "const int32_t *[]"):  # the runtime's pointers and row tables
+    for spelling in ("void *", "const void *", "uintptr_t", "const int32_t *[]"):  # raw pointers and row tables
         ffi.typeof(spelling)
     for name in typedefs + ["int32_t", "int64_t", "uint64_t", "size_t", "uint8_t", "char"]:
         ffi.typeof(name)
