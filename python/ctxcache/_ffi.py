@@ -117,11 +117,10 @@ def last_error() -> str:
     return str(ffi.string(lib.ctxc_last_error()).decode("utf-8", "replace"))
 
 
-# cffi's FFI.new, FFI.cast and FFI.from_buffer are Python wrappers that look their type string up (a dictionary,
+# cffi's FFI.new and FFI.from_buffer are Python wrappers that look their type string up (a dictionary,
 # under a try) and then call these functions of its C backend. The package's per-call paths call them directly,
 # with types parsed once at import (``ffi.typeof``): a few hundred nanoseconds less per call into C.
 new_cdata: Any = ffi._backend.newp  # new_cdata(ctype_pointer_or_array[, init]): zeroed memory the cdata owns
-cast_cdata: Any = ffi._backend.cast  # cast_cdata(ctype, value)
 from_buffer_cdata: Any = ffi._backend.from_buffer  # from_buffer_cdata(array_ctype, buffer, require_writable)
 
 
