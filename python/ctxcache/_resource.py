@@ -115,11 +115,12 @@ class Resource:
         try:
             family.members -= 1
             handle = getattr(self, "_handle", _NULL)
-            if handle != _NULL:
+            if handle is not _NULL and handle != _NULL:
                 self._handle = _NULL
                 family.pending.append((self._rank, type(self)._destroy, handle))
             if not _collecting:
-                drain(family)  # reference counting: the caller's own point, as close() would be
+                if family.pending or orphans:  # (drain's own test, without the call for a closed object)
+                    drain(family)  # reference counting: the caller's own point, as close() would be
             elif family.members <= 0:
                 orphans.append(family)
         except Exception:  # a finalizer must not raise

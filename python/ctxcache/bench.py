@@ -37,9 +37,15 @@ must stay identical (see the C++ file's header comment for the full list):
   ``--repeat`` times, and the ``hot_*`` figures count every request with its fastest repetition (caches warm from
   the identical passes before it): labelled hot wherever they are shown.
 
+Beside the trace replay, ``python_call_ns`` is what one call through the package costs (see
+:func:`call_overhead`): a tiny request that always hits, in a warm loop, timed call by call. It is an upper bound
+of the package's overhead per call into C: it includes the C++ work of that 2-block request, which
+``tools/bench/bench_capi_calls`` measures through the same C functions (``tools/bench_manager`` subtracts it).
+``--calls`` measures only that (no trace needed).
+
 Usage: ``ctxcache bench [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] [--repeat K]
-[--no-upper-bound] [--table]``. Prints one JSON object.
+[--no-upper-bound] [--call-batches K] [--call-batch-size B] [--calls] [--table]``. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import argparse
 import gc
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -62,12 +69,17 @@ from .hashing import Hasher
 from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
 from .workload import TRACE_BLOCK, expand_range, expand_tokens, read_trace, splitmix64
 
-__all__ = ["TRACE_BLOCK", "Request", "default_trace", "expand_range", "expand_tokens", "load_trace", "main",
-           "replay", "replay_hybrid", "replay_spec", "replay_vanilla", "run_modes", "run_page_size", "splitmix64"]
+__all__ = ["TRACE_BLOCK", "Request", "call_overhead", "default_trace", "expand_range", "expand_tokens", "load_trace",
+           "main", "replay", "replay_hybrid", "replay_spec", "replay_vanilla", "run_modes", "run_page_size",
+           "splitmix64"]
 
 DEFAULT_KEY = "ctxcache-bench-key"
 DEFAULT_MAX_RECORDS = 1_000_000
 DEFAULT_HYBRID_CANDIDATES = 8
+DEFAULT_CALL_BATCHES = 40
+DEFAULT_CALL_BATCH_SIZE = 500
+CALL_OPS = ("hash_full_blocks", "acquire_vanilla", "grow_base_pages", "publish", "lease_close", "read_results",
+            "drop_results")
 MODES = ("vanilla", "hybrid", "spec")
 _MASK64 = 2**64 - 1
 
@@ -95,6 +107,99 @@ def load_trace(path: str | os.PathLike[str], limit: int | None = None) -> list[R
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def call_overhead(page_size: int = 16, blocks: int = 2, batches: int = DEFAULT_CALL_BATCHES,
+                  batch_size: int = DEFAULT_CALL_BATCH_SIZE, key: str = DEFAULT_KEY) -> dict[str, Any]:
+    """What each call of one request costs through the package, in nanoseconds: an upper bound of the Python
+    (and cffi) overhead per call into C.
+
+    The request: ``blocks`` full blocks of ``page_size`` tokens (token i = i), hashed with the keyed SHA-256
+    hasher, on a manager of 4096 base pages that already holds the prompt's record, so that every acquire hits.
+    Per request, each timed on its own with ``time.perf_counter_ns``: ``hash_full_blocks(tokens, page_size)``,
+    ``acquire_vanilla(hashes, n)``, ``grow_base_pages(lease, 2)``, ``publish(lease, hashes, n)``,
+    ``lease.close()``; and what a caller pays around the calls: ``read_results`` (reading the acquire's status and
+    plan (reuse and matched lengths, made on first read) and the publication's status) and ``drop_results``
+    (dropping the request's result objects: their deallocation and the lease's finalizer). Each figure is a
+    batch's mean minus the clock's own cost (an empty interval timed in the same batch), and the median over
+    ``batches`` batches of ``batch_size`` requests (after two warm-up batches; the garbage collector runs as
+    usual). ``request`` is their sum.
+
+    Each figure includes the C++ work of the call (small for this request, but not zero):
+    ``tools/bench/bench_capi_calls`` runs the same loop through the same C functions, and the overhead is the
+    difference. Every request is checked (a hit reusing ``(blocks - 1) * page_size`` tokens, a grow that
+    succeeds, an existing record): AssertionError otherwise."""
+    if page_size <= 0 or not 2 <= blocks <= 1024 or batches <= 0 or batch_size <= 0:
+        raise ValueError("need page_size > 0, 2 <= blocks <= 1024, batches > 0, batch_size > 0")
+    n = blocks * page_size
+    tokens = np.arange(n, dtype=np.int32)
+    hasher = Hasher("sha256", key.encode("utf-8"))
+    manager = ContextCacheManager(page_size, ResourceDemand(base_kv_pages=4096))
+    try:
+        hashes = hasher.hash_full_blocks(tokens, page_size)
+        first = manager.acquire_vanilla(hashes, n).lease
+        assert first is not None
+        with first:  # the record every timed acquire hits
+            manager.publish(first, hashes, n)
+        expected_reuse = (blocks - 1) * page_size
+        hit, existing = AcquireStatus.ACQUIRED, PublishStatus.EXISTING_RECORD
+        perf = time.perf_counter_ns
+        hash_full_blocks, acquire, grow, publish = (hasher.hash_full_blocks, manager.acquire_vanilla,
+                                                    manager.grow_base_pages, manager.publish)
+        figures: list[list[float]] = [[] for _ in CALL_OPS]
+        clock: list[float] = []
+        gc.collect()
+        for batch in range(batches + 2):
+            sums = [0] * len(CALL_OPS)
+            empty = 0
+            for _ in range(batch_size):
+                t0 = perf()
+                hashed = hash_full_blocks(tokens, page_size)
+                t1 = perf()
+                result = acquire(hashes, n)
+                t2 = perf()
+                lease = result.lease
+                if lease is None:
+                    raise AssertionError("a request did not go the measured way (hit, grow, existing record)")
+                t3 = perf()
+                grown = grow(lease, 2)
+                t4 = perf()
+                published = publish(lease, hashes, n)
+                t5 = perf()
+                lease.close()
+                t6 = perf()
+                status, plan, publication = result.status, result.plan, published.status
+                reused, matched = plan.reuse_token_length, plan.matched_token_length
+                t7 = perf()
+                if (status is not hit or reused != expected_reuse or matched != n or not grown
+                        or publication is not existing or hashed[0, 1] != hashes[0, 1]):
+                    raise AssertionError("a request did not go the measured way (hit, grow, existing record)")
+                t8 = perf()
+                del hashed, result, lease, published, plan
+                t9 = perf()
+                t10 = perf()
+                sums[0] += t1 - t0
+                sums[1] += t2 - t1
+                sums[2] += t4 - t3
+                sums[3] += t5 - t4
+                sums[4] += t6 - t5
+                sums[5] += t7 - t6
+                sums[6] += t9 - t8
+                empty += t10 - t9
+            if batch < 2:  # warm-up
+                continue
+            clock_ns = empty / batch_size
+            clock.append(clock_ns)
+            for op, total in enumerate(sums):
+                figures[op].append(max(0.0, total / batch_size - clock_ns))
+    finally:
+        manager.close()
+        hasher.close()
+    calls = {op: _sig(statistics.median(values)) for op, values in zip(CALL_OPS, figures)}
+    calls["request"] = _sig(sum(calls[op] for op in CALL_OPS))
+    return {"python_call_ns": calls,
+            "python_call_setup": {"page_size": page_size, "blocks": blocks, "tokens": n, "batches": batches,
+                                  "batch_size": batch_size, "clock_ns": _sig(statistics.median(clock))}}
 
 
 def replay(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
@@ -631,6 +736,14 @@ def _table(results: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _call_table(calls: dict[str, Any]) -> str:
+    setup = calls["python_call_setup"]
+    lines = [f"ns per call through Python (a {setup['blocks']}-block request of page size {setup['page_size']} "
+             "that hits; C++ work included):"]
+    lines += [f"  {op:<26}{ns:>10,.0f}" for op, ns in calls["python_call_ns"].items()]
+    return "\n".join(lines)
+
+
 def _modes(values: Sequence[str] | None) -> list[str]:
     if not values:
         return list(MODES)
@@ -663,8 +776,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-upper-bound", action="store_true", help="skip the unbounded-cache replay")
     parser.add_argument("--eviction-policy", choices=("lru", "lru-trim"), default="lru",
                         help="the manager's capacity eviction (default lru, the reference's whole-record LRU)")
+    parser.add_argument("--call-batches", type=int, default=DEFAULT_CALL_BATCHES,
+                        help="python_call_ns: batches of the per-call loop (default 40; the median is reported)")
+    parser.add_argument("--call-batch-size", type=int, default=DEFAULT_CALL_BATCH_SIZE,
+                        help="python_call_ns: requests per batch (default 500)")
+    parser.add_argument("--calls", action="store_true",
+                        help="measure only python_call_ns, at the first --page-size (default 16); no trace needed")
     parser.add_argument("--table", action="store_true", help="also print a readable table on stderr")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.call_batches <= 0 or args.call_batch_size <= 0:
+        parser.error("--call-batches and --call-batch-size must be positive")
+    page_sizes = args.page_sizes or [16, 128]
+    calls = call_overhead(page_sizes[0] if args.page_sizes else 16, batches=args.call_batches,
+                          batch_size=args.call_batch_size, key=args.key)
+    if args.calls:
+        print(json.dumps({"path": "python", **calls}))
+        if args.table:
+            print(_call_table(calls), file=sys.stderr)
+        return 0
     try:
         modes = _modes(args.modes)
     except argparse.ArgumentTypeError as e:
@@ -678,15 +807,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not trace.is_file():
         parser.error(f"trace {trace} not found (pass --trace)")
     requests = load_trace(trace, args.requests)
-    page_sizes = args.page_sizes or [16, 128]
     results = [r for p in page_sizes
                for r in run_modes(requests, p, modes, capacity_blocks=args.capacity_blocks,
                                   max_records=args.max_records, key=args.key, repeat=args.repeat,
                                   upper_bound=not args.no_upper_bound, snapshot_slots=args.snapshot_slots,
                                   hybrid_candidates=args.hybrid_candidates, eviction_policy=args.eviction_policy)]
-    print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", "results": results}))
+    print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", **calls, "results": results}))
     if args.table:
         print(_table(results), file=sys.stderr)
+        print(_call_table(calls), file=sys.stderr)
     return 0
 
 

@@ -7,6 +7,7 @@ one applies to every block, a list gives one per block.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,12 +15,25 @@ from typing import Any
 import numpy as np
 
 from . import _arrays
-from ._ffi import check, ffi, lib
+from ._ffi import check, ffi, from_buffer_cdata, lib, new_cdata
 from ._resource import Family, Resource
 from .enums import HashAlgorithm
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
 
 Digest = Any  # a (2,) uint64 array or a (hi, lo) tuple
+
+_NULL = ffi.NULL
+_SIZE_T_PTR = ffi.typeof("size_t *")
+_HASHES = ffi.typeof("ctxc_hash128_t[]")
+_INT32S = ffi.typeof("int32_t[]")
+_NDARRAY = np.ndarray
+_UINT64 = np.dtype(np.uint64)
+_INT32 = np.dtype(np.int32)
+_INT32_STRIDES = (4,)
+_INT32_MAX = _arrays.INT32_MAX
+_empty = np.empty
+_hash_full_blocks = lib.ctxc_hash_full_blocks
+_scratch = threading.local()  # per thread (hashers are shared between threads): outputs nobody reads
 
 
 @dataclass(frozen=True)
@@ -47,10 +61,13 @@ def _set_hash(target: Any, value: Digest, name: str) -> None:
     target.lo = int(h[1])
 
 
+_NO_EXTRAS = (_arrays._NULL, 0, ())
+
+
 def _extras_array(extras: BlockKeyExtras | Sequence[BlockKeyExtras] | None) -> Any:
     """ctxc_block_key_extras_t[] and the keep-alive list of their media arrays."""
     if extras is None:
-        return _arrays._NULL, 0, []
+        return _NO_EXTRAS
     if not isinstance(extras, (BlockKeyExtras, list, tuple)):
         raise ArgumentTypeError(f"extras must be a BlockKeyExtras or a list of them, got {type(extras).__name__}")
     items = [extras] if isinstance(extras, BlockKeyExtras) else list(extras)
@@ -146,19 +163,35 @@ class Hasher(Resource):
             lib.ctxc_hasher_destroy(self._handle)
             self._handle = _arrays._NULL
 
+    def _live(self) -> Any:
+        """The C handle; a closed hasher raises (its NULL handle would hash, unkeyed, with the default hasher)."""
+        handle = self._handle
+        if handle == _NULL:
+            raise InvalidHandleError("hasher is closed")
+        return handle
+
     def hash_full_blocks(self, tokens: Any, page_size: int, extras: Any = None, per_position_media_hashes: Any = None) -> np.ndarray:
-        tokens = _arrays.int32_array(tokens)
-        page_size = _arrays.integer(page_size, "page_size", minimum=1)
-        extras_ptr, extras_count, keep = _extras_array(extras)
-        media = _media_pointer(per_position_media_hashes, tokens.shape[0])
-        blocks = tokens.shape[0] // page_size
+        # The common argument types are tested inline (see _arrays), anything else takes the full checks.
+        if type(tokens) is not _NDARRAY or tokens.dtype is not _INT32 or tokens.strides != _INT32_STRIDES:
+            tokens = _arrays.int32_array(tokens)
+        if type(page_size) is not int or not 1 <= page_size <= _INT32_MAX:
+            page_size = _arrays.integer(page_size, "page_size", minimum=1)
+        extras_ptr, extras_count, keep = _NO_EXTRAS if extras is None else _extras_array(extras)
+        n = tokens.shape[0]
+        media = _NULL if per_position_media_hashes is None else _media_pointer(per_position_media_hashes, n)
+        blocks = n // page_size
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} full blocks (0, 1 or one per block)")
-        out = np.empty((blocks, 2), dtype=np.uint64)
-        count = ffi.new("size_t *")
-        out_ptr = ffi.cast("ctxc_hash128_t *", ffi.from_buffer(out, require_writable=True)) if blocks else _arrays._NULL
-        check(lib.ctxc_hash_full_blocks(self._handle, _arrays.int32_pointer(tokens), tokens.shape[0], page_size,
-                                        extras_ptr, extras_count, media, out_ptr, blocks, count))
+        out = _empty((blocks, 2), _UINT64)
+        try:
+            count = _scratch.count  # C writes the count (= blocks, the capacity given): never read
+        except AttributeError:  # this thread's first call
+            count = _scratch.count = new_cdata(_SIZE_T_PTR)
+        status = _hash_full_blocks(self._live(), from_buffer_cdata(_INT32S, tokens, False) if n else _NULL, n,
+                                   page_size, extras_ptr, extras_count, media,
+                                   from_buffer_cdata(_HASHES, out, True) if blocks else _NULL, blocks, count)
+        if status:
+            check(status)
         del keep
         return out
 
@@ -171,7 +204,7 @@ class Hasher(Resource):
         if extras_count > 1 and extras_count != blocks:
             raise InvalidArgumentError(f"extras has {extras_count} entries for {blocks} blocks (0, 1 or one per block)")
         digest = ffi.new("ctxc_hash128_t *")
-        check(lib.ctxc_hash_exact_prefix(self._handle, _arrays.int32_pointer(tokens), tokens.shape[0], page_size,
+        check(lib.ctxc_hash_exact_prefix(self._live(), _arrays.int32_pointer(tokens), tokens.shape[0], page_size,
                                          extras_ptr, extras_count, media, digest))
         del keep
         return np.array([digest.hi, digest.lo], dtype=np.uint64)
@@ -187,7 +220,7 @@ class Hasher(Resource):
         extras_ptr, _, keep = _extras_array(extras)
         media = _media_pointer(per_position_media_hashes, tokens.shape[0])
         out = ffi.new("ctxc_hash128_t *")
-        check(lib.ctxc_hash_block(self._handle, parent_ptr, _arrays.int32_pointer(tokens), tokens.shape[0],
+        check(lib.ctxc_hash_block(self._live(), parent_ptr, _arrays.int32_pointer(tokens), tokens.shape[0],
                                   extras_ptr, media, out))
         del keep
         return np.array([out.hi, out.lo], dtype=np.uint64)
@@ -200,7 +233,7 @@ class Hasher(Resource):
         data = bytes(data)
         out = ffi.new("ctxc_hash128_t *")
         buf = ffi.from_buffer(data) if data else _arrays._NULL
-        check(lib.ctxc_hash_opaque_identity(self._handle, buf, len(data), out))
+        check(lib.ctxc_hash_opaque_identity(self._live(), buf, len(data), out))
         return np.array([out.hi, out.lo], dtype=np.uint64)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, _resource
-from ._ffi import check, ffi, lib, new_output
-from ._resource import Family, Resource
+from ._ffi import check, ffi, from_buffer_cdata, lib, new_cdata, new_output
+from ._resource import Family, Resource, drain, orphans
 from .enums import (
     AcquireStatus,
     EvictionPolicy,
@@ -101,17 +101,35 @@ class ManagerMetrics:
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
 _PUBLISH_STATUSES = tuple(PublishStatus)
-_ACQUIRE_RESULT_SIZE = ffi.sizeof("ctxc_acquire_result_t")
+_ACQUIRED = AcquireStatus.ACQUIRED
+_NDARRAY = np.ndarray
+_UINT64 = _arrays._UINT64
+_HASH_STRIDES = _arrays._HASH_STRIDES
+_HASHES = _arrays._HASHES
+_USE_CACHE = LookupPolicy.USE_CACHE
+INT32_MAX = _arrays.INT32_MAX
+_acquire_vanilla = lib.ctxc_manager_acquire_vanilla
+_grow_base_pages = lib.ctxc_manager_grow_base_pages
+_publish_with_tokens = lib.ctxc_manager_publish_with_tokens
+_ACQUIRE_RESULT = ffi.typeof("ctxc_acquire_result_t *")
+_ACQUIRE_RESULT_INIT = [ffi.sizeof("ctxc_acquire_result_t")]  # struct_size, the rest zero
+_INT32_PTR = ffi.typeof("int32_t *")
+_INT32 = np.dtype(np.int32)
+_frombuffer = np.frombuffer
+_buffer = ffi.buffer
 
 
 def _demand(c: Any) -> ResourceDemand:
     return ResourceDemand(c.base_kv_pages, c.draft_kv_pages, c.recurrent_snapshot_slots, c.partial_kv_snapshot_slots)
 
 
-def _token_pointer(tokens: np.ndarray | None) -> tuple[Any, int]:
-    """(pointer, count) of a publication's token array (the caller keeps the array alive across the call)."""
-    if tokens is None or tokens.size == 0:
-        return _NULL, 0
+_NO_TOKENS = (_NULL, 0)
+
+
+def _token_pointer(tokens: np.ndarray) -> tuple[Any, int]:
+    """(pointer, count) of a publication's token array (the pointer keeps the array alive)."""
+    if tokens.size == 0:
+        return _NO_TOKENS
     return _arrays.int32_pointer(tokens), int(tokens.size)
 
 
@@ -164,12 +182,25 @@ class ReusePlan:
 
 
 class AcquireResult:
-    __slots__ = ("status", "lease", "plan")
+    """An acquire's status, its lease (None unless ACQUIRED) and its plan."""
 
-    def __init__(self, status: AcquireStatus, lease: Lease | None, plan: ReusePlan):
+    __slots__ = ("status", "lease", "_plan")
+
+    def __init__(self, status: AcquireStatus, lease: Lease | None, plan: Any):
         self.status = status
         self.lease = lease
-        self.plan = plan
+        self._plan = plan  # a ReusePlan, or (from the manager) the call's result struct, made a ReusePlan on read
+
+    @property
+    def plan(self) -> ReusePlan:
+        plan = self._plan
+        if type(plan) is not ReusePlan:
+            plan = self._plan = ReusePlan(plan)
+        return plan
+
+    @plan.setter
+    def plan(self, value: ReusePlan) -> None:
+        self._plan = value
 
     def __repr__(self) -> str:
         return f"AcquireResult(status={self.status.name}, lease={self.lease!r}, plan={self.plan!r})"
@@ -179,14 +210,25 @@ class PublishResult:
     """What a publication committed. canonical_base_pages: the record's pages (read-only int32), never a
     page-table update recipe: the lease keeps its own pages."""
 
-    __slots__ = ("status", "record", "canonical_base_pages", "published_base_full_block_count")
+    __slots__ = ("status", "record", "_pages", "published_base_full_block_count")
 
-    def __init__(self, status: PublishStatus, record: int | None, canonical_base_pages: np.ndarray,
+    def __init__(self, status: PublishStatus, record: int | None, canonical_base_pages: np.ndarray | bytes,
                  published_base_full_block_count: int):
         self.status = status
         self.record = record
-        self.canonical_base_pages = canonical_base_pages
+        self._pages = canonical_base_pages  # the manager passes bytes: its copy of the C view, made an array on read
         self.published_base_full_block_count = published_base_full_block_count
+
+    @property
+    def canonical_base_pages(self) -> np.ndarray:
+        pages = self._pages
+        if type(pages) is bytes:
+            pages = self._pages = _frombuffer(pages, _INT32)  # over immutable bytes: read-only
+        return pages  # type: ignore[return-value]  # bytes were replaced just above
+
+    @canonical_base_pages.setter
+    def canonical_base_pages(self, value: np.ndarray) -> None:
+        self._pages = value
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, PublishResult) and (self.status, self.record, self.published_base_full_block_count)
@@ -224,16 +266,19 @@ class Lease(Resource):
     def __init__(self, manager: ContextCacheManager, handle: Any) -> None:
         self._manager = manager
         self._handle = handle
-        self._join(manager._family)
+        family = self._family = manager._family  # Resource._join, inline: this runs once per acquire
+        family.members += 1
         self._base_pages: np.ndarray | None = None
         self._draft_pages: np.ndarray | None = None
 
     def _live_handle(self) -> Any:
-        if self._family.pending or _resource.orphans:
-            _resource.drain(self._family)
-        if self._handle == _NULL:
+        family = self._family
+        if family.pending or orphans:
+            drain(family)
+        handle = self._handle
+        if handle == _NULL:
             raise InvalidHandleError("lease was destroyed")
-        return self._handle
+        return handle
 
     def _changed(self) -> None:
         self._base_pages = None
@@ -305,10 +350,13 @@ class Lease(Resource):
 
     def close(self) -> None:
         """Release (if still live) and free the handle; idempotent."""
-        if self._handle != _NULL:
-            handle, self._handle = self._handle, _NULL
-            self._changed()
-            check(lib.ctxc_lease_destroy(handle))
+        handle = self._handle
+        if handle != _NULL:
+            self._handle = _NULL
+            self._base_pages = self._draft_pages = None  # _changed(), inline
+            status = _lease_destroy(handle)
+            if status:
+                check(status)
 
     def __repr__(self) -> str:
         if self._handle == _NULL:
@@ -316,6 +364,9 @@ class Lease(Resource):
         info = self._info()
         return (f"Lease(state={LeaseState(info.state).name}, mode={ReusePlanMode(info.mode).name}, "
                 f"base_pages={info.base_page_count}, draft_pages={info.draft_page_count})")
+
+
+_lease_destroy = lib.ctxc_lease_destroy
 
 
 class Pools:
@@ -439,9 +490,6 @@ class BaseIndex:
         return int(out[0])
 
 
-_POLICY_CODES = {LookupPolicy.USE_CACHE: 0, LookupPolicy.BYPASS: 1}
-
-
 class DraftIndex:
     """Read-only view of the EAGLE draft path index."""
 
@@ -466,8 +514,8 @@ class DraftIndex:
 
 
 def _lookup_policy(value: Any) -> int:
-    if type(value) is LookupPolicy:  # the common case, without constructing an enum
-        return _POLICY_CODES[value]
+    if type(value) is LookupPolicy:  # the common case, without constructing an enum (nor hashing one)
+        return value._value_
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ArgumentTypeError(f"lookup_policy must be a LookupPolicy, got {type(value).__name__}")
     try:
@@ -528,8 +576,8 @@ class ContextCacheManager(KvEventSource, Resource):
     ``eviction_policy`` is an :class:`EvictionPolicy` or its label (``"lru"``, the default, or ``"lru-trim"``).
     """
 
-    __slots__ = ("_handle", "_lease_out", "_publish_out", "_family", "_kv_publisher", "page_size", "eviction_policy",
-                 "__weakref__")
+    __slots__ = ("_handle", "_lease_out", "_publish_out", "_ok_out", "_family", "_kv_publisher", "page_size",
+                 "eviction_policy", "__weakref__")
     _destroy = staticmethod(lib.ctxc_manager_destroy)
     _rank = 1  # destroyed after its leases when both wait in the family
 
@@ -554,8 +602,11 @@ class ContextCacheManager(KvEventSource, Resource):
         self._handle = out[0]
         self.page_size = options.page_size
         self.eviction_policy = policy
+        # Outputs of the per-request calls, reused: the single-writer contract serializes those calls, and each
+        # is read before the call returns (an acquire's result struct is not: a ReusePlan views it).
         self._lease_out = ffi.new("ctxc_lease_t **")
         self._publish_out = new_output("ctxc_publish_result_t")
+        self._ok_out = ffi.new("int32_t *")
 
     # Views are made on demand and hold the manager; the manager holds none of them (no reference cycle, so
     # dropping a manager frees it by reference counting, never in the cyclic collector: see _resource.py).
@@ -566,11 +617,13 @@ class ContextCacheManager(KvEventSource, Resource):
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def _live(self) -> Any:
-        if self._family.pending or _resource.orphans:
-            _resource.drain(self._family)
-        if self._handle == _NULL:
+        family = self._family
+        if family.pending or orphans:
+            drain(family)
+        handle = self._handle
+        if handle == _NULL:
             raise InvalidHandleError("manager is closed")
-        return self._handle
+        return handle
 
     def close(self) -> None:
         """Destroy the manager. Raises LeasesOutstandingError (after closing) if leases were still alive."""
@@ -584,25 +637,44 @@ class ContextCacheManager(KvEventSource, Resource):
         return bool(self._handle == _NULL)
 
     # -- acquire ------------------------------------------------------------------------------------------
-    def _new_result(self) -> Any:
-        result = ffi.new("ctxc_acquire_result_t *")
-        result.struct_size = _ACQUIRE_RESULT_SIZE
-        return result
+    def _finish_acquire(self, status_code: int, result: Any) -> AcquireResult:
+        if status_code:
+            check(status_code)
+        if result.status == 0:  # CTXC_ACQUIRE_ACQUIRED
+            return AcquireResult(_ACQUIRED, Lease(self, self._lease_out[0]), result)
+        return AcquireResult(_ACQUIRE_STATUSES[result.status], None, result)
 
-    def _finish_acquire(self, result: Any) -> AcquireResult:
-        status = _ACQUIRE_STATUSES[result.status]
-        lease = Lease(self, self._lease_out[0]) if status is AcquireStatus.ACQUIRED else None
-        return AcquireResult(status, lease, ReusePlan(result))
-
+    # The per-request calls (acquire_vanilla, acquire_spec, grow_*, publish) test the common argument types inline
+    # (an int in [0, INT32_MAX], the default lookup policy) and call the full checks for anything else. The two
+    # busiest (acquire_vanilla, publish) also inline _arrays.hashes' fast path and _live(): a Python call costs
+    # about 0.1 us, the budget of a call into C is 2 us (bench.call_overhead measures it).
     def acquire_vanilla(self, full_block_hashes: Any, input_token_count: int,
                         lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
         """Lease for a prompt on an attention-only deployment: the longest cached full-block prefix."""
-        hashes = _arrays.hash_array(full_block_hashes)
-        n = _arrays.integer(input_token_count, "input_token_count")
-        result = self._new_result()
-        check(lib.ctxc_manager_acquire_vanilla(self._live(), _arrays.hash_pointer(hashes), hashes.shape[0], n,
-                                               _lookup_policy(lookup_policy), result, self._lease_out))
-        return self._finish_acquire(result)
+        h = full_block_hashes
+        if (type(h) is _NDARRAY and h.dtype is _UINT64 and h.strides == _HASH_STRIDES
+                and (shape := h.shape)[1] == 2 and shape[0] <= INT32_MAX):
+            count = shape[0]
+            hashes = from_buffer_cdata(_HASHES, h, False) if count else _NULL
+        else:
+            hashes, count = _arrays.hashes(h)
+        n = (input_token_count if type(input_token_count) is int and 0 <= input_token_count <= INT32_MAX
+             else _arrays.integer(input_token_count, "input_token_count"))
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        family = self._family  # _live(), inline
+        if family.pending or orphans:
+            drain(family)
+        handle = self._handle
+        if handle == _NULL:
+            raise InvalidHandleError("manager is closed")
+        status = _acquire_vanilla(handle, hashes, count, n,
+                                  0 if lookup_policy is _USE_CACHE else _lookup_policy(lookup_policy), result,
+                                  self._lease_out)
+        if status:
+            check(status)
+        if result.status == 0:  # CTXC_ACQUIRE_ACQUIRED (_finish_acquire, inline)
+            return AcquireResult(_ACQUIRED, Lease(self, self._lease_out[0]), result)
+        return AcquireResult(_ACQUIRE_STATUSES[result.status], None, result)
 
     def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
                        input_token_count: int, has_attention: bool,
@@ -610,15 +682,14 @@ class ContextCacheManager(KvEventSource, Resource):
         """Lease on a hybrid / pure-recurrent deployment: the longest complete exact checkpoint.
 
         A candidate whose length is not in (0, input_token_count) is skipped, never an error."""
-        hashes = _arrays.hash_array(full_block_hashes)
-        n = _arrays.integer(input_token_count, "input_token_count")
+        hashes, count = _arrays.hashes(full_block_hashes)
+        n = _arrays.count(input_token_count, "input_token_count")
         attention = _arrays.boolean(has_attention, "has_attention")
         c = _candidates(candidates)
-        result = self._new_result()
-        check(lib.ctxc_manager_acquire_hybrid(self._live(), c if candidates else _NULL, len(candidates),
-                                              _arrays.hash_pointer(hashes), hashes.shape[0], n, int(attention),
-                                              _lookup_policy(lookup_policy), result, self._lease_out))
-        return self._finish_acquire(result)
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        return self._finish_acquire(lib.ctxc_manager_acquire_hybrid(
+            self._live(), c if candidates else _NULL, len(candidates), hashes, count, n, int(attention),
+            _lookup_policy(lookup_policy), result, self._lease_out), result)
 
     def acquire_hybrid_mtp(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
                            input_token_count: int,
@@ -628,24 +699,24 @@ class ContextCacheManager(KvEventSource, Resource):
         A checkpoint of exact length E keeps its boundary token private: it binds floor((E - 1) / page_size) base
         and draft pages plus its recurrent and partial-KV slots. Plain hybrid checkpoints never hit here. A
         candidate whose length is not in [1, input_token_count) is skipped, never an error."""
-        hashes = _arrays.hash_array(full_block_hashes)
-        n = _arrays.integer(input_token_count, "input_token_count")
+        hashes, count = _arrays.hashes(full_block_hashes)
+        n = _arrays.count(input_token_count, "input_token_count")
         c = _candidates(candidates)
-        result = self._new_result()
-        check(lib.ctxc_manager_acquire_hybrid_mtp(self._live(), c if candidates else _NULL, len(candidates),
-                                                  _arrays.hash_pointer(hashes), hashes.shape[0], n,
-                                                  _lookup_policy(lookup_policy), result, self._lease_out))
-        return self._finish_acquire(result)
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        return self._finish_acquire(lib.ctxc_manager_acquire_hybrid_mtp(
+            self._live(), c if candidates else _NULL, len(candidates), hashes, count, n,
+            _lookup_policy(lookup_policy), result, self._lease_out), result)
 
     def acquire_spec(self, full_block_hashes: Any, input_token_count: int,
                      lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
         """Lease for greedy, non-hybrid EAGLE: one coherent paired record, boundary page replayed."""
-        hashes = _arrays.hash_array(full_block_hashes)
-        n = _arrays.integer(input_token_count, "input_token_count")
-        result = self._new_result()
-        check(lib.ctxc_manager_acquire_spec(self._live(), _arrays.hash_pointer(hashes), hashes.shape[0], n,
-                                            _lookup_policy(lookup_policy), result, self._lease_out))
-        return self._finish_acquire(result)
+        hashes, count = _arrays.hashes(full_block_hashes)
+        n = (input_token_count if type(input_token_count) is int and 0 <= input_token_count <= INT32_MAX
+             else _arrays.integer(input_token_count, "input_token_count"))
+        result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        return self._finish_acquire(lib.ctxc_manager_acquire_spec(
+            self._live(), hashes, count, n, 0 if lookup_policy is _USE_CACHE else _lookup_policy(lookup_policy),
+            result, self._lease_out), result)
 
     def hybrid_candidate_lengths(self, input_token_count: int, full_block_hashes: Any = None) -> list[int]:
         """Stored checkpoint lengths below input_token_count, longest first. With the prompt's full-block hashes,
@@ -661,25 +732,38 @@ class ContextCacheManager(KvEventSource, Resource):
         return [int(x) for x in self._two_call(call, "int32_t", np.int32)]
 
     # -- grow / snapshots --------------------------------------------------------------------------------------
-    def _lease_handle(self, lease: Any) -> Any:
-        if not isinstance(lease, Lease):
+    @staticmethod
+    def _lease_handle(lease: Any) -> Any:
+        """``lease._live_handle()`` of a Lease (inline: every per-request call takes one)."""
+        if type(lease) is not Lease and not isinstance(lease, Lease):
             raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
-        return lease._live_handle()
+        family = lease._family
+        if family.pending or orphans:
+            drain(family)
+        handle = lease._handle
+        if handle == _NULL:
+            raise InvalidHandleError("lease was destroyed")
+        return handle
 
     def grow_base_pages(self, lease: Lease, count: int) -> bool:
         """Append ``count`` private base pages; False (nothing changed) when capacity is short."""
         handle = self._lease_handle(lease)
-        ok = ffi.new("int32_t *")
-        check(lib.ctxc_manager_grow_base_pages(self._live(), handle, _arrays.integer(count, "count"), ok))
-        lease._changed()
+        ok = self._ok_out
+        status = _grow_base_pages(self._live(), handle, count if type(count) is int and 0 <= count <= INT32_MAX
+                                  else _arrays.integer(count, "count"), ok)
+        if status:
+            check(status)
+        lease._base_pages = lease._draft_pages = None  # lease._changed(), inline
         return bool(ok[0])
 
     def grow_spec_pages(self, lease: Lease, base_count: int, draft_count: int) -> bool:
         handle = self._lease_handle(lease)
-        ok = ffi.new("int32_t *")
-        check(lib.ctxc_manager_grow_spec_pages(self._live(), handle, _arrays.integer(base_count, "base_count"),
-                                               _arrays.integer(draft_count, "draft_count"), ok))
-        lease._changed()
+        ok = self._ok_out
+        status = lib.ctxc_manager_grow_spec_pages(self._live(), handle, _arrays.count(base_count, "base_count"),
+                                                  _arrays.count(draft_count, "draft_count"), ok)
+        if status:
+            check(status)
+        lease._base_pages = lease._draft_pages = None
         return bool(ok[0])
 
     def reserve_hybrid_snapshots(self, lease: Lease, needs_partial_kv_snapshot: bool) -> HybridSnapshotReservation | None:
@@ -701,24 +785,52 @@ class ContextCacheManager(KvEventSource, Resource):
         check(lib.ctxc_manager_retire_hybrid_snapshot_reservation(self._live(), handle, _reservation(reservation)))
 
     # -- publish ----------------------------------------------------------------------------------------------
-    def _publish_result(self) -> PublishResult:
-        out = self._publish_out
+    def _publish_result(self, status: int) -> PublishResult:
+        if status:
+            check(status)
+        out = self._publish_out  # its page view dies with the next mutating call: copied now (bytes)
+        pages = out.canonical_base_page_count
         return PublishResult(_PUBLISH_STATUSES[out.status], out.record or None,
-                             _arrays.read_only_int32(out.canonical_base_pages, out.canonical_base_page_count),
+                             _buffer(out.canonical_base_pages, pages * 4)[:] if pages else b"",
                              out.published_base_full_block_count)
 
     def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int,
                 tokens: Any = None) -> PublishResult:
         """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record. ``tokens``
         (the prompt's token ids, at least the published blocks'): required once KV events are on."""
-        handle = self._lease_handle(lease)
-        hashes = _arrays.hash_array(full_block_hashes)
-        resident = _arrays.integer(resident_state_length, "resident_state_length")
-        array = None if tokens is None else _arrays.int32_array(tokens)
-        pointer, count = _token_pointer(array)
-        check(lib.ctxc_manager_publish_with_tokens(self._live(), handle, _arrays.hash_pointer(hashes),
-                                                   hashes.shape[0], resident, pointer, count, self._publish_out))
-        return self._publish_result()
+        if type(lease) is not Lease and not isinstance(lease, Lease):  # _lease_handle(lease), inline
+            raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
+        family = lease._family
+        if family.pending or orphans:
+            drain(family)
+        handle = lease._handle
+        if handle == _NULL:
+            raise InvalidHandleError("lease was destroyed")
+        h = full_block_hashes
+        if (type(h) is _NDARRAY and h.dtype is _UINT64 and h.strides == _HASH_STRIDES
+                and (shape := h.shape)[1] == 2 and shape[0] <= INT32_MAX):
+            count = shape[0]
+            hashes = from_buffer_cdata(_HASHES, h, False) if count else _NULL
+        else:
+            hashes, count = _arrays.hashes(h)
+        resident = (resident_state_length if type(resident_state_length) is int
+                    and 0 <= resident_state_length <= INT32_MAX
+                    else _arrays.integer(resident_state_length, "resident_state_length"))
+        pointer, token_count = _NO_TOKENS if tokens is None else _token_pointer(_arrays.int32_array(tokens))
+        family = self._family  # _live(), inline
+        if family.pending or orphans:
+            drain(family)
+        manager = self._handle
+        if manager == _NULL:
+            raise InvalidHandleError("manager is closed")
+        out = self._publish_out
+        status = _publish_with_tokens(manager, handle, hashes, count, resident, pointer, token_count, out)
+        if status:
+            check(status)
+        pages = out.canonical_base_page_count  # (_publish_result, inline)
+        return PublishResult(_PUBLISH_STATUSES[out.status], out.record or None,
+                             _buffer(out.canonical_base_pages, pages * 4)[:] if pages else b"",
+                             out.published_base_full_block_count)
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
                        snapshots: HybridSnapshotReservation, tokens: Any = None) -> PublishResult:
@@ -739,13 +851,11 @@ class ContextCacheManager(KvEventSource, Resource):
                             checkpoint: HybridCheckpointKey, snapshots: HybridSnapshotReservation,
                             tokens: Any) -> PublishResult:
         handle = self._lease_handle(lease)
-        hashes = _arrays.hash_array(full_block_hashes)
+        hashes, count = _arrays.hashes(full_block_hashes)
         key = _checkpoint_key(checkpoint)
-        array = None if tokens is None else _arrays.int32_array(tokens)
-        pointer, count = _token_pointer(array)
-        check(function(self._live(), handle, _arrays.hash_pointer(hashes), hashes.shape[0], key,
-                       _reservation(snapshots), pointer, count, self._publish_out))
-        return self._publish_result()
+        pointer, token_count = _NO_TOKENS if tokens is None else _token_pointer(_arrays.int32_array(tokens))
+        return self._publish_result(function(self._live(), handle, hashes, count, key, _reservation(snapshots),
+                                             pointer, token_count, self._publish_out))
 
     def evict_record(self, record_id: int) -> None:
         check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))

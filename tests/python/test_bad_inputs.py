@@ -1,6 +1,11 @@
 """The catalogue of bad inputs: each is refused with its exact exception type, says which argument is wrong, and
 changes nothing (every pool, free list, refcount, record, index entry and metric is as before, and the invariant
 check passes). Argument errors are caught in Python before anything reaches C; state errors come from the library.
+
+The per-request calls check their arguments through fast paths for the common exact types (an ``int`` in range,
+an ``np.ndarray`` of the native dtype with C-contiguous strides) before the full checks: the ``*_fast_path_*``
+cases are the inputs closest to those paths that must still be refused, and
+test_inputs_off_the_fast_paths_are_accepted_as_before the ones that miss them and must still be accepted.
 """
 
 from __future__ import annotations
@@ -99,6 +104,19 @@ def noncontiguous_hashes(h):
     return view
 
 
+def one_column(h):
+    """The hashes' first column: the strides of an (n, 2) uint64 array, the shape (n, 1)."""
+    view = h[:, :1]
+    assert view.strides == (16, 8) and view.shape == (h.shape[0], 1)
+    return view
+
+
+def destroyed_lease(w):
+    """The world's released lease, now destroyed too (closing a released lease changes no pool)."""
+    w.released.close()
+    return w.released
+
+
 def changed(h, index):
     out = h.copy()
     out[index, 1] ^= np.uint64(1)
@@ -148,6 +166,22 @@ ACQUIRE_CASES = [
          lambda w: w.m.acquire_vanilla(to_hashes(A + B + C), 11)),
     case("hashes_for_an_empty_prompt", ContractError, "2 full-block hashes for 0 tokens",
          lambda w: w.m.acquire_vanilla(w.h, 0)),
+    case("hashes_fast_path_one_column_view", InvalidArgumentError, r"full_block_hashes.*shape \(n, 2\)",
+         lambda w: w.m.acquire_vanilla(one_column(w.h), 9)),
+    case("hashes_fast_path_reversed_rows", ArgumentTypeError, "full_block_hashes.*C-contiguous",
+         lambda w: w.m.acquire_vanilla(w.h[::-1], 9)),
+    case("hashes_fast_path_uint32_pairs", ArgumentTypeError, "full_block_hashes.*uint64",
+         lambda w: w.m.acquire_vanilla(np.zeros((2, 4), np.uint32).view(np.uint32), 9)),
+    case("input_token_count_fast_path_numpy_bool", ArgumentTypeError, "input_token_count.*bool",
+         lambda w: w.m.acquire_vanilla(EMPTY, np.bool_(True))),
+    case("input_token_count_fast_path_numpy_above_int32", InvalidArgumentError, "input_token_count.*<= 2147483647",
+         lambda w: w.m.acquire_vanilla(EMPTY, np.int64(2**31))),
+    case("input_token_count_fast_path_string", ArgumentTypeError, "input_token_count.*str",
+         lambda w: w.m.acquire_vanilla(EMPTY, "4")),
+    case("lookup_policy_fast_path_numpy_unknown_value", InvalidArgumentError, "lookup_policy",
+         lambda w: w.m.acquire_vanilla(w.h, 9, np.int64(2))),
+    case("acquire_spec_fast_path_count_negative", InvalidArgumentError, "input_token_count.*>= 0",
+         lambda w: w.m.acquire_spec(EMPTY, -1)),
 ]
 
 # ---- grow -------------------------------------------------------------------------------------------------------
@@ -163,6 +197,15 @@ GROW_CASES = [
     case("grow_orphaned_lease", InvalidHandleError, "outlived", lambda w: w.m.grow_base_pages(w.orphan, 1)),
     case("grow_spec_pages_on_vanilla_lease", ContractError, r"needs a spec or Hybrid\+MTP lease",
          lambda w: w.m.grow_spec_pages(w.lease, 1, 0)),
+    case("grow_fast_path_numpy_bool_count", ArgumentTypeError, "count.*bool",
+         lambda w: w.m.grow_base_pages(w.lease, np.bool_(False))),
+    case("grow_fast_path_float_count", ArgumentTypeError, "count.*float", lambda w: w.m.grow_base_pages(w.lease, 1.0)),
+    case("grow_fast_path_none_as_lease", ArgumentTypeError, "lease must be a Lease, got NoneType",
+         lambda w: w.m.grow_base_pages(None, 1)),
+    case("grow_fast_path_destroyed_lease", InvalidHandleError, "lease was destroyed",
+         lambda w: w.m.grow_base_pages(destroyed_lease(w), 1)),
+    case("grow_spec_fast_path_negative_draft_count", InvalidArgumentError, "draft_count.*>= 0",
+         lambda w: w.m.grow_spec_pages(w.lease, 0, -1)),
 ]
 
 # ---- publish ------------------------------------------------------------------------------------------------------
@@ -197,6 +240,20 @@ PUBLISH_CASES = [
          lambda w: w.m.publish(w.other, w.h, 8)),
     case("publish_hybrid_with_vanilla_lease", ContractError, "needs a hybrid lease",
          lambda w: w.m.publish_hybrid(w.lease, w.h, HybridCheckpointKey(w.h[1], 8), HybridSnapshotReservation(0))),
+    case("publish_fast_path_one_column_hashes", InvalidArgumentError, r"full_block_hashes.*shape \(n, 2\)",
+         lambda w: w.m.publish(w.lease, one_column(w.h), 9)),
+    case("publish_fast_path_resident_numpy_bool", ArgumentTypeError, "resident_state_length.*bool",
+         lambda w: w.m.publish(w.lease, w.h, np.bool_(True))),
+    case("publish_fast_path_resident_above_int32", InvalidArgumentError, "resident_state_length",
+         lambda w: w.m.publish(w.lease, w.h, 2**31)),
+    case("publish_fast_path_tokens_int64", ArgumentTypeError, "tokens.*int32",
+         lambda w: w.m.publish(w.lease, w.h, 9, TOKENS.astype(np.int64))),
+    case("publish_fast_path_tokens_reversed", ArgumentTypeError, "tokens.*C-contiguous",
+         lambda w: w.m.publish(w.lease, w.h, 9, TOKENS[::-1])),
+    case("publish_fast_path_tokens_2d", InvalidArgumentError, "tokens.*1-D",
+         lambda w: w.m.publish(w.lease, w.h, 9, TOKENS.reshape(3, 4))),
+    case("publish_fast_path_destroyed_lease", InvalidHandleError, "lease was destroyed",
+         lambda w: w.m.publish(destroyed_lease(w), w.h, 8)),
 ]
 
 # ---- eviction and views ---------------------------------------------------------------------------------------
@@ -299,6 +356,14 @@ HASH_CASES = [
          lambda w: ctxcache.hash_block(np.zeros(3, np.uint64), A)),
     case("hash_block_parent_wrong_type", ArgumentTypeError, "parent", lambda w: ctxcache.hash_block([1, 2], A)),
     case("opaque_identity_int", ArgumentTypeError, "data", lambda w: ctxcache.hash_opaque_identity(5)),
+    case("tokens_fast_path_reversed", ArgumentTypeError, "tokens.*C-contiguous",
+         lambda w: ctxcache.hash_full_blocks(TOKENS[::-1], 4)),
+    case("tokens_fast_path_column", ArgumentTypeError, "tokens.*C-contiguous",
+         lambda w: ctxcache.hash_full_blocks(np.arange(24, dtype=np.int32).reshape(12, 2)[:, 0], 4)),
+    case("page_size_fast_path_numpy_bool", ArgumentTypeError, "page_size.*bool",
+         lambda w: ctxcache.hash_full_blocks(TOKENS, np.bool_(True))),
+    case("page_size_fast_path_above_int32", InvalidArgumentError, "page_size",
+         lambda w: ctxcache.hash_full_blocks(TOKENS, 2**31)),
 ]
 
 # ---- construction ------------------------------------------------------------------------------------------------
@@ -340,6 +405,79 @@ def test_the_catalogue_is_large_and_distinct():
     names = [p.id for p in ALL_CASES]
     assert len(names) == len(set(names))
     assert len(names) >= 30
+
+
+# ---- inputs the fast paths do not see are accepted as before ---------------------------------------------------
+
+
+class HashArray(np.ndarray):
+    """An ndarray subclass: not `type(x) is np.ndarray`, still a valid argument."""
+
+
+class Count(int):
+    """An int subclass: not `type(x) is int`, still a valid count."""
+
+
+def off_the_fast_paths(h: np.ndarray) -> dict:
+    """Valid arguments that miss each fast path (each checked to miss it)."""
+    tagged = np.dtype(np.uint64, metadata={"tag": 1})  # == uint64, but not numpy's own uint64 dtype object
+    padded = np.repeat(h, 2, axis=0)[::2][:1]  # one row, strides (32, 8): C-contiguous all the same
+    out = {"subclass": h.view(HashArray), "tagged_dtype": h.view(tagged), "one_row_padded": padded}
+    assert type(out["subclass"]) is not np.ndarray
+    assert out["tagged_dtype"].dtype == np.uint64 and out["tagged_dtype"].dtype is not np.dtype(np.uint64)
+    assert padded.strides != (16, 8) and padded.flags.c_contiguous
+    return out
+
+
+def serve(m, hashes, count, policy, grow):
+    """One request (acquire, grow, publish with tokens, close) on a manager holding the record of A + B: what
+    every call answered, and the manager's state after it."""
+    result = m.acquire_vanilla(hashes, count, policy)
+    plan = result.plan
+    with result.lease as lease:
+        grown = m.grow_base_pages(lease, grow)
+        pages = [int(p) for p in lease.base_pages]
+        published = m.publish(lease, hashes, count, TOKENS[:9].copy())
+    m.check_invariants()
+    return ((result.status, plan.matched_token_length, plan.reuse_token_length, plan.bound_base_page_count, grown,
+             pages, published.status, published.record, [int(p) for p in published.canonical_base_pages],
+             published.published_base_full_block_count), pool_state(m))
+
+
+@pytest.mark.parametrize("count", [9, np.int64(9), np.int32(9), np.uint16(9), Count(9)],
+                         ids=["int", "int64", "int32", "uint16", "int_subclass"])
+@pytest.mark.parametrize("policy", [LookupPolicy.USE_CACHE, 0, np.int64(0)], ids=["enum", "int", "int64"])
+def test_inputs_off_the_fast_paths_are_accepted_as_before(make_manager, count, policy):
+    """Every valid spelling of the per-request calls' arguments answers, and changes the state, exactly as the
+    plain spelling (an exact ndarray, int and LookupPolicy) does on a twin manager."""
+    h = to_hashes(A + B + [1])  # two full blocks + one token: 9 tokens
+    for name, hashes in {"plain": h, **off_the_fast_paths(h)}.items():
+        twins = []
+        for _ in range(2):
+            m = make_manager()
+            with m.acquire_vanilla(h, 9).lease as producer:
+                m.publish(producer, h, 9)
+            twins.append(m)
+        plain = serve(twins[0], np.array(hashes), 9, LookupPolicy.USE_CACHE, 1)
+        assert plain[0][0] == ctxcache.AcquireStatus.ACQUIRED and plain[0][4] is True  # a hit that grew
+        assert serve(twins[1], hashes, count, policy, Count(1) if name == "subclass" else np.int64(1)) == plain, name
+
+
+def test_token_arguments_off_the_fast_paths_hash_as_before():
+    plain = ctxcache.hash_full_blocks(TOKENS, 4)
+    tagged = np.dtype(np.int32, metadata={"tag": 1})
+    assert tagged == np.int32 and TOKENS.view(tagged).dtype is not np.dtype(np.int32)
+    for tokens in (list(TOKENS), TOKENS.view(HashArray), TOKENS.view(tagged), np.arange(12, dtype=np.int32)[:, None][:, 0]):
+        for page_size in (4, np.int64(4), Count(4)):
+            np.testing.assert_array_equal(ctxcache.hash_full_blocks(tokens, page_size), plain)
+    hasher = ctxcache.Hasher()
+    try:
+        first, second = hasher.hash_full_blocks(TOKENS, 4), hasher.hash_full_blocks(TOKENS[:8], 4)
+        assert first.shape == (3, 2) and second.shape == (2, 2)
+        np.testing.assert_array_equal(first[:2], second)  # separate outputs: the later call wrote its own array
+        np.testing.assert_array_equal(first, plain)
+    finally:
+        hasher.close()
 
 
 # ---- after a refusal the objects are still fully usable ---------------------------------------------------------

@@ -146,14 +146,32 @@ def test_spec_figures_are_self_consistent(trace, page_size):
         r["metadata_bytes"] / (r["cached_pages"] + r["cached_draft_pages"]), rel=1e-5)
 
 
+def test_call_overhead_times_every_call_of_a_request_that_hits():
+    out = bench.call_overhead(page_size=16, blocks=3, batches=3, batch_size=20)
+    calls, setup = out["python_call_ns"], out["python_call_setup"]
+    assert list(calls) == list(bench.CALL_OPS) + ["request"]
+    assert all(calls[op] >= 0 for op in bench.CALL_OPS) and calls["acquire_vanilla"] > 0
+    assert calls["request"] == pytest.approx(sum(calls[op] for op in bench.CALL_OPS), rel=1e-5)
+    assert setup == {"page_size": 16, "blocks": 3, "tokens": 48, "batches": 3, "batch_size": 20,
+                     "clock_ns": setup["clock_ns"]} and setup["clock_ns"] >= 0
+    with pytest.raises(ValueError):
+        bench.call_overhead(blocks=1)
+
+
 def test_main_prints_one_json_object(trace, capsys):
     assert bench.main(["--trace", str(trace), "--requests", "20", "--page-size", "16", "--repeat", "1",
-                       "--no-upper-bound"]) == 0
+                       "--no-upper-bound", "--call-batches", "1", "--call-batch-size", "5"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["path"] == "python" and [r["page_size"] for r in out["results"]] == [16, 16, 16]
+    assert out["python_call_setup"]["page_size"] == 16 and set(out["python_call_ns"]) == set(bench.CALL_OPS) | {
+        "request"}
     assert [r["mode"] for r in out["results"]] == ["vanilla", "hybrid", "spec"]  # the default: every mode
     assert out["results"][0]["requests"] == 20 and "upper_bound_hit_rate" not in out["results"][0]
     assert bench.main(["--trace", str(trace), "--requests", "20", "--page-size", "128", "--repeat", "1",
-                       "--mode", "spec,vanilla", "--no-upper-bound"]) == 0
+                       "--mode", "spec,vanilla", "--no-upper-bound", "--call-batches", "1", "--call-batch-size",
+                       "5"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(r["page_size"], r["mode"]) for r in out["results"]] == [(128, "vanilla"), (128, "spec")]
+    assert bench.main(["--calls", "--page-size", "128", "--call-batches", "1", "--call-batch-size", "5"]) == 0
+    out = json.loads(capsys.readouterr().out)  # no trace needed
+    assert set(out) == {"path", "python_call_ns", "python_call_setup"} and out["python_call_setup"]["tokens"] == 256

@@ -246,6 +246,23 @@ def test_equal_inputs_produce_equal_hashes_and_hasher_objects_agree():
     assert np.array_equal(keyed.hash_full_blocks(tokens, PAGE), ctxcache.hash_full_blocks(tokens, PAGE, key=b"k"))
 
 
+def test_a_closed_hasher_refuses_to_hash():
+    # Its C handle is gone; passing NULL on would hash with the default (unkeyed) hasher instead of its key.
+    hasher = ctxcache.Hasher("sha256", key=b"tenant")
+    tokens = np.arange(8, dtype=np.int32)
+    keyed = hasher.hash_full_blocks(tokens, PAGE)
+    hasher.close()
+    hasher.close()  # idempotent
+    for call in (lambda: hasher.hash_full_blocks(tokens, PAGE), lambda: hasher.hash_exact_prefix(tokens, PAGE),
+                 lambda: hasher.hash_block(None, tokens[:PAGE]), lambda: hasher.hash_opaque_identity(b"lora")):
+        with pytest.raises(ctxcache.InvalidHandleError, match="hasher is closed"):
+            call()
+    with pytest.raises(ctxcache.ArgumentTypeError):  # argument errors first, as on a live hasher
+        hasher.hash_full_blocks(tokens.astype(np.int64), PAGE)
+    with ctxcache.Hasher("sha256", key=b"tenant") as again:
+        np.testing.assert_array_equal(again.hash_full_blocks(tokens, PAGE), keyed)
+
+
 def test_keyed_and_unkeyed_differ_and_keys_separate_tenants():
     tokens = list(range(8))
     unkeyed = rows(ctxcache.hash_full_blocks(tokens, PAGE))

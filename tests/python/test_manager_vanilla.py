@@ -567,6 +567,39 @@ def test_plan_outlives_its_call(manager, hashes):
     assert plan.kind == ReusePlanKind.NO_REUSABLE_PREFIX and plan.demand.base_kv_pages == 3
 
 
+def test_a_plan_read_after_later_acquires_describes_its_own(manager, hashes):
+    # A plan is made on first read, from its own acquire's result (each acquire fills a fresh one).
+    produce(manager, hashes, A + B)
+    hit = manager.acquire_vanilla(hashes(A + B + [1]), 9)
+    miss = manager.acquire_vanilla(hashes(C + D), 8)
+    bypass = manager.acquire_vanilla(hashes(A + B), 8, LookupPolicy.BYPASS)
+    for result in (hit, miss, bypass):
+        result.lease.close()
+    assert (hit.plan.kind, hit.plan.reuse_token_length, hit.plan.bound_base_page_count,
+            hit.plan.demand.base_kv_pages) == (ReusePlanKind.STANDARD, 8, 2, 1)
+    assert (miss.plan.kind, miss.plan.reuse_token_length, miss.plan.demand.base_kv_pages) == (
+        ReusePlanKind.NO_REUSABLE_PREFIX, 0, 2)
+    assert (bypass.plan.mode, bypass.plan.matched_token_length, bypass.plan.bound_base_page_count) == (
+        ReusePlanMode.VANILLA, 0, 0)  # the record was there: bypassed
+    assert hit.plan is hit.plan  # made once
+
+
+def test_publish_result_outlives_later_calls(manager, hashes):
+    # The C view of the canonical pages dies with the next mutating call: the result keeps a copy of its own.
+    first, _ = produce(manager, hashes, A + B)
+    second, _ = produce(manager, hashes, C)
+    grown = manager.acquire_vanilla(hashes(D), 4).lease
+    assert manager.grow_base_pages(grown, 2) is True
+    grown.close()
+    assert (first.status, first.record, first.published_base_full_block_count) == (PublishStatus.PUBLISHED, 1, 2)
+    assert [int(p) for p in first.canonical_base_pages] == [0, 1] and [int(p) for p in second.canonical_base_pages] == [2]
+    pages = first.canonical_base_pages
+    assert pages.dtype == np.int32 and pages.flags.writeable is False and pages is first.canonical_base_pages
+    with pytest.raises(ValueError):
+        pages[0] = 7
+    assert first == first and first != second
+
+
 # ---- views ----------------------------------------------------------------------------------------------------
 
 
