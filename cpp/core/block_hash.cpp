@@ -320,7 +320,7 @@ Hash128 BlockHasher::digest(unsigned char const* bytes, size_t size) const {
 // The plain-chain fast path (see the top of this file). The template is writeBlock's own output for block 0, so
 // tags, count and tail are the generic path's bytes by construction; only parent and tokens change per block.
 BlockHash BlockHasher::hashPlainChain(int32_t const* tokens, size_t blocks, size_t page, BlockHash parent,
-                                      BlockHash* out) const {
+                                      std::vector<BlockHash>* out) const {
     if (blocks == 0) return parent;
     std::vector<unsigned char>& buffer = threadBuffer();
     StreamWriter w(buffer, blockStreamBound(page, kNoExtras, nullptr));
@@ -330,6 +330,11 @@ BlockHash BlockHasher::hashPlainChain(int32_t const* tokens, size_t blocks, size
     if (buffer.size() < 2 * slot) buffer.resize(2 * slot);   // keeps the template
     unsigned char* const slots[2] = {buffer.data(), buffer.data() + slot};
     std::memcpy(slots[1], slots[0], slot);
+    BlockHash* hashes = nullptr;  // grown last: nothing below allocates, so a throw leaves `out` unchanged
+    if (out) {
+        out->resize(out->size() + blocks);
+        hashes = out->data() + out->size() - blocks;
+    }
 
     Link link = toLink(parent);
     auto const chain = [&](auto const& compress, auto tokenBytes) {
@@ -339,7 +344,7 @@ BlockHash BlockHasher::hashPlainChain(int32_t const* tokens, size_t blocks, size
                 std::memcpy(slots[(b + 1) & 1] + kPlainTokensOffset, tokens + (b + 1) * page, tokenBytes);
             writeParent(stream, link);
             link = compress(stream);
-            if (out) storeLink(out + b, link);
+            if (hashes) storeLink(hashes + b, link);
         }
     };
     if (algorithm_ == HashAlgorithm::kFnv1a128) {
@@ -384,9 +389,7 @@ void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, i
     size_t const blocks = tokenCount / page;
     checkExtrasCount("hashFullBlocks", extrasPerBlock, blocks);
     if (isPlainChain(extrasPerBlock, perPositionMediaHash)) {
-        size_t const first = out.size();
-        out.resize(first + blocks);
-        hashPlainChain(tokens, blocks, page, kChainRoot, out.data() + first);
+        hashPlainChain(tokens, blocks, page, kChainRoot, &out);
         return;
     }
     out.reserve(out.size() + blocks);
