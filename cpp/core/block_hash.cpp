@@ -4,10 +4,11 @@
 // construction, so it may be shared between threads; the buffer is per thread. Stream format, chaining and cost:
 // include/ctxcache/block_hash.h.
 //
-// Plain chains (no media hashes, every block's extras empty: the common text request) take a fast path with the
-// same bytes: the stream of a plain block differs from its neighbour's only in the parent (bytes 1..16) and the
-// tokens (bytes 26..26+4n), so writeBlock serializes block 0 once into a padded template, two copies of it
-// alternate, and each block then stores its parent and copies its tokens. The tokens of block b+1 are copied
+// Uniform chains (no media hashes, and one non-token identity for every block: none, as in the common text
+// request, or one request-wide BlockKeyExtras) take a fast path with the same bytes: there a block's stream differs
+// from its neighbour's only in the parent (bytes 1..16) and the tokens (bytes 26..26+4n), so writeBlock serializes
+// block 0 once into a padded template, two copies of it alternate, and each block then stores its parent and copies
+// its tokens. The tokens of block b+1 are copied
 // before block b is compressed, and the parent goes in as two 16-byte stores that cover the compressor's first two
 // 16-byte loads exactly, so those loads are forwarded from the store buffer instead of waiting for it to drain:
 // what remains on the chain's critical path is OpenSSL's compressions (two per block at page 16). Without SSE2 the
@@ -193,9 +194,13 @@ bool isPlain(BlockKeyExtras const& extras) {
            !extras.isolationDigest;
 }
 
-// The fast path's condition: no per-position media hashes and no block with a non-token identity.
-bool isPlainChain(std::vector<BlockKeyExtras> const& extrasPerBlock, Hash128 const* perPositionMediaHash) {
-    return !perPositionMediaHash && std::all_of(extrasPerBlock.begin(), extrasPerBlock.end(), isPlain);
+// The fast path's condition: no per-position media hashes and one non-token identity for every block (no extras,
+// one broadcast entry, or one empty entry per block). Returns that identity, or null for the generic path.
+BlockKeyExtras const* uniformExtras(std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                    Hash128 const* perPositionMediaHash) {
+    if (perPositionMediaHash) return nullptr;
+    if (extrasPerBlock.size() == 1) return &extrasPerBlock.front();
+    return std::all_of(extrasPerBlock.begin(), extrasPerBlock.end(), isPlain) ? &kNoExtras : nullptr;
 }
 
 // Pads `size` stream bytes in place for SHA-256 (0x80, zeros, the big-endian bit length of key block + stream)
@@ -210,8 +215,9 @@ size_t padSha256(unsigned char* buffer, size_t size, bool keyed) {
     return padded;
 }
 
-// Where writeBlock puts a plain block's tokens: after the Parent tag, the parent, the Tokens tag and the u64 count.
-constexpr size_t kPlainTokensOffset = 1 + 16 + 1 + 8;
+// Where writeBlock puts the tokens when there are no media hashes: after the Parent tag, the parent, the Tokens tag
+// and the u64 count (the extras follow the tokens).
+constexpr size_t kTokensOffset = 1 + 16 + 1 + 8;
 
 // A chain link (the parent of the next block) as the bytes of a Hash128: hi then lo, each little-endian. With SSE2
 // it lives in a register and is stored as whole 16-byte words (see the top of this file); without, as two u64s.
@@ -317,14 +323,14 @@ Hash128 BlockHasher::digest(unsigned char const* bytes, size_t size) const {
     return fromLink(shaLink(ctx));
 }
 
-// The plain-chain fast path (see the top of this file). The template is writeBlock's own output for block 0, so
-// tags, count and tail are the generic path's bytes by construction; only parent and tokens change per block.
-BlockHash BlockHasher::hashPlainChain(int32_t const* tokens, size_t blocks, size_t page, BlockHash parent,
-                                      std::vector<BlockHash>* out) const {
+// The uniform-chain fast path (see the top of this file). The template is writeBlock's own output for block 0, so
+// tags, count and extras are the generic path's bytes by construction; only parent and tokens change per block.
+BlockHash BlockHasher::hashUniformChain(int32_t const* tokens, size_t blocks, size_t page, BlockKeyExtras const& extras,
+                                        BlockHash parent, std::vector<BlockHash>* out) const {
     if (blocks == 0) return parent;
     std::vector<unsigned char>& buffer = threadBuffer();
-    StreamWriter w(buffer, blockStreamBound(page, kNoExtras, nullptr));
-    writeBlock(w, parent, tokens, page, kNoExtras, nullptr);
+    StreamWriter w(buffer, blockStreamBound(page, extras, nullptr));
+    writeBlock(w, parent, tokens, page, extras, nullptr);
     size_t const size = w.size();
     size_t const slot = padSha256(w.data(), size, keyed_);  // FNV reads only the stream: the padding is unused
     if (buffer.size() < 2 * slot) buffer.resize(2 * slot);   // keeps the template
@@ -341,7 +347,7 @@ BlockHash BlockHasher::hashPlainChain(int32_t const* tokens, size_t blocks, size
         for (size_t b = 0; b < blocks; ++b) {
             unsigned char* const stream = slots[b & 1];
             if (b + 1 < blocks)  // before this block's compression, so the stores drain while it runs
-                std::memcpy(slots[(b + 1) & 1] + kPlainTokensOffset, tokens + (b + 1) * page, tokenBytes);
+                std::memcpy(slots[(b + 1) & 1] + kTokensOffset, tokens + (b + 1) * page, tokenBytes);
             writeParent(stream, link);
             link = compress(stream);
             if (hashes) storeLink(hashes + b, link);
@@ -388,8 +394,8 @@ void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, i
     size_t const page = static_cast<size_t>(pageSize);
     size_t const blocks = tokenCount / page;
     checkExtrasCount("hashFullBlocks", extrasPerBlock, blocks);
-    if (isPlainChain(extrasPerBlock, perPositionMediaHash)) {
-        hashPlainChain(tokens, blocks, page, kChainRoot, &out);
+    if (BlockKeyExtras const* extras = uniformExtras(extrasPerBlock, perPositionMediaHash)) {
+        hashUniformChain(tokens, blocks, page, *extras, kChainRoot, &out);
         return;
     }
     out.reserve(out.size() + blocks);
@@ -421,9 +427,9 @@ BlockHash BlockHasher::hashExactPrefix(int32_t const* tokens, size_t tokenCount,
     checkExtrasCount("hashExactPrefix", extrasPerBlock, blocks);
     BlockHash parent = kChainRoot;
     size_t b = 0;
-    if (isPlainChain(extrasPerBlock, perPositionMediaHash)) {
+    if (BlockKeyExtras const* extras = uniformExtras(extrasPerBlock, perPositionMediaHash)) {
         b = tokenCount / page;  // the full blocks; a partial tail takes the generic path below
-        parent = hashPlainChain(tokens, b, page, parent, nullptr);
+        parent = hashUniformChain(tokens, b, page, *extras, parent, nullptr);
     }
     for (; b < blocks; ++b) {
         size_t const begin = b * page;

@@ -122,10 +122,10 @@ public:
 
 private:
     Hash128 digest(unsigned char const* bytes, size_t size) const;
-    // Chains `blocks` blocks of `page` tokens with no media and no extras from `parent` (the same digests as the
-    // generic path, faster); appends the hashes to *out unless out is null; returns the last (parent if none).
-    BlockHash hashPlainChain(int32_t const* tokens, size_t blocks, size_t page, BlockHash parent,
-                             std::vector<BlockHash>* out) const;
+    // Chains `blocks` blocks of `page` tokens, all with `extras` and no media, from `parent` (the same digests as
+    // the generic path, faster); appends the hashes to *out unless out is null; returns the last (parent if none).
+    BlockHash hashUniformChain(int32_t const* tokens, size_t blocks, size_t page, BlockKeyExtras const& extras,
+                               BlockHash parent, std::vector<BlockHash>* out) const;
 
     HashAlgorithm algorithm_;
     bool keyed_ = false;

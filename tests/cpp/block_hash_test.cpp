@@ -367,10 +367,11 @@ TEST(BlockHash, FnvTakesNoKey) {
     EXPECT_NO_THROW(BlockHasher(HashAlgorithm::kFnv1a128, ""));
 }
 
-// ---- the plain-chain fast path ---------------------------------------------------------------------------------
-// hashFullBlocks and hashExactPrefix take a fast path when there are no media hashes and no extras (the template
-// in block_hash.cpp); hashBlock always serializes field by field. Both must give the same bytes, for every page
-// size (the padding moves with the token count), hasher, chain length and starting state of the thread's buffer.
+// ---- the uniform-chain fast path -------------------------------------------------------------------------------
+// hashFullBlocks and hashExactPrefix take a fast path when there are no per-position media hashes and every block
+// has the same extras (none, or one broadcast entry: the template in block_hash.cpp); hashBlock always serializes
+// field by field. Both must give the same bytes, for every page size (the padding moves with the token count),
+// hasher, extras, chain length and starting state of the thread's buffer.
 
 struct HasherCase {
     char const* name;
@@ -440,7 +441,7 @@ std::vector<BlockHash> chainByHashBlock(BlockHasher const& h, std::vector<int32_
     return out;
 }
 
-TEST(BlockHash, PlainChainsMatchTheFieldByFieldPathAtEveryPageSize) {
+TEST(BlockHash, ChainsMatchTheFieldByFieldPathAtEveryPageSize) {
     std::mt19937 rng(1234);
     for (HasherCase const& c : hasherCases()) {
         for (size_t page = 1; page <= 130; ++page) {
@@ -457,6 +458,20 @@ TEST(BlockHash, PlainChainsMatchTheFieldByFieldPathAtEveryPageSize) {
                 << c.name << " page " << page;
             ASSERT_EQ(c.hasher.hashExactPrefix(tokens.data(), blocks * page, static_cast<int32_t>(page)), fast.back())
                 << c.name << " page " << page;
+            // One request-wide identity broadcast to every block: the template carries the extras.
+            BlockKeyExtras isolated;
+            isolated.isolationDigest = Hash128{0x1234, 0x5678};
+            for (BlockKeyExtras const& e : {isolated, everyExtra()}) {
+                std::vector<BlockHash> const withExtras =
+                    c.hasher.hashFullBlocks(tokens.data(), tokens.size(), static_cast<int32_t>(page), {e});
+                ASSERT_EQ(withExtras, chainByHashBlock(c.hasher, tokens, page, e)) << c.name << " page " << page;
+                BlockHash const extrasTail =
+                    page / 2 > 0 ? c.hasher.hashBlock(withExtras.back(), tokens.data() + blocks * page, page / 2, e)
+                                 : withExtras.back();
+                ASSERT_EQ(c.hasher.hashExactPrefix(tokens.data(), tokens.size(), static_cast<int32_t>(page), {e}),
+                          extrasTail)
+                    << c.name << " page " << page;
+            }
         }
     }
 }
@@ -495,7 +510,7 @@ TEST(BlockHash, LongPlainChainsMatchTheFieldByFieldPath) {
     }
 }
 
-TEST(BlockHash, ExtrasOrMediaAnywhereInTheChainLeaveTheFastPath) {
+TEST(BlockHash, ExtrasOrMediaAnywhereInTheChainGiveTheFieldByFieldDigests) {
     std::mt19937 rng(5);
     std::vector<BlockKeyExtras> oneField(6);
     oneField[0].media.push_back(MediaSpanKey{{1, 2}, {3, 4}, 0, 0, 0});
