@@ -3,6 +3,16 @@
 // one SHA256_Update does all the work). Little-endian hosts only (static_assert). A BlockHasher is immutable after
 // construction, so it may be shared between threads; the buffer is per thread. Stream format, chaining and cost:
 // include/ctxcache/block_hash.h.
+//
+// Uniform chains (no media hashes, and one non-token identity for every block: none, as in the common text
+// request, or one request-wide BlockKeyExtras) take a fast path with the same bytes: there a block's stream differs
+// from its neighbour's only in the parent (bytes 1..16) and the tokens (bytes 26..26+4n), so writeBlock serializes
+// block 0 once into a padded template, two copies of it alternate, and each block then stores its parent and copies
+// its tokens. The tokens of block b+1 are copied
+// before block b is compressed, and the parent goes in as two 16-byte stores that cover the compressor's first two
+// 16-byte loads exactly, so those loads are forwarded from the store buffer instead of waiting for it to drain:
+// what remains on the chain's critical path is OpenSSL's compressions (two per block at page 16). Without SSE2 the
+// parent is stored as two u64s (same bytes, slower).
 
 #include "ctxcache/block_hash.h"
 
@@ -10,8 +20,14 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "ctxcache/errors.h"
 
@@ -172,6 +188,84 @@ void checkTokens(char const* operation, int32_t const* tokens, size_t count, int
     if (count > 0 && !tokens) throw ContractError(std::string(operation) + ": tokens is null");
 }
 
+bool isPlain(BlockKeyExtras const& extras) {
+    static_assert(sizeof(BlockKeyExtras) == 128, "a new BlockKeyExtras field must make isPlain false when set");
+    return extras.media.empty() && !extras.adapter && !extras.positionDigest && !extras.customEmbeddingDigest &&
+           !extras.isolationDigest;
+}
+
+// The fast path's condition: no per-position media hashes and one non-token identity for every block (no extras,
+// one broadcast entry, or one empty entry per block). Returns that identity, or null for the generic path.
+BlockKeyExtras const* uniformExtras(std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                    Hash128 const* perPositionMediaHash) {
+    if (perPositionMediaHash) return nullptr;
+    if (extrasPerBlock.size() == 1) return &extrasPerBlock.front();
+    return std::all_of(extrasPerBlock.begin(), extrasPerBlock.end(), isPlain) ? &kNoExtras : nullptr;
+}
+
+// Pads `size` stream bytes in place for SHA-256 (0x80, zeros, the big-endian bit length of key block + stream)
+// and returns the padded size, a multiple of 64. The buffer has kDigestSlack writable bytes after the stream.
+size_t padSha256(unsigned char* buffer, size_t size, bool keyed) {
+    size_t const padded = (size + 1 + 8 + 63) & ~size_t{63};
+    buffer[size] = 0x80;
+    std::memset(buffer + size + 1, 0, padded - 8 - (size + 1));
+    uint64_t const bits = (static_cast<uint64_t>(size) + (keyed ? 64u : 0u)) * 8u;
+    for (int i = 0; i < 8; ++i)
+        buffer[padded - 1 - static_cast<size_t>(i)] = static_cast<unsigned char>(bits >> (8 * i));
+    return padded;
+}
+
+// Where writeBlock puts the tokens when there are no media hashes: after the Parent tag, the parent, the Tokens tag
+// and the u64 count (the extras follow the tokens).
+constexpr size_t kTokensOffset = 1 + 16 + 1 + 8;
+
+// A chain link (the parent of the next block) as the bytes of a Hash128: hi then lo, each little-endian. With SSE2
+// it lives in a register and is stored as whole 16-byte words (see the top of this file); without, as two u64s.
+#if defined(__SSE2__)
+using Link = __m128i;
+
+Link toLink(Hash128 const& h) { return _mm_set_epi64x(static_cast<long long>(h.lo), static_cast<long long>(h.hi)); }
+
+void storeLink(Hash128* out, Link link) { _mm_storeu_si128(reinterpret_cast<__m128i*>(out), link); }
+
+// Writes Parent tag + parent over stream bytes 0..16 as two 16-byte stores (bytes 17..31 are stored unchanged).
+void writeParent(unsigned char* stream, Link parent) {
+    __m128i const head = _mm_or_si128(_mm_slli_si128(parent, 1), _mm_cvtsi32_si128(kTagParent));
+    __m128i const keepFrom1 = _mm_set_epi32(-1, -1, -1, static_cast<int>(0xFFFFFF00u));
+    __m128i const next = _mm_loadu_si128(reinterpret_cast<__m128i const*>(stream + 16));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(stream), head);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(stream + 16),
+                     _mm_or_si128(_mm_and_si128(next, keepFrom1), _mm_srli_si128(parent, 15)));
+}
+
+// The truncated SHA-256 digest: hi = h[0]:h[1], lo = h[2]:h[3].
+Link shaLink(SHA256_CTX const& ctx) {
+    return _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<__m128i const*>(ctx.h)), _MM_SHUFFLE(2, 3, 0, 1));
+}
+#else
+using Link = Hash128;
+
+Link toLink(Hash128 const& h) { return h; }
+
+void storeLink(Hash128* out, Link link) { *out = link; }
+
+void writeParent(unsigned char* stream, Link parent) {
+    std::memcpy(stream + 1, &parent.hi, 8);
+    std::memcpy(stream + 9, &parent.lo, 8);
+}
+
+Link shaLink(SHA256_CTX const& ctx) {
+    return Hash128{(static_cast<uint64_t>(ctx.h[0]) << 32) | ctx.h[1],
+                   (static_cast<uint64_t>(ctx.h[2]) << 32) | ctx.h[3]};
+}
+#endif
+
+Hash128 fromLink(Link link) {
+    Hash128 h;
+    storeLink(&h, link);
+    return h;
+}
+
 }  // namespace
 
 Hash128 fnv1a128(void const* bytes, size_t size, Hash128 state) {
@@ -216,23 +310,73 @@ BlockHasher::BlockHasher(HashAlgorithm algorithm, std::string_view key) : algori
 }
 
 // `bytes` is always a StreamWriter's buffer: `size` stream bytes followed by kDigestSlack writable bytes. SHA-256
-// pads there in place (0x80, zeros, the big-endian bit length of key block + stream) so that one SHA256_Update of
-// whole blocks, starting at a block boundary (the key block is exactly one block), compresses everything; the
-// digest is then the state words h[0..3], big-endian, with no SHA256_Final (its byte conversion and cleanse).
+// pads there in place so that one SHA256_Update of whole blocks, starting at a block boundary (the key block is
+// exactly one block), compresses everything; the digest is then the state words h[0..3], big-endian, with no
+// SHA256_Final (its byte conversion and cleanse).
 Hash128 BlockHasher::digest(unsigned char const* bytes, size_t size) const {
     if (algorithm_ == HashAlgorithm::kFnv1a128) return fnv1a128(bytes, size, kFnvOffsetBasis);
     unsigned char* const buffer = const_cast<unsigned char*>(bytes);  // see above: the writer's own buffer
-    size_t const padded = (size + 1 + 8 + 63) & ~size_t{63};
-    buffer[size] = 0x80;
-    std::memset(buffer + size + 1, 0, padded - 8 - (size + 1));
-    uint64_t const bits = (static_cast<uint64_t>(size) + (keyed_ ? 64u : 0u)) * 8u;
-    for (int i = 0; i < 8; ++i)
-        buffer[padded - 1 - static_cast<size_t>(i)] = static_cast<unsigned char>(bits >> (8 * i));
+    size_t const padded = padSha256(buffer, size, keyed_);
     SHA256_CTX ctx;
     std::memcpy(&ctx, shaState_, sizeof ctx);
     SHA256_Update(&ctx, buffer, padded);
-    return Hash128{(static_cast<uint64_t>(ctx.h[0]) << 32) | ctx.h[1],
-                   (static_cast<uint64_t>(ctx.h[2]) << 32) | ctx.h[3]};
+    return fromLink(shaLink(ctx));
+}
+
+// The uniform-chain fast path (see the top of this file). The template is writeBlock's own output for block 0, so
+// tags, count and extras are the generic path's bytes by construction; only parent and tokens change per block.
+BlockHash BlockHasher::hashUniformChain(int32_t const* tokens, size_t blocks, size_t page, BlockKeyExtras const& extras,
+                                        BlockHash parent, std::vector<BlockHash>* out) const {
+    if (blocks == 0) return parent;
+    std::vector<unsigned char>& buffer = threadBuffer();
+    StreamWriter w(buffer, blockStreamBound(page, extras, nullptr));
+    writeBlock(w, parent, tokens, page, extras, nullptr);
+    size_t const size = w.size();
+    size_t const slot = padSha256(w.data(), size, keyed_);  // FNV reads only the stream: the padding is unused
+    if (buffer.size() < 2 * slot) buffer.resize(2 * slot);   // keeps the template
+    unsigned char* const slots[2] = {buffer.data(), buffer.data() + slot};
+    std::memcpy(slots[1], slots[0], slot);
+    BlockHash* hashes = nullptr;  // grown last: nothing below allocates, so a throw leaves `out` unchanged
+    if (out) {
+        out->resize(out->size() + blocks);
+        hashes = out->data() + out->size() - blocks;
+    }
+
+    Link link = toLink(parent);
+    auto const chain = [&](auto const& compress, auto tokenBytes) {
+        for (size_t b = 0; b < blocks; ++b) {
+            unsigned char* const stream = slots[b & 1];
+            if (b + 1 < blocks)  // before this block's compression, so the stores drain while it runs
+                std::memcpy(slots[(b + 1) & 1] + kTokensOffset, tokens + (b + 1) * page, tokenBytes);
+            writeParent(stream, link);
+            link = compress(stream);
+            if (hashes) storeLink(hashes + b, link);
+        }
+    };
+    if (algorithm_ == HashAlgorithm::kFnv1a128) {
+        chain([size](unsigned char const* stream) { return toLink(fnv1a128(stream, size, kFnvOffsetBasis)); },
+              page * sizeof(int32_t));
+        return fromLink(link);
+    }
+    SHA256_CTX ctx;
+    std::memcpy(&ctx, shaState_, sizeof ctx);
+    SHA_LONG midstate[8];
+    std::memcpy(midstate, ctx.h, sizeof midstate);
+    // Whole blocks into an empty buffer: SHA256_Update goes straight to the block function.
+    auto const compress = [&](unsigned char const* stream) {
+        std::memcpy(ctx.h, midstate, sizeof midstate);
+        SHA256_Update(&ctx, stream, slot);
+        return shaLink(ctx);
+    };
+    // The common page sizes copy their tokens with a fixed-size (inlined) memcpy: ~3% at page 16.
+    switch (page) {
+        case 16: chain(compress, std::integral_constant<size_t, 16 * sizeof(int32_t)>{}); break;
+        case 32: chain(compress, std::integral_constant<size_t, 32 * sizeof(int32_t)>{}); break;
+        case 64: chain(compress, std::integral_constant<size_t, 64 * sizeof(int32_t)>{}); break;
+        case 128: chain(compress, std::integral_constant<size_t, 128 * sizeof(int32_t)>{}); break;
+        default: chain(compress, page * sizeof(int32_t)); break;
+    }
+    return fromLink(link);
 }
 
 BlockHash BlockHasher::hashBlock(BlockHash parent, int32_t const* tokens, size_t count, BlockKeyExtras const& extras,
@@ -250,6 +394,10 @@ void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, i
     size_t const page = static_cast<size_t>(pageSize);
     size_t const blocks = tokenCount / page;
     checkExtrasCount("hashFullBlocks", extrasPerBlock, blocks);
+    if (BlockKeyExtras const* extras = uniformExtras(extrasPerBlock, perPositionMediaHash)) {
+        hashUniformChain(tokens, blocks, page, *extras, kChainRoot, &out);
+        return;
+    }
     out.reserve(out.size() + blocks);
     BlockHash parent = kChainRoot;
     for (size_t b = 0; b < blocks; ++b) {
@@ -278,7 +426,12 @@ BlockHash BlockHasher::hashExactPrefix(int32_t const* tokens, size_t tokenCount,
     size_t const blocks = (tokenCount + page - 1) / page;
     checkExtrasCount("hashExactPrefix", extrasPerBlock, blocks);
     BlockHash parent = kChainRoot;
-    for (size_t b = 0; b < blocks; ++b) {
+    size_t b = 0;
+    if (BlockKeyExtras const* extras = uniformExtras(extrasPerBlock, perPositionMediaHash)) {
+        b = tokenCount / page;  // the full blocks; a partial tail takes the generic path below
+        parent = hashUniformChain(tokens, b, page, *extras, parent, nullptr);
+    }
+    for (; b < blocks; ++b) {
         size_t const begin = b * page;
         size_t const count = std::min(page, tokenCount - begin);
         BlockKeyExtras const& extras = extrasFor(extrasPerBlock, b);

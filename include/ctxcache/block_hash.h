@@ -16,7 +16,9 @@
 // Chaining: block 0's parent is kChainRoot; hashFullBlocks ignores a partial tail; hashExactPrefix also hashes
 // the partial tail, and an empty prefix digests to kChainRoot.
 //
-// Cost:      one pass over the block's bytes; no heap allocation per block beyond the output vector.
+// Cost:      one pass over the block's bytes; no heap allocation per block beyond the output vector. A chain with
+//            no per-position media hashes and one extras for every block (the common case) stores only each
+//            block's parent and tokens into a prepared stream: at page 16 two SHA-256 compressions per block.
 // Threading: a BlockHasher is immutable after construction and may be shared between threads.
 #pragma once
 
@@ -122,6 +124,10 @@ public:
 
 private:
     Hash128 digest(unsigned char const* bytes, size_t size) const;
+    // Chains `blocks` blocks of `page` tokens, all with `extras` and no media, from `parent` (the same digests as
+    // the generic path, faster); appends the hashes to *out unless out is null; returns the last (parent if none).
+    BlockHash hashUniformChain(int32_t const* tokens, size_t blocks, size_t page, BlockKeyExtras const& extras,
+                               BlockHash parent, std::vector<BlockHash>* out) const;
 
     HashAlgorithm algorithm_;
     bool keyed_ = false;

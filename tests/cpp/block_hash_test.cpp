@@ -10,9 +10,13 @@
 #include "ctxcache/block_hash.h"
 
 #include <gtest/gtest.h>
+#include <openssl/sha.h>
 
+#include <atomic>
 #include <cstring>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ctxcache/errors.h"
@@ -361,6 +365,223 @@ TEST(BlockHash, FnvTakesNoKey) {
     EXPECT_THROW(BlockHasher(HashAlgorithm::kFnv1a128, "key"), ContractError);
     EXPECT_THROW(BlockHasher(static_cast<HashAlgorithm>(7)), ContractError);
     EXPECT_NO_THROW(BlockHasher(HashAlgorithm::kFnv1a128, ""));
+}
+
+// ---- the uniform-chain fast path -------------------------------------------------------------------------------
+// hashFullBlocks and hashExactPrefix take a fast path when there are no per-position media hashes and every block
+// has the same extras (none, or one broadcast entry: the template in block_hash.cpp); hashBlock always serializes
+// field by field. Both must give the same bytes, for every page size (the padding moves with the token count),
+// hasher, extras, chain length and starting state of the thread's buffer.
+
+struct HasherCase {
+    char const* name;
+    BlockHasher hasher;
+    std::string key;  // for the independent digest below
+};
+
+std::vector<HasherCase> const& hasherCases() {
+    static std::vector<HasherCase> const cases{
+        {"fnv1a128", BlockHasher(HashAlgorithm::kFnv1a128), ""},
+        {"sha256", BlockHasher(HashAlgorithm::kSha256), ""},
+        {"sha256 keyed", BlockHasher(HashAlgorithm::kSha256, kKey), kKey},
+        {"sha256 long key", BlockHasher(HashAlgorithm::kSha256, std::string(200, 'k')), std::string(200, 'k')},
+    };
+    return cases;
+}
+
+std::vector<int32_t> randomTokens(std::mt19937& rng, size_t count) {
+    std::uniform_int_distribution<int32_t> any(INT32_MIN, INT32_MAX);
+    std::vector<int32_t> tokens(count);
+    for (int32_t& t : tokens) t = any(rng);
+    return tokens;
+}
+
+// A plain block's stream built here from the documented layout, and its digest through OpenSSL's one-shot SHA256
+// (keyed: SHA256(SHA256(key) || 0^32 || stream)) or fnv1a128: shares no code with either path of the library.
+Hash128 independentPlainDigest(HasherCase const& c, Hash128 parent, int32_t const* tokens, size_t count) {
+    std::vector<unsigned char> bytes;
+    auto u64 = [&](uint64_t v) {
+        for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<unsigned char>(v >> (8 * i)));
+    };
+    bytes.push_back(1);  // Parent
+    u64(parent.hi);
+    u64(parent.lo);
+    bytes.push_back(2);  // Tokens
+    u64(count);
+    for (size_t i = 0; i < count; ++i)
+        for (int b = 0; b < 4; ++b)
+            bytes.push_back(static_cast<unsigned char>(static_cast<uint32_t>(tokens[i]) >> (8 * b)));
+    for (unsigned char const b : {3, 0, 0, 0, 0, 0, 0, 0, 0, 10, 16, 13, 16, 14, 16, 15, 16}) bytes.push_back(b);
+    if (c.hasher.algorithm() == HashAlgorithm::kFnv1a128) return fnv1a128(bytes.data(), bytes.size());
+    std::vector<unsigned char> message;
+    if (!c.key.empty()) {
+        message.resize(64, 0);
+        SHA256(reinterpret_cast<unsigned char const*>(c.key.data()), c.key.size(), message.data());
+    }
+    message.insert(message.end(), bytes.begin(), bytes.end());
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256(message.data(), message.size(), md);
+    Hash128 h;
+    for (int i = 0; i < 8; ++i) {
+        h.hi = (h.hi << 8) | md[i];
+        h.lo = (h.lo << 8) | md[8 + i];
+    }
+    return h;
+}
+
+// The chain through hashBlock, the field-by-field path.
+std::vector<BlockHash> chainByHashBlock(BlockHasher const& h, std::vector<int32_t> const& tokens, size_t page,
+                                        BlockKeyExtras const& extras = {}, Hash128 const* media = nullptr) {
+    std::vector<BlockHash> out;
+    BlockHash parent = kChainRoot;
+    for (size_t b = 0; b < tokens.size() / page; ++b) {
+        parent = h.hashBlock(parent, tokens.data() + b * page, page, extras, media ? media + b * page : nullptr);
+        out.push_back(parent);
+    }
+    return out;
+}
+
+TEST(BlockHash, ChainsMatchTheFieldByFieldPathAtEveryPageSize) {
+    std::mt19937 rng(1234);
+    for (HasherCase const& c : hasherCases()) {
+        for (size_t page = 1; page <= 130; ++page) {
+            size_t const blocks = 1 + page % 4;  // 1..4 blocks, and a partial tail of page / 2 tokens
+            std::vector<int32_t> const tokens = randomTokens(rng, blocks * page + page / 2);
+            std::vector<BlockHash> const fast =
+                c.hasher.hashFullBlocks(tokens.data(), tokens.size(), static_cast<int32_t>(page));
+            ASSERT_EQ(fast.size(), blocks) << c.name << " page " << page;
+            ASSERT_EQ(fast, chainByHashBlock(c.hasher, tokens, page)) << c.name << " page " << page;
+            // The exact prefix: the fast chain over the full blocks, then the tail field by field.
+            BlockHash const tail =
+                page / 2 > 0 ? c.hasher.hashBlock(fast.back(), tokens.data() + blocks * page, page / 2) : fast.back();
+            ASSERT_EQ(c.hasher.hashExactPrefix(tokens.data(), tokens.size(), static_cast<int32_t>(page)), tail)
+                << c.name << " page " << page;
+            ASSERT_EQ(c.hasher.hashExactPrefix(tokens.data(), blocks * page, static_cast<int32_t>(page)), fast.back())
+                << c.name << " page " << page;
+            // One request-wide identity broadcast to every block: the template carries the extras.
+            BlockKeyExtras isolated;
+            isolated.isolationDigest = Hash128{0x1234, 0x5678};
+            for (BlockKeyExtras const& e : {isolated, everyExtra()}) {
+                std::vector<BlockHash> const withExtras =
+                    c.hasher.hashFullBlocks(tokens.data(), tokens.size(), static_cast<int32_t>(page), {e});
+                ASSERT_EQ(withExtras, chainByHashBlock(c.hasher, tokens, page, e)) << c.name << " page " << page;
+                BlockHash const extrasTail =
+                    page / 2 > 0 ? c.hasher.hashBlock(withExtras.back(), tokens.data() + blocks * page, page / 2, e)
+                                 : withExtras.back();
+                ASSERT_EQ(c.hasher.hashExactPrefix(tokens.data(), tokens.size(), static_cast<int32_t>(page), {e}),
+                          extrasTail)
+                    << c.name << " page " << page;
+            }
+        }
+    }
+}
+
+TEST(BlockHash, PlainChainsMatchAnIndependentDigest) {
+    std::mt19937 rng(99);
+    for (HasherCase const& c : hasherCases()) {
+        for (size_t page : {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 130, 256}) {
+            std::vector<int32_t> const tokens = randomTokens(rng, 3 * page);
+            std::vector<BlockHash> const fast =
+                c.hasher.hashFullBlocks(tokens.data(), tokens.size(), static_cast<int32_t>(page));
+            ASSERT_EQ(fast.size(), 3u);
+            BlockHash parent = kChainRoot;
+            for (size_t b = 0; b < 3; ++b) {
+                parent = independentPlainDigest(c, parent, tokens.data() + b * page, page);
+                EXPECT_EQ(fast[b], parent) << c.name << " page " << page << " block " << b;
+            }
+        }
+    }
+}
+
+TEST(BlockHash, LongPlainChainsMatchTheFieldByFieldPath) {
+    std::mt19937 rng(7);
+    for (HasherCase const& c : hasherCases()) {
+        for (size_t page : {16, 32, 64, 128, 12}) {
+            for (size_t blocks : {0, 1, 2, 3, 50, 257}) {
+                std::vector<int32_t> const tokens = randomTokens(rng, blocks * page);
+                std::vector<BlockHash> out{Hash128{5, 6}};  // appends after what the caller holds
+                c.hasher.hashFullBlocksInto(tokens.data(), tokens.size(), static_cast<int32_t>(page), {}, nullptr, out);
+                std::vector<BlockHash> expected{Hash128{5, 6}};
+                std::vector<BlockHash> const chain = chainByHashBlock(c.hasher, tokens, page);
+                expected.insert(expected.end(), chain.begin(), chain.end());
+                ASSERT_EQ(out, expected) << c.name << " page " << page << " blocks " << blocks;
+            }
+        }
+    }
+}
+
+TEST(BlockHash, ExtrasOrMediaAnywhereInTheChainGiveTheFieldByFieldDigests) {
+    std::mt19937 rng(5);
+    std::vector<BlockKeyExtras> oneField(6);
+    oneField[0].media.push_back(MediaSpanKey{{1, 2}, {3, 4}, 0, 0, 0});
+    oneField[1].adapter = AdapterKey{{5, 6}, 0};
+    oneField[2].positionDigest = Hash128{7, 8};
+    oneField[3].customEmbeddingDigest = Hash128{9, 10};
+    oneField[4].isolationDigest = Hash128{11, 12};
+    oneField[5] = everyExtra();
+    for (HasherCase const& c : hasherCases()) {
+        for (size_t page : {1, 4, 16, 33}) {
+            std::vector<int32_t> const tokens = randomTokens(rng, 3 * page);
+            int32_t const p = static_cast<int32_t>(page);
+            std::vector<BlockHash> const plain = c.hasher.hashFullBlocks(tokens.data(), tokens.size(), p);
+            for (BlockKeyExtras const& e : oneField) {
+                // Broadcast to every block: every hash differs from the plain chain's.
+                std::vector<BlockHash> const all = c.hasher.hashFullBlocks(tokens.data(), tokens.size(), p, {e});
+                ASSERT_EQ(all, chainByHashBlock(c.hasher, tokens, page, e)) << c.name << " page " << page;
+                for (size_t b = 0; b < 3; ++b) EXPECT_NE(all[b], plain[b]);
+                EXPECT_EQ(c.hasher.hashExactPrefix(tokens.data(), tokens.size(), p, {e}), all.back());
+                // Only the last block has extras: the blocks before it keep their plain hashes.
+                std::vector<BlockHash> const last =
+                    c.hasher.hashFullBlocks(tokens.data(), tokens.size(), p, {{}, {}, e});
+                EXPECT_EQ(last[0], plain[0]);
+                EXPECT_EQ(last[1], plain[1]);
+                EXPECT_EQ(last[2], c.hasher.hashBlock(plain[1], tokens.data() + 2 * page, page, e));
+                EXPECT_NE(last[2], plain[2]);
+                EXPECT_EQ(c.hasher.hashExactPrefix(tokens.data(), tokens.size(), p, {{}, {}, e}), last[2]);
+            }
+            // Per-block extras that are all empty are a plain chain.
+            EXPECT_EQ(c.hasher.hashFullBlocks(tokens.data(), tokens.size(), p, {{}, {}, {}}), plain);
+            // One media position in the middle block: that block and the next change.
+            std::vector<Hash128> media(tokens.size());
+            media[page + page / 2] = Hash128{0xAB, 0xCD};
+            std::vector<BlockHash> const withMedia =
+                c.hasher.hashFullBlocks(tokens.data(), tokens.size(), p, {}, media.data());
+            ASSERT_EQ(withMedia, chainByHashBlock(c.hasher, tokens, page, {}, media.data()));
+            EXPECT_EQ(withMedia[0], plain[0]);
+            EXPECT_NE(withMedia[1], plain[1]);
+            EXPECT_NE(withMedia[2], plain[2]);
+            EXPECT_EQ(c.hasher.hashExactPrefix(tokens.data(), tokens.size(), p, {}, media.data()), withMedia[2]);
+            // All-zero media hashes are no media.
+            std::vector<Hash128> const zeros(tokens.size());
+            EXPECT_EQ(c.hasher.hashFullBlocks(tokens.data(), tokens.size(), p, {}, zeros.data()), plain);
+        }
+    }
+}
+
+TEST(BlockHash, ThreadsHashConcurrentlyWithTheirOwnBuffers) {
+    // Each thread's template lives in its own buffer: two threads that start together and hash different page
+    // sizes (different templates) at the same time agree with one thread.
+    std::mt19937 rng(11);
+    std::vector<int32_t> const tokens = randomTokens(rng, 64 * 40);
+    BlockHasher const& h = hasherCases()[2].hasher;
+    std::vector<int32_t> const pages{16, 7, 64, 130};
+    std::vector<std::vector<BlockHash>> expected;
+    for (int32_t page : pages) expected.push_back(h.hashFullBlocks(tokens.data(), tokens.size(), page));
+    std::atomic<int> ready{0};
+    std::vector<int> mismatches(2, 0);
+    auto work = [&](size_t id) {
+        ready.fetch_add(1);
+        while (ready.load() < 2) {
+        }
+        for (size_t round = 0; round < 400; ++round) {
+            size_t const i = (round + 2 * id) % pages.size();
+            if (h.hashFullBlocks(tokens.data(), tokens.size(), pages[i]) != expected[i]) ++mismatches[id];
+        }
+    };
+    std::thread a(work, 0), b(work, 1);
+    a.join();
+    b.join();
+    EXPECT_EQ(mismatches, (std::vector<int>{0, 0}));
 }
 
 TEST(BlockHash, ToHexWritesHiThenLo) {
