@@ -33,13 +33,16 @@ void BaseBlockIndex::checkPage(PageId page, char const* operation) const {
                             " is out of range [0, " + std::to_string(pageCapacity()) + ")");
 }
 
-BaseBlockIndex::Slot const* BaseBlockIndex::findSlot(BlockHash const& hash) const noexcept {
-    uint32_t const tag = tagOf(hash);
+size_t BaseBlockIndex::probe(BlockHash const& hash, uint32_t tag) const noexcept {
     for (size_t i = homeOf(tag);; i = (i + 1) & mask_) {
         Slot const& s = slots_[i];
-        if (s.page < 0) return nullptr;
-        if (s.tag == tag && reverse_[static_cast<size_t>(s.page)] == hash) return &s;
+        if (s.page < 0 || (s.tag == tag && reverse_[static_cast<size_t>(s.page)] == hash)) return i;
     }
+}
+
+BaseBlockIndex::Slot const* BaseBlockIndex::findSlot(BlockHash const& hash) const noexcept {
+    Slot const& s = slots_[probe(hash, tagOf(hash))];
+    return s.page >= 0 ? &s : nullptr;
 }
 
 void BaseBlockIndex::eraseSlot(size_t i) noexcept {
@@ -89,12 +92,8 @@ std::optional<BlockHash> BaseBlockIndex::hashOfPage(PageId page) const {
 BaseInsertResult BaseBlockIndex::insert(BlockHash hash, PageId proposedPage) {
     checkPage(proposedPage, "insert");
     uint32_t const tag = tagOf(hash);
-    size_t i = homeOf(tag);
-    for (;; i = (i + 1) & mask_) {
-        Slot const& s = slots_[i];
-        if (s.page < 0) break;
-        if (s.tag == tag && reverse_[static_cast<size_t>(s.page)] == hash) return {s.page, false};
-    }
+    size_t const i = probe(hash, tag);
+    if (slots_[i].page >= 0) return {slots_[i].page, false};
     if (mapped_[static_cast<size_t>(proposedPage)])
         throw ContractError("BaseBlockIndex::insert: page " + std::to_string(proposedPage) +
                             " is already the canonical page of another hash (" +

@@ -101,6 +101,8 @@ private:
         return static_cast<uint32_t>(detail::mixHash(Hash128Hasher{}(hash)) >> 32);
     }
     size_t homeOf(uint32_t tag) const noexcept { return static_cast<size_t>(tag) & mask_; }
+    // The index of hash's slot, or of the empty slot that ends its probe run (where an insert puts it).
+    size_t probe(BlockHash const& hash, uint32_t tag) const noexcept;
     // The slot holding hash, or nullptr.
     Slot const* findSlot(BlockHash const& hash) const noexcept;
     void eraseSlot(size_t index) noexcept;
