@@ -31,7 +31,9 @@ BlockHash const* RecordViewHashes::hashes(CacheRecordStore const& records, Recor
     // A live record only ever shrinks, keeping its prefix: a cached materialization stays right (and in place).
     if (inserted || it->second.size() < blocks) {
         try {
-            it->second = records.materialize(record).logicalBlockHashes;
+            std::vector<BlockHash> hashes;  // the hashes alone (materialize would copy the paths too)
+            records.appendLogicalHashes(record, 0, blocks, hashes);
+            it->second = std::move(hashes);
         } catch (...) {
             if (inserted) byRecord_.erase(it);
             throw;

@@ -75,10 +75,6 @@ void CacheRecordStore::appendLogicalHashes(StoredRecord const& record, size_t fr
 CacheRecord CacheRecordStore::materialize(StoredRecord const& record) const {
     CacheRecord full;
     static_cast<CacheRecordCore&>(full) = record;
-    if (!derivesHashes(record)) {
-        full.logicalBlockHashes = record.keptBlockHashes;
-        return full;
-    }
     appendLogicalHashes(record, 0, static_cast<size_t>(record.key.fullBlockCount), full.logicalBlockHashes);
     return full;
 }
