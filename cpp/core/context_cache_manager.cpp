@@ -173,7 +173,7 @@ void ContextCacheManager::evictOne(RecordId id) {
     // An EAGLE record's hashes are read (derived from its still-mapped pages) before anything changes: its draft
     // boundaries are keyed by them.
     std::vector<BlockHash> pairedHashes;
-    if (StoredRecord const& stored = records_.get(id); stored.hasDraftPath() && !stored.isHybrid()) {
+    if (StoredRecord const& stored = records_.get(id); stored.hasEagleDraftPath()) {
         records_.appendLogicalHashes(stored, 0, static_cast<size_t>(stored.key.fullBlockCount), pairedHashes);
     }
     StoredRecord const record = records_.erase(id);
@@ -551,7 +551,7 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
         record.id = id;
-        if (record.hasDraftPath() && !record.isHybrid())  // EAGLE paths only
+        if (record.hasEagleDraftPath())
             draftIndex_.insert(id, {record.logicalBlockHashes.data(), record.logicalBlockHashes.size()},
                                record.draftPagePath.size());
     } catch (...) {
@@ -918,7 +918,7 @@ void ContextCacheManager::checkInvariants() const {
                 throw InvariantError(holder + " base page " + str(record.basePagePath[i]) + " at block " +
                                      str(static_cast<int64_t>(i)) + " is not the canonical page of its hash");
         }
-        if (record.hasDraftPath() && !record.isHybrid()) {  // MTP checkpoints stay out of the EAGLE index
+        if (record.hasEagleDraftPath()) {
             pairedBoundaries += record.logicalBlockHashes.size();
             for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i)
                 if (!draftIndex_.contains(record.logicalBlockHashes[i], {record.id, static_cast<int32_t>(i + 1)}))

@@ -73,6 +73,9 @@ struct CacheRecordCore {
     bool isHybrid() const noexcept { return exactCheckpointLength.has_value(); }
     bool isHybridMtp() const noexcept { return hybridMtpCheckpoint && isHybrid(); }
     bool hasDraftPath() const noexcept { return !draftPagePath.empty(); }
+    // An EAGLE record: a draft path and no checkpoint (an MTP checkpoint's draft path stays out of the draft
+    // index); the draft index holds one entry per boundary of exactly these records.
+    bool hasEagleDraftPath() const noexcept { return hasDraftPath() && !isHybrid(); }
 };
 
 // The full form: what a publication inserts and what CacheRecordStore::materialize returns.
