@@ -222,12 +222,13 @@ void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, BlockH
     if (found == slotOf_.end()) return;
     uint32_t const slot = found->second;
     RecordLinks& r = records_[slot];
-    auto boundaryOf = [&](size_t i) { return static_cast<int32_t>(int64_t{firstBlock} + static_cast<int64_t>(i) + 1); };
-    for (size_t i = 0; i < std::min(count, kPrefetchDistance); ++i) prefetchBoundary(hashes[i], boundaryOf(i));
+    // hashes[i] is boundary n = firstBlock + i + 1 (in 64 bits: a hint for an out-of-range n only wastes itself).
+    auto boundaryOf = [&](size_t i) { return int64_t{firstBlock} + static_cast<int64_t>(i) + 1; };
+    auto prefetchAt = [&](size_t i) { prefetchBoundary(hashes[i], static_cast<int32_t>(boundaryOf(i))); };
+    for (size_t i = 0; i < std::min(count, kPrefetchDistance); ++i) prefetchAt(i);
     for (size_t i = 0; i < count; ++i) {
-        if (i + kPrefetchDistance < count)
-            prefetchBoundary(hashes[i + kPrefetchDistance], boundaryOf(i + kPrefetchDistance));
-        int64_t const n = int64_t{firstBlock} + static_cast<int64_t>(i) + 1;
+        if (i + kPrefetchDistance < count) prefetchAt(i + kPrefetchDistance);
+        int64_t const n = boundaryOf(i);
         if (n < 1 || static_cast<uint64_t>(n) > r.links.size() || r.links[static_cast<size_t>(n - 1)] == kAbsent)
             continue;
         Boundary* b = findBoundary(hashes[i], static_cast<int32_t>(n));
