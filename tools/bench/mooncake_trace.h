@@ -33,7 +33,7 @@ public:
         expect('{');
         skipSpace();
         if (peek() == '}') throw std::runtime_error(where("empty object"));
-        for (;;) {
+        do {
             std::string const key = string();
             expect(':');
             if (key == "timestamp") r.timestamp = integer(), seen[0] = true;
@@ -43,31 +43,16 @@ public:
                 expect('[');
                 skipSpace();
                 if (peek() == ']') ++i_;
-                else
-                    for (;;) {
+                else do {
                         int64_t const id = integer();
                         if (id < 0) throw std::runtime_error(where("negative hash id"));
                         r.hashIds.push_back(static_cast<uint64_t>(id));
-                        skipSpace();
-                        if (peek() == ',') {
-                            ++i_;
-                            continue;
-                        }
-                        expect(']');
-                        break;
-                    }
+                    } while (another(']'));
                 seen[3] = true;
             } else {
                 throw std::runtime_error(where("unknown key \"" + key + "\""));
             }
-            skipSpace();
-            if (peek() == ',') {
-                ++i_;
-                continue;
-            }
-            expect('}');
-            break;
-        }
+        } while (another('}'));
         if (!(seen[0] && seen[1] && seen[2] && seen[3])) throw std::runtime_error(where("missing field"));
         if (r.inputLength < 0 || r.outputLength < 0) throw std::runtime_error(where("negative length"));
         if (static_cast<int64_t>(r.hashIds.size()) * kTraceBlock < r.inputLength)
@@ -87,6 +72,15 @@ private:
     void expect(char c) {
         if (peek() != c) throw std::runtime_error(where(std::string("expected '") + c + "'"));
         ++i_;
+    }
+    // After a member of an array or object: true on ',' (another member follows), false on `close` (consumed).
+    bool another(char close) {
+        if (peek() == ',') {
+            ++i_;
+            return true;
+        }
+        expect(close);
+        return false;
     }
     std::string string() {
         expect('"');
