@@ -20,7 +20,7 @@
 //             entry per boundary n.
 // Errors:     insert of a record without a complete draft path, of a negative page, or of a boundary the record
 //             already has: ContractError, nothing changed; an allocation failure midway (the overflow map's
-//             growth) undoes the partial insert (strong guarantee).
+//             growth) undoes the partial insert (strong guarantee; the head array may stay grown).
 // Cost:       insert O(path length), one array access per boundary; erase O(path length x entries per boundary)
 //             (the walk to the record's link); lookupLongest O(1) per probed boundary; contains O(entries under
 //             the boundary); memoryBytes O(1) (kept up to date by every change; checkInvariants recounts it and
