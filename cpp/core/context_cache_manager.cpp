@@ -77,6 +77,7 @@ ContextCacheManager::ContextCacheManager(int32_t pageSize, ResourceDemand capaci
       evictionPolicy_(validatedPolicy(evictionPolicy)),
       pools_(validatedCapacities(pageSize, capacities, maxRecords)),
       baseIndex_(capacities.baseKvPages),
+      draftIndex_(static_cast<size_t>(std::max(0, capacities.baseKvPages))),
       records_(maxRecords, &baseIndex_) {}
 
 ContextCacheManager::~ContextCacheManager() {
@@ -170,14 +171,9 @@ void ContextCacheManager::clear() {
 }
 
 void ContextCacheManager::evictOne(RecordId id) {
-    // An EAGLE record's hashes are read (derived from its still-mapped pages) before anything changes: its draft
-    // boundaries are keyed by them.
-    std::vector<BlockHash> pairedHashes;
-    if (StoredRecord const& stored = records_.get(id); stored.hasEagleDraftPath()) {
-        records_.appendLogicalHashes(stored, 0, static_cast<size_t>(stored.key.fullBlockCount), pairedHashes);
-    }
+    // An EAGLE record's draft boundaries are keyed by its canonical base pages, which it still holds here.
     StoredRecord const record = records_.erase(id);
-    if (!pairedHashes.empty()) draftIndex_.erase(id, {pairedHashes.data(), pairedHashes.size()});
+    if (record.hasEagleDraftPath()) draftIndex_.erase(id, record.basePagePath);
     bool const report = beginRemovals(record.basePagePath.size());
     releaseBasePages(record.basePagePath, 0);
     if (report) events_.endRemoved();
@@ -240,7 +236,7 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
     // on a consistent state. O(blocks cut).
     bool const paired = records_.get(trim.record).hasDraftPath();
     CacheRecordStore::TrimmedTail const tail = records_.trimTail(trim.record, trim.keepBlocks);
-    if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.hashes.data(), tail.hashes.size());
+    if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.basePages.data(), tail.basePages.size());
     bool const report = beginRemovals(tail.basePages.size());
     releaseBasePages(tail.basePages, 0);
     if (report) events_.endRemoved();
@@ -551,9 +547,7 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
         record.id = id;
-        if (record.hasEagleDraftPath())
-            draftIndex_.insert(id, {record.logicalBlockHashes.data(), record.logicalBlockHashes.size()},
-                               record.draftPagePath.size());
+        if (record.hasEagleDraftPath()) draftIndex_.insert(id, record.basePagePath, record.draftPagePath.size());
     } catch (...) {
         if (id != kNoRecord) records_.erase(id);
         record.forEachResource([&](ResourceId const& rid) {
@@ -921,7 +915,7 @@ void ContextCacheManager::checkInvariants() const {
         if (record.hasEagleDraftPath()) {
             pairedBoundaries += record.logicalBlockHashes.size();
             for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i)
-                if (!draftIndex_.contains(record.logicalBlockHashes[i], {record.id, static_cast<int32_t>(i + 1)}))
+                if (!draftIndex_.contains(record.basePagePath[i], {record.id, static_cast<int32_t>(i + 1)}))
                     throw InvariantError(holder + " boundary " + str(static_cast<int64_t>(i + 1)) +
                                          " is missing from the draft index");
         }

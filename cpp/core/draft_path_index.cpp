@@ -1,7 +1,8 @@
-// DraftPathIndex: boundary slots in one open-addressing table, entry lists linked through per-record link arrays.
-// insert checks for duplicates before it changes anything and undoes a partial insert if the table's growth
-// fails; memoryBytes is kept up to date incrementally. Full contract (layout, invariants, errors, cost,
-// threading): include/ctxcache/draft_path_index.h.
+// DraftPathIndex: boundary heads in an array indexed by canonical base page (other depths of a page in an overflow
+// map), entry lists linked through per-record link arrays. insert checks for duplicates and grows the head array
+// before it changes anything, and undoes a partial insert if the overflow map's growth fails; memoryBytes is kept
+// up to date incrementally. Full contract (layout, invariants, errors, cost, threading):
+// include/ctxcache/draft_path_index.h.
 
 #include "ctxcache/draft_path_index.h"
 
@@ -21,74 +22,42 @@ namespace {
 constexpr size_t kSlotNodeBytes = sizeof(std::pair<RecordId const, uint32_t>) + sizeof(void*) + 16;
 // The allocator's header on each live record's link array.
 constexpr size_t kHeapBlockHeaderBytes = 16;
-constexpr size_t kMinBoundaryCapacity = 16;
-// How many boundaries ahead insert and erase start loading home slots: enough misses in flight to cover the latency.
+// How many boundaries ahead insert and erase start loading page heads: enough misses in flight to cover the latency.
 constexpr size_t kPrefetchDistance = 8;
 }  // namespace
 
-size_t DraftPathIndex::home(uint64_t hi, uint64_t lo, int32_t pathBlockCount) const noexcept {
-    uint64_t const h = hi ^ (lo * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(pathBlockCount) << 40);
-    return static_cast<size_t>(detail::mixHash(h)) & mask_;
+void DraftPathIndex::prefetchHead(PageId page) const noexcept {
+    if (static_cast<size_t>(page) < heads_.size()) detail::prefetchForRead(&heads_[static_cast<size_t>(page)]);
 }
 
-void DraftPathIndex::prefetchBoundary(BlockHash const& hash, int32_t pathBlockCount) const noexcept {
-    if (!boundaries_.empty()) detail::prefetchForRead(&boundaries_[home(hash.hi, hash.lo, pathBlockCount)]);
+uint32_t const* DraftPathIndex::findHead(PageId page, int32_t pathBlockCount) const noexcept {
+    if (page < 0 || static_cast<size_t>(page) >= heads_.size()) return nullptr;
+    PageHead const& h = heads_[static_cast<size_t>(page)];
+    if (h.pathBlockCount == pathBlockCount) return &h.head;
+    return overflow_.empty() ? nullptr : overflow_.find(overflowKey(page, pathBlockCount));
 }
 
-DraftPathIndex::Boundary const* DraftPathIndex::findBoundary(BlockHash const& hash,
-                                                             int32_t pathBlockCount) const noexcept {
-    if (boundaryCount_ == 0) return nullptr;
-    for (size_t i = home(hash.hi, hash.lo, pathBlockCount);; i = (i + 1) & mask_) {
-        Boundary const& b = boundaries_[i];
-        if (b.pathBlockCount == 0) return nullptr;
-        if (b.pathBlockCount == pathBlockCount && b.hashLo == hash.lo && b.hashHi == hash.hi) return &b;
+uint32_t* DraftPathIndex::findHead(PageId page, int32_t pathBlockCount) noexcept {
+    return const_cast<uint32_t*>(static_cast<DraftPathIndex const*>(this)->findHead(page, pathBlockCount));
+}
+
+uint32_t& DraftPathIndex::findOrAddHead(PageId page, int32_t pathBlockCount) {
+    PageHead& h = heads_[static_cast<size_t>(page)];
+    if (h.pathBlockCount == pathBlockCount) return h.head;
+    if (!overflow_.empty())
+        if (uint32_t* head = overflow_.find(overflowKey(page, pathBlockCount))) return *head;
+    if (h.pathBlockCount == 0) {  // (page, n) is nowhere: the free primary takes it
+        h.pathBlockCount = pathBlockCount;
+        h.head = kEnd;
+        return h.head;
     }
+    return *overflow_.tryEmplace(overflowKey(page, pathBlockCount), kEnd).first;  // may throw: nothing changed
 }
 
-DraftPathIndex::Boundary* DraftPathIndex::findBoundary(BlockHash const& hash, int32_t pathBlockCount) noexcept {
-    return const_cast<Boundary*>(static_cast<DraftPathIndex const*>(this)->findBoundary(hash, pathBlockCount));
-}
-
-DraftPathIndex::Boundary& DraftPathIndex::findOrAddBoundary(BlockHash const& hash, int32_t pathBlockCount) {
-    if ((boundaryCount_ + 1) * 4 > boundaries_.size() * 3)
-        rehash(boundaries_.empty() ? kMinBoundaryCapacity : boundaries_.size() * 2);
-    for (size_t i = home(hash.hi, hash.lo, pathBlockCount);; i = (i + 1) & mask_) {
-        Boundary& b = boundaries_[i];
-        if (b.pathBlockCount == 0) {
-            b = Boundary{hash.hi, hash.lo, pathBlockCount, kEnd};
-            ++boundaryCount_;
-            return b;
-        }
-        if (b.pathBlockCount == pathBlockCount && b.hashLo == hash.lo && b.hashHi == hash.hi) return b;
-    }
-}
-
-void DraftPathIndex::removeBoundary(Boundary& boundary) noexcept {
-    size_t i = static_cast<size_t>(&boundary - boundaries_.data());
-    // Backward shift: pull later members of the run into the hole unless that would put them before home.
-    for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
-        Boundary const& next = boundaries_[j];
-        if (next.pathBlockCount == 0) break;
-        size_t const h = home(next.hashHi, next.hashLo, next.pathBlockCount);
-        if (((j - h) & mask_) >= ((j - i) & mask_)) {
-            boundaries_[i] = next;
-            i = j;
-        }
-    }
-    boundaries_[i] = Boundary{};
-    --boundaryCount_;
-}
-
-void DraftPathIndex::rehash(size_t capacity) {
-    std::vector<Boundary> grown(capacity);  // the only allocation: if it throws, nothing changed
-    grown.swap(boundaries_);
-    mask_ = capacity - 1;
-    for (Boundary const& b : grown) {
-        if (b.pathBlockCount == 0) continue;
-        size_t i = home(b.hashHi, b.hashLo, b.pathBlockCount);
-        while (boundaries_[i].pathBlockCount != 0) i = (i + 1) & mask_;
-        boundaries_[i] = b;
-    }
+void DraftPathIndex::removeBoundary(PageId page, int32_t pathBlockCount) noexcept {
+    PageHead& h = heads_[static_cast<size_t>(page)];
+    if (h.pathBlockCount == pathBlockCount) h = PageHead{};
+    else overflow_.erase(overflowKey(page, pathBlockCount));
 }
 
 uint32_t DraftPathIndex::addRecordSlot(RecordId record, size_t length) {
@@ -123,14 +92,17 @@ void DraftPathIndex::releaseRecordSlot(uint32_t slot) noexcept {
     freeSlot_ = slot;
 }
 
-void DraftPathIndex::insert(RecordId record, BlockHashSpan hashes, size_t draftPathLength) {
-    size_t const length = hashes.size;
+void DraftPathIndex::insert(RecordId record, PagePathSpan pages, size_t draftPathLength) {
+    size_t const length = pages.size;
     if (draftPathLength == 0 || draftPathLength != length)
         throw ContractError("DraftPathIndex::insert: record " + std::to_string(record) +
                             " needs a draft path as long as its logical path");
     if (length > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
         throw ContractError("DraftPathIndex::insert: record " + std::to_string(record) + " has " +
                             std::to_string(length) + " blocks, more than a boundary count can name");
+    PageId const largest = *std::max_element(pages.data, pages.data + length);
+    if (*std::min_element(pages.data, pages.data + length) < 0)
+        throw ContractError("DraftPathIndex::insert: record " + std::to_string(record) + " has a negative page");
     auto const existing = slotOf_.find(record);
     size_t keptLinks = 0;  // the size of an already indexed record's link array, restored on failure
     if (existing != slotOf_.end()) {
@@ -140,6 +112,9 @@ void DraftPathIndex::insert(RecordId record, BlockHashSpan hashes, size_t draftP
             if (links[i] != kAbsent)
                 throw ContractError("DraftPathIndex::insert: record " + std::to_string(record) + " boundary " +
                                     std::to_string(i + 1) + " is already indexed");
+    }
+    if (static_cast<size_t>(largest) >= heads_.size()) {  // before anything changed: a failure leaves it all
+        heads_.resize(std::max({static_cast<size_t>(largest) + 1, pageCapacity_, heads_.size() * 2}));
     }
     uint32_t slot = 0;
     if (existing == slotOf_.end()) {
@@ -154,24 +129,21 @@ void DraftPathIndex::insert(RecordId record, BlockHashSpan hashes, size_t draftP
     // records_ does not reallocate below: the link array stays put.
     uint32_t* const links = records_[slot].links.data();
     size_t inserted = 0;
-    // Home slots load ahead of the probes (a growth midway only makes the hints already issued stale).
-    for (size_t i = 0; i < std::min(length, kPrefetchDistance); ++i)
-        prefetchBoundary(hashes[i], static_cast<int32_t>(i + 1));
+    for (size_t i = 0; i < std::min(length, kPrefetchDistance); ++i) prefetchHead(pages[i]);
     try {
         for (; inserted < length; ++inserted) {
-            if (inserted + kPrefetchDistance < length)
-                prefetchBoundary(hashes[inserted + kPrefetchDistance],
-                                 static_cast<int32_t>(inserted + kPrefetchDistance + 1));
-            Boundary& b = findOrAddBoundary(hashes[inserted], static_cast<int32_t>(inserted + 1));
-            links[inserted] = b.head;
-            b.head = slot;
+            if (inserted + kPrefetchDistance < length) prefetchHead(pages[inserted + kPrefetchDistance]);
+            uint32_t& head = findOrAddHead(pages[inserted], static_cast<int32_t>(inserted + 1));
+            links[inserted] = head;
+            head = slot;
         }
     } catch (...) {
         for (size_t i = 0; i < inserted; ++i) {
-            Boundary* b = findBoundary(hashes[i], static_cast<int32_t>(i + 1));
-            b->head = links[i];  // the record was pushed at the head of each of its lists
+            int32_t const n = static_cast<int32_t>(i + 1);
+            uint32_t* head = findHead(pages[i], n);
+            *head = links[i];  // the record was pushed at the head of each of its lists
             links[i] = kAbsent;
-            if (b->head == kEnd) removeBoundary(*b);
+            if (*head == kEnd) removeBoundary(pages[i], n);
         }
         if (existing == slotOf_.end()) releaseRecordSlot(slot);
         else records_[slot].links.resize(keptLinks);  // its capacity stays (and stays accounted)
@@ -181,31 +153,33 @@ void DraftPathIndex::insert(RecordId record, BlockHashSpan hashes, size_t draftP
     entries_ += length;
 }
 
-std::optional<DraftPathMatch> DraftPathIndex::lookupLongest(BlockHashSpan hashes, int32_t maxBlockCount) const {
-    int32_t const limit = static_cast<int32_t>(std::min<int64_t>(maxBlockCount, static_cast<int64_t>(hashes.size)));
+std::optional<DraftPathMatch> DraftPathIndex::lookupLongest(PagePathSpan pages, int32_t maxBlockCount) const {
+    int32_t const limit = static_cast<int32_t>(std::min<int64_t>(maxBlockCount, static_cast<int64_t>(pages.size)));
     for (int32_t count = limit; count >= 1; --count)
-        if (Boundary const* b = findBoundary(hashes[static_cast<size_t>(count - 1)], count))
-            return DraftPathMatch{records_[b->head].id, count};
+        if (uint32_t const* head = findHead(pages[static_cast<size_t>(count - 1)], count))
+            return DraftPathMatch{records_[*head].id, count};
     return std::nullopt;
 }
 
-bool DraftPathIndex::contains(BlockHash const& terminalHash, DraftPathMatch const& match) const {
+bool DraftPathIndex::contains(PageId terminalPage, DraftPathMatch const& match) const {
     if (match.pathBlockCount < 1) return false;
     auto const found = slotOf_.find(match.record);
     if (found == slotOf_.end()) return false;
     size_t const link = static_cast<size_t>(match.pathBlockCount - 1);
     std::vector<uint32_t> const& links = records_[found->second].links;
     if (link >= links.size() || links[link] == kAbsent) return false;
-    Boundary const* b = findBoundary(terminalHash, match.pathBlockCount);
-    if (b == nullptr) return false;
-    for (uint32_t slot = b->head; slot != kEnd; slot = records_[slot].links[link])
+    uint32_t const* head = findHead(terminalPage, match.pathBlockCount);
+    if (head == nullptr) return false;
+    for (uint32_t slot = *head; slot != kEnd; slot = records_[slot].links[link])
         if (slot == found->second) return true;
     return false;
 }
 
-bool DraftPathIndex::unlink(Boundary& boundary, uint32_t slot) noexcept {
-    size_t const link = static_cast<size_t>(boundary.pathBlockCount - 1);
-    uint32_t* at = &boundary.head;
+bool DraftPathIndex::unlink(PageId page, int32_t pathBlockCount, uint32_t slot) noexcept {
+    uint32_t* const head = findHead(page, pathBlockCount);
+    if (head == nullptr) return false;
+    size_t const link = static_cast<size_t>(pathBlockCount - 1);
+    uint32_t* at = head;
     while (*at != slot) {
         if (*at == kEnd) return false;
         at = &records_[*at].links[link];
@@ -213,26 +187,22 @@ bool DraftPathIndex::unlink(Boundary& boundary, uint32_t slot) noexcept {
     uint32_t& own = records_[slot].links[link];
     *at = own;
     own = kAbsent;
-    if (boundary.head == kEnd) removeBoundary(boundary);
+    if (*head == kEnd) removeBoundary(page, pathBlockCount);
     return true;
 }
 
-void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, BlockHash const* hashes, size_t count) {
+void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, PageId const* pages, size_t count) {
     auto const found = slotOf_.find(record);
     if (found == slotOf_.end()) return;
     uint32_t const slot = found->second;
     RecordLinks& r = records_[slot];
-    // hashes[i] is boundary n = firstBlock + i + 1 (in 64 bits: a hint for an out-of-range n only wastes itself).
-    auto boundaryOf = [&](size_t i) { return int64_t{firstBlock} + static_cast<int64_t>(i) + 1; };
-    auto prefetchAt = [&](size_t i) { prefetchBoundary(hashes[i], static_cast<int32_t>(boundaryOf(i))); };
-    for (size_t i = 0; i < std::min(count, kPrefetchDistance); ++i) prefetchAt(i);
+    for (size_t i = 0; i < std::min(count, kPrefetchDistance); ++i) prefetchHead(pages[i]);
     for (size_t i = 0; i < count; ++i) {
-        if (i + kPrefetchDistance < count) prefetchAt(i + kPrefetchDistance);
-        int64_t const n = boundaryOf(i);
+        if (i + kPrefetchDistance < count) prefetchHead(pages[i + kPrefetchDistance]);
+        int64_t const n = int64_t{firstBlock} + static_cast<int64_t>(i) + 1;  // pages[i] is boundary n
         if (n < 1 || static_cast<uint64_t>(n) > r.links.size() || r.links[static_cast<size_t>(n - 1)] == kAbsent)
             continue;
-        Boundary* b = findBoundary(hashes[i], static_cast<int32_t>(n));
-        if (b == nullptr || !unlink(*b, slot)) continue;  // the record's boundary n lives under another hash
+        if (!unlink(pages[i], static_cast<int32_t>(n), slot)) continue;  // the record's boundary n is elsewhere
         --r.entries;
         --entries_;
     }
@@ -252,7 +222,7 @@ void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, BlockH
 }
 
 size_t DraftPathIndex::memoryBytes() const noexcept {
-    return boundaries_.capacity() * sizeof(Boundary) + records_.capacity() * sizeof(RecordLinks) +
+    return heads_.capacity() * sizeof(PageHead) + overflow_.memoryBytes() + records_.capacity() * sizeof(RecordLinks) +
            linkCapacity_ * sizeof(uint32_t) + slotOf_.size() * (kHeapBlockHeaderBytes + kSlotNodeBytes) +
            slotOf_.bucket_count() * sizeof(void*);
 }
@@ -260,29 +230,38 @@ size_t DraftPathIndex::memoryBytes() const noexcept {
 void DraftPathIndex::checkInvariants() const {
     auto fail = [](std::string const& what) { throw InvariantError("DraftPathIndex: " + what); };
     std::vector<uint32_t> listed(records_.size(), 0);
-    size_t boundaries = 0, entries = 0;
-    for (size_t i = 0; i < boundaries_.size(); ++i) {
-        Boundary const& b = boundaries_[i];
-        if (b.pathBlockCount == 0) continue;
-        ++boundaries;
-        if (b.pathBlockCount < 0) fail("boundary slot " + std::to_string(i) + " has a negative block count");
-        if (findBoundary(BlockHash{b.hashHi, b.hashLo}, b.pathBlockCount) != &b)
-            fail("boundary slot " + std::to_string(i) + " is not reachable from its home slot");
-        if (b.head == kEnd) fail("boundary slot " + std::to_string(i) + " has an empty list");
-        size_t const link = static_cast<size_t>(b.pathBlockCount - 1);
-        for (uint32_t slot = b.head; slot != kEnd; slot = records_[slot].links[link]) {
+    size_t entries = 0;
+    auto checkList = [&](PageId page, int32_t n, uint32_t head) {
+        std::string const where = "boundary (page " + std::to_string(page) + ", " + std::to_string(n) + ")";
+        if (n < 1) fail(where + " has a block count below 1");
+        if (head == kEnd) fail(where + " has an empty list");
+        size_t const link = static_cast<size_t>(n - 1);
+        for (uint32_t slot = head; slot != kEnd; slot = records_[slot].links[link]) {
             if (slot >= records_.size() || records_[slot].entries == 0)
-                fail("boundary slot " + std::to_string(i) + " lists record slot " + std::to_string(slot) +
-                     ", which is not live");
+                fail(where + " lists record slot " + std::to_string(slot) + ", which is not live");
             if (link >= records_[slot].links.size() || records_[slot].links[link] == kAbsent)
-                fail("record slot " + std::to_string(slot) + " is listed at boundary " +
-                     std::to_string(b.pathBlockCount) + " without a link there");
+                fail("record slot " + std::to_string(slot) + " is listed at " + where + " without a link there");
             if (++entries > entries_ || ++listed[slot] > records_[slot].entries)
                 fail("a list is longer than the entries counted (a cycle or a doubly listed record)");
         }
+    };
+    for (size_t page = 0; page < heads_.size(); ++page) {
+        PageHead const& h = heads_[page];
+        if (h.pathBlockCount == 0) {
+            if (h.head != kEnd) fail("page " + std::to_string(page) + " has no boundary but a list");
+            continue;
+        }
+        checkList(static_cast<PageId>(page), h.pathBlockCount, h.head);
     }
-    if (boundaries != boundaryCount_)
-        fail(std::to_string(boundaries) + " boundary slots used but counted " + std::to_string(boundaryCount_));
+    overflow_.forEach([&](uint64_t key, uint32_t head) {
+        PageId const page = pageOf(key);
+        if (page < 0 || static_cast<size_t>(page) >= heads_.size())
+            fail("the overflow map holds page " + std::to_string(page) + ", beyond the head array");
+        if (heads_[static_cast<size_t>(page)].pathBlockCount == depthOf(key))
+            fail("boundary (page " + std::to_string(page) + ", " + std::to_string(depthOf(key)) +
+                 ") is held twice: as the page's primary and in the overflow map");
+        checkList(page, depthOf(key), head);
+    });
     if (entries != entries_) fail(std::to_string(entries) + " entries listed but counted " + std::to_string(entries_));
     size_t live = 0, free = 0, capacity = 0;
     for (size_t slot = 0; slot < records_.size(); ++slot) {

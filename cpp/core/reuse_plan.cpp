@@ -184,7 +184,7 @@ ReusePlan makeSpecReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize, B
 
     std::vector<PageId> basePages;
     int32_t const baseMatched = static_cast<int32_t>(baseIndex.lookupPrefixInto(hashes.data, hashes.size, basePages));
-    std::optional<DraftPathMatch> match = draftIndex.lookupLongest(hashes, baseMatched);
+    std::optional<DraftPathMatch> match = draftIndex.lookupLongest(basePages, baseMatched);
     if (!match) return plan;  // base-only hits cannot be used: their draft KV cannot be reconstructed
     StoredRecord const& record = records.get(match->record);
     int32_t const paired = match->pathBlockCount;

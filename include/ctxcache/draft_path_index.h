@@ -1,25 +1,30 @@
 // DraftPathIndex: coherent EAGLE draft paths. For every boundary n = 1..len of every draft-paired record it
-// holds the entry {record, pathBlockCount = n} under the block hash at n - 1. Draft pages are never
-// canonicalized across records, so a match always names ONE record and the consumer binds that record's own
-// draft path (no stitching).
+// holds the entry {record, pathBlockCount = n} under (page, n), page being the record's canonical base page at
+// block n - 1. Draft pages are never canonicalized across records, so a match always names ONE record and the
+// consumer binds that record's own draft path (no stitching).
+// Why pages, not hashes: a record's base pages are canonical (the base index maps its hash at block i to its
+// page at block i, and keeps that mapping while any record holds the page), so (hash, n) and (page, n) name the
+// same boundary, and a page id indexes an array where a hash needs a probed table.
 //
-// Layout:     one open-addressing table (linear probing, backward-shift deletion) of 24-byte boundary slots
-//             {hash, n, head}, one per distinct (hash, n); the entries under a boundary form a singly linked
-//             list, most recently inserted first, whose links live in the records: every indexed record owns one
-//             array of uint32 links, link[n - 1] = the next record (by dense record slot) in boundary n's list.
-//             An entry therefore costs 4 bytes and a distinct boundary 24 / load factor; the record slot is a
-//             list node's whole identity because every entry of boundary n sits at position n - 1 of its record.
+// Layout:     boundary heads in one array indexed by page: {head, n}, the page's primary boundary (n = 0: none);
+//             a page's boundaries at other depths (a hash repeated at several depths, only with fabricated or
+//             colliding hashes) live in an overflow map keyed by (page, n). The entries under a boundary form a
+//             singly linked list, most recently inserted first, whose links live in the records: every indexed
+//             record owns one array of uint32 links, link[n - 1] = the next record (by dense record slot) in
+//             boundary n's list. An entry costs 4 bytes; a page 8 bytes of head array (sized to the largest
+//             page indexed, or to the page capacity named at construction once a record is indexed).
 // Invariants: an entry {record, n} exists exactly while record's link[n - 1] is present, and then it is on the
-//             list of exactly one boundary (hashes[n - 1], n); a boundary slot exists exactly while its list is
-//             non-empty; a record slot exists exactly while its record has an entry. A record has at most one
+//             list of exactly one boundary (pages[n - 1], n); a boundary exists exactly while its list is
+//             non-empty; each (page, n) is held in one place only: the page's primary head or the overflow map,
+//             never both; a record slot exists exactly while its record has an entry. A record has at most one
 //             entry per boundary n.
-// Errors:     insert of a record without a complete draft path, or of a boundary the record already has:
-//             ContractError, nothing changed; an allocation failure midway undoes the partial insert (strong
-//             guarantee).
-// Cost:       insert O(path length) probes; erase O(path length x entries per boundary) (the walk to the record's
-//             link); lookupLongest O(1) per probed boundary, one probe in the common case; contains O(entries
-//             under the boundary); memoryBytes O(1) (kept up to date by every change; checkInvariants recounts
-//             it and every list in O(slots + entries)).
+// Errors:     insert of a record without a complete draft path, of a negative page, or of a boundary the record
+//             already has: ContractError, nothing changed; an allocation failure midway (the overflow map's
+//             growth) undoes the partial insert (strong guarantee; the head array may stay grown).
+// Cost:       insert O(path length), one array access per boundary; erase O(path length x entries per boundary)
+//             (the walk to the record's link); lookupLongest O(1) per probed boundary; contains O(entries under
+//             the boundary); memoryBytes O(1) (kept up to date by every change; checkInvariants recounts it and
+//             every list in O(pages + overflow + entries)).
 // Threading:  single writer, no internal locks; const members may run concurrently with each other.
 #pragma once
 
@@ -29,8 +34,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ctxcache/block_hash.h"
 #include "ctxcache/cache_record.h"
+#include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/types.h"
 
 namespace ctxcache {
 
@@ -43,38 +49,57 @@ struct DraftPathMatch {
     }
 };
 
+// A non-owning view of a page path (a record's canonical base pages, a lookup's resolved pages). A std::vector
+// converts implicitly.
+struct PagePathSpan {
+    PageId const* data = nullptr;
+    size_t size = 0;
+
+    PagePathSpan() = default;
+    PagePathSpan(PageId const* pages, size_t count) : data(pages), size(count) {}
+    PagePathSpan(std::vector<PageId> const& pages) : data(pages.data()), size(pages.size()) {}  // NOLINT
+
+    PageId operator[](size_t i) const noexcept { return data[i]; }
+};
+
 class DraftPathIndex {
 public:
-    // Indexes boundaries 1..hashes.size of `record`, hashes being its logical block hashes; draftPathLength is
-    // the length of its draft page path, which must equal hashes.size and be positive.
-    void insert(RecordId record, BlockHashSpan hashes, size_t draftPathLength);
-    void insert(CacheRecord const& record) {
-        insert(record.id, record.logicalBlockHashes, record.draftPagePath.size());
-    }
-    // Longest n <= maxBlockCount (and <= hashes.size()) whose boundary hashes[n-1] has an entry with
-    // pathBlockCount == n; among several, the most recently inserted.
-    std::optional<DraftPathMatch> lookupLongest(BlockHashSpan hashes, int32_t maxBlockCount) const;
-    bool contains(BlockHash const& terminalHash, DraftPathMatch const& match) const;
-    // Removes exactly `record`'s entries {record, i + 1} under hashes[i]; entries not present are skipped.
-    void erase(RecordId record, BlockHashSpan hashes) { eraseBoundaries(record, 0, hashes.data, hashes.size); }
+    // pageCapacity: the base pool's size; the head array takes it (8 bytes a page) when the first record is
+    // indexed, so an index that never holds a record costs nothing. Larger pages still index (the array grows).
+    explicit DraftPathIndex(size_t pageCapacity = 0) noexcept : pageCapacity_(pageCapacity) {}
+
+    // Indexes boundaries 1..pages.size of `record`, pages being its canonical base pages (block i's page at
+    // i); draftPathLength is the length of its draft page path, which must equal pages.size and be positive.
+    void insert(RecordId record, PagePathSpan pages, size_t draftPathLength);
+    void insert(CacheRecord const& record) { insert(record.id, record.basePagePath, record.draftPagePath.size()); }
+    // Longest n <= maxBlockCount (and <= pages.size) whose boundary (pages[n-1], n) has an entry; among several,
+    // the most recently inserted. pages[i] is the canonical page of the query's block i, or negative where the
+    // block has none (no boundary there).
+    std::optional<DraftPathMatch> lookupLongest(PagePathSpan pages, int32_t maxBlockCount) const;
+    bool contains(PageId terminalPage, DraftPathMatch const& match) const;
+    // Removes exactly `record`'s entries {record, i + 1} under pages[i]; entries not present are skipped.
+    void erase(RecordId record, PagePathSpan pages) { eraseBoundaries(record, 0, pages.data, pages.size); }
     // The same for a stored record; a record without a draft path is a no-op.
     void erase(CacheRecord const& record) {
-        if (record.hasDraftPath()) erase(record.id, record.logicalBlockHashes);
+        if (record.hasDraftPath()) erase(record.id, record.basePagePath);
     }
-    // Removes record's entries {record, firstBlock + i + 1} under hashes[i], i < count: the boundaries a trim
+    // Removes record's entries {record, firstBlock + i + 1} under pages[i], i < count: the boundaries a trim
     // gives up (firstBlock = the blocks kept). Entries not present are skipped. O(count x entries per boundary).
-    void eraseBoundaries(RecordId record, int32_t firstBlock, BlockHash const* hashes, size_t count);
+    void eraseBoundaries(RecordId record, int32_t firstBlock, PageId const* pages, size_t count);
 
     size_t entryCount() const noexcept { return entries_; }
-    // f(hash, match) once per entry; under one boundary the most recently inserted first.
+    // f(page, match) once per entry; under one boundary the most recently inserted first.
     template <class F>
     void forEach(F&& f) const {
-        for (Boundary const& b : boundaries_) {
-            if (b.pathBlockCount == 0) continue;
-            size_t const link = static_cast<size_t>(b.pathBlockCount - 1);
-            for (uint32_t slot = b.head; slot != kEnd; slot = records_[slot].links[link])
-                f(BlockHash{b.hashHi, b.hashLo}, DraftPathMatch{records_[slot].id, b.pathBlockCount});
-        }
+        auto list = [&](PageId page, int32_t n, uint32_t head) {
+            size_t const link = static_cast<size_t>(n - 1);
+            for (uint32_t slot = head; slot != kEnd; slot = records_[slot].links[link])
+                f(page, DraftPathMatch{records_[slot].id, n});
+        };
+        for (size_t page = 0; page < heads_.size(); ++page)
+            if (heads_[page].pathBlockCount != 0)
+                list(static_cast<PageId>(page), heads_[page].pathBlockCount, heads_[page].head);
+        overflow_.forEach([&](uint64_t key, uint32_t head) { list(pageOf(key), depthOf(key), head); });
     }
     size_t memoryBytes() const noexcept;
     // Throws InvariantError when an entry count, a list, a record slot or the memory accounting disagrees.
@@ -84,14 +109,20 @@ private:
     static constexpr uint32_t kAbsent = 0xFFFFFFFFu;  // a record's link: no entry at this boundary
     static constexpr uint32_t kEnd = 0xFFFFFFFEu;     // a record's link or a head: the end of a list
 
-    // One distinct (hash, n); pathBlockCount == 0 marks an empty slot.
-    struct Boundary {
-        uint64_t hashHi = 0;
-        uint64_t hashLo = 0;
-        int32_t pathBlockCount = 0;
+    // A page's primary boundary (page, pathBlockCount); pathBlockCount == 0: none.
+    struct PageHead {
         uint32_t head = kEnd;  // record slot of the most recently inserted entry
+        int32_t pathBlockCount = 0;
     };
-    static_assert(sizeof(Boundary) == 24, "a boundary slot is 24 bytes: the index's per-block cost");
+    static_assert(sizeof(PageHead) == 8, "a page's head is 8 bytes: the index's per-page cost");
+    struct KeyHash {
+        uint64_t operator()(uint64_t key) const noexcept { return key; }
+    };
+    static uint64_t overflowKey(PageId page, int32_t n) noexcept {
+        return (static_cast<uint64_t>(static_cast<uint32_t>(page)) << 32) | static_cast<uint32_t>(n);
+    }
+    static PageId pageOf(uint64_t key) noexcept { return static_cast<PageId>(key >> 32); }
+    static int32_t depthOf(uint64_t key) noexcept { return static_cast<int32_t>(key & 0xFFFFFFFFu); }
 
     struct RecordLinks {
         RecordId id = kNoRecord;
@@ -100,23 +131,24 @@ private:
         uint32_t nextFree = kEnd;     // free slots only: the next free slot
     };
 
-    // Starts loading the home slot of (hash, pathBlockCount); a hint only (any values, no state change).
-    void prefetchBoundary(BlockHash const& hash, int32_t pathBlockCount) const noexcept;
-    Boundary const* findBoundary(BlockHash const& hash, int32_t pathBlockCount) const noexcept;
-    Boundary* findBoundary(BlockHash const& hash, int32_t pathBlockCount) noexcept;
-    // The boundary, added with an empty list if absent. Growth may throw, before anything changed.
-    Boundary& findOrAddBoundary(BlockHash const& hash, int32_t pathBlockCount);
-    void removeBoundary(Boundary& boundary) noexcept;
-    void rehash(size_t capacity);
-    size_t home(uint64_t hi, uint64_t lo, int32_t pathBlockCount) const noexcept;
-    // Unlinks `slot` from the list of `boundary` (whose pathBlockCount is n); false when it is not on it.
-    bool unlink(Boundary& boundary, uint32_t slot) noexcept;
+    // Starts loading page's head; a hint only (any page, no state change).
+    void prefetchHead(PageId page) const noexcept;
+    // The head of boundary (page, n), or null when it has no entry.
+    uint32_t const* findHead(PageId page, int32_t pathBlockCount) const noexcept;
+    uint32_t* findHead(PageId page, int32_t pathBlockCount) noexcept;
+    // The head of boundary (page, n), added with an empty list if absent (page < heads_.size()). The overflow
+    // map's growth may throw, before anything changed.
+    uint32_t& findOrAddHead(PageId page, int32_t pathBlockCount);
+    // Drops boundary (page, n), whose list has just become empty.
+    void removeBoundary(PageId page, int32_t pathBlockCount) noexcept;
+    // Unlinks `slot` from the list of (page, n); false when it is not on it.
+    bool unlink(PageId page, int32_t pathBlockCount, uint32_t slot) noexcept;
     uint32_t addRecordSlot(RecordId record, size_t length);  // strong guarantee
     void releaseRecordSlot(uint32_t slot) noexcept;
 
-    std::vector<Boundary> boundaries_;  // capacity a power of two (or 0), at most 3/4 used
-    size_t boundaryCount_ = 0;
-    size_t mask_ = 0;
+    size_t pageCapacity_ = 0;
+    std::vector<PageHead> heads_;                               // by page; empty until a record is indexed
+    detail::FlatHashMap<uint64_t, uint32_t, KeyHash> overflow_;  // (page, n) -> head, n not the page's primary
     std::vector<RecordLinks> records_;  // record slots, live and free
     std::unordered_map<RecordId, uint32_t> slotOf_;  // live record slots
     uint32_t freeSlot_ = kEnd;                       // head of the free record slots

@@ -215,9 +215,13 @@ TEST(DerivedRecordHashes, EveryRecordKindReadsBackItsPublishedHashes) {
         expectPublishedHashes(m, p->record, p->hashes);
     EXPECT_EQ(m.records().get(pureRecurrent.record).keptBlockHashes, pureRecurrent.hashes);
     EXPECT_TRUE(m.records().get(mtp.record).keptBlockHashes.empty());
-    // The EAGLE record's boundaries are indexed under its (derived) hashes.
-    for (size_t i = 0; i < eagle.hashes.size(); ++i)
-        EXPECT_TRUE(m.draftIndex().contains(eagle.hashes[i], {eagle.record, static_cast<int32_t>(i + 1)}));
+    // The EAGLE record's boundaries are indexed under its canonical base pages, the pages of its derived hashes.
+    std::vector<PageId> const eaglePages = m.records().get(eagle.record).basePagePath;
+    ASSERT_EQ(eaglePages.size(), eagle.hashes.size());
+    for (size_t i = 0; i < eagle.hashes.size(); ++i) {
+        EXPECT_EQ(m.baseIndex().lookup(eagle.hashes[i]), eaglePages[i]);
+        EXPECT_TRUE(m.draftIndex().contains(eaglePages[i], {eagle.record, static_cast<int32_t>(i + 1)}));
+    }
 }
 
 TEST(DerivedRecordHashes, AnEvictionLeavesTheHashesOfRecordsThatSharedItsPages) {
@@ -238,12 +242,13 @@ TEST(DerivedRecordHashes, AnEvictionLeavesTheHashesOfRecordsThatSharedItsPages) 
 TEST(DerivedRecordHashes, CapacityEvictionOfPairedRecordsErasesTheirDerivedBoundaries) {
     ContextCacheManager m(kPage, ResourceDemand{6, 6, 0, 0}, 8);
     Published const first = spec(m, chain(1, 3), 12);
+    std::vector<PageId> const firstPages = m.records().get(first.record).basePagePath;
     ASSERT_EQ(m.draftIndex().entryCount(), 3u);
     Published const second = spec(m, chain(2, 4), 16);  // needs 4 pages: the first record goes
     EXPECT_FALSE(m.records().contains(first.record));
     EXPECT_EQ(m.draftIndex().entryCount(), 4u);
     for (size_t i = 0; i < first.hashes.size(); ++i)
-        EXPECT_FALSE(m.draftIndex().contains(first.hashes[i], {first.record, static_cast<int32_t>(i + 1)}));
+        EXPECT_FALSE(m.draftIndex().contains(firstPages[i], {first.record, static_cast<int32_t>(i + 1)}));
     expectPublishedHashes(m, second.record, second.hashes);
     EXPECT_NO_THROW(m.checkInvariants());
 }

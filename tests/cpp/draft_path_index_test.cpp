@@ -1,8 +1,10 @@
 // DraftPathIndex: one coherent record path per lookup, bounded by the caller's block count; repeated hashes as
 // distinct boundaries; insert refuses incomplete paths and duplicates; exact erase; incremental memory accounting
 // (reference c.3). The flat layout: many records under one boundary, unlinking from the middle of a list, the most
-// recent first after erases, record slots reused through the free list, 4 bytes per shared entry, the strong
-// guarantee under a failed allocation, and a randomized comparison against a plain model.
+// recent first after erases, record slots reused through the free list, 4 bytes per shared entry, a page at several
+// depths (the overflow map: its primary vacated and retaken, trims and erases), the head array sized on first use,
+// unresolved pages in a lookup, the strong guarantee under a failed allocation, and a randomized comparison against
+// a plain model. Hashes stand for their canonical pages through pageOf, as the base index gives them.
 
 #include <gtest/gtest.h>
 
@@ -23,23 +25,34 @@ namespace {
 using test::blockHash;
 using test::chain;
 
-CacheRecord pairedRecord(RecordId id, std::vector<BlockHash> hashes, PageId firstPage) {
+// The base index's part in these tests: every distinct hash has one canonical page, given on first sight, as the
+// manager's records hold the canonical page of each of their hashes.
+PageId pageOf(BlockHash const& hash) {
+    static std::map<std::pair<uint64_t, uint64_t>, PageId> canonical;
+    return canonical.try_emplace({hash.hi, hash.lo}, static_cast<PageId>(canonical.size())).first->second;
+}
+
+std::vector<PageId> pagesOf(std::vector<BlockHash> const& hashes) {
+    std::vector<PageId> pages;
+    for (BlockHash const& h : hashes) pages.push_back(pageOf(h));
+    return pages;
+}
+
+CacheRecord pairedRecord(RecordId id, std::vector<BlockHash> hashes, PageId firstDraftPage) {
     CacheRecord r;
     r.id = id;
     r.key = {hashes.back(), static_cast<int32_t>(hashes.size())};
     r.logicalBlockHashes = hashes;
-    for (size_t i = 0; i < hashes.size(); ++i) {
-        r.basePagePath.push_back(firstPage + static_cast<PageId>(i));
-        r.draftPagePath.push_back(firstPage + static_cast<PageId>(i));
-    }
+    r.basePagePath = pagesOf(hashes);
+    for (size_t i = 0; i < hashes.size(); ++i) r.draftPagePath.push_back(firstDraftPage + static_cast<PageId>(i));
     return r;
 }
 
-// Every entry as "hash/n->record", in forEach order: most recent first under one boundary.
+// Every entry as "page/n->record", in forEach order: most recent first under one boundary.
 std::vector<std::string> entries(DraftPathIndex const& index) {
     std::vector<std::string> out;
-    index.forEach([&](BlockHash const& h, DraftPathMatch const& m) {
-        out.push_back(toHex(h) + "/" + std::to_string(m.pathBlockCount) + "->" + std::to_string(m.record));
+    index.forEach([&](PageId page, DraftPathMatch const& m) {
+        out.push_back(std::to_string(page) + "/" + std::to_string(m.pathBlockCount) + "->" + std::to_string(m.record));
     });
     return out;
 }
@@ -47,8 +60,8 @@ std::vector<std::string> entries(DraftPathIndex const& index) {
 // The records listed under one boundary, in forEach order.
 std::vector<RecordId> listed(DraftPathIndex const& index, BlockHash const& hash, int32_t n) {
     std::vector<RecordId> out;
-    index.forEach([&](BlockHash const& h, DraftPathMatch const& m) {
-        if (h == hash && m.pathBlockCount == n) out.push_back(m.record);
+    index.forEach([&](PageId page, DraftPathMatch const& m) {
+        if (page == pageOf(hash) && m.pathBlockCount == n) out.push_back(m.record);
     });
     return out;
 }
@@ -60,15 +73,15 @@ TEST(DraftPathIndex, DraftLookupSelectsOneCoherentRecordPath) {
     index.insert(pairedRecord(2, test::extend(shared, 2, 1), 10));  // shares 2 blocks, then diverges
 
     // An input following record 1 for 3 blocks: the longest boundary is record 1's third.
-    auto match = index.lookupLongest(chain(1, 3), 3);
+    auto match = index.lookupLongest(pagesOf(chain(1, 3)), 3);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{1, 3}));
     // An input following record 2's branch: one coherent path of record 2, never stitched from both.
-    match = index.lookupLongest(test::extend(shared, 2, 1), 3);
+    match = index.lookupLongest(pagesOf(test::extend(shared, 2, 1)), 3);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{2, 3}));
     // Within the shared prefix the most recently inserted record wins.
-    match = index.lookupLongest(shared, 2);
+    match = index.lookupLongest(pagesOf(shared), 2);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{2, 2}));
 }
@@ -76,11 +89,11 @@ TEST(DraftPathIndex, DraftLookupSelectsOneCoherentRecordPath) {
 TEST(DraftPathIndex, LookupIsBoundedByMaxBlockCount) {
     DraftPathIndex index;
     index.insert(pairedRecord(7, chain(3, 5), 0));
-    auto match = index.lookupLongest(chain(3, 5), 2);
+    auto match = index.lookupLongest(pagesOf(chain(3, 5)), 2);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{7, 2}));
-    EXPECT_FALSE(index.lookupLongest(chain(3, 5), 0));
-    EXPECT_FALSE(index.lookupLongest(chain(4, 5), 5));
+    EXPECT_FALSE(index.lookupLongest(pagesOf(chain(3, 5)), 0));
+    EXPECT_FALSE(index.lookupLongest(pagesOf(chain(4, 5)), 5));
 }
 
 TEST(DraftPathIndex, DraftIndexKeepsRepeatedHashesAsDistinctBoundaries) {
@@ -88,15 +101,15 @@ TEST(DraftPathIndex, DraftIndexKeepsRepeatedHashesAsDistinctBoundaries) {
     BlockHash const h = blockHash(9, 0);
     index.insert(pairedRecord(3, {h, h, h}, 0));
     EXPECT_EQ(index.entryCount(), 3u);
-    EXPECT_TRUE(index.contains(h, {3, 1}));
-    EXPECT_TRUE(index.contains(h, {3, 2}));
-    EXPECT_TRUE(index.contains(h, {3, 3}));
-    auto match = index.lookupLongest(std::vector<BlockHash>{h, h}, 2);
+    EXPECT_TRUE(index.contains(pageOf(h), {3, 1}));
+    EXPECT_TRUE(index.contains(pageOf(h), {3, 2}));
+    EXPECT_TRUE(index.contains(pageOf(h), {3, 3}));
+    auto match = index.lookupLongest(pagesOf(std::vector<BlockHash>{h, h}), 2);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{3, 2}));
     index.erase(pairedRecord(3, {h, h, h}, 0));
     EXPECT_EQ(index.entryCount(), 0u);
-    EXPECT_FALSE(index.lookupLongest(std::vector<BlockHash>{h}, 1));
+    EXPECT_FALSE(index.lookupLongest(pagesOf(std::vector<BlockHash>{h}), 1));
 }
 
 TEST(DraftPathIndex, InsertRejectsRecordsWithoutACompleteDraftPathAndDuplicates) {
@@ -124,7 +137,7 @@ TEST(DraftPathIndex, EraseRemovesExactlyThatRecordAndBaseOnlyEraseIsANoOp) {
     EXPECT_EQ(index.entryCount(), 6u);
     index.erase(pairedRecord(2, chain(1, 3), 10));
     EXPECT_EQ(index.entryCount(), 3u);
-    auto match = index.lookupLongest(chain(1, 3), 3);
+    auto match = index.lookupLongest(pagesOf(chain(1, 3)), 3);
     ASSERT_TRUE(match);
     EXPECT_EQ(*match, (DraftPathMatch{1, 3}));
 }
@@ -150,16 +163,16 @@ TEST(DraftPathIndex, MemoryBytesIsAccountedIncrementally) {
 TEST(DraftPathIndex, SpanEntryPointsNeedNoStoredRecord) {
     DraftPathIndex index;
     std::vector<BlockHash> const path = chain(2, 3);
-    index.insert(4, BlockHashSpan(path.data(), 3), 3);
+    index.insert(4, pagesOf(path), 3);
     EXPECT_EQ(index.entryCount(), 3u);
-    EXPECT_EQ(index.lookupLongest(path, 3), (DraftPathMatch{4, 3}));
-    EXPECT_THROW(index.insert(5, path, 2), ContractError);  // draft path shorter than the logical path
-    EXPECT_THROW(index.insert(5, BlockHashSpan(), 0), ContractError);
-    index.erase(4, BlockHashSpan(path.data(), 2));  // the first two boundaries only
+    EXPECT_EQ(index.lookupLongest(pagesOf(path), 3), (DraftPathMatch{4, 3}));
+    EXPECT_THROW(index.insert(5, pagesOf(path), 2), ContractError);  // draft path shorter than the logical path
+    EXPECT_THROW(index.insert(5, PagePathSpan(), 0), ContractError);
+    index.erase(4, PagePathSpan(pagesOf(path).data(), 2));  // the first two boundaries only
     EXPECT_EQ(index.entryCount(), 1u);
-    EXPECT_FALSE(index.lookupLongest(path, 2));
-    EXPECT_EQ(index.lookupLongest(path, 3), (DraftPathMatch{4, 3}));
-    index.erase(4, path);
+    EXPECT_FALSE(index.lookupLongest(pagesOf(path), 2));
+    EXPECT_EQ(index.lookupLongest(pagesOf(path), 3), (DraftPathMatch{4, 3}));
+    index.erase(4, pagesOf(path));
     EXPECT_EQ(index.entryCount(), 0u);
     index.checkInvariants();
 }
@@ -174,17 +187,17 @@ TEST(DraftPathIndex, ManyRecordsUnderOneBoundaryListTheMostRecentFirst) {
     for (int32_t n = 1; n <= 3; ++n) {
         EXPECT_EQ(listed(index, shared[static_cast<size_t>(n - 1)], n),
                   (std::vector<RecordId>{12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1}));
-        EXPECT_EQ(index.lookupLongest(shared, n), (DraftPathMatch{12, n}));
+        EXPECT_EQ(index.lookupLongest(pagesOf(shared), n), (DraftPathMatch{12, n}));
     }
     for (RecordId id = 1; id <= 12; ++id) {  // each record's own boundary names it alone
         std::vector<BlockHash> const own = test::extend(shared, 100 + id, 1);
-        EXPECT_EQ(index.lookupLongest(own, 4), (DraftPathMatch{id, 4}));
+        EXPECT_EQ(index.lookupLongest(pagesOf(own), 4), (DraftPathMatch{id, 4}));
         EXPECT_EQ(listed(index, own[3], 4), (std::vector<RecordId>{id}));
-        EXPECT_TRUE(index.contains(shared[0], {id, 1}));
-        EXPECT_FALSE(index.contains(shared[0], {id, 2}));  // the record's boundary 2 is under shared[1]
+        EXPECT_TRUE(index.contains(pageOf(shared[0]), {id, 1}));
+        EXPECT_FALSE(index.contains(pageOf(shared[0]), {id, 2}));  // the record's boundary 2 is under shared[1]
     }
-    EXPECT_FALSE(index.contains(shared[0], {13, 1}));
-    EXPECT_FALSE(index.contains(shared[0], {1, 0}));
+    EXPECT_FALSE(index.contains(pageOf(shared[0]), {13, 1}));
+    EXPECT_FALSE(index.contains(pageOf(shared[0]), {1, 0}));
 }
 
 TEST(DraftPathIndex, EraseFromTheMiddleOfAListKeepsTheOthersInOrder) {
@@ -194,27 +207,27 @@ TEST(DraftPathIndex, EraseFromTheMiddleOfAListKeepsTheOthersInOrder) {
     index.erase(pairedRecord(3, path, 0));  // the middle of every list
     index.checkInvariants();
     EXPECT_EQ(listed(index, path[3], 4), (std::vector<RecordId>{5, 4, 2, 1}));
-    EXPECT_EQ(index.lookupLongest(path, 4), (DraftPathMatch{5, 4}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(path), 4), (DraftPathMatch{5, 4}));
     index.erase(pairedRecord(5, path, 0));  // the head
-    EXPECT_EQ(index.lookupLongest(path, 4), (DraftPathMatch{4, 4}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(path), 4), (DraftPathMatch{4, 4}));
     index.erase(pairedRecord(1, path, 0));  // the tail
     EXPECT_EQ(listed(index, path[0], 1), (std::vector<RecordId>{4, 2}));
     index.insert(pairedRecord(3, path, 0));  // back in: the most recent again
     EXPECT_EQ(listed(index, path[2], 3), (std::vector<RecordId>{3, 4, 2}));
-    EXPECT_EQ(index.lookupLongest(path, 2), (DraftPathMatch{3, 2}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(path), 2), (DraftPathMatch{3, 2}));
     // A trim of record 4 (it keeps 2 blocks) leaves it first among what remains of boundaries 1 and 2 only.
-    index.eraseBoundaries(4, 2, path.data() + 2, 2);
+    index.eraseBoundaries(4, 2, pagesOf(path).data() + 2, 2);
     EXPECT_EQ(listed(index, path[3], 4), (std::vector<RecordId>{3, 2}));
     EXPECT_EQ(listed(index, path[1], 2), (std::vector<RecordId>{3, 4, 2}));
     index.erase(pairedRecord(3, path, 0));
-    EXPECT_EQ(index.lookupLongest(path, 4), (DraftPathMatch{2, 4}));
-    EXPECT_EQ(index.lookupLongest(path, 2), (DraftPathMatch{4, 2}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(path), 4), (DraftPathMatch{2, 4}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(path), 2), (DraftPathMatch{4, 2}));
     EXPECT_EQ(index.entryCount(), 6u);
     index.checkInvariants();
     // An erase naming hashes the record is not under, or boundaries it lacks, changes nothing.
-    index.eraseBoundaries(2, 0, chain(9, 4).data(), 4);
-    index.eraseBoundaries(4, 2, path.data() + 2, 2);
-    index.eraseBoundaries(77, 0, path.data(), 4);
+    index.eraseBoundaries(2, 0, pagesOf(chain(9, 4)).data(), 4);
+    index.eraseBoundaries(4, 2, pagesOf(path).data() + 2, 2);
+    index.eraseBoundaries(77, 0, pagesOf(path).data(), 4);
     EXPECT_EQ(index.entryCount(), 6u);
     index.checkInvariants();
 }
@@ -222,16 +235,16 @@ TEST(DraftPathIndex, EraseFromTheMiddleOfAListKeepsTheOthersInOrder) {
 TEST(DraftPathIndex, ARecordHasOneEntryPerBoundary) {
     DraftPathIndex index;
     index.insert(pairedRecord(1, chain(1, 3), 0));
-    index.eraseBoundaries(1, 0, chain(1, 3).data(), 2);  // boundaries 1 and 2 go, 3 stays
+    index.eraseBoundaries(1, 0, pagesOf(chain(1, 3)).data(), 2);  // boundaries 1 and 2 go, 3 stays
     // Boundary 3 is still indexed (under chain(1,3)[2]): a path naming another hash there is a duplicate.
     EXPECT_THROW(index.insert(pairedRecord(1, chain(5, 3), 0)), ContractError);
     EXPECT_EQ(index.entryCount(), 1u);
     // Boundaries 1 and 2 are free again: the record may index them under any hashes.
-    index.insert(1, chain(5, 2), 2);
+    index.insert(1, pagesOf(chain(5, 2)), 2);
     EXPECT_EQ(index.entryCount(), 3u);
-    EXPECT_EQ(index.lookupLongest(chain(5, 2), 2), (DraftPathMatch{1, 2}));
-    EXPECT_EQ(index.lookupLongest(chain(1, 3), 3), (DraftPathMatch{1, 3}));
-    EXPECT_FALSE(index.lookupLongest(chain(1, 2), 2));
+    EXPECT_EQ(index.lookupLongest(pagesOf(chain(5, 2)), 2), (DraftPathMatch{1, 2}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(chain(1, 3)), 3), (DraftPathMatch{1, 3}));
+    EXPECT_FALSE(index.lookupLongest(pagesOf(chain(1, 2)), 2));
     index.checkInvariants();
 }
 
@@ -245,8 +258,8 @@ TEST(DraftPathIndex, RecordSlotsAreReusedThroughTheFreeList) {
     index.checkInvariants();
     for (RecordId id = 21; id <= 28; ++id) index.insert(pairedRecord(id, path(id - 20), 0));
     EXPECT_EQ(index.memoryBytes(), full);  // same shape, same bytes: eight slots reused, none added
-    EXPECT_EQ(index.lookupLongest(path(1), 4), (DraftPathMatch{21, 4}));
-    EXPECT_EQ(index.lookupLongest(chain(1, 2), 2), (DraftPathMatch{28, 2}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(path(1)), 4), (DraftPathMatch{21, 4}));
+    EXPECT_EQ(index.lookupLongest(pagesOf(chain(1, 2)), 2), (DraftPathMatch{28, 2}));
     index.checkInvariants();
 }
 
@@ -266,38 +279,139 @@ TEST(DraftPathIndex, AnEntryUnderASharedBoundaryCostsFourBytes) {
     index.checkInvariants();
 }
 
+TEST(DraftPathIndex, APageAtSeveralDepthsHasOneBoundaryPerDepth) {
+    // Pages named directly: a fabricated path repeats page 5 at depths 1 and 3; another record has it at depth 2.
+    DraftPathIndex index;
+    index.insert(1, std::vector<PageId>{5, 6, 5}, 3);  // (5,1) the page's primary, (5,3) overflow
+    index.insert(2, std::vector<PageId>{7, 5}, 2);     // (5,2) overflow
+    index.checkInvariants();
+    EXPECT_EQ(index.entryCount(), 5u);
+    std::vector<std::string> all = entries(index);  // the primaries by page, then the overflow map in its order
+    std::sort(all.begin() + 3, all.end());
+    EXPECT_EQ(all, (std::vector<std::string>{"5/1->1", "6/2->1", "7/1->2", "5/2->2", "5/3->1"}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{5, 6, 5}, 3), (DraftPathMatch{1, 3}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{9, 9, 5}, 3), (DraftPathMatch{1, 3}));  // boundary 3 alone
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{7, 5}, 2), (DraftPathMatch{2, 2}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{5, 5, 5}, 3), (DraftPathMatch{1, 3}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{5, 5}, 2), (DraftPathMatch{2, 2}));
+    EXPECT_FALSE(index.lookupLongest(std::vector<PageId>{6}, 1));  // page 6 only at depth 2
+    EXPECT_TRUE(index.contains(5, {1, 3}));
+    EXPECT_FALSE(index.contains(5, {2, 1}));
+
+    // Record 1 goes: page 5's primary is vacated while its depth-2 boundary stays in the overflow map.
+    index.erase(1, std::vector<PageId>{5, 6, 5});
+    index.checkInvariants();
+    EXPECT_EQ(entries(index), (std::vector<std::string>{"7/1->2", "5/2->2"}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{7, 5}, 2), (DraftPathMatch{2, 2}));
+    EXPECT_FALSE(index.lookupLongest(std::vector<PageId>{5}, 1));
+    // Record 3 has page 5 at depths 1 and 2: depth 1 retakes the free primary, depth 2 joins the overflow list.
+    index.insert(3, std::vector<PageId>{5, 5}, 2);
+    index.checkInvariants();
+    EXPECT_EQ(entries(index), (std::vector<std::string>{"5/1->3", "7/1->2", "5/2->3", "5/2->2"}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{5, 5}, 2), (DraftPathMatch{3, 2}));
+    // A trim of record 3 to one block unlinks it from the overflow list only.
+    PageId const five = 5;
+    index.eraseBoundaries(3, 1, &five, 1);
+    index.checkInvariants();
+    EXPECT_EQ(entries(index), (std::vector<std::string>{"5/1->3", "7/1->2", "5/2->2"}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{5, 5}, 2), (DraftPathMatch{2, 2}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{5, 5}, 1), (DraftPathMatch{3, 1}));
+    // The last entry of an overflow boundary drops it; a duplicate boundary is refused wherever it is held.
+    EXPECT_THROW(index.insert(2, std::vector<PageId>{7, 5}, 2), ContractError);
+    index.erase(2, std::vector<PageId>{7, 5});
+    index.checkInvariants();
+    EXPECT_EQ(entries(index), (std::vector<std::string>{"5/1->3"}));
+    index.erase(3, std::vector<PageId>{5});
+    EXPECT_EQ(index.entryCount(), 0u);
+    EXPECT_TRUE(entries(index).empty());
+    index.checkInvariants();
+}
+
+TEST(DraftPathIndex, TheHeadArrayIsSizedWhenTheFirstRecordIsIndexed) {
+    DraftPathIndex sized(1000), unsized;
+    EXPECT_EQ(sized.memoryBytes(), unsized.memoryBytes());  // an index that never holds a record costs no array
+    sized.insert(1, std::vector<PageId>{3}, 1);
+    unsized.insert(1, std::vector<PageId>{3}, 1);
+    EXPECT_GE(sized.memoryBytes(), unsized.memoryBytes() + 996 * 8);  // 1000 heads against 4
+    // A page beyond the capacity still indexes: the array grows.
+    sized.insert(2, std::vector<PageId>{3, 5000}, 2);
+    EXPECT_EQ(sized.lookupLongest(std::vector<PageId>{3, 5000}, 2), (DraftPathMatch{2, 2}));
+    EXPECT_GE(sized.memoryBytes(), size_t{5001} * 8);
+    sized.checkInvariants();
+    // A negative page is refused with nothing changed.
+    size_t const bytes = sized.memoryBytes();
+    EXPECT_THROW(sized.insert(3, std::vector<PageId>{3, -2}, 2), ContractError);
+    EXPECT_EQ(sized.entryCount(), 3u);
+    EXPECT_EQ(sized.memoryBytes(), bytes);
+    EXPECT_FALSE(sized.contains(3, {3, 1}));
+    sized.checkInvariants();
+}
+
+TEST(DraftPathIndex, AnUnresolvedPageInALookupHasNoBoundary) {
+    DraftPathIndex index;
+    index.insert(1, std::vector<PageId>{4, 6, 8}, 3);
+    // A query block without a canonical page (negative) matches nothing there; shorter boundaries still do.
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{4, 6, kUnusedPageEntry}, 3), (DraftPathMatch{1, 2}));
+    EXPECT_EQ(index.lookupLongest(std::vector<PageId>{kUnusedPageEntry, 6, 8}, 3), (DraftPathMatch{1, 3}));
+    EXPECT_FALSE(index.lookupLongest(std::vector<PageId>{kUnusedPageEntry}, 1));
+    EXPECT_FALSE(index.contains(kUnusedPageEntry, {1, 1}));
+    EXPECT_FALSE(index.lookupLongest(std::vector<PageId>{1 << 30}, 1));  // beyond the array: no boundary
+}
+
 TEST(DraftPathIndex, AFailedAllocationUndoesAPartialInsert) {
 #ifdef CTXC_UNDER_ASAN
     GTEST_SKIP() << "address-space limits and AddressSanitizer do not mix";
 #else
-    // 2^21 boundaries need a 96 MiB table; 48 MiB of headroom lets the insert index part of them before the
-    // table cannot grow. Exit 0 only when insert threw bad_alloc and every entry is as it was before.
-    std::vector<BlockHash> const big = chain(7, 1 << 21);
+    // Record 4 holds 2^20 pages, each its page's primary boundary; record 3 holds the same pages one block deeper,
+    // so all its boundaries but the first go to the overflow map, whose growth from a 16 MiB to a 32 MiB table
+    // cannot fit in 48 MiB of headroom (the head array, record 4's links and the smaller tables fit). Exit 0 only
+    // when insert threw bad_alloc midway and every entry is as it was before.
+    constexpr size_t kBig = size_t{1} << 20;
+    std::vector<PageId> big, deeper{4000};
+    for (size_t i = 0; i < kBig; ++i) big.push_back(4096 + static_cast<PageId>(i));
+    deeper.insert(deeper.end(), big.begin(), big.end());
+    std::vector<PageId> const small = pagesOf(chain(1, 3)), shared = pagesOf(chain(1, 2));
+    std::vector<PageId> const branch = pagesOf(test::extend(chain(1, 2), 3, 2));
+    std::vector<PageId> const unrelated = pagesOf(chain(9, 1));
+    // What forEach lists, in order, as a count and a position-weighted checksum (a million strings would not fit).
+    auto digest = [](DraftPathIndex const& index) {
+        std::pair<uint64_t, uint64_t> d{0, 0};
+        index.forEach([&](PageId page, DraftPathMatch const& m) {
+            ++d.first;
+            d.second = d.second * 1000003u + static_cast<uint64_t>(page) * 65537u +
+                       static_cast<uint64_t>(m.pathBlockCount) * 257u + m.record;
+        });
+        return d;
+    };
     EXPECT_TRUE(test::completesWithinAddressSpace(size_t{48} << 20, [&] {
         DraftPathIndex index;
-        index.insert(pairedRecord(1, chain(1, 3), 0));
-        index.insert(pairedRecord(2, test::extend(chain(1, 2), 3, 2), 0));
-        index.eraseBoundaries(2, 3, chain(9, 1).data(), 1);  // a no-op naming a hash it is not under
-        std::vector<std::string> before = entries(index);
-        std::sort(before.begin(), before.end());  // the table's growth reorders boundaries, not lists
+        index.insert(1, small, 3);
+        index.insert(2, branch, 4);
+        index.eraseBoundaries(2, 3, unrelated.data(), 1);  // a no-op naming a page it is not under
+        index.insert(4, big, big.size());
+        std::pair<uint64_t, uint64_t> const before = digest(index);
         bool threw = false;
         try {
-            index.insert(2, big, big.size());  // record 2 already has boundaries 1..4 -> duplicate, not this
+            index.insert(2, deeper, deeper.size());  // record 2 already has boundaries 1..4 -> duplicate, not this
         } catch (ContractError const&) {
         }
         try {
-            index.insert(3, big, big.size());
+            index.insert(3, deeper, deeper.size());
         } catch (std::bad_alloc const&) {
             threw = true;
         }
         index.checkInvariants();
-        std::vector<std::string> after = entries(index);
-        std::sort(after.begin(), after.end());
-        if (!threw || after != before || listed(index, chain(1, 2)[0], 1) != std::vector<RecordId>{2, 1} ||
-            index.entryCount() != 7 || index.lookupLongest(big, 1 << 21) || index.contains(big[0], {3, 1}) ||
-            !(index.lookupLongest(chain(1, 3), 3) == DraftPathMatch{1, 3}))
+        std::vector<RecordId> sharedList;
+        index.forEach([&](PageId page, DraftPathMatch const& m) {
+            if (page == shared[0] && m.pathBlockCount == 1) sharedList.push_back(m.record);
+        });
+        if (!threw || digest(index) != before || sharedList != std::vector<RecordId>{2, 1} ||
+            index.entryCount() != 7 + kBig || index.contains(deeper[0], {3, 1}) ||
+            index.contains(deeper[kBig], {3, static_cast<int32_t>(kBig + 1)}) ||
+            !(index.lookupLongest(big, static_cast<int32_t>(kBig)) == DraftPathMatch{4, static_cast<int32_t>(kBig)}) ||
+            !(index.lookupLongest(small, 3) == DraftPathMatch{1, 3}))
             throw std::runtime_error("not undone");
-        index.insert(3, chain(1, 3), 3);  // the record slot went back: record 3 indexes afresh
+        index.insert(3, small, 3);  // the record slot went back: record 3 indexes afresh
         index.checkInvariants();
     }));
 #endif
@@ -329,21 +443,21 @@ TEST(DraftPathIndex, MatchesAPlainModelUnderRandomOperations) {
         RecordId const id = rng() % 16;  // 0 (kNoRecord) included: the index gives it no meaning
         if (op < 4 && !paths.count(id)) {
             std::vector<BlockHash> const p = randomPath();
-            index.insert(id, p, p.size());
+            index.insert(id, pagesOf(p), p.size());
             ++seq;
             for (size_t i = 0; i < p.size(); ++i) model.push_back({p[i], static_cast<int32_t>(i + 1), id, seq});
             paths[id] = p;
         } else if (op < 5 && paths.count(id)) {
-            EXPECT_THROW(index.insert(id, paths[id], paths[id].size()), ContractError);
+            EXPECT_THROW(index.insert(id, pagesOf(paths[id]), paths[id].size()), ContractError);
         } else if (op < 7 && paths.count(id)) {
-            index.erase(id, paths[id]);
+            index.erase(id, pagesOf(paths[id]));
             model.erase(std::remove_if(model.begin(), model.end(), [&](ModelEntry const& e) { return e.record == id; }),
                         model.end());
             paths.erase(id);
         } else if (op < 8 && paths.count(id)) {  // trim: keep `kept` blocks
             std::vector<BlockHash>& p = paths[id];
             int32_t const kept = static_cast<int32_t>(rng() % p.size());
-            index.eraseBoundaries(id, kept, p.data() + kept, p.size() - static_cast<size_t>(kept));
+            index.eraseBoundaries(id, kept, pagesOf(p).data() + kept, p.size() - static_cast<size_t>(kept));
             model.erase(std::remove_if(model.begin(), model.end(),
                                        [&](ModelEntry const& e) { return e.record == id && e.n > kept; }),
                         model.end());
@@ -365,14 +479,14 @@ TEST(DraftPathIndex, MatchesAPlainModelUnderRandomOperations) {
                         expected = DraftPathMatch{e.record, n};
                     }
             }
-            ASSERT_EQ(index.lookupLongest(query, bound), expected) << "step " << step << " bound " << bound;
+            ASSERT_EQ(index.lookupLongest(pagesOf(query), bound), expected) << "step " << step << " bound " << bound;
         }
         for (int32_t n = 1; n <= static_cast<int32_t>(query.size()); ++n) {
             RecordId const r = rng() % 17;
             bool const present = std::any_of(model.begin(), model.end(), [&](ModelEntry const& e) {
                 return e.record == r && e.n == n && e.hash == query[static_cast<size_t>(n - 1)];
             });
-            ASSERT_EQ(index.contains(query[static_cast<size_t>(n - 1)], {r, n}), present);
+            ASSERT_EQ(index.contains(pageOf(query[static_cast<size_t>(n - 1)]), {r, n}), present);
         }
         if (step % 50 == 0) {
             std::vector<std::string> expectedEntries;  // forEach: per boundary, most recent first
@@ -382,13 +496,14 @@ TEST(DraftPathIndex, MatchesAPlainModelUnderRandomOperations) {
                        std::make_tuple(b.hash.hi, b.hash.lo, b.n, ~b.seq);
             });
             for (ModelEntry const& e : sorted)
-                expectedEntries.push_back(toHex(e.hash) + "/" + std::to_string(e.n) + "->" + std::to_string(e.record));
+                expectedEntries.push_back(std::to_string(pageOf(e.hash)) + "/" + std::to_string(e.n) + "->" +
+                                          std::to_string(e.record));
             std::vector<std::string> actual = entries(index);
             std::vector<std::string> actualGrouped;  // regroup forEach's output by boundary, keeping list order
             std::map<std::string, std::vector<std::string>> byBoundary;
             for (std::string const& e : actual) byBoundary[e.substr(0, e.find("->"))].push_back(e);
             for (ModelEntry const& e : sorted) {
-                std::string const key = toHex(e.hash) + "/" + std::to_string(e.n);
+                std::string const key = std::to_string(pageOf(e.hash)) + "/" + std::to_string(e.n);
                 if (byBoundary.count(key)) {
                     for (std::string const& x : byBoundary[key]) actualGrouped.push_back(x);
                     byBoundary.erase(key);
@@ -399,7 +514,7 @@ TEST(DraftPathIndex, MatchesAPlainModelUnderRandomOperations) {
         }
         index.checkInvariants();
     }
-    for (auto const& [id, p] : paths) index.erase(id, p);
+    for (auto const& [id, p] : paths) index.erase(id, pagesOf(p));
     EXPECT_EQ(index.entryCount(), 0u);
     index.checkInvariants();
 }

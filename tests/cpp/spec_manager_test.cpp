@@ -239,10 +239,11 @@ TEST(SpecManager, SpecEvictionRemovesBothIndices) {
     PublishResult const p = serveSpec(m, h, 8);
     EXPECT_EQ(m.baseIndex().size(), 2u);
     EXPECT_EQ(m.draftIndex().entryCount(), 2u);
+    EXPECT_EQ(m.draftIndex().lookupLongest(p.canonicalBasePages, 2), (DraftPathMatch{*p.record, 2}));
     m.evictRecord(*p.record);
     EXPECT_EQ(m.baseIndex().size(), 0u);
     EXPECT_EQ(m.draftIndex().entryCount(), 0u);
-    EXPECT_FALSE(m.draftIndex().lookupLongest(h, 2));
+    EXPECT_FALSE(m.draftIndex().lookupLongest(p.canonicalBasePages, 2));
     EXPECT_TRUE(test::poolsFull(m));
     EXPECT_NO_THROW(m.checkInvariants());
 }

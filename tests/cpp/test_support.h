@@ -165,9 +165,9 @@ inline std::string describe(BaseBlockIndex const& index) {
 inline std::string describe(ContextCacheManager const& m) {
     std::ostringstream out;
     out << describe(m.pools()) << describe(m.records()) << describe(m.baseIndex());
-    std::vector<std::tuple<std::string, RecordId, int32_t>> draft;
+    std::vector<std::tuple<PageId, RecordId, int32_t>> draft;
     m.draftIndex().forEach(
-        [&](BlockHash const& h, DraftPathMatch const& d) { draft.emplace_back(toHex(h), d.record, d.pathBlockCount); });
+        [&](PageId page, DraftPathMatch const& d) { draft.emplace_back(page, d.record, d.pathBlockCount); });
     std::sort(draft.begin(), draft.end());
     out << "draft index " << draft.size() << ':';
     for (auto const& [h, r, n] : draft) out << ' ' << h << "->" << r << '/' << n;
