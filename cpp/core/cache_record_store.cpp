@@ -243,7 +243,7 @@ StoredRecord CacheRecordStore::erase(RecordId id) {
     return record;
 }
 
-CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks) {
+CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t keepBlocks, bool withHashes) {
     Entry& e = entry(id, "trimTail");
     StoredRecord& record = e.record;
     std::string const what = "CacheRecordStore::trimTail: record " + std::to_string(id);
@@ -260,7 +260,7 @@ CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t ke
     tail.firstBlock = keepBlocks;
     auto const cut = static_cast<std::ptrdiff_t>(keep);
     size_t const blocks = static_cast<size_t>(record.key.fullBlockCount);
-    appendLogicalHashes(record, keep, blocks, tail.hashes);
+    if (withHashes) appendLogicalHashes(record, keep, blocks, tail.hashes);
     tail.basePages.assign(record.basePagePath.begin() + cut, record.basePagePath.end());
     if (record.hasDraftPath()) tail.draftPages.assign(record.draftPagePath.begin() + cut, record.draftPagePath.end());
     exactIndex_.tryEmplace(shorter, id);

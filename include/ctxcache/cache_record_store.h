@@ -93,7 +93,8 @@ public:
         std::vector<PageId> basePages;
         std::vector<PageId> draftPages;  // empty for a base-only record
     };
-    TrimmedTail trimTail(RecordId id, int32_t keepBlocks);
+    // withHashes false: tail.hashes stays empty (only an EAGLE draft index, keyed by them, needs the cut hashes).
+    TrimmedTail trimTail(RecordId id, int32_t keepBlocks, bool withHashes = true);
 
     // Least recent first. The list is the store's own: valid until the next mutation.
     std::list<RecordId> const& lru() const noexcept { return lru_; }
