@@ -27,10 +27,9 @@ BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) {
     mapped_.resize(static_cast<size_t>(pageCapacity), false);
 }
 
-void BaseBlockIndex::checkPage(PageId page, char const* operation) const {
-    if (page < 0 || page >= pageCapacity())
-        throw ContractError(std::string("BaseBlockIndex::") + operation + ": page " + std::to_string(page) +
-                            " is out of range [0, " + std::to_string(pageCapacity()) + ")");
+void BaseBlockIndex::failPage(PageId page, char const* operation) const {
+    throw ContractError(std::string("BaseBlockIndex::") + operation + ": page " + std::to_string(page) +
+                        " is out of range [0, " + std::to_string(pageCapacity()) + ")");
 }
 
 size_t BaseBlockIndex::probe(BlockHash const& hash, uint32_t tag) const noexcept {

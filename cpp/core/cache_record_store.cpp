@@ -254,13 +254,10 @@ CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t ke
     size_t const keep = static_cast<size_t>(keepBlocks);
     CacheRecordKey const shorter{logicalHash(record, keep - 1), keepBlocks};
     if (exactIndex_.contains(shorter)) throw ContractError(what + ": another record already ends at that block");
-    // Allocate first (the tail copies, the new key's slot): nothing is changed before the last of them. The tail's
-    // hashes are read while its pages are still mapped.
+    // Allocate first (the tail copies, the new key's slot): nothing is changed before the last of them.
     TrimmedTail tail;
     tail.firstBlock = keepBlocks;
     auto const cut = static_cast<std::ptrdiff_t>(keep);
-    size_t const blocks = static_cast<size_t>(record.key.fullBlockCount);
-    appendLogicalHashes(record, keep, blocks, tail.hashes);
     tail.basePages.assign(record.basePagePath.begin() + cut, record.basePagePath.end());
     if (record.hasDraftPath()) tail.draftPages.assign(record.draftPagePath.begin() + cut, record.draftPagePath.end());
     exactIndex_.tryEmplace(shorter, id);

@@ -1,4 +1,4 @@
-// ContextCacheManager: acquire (plan, pin the hit, plan eviction read-only, then evict + allocate or roll back),
+// ContextCacheManager: acquire (plan, pin the hit, check the room, then evict + allocate or roll back),
 // grow and snapshot reservation, publication (validate everything first, then canonical base projection and a
 // single commit that rolls back on any failure), eviction with its metrics, and checkInvariants(), which
 // recounts every reference from the live leases and the records. Invariants, atomicity, recency, errors, cost
@@ -133,17 +133,39 @@ void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
 
 // ---- eviction -------------------------------------------------------------------------------------------
 
-std::optional<EvictionPlan> ContextCacheManager::planEviction(ResourceDemand const& demand,
-                                                              std::optional<RecordId> protectedRecord) const {
-    EvictionPlan plan = EvictionPlanner::plan(demand, pools_, records_, protectedRecord, evictionPolicy_);
-    if (!plan.feasible) return std::nullopt;
-    return plan;
+bool ContextCacheManager::canMakeRoom(ResourceDemand const& demand) const noexcept {
+    if (pools_.canAllocate(demand)) return true;
+    for (ResourceType type : kAllResourceTypes)
+        if (pools_.freeCount(type) + pools_.reclaimableCount(type) < demand.get(type)) return false;
+    return true;
 }
 
-void ContextCacheManager::applyEviction(EvictionPlan const& plan, ResourceDemand const& demand) {
-    for (RecordId victim : plan.victims) evictOne(victim);
-    if (plan.trim) trimRecord(*plan.trim);
-    if (!pools_.canAllocate(demand)) throw InvariantError("ContextCacheManager: eviction reclaimed less than planned");
+void ContextCacheManager::makeRoom(ResourceDemand const& demand, std::optional<RecordId> protectedRecord) {
+    if (pools_.canAllocate(demand)) return;
+    if (protectedRecord && !records_.contains(*protectedRecord)) protectedRecord.reset();
+    RecordId const last = protectedRecord.value_or(kNoRecord);  // kNoRecord is never a stored id
+    // One step of EvictionPlanner::plan's walk, applied: true once the pools can allocate.
+    auto step = [&](RecordId id) {
+        if (evictionPolicy_ == EvictionPolicy::kRecordLruTrim) {
+            if (std::optional<int32_t> keep = EvictionPlanner::trimPoint(demand, pools_, records_, records_.get(id))) {
+                trimRecord(RecordTrim{id, *keep});
+                return true;
+            }
+        }
+        evictOne(id);
+        return pools_.canAllocate(demand);
+    };
+    bool done = false;
+    while (!done) {
+        auto const& lru = records_.lru();
+        auto victim = std::find_if(lru.begin(), lru.end(), [&](RecordId id) { return id != last; });
+        if (victim == lru.end()) break;
+        done = step(*victim);
+    }
+    if (!done && last != kNoRecord) done = step(last);
+    // Unreachable while the reclaimable counts are exact (canMakeRoom promised the room).
+    if (!done || !pools_.canAllocate(demand))
+        throw InvariantError("ContextCacheManager: evicting every record fell short of the reclaimable count");
 }
 
 void ContextCacheManager::evictRecord(RecordId id) {
@@ -204,15 +226,14 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
     for (size_t i = from; i < pages.size(); ++i) {
         if (i + 2 * kAhead < pages.size()) baseIndex_.prefetchReverse(pages[i + 2 * kAhead]);
         if (i + kAhead < pages.size()) baseIndex_.prefetchErase(pages[i + kAhead]);
-        ResourceId const rid{ResourceType::kBaseKvPage, pages[i]};
-        pools_.releaseCacheRef(rid);
-        if (pools_.cacheRefCount(rid) == 0) {
+        ResourcePools::RefCounts const left = pools_.releaseCacheRef({ResourceType::kBaseKvPage, pages[i]});
+        if (left.cache == 0) {
             if (reportingRemovals_) {  // capacity reserved by beginRemovals: cannot throw
                 if (std::optional<BlockHash> const hash = baseIndex_.hashOfPage(pages[i]))
                     events_.addRemoved(kvEventBlockHash(*hash));
             }
             baseIndex_.erasePage(pages[i]);
-            if (pools_.activeRefCount(rid) == 0) ++metrics_.reclaimedBaseKvPages;
+            if (left.active == 0) ++metrics_.reclaimedBaseKvPages;
         }
     }
     reportingRemovals_ = false;
@@ -362,17 +383,17 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
         s.partialBinding = plan.partialKvSnapshotBinding;
     }
 
-    // 2. Plan eviction read-only with the hit record treated as most recent; 3. infeasible: the lease's
-    // destructor drops the pins and nothing was evicted.
+    // 2. Check the room (the pinned hit no longer counts as reclaimable); 3. none: the lease's destructor drops
+    // the pins and nothing was evicted.
     std::optional<RecordId> const hitRecord = plan.draftRecord ? plan.draftRecord : plan.hybridRecord;
-    std::optional<EvictionPlan> eviction = planEviction(plan.demand, hitRecord);
-    if (!eviction) return AcquireResult{std::nullopt, AcquireStatus::kInsufficientCapacity, std::move(plan)};
+    if (!canMakeRoom(plan.demand))
+        return AcquireResult{std::nullopt, AcquireStatus::kInsufficientCapacity, std::move(plan)};
 
-    // 4. Evict, allocate (cannot fail now: storage is reserved, and the demand is bounded by the pools now that
-    // it is known to be feasible) and touch the hit record.
+    // 4. Evict (the hit record treated as most recent), allocate (cannot fail now: storage is reserved, and the
+    // demand is bounded by the pools now that it is known to be feasible) and touch the hit record.
     s.basePages.reserve(s.basePages.size() + static_cast<size_t>(plan.demand.baseKvPages));
     s.draftPages.reserve(s.draftPages.size() + static_cast<size_t>(plan.demand.draftKvPages));
-    applyEviction(*eviction, plan.demand);
+    makeRoom(plan.demand, hitRecord);
     pools_.allocateIds(ResourceType::kBaseKvPage, plan.demand.baseKvPages, s.basePages);
     pools_.allocateIds(ResourceType::kDraftKvPage, plan.demand.draftKvPages, s.draftPages);
     if (hitRecord && records_.contains(*hitRecord)) records_.touch(*hitRecord);
@@ -390,10 +411,9 @@ bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count)
     if (count == 0) return true;
     ResourceDemand demand;
     demand.baseKvPages = count;
-    std::optional<EvictionPlan> eviction = planEviction(demand, std::nullopt);
-    if (!eviction) return false;
+    if (!canMakeRoom(demand)) return false;
     s.basePages.reserve(s.basePages.size() + static_cast<size_t>(count));
-    applyEviction(*eviction, demand);
+    makeRoom(demand, std::nullopt);
     pools_.allocateIds(ResourceType::kBaseKvPage, count, s.basePages);
     return true;
 }
@@ -409,11 +429,10 @@ bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCo
     demand.baseKvPages = baseCount;
     demand.draftKvPages = draftCount;
     if (demand.isZero()) return true;
-    std::optional<EvictionPlan> eviction = planEviction(demand, std::nullopt);
-    if (!eviction) return false;
+    if (!canMakeRoom(demand)) return false;
     s.basePages.reserve(s.basePages.size() + static_cast<size_t>(baseCount));
     s.draftPages.reserve(s.draftPages.size() + static_cast<size_t>(draftCount));
-    applyEviction(*eviction, demand);
+    makeRoom(demand, std::nullopt);
     pools_.allocateIds(ResourceType::kBaseKvPage, baseCount, s.basePages);
     pools_.allocateIds(ResourceType::kDraftKvPage, draftCount, s.draftPages);
     return true;
@@ -433,10 +452,9 @@ std::optional<HybridSnapshotReservation> ContextCacheManager::reserveHybridSnaps
     ResourceDemand demand;
     demand.recurrentSnapshotSlots = 1;
     demand.partialKvSnapshotSlots = needsPartialKvSnapshot ? 1 : 0;
-    std::optional<EvictionPlan> eviction = planEviction(demand, std::nullopt);
-    if (!eviction) return std::nullopt;
+    if (!canMakeRoom(demand)) return std::nullopt;
     s.reservedSnapshots.reserve(s.reservedSnapshots.size() + 2);
-    applyEviction(*eviction, demand);
+    makeRoom(demand, std::nullopt);
     std::vector<ResourceId> slots;
     slots.reserve(2);
     pools_.allocateInto(demand, slots);

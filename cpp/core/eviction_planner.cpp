@@ -27,18 +27,15 @@ public:
 
     // Drops one simulated cache reference; true when the resource would return to its free list.
     bool dropOne(ResourceId const& id) {
-        int32_t const real = pools_.cacheRefCount(id);
-        if (real <= 0) throw InvariantError("EvictionPlanner: a record lists a resource without a cache reference");
-        int32_t remaining;
-        if (real == 1) {
-            remaining = 0;  // this listing is the only one anywhere
-        } else {
-            int32_t* const count = counts_.tryEmplace(id, real).first;
-            remaining = --*count;
-            if (remaining < 0)
-                throw InvariantError("EvictionPlanner: records list a resource more often than its cache count");
-        }
-        return remaining == 0 && pools_.activeRefCount(id) == 0;
+        ResourcePools::RefCounts const real = pools_.refCounts(id);
+        if (real.cache <= 0)
+            throw InvariantError("EvictionPlanner: a record lists a resource without a cache reference");
+        if (real.cache == 1) return real.active == 0;  // this listing is the only one anywhere
+        int32_t* const count = counts_.tryEmplace(id, real.cache).first;
+        int32_t const remaining = --*count;
+        if (remaining < 0)
+            throw InvariantError("EvictionPlanner: records list a resource more often than its cache count");
+        return remaining == 0 && real.active == 0;
     }
 
 private:
@@ -70,22 +67,39 @@ void simulateVictim(StoredRecord const& record, SimulatedCacheCounts& counts, Re
 }
 
 // kRecordLruTrim: drops the record's blocks from the tail until the demand is met. Returns the blocks to keep
-// (>= 1) when a trim suffices and its shorter key is free; otherwise drops the rest, as a whole eviction would,
-// and returns nullopt (the record is then a victim).
+// (>= 1) when a trim suffices and its shorter key is free; otherwise nullopt (the record is then a victim). A plan
+// (countVictim) then drops the rest too, as the whole eviction will, for the records after it; a single step
+// stops as soon as the blocks left could not meet the demand.
 std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, ResourcePools const& pools,
                                            CacheRecordStore const& records, StoredRecord const& record,
                                            std::vector<RecordId> const& victims, SimulatedCacheCounts& counts,
-                                           ResourceDemand& reclaimed) {
+                                           ResourceDemand& reclaimed, bool countVictim) {
     size_t const n = record.basePagePath.size();
     if (record.isHybrid() || n < 2) {
         simulateVictim(record, counts, reclaimed);
         return std::nullopt;
     }
+    // Dropping blocks changes only the base and draft counts: the other types' part of satisfied() is fixed for
+    // the walk, and the base and draft parts are two comparisons against what is still missing.
+    auto missing = [&](ResourceType type) { return demand.get(type) - pools.freeCount(type); };  // may be < 0
+    bool const othersMet = reclaimed.recurrentSnapshotSlots >= missing(ResourceType::kRecurrentSnapshot) &&
+                           reclaimed.partialKvSnapshotSlots >= missing(ResourceType::kPartialKvSnapshot);
+    int32_t const baseMissing = missing(ResourceType::kBaseKvPage);
+    int32_t const draftMissing = missing(ResourceType::kDraftKvPage);
+    bool const paired = record.hasDraftPath();
     size_t keptFrom = n;  // blocks [keptFrom, n) are dropped
     for (size_t keep = n - 1; keep >= 1; --keep) {
-        simulateBlocks(record, keep, keep + 1, counts, reclaimed);
+        if (counts.dropOne({ResourceType::kBaseKvPage, record.basePagePath[keep]})) ++reclaimed.baseKvPages;
+        if (paired && counts.dropOne({ResourceType::kDraftKvPage, record.draftPagePath[keep]}))
+            ++reclaimed.draftKvPages;
         keptFrom = keep;
-        if (!satisfied(demand, pools, reclaimed)) continue;
+        if (!othersMet || reclaimed.baseKvPages < baseMissing || reclaimed.draftKvPages < draftMissing) {
+            int64_t const left = static_cast<int64_t>(keep) - 1;  // blocks [1, keep) may still be dropped
+            if (!countVictim && (!othersMet || reclaimed.baseKvPages + left < baseMissing ||
+                                 reclaimed.draftKvPages + (paired ? left : 0) < draftMissing))
+                return std::nullopt;
+            continue;
+        }
         CacheRecordKey const shorter{records.logicalHash(record, keep - 1), static_cast<int32_t>(keep)};
         std::optional<RecordId> const holder = records.find(shorter);
         // Free, or held by a victim of this plan (evicted before the trim is applied): trim.
@@ -93,11 +107,27 @@ std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, Resourc
             return static_cast<int32_t>(keep);
         break;  // another record that stays already ends there: evict this one whole
     }
-    simulateBlocks(record, 0, keptFrom, counts, reclaimed);  // a non-hybrid record holds no snapshot slot
+    if (countVictim) simulateBlocks(record, 0, keptFrom, counts, reclaimed);  // no snapshot slot: not hybrid
     return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<int32_t> EvictionPlanner::trimPoint(ResourceDemand const& demand, ResourcePools const& pools,
+                                                  CacheRecordStore const& records, StoredRecord const& record) {
+    if (!demand.isNonNegative()) throw ContractError("EvictionPlanner::trimPoint: demand must be non-negative");
+    size_t const n = record.basePagePath.size();
+    if (record.isHybrid() || n < 2) return std::nullopt;
+    // A trim drops blocks [k, n) with k >= 1: at most n - 1 base pages (and as many draft pages when paired), no
+    // snapshot slot. When even that cannot meet the demand, the walk below would end in a whole eviction.
+    ResourceDemand most;
+    most.baseKvPages = static_cast<int32_t>(n - 1);
+    most.draftKvPages = record.hasDraftPath() ? static_cast<int32_t>(n - 1) : 0;
+    if (!satisfied(demand, pools, most)) return std::nullopt;
+    SimulatedCacheCounts counts(pools);
+    ResourceDemand reclaimed;
+    return simulateTrimOrEvict(demand, pools, records, record, {}, counts, reclaimed, false);
+}
 
 char const* toString(EvictionPolicy policy) noexcept {
     switch (policy) {
@@ -126,8 +156,8 @@ EvictionPlan EvictionPlanner::plan(ResourceDemand const& demand, ResourcePools c
     auto step = [&](RecordId id) {
         StoredRecord const& record = records.get(id);
         if (policy == EvictionPolicy::kRecordLruTrim) {
-            if (std::optional<int32_t> keep =
-                    simulateTrimOrEvict(demand, pools, records, record, result.victims, counts, result.reclaimed)) {
+            if (std::optional<int32_t> keep = simulateTrimOrEvict(demand, pools, records, record, result.victims,
+                                                                  counts, result.reclaimed, true)) {
                 result.trim = RecordTrim{id, *keep};
                 return result.feasible = true;
             }

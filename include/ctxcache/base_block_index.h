@@ -106,7 +106,10 @@ private:
     // The slot holding hash, or nullptr.
     Slot const* findSlot(BlockHash const& hash) const noexcept;
     void eraseSlot(size_t index) noexcept;
-    void checkPage(PageId page, char const* operation) const;
+    void checkPage(PageId page, char const* operation) const {
+        if (page < 0 || page >= pageCapacity()) failPage(page, operation);
+    }
+    [[noreturn]] void failPage(PageId page, char const* operation) const;
 
     std::vector<Slot> slots_;  // power-of-two size, fixed at construction
     size_t mask_ = 0;

@@ -89,7 +89,6 @@ public:
     // hybrid record, a keepBlocks out of range, or a shorter key that another record already has.
     struct TrimmedTail {
         int32_t firstBlock = 0;  // index of the first block cut (= keepBlocks)
-        std::vector<BlockHash> hashes;
         std::vector<PageId> basePages;
         std::vector<PageId> draftPages;  // empty for a base-only record
     };

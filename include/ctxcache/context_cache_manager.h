@@ -1,7 +1,7 @@
 // ContextCacheManager: host orchestrator of the whole context-cache lifecycle, acquire -> model execution ->
 // publish or release. ResourcePools owns capacity and refcounts, BaseBlockIndex the canonical base lookup,
-// DraftPathIndex the coherent EAGLE-path lookup, CacheRecordStore endpoints and LRU, EvictionPlanner picks
-// victims without mutation; the manager composes them.
+// DraftPathIndex the coherent EAGLE-path lookup, CacheRecordStore endpoints and LRU, EvictionPlanner the policy
+// that picks victims (the manager applies it one record at a time); the manager composes them.
 //
 // Invariants (checkInvariants() verifies all of them):
 //   - every id's active refs == its holdings by live leases; cache refs == its listings by records;
@@ -13,8 +13,9 @@
 //     Hybrid+MTP checkpoint's draft path is found only through its exact checkpoint key (the store's MTP
 //     index), never by the EAGLE path lookup, whose one-page replay rule does not describe it;
 //   - records <= maxRecords (none at all when maxRecords == 0).
-// Atomicity: acquire pins the hit, plans eviction read-only, and either evicts + allocates (cannot fail) or rolls
-//   back the pins and reports kInsufficientCapacity having evicted nothing. grow and reserve are all-or-nothing.
+// Atomicity: acquire pins the hit, checks from the exact reclaimable counts that eviction can make room, and
+//   either evicts + allocates (cannot fail) or rolls back the pins and reports kInsufficientCapacity having
+//   evicted nothing. grow and reserve are all-or-nothing.
 //   Publication validates everything (the lease's acquired prefix, replay dependency, owned snapshots) before
 //   it mutates, then adds cache refs, canonical mappings and one record as one transaction.
 // Hybrid+MTP (kHybridMtp leases): acquireHybridMtp binds a checkpoint's base AND draft paths (fb pages each,
@@ -248,9 +249,14 @@ private:
     CacheRequestLease newLease(ReusePlanMode mode);
     LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
     void releaseLease(LeaseState& state) noexcept;
-    std::optional<EvictionPlan> planEviction(ResourceDemand const& demand,
-                                             std::optional<RecordId> protectedRecord) const;
-    void applyEviction(EvictionPlan const& plan, ResourceDemand const& demand);
+    // Whether the pools can allocate `demand`, now or once records are evicted (exact: the pools' reclaimable
+    // counts are what evicting every record would free).
+    bool canMakeRoom(ResourceDemand const& demand) const noexcept;
+    // Evicts (under kRecordLruTrim: or trims) least recent records, protectedRecord last, one at a time until the
+    // pools can allocate `demand`, which canMakeRoom promised: exactly the victims and the trim EvictionPlanner::plan
+    // picks, applied as the walk goes (a record's own simulation is all a step needs once the earlier victims are
+    // really gone). InvariantError if the room is not there after all.
+    void makeRoom(ResourceDemand const& demand, std::optional<RecordId> protectedRecord);
     void evictOne(RecordId id);
     void trimRecord(RecordTrim const& trim);
     // Drops one cache reference on each base page (unmapping it when that was the last) and counts what it frees;

@@ -17,6 +17,9 @@
 //                    vLLM's free queue (a request's tail blocks go first) at record granularity: a record's prefix
 //                    outlives its unshared tail.
 //
+// The manager applies the same walk one record at a time (trimPoint is its kRecordLruTrim step): once earlier
+// victims are really evicted, each step needs only its own record's simulation.
+//
 // Cost:       O(1) when the pools already satisfy the demand or when even evicting every record could not
 //             (ResourcePools::reclaimableCount is exact); otherwise proportional to the resources of the victims
 //             returned, never to the number of records kept.
@@ -53,6 +56,12 @@ public:
     static EvictionPlan plan(ResourceDemand const& demand, ResourcePools const& pools, CacheRecordStore const& records,
                              std::optional<RecordId> mruRecord = std::nullopt,
                              EvictionPolicy policy = EvictionPolicy::kRecordLru);
+    // One kRecordLruTrim step of that walk on the pools as they are now, every earlier victim already applied
+    // (what a caller evicting as it goes needs): the blocks `record` keeps (>= 1) when trimming its tail meets the
+    // demand and its shorter key is free; nullopt when it must be evicted whole. O(1) when even dropping all but
+    // its first block could not meet the demand, else O(blocks dropped).
+    static std::optional<int32_t> trimPoint(ResourceDemand const& demand, ResourcePools const& pools,
+                                            CacheRecordStore const& records, StoredRecord const& record);
 };
 
 char const* toString(EvictionPolicy policy) noexcept;

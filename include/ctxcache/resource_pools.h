@@ -34,6 +34,11 @@ public:
     // Appends `count` ids of one type; false (nothing appended) when short.
     bool allocateIds(ResourceType type, int32_t count, std::vector<int32_t>& ids);
 
+    struct RefCounts {
+        int32_t active = 0;
+        int32_t cache = 0;
+    };
+
     // The refcount operations are inline (they run once per page on every request's path); their error paths
     // are out of line.
     void addActiveRef(ResourceId const& id) {
@@ -58,7 +63,8 @@ public:
         ++s.cache;
         // active > 0 here unless the id already had cache refs: reclaimable does not change either way.
     }
-    void releaseCacheRef(ResourceId const& id) {
+    // Returns the counts it leaves (both zero: the id went back to its free list).
+    RefCounts releaseCacheRef(ResourceId const& id) {
         Slot& s = slot(id, "releaseCacheRef");
         if (s.cache == 0) failRef(id, "releaseCacheRef", "has no cache reference");
         if (--s.cache == 0 && s.active == 0) {
@@ -66,8 +72,10 @@ public:
             --pool.reclaimable;
             pushFree(pool, id.index);
         }
+        return s;
     }
 
+    RefCounts refCounts(ResourceId const& id) const { return slot(id, "refCounts"); }
     int32_t activeRefCount(ResourceId const& id) const { return slot(id, "activeRefCount").active; }
     int32_t cacheRefCount(ResourceId const& id) const { return slot(id, "cacheRefCount").cache; }
     bool isFree(ResourceId const& id) const {
@@ -93,10 +101,7 @@ public:
     size_t memoryBytes() const noexcept;
 
 private:
-    struct Slot {
-        int32_t active = 0;
-        int32_t cache = 0;
-    };
+    using Slot = RefCounts;
     struct Pool {
         int32_t capacity = 0;
         int32_t freeHead = 0;   // index in `freeRing` of the oldest free id

@@ -47,16 +47,22 @@ TEST(ResourcePools, ResourceBecomesFreeOnlyAfterBothReferencesReachZero) {
     EXPECT_FALSE(pools.isFree(basePage(0)));
     EXPECT_EQ(pools.activeRefCount(basePage(0)), 0);
     EXPECT_EQ(pools.cacheRefCount(basePage(0)), 1);
+    EXPECT_EQ(pools.refCounts(basePage(0)).active, 0);
+    EXPECT_EQ(pools.refCounts(basePage(0)).cache, 1);
     EXPECT_EQ(pools.freeCount(kBase), 2);
     EXPECT_NO_THROW(pools.checkInvariants());
-    pools.releaseCacheRef(basePage(0));
+    ResourcePools::RefCounts const left = pools.releaseCacheRef(basePage(0));  // what it leaves: nothing
+    EXPECT_EQ(left.active, 0);
+    EXPECT_EQ(left.cache, 0);
     EXPECT_TRUE(pools.isFree(basePage(0)));
     EXPECT_EQ(pools.freeCount(kBase), 3);
     EXPECT_EQ(pools.freeList(kBase), (std::vector<int32_t>{2, 3, 0}));
 
     // Page 1: the other order: cache ref dropped while still active, then the active ref.
     pools.addCacheRef(basePage(1));
-    pools.releaseCacheRef(basePage(1));
+    ResourcePools::RefCounts const pinned = pools.releaseCacheRef(basePage(1));  // still active
+    EXPECT_EQ(pinned.active, 1);
+    EXPECT_EQ(pinned.cache, 0);
     EXPECT_FALSE(pools.isFree(basePage(1)));
     EXPECT_EQ(pools.freeCount(kBase), 3);
     pools.releaseActiveRef(basePage(1));
@@ -168,6 +174,7 @@ TEST(ResourcePools, OutOfRangeIdThrows) {
         EXPECT_THROW(pools.releaseCacheRef(id), ContractError);
         EXPECT_THROW(pools.activeRefCount(id), ContractError);
         EXPECT_THROW(pools.cacheRefCount(id), ContractError);
+        EXPECT_THROW(pools.refCounts(id), ContractError);
         EXPECT_THROW(pools.isFree(id), ContractError);
     }
     EXPECT_TRUE(pools.validId(basePage(1)));

@@ -3,6 +3,9 @@
 // base mappings), and the default policy is untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/errors.h"
 #include "ctxcache/eviction_planner.h"
@@ -155,6 +158,36 @@ TEST(TrimEvictionPlanner, TheProtectedRecordIsStillConsideredLast) {
     EXPECT_EQ(plan.trim->keepBlocks, 2);
 }
 
+TEST(TrimEvictionPlanner, TrimPointIsOneStepOfThePlanOnTheStateAsItIs) {
+    CacheState s({8, 0, 0, 0});
+    RecordId const shared = s.add(Hs({1, 2}), {0, 1});
+    RecordId const r = s.add(Hs({1, 2, 3, 4, 5, 6}), {0, 1, 2, 3, 4, 5});
+    s.finishProducers();
+    std::string const before = s.describe();
+    StoredRecord const& record = s.records.get(r);
+    // Two free pages: a demand of 2 + k needs k of r's unshared tail blocks (pages 5, 4, 3).
+    for (int32_t k = 1; k <= 3; ++k) {
+        ResourceDemand const demand{2 + k, 0, 0, 0};
+        std::optional<int32_t> const keep = EvictionPlanner::trimPoint(demand, s.pools, s.records, record);
+        ASSERT_TRUE(keep.has_value()) << k;
+        EXPECT_EQ(*keep, 6 - k);
+        // The plan's own step, with r first in its walk, agrees.
+        EvictionPlan const plan = EvictionPlanner::plan(demand, s.pools, s.records, shared, kTrim);
+        ASSERT_TRUE(plan.trim.has_value());
+        EXPECT_EQ(plan.trim->keepBlocks, *keep);
+    }
+    // Pages 0 and 1 are shared with the other record: dropping blocks [1, 6) frees 4 pages at most, so 7 cannot be
+    // met by a trim (r is evicted whole), nor 11 (more than r has blocks: the O(1) bound).
+    EXPECT_FALSE(EvictionPlanner::trimPoint({7, 0, 0, 0}, s.pools, s.records, record).has_value());
+    EXPECT_FALSE(EvictionPlanner::trimPoint({11, 0, 0, 0}, s.pools, s.records, record).has_value());
+    // A trim onto another record's key is refused: keeping 2 blocks (4 cut) would end where `shared` ends.
+    EXPECT_FALSE(EvictionPlanner::trimPoint({6, 0, 0, 0}, s.pools, s.records, record).has_value());
+    // A snapshot demand no trim can meet, and a bad demand.
+    EXPECT_FALSE(EvictionPlanner::trimPoint({3, 0, 1, 0}, s.pools, s.records, record).has_value());
+    EXPECT_THROW(EvictionPlanner::trimPoint({-1, 0, 0, 0}, s.pools, s.records, record), ContractError);
+    EXPECT_EQ(s.describe(), before);  // read-only
+}
+
 // ---- manager ------------------------------------------------------------------------------------------------
 
 TEST(TrimEviction, ManagerTrimsTheLruRecordAndItsShorterPrefixStillHits) {
@@ -251,6 +284,84 @@ TEST(TrimEviction, ConstructorRejectsAnUnknownPolicy) {
     EXPECT_THROW(ContextCacheManager(kPage, {4, 0, 0, 0}, 8, static_cast<EvictionPolicy>(7)), ContractError);
     EXPECT_STREQ(toString(EvictionPolicy::kRecordLru), "lru");
     EXPECT_STREQ(toString(EvictionPolicy::kRecordLruTrim), "lru-trim");
+}
+
+// ---- the manager evicts as it goes: exactly what the planner plans ----------------------------------------
+
+// The manager no longer plans and then applies: it evicts (or trims) least recent records one at a time until the
+// pools can allocate. Before every grow of a randomized workload (prefix-sharing prompts, a hash repeated within a
+// prompt, leases held across steps so that pinned pages free nothing) the planner's plan is taken on the manager's
+// own state, and the grow must remove exactly its victims, apply exactly its trim, or change nothing when it is
+// infeasible.
+void checkEvictionMatchesThePlan(EvictionPolicy policy, bool spec, uint32_t seed) {
+    std::mt19937 rng(seed);
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    int32_t const pages = 40;
+    ContextCacheManager m(kPage, {pages, spec ? pages : 0, 0, 0}, 24, policy);
+    std::vector<std::vector<BlockHash>> prompts;
+    std::vector<CacheRequestLease> held;
+    size_t grows = 0, victims = 0, trims = 0, infeasible = 0;
+    for (int step = 0; step < 400; ++step) {
+        std::vector<BlockHash> hashes;
+        if (!prompts.empty() && pick(0, 2) > 0) {  // extend a prefix of an earlier prompt
+            std::vector<BlockHash> const& from =
+                prompts[static_cast<size_t>(pick(0, static_cast<int>(prompts.size()) - 1))];
+            hashes.assign(from.begin(), from.begin() + pick(1, std::min(8, static_cast<int>(from.size()))));
+        }
+        for (int extra = pick(0, 6); extra > 0; --extra) hashes.push_back(Hs({static_cast<uint64_t>(pick(1, 400))})[0]);
+        if (!hashes.empty() && pick(0, 9) == 0) hashes.push_back(hashes.front());  // a repeated hash: a page twice
+        if (hashes.empty()) continue;
+        prompts.push_back(hashes);
+        int32_t const tokens = static_cast<int32_t>(hashes.size()) * kPage + pick(0, kPage - 1);
+        AcquireResult a = spec ? m.acquireSpec(hashes, tokens + 1) : m.acquireVanilla(hashes, tokens);
+        if (!a.lease) continue;
+        int32_t const more = pick(0, 3) == 0 ? pick(20, 40) : pick(0, 10);  // sometimes more than can be freed
+        ResourceDemand demand{more, spec ? more : 0, 0, 0};
+        EvictionPlan const expected = EvictionPlanner::plan(demand, m.pools(), m.records(), std::nullopt, policy);
+        std::vector<RecordId> const before = m.records().lruToMru();
+        ContextCacheManagerMetrics const metrics = m.metrics();
+        std::string const state = test::describe(m.pools()) + test::describe(m.records());
+        bool const grown = spec ? m.growSpecPages(*a.lease, more, more) : m.growBasePages(*a.lease, more);
+        ++grows;
+        ASSERT_EQ(grown, expected.feasible) << "seed " << seed << " step " << step;
+        if (!grown) {
+            ++infeasible;
+            ASSERT_EQ(test::describe(m.pools()) + test::describe(m.records()), state)
+                << "an infeasible grow changed state";
+        } else {
+            for (RecordId id : before) {
+                bool const victim =
+                    std::find(expected.victims.begin(), expected.victims.end(), id) != expected.victims.end();
+                ASSERT_EQ(m.records().contains(id), !victim) << "seed " << seed << " step " << step << " record " << id;
+            }
+            ASSERT_EQ(m.metrics().evictedRecords - metrics.evictedRecords, expected.victims.size());
+            ASSERT_EQ(m.metrics().trimmedRecords - metrics.trimmedRecords, expected.trim ? 1u : 0u);
+            if (expected.trim)
+                ASSERT_EQ(m.records().get(expected.trim->record).key.fullBlockCount, expected.trim->keepBlocks);
+            victims += expected.victims.size();
+            trims += expected.trim ? 1 : 0;
+        }
+        if (pick(0, 3) > 0) m.publish(*a.lease, {hashes, tokens});
+        if (pick(0, 4) == 0) held.push_back(std::move(*a.lease));  // pins its pages for a while
+        if (held.size() > 2 || (!held.empty() && pick(0, 3) == 0)) held.erase(held.begin());
+        ASSERT_NO_THROW(m.checkInvariants());
+    }
+    // The workload reached every branch: evictions, trims (under the trim policy) and infeasible grows.
+    SCOPED_TRACE("policy " + std::string(toString(policy)) + (spec ? " spec" : " vanilla") + " seed " +
+                 std::to_string(seed));
+    EXPECT_GT(grows, 100u);
+    EXPECT_GT(victims, 10u);
+    EXPECT_GT(infeasible, 0u);
+    if (policy == kTrim) EXPECT_GT(trims, 10u);
+}
+
+TEST(TrimEviction, TheManagerEvictsExactlyWhatThePlannerPlans) {
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
+        checkEvictionMatchesThePlan(EvictionPolicy::kRecordLru, false, seed);
+        checkEvictionMatchesThePlan(kTrim, false, seed);
+        checkEvictionMatchesThePlan(EvictionPolicy::kRecordLru, true, seed);
+        checkEvictionMatchesThePlan(kTrim, true, seed);
+    }
 }
 
 }  // namespace
