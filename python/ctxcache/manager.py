@@ -112,10 +112,14 @@ _acquire_vanilla = lib.ctxc_manager_acquire_vanilla
 _grow_base_pages = lib.ctxc_manager_grow_base_pages
 _publish_with_tokens = lib.ctxc_manager_publish_with_tokens
 _ACQUIRE_RESULT = ffi.typeof("ctxc_acquire_result_t *")
-_ACQUIRE_RESULT_INIT = [ffi.sizeof("ctxc_acquire_result_t")]  # struct_size, the rest zero
+# A fresh result is a copy of this template (struct_size set, the rest zero): copying a struct is cheaper for cffi
+# than converting an initializer list. _ACQUIRE_RESULT_TEMPLATE owns the memory the struct view reads.
+_ACQUIRE_RESULT_TEMPLATE = new_cdata(_ACQUIRE_RESULT, [ffi.sizeof("ctxc_acquire_result_t")])
+_ACQUIRE_RESULT_INIT = _ACQUIRE_RESULT_TEMPLATE[0]
 _INT32_PTR = ffi.typeof("int32_t *")
 _INT32 = np.dtype(np.int32)
 _frombuffer = np.frombuffer
+_new_object = object.__new__
 _buffer = ffi.buffer
 
 
@@ -187,6 +191,7 @@ class AcquireResult:
     __slots__ = ("status", "lease", "_plan")
 
     def __init__(self, status: AcquireStatus, lease: Lease | None, plan: Any):
+        # ContextCacheManager.acquire_vanilla fills a hit's result with this body inline: keep the two alike.
         self.status = status
         self.lease = lease
         self._plan = plan  # a ReusePlan, or (from the manager) the call's result struct, made a ReusePlan on read
@@ -214,6 +219,7 @@ class PublishResult:
 
     def __init__(self, status: PublishStatus, record: int | None, canonical_base_pages: np.ndarray | bytes,
                  published_base_full_block_count: int):
+        # ContextCacheManager.publish fills its result with this body inline: keep the two alike.
         self.status = status
         self.record = record
         self._pages = canonical_base_pages  # the manager passes bytes: its copy of the C view, made an array on read
@@ -264,6 +270,7 @@ class Lease(Resource):
     _destroy = staticmethod(lib.ctxc_lease_destroy)
 
     def __init__(self, manager: ContextCacheManager, handle: Any) -> None:
+        # ContextCacheManager.acquire_vanilla makes its leases with this body inline: keep the two alike.
         self._manager = manager
         self._handle = handle
         family = self._family = manager._family  # Resource._join, inline: this runs once per acquire
@@ -673,7 +680,18 @@ class ContextCacheManager(KvEventSource, Resource):
         if status:
             check(status)
         if result.status == 0:  # CTXC_ACQUIRE_ACQUIRED (_finish_acquire, inline)
-            return AcquireResult(_ACQUIRED, Lease(self, self._lease_out[0]), result)
+            # Lease(self, handle) and AcquireResult(...), their __init__ inline: a Python call less each.
+            lease = _new_object(Lease)
+            lease._manager = self
+            lease._handle = self._lease_out[0]
+            lease._family = family
+            family.members += 1
+            lease._base_pages = lease._draft_pages = None
+            acquired = _new_object(AcquireResult)
+            acquired.status = _ACQUIRED
+            acquired.lease = lease
+            acquired._plan = result
+            return acquired
         return AcquireResult(_ACQUIRE_STATUSES[result.status], None, result)
 
     def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
@@ -817,9 +835,10 @@ class ContextCacheManager(KvEventSource, Resource):
                     and 0 <= resident_state_length <= INT32_MAX
                     else _arrays.integer(resident_state_length, "resident_state_length"))
         pointer, token_count = _NO_TOKENS if tokens is None else _token_pointer(_arrays.int32_array(tokens))
-        family = self._family  # _live(), inline
-        if family.pending or orphans:
-            drain(family)
+        if self._family is not family:  # _live(), inline (this manager's own lease: drained just above)
+            family = self._family
+            if family.pending or orphans:
+                drain(family)
         manager = self._handle
         if manager == _NULL:
             raise InvalidHandleError("manager is closed")
@@ -827,10 +846,13 @@ class ContextCacheManager(KvEventSource, Resource):
         status = _publish_with_tokens(manager, handle, hashes, count, resident, pointer, token_count, out)
         if status:
             check(status)
-        pages = out.canonical_base_page_count  # (_publish_result, inline)
-        return PublishResult(_PUBLISH_STATUSES[out.status], out.record or None,
-                             _buffer(out.canonical_base_pages, pages * 4)[:] if pages else b"",
-                             out.published_base_full_block_count)
+        pages = out.canonical_base_page_count  # (_publish_result, inline; PublishResult's __init__ too)
+        published = _new_object(PublishResult)
+        published.status = _PUBLISH_STATUSES[out.status]
+        published.record = out.record or None
+        published._pages = _buffer(out.canonical_base_pages, pages * 4)[:] if pages else b""
+        published.published_base_full_block_count = out.published_base_full_block_count
+        return published
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
                        snapshots: HybridSnapshotReservation, tokens: Any = None) -> PublishResult:
