@@ -133,13 +133,6 @@ void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
 
 // ---- eviction -------------------------------------------------------------------------------------------
 
-bool ContextCacheManager::canMakeRoom(ResourceDemand const& demand) const noexcept {
-    if (pools_.canAllocate(demand)) return true;
-    for (ResourceType type : kAllResourceTypes)
-        if (pools_.freeCount(type) + pools_.reclaimableCount(type) < demand.get(type)) return false;
-    return true;
-}
-
 void ContextCacheManager::makeRoom(ResourceDemand const& demand, std::optional<RecordId> protectedRecord) {
     if (pools_.canAllocate(demand)) return;
     if (protectedRecord && !records_.contains(*protectedRecord)) protectedRecord.reset();
@@ -163,7 +156,7 @@ void ContextCacheManager::makeRoom(ResourceDemand const& demand, std::optional<R
         done = step(*victim);
     }
     if (!done && last != kNoRecord) done = step(last);
-    // Unreachable while the reclaimable counts are exact (canMakeRoom promised the room).
+    // Unreachable while the reclaimable counts are exact (canAllocateOnceReclaimed promised the room).
     if (!done || !pools_.canAllocate(demand))
         throw InvariantError("ContextCacheManager: evicting every record fell short of the reclaimable count");
 }
@@ -386,7 +379,7 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
     // 2. Check the room (the pinned hit no longer counts as reclaimable); 3. none: the lease's destructor drops
     // the pins and nothing was evicted.
     std::optional<RecordId> const hitRecord = plan.draftRecord ? plan.draftRecord : plan.hybridRecord;
-    if (!canMakeRoom(plan.demand))
+    if (!pools_.canAllocateOnceReclaimed(plan.demand))
         return AcquireResult{std::nullopt, AcquireStatus::kInsufficientCapacity, std::move(plan)};
 
     // 4. Evict (the hit record treated as most recent), allocate (cannot fail now: storage is reserved, and the
@@ -411,7 +404,7 @@ bool ContextCacheManager::growBasePages(CacheRequestLease& lease, int32_t count)
     if (count == 0) return true;
     ResourceDemand demand;
     demand.baseKvPages = count;
-    if (!canMakeRoom(demand)) return false;
+    if (!pools_.canAllocateOnceReclaimed(demand)) return false;
     s.basePages.reserve(s.basePages.size() + static_cast<size_t>(count));
     makeRoom(demand, std::nullopt);
     pools_.allocateIds(ResourceType::kBaseKvPage, count, s.basePages);
@@ -429,7 +422,7 @@ bool ContextCacheManager::growSpecPages(CacheRequestLease& lease, int32_t baseCo
     demand.baseKvPages = baseCount;
     demand.draftKvPages = draftCount;
     if (demand.isZero()) return true;
-    if (!canMakeRoom(demand)) return false;
+    if (!pools_.canAllocateOnceReclaimed(demand)) return false;
     s.basePages.reserve(s.basePages.size() + static_cast<size_t>(baseCount));
     s.draftPages.reserve(s.draftPages.size() + static_cast<size_t>(draftCount));
     makeRoom(demand, std::nullopt);
@@ -452,7 +445,7 @@ std::optional<HybridSnapshotReservation> ContextCacheManager::reserveHybridSnaps
     ResourceDemand demand;
     demand.recurrentSnapshotSlots = 1;
     demand.partialKvSnapshotSlots = needsPartialKvSnapshot ? 1 : 0;
-    if (!canMakeRoom(demand)) return std::nullopt;
+    if (!pools_.canAllocateOnceReclaimed(demand)) return std::nullopt;
     s.reservedSnapshots.reserve(s.reservedSnapshots.size() + 2);
     makeRoom(demand, std::nullopt);
     std::vector<ResourceId> slots;

@@ -147,8 +147,7 @@ EvictionPlan EvictionPlanner::plan(ResourceDemand const& demand, ResourcePools c
         return result;
     }
     // Evicting every record frees exactly the reclaimable resources: if even that is short, stop here.
-    for (ResourceType type : kAllResourceTypes)
-        if (pools.freeCount(type) + pools.reclaimableCount(type) < demand.get(type)) return result;
+    if (!pools.canAllocateOnceReclaimed(demand)) return result;
 
     if (mruRecord && !records.contains(*mruRecord)) mruRecord.reset();
     SimulatedCacheCounts counts(pools);

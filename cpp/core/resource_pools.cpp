@@ -42,6 +42,13 @@ bool ResourcePools::canAllocate(ResourceDemand const& demand) const noexcept {
     return true;
 }
 
+bool ResourcePools::canAllocateOnceReclaimed(ResourceDemand const& demand) const noexcept {
+    if (!demand.isNonNegative()) return false;
+    for (ResourceType type : kAllResourceTypes)
+        if (demand.get(type) > freeCount(type) + reclaimableCount(type)) return false;
+    return true;
+}
+
 void ResourcePools::takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
                              ResourceType type) {
     for (int32_t i = 0; i < count; ++i) {

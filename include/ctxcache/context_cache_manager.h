@@ -249,13 +249,10 @@ private:
     CacheRequestLease newLease(ReusePlanMode mode);
     LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
     void releaseLease(LeaseState& state) noexcept;
-    // Whether the pools can allocate `demand`, now or once records are evicted (exact: the pools' reclaimable
-    // counts are what evicting every record would free).
-    bool canMakeRoom(ResourceDemand const& demand) const noexcept;
     // Evicts (under kRecordLruTrim: or trims) least recent records, protectedRecord last, one at a time until the
-    // pools can allocate `demand`, which canMakeRoom promised: exactly the victims and the trim EvictionPlanner::plan
-    // picks, applied as the walk goes (a record's own simulation is all a step needs once the earlier victims are
-    // really gone). InvariantError if the room is not there after all.
+    // pools can allocate `demand`, which ResourcePools::canAllocateOnceReclaimed promised: exactly the victims and
+    // the trim EvictionPlanner::plan picks, applied as the walk goes (a record's own simulation is all a step
+    // needs once the earlier victims are really gone). InvariantError if the room is not there after all.
     void makeRoom(ResourceDemand const& demand, std::optional<RecordId> protectedRecord);
     void evictOne(RecordId id);
     void trimRecord(RecordTrim const& trim);

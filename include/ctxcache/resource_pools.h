@@ -88,6 +88,9 @@ public:
     int32_t reclaimableCount(ResourceType type) const noexcept { return pools_[index(type)].reclaimable; }
     ResourceDemand capacities() const noexcept;
     bool canAllocate(ResourceDemand const& demand) const noexcept;
+    // Whether `demand` fits in the free ids plus the reclaimable ones: what evicting every record would free, so
+    // what eviction can make room for (exact: the reclaimable counts are). False for a negative demand.
+    bool canAllocateOnceReclaimed(ResourceDemand const& demand) const noexcept;
     bool validId(ResourceId const& id) const noexcept {
         return id.index >= 0 && id.index < pools_[index(id.type)].capacity;
     }

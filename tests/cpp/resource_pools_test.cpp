@@ -225,6 +225,14 @@ TEST(ResourcePools, ReclaimableCountTracksUnpinnedCachedIds) {
     EXPECT_EQ(pools.reclaimableCount(kBase), 0);
     EXPECT_EQ(pools.freeList(kBase), (std::vector<int32_t>{1, 2}));
     EXPECT_NO_THROW(pools.checkInvariants());
+
+    // Room once every record is evicted: 2 free base ids (page 0 is pinned), 0 free + 1 reclaimable recurrent.
+    EXPECT_TRUE(pools.canAllocateOnceReclaimed({2, 0, 1, 0}));
+    EXPECT_FALSE(pools.canAllocate({2, 0, 1, 0}));
+    EXPECT_FALSE(pools.canAllocateOnceReclaimed({3, 0, 0, 0}));
+    EXPECT_FALSE(pools.canAllocateOnceReclaimed({0, 0, 2, 0}));
+    EXPECT_FALSE(pools.canAllocateOnceReclaimed({0, 1, 0, 0}));
+    EXPECT_FALSE(pools.canAllocateOnceReclaimed({-1, 0, 0, 0}));
 }
 
 TEST(ResourcePools, ZeroDemandSucceedsOnEmptyPools) {
