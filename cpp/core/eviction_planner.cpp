@@ -43,14 +43,18 @@ private:
     detail::FlatHashMap<ResourceId, int32_t, std::hash<ResourceId>> counts_;  // flat: no allocation per entry
 };
 
-// Drops the record's blocks [from, to): base page and, when paired, draft page of each.
+// Drops the record's block i: its base page and, when paired, its draft page.
+inline void simulateBlock(StoredRecord const& record, size_t i, bool paired, SimulatedCacheCounts& counts,
+                          ResourceDemand& reclaimed) {
+    if (counts.dropOne({ResourceType::kBaseKvPage, record.basePagePath[i]})) ++reclaimed.baseKvPages;
+    if (paired && counts.dropOne({ResourceType::kDraftKvPage, record.draftPagePath[i]})) ++reclaimed.draftKvPages;
+}
+
+// Drops the record's blocks [from, to).
 void simulateBlocks(StoredRecord const& record, size_t from, size_t to, SimulatedCacheCounts& counts,
                     ResourceDemand& reclaimed) {
     bool const paired = record.hasDraftPath();
-    for (size_t i = from; i < to; ++i) {
-        if (counts.dropOne({ResourceType::kBaseKvPage, record.basePagePath[i]})) ++reclaimed.baseKvPages;
-        if (paired && counts.dropOne({ResourceType::kDraftKvPage, record.draftPagePath[i]})) ++reclaimed.draftKvPages;
-    }
+    for (size_t i = from; i < to; ++i) simulateBlock(record, i, paired, counts, reclaimed);
 }
 
 void simulateVictim(StoredRecord const& record, SimulatedCacheCounts& counts, ResourceDemand& reclaimed) {
@@ -89,9 +93,7 @@ std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, Resourc
     bool const paired = record.hasDraftPath();
     size_t keptFrom = n;  // blocks [keptFrom, n) are dropped
     for (size_t keep = n - 1; keep >= 1; --keep) {
-        if (counts.dropOne({ResourceType::kBaseKvPage, record.basePagePath[keep]})) ++reclaimed.baseKvPages;
-        if (paired && counts.dropOne({ResourceType::kDraftKvPage, record.draftPagePath[keep]}))
-            ++reclaimed.draftKvPages;
+        simulateBlock(record, keep, paired, counts, reclaimed);
         keptFrom = keep;
         if (!othersMet || reclaimed.baseKvPages < baseMissing || reclaimed.draftKvPages < draftMissing) {
             int64_t const left = static_cast<int64_t>(keep) - 1;  // blocks [1, keep) may still be dropped
@@ -118,12 +120,6 @@ std::optional<int32_t> EvictionPlanner::trimPoint(ResourceDemand const& demand, 
     if (!demand.isNonNegative()) throw ContractError("EvictionPlanner::trimPoint: demand must be non-negative");
     size_t const n = record.basePagePath.size();
     if (record.isHybrid() || n < 2) return std::nullopt;
-    // A trim drops blocks [k, n) with k >= 1: at most n - 1 base pages (and as many draft pages when paired), no
-    // snapshot slot. When even that cannot meet the demand, the walk below would end in a whole eviction.
-    ResourceDemand most;
-    most.baseKvPages = static_cast<int32_t>(n - 1);
-    most.draftKvPages = record.hasDraftPath() ? static_cast<int32_t>(n - 1) : 0;
-    if (!satisfied(demand, pools, most)) return std::nullopt;
     SimulatedCacheCounts counts(pools);
     ResourceDemand reclaimed;
     return simulateTrimOrEvict(demand, pools, records, record, {}, counts, reclaimed, false);

@@ -58,8 +58,8 @@ public:
                              EvictionPolicy policy = EvictionPolicy::kRecordLru);
     // One kRecordLruTrim step of that walk on the pools as they are now, every earlier victim already applied
     // (what a caller evicting as it goes needs): the blocks `record` keeps (>= 1) when trimming its tail meets the
-    // demand and its shorter key is free; nullopt when it must be evicted whole. O(1) when even dropping all but
-    // its first block could not meet the demand, else O(blocks dropped).
+    // demand and its shorter key is free; nullopt when it must be evicted whole. O(blocks dropped): the walk stops
+    // as soon as the blocks left could not meet the demand (after one block when even all but the first could not).
     static std::optional<int32_t> trimPoint(ResourceDemand const& demand, ResourcePools const& pools,
                                             CacheRecordStore const& records, StoredRecord const& record);
 };

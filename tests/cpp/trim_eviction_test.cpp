@@ -177,7 +177,7 @@ TEST(TrimEvictionPlanner, TrimPointIsOneStepOfThePlanOnTheStateAsItIs) {
         EXPECT_EQ(plan.trim->keepBlocks, *keep);
     }
     // Pages 0 and 1 are shared with the other record: dropping blocks [1, 6) frees 4 pages at most, so 7 cannot be
-    // met by a trim (r is evicted whole), nor 11 (more than r has blocks: the O(1) bound).
+    // met by a trim (r is evicted whole), nor 11 (more than r has blocks: the walk stops after one).
     EXPECT_FALSE(EvictionPlanner::trimPoint({7, 0, 0, 0}, s.pools, s.records, record).has_value());
     EXPECT_FALSE(EvictionPlanner::trimPoint({11, 0, 0, 0}, s.pools, s.records, record).has_value());
     // A trim onto another record's key is refused: keeping 2 blocks (4 cut) would end where `shared` ends.
