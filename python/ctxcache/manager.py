@@ -102,7 +102,7 @@ class ManagerMetrics:
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
 _PUBLISH_STATUSES = tuple(PublishStatus)
 _ACQUIRED = AcquireStatus.ACQUIRED
-_NDARRAY = np.ndarray
+_NDARRAY = _arrays._NDARRAY
 _UINT64 = _arrays._UINT64
 _HASH_STRIDES = _arrays._HASH_STRIDES
 _HASHES = _arrays._HASHES
@@ -117,8 +117,7 @@ _ACQUIRE_RESULT = ffi.typeof("ctxc_acquire_result_t *")
 # than converting an initializer list. _ACQUIRE_RESULT_TEMPLATE owns the memory the struct view reads.
 _ACQUIRE_RESULT_TEMPLATE = new_cdata(_ACQUIRE_RESULT, [ffi.sizeof("ctxc_acquire_result_t")])
 _ACQUIRE_RESULT_INIT = _ACQUIRE_RESULT_TEMPLATE[0]
-_INT32_PTR = ffi.typeof("int32_t *")
-_INT32 = np.dtype(np.int32)
+_INT32 = _arrays._INT32
 _frombuffer = np.frombuffer
 _new_object = object.__new__
 _buffer = ffi.buffer
