@@ -100,8 +100,9 @@ void DraftPathIndex::insert(RecordId record, PagePathSpan pages, size_t draftPat
     if (length > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
         throw ContractError("DraftPathIndex::insert: record " + std::to_string(record) + " has " +
                             std::to_string(length) + " blocks, more than a boundary count can name");
-    PageId const largest = *std::max_element(pages.data, pages.data + length);
-    if (*std::min_element(pages.data, pages.data + length) < 0)
+    auto const [smallest, largestAt] = std::minmax_element(pages.data, pages.data + length);  // one pass
+    PageId const largest = *largestAt;
+    if (*smallest < 0)
         throw ContractError("DraftPathIndex::insert: record " + std::to_string(record) + " has a negative page");
     auto const existing = slotOf_.find(record);
     size_t keptLinks = 0;  // the size of an already indexed record's link array, restored on failure
