@@ -63,7 +63,7 @@ def write_module(header: Path, output: Path) -> None:
     builder = cffi.FFI()
     builder.cdef(cdef)
     builder.set_source("ctxcache." + MODULE_NAME, None)  # None: ABI mode, no C compiled (the .so is dlopen()ed)
-    partial = output.with_name(output.name + ".tmp%d" % os.getpid())
+    partial = output.with_name(f"{output.name}.tmp{os.getpid()}")
     builder.emit_python_code(str(partial))
     with open(partial, "a") as module:
         module.write(f"\n# Written by ctxcache/_ffi_build.py from {header.name}; checked by ctxcache/_ffi.py at import.\n"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 import subprocess
 import sys
 import weakref
@@ -24,9 +23,8 @@ import pytest
 
 import ctxcache
 from ctxcache import ContextCacheManager, ResourceDemand, device
-from ctxcache._ffi import ffi, lib
 
-from finalizer_repro import package_spellings, unresolved  # noqa: E402
+from finalizer_repro import package_spellings, unresolved
 
 REPRO = Path(__file__).with_name("finalizer_repro.py")
 HANG_SECONDS = 20

@@ -4,8 +4,9 @@ Every `ctxcache` command pays the import. It took 1.7 to 2.4 s (cffi parsing the
 spelling, with pycparser); the build now writes the parsed declarations beside the library (_ffi_abi.py, cffi's
 out-of-line ABI mode) and the import loads them. The deterministic proof is that no parser is imported at all; the
 timed test measures the import in fresh interpreters, by CPU time (what the import costs, whatever else the machine
-runs) against the issue's 0.3 s, and by wall-clock time above a baseline interpreter that imports only numpy and
-cffi's backend, measured interleaved with it (so a loaded machine slows both).
+runs) against the issue's 0.3 s, and by wall-clock time against a baseline interpreter that imports only numpy and
+cffi's backend, measured interleaved with it: a loaded machine stretches both alike (on 2 shared cores at a load of
+14 the package took 0.57 s against the baseline's 0.38 s, with 0.16 s of CPU; main took 5 s, 13 times the baseline).
 
 The fallback paths (no module beside the library, a module from another header, an unloadable one) parse the header
 with one warning that says why, and fail with one line when there is no header either.
@@ -27,7 +28,7 @@ from ctxcache import _ffi
 
 RUNS = 10
 CPU_BOUND_S = 0.3  # the target, for the whole `python -c "import ctxcache"`
-WALL_OVER_BASELINE_S = 0.5  # wall-clock time the package adds to an interpreter that imports numpy and cffi's backend
+WALL_OVER_BASELINE = 3.0  # at most this many times the wall-clock time of `python -c "import numpy, _cffi_backend"`
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -73,7 +74,7 @@ def test_import_parses_nothing_and_imports_numpy_and_cffi_only(tmp_path):
     assert done.stdout.split("\n")[0] == "['_cffi_backend', 'ctxcache', 'numpy']"  # no pycparser, cffi, matplotlib, tqdm
 
 
-def test_import_takes_under_0_3_s_of_cpu(tmp_path):
+def test_import_takes_under_0_3_s(tmp_path):
     env = _env(tmp_path)
     baseline, package = "import numpy, _cffi_backend", "import ctxcache"
     _timed(package, env)  # the byte-code cache, written once
@@ -86,7 +87,7 @@ def test_import_takes_under_0_3_s_of_cpu(tmp_path):
     base_wall = statistics.median(wall for wall, _ in base_runs)
     print(f"import ctxcache: median {wall:.3f} s wall, {cpu:.3f} s CPU; numpy + _cffi_backend {base_wall:.3f} s wall")
     assert cpu < CPU_BOUND_S, (cpu, sorted(runs))
-    assert wall - base_wall < WALL_OVER_BASELINE_S, (wall, base_wall, sorted(runs))
+    assert wall < WALL_OVER_BASELINE * base_wall, (wall, base_wall, sorted(runs))
 
 
 # ---- the fallbacks ----------------------------------------------------------------------------------------------
