@@ -13,19 +13,21 @@ import argparse
 import json
 import sys
 
+from ._cli_args import OneLineParser
+
 
 def _info(_: argparse.Namespace) -> int:
     import ctxcache
     from ctxcache import _ffi
 
-    devices = ctxcache.cuda_device_count()
+    probe = ctxcache.cuda_device_count()  # < 0: the probe failed (the negated CUDA error), which is no device
     print(json.dumps({
         "version": ctxcache.__version__,
         "abi_version": ctxcache.abi_version(),
         "library": _ffi._library_path,
         "cuda_compiled": ctxcache.cuda_compiled(),
-        "cuda_device_count": devices,
-        "cuda_probe": _ffi.last_error() if devices <= 0 else "ok",
+        "cuda_device_count": max(probe, 0),
+        "cuda_probe": "ok" if probe > 0 else (_ffi.last_error() or "no CUDA device visible"),
     }, indent=2))
     return 0
 
@@ -55,7 +57,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
+    parser = OneLineParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what was built and what devices it sees").set_defaults(run=_info)
     bench = sub.add_parser("bench", help="replay a Mooncake trace through the manager", add_help=False)

@@ -454,7 +454,7 @@ def test_replay_publishes_its_events(engine: str, capsys: pytest.CaptureFixture[
         while (frames := receive(sub, 1.0)) is not None:
             received.append(frames)
     ev = report["kv_events"]
-    assert ev["batches"] > 0 and ev["sent"] == ev["batches"] and ev["dropped"] == 0
+    assert ev["batches"] > 0 and ev["handed_to_zmq"] == ev["batches"] and ev["dropped"] == 0
     # A subscriber that joins as the publisher binds misses the batches sent before its subscription arrives (ZMQ's
     # slow joiner; a router recovers them through the replay socket), never later ones: what arrived is the tail of
     # the sequence, in order, and decodes. A replay this short can be over before the subscription arrives, so
