@@ -66,6 +66,8 @@ CASES = [
      ["--events-replay", "tcp://HOST:PORT"]),
     ("bench-runtime-seed", ["bench-runtime", "--seed", "-1"], ["--seed", "0", "4294967294"]),
     ("bench-runtime-requests", ["bench-runtime", "--requests", "0"], ["--requests", "1", "20000"]),
+    ("bench-page-size-not-dividing-512", ["bench", "--page-size", "48"], ["--page-size", "512", "48"]),
+    ("bench-repeat-zero", ["bench", "--repeat", "0"], ["--repeat", "1", "1000"]),
     ("unknown-command", ["frobnicate"], ["command", "replay", "sweep"]),
 ]
 # --backend cuda on a machine without a usable device (on one with a device the run would just work).
