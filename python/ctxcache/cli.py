@@ -5,6 +5,10 @@
   ctxcache sweep          the hit rate over a range of cache capacities: a PNG plot and a CSV
   ctxcache bench          replay the Mooncake trace through the manager (see tools/bench_manager)
   ctxcache bench-runtime  the runtime's own bookkeeping per request and per decode step (see tools/bench_runtime)
+
+A bad option, here or in a subcommand, is one line on stderr and exit status 2 (every parser is a
+``_cli_args.OneLineParser``, every integer option an ``int_range``); ``info`` reports a device count that is never
+negative (a failed probe is 0 devices, its reason in ``cuda_probe``).
 """
 
 from __future__ import annotations
