@@ -4,8 +4,8 @@ Every bad invocation runs as its own process (``python -m ctxcache.cli ...``, th
 must end with exit status 2 and exactly one line on stderr that names the option and what it allows, never a
 traceback. The processes start together (a module fixture, a few at a time) so that the import of each overlaps the
 others. The rest runs in this process: sweep's output checks come before any work, ``info`` never reports a
-negative device count, the progress bar stays silent when stderr is not a terminal, and the report's figures say
-what they cover.
+negative device count, the progress bar stays silent when stderr is not a terminal, the report's figures say
+what they cover, and a pipe whose reader has gone is no traceback.
 """
 
 from __future__ import annotations
@@ -232,3 +232,15 @@ def test_the_progress_bar_is_silent_when_stderr_is_a_pipe_and_shown_on_a_termina
             shown = ""
     os.close(leader)
     assert "replay" in shown and "\r" in shown
+
+
+def test_a_reader_that_leaves_early_is_no_traceback() -> None:
+    """`ctxcache info | head -0`: the pipe's reader is gone before the command writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ctxcache.cli", "info"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 128 + 13 and proc.stderr == "", proc.stderr
