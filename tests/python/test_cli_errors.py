@@ -3,7 +3,7 @@
 Every bad invocation runs as its own process (``python -m ctxcache.cli ...``, this interpreter and environment) and
 must end with exit status 2 and exactly one line on stderr that names the option and what it allows, never a
 traceback. The processes start together (a module fixture, a few at a time) so that the import of each overlaps the
-others. The rest runs in this process: sweep's output checks come before any work, ``info`` never reports a
+others. The rest runs in this process where it can: sweep's output checks come before any work, ``info`` never reports a
 negative device count, the progress bar stays silent when stderr is not a terminal, the report's figures say
 what they cover, and a pipe whose reader has gone is no traceback.
 """
