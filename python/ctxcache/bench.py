@@ -64,6 +64,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ._cli_args import INT32_MAX, OneLineParser, int_range
 from .enums import AcquireStatus, PublishStatus, ResourceType
 from .hashing import Hasher
 from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
@@ -755,38 +756,42 @@ def _modes(values: Sequence[str] | None) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxcache bench", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="ctxcache bench", description=__doc__.split("\n\n")[0])
+    positive = int_range(1, INT32_MAX)
     parser.add_argument("--trace", default=None, help="Mooncake JSONL trace (default: $CTXCACHE_TRACE)")
-    parser.add_argument("--requests", type=int, default=None, help="replay only the first N requests")
-    parser.add_argument("--page-size", type=int, action="append", dest="page_sizes",
-                        help="page size (repeatable; default 16 and 128)")
+    parser.add_argument("--requests", type=positive, default=None, help="replay only the first N requests")
+    parser.add_argument("--page-size", type=int_range(1, TRACE_BLOCK), action="append", dest="page_sizes",
+                        help=f"page size, a divisor of the trace's {TRACE_BLOCK}-token blocks (repeatable; default 16 "
+                             f"and 128)")
     parser.add_argument("--mode", action="append", dest="modes",
                         help="vanilla, hybrid or spec (repeatable or comma separated; default all three)")
-    parser.add_argument("--capacity-blocks", type=int, default=None,
+    parser.add_argument("--capacity-blocks", type=positive, default=None,
                         help="base (and spec draft) pool capacity in 512-token blocks (default: half the distinct "
                              "blocks)")
-    parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
-    parser.add_argument("--snapshot-slots", type=int, default=None,
+    parser.add_argument("--max-records", type=positive, default=DEFAULT_MAX_RECORDS,
+                        help=f"cache record limit (default {DEFAULT_MAX_RECORDS:,})")
+    parser.add_argument("--snapshot-slots", type=positive, default=None,
                         help="hybrid recurrent and partial-KV snapshot slots, each (default: half the requests)")
-    parser.add_argument("--hybrid-candidates", type=int, default=DEFAULT_HYBRID_CANDIDATES,
+    parser.add_argument("--hybrid-candidates", type=int_range(0, INT32_MAX), default=DEFAULT_HYBRID_CANDIDATES,
                         help="hybrid: try the K longest candidate lengths (default 8; 0 = all)")
     parser.add_argument("--key", default=DEFAULT_KEY, help="SHA-256 hashing key")
-    parser.add_argument("--repeat", type=int, default=5,
-                        help="identical passes; each request counts with its fastest (default 5)")
+    parser.add_argument("--repeat", type=int_range(1, 1000), default=5,
+                        help="identical passes; each request counts with its fastest (default 5, at most 1000)")
     parser.add_argument("--no-upper-bound", action="store_true", help="skip the unbounded-cache replay")
     parser.add_argument("--eviction-policy", choices=("lru", "lru-trim"), default="lru",
                         help="the manager's capacity eviction (default lru, the reference's whole-record LRU)")
-    parser.add_argument("--call-batches", type=int, default=DEFAULT_CALL_BATCHES,
+    parser.add_argument("--call-batches", type=int_range(1, 100_000), default=DEFAULT_CALL_BATCHES,
                         help="python_call_ns: batches of the per-call loop (default 40; the median is reported)")
-    parser.add_argument("--call-batch-size", type=int, default=DEFAULT_CALL_BATCH_SIZE,
+    parser.add_argument("--call-batch-size", type=int_range(1, 100_000), default=DEFAULT_CALL_BATCH_SIZE,
                         help="python_call_ns: requests per batch (default 500)")
     parser.add_argument("--calls", action="store_true",
                         help="measure only python_call_ns, at the first --page-size (default 16); no trace needed")
     parser.add_argument("--table", action="store_true", help="also print a readable table on stderr")
     args = parser.parse_args(list(argv) if argv is not None else None)
-    if args.call_batches <= 0 or args.call_batch_size <= 0:
-        parser.error("--call-batches and --call-batch-size must be positive")
     page_sizes = args.page_sizes or [16, 128]
+    if any(TRACE_BLOCK % p for p in page_sizes):
+        parser.error(f"argument --page-size: must divide {TRACE_BLOCK} (the trace's block size), got "
+                     f"{', '.join(str(p) for p in page_sizes if TRACE_BLOCK % p)}")
     calls = call_overhead(page_sizes[0] if args.page_sizes else 16, batches=args.call_batches,
                           batch_size=args.call_batch_size, key=args.key)
     if args.calls:
@@ -798,8 +803,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         modes = _modes(args.modes)
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
-    if args.hybrid_candidates < 0:
-        parser.error("--hybrid-candidates must be >= 0")
 
     trace = Path(args.trace) if args.trace else default_trace()
     if trace is None:
