@@ -388,15 +388,34 @@ TEST(BoundedSwaKVPageManager, EveryHandleNamingTheManagerIsDetachedWhenItGoes) {
     EXPECT_FALSE(second.valid());
     EXPECT_TRUE(assigned.valid());
     EXPECT_EQ(assigned.batchSize(), 1);
-    EXPECT_FALSE(moved[0].valid());
-    EXPECT_EQ(m.finish(moved[0]), Status::kOk);  // resolved by shutdown: nothing left to release
-    EXPECT_EQ(m.freePageCount(), 256 - m.privatePagesPerSequence());  // the other request keeps its pages
+    EXPECT_FALSE(moved[0].valid());  // resolved by shutdown, but it still names the manager (not finished)
+    EXPECT_EQ(m.freePageCount(), 256 - m.privatePagesPerSequence());  // the other request holds its pages
     Manager::RequestHandle third = std::move(assigned);
     rig.manager.reset();
     EXPECT_FALSE(third.valid());
     EXPECT_EQ(third.batchSize(), 0);
     EXPECT_FALSE(moved[0].valid());
+    EXPECT_EQ(moved[0].batchSize(), 0);
     // third and moved[0] go out of scope after the manager: their destructors touch nothing.
+}
+
+// The same when the handle that outlives the manager was finished by hand once its quarantine was resolved: a
+// finish detaches it, so a later manager destruction has nothing of it left to forget.
+TEST(BoundedSwaKVPageManager, AHandleFinishedAfterShutdownIsAlreadyDetached) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle first = rig.begin(1);
+    ASSERT_EQ(m.preparePrefill(first, {9}), Status::kOk);
+    rig.failNextSync = true;
+    ASSERT_EQ(m.completePrefill(first), Status::kPoisoned);
+    ASSERT_EQ(m.shutdown(), Status::kOk);
+    Manager::RequestHandle second = rig.begin(1);
+    EXPECT_EQ(m.finish(first), Status::kOk);  // resolved by shutdown: nothing left to release
+    EXPECT_EQ(m.freePageCount(), 256 - m.privatePagesPerSequence());  // second keeps its pages
+    EXPECT_EQ(m.finish(first), Status::kOk);  // an empty handle: a no-op
+    rig.manager.reset();
+    EXPECT_FALSE(first.valid());
+    EXPECT_FALSE(second.valid());
 }
 
 // ---- the facade's SWA backend --------------------------------------------------------------------------------
