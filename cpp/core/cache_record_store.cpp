@@ -19,10 +19,12 @@ namespace ctxcache {
 
 namespace {
 
-// One block's term of the published-hash digest: the hash mixed with its position, so that the sum over blocks
-// tells a reordering or a changed block apart and a trim can subtract the blocks it cuts.
+// One block's term of the published-hash digest: the hash folded to 64 bits with its position, times an odd
+// constant (one multiply: publication computes a term per block). The sum over blocks tells a changed or a moved
+// block apart (a changed fold always changes its term), and a trim subtracts the blocks it cuts.
 uint64_t digestTerm(BlockHash const& hash, size_t block) noexcept {
-    return detail::mixHash(hash.lo ^ detail::mixHash(hash.hi + 0x9E3779B97F4A7C15ull * (block + 1)));
+    uint64_t const fold = hash.lo ^ ((hash.hi << 29) | (hash.hi >> 35)) ^ ((block + 1) * 0x9E3779B97F4A7C15ull);
+    return fold * 0xD6E8FEB86659FD93ull;
 }
 
 // anchorOf for a record in its full form (at insertion).

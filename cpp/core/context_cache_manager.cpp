@@ -786,8 +786,8 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
     record.key = CacheRecordKey{checkpoint.exactPrefixDigest, publishedBlocks};
     record.logicalBlockHashes.assign(hashes.begin(), hashes.end());
     record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + publishedBlocks);
-    record.basePagePath =
-        projectCanonicalBasePath(op, hashes, fullBlocks, s.basePages, s.matchedHashes.size(), newlyMapped);  // last: maps
+    record.basePagePath = projectCanonicalBasePath(op, hashes, fullBlocks, s.basePages, s.matchedHashes.size(),
+                                                   newlyMapped);  // last: maps
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;

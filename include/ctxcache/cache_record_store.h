@@ -19,9 +19,10 @@
 //             its last hash), get/touch/erase/setDraftState/materialize of an unknown id: ContractError, nothing
 //             changed. A derivable hash whose page the source does not map: InvariantError (corrupt state).
 // Cost:       insert/find/touch/erase O(1) expected plus the record's size (insert folds the hashes it is given
-//             into the digest: two multiplies per block, no memory read beyond them; trimTail reads the cut
-//             blocks' reverse entries); logicalHash O(1) (one reverse-array read); materialize O(blocks); hybridCandidateLengths(n)
-//             O(distinct stored lengths below n), hybridCandidateLengths(n, hashes) O(input blocks + results).
+//             into the digest: one multiply per block, no memory read beyond them; trimTail reads the cut
+//             blocks' reverse entries); logicalHash O(1) (one reverse-array read); materialize O(blocks);
+//             hybridCandidateLengths(n) O(distinct stored lengths below n), hybridCandidateLengths(n, hashes)
+//             O(input blocks + results).
 // Threading:  single writer, no internal locks.
 #pragma once
 
