@@ -8,7 +8,8 @@
 //     an id is free <=> both are zero;
 //   - a base mapping hash -> page exists exactly while page holds a cache ref, and a base record's path is the
 //     index's projection of its logical hashes (so the store keeps no copy of them: it derives each from the
-//     index's page -> hash entry, and a pure-recurrent checkpoint, which has no pages, keeps its own);
+//     index's page -> hash entry, and a pure-recurrent checkpoint, which has no pages, keeps its own); every
+//     block of every record, through the store's digest of the hashes it was published with;
 //   - every paired non-hybrid (EAGLE) record's boundaries are in the draft index and nothing else is: a
 //     Hybrid+MTP checkpoint's draft path is found only through its exact checkpoint key (the store's MTP
 //     index), never by the EAGLE path lookup, whose one-page replay rule does not describe it;
