@@ -1,8 +1,8 @@
 // DraftPathIndex: boundary heads in an array indexed by canonical base page (other depths of a page in an overflow
-// map), doubly linked entry lists through per-record link arrays (unlinking is O(1), verified against the page). insert checks for duplicates and grows the head array
-// before it changes anything, and undoes a partial insert if the overflow map's growth fails; memoryBytes is kept
-// up to date incrementally. Full contract (layout, invariants, errors, cost, threading):
-// include/ctxcache/draft_path_index.h.
+// map), doubly linked entry lists through per-record link arrays (unlinking is O(1), verified against the page). insert
+// checks for duplicates and grows the head array before it changes anything, and undoes a partial insert if the
+// overflow map's growth fails; memoryBytes is kept up to date incrementally. Full contract (layout, invariants, errors,
+// cost, threading): include/ctxcache/draft_path_index.h.
 
 #include "ctxcache/draft_path_index.h"
 
@@ -291,8 +291,8 @@ void DraftPathIndex::checkInvariants() const {
         if (r.entries == 0) continue;  // free
         ++live;
         capacity += r.links.capacity();
-        size_t const present =
-            static_cast<size_t>(std::count_if(r.links.begin(), r.links.end(), [](Link const& l) { return l.present(); }));
+        size_t const present = static_cast<size_t>(
+            std::count_if(r.links.begin(), r.links.end(), [](Link const& l) { return l.present(); }));
         if (present != r.entries || listed[slot] != r.entries)
             fail("record " + std::to_string(r.id) + " counts " + std::to_string(r.entries) + " entries, has " +
                  std::to_string(present) + " links and is listed " + std::to_string(listed[slot]) + " times");

@@ -53,9 +53,20 @@ from .enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, Res
 from .hashing import Hasher
 from .manager import ContextCacheManager, ResourceDemand
 from .oracle import offline_optimum, prepare_pages
-from .workload import (TRACE_BLOCK, ConversationSpec, TraceError, WorkloadError, WorkloadRequest,
-                       add_conversation_options, builtin_workload, conversation_spec, conversation_trace,
-                       given_conversation_options, read_trace, trace_workload)
+from .workload import (
+    TRACE_BLOCK,
+    ConversationSpec,
+    TraceError,
+    WorkloadError,
+    WorkloadRequest,
+    add_conversation_options,
+    builtin_workload,
+    conversation_spec,
+    conversation_trace,
+    given_conversation_options,
+    read_trace,
+    trace_workload,
+)
 
 MODES = {"vanilla": "attention", "hybrid": "hybrid", "spec": "eagle"}
 DEFAULT_KEY = "ctxcache-replay-key"

@@ -4,8 +4,8 @@
 // recent first after erases, record slots reused through the free list, 8 bytes per shared entry, a page at several
 // depths (the overflow map: its primary vacated and retaken, trims and erases), the head array sized on first use,
 // unresolved pages in a lookup, the strong guarantee under a failed allocation, erase reading a bounded number of
-// links per entry however many records share its boundaries (the conversation shape), and a randomized comparison against
-// a plain model. Hashes stand for their canonical pages through pageOf, as the base index gives them.
+// links per entry however many records share its boundaries (the conversation shape), and a randomized comparison
+// against a plain model. Hashes stand for their canonical pages through pageOf, as the base index gives them.
 
 #include <gtest/gtest.h>
 
