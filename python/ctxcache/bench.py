@@ -36,6 +36,10 @@ must stay identical (see the C++ file's header comment for the full list):
   served once (the first of the passes); each request is hashed ``--repeat`` times back to back and the replay runs
   ``--repeat`` times, and the ``hot_*`` figures count every request with its fastest repetition (caches warm from
   the identical passes before it): labelled hot wherever they are shown.
+- vanilla and spec also report each acquire call's time (``acquire_p50_us``, ``acquire_p99_us``,
+  ``acquire_max_us``, nearest rank, first pass) and ``manager_seconds_by_operation`` (acquire, grow, publish,
+  release); ``ctxcache workload --out FILE`` writes the conversation workload (docs/TRACES.md) to bench with
+  ``--trace FILE``.
 
 Beside the trace replay, ``python_call_ns`` is what one call through the package costs (see
 :func:`call_overhead`): a tiny request that always hits, in a warm loop, timed call by call. It is an upper bound
@@ -248,6 +252,8 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
     if spec:
         out.update(lease_base_pages=0, lease_draft_pages=0, hits=0, replayed_pages=0)
     request_ns = [0] * len(requests)
+    acquire_ns = [0] * len(requests)
+    op_ns = [0, 0, 0, 0]  # acquire, grow, publish, release
     peak = 0
     acquired_ok = AcquireStatus.ACQUIRED
     published_ok = PublishStatus.PUBLISHED
@@ -261,9 +267,12 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 
             t0 = perf()
             result = acquire(h, n_in)
+            t_acquired = perf()
+            acquire_ns[i] = t_acquired - t0
+            op_ns[0] += t_acquired - t0
             lease = result.lease
             if lease is None:
-                t1 = perf()
+                t1 = t_acquired
                 request_ns[i] = t1 - t0
                 out["requests"] += 1
                 out["input_tokens"] += n_in
@@ -274,9 +283,14 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
                 grown = manager.grow_spec_pages(lease, grow, grow) if spec else manager.grow_base_pages(lease, grow)
             else:
                 grown = True
+            t_grown = perf()
             published = manager.publish(lease, h, n_in) if publishes else None
+            t_published = perf()
             lease.close()
             t1 = perf()
+            op_ns[1] += t_grown - t_acquired
+            op_ns[2] += t_published - t_grown
+            op_ns[3] += t1 - t_published
 
             request_ns[i] = t1 - t0
             plan = result.plan
@@ -326,9 +340,17 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
         if spec:
             out["draft_capacity_pages"] = capacity_pages
         out["request_ns"] = request_ns
+        out["acquire_ns"] = acquire_ns
+        out["op_ns"] = op_ns
     finally:
         manager.close()
     return out
+
+
+def _nearest_rank_us(ns: Sequence[int], q: float) -> float:
+    """The q-quantile of call times in microseconds, nearest rank (as tools/bench/bench_manager.cpp computes it)."""
+    ordered = sorted(ns)
+    return ordered[int(q * (len(ordered) - 1) + 0.5)] * 1e-3 if ordered else 0.0
 
 
 def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
@@ -698,6 +720,11 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
     if hybrid:
         res["digest_seconds"] = _sig(digest_s)
     res["manager_seconds"] = _sig(manager_s)
+    if "acquire_ns" in run:  # vanilla and spec: the acquire tail and where the time goes (first pass)
+        for name, q in (("acquire_p50_us", 0.5), ("acquire_p99_us", 0.99), ("acquire_max_us", 1.0)):
+            res[name] = _sig(_nearest_rank_us(run["acquire_ns"], q))
+        res["manager_seconds_by_operation"] = {op: _sig(t * 1e-9) for op, t in
+                                               zip(("acquire", "grow", "publish", "release"), run["op_ns"])}
     res["hash_ns_per_token"] = _sig(_ratio(hash_ns, hashed_tokens))
     if hybrid:
         res["digest_ns_per_token"] = _sig(_ratio(run["digest_ns"], hashed_tokens))

@@ -3,6 +3,7 @@
   ctxcache info           what was built (ABI, CUDA backend, devices) and where the library lives
   ctxcache replay         replay a serving workload (built-in, or a Mooncake trace) through the cache: the report
   ctxcache sweep          the hit rate over a range of cache capacities: a PNG plot and a CSV
+  ctxcache workload       write the seeded conversation workload as a Mooncake-format JSONL trace
   ctxcache bench          replay the Mooncake trace through the manager (see tools/bench_manager)
   ctxcache bench-runtime  the runtime's own bookkeeping per request and per decode step (see tools/bench_runtime)
 
@@ -61,6 +62,12 @@ def _sweep(args: argparse.Namespace) -> int:
     return replay.sweep_main(args.forwarded_args)
 
 
+def _workload(args: argparse.Namespace) -> int:
+    from . import workload
+
+    return workload.workload_main(args.forwarded_args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_runtime.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench_runtime.set_defaults(run=_bench_runtime)
     for name, run, text in (("replay", _replay, "replay a serving workload through the cache and report it"),
-                            ("sweep", _sweep, "the hit rate over a range of cache capacities (PNG + CSV)")):
+                            ("sweep", _sweep, "the hit rate over a range of cache capacities (PNG + CSV)"),
+                            ("workload", _workload, "write the conversation workload as a Mooncake JSONL trace")):
         forwarded = sub.add_parser(name, help=text, add_help=False)
         forwarded.add_argument("forwarded_args", nargs=argparse.REMAINDER)
         forwarded.set_defaults(run=run)
@@ -82,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if args.command in ("bench", "bench-runtime"):
         args.bench_args = extra + list(args.bench_args)
-    elif args.command in ("replay", "sweep"):
+    elif args.command in ("replay", "sweep", "workload"):
         args.forwarded_args = extra + list(args.forwarded_args)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))

@@ -64,7 +64,20 @@ from .enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, Res
 from .hashing import Hasher
 from .manager import ContextCacheManager, ResourceDemand
 from .oracle import offline_optimum, prepare_pages
-from .workload import TRACE_BLOCK, TraceError, WorkloadRequest, builtin_workload, read_trace, trace_workload
+from .workload import (
+    TRACE_BLOCK,
+    ConversationSpec,
+    TraceError,
+    WorkloadError,
+    WorkloadRequest,
+    add_conversation_options,
+    builtin_workload,
+    conversation_spec,
+    conversation_trace,
+    given_conversation_options,
+    read_trace,
+    trace_workload,
+)
 
 MODES = {"vanilla": "attention", "hybrid": "hybrid", "spec": "eagle"}
 DEFAULT_KEY = "ctxcache-replay-key"
@@ -587,6 +600,10 @@ _POSITIVE_INT32 = int_range(1, INT32_MAX)
 def _add_common(p: argparse.ArgumentParser) -> None:
     """The options replay and sweep share (every integer through int_range: a bad value is one line, exit 2)."""
     p.add_argument("trace", nargs="?", help="a Mooncake-format JSONL trace (default: the built-in workload)")
+    p.add_argument("--workload", choices=("builtin", "conversations"), default=None,
+                   help="without a trace: builtin (the default: chats, agent loops, documents, one-off prompts) or "
+                        "conversations (many multi-turn conversations at scale, seeded by --seed; the options "
+                        "below; `ctxcache workload --out FILE` writes it as a trace)")
     p.add_argument("--page-size", type=_POSITIVE_INT32, default=16,
                    help="tokens per page (default 16; divides 512 for traces)")
     p.add_argument("--max-records", type=_POSITIVE_INT32, default=1_000_000,
@@ -602,13 +619,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "trusted input only)")
     p.add_argument("--key", default=DEFAULT_KEY, help="SHA-256 key of the bookkeeping-only hashes")
     p.add_argument("--seed", type=int_range(0, UINT32_MAX), default=0,
-                   help=f"built-in workload and engine model seed, 0 to {UINT32_MAX} (default 0)")
+                   help=f"seed of the built-in and conversation workloads and of the engine's model, 0 to {UINT32_MAX} "
+                        "(default 0)")
     p.add_argument("--limit", type=_POSITIVE_INT32, default=None, help="replay only the first N requests")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-optimum", action="store_true",
                    help="skip the offline optimum (Belady) at the same capacity (vanilla mode, prefill state only; "
                         "a few seconds on a 4,000-request trace)")
+    add_conversation_options(p, defaults=False)
 
 
 def _add_replay_only(p: argparse.ArgumentParser) -> None:
@@ -638,9 +657,34 @@ def _settings(args: argparse.Namespace) -> Settings:
                     events_topic=getattr(args, "events_topic", ""))
 
 
-def load_workload(trace: str | None, settings: Settings, limit: int | None) -> tuple[str, list[WorkloadRequest]]:
+def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
+    """--workload conversations: its spec (seeded by --seed); None for the other workloads. A conversation option
+    without it, or --workload with a trace, is a SettingsError."""
+    options = given_conversation_options(args)
+    chosen = getattr(args, "workload", None)
+    if chosen is not None and getattr(args, "trace", None) is not None:
+        raise SettingsError(f"--workload {chosen} and a trace file exclude each other")
+    if chosen != "conversations":
+        if options:
+            raise SettingsError(f"{options[0]} needs --workload conversations")
+        return None
+    try:
+        return conversation_spec(args, settings.seed)
+    except WorkloadError as e:
+        raise SettingsError(str(e)) from None
+
+
+def load_workload(trace: str | None, settings: Settings, limit: int | None,
+                  conversations: ConversationSpec | None = None) -> tuple[str, list[WorkloadRequest]]:
     if limit is not None and limit <= 0:
         raise SettingsError(f"--limit must be positive, got {limit}")
+    if conversations is not None:
+        if settings.page_size <= 0 or TRACE_BLOCK % settings.page_size:
+            raise SettingsError(f"--page-size {settings.page_size} must divide {TRACE_BLOCK} (the conversation "
+                                f"workload is a trace of {TRACE_BLOCK}-token blocks)")
+        c = conversations
+        name = f"conversation workload ({c.conversations:,} conversations x {c.turns} turns, seed {c.seed})"
+        return name, trace_workload(conversation_trace(c)[:limit])
     if trace is None:
         return "built-in workload", builtin_workload(settings.seed)[:limit]
     if settings.page_size <= 0 or TRACE_BLOCK % settings.page_size:
@@ -692,7 +736,8 @@ def run_replay(args: argparse.Namespace) -> int:
     optimum: float | None = None
     interrupted = False
     try:
-        workload, requests = load_workload(args.trace, settings, args.limit)
+        workload, requests = load_workload(args.trace, settings, args.limit,
+                                           conversation_workload(args, settings))
         with _progress(len(requests), "hashing", show) as step:
             prepared = prepare(requests, settings, step)
         capacity = _capacity(args, prepared, settings)
@@ -800,7 +845,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
 
     t0 = time.perf_counter()
-    workload, requests = load_workload(args.trace, settings, args.limit)
+    workload, requests = load_workload(args.trace, settings, args.limit, conversation_workload(args, settings))
     show = not args.no_progress
     with _progress(len(requests), "hashing", show) as step:
         prepared = prepare(requests, settings, step)
