@@ -1533,7 +1533,8 @@ typedef struct ctxc_sim_engine_options {
     uint32_t struct_size;
     int32_t deployment;             /* CTXC_SIM_DEPLOYMENT_* */
     int32_t page_size;              /* 16 */
-    int32_t base_pages;             /* 256: base pool pages (and draft pool pages for EAGLE) */
+    int32_t base_pages;             /* 256: base pool pages (and draft pool pages for EAGLE); > 0, or >= 0 for
+                                       CTXC_SIM_DEPLOYMENT_RECURRENT (no attention layer, so no KV page) */
     int32_t max_records;            /* 1024 */
     int32_t max_batch;              /* 8 */
     int32_t max_pages_per_sequence; /* 64 */
