@@ -11,8 +11,9 @@
 //             colliding hashes) live in an overflow map keyed by (page, n). The entries under a boundary form a
 //             singly linked list, most recently inserted first, whose links live in the records: every indexed
 //             record owns one array of uint32 links, link[n - 1] = the next record (by dense record slot) in
-//             boundary n's list. An entry costs 4 bytes; a page 8 bytes of head array (sized to the largest
-//             page indexed, or to the page capacity named at construction once a record is indexed).
+//             boundary n's list. An entry costs 4 bytes; a page 8 bytes of head array (allocated when the first
+//             record is indexed, for min(page capacity, kEagerMetadataIds) pages, then grown geometrically to
+//             cover the largest page indexed, up to the page capacity named at construction).
 // Invariants: an entry {record, n} exists exactly while record's link[n - 1] is present, and then it is on the
 //             list of exactly one boundary (pages[n - 1], n); a boundary exists exactly while its list is
 //             non-empty; each (page, n) is held in one place only: the page's primary head or the overflow map,
@@ -64,8 +65,9 @@ struct PagePathSpan {
 
 class DraftPathIndex {
 public:
-    // pageCapacity: the base pool's size; the head array takes it (8 bytes a page) when the first record is
-    // indexed, so an index that never holds a record costs nothing. Larger pages still index (the array grows).
+    // pageCapacity: the base pool's size; the head array (8 bytes a page) takes its eager part when the first
+    // record is indexed and grows with the largest page indexed, so an index that never holds a record costs
+    // nothing and a huge pool costs what its indexed pages cost. Larger pages still index (the array grows).
     explicit DraftPathIndex(size_t pageCapacity = 0) noexcept : pageCapacity_(pageCapacity) {}
 
     // Indexes boundaries 1..pages.size of `record`, pages being its canonical base pages (block i's page at
