@@ -34,6 +34,7 @@ BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) : pageCapacity_(pageCapacit
             slots * sizeof(Slot) + eager * sizeof(BlockHash) + eager / 8));
     }
     mask_ = slots - 1;
+    covered_ = eager;
 }
 
 void BaseBlockIndex::growReverse(PageId page) {
@@ -55,6 +56,7 @@ void BaseBlockIndex::growReverse(PageId page) {
     mapped.resize(size, false);
     reverse_.swap(reverse);
     mapped_.swap(mapped);
+    covered_ = size;
 }
 
 void BaseBlockIndex::growTable() {
@@ -150,7 +152,7 @@ BaseInsertResult BaseBlockIndex::insert(BlockHash hash, PageId proposedPage) {
                             toHex(reverse_[static_cast<size_t>(proposedPage)]) + ")");
     // Growth first (all-or-nothing), then the writes, which cannot fail. Within the eager part neither grows:
     // at most one mapping per page, and the table holds 2 slots per page.
-    if (static_cast<size_t>(proposedPage) >= mapped_.size()) growReverse(proposedPage);
+    if (static_cast<size_t>(proposedPage) >= covered_) growReverse(proposedPage);
     if (2 * (size_ + 1) > slots_.size()) {
         growTable();
         i = probe(hash, tag);
@@ -174,7 +176,7 @@ void BaseBlockIndex::checkInvariants() const {
     if (2 * size_ > slots_.size())
         throw InvariantError("BaseBlockIndex: " + std::to_string(size_) + " mappings in " +
                              std::to_string(slots_.size()) + " slots (load above 1/2)");
-    if (reverse_.size() != mapped_.size() || mapped_.size() > static_cast<size_t>(pageCapacity_))
+    if (reverse_.size() != covered_ || mapped_.size() != covered_ || covered_ > static_cast<size_t>(pageCapacity_))
         throw InvariantError("BaseBlockIndex: reverse map of " + std::to_string(reverse_.size()) + " and " +
                              std::to_string(mapped_.size()) + " pages for a capacity of " +
                              std::to_string(pageCapacity_));

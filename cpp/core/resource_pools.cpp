@@ -26,6 +26,7 @@ ResourcePools::ResourcePools(ResourceDemand capacities) {
     for (ResourceType type : kAllResourceTypes) {
         Pool& pool = pools_[index(type)];
         pool.capacity = capacities.get(type);
+        pool.freeCount = pool.capacity;
         grow(pool, static_cast<size_t>(std::min(pool.capacity, kEagerMetadataIds)), type);
     }
 }
@@ -53,9 +54,10 @@ void ResourcePools::grow(Pool& pool, size_t size, ResourceType type) {
     pool.slots.swap(slots);
     pool.freedRing.swap(ring);
     pool.freedHead = 0;
+    pool.covered = static_cast<int32_t>(size);
 }
 
-void ResourcePools::reserveIssue(Pool& pool, int32_t count, ResourceType type) {
+void ResourcePools::growForIssue(Pool& pool, int32_t count, ResourceType type) {
     int64_t const fresh = std::min<int64_t>(count, pool.capacity - pool.issued);
     size_t const needed = static_cast<size_t>(pool.issued + fresh);
     if (needed <= pool.slots.size()) return;
@@ -89,20 +91,19 @@ bool ResourcePools::canAllocateOnceReclaimed(ResourceDemand const& demand) const
 
 void ResourcePools::takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids,
                              std::vector<ResourceId>* resources, ResourceType type) noexcept {
-    int32_t const fresh = std::min(count, pool.capacity - pool.issued);
-    for (int32_t i = 0; i < count; ++i) {
-        int32_t id;
-        if (i < fresh) {
-            id = pool.issued++;
-        } else {
-            id = pool.freedRing[static_cast<size_t>(pool.freedHead)];
-            pool.freedHead = static_cast<size_t>(pool.freedHead) + 1 == pool.freedRing.size() ? 0 : pool.freedHead + 1;
-            --pool.freedCount;
-        }
+    auto take = [&](int32_t id) {
         pool.slots[static_cast<size_t>(id)].active = 1;
         if (ids) ids->push_back(id);  // room reserved by the caller: cannot throw
         if (resources) resources->push_back(ResourceId{type, id});
+    };
+    int32_t const fresh = std::min(count, pool.capacity - pool.issued);
+    for (int32_t i = 0; i < fresh; ++i) take(pool.issued++);
+    for (int32_t i = fresh; i < count; ++i) {
+        take(pool.freedRing[static_cast<size_t>(pool.freedHead)]);
+        pool.freedHead = pool.freedHead + 1 == pool.covered ? 0 : pool.freedHead + 1;
     }
+    pool.freedCount -= count - fresh;
+    pool.freeCount -= count;
 }
 
 bool ResourcePools::allocateInto(ResourceDemand const& demand, std::vector<ResourceId>& resources) {
@@ -114,7 +115,8 @@ bool ResourcePools::allocateInto(ResourceDemand const& demand, std::vector<Resou
     resources.reserve(resources.size() + static_cast<size_t>(total));
     for (ResourceType type : kAllResourceTypes) reserveIssue(pools_[index(type)], demand.get(type), type);
     for (ResourceType type : kAllResourceTypes)
-        takeFree(pools_[index(type)], demand.get(type), nullptr, &resources, type);
+        if (int32_t const count = demand.get(type); count > 0)
+            takeFree(pools_[index(type)], count, nullptr, &resources, type);
     return true;
 }
 
@@ -173,6 +175,13 @@ void ResourcePools::checkInvariants() const {
                                  " issued");
         if (pool.freedCount < 0 || pool.freedCount > pool.issued)
             throw InvariantError(what + "freed count " + std::to_string(pool.freedCount) + " outside [0, issued]");
+        if (pool.freeCount != pool.capacity - pool.issued + pool.freedCount)
+            throw InvariantError(what + "free count " + std::to_string(pool.freeCount) + " != " +
+                                 std::to_string(pool.capacity - pool.issued) + " never issued + " +
+                                 std::to_string(pool.freedCount) + " freed");
+        if (static_cast<size_t>(pool.covered) != pool.slots.size())
+            throw InvariantError(what + "covered count " + std::to_string(pool.covered) + " != " +
+                                 std::to_string(pool.slots.size()) + " slots");
         if (pool.freedCount > 0 && (pool.freedHead < 0 || static_cast<size_t>(pool.freedHead) >= pool.freedRing.size()))
             throw InvariantError(what + "freed ring head " + std::to_string(pool.freedHead) + " out of range");
         // The never-issued ids are free by construction; the issued ones are free exactly when freed.

@@ -59,7 +59,7 @@ public:
     // Whether `page` is some hash's canonical page (false for an out-of-range page). O(1), reads one bit.
     bool isMapped(PageId page) const noexcept {
         size_t const i = static_cast<uint32_t>(page);
-        return i < mapped_.size() && mapped_[i];
+        return i < covered_ && mapped_[i];
     }
     // The hash `page` is mapped from, if any.
     std::optional<BlockHash> hashOfPage(PageId page) const;
@@ -100,7 +100,7 @@ private:
 
     size_t clampedPage(PageId page) const noexcept {
         size_t const i = static_cast<uint32_t>(page);
-        return i < reverse_.size() ? i : 0;
+        return i < covered_ ? i : 0;
     }
     static uint32_t tagOf(BlockHash const& hash) noexcept {
         return static_cast<uint32_t>(detail::mixHash(Hash128Hasher{}(hash)) >> 32);
@@ -123,7 +123,8 @@ private:
     size_t mask_ = 0;
     size_t size_ = 0;
     int32_t pageCapacity_ = 0;
-    std::vector<BlockHash> reverse_;  // as long as mapped_: the pages with metadata (the rest are unmapped)
+    size_t covered_ = 0;              // pages with metadata: the size of reverse_ and of mapped_ (the rest are unmapped)
+    std::vector<BlockHash> reverse_;
     std::vector<bool> mapped_;
 };
 

@@ -16,7 +16,7 @@
 // Cost:       every operation O(1) per id. Memory: 12 bytes per id, allocated at construction for the first
 //             min(capacity, kEagerMetadataIds) ids (so such a pool never allocates afterwards) and beyond that
 //             grown geometrically as ids are first handed out (amortised O(1) per id): O(ids ever handed out),
-//             never O(capacity), so any capacity up to INT32_MAX constructs in O(1) memory.
+//             never O(capacity): a pool of any capacity up to INT32_MAX constructs in at most 12 MiB.
 // Threading:  single writer, no internal locks (the manager's contract).
 #pragma once
 
@@ -90,10 +90,7 @@ public:
         return s.active == 0 && s.cache == 0;
     }
 
-    int32_t freeCount(ResourceType type) const noexcept {
-        Pool const& pool = pools_[index(type)];
-        return pool.capacity - pool.issued + pool.freedCount;
-    }
+    int32_t freeCount(ResourceType type) const noexcept { return pools_[index(type)].freeCount; }
     // Ids of one type handed out at least once: [0, issuedCount) (the ids with metadata); every id from it up to
     // the capacity is free and was never used.
     int32_t issuedCount(ResourceType type) const noexcept { return pools_[index(type)].issued; }
@@ -125,6 +122,8 @@ private:
         int32_t issued = 0;      // ids [0, issued) were handed out; [issued, capacity) never were (all free)
         int32_t freedHead = 0;   // index in `freedRing` of the oldest freed id
         int32_t freedCount = 0;  // freed ids, after the never-issued ones in allocation order
+        int32_t freeCount = 0;   // capacity - issued + freedCount, kept (canAllocate reads it on every call)
+        int32_t covered = 0;     // ids with metadata: slots.size() == freedRing.size(), kept for the checks
         int32_t reclaimable = 0;
         std::vector<Slot> slots;          // size >= issued; the entries from `issued` on are zero
         std::vector<int32_t> freedRing;   // circular FIFO, as long as `slots` (freedCount <= issued)
@@ -132,9 +131,9 @@ private:
 
     static int index(ResourceType type) noexcept { return static_cast<int>(type); }
     Slot& slot(ResourceId const& id, char const* operation) {
-        std::vector<Slot>& slots = pools_[index(id.type)].slots;
-        size_t const i = static_cast<uint32_t>(id.index);
-        if (i < slots.size()) return slots[i];
+        Pool& pool = pools_[index(id.type)];
+        if (static_cast<uint32_t>(id.index) < static_cast<uint32_t>(pool.covered))
+            return pool.slots[static_cast<size_t>(id.index)];
         return unissuedSlot(id, operation);
     }
     // An id without metadata: out of range (ContractError), or never issued: then its counts are zero, and every
@@ -146,18 +145,23 @@ private:
     [[noreturn]] void failOutOfRange(ResourceId const& id, char const* operation) const;
     [[noreturn]] static void failRef(ResourceId const& id, char const* operation, char const* what);
     // Makes room for `count` more ids to be handed out (the never-issued ones among them get metadata): grows
-    // `slots` and `freedRing` geometrically up to the capacity. Strong guarantee (OutOfMemoryError).
-    static void reserveIssue(Pool& pool, int32_t count, ResourceType type);
+    // `slots` and `freedRing` geometrically up to the capacity. Strong guarantee (OutOfMemoryError). Inline: on
+    // the allocation path of every request, where it almost always finds the room there already.
+    static void reserveIssue(Pool& pool, int32_t count, ResourceType type) {
+        if (static_cast<int64_t>(pool.issued) + count > pool.covered) growForIssue(pool, count, type);
+    }
+    static void growForIssue(Pool& pool, int32_t count, ResourceType type);
     static void grow(Pool& pool, size_t size, ResourceType type);
     // Takes `count` ids (count <= freeCount, room reserved by reserveIssue): the never-issued first, then the
     // oldest freed. Cannot fail.
     static void takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
                          ResourceType type) noexcept;
     static void pushFree(Pool& pool, int32_t id) noexcept {
-        size_t tail = static_cast<size_t>(pool.freedHead) + static_cast<size_t>(pool.freedCount);
-        if (tail >= pool.freedRing.size()) tail -= pool.freedRing.size();
-        pool.freedRing[tail] = id;
+        int64_t tail = static_cast<int64_t>(pool.freedHead) + pool.freedCount;  // < 2 * covered
+        if (tail >= pool.covered) tail -= pool.covered;
+        pool.freedRing[static_cast<size_t>(tail)] = id;
         ++pool.freedCount;
+        ++pool.freeCount;
     }
 
     std::array<Pool, kResourceTypeCount> pools_;
