@@ -28,18 +28,18 @@ BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) : pageCapacity_(pageCapacit
         reverse_.resize(eager);
         mapped_.resize(eager, false);
     } catch (std::bad_alloc const&) {
-        throw OutOfMemoryError(describeAllocationFailure(
-            "BaseBlockIndex: a table of " + std::to_string(slots) + " slots and a reverse map of " +
-                std::to_string(eager) + " pages (capacity " + std::to_string(pageCapacity) + ")",
-            slots * sizeof(Slot) + eager * sizeof(BlockHash) + eager / 8));
+        throw OutOfMemoryError(describeAllocationFailure("BaseBlockIndex: a table of " + std::to_string(slots) +
+                                                             " slots and a reverse map of " + std::to_string(eager) +
+                                                             " pages (capacity " + std::to_string(pageCapacity) + ")",
+                                                         slots * sizeof(Slot) + eager * sizeof(BlockHash) + eager / 8));
     }
     mask_ = slots - 1;
     covered_ = eager;
 }
 
 void BaseBlockIndex::growReverse(PageId page) {
-    size_t const size = std::min(static_cast<size_t>(pageCapacity_),
-                                 std::max(static_cast<size_t>(page) + 1, 2 * reverse_.size()));
+    size_t const size =
+        std::min(static_cast<size_t>(pageCapacity_), std::max(static_cast<size_t>(page) + 1, 2 * reverse_.size()));
     std::vector<BlockHash> reverse;
     std::vector<bool> mapped;
     try {

@@ -117,8 +117,8 @@ void DraftPathIndex::insert(RecordId record, PagePathSpan pages, size_t draftPat
     if (static_cast<size_t>(largest) >= heads_.size()) {  // before anything changed: a failure leaves it all
         // Geometric growth from the pool's eager part, capped at the pool (pages beyond it still index).
         size_t const needed = static_cast<size_t>(largest) + 1;
-        size_t size = std::max({needed, std::min(pageCapacity_, static_cast<size_t>(kEagerMetadataIds)),
-                                heads_.size() * 2});
+        size_t size =
+            std::max({needed, std::min(pageCapacity_, static_cast<size_t>(kEagerMetadataIds)), heads_.size() * 2});
         if (pageCapacity_ >= needed) size = std::min(size, pageCapacity_);
         try {
             heads_.resize(size);

@@ -89,8 +89,8 @@ bool ResourcePools::canAllocateOnceReclaimed(ResourceDemand const& demand) const
     return true;
 }
 
-void ResourcePools::takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids,
-                             std::vector<ResourceId>* resources, ResourceType type) noexcept {
+void ResourcePools::takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
+                             ResourceType type) noexcept {
     auto take = [&](int32_t id) {
         pool.slots[static_cast<size_t>(id)].active = 1;
         if (ids) ids->push_back(id);  // room reserved by the caller: cannot throw
@@ -176,12 +176,12 @@ void ResourcePools::checkInvariants() const {
         if (pool.freedCount < 0 || pool.freedCount > pool.issued)
             throw InvariantError(what + "freed count " + std::to_string(pool.freedCount) + " outside [0, issued]");
         if (pool.freeCount != pool.capacity - pool.issued + pool.freedCount)
-            throw InvariantError(what + "free count " + std::to_string(pool.freeCount) + " != " +
-                                 std::to_string(pool.capacity - pool.issued) + " never issued + " +
+            throw InvariantError(what + "free count " + std::to_string(pool.freeCount) +
+                                 " != " + std::to_string(pool.capacity - pool.issued) + " never issued + " +
                                  std::to_string(pool.freedCount) + " freed");
         if (static_cast<size_t>(pool.covered) != pool.slots.size())
-            throw InvariantError(what + "covered count " + std::to_string(pool.covered) + " != " +
-                                 std::to_string(pool.slots.size()) + " slots");
+            throw InvariantError(what + "covered count " + std::to_string(pool.covered) +
+                                 " != " + std::to_string(pool.slots.size()) + " slots");
         if (pool.freedCount > 0 && (pool.freedHead < 0 || static_cast<size_t>(pool.freedHead) >= pool.freedRing.size()))
             throw InvariantError(what + "freed ring head " + std::to_string(pool.freedHead) + " out of range");
         // The never-issued ids are free by construction; the issued ones are free exactly when freed.

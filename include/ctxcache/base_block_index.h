@@ -123,7 +123,7 @@ private:
     size_t mask_ = 0;
     size_t size_ = 0;
     int32_t pageCapacity_ = 0;
-    size_t covered_ = 0;              // pages with metadata: the size of reverse_ and of mapped_ (the rest are unmapped)
+    size_t covered_ = 0;  // pages with metadata: the size of reverse_ and of mapped_ (the rest are unmapped)
     std::vector<BlockHash> reverse_;
     std::vector<bool> mapped_;
 };

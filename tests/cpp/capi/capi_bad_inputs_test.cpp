@@ -1165,8 +1165,8 @@ TEST(CApiBadInputs, AManagerOfInt32MaxPagesServesInMemoryProportionalToItsUse) {
                  r.plan.reuse_token_length == (round == 0 ? 0 : 396);
             int32_t const* pages = nullptr;
             size_t count = 0;
-            ok = ok && ctxc_lease_base_pages(lease, &pages, &count) == CTXC_OK && count == 100 &&
-                 pages[0] == 0 && pages[98] == 98 && pages[99] == (round == 0 ? 99 : 100);
+            ok = ok && ctxc_lease_base_pages(lease, &pages, &count) == CTXC_OK && count == 100 && pages[0] == 0 &&
+                 pages[98] == 98 && pages[99] == (round == 0 ? 99 : 100);
             ctxc_publish_result_t p;
             std::memset(&p, 0, sizeof p);
             p.struct_size = sizeof p;
@@ -1179,8 +1179,9 @@ TEST(CApiBadInputs, AManagerOfInt32MaxPagesServesInMemoryProportionalToItsUse) {
         ok = ok && ctxc_manager_pool_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, &free, &capacity) == CTXC_OK &&
              capacity == INT32_MAX && free == INT32_MAX - 100;
         size_t freeIds = 0;  // the size query of the free list: no copy of INT32_MAX ids is built for it
-        ok = ok && ctxc_debug_manager_free_list(m, CTXC_RESOURCE_BASE_KV_PAGE, nullptr, 0, &freeIds) ==
-                       CTXC_E_BUFFER_TOO_SMALL &&
+        ok = ok &&
+             ctxc_debug_manager_free_list(m, CTXC_RESOURCE_BASE_KV_PAGE, nullptr, 0, &freeIds) ==
+                 CTXC_E_BUFFER_TOO_SMALL &&
              freeIds == static_cast<size_t>(INT32_MAX - 100);
         ok = ok && ctxc_manager_check_invariants(m) == CTXC_OK;
         if (!ok) std::fprintf(stderr, "%s\n", ctxc_last_error());
