@@ -17,6 +17,7 @@
 
 #include "ctxcache/base_block_index.h"
 #include "ctxcache/context_cache_manager.h"
+#include "ctxcache/device/device_backend.h"
 #include "ctxcache/errors.h"
 #include "ctxcache/resource_pools.h"
 #include "test_support.h"
@@ -216,6 +217,37 @@ TEST(HugeCapacity, ABaseIndexGrowsItsTableAndReverseMapAndFindsEveryMapping) {
         }
         require(refused, "a page of another hash is refused");
         index.checkInvariants();
+    })));
+}
+
+// Resident bytes of this process (the second field of /proc/self/statm, in pages).
+size_t residentBytes() {
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        std::fclose(f);
+    }
+    return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(HugeCapacity, CpuBackendMemoryIsZeroedWithoutBeingTouched) {
+    // The CPU backend zeroed each allocation with memset, making a large pool resident at once (the same trap
+    // on the device side); it now takes zero pages from the kernel, resident only where written.
+    SKIP_UNDER_ASAN();
+    EXPECT_TRUE(completesWithinAddressSpace(1024 * kMiB, reported([] {
+        auto backend = device::createCpuBackend();
+        size_t const before = residentBytes();
+        device::DeviceBuffer buffer(*backend, 512 * kMiB);
+        require(reinterpret_cast<uintptr_t>(buffer.data()) % 256 == 0, "256-byte aligned");
+        require(backend->allocatedBytes() == 512 * kMiB, "accounted");
+        uint64_t word = 0x0123456789ABCDEFull, back = 1;
+        buffer.write(300 * kMiB, &word, sizeof word);
+        buffer.read(300 * kMiB, &back, sizeof back);
+        require(back == word, "written");
+        buffer.read(100 * kMiB, &back, sizeof back);
+        require(back == 0, "zeroed");
+        size_t const grown = residentBytes() - before;
+        require(grown < 64 * kMiB, "resident growth " + std::to_string(grown) + " bytes for a 512 MiB buffer");
     })));
 }
 
