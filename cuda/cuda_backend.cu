@@ -83,7 +83,7 @@ protected:
     void* doAllocate(size_t bytes) override {
         select();
         void* pointer = nullptr;
-        check(cudaMalloc(&pointer, bytes), "cudaMalloc");
+        check(cudaMalloc(&pointer, bytes), ("cudaMalloc(" + std::to_string(bytes) + " bytes)").c_str());
         cudaError_t status = cudaMemsetAsync(pointer, 0, bytes, stream_);
         if (status == cudaSuccess) status = cudaStreamSynchronize(stream_);
         if (status != cudaSuccess) {

@@ -45,7 +45,7 @@
  *   CTXC_E_INVALID_HANDLE    a NULL, stale, double-released, foreign, orphaned or wrongly typed handle.
  *   CTXC_E_DEVICE            the CUDA runtime failed (the CUDA error is in ctxc_last_error()); device memory the
  *                            call touched is unspecified, the objects can still be destroyed.
- *   CTXC_E_NO_MEMORY         a host allocation failed.
+ *   CTXC_E_NO_MEMORY         a host allocation failed (the message names what and, where known, the bytes it needed).
  *   CTXC_E_UNSUPPORTED       the build or the machine lacks what was asked for (CUDA), with the reason.
  *   CTXC_E_BUFFER_TOO_SMALL  a two-call output buffer is short (*out_count says how much is needed).
  *   CTXC_E_INVARIANT         a check_invariants call found the state inconsistent (a ctxcache bug).
@@ -414,7 +414,7 @@ CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t *manage
 CTXC_API ctxc_status_t ctxc_manager_live_lease_count(const ctxc_manager_t *manager, size_t *out_count);
 /* Heap bytes of every index and record: the cache's metadata cost. */
 CTXC_API ctxc_status_t ctxc_manager_metadata_bytes(const ctxc_manager_t *manager, size_t *out_bytes);
-/* CTXC_OK, or CTXC_E_INVARIANT with the first violation in ctxc_last_error(). O(capacity + records). */
+/* CTXC_OK, or CTXC_E_INVARIANT with the first violation in ctxc_last_error(). O(ids allocated so far + records). */
 CTXC_API ctxc_status_t ctxc_manager_check_invariants(const ctxc_manager_t *manager);
 
 /* The same publications with the prompt's tokens, which a manager with KV events on needs (BlockStored carries
@@ -1538,7 +1538,8 @@ typedef struct ctxc_sim_engine_options {
     uint32_t struct_size;
     int32_t deployment;             /* CTXC_SIM_DEPLOYMENT_* */
     int32_t page_size;              /* 16 */
-    int32_t base_pages;             /* 256: base pool pages (and draft pool pages for EAGLE) */
+    int32_t base_pages;             /* 256: base pool pages (and draft pool pages for EAGLE); > 0, or >= 0 for
+                                       CTXC_SIM_DEPLOYMENT_RECURRENT (no attention layer, so no KV page) */
     int32_t max_records;            /* 1024 */
     int32_t max_batch;              /* 8 */
     int32_t max_pages_per_sequence; /* 64 */

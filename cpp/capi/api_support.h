@@ -4,7 +4,8 @@
 // ("<function>: <why>"); nothing crosses the boundary. ApiError carries an explicit status (invalid argument,
 // invalid handle); device::ExternalMemoryError (caller memory that cannot hold an object: malformed options) to
 // CTXC_E_INVALID_ARGUMENT; ctxcache::ContractError maps to CTXC_E_CONTRACT, InvariantError to CTXC_E_INVARIANT,
-// device::DeviceError to CTXC_E_DEVICE, std::bad_alloc to CTXC_E_NO_MEMORY, anything else to CTXC_E_INTERNAL.
+// device::DeviceError to CTXC_E_DEVICE, std::bad_alloc to CTXC_E_NO_MEMORY (an OutOfMemoryError's message names
+// what was being allocated and the bytes), anything else to CTXC_E_INTERNAL.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +66,9 @@ ctxc_status_t guard(char const* function, F&& body) noexcept {
     } catch (device::DeviceError const& e) {
         setLastError(function, e.what());
         return CTXC_E_DEVICE;
+    } catch (OutOfMemoryError const& e) {  // what and how many bytes
+        setLastError(function, e.what());
+        return CTXC_E_NO_MEMORY;
     } catch (std::bad_alloc const&) {
         setLastError(function, "out of memory");
         return CTXC_E_NO_MEMORY;

@@ -457,8 +457,19 @@ CTXC_API ctxc_status_t ctxc_debug_manager_free_list(const ctxc_manager_t* manage
                                                     int32_t* out_ids, size_t out_capacity, size_t* out_count) {
     return guard(__func__, [&] {
         ResourcePools const& pools = requireManager(manager).manager->pools();
-        return copyOut(pools.freeList(resourceType(resource_type, "resource_type")), out_ids, out_capacity, out_count,
-                       "out_ids");
+        ResourceType const type = resourceType(resource_type, "resource_type");
+        // Written in place (a pool of any capacity: no copy of its free list is built).
+        size_t const count = static_cast<size_t>(pools.freeCount(type));
+        requireOut(out_count, "out_count") = count;
+        if (count == 0) return CTXC_OK;
+        if (out_capacity < count) {
+            if (out_ids == nullptr && out_capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;  // the size query
+            throw ApiError(CTXC_E_BUFFER_TOO_SMALL, "out_ids holds " + std::to_string(out_capacity) + " entries, " +
+                                                        std::to_string(count) + " needed");
+        }
+        if (!out_ids) invalidArgument("out_ids is NULL");
+        pools.freeListInto(type, out_ids, count);
+        return CTXC_OK;
     });
 }
 

@@ -1,6 +1,7 @@
 // BaseBlockIndex: the canonical hash -> base page table (8-byte {tag, page} slots, confirmed against the reverse
-// array) and its page -> hash reverse array. The table is sized for the whole pool at construction, so insert()
-// never allocates; erasePage() shifts the probe run back over the hole. Full contract (design, invariants, errors,
+// array) and its page -> hash reverse array. Both are sized at construction for the eager part of the pool
+// (kEagerMetadataIds pages) and grow geometrically beyond it, before insert() changes anything; erasePage()
+// shifts the probe run back over the hole. Full contract (design, invariants, errors,
 // cost, threading): include/ctxcache/base_block_index.h.
 
 #include "ctxcache/base_block_index.h"
@@ -17,14 +18,66 @@ namespace {
 constexpr size_t kPrefetchDistance = 8;
 }  // namespace
 
-BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) {
+BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) : pageCapacity_(pageCapacity) {
     if (pageCapacity < 0) throw ContractError("BaseBlockIndex: pageCapacity must be non-negative");
+    size_t const eager = static_cast<size_t>(std::min(pageCapacity, kEagerMetadataIds));
     size_t slots = 16;
-    while (slots / 2 < static_cast<size_t>(pageCapacity)) slots *= 2;
-    slots_.assign(slots, Slot{});
+    while (slots / 2 < eager) slots *= 2;
+    try {
+        slots_.assign(slots, Slot{});
+        reverse_.resize(eager);
+        mapped_.resize(eager, false);
+    } catch (std::bad_alloc const&) {
+        throw OutOfMemoryError(describeAllocationFailure("BaseBlockIndex: a table of " + std::to_string(slots) +
+                                                             " slots and a reverse map of " + std::to_string(eager) +
+                                                             " pages (capacity " + std::to_string(pageCapacity) + ")",
+                                                         slots * sizeof(Slot) + eager * sizeof(BlockHash) + eager / 8));
+    }
     mask_ = slots - 1;
-    reverse_.resize(static_cast<size_t>(pageCapacity));
-    mapped_.resize(static_cast<size_t>(pageCapacity), false);
+    covered_ = eager;
+}
+
+void BaseBlockIndex::growReverse(PageId page) {
+    size_t const size =
+        std::min(static_cast<size_t>(pageCapacity_), std::max(static_cast<size_t>(page) + 1, 2 * reverse_.size()));
+    std::vector<BlockHash> reverse;
+    std::vector<bool> mapped;
+    try {
+        reverse.reserve(size);
+        mapped.reserve(size);
+    } catch (std::bad_alloc const&) {
+        throw OutOfMemoryError(describeAllocationFailure("BaseBlockIndex: a reverse map of " + std::to_string(size) +
+                                                             " pages (capacity " + std::to_string(pageCapacity_) + ")",
+                                                         size * sizeof(BlockHash) + size / 8));
+    }
+    reverse.assign(reverse_.begin(), reverse_.end());  // within the reserved storage: nothing below allocates
+    reverse.resize(size);
+    mapped.assign(mapped_.begin(), mapped_.end());
+    mapped.resize(size, false);
+    reverse_.swap(reverse);
+    mapped_.swap(mapped);
+    covered_ = size;
+}
+
+void BaseBlockIndex::growTable() {
+    size_t const slots = 2 * slots_.size();
+    std::vector<Slot> table;
+    try {
+        table.assign(slots, Slot{});
+    } catch (std::bad_alloc const&) {
+        throw OutOfMemoryError(describeAllocationFailure("BaseBlockIndex: a table of " + std::to_string(slots) +
+                                                             " slots for " + std::to_string(size_ + 1) + " mappings",
+                                                         slots * sizeof(Slot)));
+    }
+    size_t const mask = slots - 1;
+    for (Slot const& s : slots_) {  // a slot's home comes from its tag alone; the new table has no duplicate
+        if (s.page < 0) continue;
+        size_t i = static_cast<size_t>(s.tag) & mask;
+        while (table[i].page >= 0) i = (i + 1) & mask;
+        table[i] = s;
+    }
+    slots_.swap(table);
+    mask_ = mask;
 }
 
 void BaseBlockIndex::failPage(PageId page, char const* operation) const {
@@ -84,7 +137,7 @@ std::optional<PageId> BaseBlockIndex::lookup(BlockHash const& hash) const {
 }
 
 std::optional<BlockHash> BaseBlockIndex::hashOfPage(PageId page) const {
-    if (page < 0 || page >= pageCapacity() || !mapped_[static_cast<size_t>(page)]) return std::nullopt;
+    if (!isMapped(page)) return std::nullopt;
     return reverse_[static_cast<size_t>(page)];
 }
 
@@ -98,10 +151,16 @@ BaseInsertResult BaseBlockIndex::insert(BlockHash hash, PageId proposedPage) {
 std::optional<BaseInsertResult> BaseBlockIndex::tryInsert(BlockHash hash, PageId proposedPage) {
     checkPage(proposedPage, "insert");
     uint32_t const tag = tagOf(hash);
-    size_t const i = probe(hash, tag);
+    size_t i = probe(hash, tag);
     if (slots_[i].page >= 0) return BaseInsertResult{slots_[i].page, false};
-    if (mapped_[static_cast<size_t>(proposedPage)]) return std::nullopt;
-    // At most one mapping per page and the table holds 2 slots per page: slot i is free, no growth.
+    if (isMapped(proposedPage)) return std::nullopt;
+    // Growth first (all-or-nothing), then the writes, which cannot fail. Within the eager part neither grows:
+    // at most one mapping per page, and the table holds 2 slots per page.
+    if (static_cast<size_t>(proposedPage) >= covered_) growReverse(proposedPage);
+    if (2 * (size_ + 1) > slots_.size()) {
+        growTable();
+        i = probe(hash, tag);
+    }
     slots_[i] = Slot{tag, proposedPage};
     ++size_;
     reverse_[static_cast<size_t>(proposedPage)] = hash;
@@ -111,13 +170,20 @@ std::optional<BaseInsertResult> BaseBlockIndex::tryInsert(BlockHash hash, PageId
 
 void BaseBlockIndex::erasePage(PageId page) {
     checkPage(page, "erasePage");
-    if (!mapped_[static_cast<size_t>(page)]) return;
+    if (!isMapped(page)) return;
     if (Slot const* slot = findSlot(reverse_[static_cast<size_t>(page)]); slot && slot->page == page)
         eraseSlot(static_cast<size_t>(slot - slots_.data()));
     mapped_[static_cast<size_t>(page)] = false;
 }
 
 void BaseBlockIndex::checkInvariants() const {
+    if (2 * size_ > slots_.size())
+        throw InvariantError("BaseBlockIndex: " + std::to_string(size_) + " mappings in " +
+                             std::to_string(slots_.size()) + " slots (load above 1/2)");
+    if (reverse_.size() != covered_ || mapped_.size() != covered_ || covered_ > static_cast<size_t>(pageCapacity_))
+        throw InvariantError("BaseBlockIndex: reverse map of " + std::to_string(reverse_.size()) + " and " +
+                             std::to_string(mapped_.size()) + " pages for a capacity of " +
+                             std::to_string(pageCapacity_));
     // One pass around the table, starting after an empty slot (load <= 1/2 guarantees one): a used slot is
     // reachable from its home iff its home lies within the run that began after the last empty slot.
     size_t lastEmpty = 0;
@@ -136,7 +202,7 @@ void BaseBlockIndex::checkInvariants() const {
             throw InvariantError("BaseBlockIndex: slot " + std::to_string(i) + " (page " + std::to_string(s.page) +
                                  ") " + what);
         };
-        if (s.page >= pageCapacity() || !mapped_[static_cast<size_t>(s.page)]) fail("names a page that is not mapped");
+        if (!isMapped(s.page)) fail("names a page that is not mapped");
         if (s.tag != tagOf(reverse_[static_cast<size_t>(s.page)])) fail("has a tag that is not its hash's");
         if (((i - homeOf(s.tag)) & mask_) >= ((i - emptyBefore) & mask_))
             fail("is cut off from its home slot " + std::to_string(homeOf(s.tag)));

@@ -900,16 +900,20 @@ void ContextCacheManager::checkInvariants() const {
     draftIndex_.checkInvariants();
     records_.checkInvariants();
 
-    ResourceDemand const capacities = pools_.capacities();
+    // Only the ids handed out so far can be held (the others are free and were never used): the recount is
+    // O(issued ids), not O(capacity).
     std::vector<int32_t> active[kResourceTypeCount], cache[kResourceTypeCount];
     for (ResourceType type : kAllResourceTypes) {
-        active[static_cast<int>(type)].assign(static_cast<size_t>(capacities.get(type)), 0);
-        cache[static_cast<int>(type)].assign(static_cast<size_t>(capacities.get(type)), 0);
+        active[static_cast<int>(type)].assign(static_cast<size_t>(pools_.issuedCount(type)), 0);
+        cache[static_cast<int>(type)].assign(static_cast<size_t>(pools_.issuedCount(type)), 0);
     }
     auto count = [&](std::vector<int32_t>* table, ResourceId const& id, std::string const& holder) {
         if (!pools_.validId(id))
             throw InvariantError(holder + " holds " + toString(id.type) + " " + str(id.index) +
                                  ", which is out of range");
+        if (id.index >= pools_.issuedCount(id.type))
+            throw InvariantError(holder + " holds " + toString(id.type) + " " + str(id.index) +
+                                 ", which was never allocated");
         ++table[static_cast<int>(id.type)][static_cast<size_t>(id.index)];
     };
 
@@ -956,7 +960,7 @@ void ContextCacheManager::checkInvariants() const {
 
     for (ResourceType type : kAllResourceTypes) {
         int const t = static_cast<int>(type);
-        for (int32_t index = 0; index < capacities.get(type); ++index) {
+        for (int32_t index = 0; index < pools_.issuedCount(type); ++index) {
             ResourceId const id{type, index};
             if (pools_.activeRefCount(id) != active[t][static_cast<size_t>(index)])
                 throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " +
@@ -974,6 +978,10 @@ void ContextCacheManager::checkInvariants() const {
             }
         }
     }
+    baseIndex_.forEach([&](BlockHash const&, PageId page) {
+        if (page >= pools_.issuedCount(ResourceType::kBaseKvPage))
+            throw InvariantError("base page " + str(page) + " is indexed but was never allocated");
+    });
     if (maxRecords_ == 0 ? records_.size() != 0 : records_.size() > static_cast<size_t>(maxRecords_))
         throw InvariantError("record count " + str(static_cast<int64_t>(records_.size())) + " exceeds maxRecords " +
                              str(maxRecords_));

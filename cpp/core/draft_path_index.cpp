@@ -115,7 +115,17 @@ void DraftPathIndex::insert(RecordId record, PagePathSpan pages, size_t draftPat
                                     std::to_string(i + 1) + " is already indexed");
     }
     if (static_cast<size_t>(largest) >= heads_.size()) {  // before anything changed: a failure leaves it all
-        heads_.resize(std::max({static_cast<size_t>(largest) + 1, pageCapacity_, heads_.size() * 2}));
+        // Geometric growth from the pool's eager part, capped at the pool (pages beyond it still index).
+        size_t const needed = static_cast<size_t>(largest) + 1;
+        size_t size =
+            std::max({needed, std::min(pageCapacity_, static_cast<size_t>(kEagerMetadataIds)), heads_.size() * 2});
+        if (pageCapacity_ >= needed) size = std::min(size, pageCapacity_);
+        try {
+            heads_.resize(size);
+        } catch (std::bad_alloc const&) {
+            throw OutOfMemoryError(describeAllocationFailure(
+                "DraftPathIndex: boundary heads for " + std::to_string(size) + " pages", size * sizeof(PageHead)));
+        }
     }
     uint32_t slot = 0;
     if (existing == slotOf_.end()) {

@@ -4,10 +4,13 @@
 //
 // Ordering: every op completes before it returns (synchronize() is a no-op). Counts one "kernel" per op so that
 // launch-count expectations read the same on both backends.
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "ctxcache/device/device_backend.h"
+#include "ctxcache/errors.h"
 
 namespace ctxcache::device {
 
@@ -21,12 +24,20 @@ public:
     void* stream() const noexcept override { return stream_; }
 
 protected:
+    // Zeroed memory from calloc, which takes large blocks as fresh zero pages from the kernel without writing
+    // them: a pool costs resident memory only for the pages written (a huge pool no longer touches every byte
+    // at construction). Aligned to 256 bytes by hand; the raw pointer sits just before the aligned one.
     void* doAllocate(size_t bytes) override {
-        void* p = ::operator new(bytes, std::align_val_t{256});
-        std::memset(p, 0, bytes);
-        return p;
+        constexpr size_t kAlign = 256;
+        if (bytes > SIZE_MAX - kAlign - sizeof(void*))
+            throw OutOfMemoryError(describeAllocationFailure("cpu backend", bytes));
+        void* raw = std::calloc(1, bytes + kAlign + sizeof(void*));
+        if (!raw) throw OutOfMemoryError(describeAllocationFailure("cpu backend", bytes));
+        uintptr_t const aligned = (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + kAlign - 1) & ~(kAlign - 1);
+        reinterpret_cast<void**>(aligned)[-1] = raw;
+        return reinterpret_cast<void*>(aligned);
     }
-    void doDeallocate(void* pointer) noexcept override { ::operator delete(pointer, std::align_val_t{256}); }
+    void doDeallocate(void* pointer) noexcept override { std::free(static_cast<void**>(pointer)[-1]); }
     void doUpload(void* dst, void const* src, size_t bytes) override { std::memmove(dst, src, bytes); }
     void doDownload(void* dst, void const* src, size_t bytes) override { std::memmove(dst, src, bytes); }
     void doCopy(void* dst, void const* src, size_t bytes) override { std::memcpy(dst, src, bytes); }

@@ -87,12 +87,17 @@ struct ReferenceEngine::Row {
 ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(config), hasher_(config.hashAlgorithm) {
     ReferenceEngineConfig const& c = config_;
     if (c.deployment > DeploymentKind::kEagle) contract("unknown deployment kind");
-    if (c.pageSize <= 0 || c.basePages <= 0 || c.maxBatch <= 0 || c.maxPagesPerSequence <= 0 || c.layers <= 0 ||
+    if (c.pageSize <= 0 || c.basePages < 0 || c.maxBatch <= 0 || c.maxPagesPerSequence <= 0 || c.layers <= 0 ||
         c.kvHeads <= 0 || c.headDim <= 0 || c.vocabSize <= 0 || c.maxRecords < 0 || c.snapshotSlots < 0 ||
         c.recurrentLayers <= 0)
         contract(
-            "sizes must be positive (page size, pages, batch, pages per sequence, layers, heads, head dim, "
-            "vocab, recurrent layers; records and snapshot slots non-negative)");
+            "sizes must be positive (page size, batch, pages per sequence, layers, heads, head dim, vocab, "
+            "recurrent layers; base pages, records and snapshot slots non-negative)");
+    // A pure-recurrent model has no attention layer, so no KV page: its pool may be empty (it is not built).
+    if (c.basePages == 0 && hasAttention(c.deployment))
+        contract(std::string("basePages must be positive for the ") + toString(c.deployment) +
+                 " deployment: it has attention layers, whose KV lives in pages (0 pages is only for the "
+                 "pure-recurrent deployment)");
     if (!(c.syncFailureRate >= 0.0 && c.syncFailureRate < 1.0)) contract("syncFailureRate must lie in [0, 1)");
     if (hasState(c.deployment) && c.snapshotSlots <= 0) contract("checkpoint deployments need snapshot slots");
     if (c.slidingWindow < 0) contract("slidingWindow must be >= 0");

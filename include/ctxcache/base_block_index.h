@@ -5,9 +5,12 @@
 // open-addressing table (linear probing, backward-shift deletion, no tombstones) of 8-byte slots {32-bit tag of
 // the hash, page}: a probe compares tags and confirms a tag match against reverse[page], so a full 128-bit
 // comparison decides every hit and a slot is a third of one holding the hash. The home slot is the tag's low bits,
-// so deletion re-derives homes from the slots alone. The table is sized once for the pool (a mapping per page at
-// most, load <= 1/2, so a probe run is short and an insert's miss rarely leaves its home cache line): insert never
-// allocates and never rehashes.
+// so deletion (and growth) re-derives homes from the slots alone. The load stays <= 1/2 (a probe run is short and
+// an insert's miss rarely leaves its home cache line). The table and the reverse map are sized at construction
+// for min(pageCapacity, kEagerMetadataIds) pages (a mapping per page at most): for a pool of up to that many
+// pages insert never allocates and never rehashes. Beyond it they grow geometrically with use: the reverse map
+// to cover the largest page inserted, the table doubling (one rehash) when a mapping would pass load 1/2, so
+// memory follows the mappings and pages actually used, not the capacity.
 //
 // Invariants: forward (hash -> page) and reverse (page -> hash) are one bijection over the mapped entries; every
 //             used slot sits in the probe run from its home with no empty slot in between; a slot's tag is
@@ -15,10 +18,12 @@
 //             First committer wins: insert() of a present hash returns the existing page and changes nothing;
 //             a mapped page is never re-mapped to another hash (only erasePage frees it for one).
 // Errors:     a negative or out-of-range page, or (insert) a page already mapped to another hash: ContractError,
-//             nothing changed. tryInsert reports that conflict instead of throwing.
-// Cost:       lookup/insert/erasePage O(1) expected (one probe run; a hit reads one reverse entry);
-//             lookupPrefix O(matched blocks + 1). Memory, fixed at construction: 8 bytes per table slot (between
-//             2 and 4 slots per page of capacity) plus 16 bytes and 1 bit per page for the reverse map.
+//             nothing changed. tryInsert reports that conflict instead of throwing. Growth that cannot be
+//             allocated: OutOfMemoryError naming the bytes, nothing changed.
+// Cost:       lookup/insert/erasePage O(1) expected (one probe run; a hit reads one reverse entry; an insert
+//             that grows is amortised O(1)); lookupPrefix O(matched blocks + 1). Memory: 8 bytes per table slot
+//             (between 2 and 4 slots per mapping, or per page of the eager part) plus 16 bytes and 1 bit per page
+//             up to the largest page inserted (at least the eager part) for the reverse map.
 // Threading:  single writer, no internal locks.
 #pragma once
 
@@ -55,7 +60,8 @@ public:
     std::optional<PageId> lookup(BlockHash const& hash) const;
     // Whether `page` is some hash's canonical page (false for an out-of-range page). O(1), reads one bit.
     bool isMapped(PageId page) const noexcept {
-        return page >= 0 && page < pageCapacity() && mapped_[static_cast<size_t>(page)];
+        size_t const i = static_cast<uint32_t>(page);
+        return i < covered_ && mapped_[i];
     }
     // Whether `page` is the canonical page of `hash` (false for an out-of-range page). O(1): the mapped bit and one
     // reverse entry, no probe (the forward table agrees by the bijection).
@@ -85,7 +91,7 @@ public:
     void erasePage(PageId page);
 
     size_t size() const noexcept { return size_; }
-    int32_t pageCapacity() const noexcept { return static_cast<int32_t>(reverse_.size()); }
+    int32_t pageCapacity() const noexcept { return pageCapacity_; }
     // Throws InvariantError unless forward and reverse agree.
     void checkInvariants() const;
     size_t memoryBytes() const noexcept;
@@ -106,7 +112,7 @@ private:
 
     size_t clampedPage(PageId page) const noexcept {
         size_t const i = static_cast<uint32_t>(page);
-        return i < reverse_.size() ? i : 0;
+        return i < covered_ ? i : 0;
     }
     static uint32_t tagOf(BlockHash const& hash) noexcept {
         return static_cast<uint32_t>(detail::mixHash(Hash128Hasher{}(hash)) >> 32);
@@ -117,14 +123,19 @@ private:
     // The slot holding hash, or nullptr.
     Slot const* findSlot(BlockHash const& hash) const noexcept;
     void eraseSlot(size_t index) noexcept;
+    // Growth, each all-or-nothing: the reverse map to cover `page`, the table to twice its slots.
+    void growReverse(PageId page);
+    void growTable();
     void checkPage(PageId page, char const* operation) const {
         if (page < 0 || page >= pageCapacity()) failPage(page, operation);
     }
     [[noreturn]] void failPage(PageId page, char const* operation) const;
 
-    std::vector<Slot> slots_;  // power-of-two size, fixed at construction
+    std::vector<Slot> slots_;  // power-of-two size, > 2 * size_
     size_t mask_ = 0;
     size_t size_ = 0;
+    int32_t pageCapacity_ = 0;
+    size_t covered_ = 0;  // pages with metadata: the size of reverse_ and of mapped_ (the rest are unmapped)
     std::vector<BlockHash> reverse_;
     std::vector<bool> mapped_;
 };

@@ -39,7 +39,10 @@
 //   trim the last record it reaches down to a shorter prefix (eviction_planner.h); the record-limit victim is
 //   always evicted whole.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
-// Cost: O(blocks touched) per call, plus eviction proportional to the victims.
+// Cost: O(blocks touched) per call, plus eviction proportional to the victims. Memory: metadata for the ids
+//   handed out so far (at least the first kEagerMetadataIds of each pool, allocated at construction), never for
+//   the whole capacity, so any capacity up to INT32_MAX is fine; metadata that cannot be allocated is an
+//   OutOfMemoryError naming the bytes (the call changes nothing).
 // KV events (opt-in, include/ctxcache/kv_events.h, docs/EVENTS.md): the events mirror the base block index, the
 //   blocks a later lookup can hit. BlockStored when a publication maps blocks canonically (a draft path, a
 //   recurrent or partial snapshot and an existing record add none), BlockRemoved when eviction erases an index
@@ -244,7 +247,7 @@ public:
     EvictionPolicy evictionPolicy() const noexcept { return evictionPolicy_; }
     size_t liveLeaseCount() const noexcept { return liveLeases_; }
 
-    // Throws InvariantError describing the first violation found. O(capacity + records + leases).
+    // Throws InvariantError describing the first violation found. O(ids allocated so far + records + leases).
     void checkInvariants() const;
     // Heap bytes of every index and record (not leases): the metadata cost of the cache.
     size_t metadataBytes() const noexcept;

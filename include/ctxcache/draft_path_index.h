@@ -15,8 +15,9 @@
 //             has no entry; next is stored XORed with the boundary's page: every walk starts at a head and knows
 //             the page, and an unlink verifies in O(1) that the caller's page is the entry's (the previous link
 //             decodes to the entry only with the right page; the head is looked up under it). An entry costs 8
-//             bytes; a page 8 bytes of head array (sized to the largest page indexed, or to the page capacity named
-//             at construction once a record is indexed).
+//             bytes; a page 8 bytes of head array (allocated when the first record is indexed, for min(page
+//             capacity, kEagerMetadataIds) pages, then grown geometrically to cover the largest page indexed, up to
+//             the page capacity named at construction).
 // Invariants: an entry {record, n} exists exactly while record's link[n - 1] is present (prev != kAbsent), and
 //             then it is on the list of exactly one boundary (pages[n - 1], n), its prev naming its predecessor
 //             there (kHead: it is the head); a boundary exists exactly while its list is non-empty; each (page, n)
@@ -69,8 +70,9 @@ struct PagePathSpan {
 
 class DraftPathIndex {
 public:
-    // pageCapacity: the base pool's size; the head array takes it (8 bytes a page) when the first record is
-    // indexed, so an index that never holds a record costs nothing. Larger pages still index (the array grows).
+    // pageCapacity: the base pool's size; the head array (8 bytes a page) takes its eager part when the first
+    // record is indexed and grows with the largest page indexed, so an index that never holds a record costs
+    // nothing and a huge pool costs what its indexed pages cost. Larger pages still index (the array grows).
     explicit DraftPathIndex(size_t pageCapacity = 0) noexcept : pageCapacity_(pageCapacity) {}
 
     // Indexes boundaries 1..pages.size of `record`, pages being its canonical base pages (block i's page at

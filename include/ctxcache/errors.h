@@ -1,12 +1,16 @@
 // ctxcache exceptions. Capacity shortage is never an exception (it is a status, false or nullopt); these are
-// for callers that broke a contract and for internal state that failed its own checks.
+// for callers that broke a contract, for internal state that failed its own checks, and for memory the host
+// cannot give (OutOfMemoryError: a std::bad_alloc that says what was being allocated and how many bytes).
 //
 // Every throwing public operation validates before it mutates, so a thrown ContractError leaves the state as it
 // was (strong guarantee).
 #pragma once
 
+#include <cstddef>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ctxcache {
 
@@ -28,5 +32,19 @@ class InvariantError : public Error {
 public:
     using Error::Error;
 };
+
+// A host allocation failed. A std::bad_alloc (so every handler of one still applies, and the C ABI answers
+// CTXC_E_NO_MEMORY) whose message names what was being allocated and the bytes it needed.
+class OutOfMemoryError : public std::bad_alloc {
+public:
+    explicit OutOfMemoryError(std::string message) : message_(std::move(message)) {}
+    char const* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
+};
+
+// "<what>: cannot allocate <bytes> bytes (<human size>)": the message of an OutOfMemoryError.
+std::string describeAllocationFailure(std::string const& what, size_t bytes);
 
 }  // namespace ctxcache

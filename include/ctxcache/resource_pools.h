@@ -3,13 +3,20 @@
 //
 // Invariants: an id is on its pool's free list  <=>  activeRefs == 0 && cacheRefs == 0.
 //             Free lists are FIFO: allocation takes the oldest free id, release appends, so a freed id is
-//             reused last. A new id starts with activeRefs = 1, cacheRefs = 0.
+//             reused last. The free list starts as every id in ascending order, so it is always the ids never
+//             handed out (ascending, from issuedCount(t) on, kept implicitly as that counter) followed by the
+//             freed ids in the order they were freed (a ring). A new id starts with activeRefs = 1,
+//             cacheRefs = 0.
 //             Allocation across types is all-or-nothing.
 //             reclaimableCount(t) = ids of type t with activeRefs == 0 && cacheRefs > 0, i.e. exactly what
 //             evicting every record would return to the free list (kept incrementally for the planner).
 // Errors:     a ref added to a free id, a ref dropped below zero or past INT32_MAX, an id out of range:
-//             ContractError, nothing changed.
-// Cost:       every operation O(1) per id; no allocation after construction.
+//             ContractError, nothing changed. Metadata that cannot be allocated: OutOfMemoryError (a
+//             std::bad_alloc naming the bytes), nothing changed.
+// Cost:       every operation O(1) per id. Memory: 12 bytes per id, allocated at construction for the first
+//             min(capacity, kEagerMetadataIds) ids (so such a pool never allocates afterwards) and beyond that
+//             grown geometrically as ids are first handed out (amortised O(1) per id): O(ids ever handed out),
+//             never O(capacity): a pool of any capacity up to INT32_MAX constructs in at most 12 MiB.
 // Threading:  single writer, no internal locks (the manager's contract).
 #pragma once
 
@@ -84,6 +91,9 @@ public:
     }
 
     int32_t freeCount(ResourceType type) const noexcept { return pools_[index(type)].freeCount; }
+    // Ids of one type handed out at least once: [0, issuedCount) (the ids with metadata); every id from it up to
+    // the capacity is free and was never used.
+    int32_t issuedCount(ResourceType type) const noexcept { return pools_[index(type)].issued; }
     int32_t capacity(ResourceType type) const noexcept { return pools_[index(type)].capacity; }
     int32_t reclaimableCount(ResourceType type) const noexcept { return pools_[index(type)].reclaimable; }
     ResourceDemand capacities() const noexcept;
@@ -95,8 +105,10 @@ public:
         return id.index >= 0 && id.index < pools_[index(id.type)].capacity;
     }
 
-    // Free ids of one type in allocation order (oldest first). O(capacity); for tests and invariant checks.
+    // Free ids of one type in allocation order (oldest first). O(free ids); for tests.
     std::vector<int32_t> freeList(ResourceType type) const;
+    // The first min(count, freeCount) of them into out[0..): returns how many it wrote. O(what it writes).
+    size_t freeListInto(ResourceType type, int32_t* out, size_t count) const noexcept;
     // Throws InvariantError unless the free lists hold exactly the ids with both counts zero, once each, and
     // the reclaimable counters match the slots.
     void checkInvariants() const;
@@ -107,33 +119,53 @@ private:
     using Slot = RefCounts;
     struct Pool {
         int32_t capacity = 0;
-        int32_t freeHead = 0;   // index in `freeRing` of the oldest free id
-        int32_t freeCount = 0;
+        int32_t issued = 0;      // ids [0, issued) were handed out; [issued, capacity) never were (all free)
+        int32_t freedHead = 0;   // index in `freedRing` of the oldest freed id
+        int32_t freedCount = 0;  // freed ids, after the never-issued ones in allocation order
+        int32_t freeCount = 0;   // capacity - issued + freedCount, kept (canAllocate reads it on every call)
+        int32_t covered = 0;     // ids with metadata: slots.size() == freedRing.size(), kept for the checks
         int32_t reclaimable = 0;
-        std::vector<Slot> slots;
-        std::vector<int32_t> freeRing;  // circular FIFO of capacity entries
+        std::vector<Slot> slots;          // size >= issued; the entries from `issued` on are zero
+        std::vector<int32_t> freedRing;   // circular FIFO, as long as `slots` (freedCount <= issued)
     };
 
     static int index(ResourceType type) noexcept { return static_cast<int>(type); }
     Slot& slot(ResourceId const& id, char const* operation) {
-        if (!validId(id)) failOutOfRange(id, operation);
-        return pools_[index(id.type)].slots[static_cast<size_t>(id.index)];
+        Pool& pool = pools_[index(id.type)];
+        if (static_cast<uint32_t>(id.index) < static_cast<uint32_t>(pool.covered))
+            return pool.slots[static_cast<size_t>(id.index)];
+        return unissuedSlot(id, operation);
     }
+    // An id without metadata: out of range (ContractError), or never issued: then its counts are zero, and every
+    // refcount operation on it fails on the returned zero slot before it writes anything.
+    Slot& unissuedSlot(ResourceId const& id, char const* operation);
     Slot const& slot(ResourceId const& id, char const* operation) const {
         return const_cast<ResourcePools*>(this)->slot(id, operation);
     }
     [[noreturn]] void failOutOfRange(ResourceId const& id, char const* operation) const;
     [[noreturn]] static void failRef(ResourceId const& id, char const* operation, char const* what);
-    void takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
-                  ResourceType type);
+    // Makes room for `count` more ids to be handed out (the never-issued ones among them get metadata): grows
+    // `slots` and `freedRing` geometrically up to the capacity. Strong guarantee (OutOfMemoryError). Inline: on
+    // the allocation path of every request, where it almost always finds the room there already.
+    static void reserveIssue(Pool& pool, int32_t count, ResourceType type) {
+        if (static_cast<int64_t>(pool.issued) + count > pool.covered) growForIssue(pool, count, type);
+    }
+    static void growForIssue(Pool& pool, int32_t count, ResourceType type);
+    static void grow(Pool& pool, size_t size, ResourceType type);
+    // Takes `count` ids (count <= freeCount, room reserved by reserveIssue): the never-issued first, then the
+    // oldest freed. Cannot fail.
+    static void takeFree(Pool& pool, int32_t count, std::vector<int32_t>* ids, std::vector<ResourceId>* resources,
+                         ResourceType type) noexcept;
     static void pushFree(Pool& pool, int32_t id) noexcept {
-        int32_t tail = pool.freeHead + pool.freeCount;
-        if (tail >= pool.capacity) tail -= pool.capacity;
-        pool.freeRing[static_cast<size_t>(tail)] = id;
+        int64_t tail = static_cast<int64_t>(pool.freedHead) + pool.freedCount;  // < 2 * covered
+        if (tail >= pool.covered) tail -= pool.covered;
+        pool.freedRing[static_cast<size_t>(tail)] = id;
+        ++pool.freedCount;
         ++pool.freeCount;
     }
 
     std::array<Pool, kResourceTypeCount> pools_;
+    Slot unissued_{};  // what unissuedSlot returns: never written (every operation that could fails first)
 };
 
 }  // namespace ctxcache

@@ -17,6 +17,12 @@ using RecordId = uint64_t;
 inline constexpr PageId kUnusedPageEntry = -1;
 inline constexpr RecordId kNoRecord = 0;
 
+// Per-id metadata (ResourcePools' refcounts and free ring, BaseBlockIndex's table and reverse map,
+// DraftPathIndex's heads) is allocated at construction for the first min(capacity, kEagerMetadataIds) ids of a
+// pool, so a pool of up to this many ids never allocates on its hot paths; beyond it, the storage grows
+// geometrically as ids are first handed out, so a pool of any capacity costs what its used ids cost.
+inline constexpr int32_t kEagerMetadataIds = 1 << 20;
+
 // Values 0..3 are the pool index; they are part of the C ABI (ctxc_resource_type_t).
 enum class ResourceType : uint8_t { kBaseKvPage = 0, kDraftKvPage = 1, kRecurrentSnapshot = 2, kPartialKvSnapshot = 3 };
 inline constexpr int kResourceTypeCount = 4;

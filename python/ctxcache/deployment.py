@@ -49,7 +49,9 @@ class RecurrentGeometry:
 class Deployment:
     """Backend, KV pool, page table, KV lengths, resident state, snapshot storage and coordinator of one model,
     sized together. ``attention_layers``: (kv_heads, head_dim) per attention layer (empty: a pure recurrent model);
-    ``recurrent``: the recurrent layers (None: attention only). Capacities: ``num_pages`` K pages in the pool,
+    ``recurrent``: the recurrent layers (None: attention only). Capacities: ``num_pages`` K pages in the pool
+    (positive with attention layers; a pure recurrent model has no pool, so it also takes 0, with an explicit
+    ``recurrent_snapshots``),
     ``max_batch`` resident sequences, ``max_seq_len`` tokens per sequence (the table's pages per row),
     ``recurrent_snapshots`` and ``partial_kv_snapshots`` checkpoint slots (a hybrid model needs both; defaults
     scale with the pool). ``backend``: a :class:`ctxcache.device.Backend` or its kind ("auto", "cpu", "cuda")."""
@@ -60,7 +62,7 @@ class Deployment:
                  max_records: int = 1024, backend: Any = BackendKind.AUTO, hash_key: bytes | None = None,
                  synchronizer: Synchronizer | None = None):
         self.page_size = _arrays.integer(page_size, "page_size", minimum=1)
-        self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=1)
+        self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=0)
         self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=1)
         self.max_seq_len = _arrays.integer(max_seq_len, "max_seq_len", minimum=1)
         self.max_pages_per_seq = math.ceil(self.max_seq_len / self.page_size)
@@ -69,6 +71,13 @@ class Deployment:
             raise ArgumentTypeError(f"recurrent must be a RecurrentGeometry or None, got {type(recurrent).__name__}")
         if not self.attention_layers and recurrent is None:
             raise InvalidArgumentError("a deployment needs attention layers, recurrent layers or both")
+        if self.num_pages == 0 and self.attention_layers:
+            raise InvalidArgumentError(
+                f"num_pages must be positive: the deployment has {len(self.attention_layers)} attention "
+                f"layer{'' if len(self.attention_layers) == 1 else 's'}, whose KV lives in pages (0 pages is only for a "
+                "pure recurrent model)")
+        if self.num_pages == 0 and recurrent_snapshots is None:
+            raise InvalidArgumentError("num_pages=0 needs an explicit recurrent_snapshots (its default is num_pages)")
         self.recurrent = recurrent
         self.model_state_kind = (ModelStateKind.ATTENTION_ONLY if recurrent is None else
                                  ModelStateKind.HYBRID if self.attention_layers else ModelStateKind.PURE_RECURRENT)

@@ -1012,6 +1012,9 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
     except (TraceError, SettingsError, ContractError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except MemoryError as e:  # ctxcache.OutOfMemoryError names what and the bytes; numpy's says as much
+        print(f"{prog}: error: out of memory: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # outside the measured part (e.g. while reading the trace)
         print(f"{prog}: interrupted before anything was measured", file=sys.stderr)
         return 130

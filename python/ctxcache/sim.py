@@ -75,8 +75,9 @@ class EngineStats:
 class ReferenceEngine(KvEventSource, _Handle):
     """A reference engine over its own backend, pools, page tables, snapshot storage and coordinator.
 
-    ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``backend``: "cpu" (default), "cuda" or
-    "auto". ``reuse=False`` serves every request cold. ``sync_failure_rate`` (with ``fault_seed``) fails device
+    ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``base_pages``: the KV pool's pages, positive
+    for every deployment with attention layers; a "recurrent" model has no KV pages, so it also takes 0.
+    ``backend``: "cpu" (default), "cuda" or "auto". ``reuse=False`` serves every request cold. ``sync_failure_rate`` (with ``fault_seed``) fails device
     synchronisations at seeded random points: the engine recovers (shutdown) and serves again from scratch.
     ``sliding_window=W`` (attention, ``reuse=False``): a model that reads only its last W positions, served through
     the bounded sliding-window backend; ``serve(..., cold=True)`` then keeps the full history.

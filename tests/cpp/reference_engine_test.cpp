@@ -138,6 +138,40 @@ TEST(ReferenceEngine, PureRecurrentRestoresFromCheckpointsWithoutPages) {
     EXPECT_EQ(engine.metrics().baseKvPages.capacity, 0);
 }
 
+TEST(ReferenceEngine, PureRecurrentTakesZeroBasePagesAndStaysByteExact) {
+    // A model without attention layers has no KV page: basePages = 0 builds no pool and serves as before.
+    ReferenceEngineConfig c = configFor(DeploymentKind::kRecurrent);
+    c.basePages = 0;
+    ReferenceEngine engine(c);
+    std::vector<int32_t> const turn1 = iota(21);
+    auto out1 = serveAndCompare(engine, {request(turn1, 4), request(iota(40, 3000), 5)});
+    auto out2 = serveAndCompare(engine, {request(concat(concat(turn1, out1[0].generated), iota(3, 100)), 3)});
+    EXPECT_EQ(out2[0].prefillStart, 24);
+    runtime::ContextCacheMetrics const m = engine.metrics();
+    EXPECT_EQ(m.baseKvPages.capacity, 0);
+    EXPECT_EQ(m.hybridRestores, 1u);
+    EXPECT_EQ(m.reusedTokens, 24u);
+}
+
+TEST(ReferenceEngine, ZeroBasePagesIsRefusedWhereTheModelHasAttention) {
+    for (DeploymentKind kind : {DeploymentKind::kAttention, DeploymentKind::kHybrid, DeploymentKind::kEagle}) {
+        ReferenceEngineConfig c = configFor(kind);
+        c.basePages = 0;
+        try {
+            ReferenceEngine engine(c);
+            ADD_FAILURE() << toString(kind) << ": 0 base pages accepted";
+        } catch (ContractError const& e) {
+            EXPECT_EQ(std::string(e.what()), std::string("ReferenceEngine: basePages must be positive for the ") +
+                                                 toString(kind) +
+                                                 " deployment: it has attention layers, whose KV lives in pages (0 "
+                                                 "pages is only for the pure-recurrent deployment)");
+        }
+    }
+    ReferenceEngineConfig negative = configFor(DeploymentKind::kRecurrent);
+    negative.basePages = -1;
+    EXPECT_THROW(ReferenceEngine{negative}, ContractError);
+}
+
 TEST(ReferenceEngine, EaglePublishesPairsAndReplaysTheBoundaryPage) {
     ReferenceEngine engine(configFor(DeploymentKind::kEagle));
     std::vector<int32_t> const turn1 = iota(50);

@@ -359,3 +359,22 @@ def test_a_request_keeps_its_coordinator_alive_without_a_cycle(world):
     del request  # reference counting destroys it at once
     assert not family.pending
     coordinator.close()
+
+
+def test_a_pure_recurrent_deployment_takes_zero_pages_and_one_with_attention_does_not():
+    from ctxcache.deployment import Deployment, RecurrentGeometry
+
+    recurrent = RecurrentGeometry(num_layers=2, heads=4, head_dim=16, state_size=8, conv_dim=144, conv_kernel=4)
+    with Deployment(page_size=8, num_pages=0, max_seq_len=100, recurrent=recurrent, recurrent_snapshots=5,
+                    backend="cpu") as d:
+        assert d.model_state_kind == ctxcache.ModelStateKind.PURE_RECURRENT and d.pool is None
+        metrics = d.coordinator.metrics
+        assert (metrics.base_kv_pages.capacity, metrics.recurrent_snapshots.capacity) == (0, 5)
+    with pytest.raises(ctxcache.InvalidArgumentError, match=r"^num_pages must be positive: the deployment has 2 "
+                       r"attention layers, whose KV lives in pages \(0 pages is only for a pure recurrent model\)$"):
+        Deployment(page_size=8, num_pages=0, max_seq_len=100, attention_layers=[(2, 8)] * 2, recurrent=recurrent,
+                   recurrent_snapshots=5, backend="cpu")
+    with pytest.raises(ctxcache.InvalidArgumentError, match="needs an explicit recurrent_snapshots"):
+        Deployment(page_size=8, num_pages=0, max_seq_len=100, recurrent=recurrent, backend="cpu")
+    with pytest.raises(ctxcache.InvalidArgumentError, match="num_pages must be >= 0"):
+        Deployment(page_size=8, num_pages=-1, max_seq_len=100, recurrent=recurrent, backend="cpu")

@@ -83,6 +83,32 @@ def test_checkpoints_restore_mid_page_from_a_decode_end_capture(backend, deploym
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pure_recurrent_engine_takes_zero_base_pages_and_serves_byte_exact(backend):
+    # No attention layer, so no KV page: base_pages=0 builds no pool, and checkpoint reuse is unchanged.
+    with sim.ReferenceEngine("recurrent", page_size=16, base_pages=0, backend=backend) as eng:
+        turn1 = toks(37)
+        out1 = serve_and_compare(eng, [sim.Request(tokens=turn1, max_new_tokens=6),
+                                       sim.Request(tokens=toks(50, 4000), max_new_tokens=3)])
+        turn2 = np.concatenate([turn1, out1[0].generated, toks(9, 7000)])
+        out2 = serve_and_compare(eng, [sim.Request(tokens=turn2, max_new_tokens=5)])
+        assert out2[0].prefill_start == 42
+        m = eng.metrics
+        assert (m.base_kv_pages.free, m.base_kv_pages.capacity) == (0, 0)
+        assert m.hybrid_restores == 1 and m.reused_tokens == 42
+
+
+@pytest.mark.parametrize("deployment", ["attention", "hybrid", "eagle"])
+def test_zero_base_pages_is_refused_where_the_model_has_attention(deployment):
+    with pytest.raises(ctxcache.ContractError) as refused:
+        sim.ReferenceEngine(deployment, base_pages=0)
+    assert str(refused.value) == (
+        f"ctxc_sim_engine_create: ReferenceEngine: basePages must be positive for the {deployment} deployment: it "
+        "has attention layers, whose KV lives in pages (0 pages is only for the pure-recurrent deployment)")
+    with pytest.raises(ctxcache.ContractError, match="sizes must be positive"):
+        sim.ReferenceEngine("recurrent", base_pages=-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_eagle_pair_publication_and_full_page_replay(backend):
     with sim.ReferenceEngine("eagle", page_size=16, backend=backend) as eng:
         turn1 = toks(50)

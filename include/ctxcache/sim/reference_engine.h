@@ -62,7 +62,7 @@ inline constexpr int32_t kMtpHiddenSize = 8;  // fp16 words of the MTP head's hi
 struct ReferenceEngineConfig {
     DeploymentKind deployment = DeploymentKind::kAttention;
     int32_t pageSize = 16;
-    int32_t basePages = 256;           // pages of the base pool (and of the draft pool for EAGLE)
+    int32_t basePages = 256;           // base (and EAGLE draft) pool pages; > 0, or >= 0 for kRecurrent (no KV)
     int32_t maxRecords = 1024;
     EvictionPolicy evictionPolicy = EvictionPolicy::kRecordLru;  // the coordinator's manager's
     int32_t maxBatch = 8;

@@ -9,9 +9,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ctxcache.h"
 #include "device_creates.h"
@@ -1077,4 +1082,110 @@ TEST(CApiBadInputs, HugeCountsAreRefusedOrAnsweredByTheManager) {
     EXPECT_EQ(free, capacity);
     EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
+// ---- capacities up to INT32_MAX (issue 24, item 3) ----------------------------------------------------------
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CAPI_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CAPI_UNDER_ASAN 1
+#endif
+#endif
+
+namespace {
+
+// Runs `body` in a child whose address space may grow by only `headroom` bytes: true when it returned true.
+bool holdsWithinAddressSpace(size_t headroom, bool (*body)()) {
+    std::fflush(nullptr);
+    pid_t const pid = fork();
+    if (pid == 0) {
+        long pages = 0;
+        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+            if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+            std::fclose(f);
+        }
+        rlim_t const limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
+        rlimit const rl{limit, limit};
+        if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+        _exit(body() ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+ctxc_manager_options_t hugeManagerOptions() {
+    ctxc_manager_options_t o;
+    ctxc_manager_options_init(&o);
+    o.page_size = 4;
+    o.capacities = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
+    return o;
+}
+
+}  // namespace
+
+TEST(CApiBadInputs, AManagerWhoseMetadataCannotBeAllocatedIsNoMemoryNamingTheBytes) {
+#ifdef CAPI_UNDER_ASAN
+    GTEST_SKIP() << "address-space limits and AddressSanitizer do not mix";
+#else
+    // 8 MiB of headroom: less than the first 2^20 ids' metadata of one pool (12 MiB).
+    EXPECT_TRUE(holdsWithinAddressSpace(size_t{8} << 20, [] {
+        ctxc_manager_options_t const o = hugeManagerOptions();
+        ctxc_manager_t* m = nullptr;
+        ::testing::AssertionResult const r = refused(ctxc_manager_create(&o, &m), CTXC_E_NO_MEMORY,
+                                                     "ctxc_manager_create", "cannot allocate 12582912 bytes");
+        if (!r) std::fprintf(stderr, "%s\n", r.message());
+        return static_cast<bool>(r) && m == nullptr;
+    }));
+#endif
+}
+
+TEST(CApiBadInputs, AManagerOfInt32MaxPagesServesInMemoryProportionalToItsUse) {
+#ifdef CAPI_UNDER_ASAN
+    GTEST_SKIP() << "address-space limits and AddressSanitizer do not mix";
+#else
+    // 384 MiB of headroom: the old manager needed 12 bytes per id of the pools and 48 per base page up front,
+    // about 150 GiB here.
+    EXPECT_TRUE(holdsWithinAddressSpace(size_t{384} << 20, [] {
+        ctxc_manager_options_t const o = hugeManagerOptions();
+        ctxc_manager_t* m = nullptr;
+        if (ctxc_manager_create(&o, &m) != CTXC_OK) return std::fprintf(stderr, "%s\n", ctxc_last_error()), false;
+        std::vector<ctxc_hash128_t> hashes;
+        for (uint64_t i = 0; i < 100; ++i) hashes.push_back({0xAB00 + i, i * 7919});
+        bool ok = true;
+        for (int round = 0; round < 2 && ok; ++round) {
+            ctxc_acquire_result_t r;
+            std::memset(&r, 0, sizeof r);
+            r.struct_size = sizeof r;
+            ctxc_lease_t* lease = nullptr;
+            ok = ctxc_manager_acquire_vanilla(m, hashes.data(), hashes.size(), 400, CTXC_LOOKUP_USE_CACHE, &r,
+                                              &lease) == CTXC_OK &&
+                 r.plan.reuse_token_length == (round == 0 ? 0 : 396);
+            int32_t const* pages = nullptr;
+            size_t count = 0;
+            ok = ok && ctxc_lease_base_pages(lease, &pages, &count) == CTXC_OK && count == 100 && pages[0] == 0 &&
+                 pages[98] == 98 && pages[99] == (round == 0 ? 99 : 100);
+            ctxc_publish_result_t p;
+            std::memset(&p, 0, sizeof p);
+            p.struct_size = sizeof p;
+            if (round == 0)
+                ok = ok && ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), 400, &p) == CTXC_OK &&
+                     p.status == CTXC_PUBLISH_PUBLISHED;
+            ok = ctxc_lease_destroy(lease) == CTXC_OK && ok;
+        }
+        int32_t free = -1, capacity = -1;
+        ok = ok && ctxc_manager_pool_counts(m, CTXC_RESOURCE_BASE_KV_PAGE, &free, &capacity) == CTXC_OK &&
+             capacity == INT32_MAX && free == INT32_MAX - 100;
+        size_t freeIds = 0;  // the size query of the free list: no copy of INT32_MAX ids is built for it
+        ok = ok &&
+             ctxc_debug_manager_free_list(m, CTXC_RESOURCE_BASE_KV_PAGE, nullptr, 0, &freeIds) ==
+                 CTXC_E_BUFFER_TOO_SMALL &&
+             freeIds == static_cast<size_t>(INT32_MAX - 100);
+        ok = ok && ctxc_manager_check_invariants(m) == CTXC_OK;
+        if (!ok) std::fprintf(stderr, "%s\n", ctxc_last_error());
+        return ctxc_manager_destroy(m) == CTXC_OK && ok;
+    }));
+#endif
 }

@@ -1,0 +1,25 @@
+// The message of an OutOfMemoryError (include/ctxcache/errors.h): what was being allocated and its bytes. No
+// state; it allocates only the message it returns.
+
+#include "ctxcache/errors.h"
+
+#include <cstdio>
+
+namespace ctxcache {
+
+std::string describeAllocationFailure(std::string const& what, size_t bytes) {
+    static char const* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    char human[32] = "";
+    if (bytes >= 1024) {
+        double value = static_cast<double>(bytes) / 1024.0;
+        size_t unit = 0;
+        while (value >= 1024.0 && unit + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
+            value /= 1024.0;
+            ++unit;
+        }
+        std::snprintf(human, sizeof(human), " (%.1f %s)", value, kUnits[unit]);
+    }
+    return what + ": cannot allocate " + std::to_string(bytes) + " bytes" + human;
+}
+
+}  // namespace ctxcache
