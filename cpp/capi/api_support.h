@@ -5,6 +5,8 @@
 // invalid handle); device::ExternalMemoryError (caller memory that cannot hold an object: malformed options) to
 // CTXC_E_INVALID_ARGUMENT; ctxcache::ContractError maps to CTXC_E_CONTRACT, InvariantError to CTXC_E_INVARIANT,
 // device::DeviceError to CTXC_E_DEVICE, std::bad_alloc to CTXC_E_NO_MEMORY, anything else to CTXC_E_INTERNAL.
+// guard() also opens the call's CallScope (capi/call_family.h): the handle lookups inside the body enter their
+// objects' families, refused with CTXC_E_CONCURRENT_USE while another call is inside one, released on return.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "capi/call_family.h"
 #include "ctxcache.h"
 #include "ctxcache/block_hash.h"
 #include "ctxcache/device/device_error.h"
@@ -43,6 +46,7 @@ char const* lastErrorMessage() noexcept;
 // A body returns its status, or nothing for CTXC_OK.
 template <class F>
 ctxc_status_t guard(char const* function, F&& body) noexcept {
+    CallScope scope(function);  // declared first: its families are released after the status is known
     try {
         if constexpr (std::is_void_v<decltype(body())>) {
             body();
