@@ -28,7 +28,7 @@ from .enums import (
     ReusePlanMode,
     SpecReplayMode,
 )
-from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+from .errors import ArgumentTypeError, ConcurrentUseError, InvalidArgumentError, InvalidHandleError
 from .events import KvEventSource
 
 _NULL = ffi.NULL
@@ -363,6 +363,8 @@ class Lease(Resource):
             self._base_pages = self._draft_pages = None  # _changed(), inline
             status = _lease_destroy(handle)
             if status:
+                if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
+                    self._handle = handle
                 check(status)
 
     def __repr__(self) -> str:
@@ -637,7 +639,10 @@ class ContextCacheManager(KvEventSource, Resource):
         _resource.drain(self._family)  # leases collected in a cycle first: they are not outstanding
         if self._handle != _NULL:
             handle, self._handle = self._handle, _NULL
-            check(lib.ctxc_manager_destroy(handle))
+            status = lib.ctxc_manager_destroy(handle)
+            if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
+                self._handle = handle
+            check(status)
 
     @property
     def closed(self) -> bool:
