@@ -34,8 +34,7 @@ void CallScope::refuse(CallFamily const& family, char const* holder) const {
         for (int i = 0; i < s->count_; ++i)
             if (s->held_[i] == &family) reentered = true;
     std::string message = std::string(holder) + " is in progress on the same " + family.members();
-    message += reentered ? " on this thread (a callback it called is calling back into it)"
-                         : " on another thread";
+    message += reentered ? " on this thread (a callback it called is calling back into it)" : " on another thread";
     message += "; one family takes one call at a time (the single-writer contract): serialize these calls";
     throw ApiError(CTXC_E_CONCURRENT_USE, message);
 }

@@ -355,7 +355,8 @@ CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_
         auto lengths = [](KvLengthsObject& l) -> std::shared_ptr<device::KvLengths> const& { return l.lengths; };
         ContextCachePhysicalResources physical;
         physical.basePool = resource(kvPools(), r.base_pool, "resources->base_pool", *object, pool);
-        physical.basePageTable = resource(pageTables(), r.base_page_table, "resources->base_page_table", *object, table);
+        physical.basePageTable =
+            resource(pageTables(), r.base_page_table, "resources->base_page_table", *object, table);
         physical.baseLengths = resource(kvLengths(), r.base_lengths, "resources->base_lengths", *object, lengths);
         physical.draftPool = resource(kvPools(), r.draft_pool, "resources->draft_pool", *object, pool);
         physical.draftPageTable =

@@ -37,10 +37,10 @@ def main() -> int:
     errors: list[str] = []
     lock = threading.Lock()  # guards the counters only
 
-    def retried(call):  # a refused call changed nothing: the same call again
+    def retried(call, *args):  # a refused call changed nothing: the same call again
         for _ in range(1_000_000):
             try:
-                return call()
+                return call(*args)
             except Refused:
                 with lock:
                     counts["refused"] += 1
@@ -54,14 +54,14 @@ def main() -> int:
             for round_ in range(ROUNDS):
                 tokens = prompts[thread][round_ % PROMPTS]
                 hashes = ctxcache.hash_full_blocks(tokens, PAGE)
-                result = retried(lambda: manager.acquire_vanilla(hashes, len(tokens)))
+                result = retried(manager.acquire_vanilla, hashes, len(tokens))
                 if result.lease is None:
                     with lock:
                         counts["insufficient"] += 1
                     continue
                 lease = result.lease
                 retried(manager.check_invariants)  # a long read beside the other thread's writes
-                retried(lambda: manager.publish(lease, hashes, len(tokens)))
+                retried(manager.publish, lease, hashes, len(tokens))
                 retried(lease.close)
                 with lock:
                     counts["published"] += 1
