@@ -14,7 +14,9 @@
 // before it reads or changes anything. Read-only queries take the flag too (a reader beside a writer is a race as
 // well). A call that re-enters a family its own thread already holds (from inside a callback, e.g. a
 // synchronizer) is refused the same way: the outer call is in the middle of changing that family.
-// Entering is not waiting: nothing here blocks, so it cannot deadlock; serialising is the caller's job.
+// Entering is not waiting: nothing here blocks, so it cannot deadlock; serialising is the caller's job. A call
+// meant to reach an object from any thread beside a running call (an interrupt) must not look it up: it uses
+// HandleTable::touchWithoutEntering, and touches only atomics.
 //
 // Threading: a CallFamily is shared by its objects (shared_ptr) and touched only through the atomic; a CallScope
 // is its own thread's. A scope keeps the families it removed objects of alive until it releases their flags.
@@ -74,12 +76,13 @@ public:
         if (char const* holder = family.tryEnter(function_)) refuse(family, holder);
         held_[count_++] = &family;
     }
-    // enter(), and keep the family alive until the scope releases it (a destroy frees the object that owned it).
-    void enterAndKeep(std::shared_ptr<CallFamily> const& family) {
+    // enter(), and keep the family alive until the scope releases it: `family` is the reference of an object
+    // being destroyed, moved here (no count changes hands) so that it outlives the object.
+    void enterAndKeep(std::shared_ptr<CallFamily>&& family) {
         enter(*family);
         for (auto& k : kept_)
-            if (!k || k == family) {
-                k = family;
+            if (!k) {
+                k = std::move(family);
                 return;
             }
         tooManyFamilies();
@@ -108,13 +111,14 @@ struct HasFamily : std::false_type {};
 template <class T>
 struct HasFamily<T, std::void_t<decltype(std::declval<T const&>().family)>> : std::true_type {};
 
-// Enter the family of `object` when called inside a C call; `keep` for a removal (see CallScope::enterAndKeep).
+// Enter the family of `object` when called inside a C call. `removing`: the object is leaving its table to be
+// destroyed, and its reference to the family moves into the scope (see CallScope::enterAndKeep).
 template <class T>
-void enterFamilyOf(T const& object, bool keep) {
+void enterFamilyOf(T& object, bool removing) {
     if constexpr (HasFamily<T>::value) {
         CallScope* scope = CallScope::current();
         if (!scope || !object.family) return;
-        if (keep) scope->enterAndKeep(object.family);
+        if (removing) scope->enterAndKeep(std::move(object.family));
         else scope->enter(*object.family);
     }
 }

@@ -53,6 +53,19 @@ public:
         return e->object.get();
     }
 
+    // For the few calls meant to reach an object from any thread while another call is inside its family (e.g. a
+    // request to interrupt a long call): runs `touch(object)` under the table's mutex, without entering the
+    // family (so a destroy cannot free the object meanwhile); `touch` must be short and use only what is safe
+    // beside the running call (atomics). False when `handle` names no live object.
+    template <class Touch>
+    bool touchWithoutEntering(void const* handle, Touch&& touch) const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        Entry const* e = entry(handle);
+        if (!e) return false;
+        touch(*e->object);
+        return true;
+    }
+
     // Takes the object of `handle` out of the table (null if none), its family entered and kept alive for the
     // calling C call (the caller frees the object, maybe the family's last owner, before the call returns).
     std::unique_ptr<T> remove(void const* handle) {

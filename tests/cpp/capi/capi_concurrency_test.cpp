@@ -544,6 +544,67 @@ TEST_F(CoordinatorPair, TwoThreadsHammeringEndWithRefusalsOrResultsNeverCorrupti
     std::printf("[          ] %d refusals\n", refusals.load());
 }
 
+// ---- a sim engine ---------------------------------------------------------------------------------------------
+
+// Certain overlap: A's serve reads its prompt from the gated page; the engine's other calls (and its KV events)
+// refuse the other thread, which a results object of the engine's does not (it is a family of its own).
+TEST(SimEnginePair, EveryCallIntoTheEngineIsRefusedWhileAServeIsInside) {
+    FaultGate gate;
+    ASSERT_TRUE(gate.ready());
+    ctxc_sim_engine_options_t o;
+    ctxc_sim_engine_options_init(&o);
+    ctxc_sim_engine_t* engine = nullptr;
+    ASSERT_EQ(ctxc_sim_engine_create(&o, &engine), CTXC_OK) << ctxc_last_error();
+    std::vector<int32_t> const prompt = iota(1, 40);
+    ctxc_sim_request_t request{};
+    request.token_count = prompt.size();
+    request.max_new_tokens = 4;
+    request.tokens = prompt.data();
+    ctxc_sim_results_t* earlier = nullptr;
+    ASSERT_EQ(ctxc_sim_engine_serve(engine, &request, 1, 0, &earlier), CTXC_OK) << ctxc_last_error();
+    std::vector<std::pair<char const*, std::function<ctxc_status_t()>>> const calls = {
+        {"ctxc_sim_engine_stats",
+         [&] {
+        ctxc_sim_engine_stats_t st{};
+        st.struct_size = sizeof st;
+        return ctxc_sim_engine_stats(engine, &st);
+    }},
+        {"ctxc_sim_engine_check_invariants", [&] { return ctxc_sim_engine_check_invariants(engine); }},
+        {"ctxc_sim_engine_serve",
+         [&] {
+        ctxc_sim_results_t* r = nullptr;
+        return ctxc_sim_engine_serve(engine, &request, 1, 0, &r);
+    }},
+        {"ctxc_kv_events_status", [&] { return ctxc_kv_events_status(engine, nullptr, nullptr, nullptr); }},
+        {"ctxc_sim_engine_destroy", [&] { return ctxc_sim_engine_destroy(engine); }},
+    };
+    ctxc_sim_request_t gated = request;
+    gated.tokens = reinterpret_cast<int32_t const*>(gate.hashes());
+    for (int round = 0; round < kRounds / 4; ++round) {
+        std::memcpy(gate.hashes(), prompt.data(), prompt.size() * sizeof(int32_t));
+        gate.arm();
+        ctxc_status_t statusA = CTXC_E_INTERNAL;
+        ctxc_sim_results_t* results = nullptr;
+        std::thread a([&] { statusA = ctxc_sim_engine_serve(engine, &gated, 1, 0, &results); });
+        bool const stopped = waitFor([&] { return gate.held(); });
+        auto const& [name, call] = calls[static_cast<size_t>(round) % calls.size()];
+        std::string const problem =
+            stopped ? refusalProblem(call(), name, "ctxc_sim_engine_serve") : "A never stopped inside its call";
+        size_t count = 0;
+        ctxc_status_t const other = ctxc_sim_results_count(earlier, &count);  // another family: answered
+        gate.release();
+        a.join();
+        ASSERT_TRUE(problem.empty()) << "round " << round << ": " << problem;
+        ASSERT_EQ(other, CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(count, 1u);
+        ASSERT_EQ(statusA, CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(ctxc_sim_results_destroy(results), CTXC_OK);
+    }
+    EXPECT_EQ(ctxc_sim_engine_check_invariants(engine), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ctxc_sim_results_destroy(earlier), CTXC_OK);
+    EXPECT_EQ(ctxc_sim_engine_destroy(engine), CTXC_OK);
+}
+
 TEST(ConcurrentUseStatus, HasANameAndIsBelowTheSentinel) {
     EXPECT_STREQ(ctxc_status_string(CTXC_E_CONCURRENT_USE), "CTXC_E_CONCURRENT_USE");
     EXPECT_LT(static_cast<int>(CTXC_E_CONCURRENT_USE), static_cast<int>(CTXC_STATUS_COUNT));
