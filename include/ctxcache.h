@@ -56,7 +56,8 @@
  *                            ctxc_coordinator_shutdown() synchronises its quarantined requests successfully.
  *   CTXC_E_CONCURRENT_USE    the call overlapped another call into the same handle family (below) on another
  *                            thread, or re-entered one from a callback: the single-writer contract was broken.
- *                            Refused before reading or changing anything; ctxc_last_error() names both calls.
+ *                            Refused before the family's state is read or changed; ctxc_last_error() names both
+ *                            calls (the one in progress and the one refused).
  *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
  * Threading: the handles of one family follow a single-writer contract: the caller serializes every call that

@@ -9,11 +9,12 @@
 // Every C entry point runs inside guard(), which opens a CallScope for the call (thread-local, one per nested
 // entry). The handle table's lookups enter the family of the object they find while they hold the table's mutex
 // (HandleTable::find and remove), so a destroy on one thread cannot free an object between another thread's
-// lookup and its entry: one compare-and-swap on entry, one store on exit (when the scope closes), ~2 ns each.
+// lookup and its entry: one compare-and-swap on entry, one store on exit (when the scope closes).
 // A second call finds the flag taken and is refused with CTXC_E_CONCURRENT_USE and a message naming both calls,
-// before it reads or changes anything. Read-only queries take the flag too (a reader beside a writer is a race as
-// well). A call that re-enters a family its own thread already holds (from inside a callback, e.g. a
-// synchronizer) is refused the same way: the outer call is in the middle of changing that family.
+// before it reads or changes the family's state (outputs it clears first, as on any failure, are the caller's).
+// Read-only queries take the flag too (a reader beside a writer is a race as well). A call that re-enters a
+// family its own thread already holds (from inside a callback, e.g. a synchronizer) is refused the same way: the
+// outer call is in the middle of changing that family.
 // Entering is not waiting: nothing here blocks, so it cannot deadlock; serialising is the caller's job. A call
 // meant to reach an object from any thread beside a running call (an interrupt) must not look it up: it uses
 // HandleTable::touchWithoutEntering, and touches only atomics.
