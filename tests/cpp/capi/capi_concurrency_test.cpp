@@ -348,11 +348,20 @@ struct SlowSync {
     std::atomic<bool> held{false};
     std::atomic<bool> released{false};
     std::atomic<int> calls{0};
+    ctxc_coordinator_t* reenter = nullptr;  // when set, the synchronizer calls back into this coordinator
+    ctxc_status_t reentered = CTXC_OK;
+    std::string reenteredMessage;
 };
 
 int slowSynchronize(void* user, void*) {
     SlowSync& s = *static_cast<SlowSync*>(user);
     s.calls.fetch_add(1);
+    if (s.reenter && s.reentered == CTXC_OK) {
+        ctxc_coordinator_info_t i{};
+        i.struct_size = sizeof i;
+        s.reentered = ctxc_coordinator_info(s.reenter, &i);
+        s.reenteredMessage = ctxc_last_error();
+    }
     if (!s.armed.exchange(false)) return 0;
     s.held.store(true);
     waitFor([&] { return s.released.load(); });
@@ -603,6 +612,23 @@ TEST(SimEnginePair, EveryCallIntoTheEngineIsRefusedWhileAServeIsInside) {
     EXPECT_EQ(ctxc_sim_engine_check_invariants(engine), CTXC_OK) << ctxc_last_error();
     EXPECT_EQ(ctxc_sim_results_destroy(earlier), CTXC_OK);
     EXPECT_EQ(ctxc_sim_engine_destroy(engine), CTXC_OK);
+}
+
+// A synchronizer that calls back into the family of the call that invoked it is refused (the outer call is in the
+// middle of changing it), with a message that says so; the outer call goes on.
+TEST_F(CoordinatorPair, ACallbackCallingBackIntoItsFamilyIsRefused) {
+    sync.reenter = coordinator;
+    std::atomic<int> refusals{0};
+    ASSERT_EQ(serve(1, refusals), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(refusals.load(), 0);
+    EXPECT_EQ(sync.reentered, CTXC_E_CONCURRENT_USE) << sync.reenteredMessage;
+    EXPECT_EQ(sync.reenteredMessage.rfind("ctxc_coordinator_info: ctxc_kv_request_", 0), 0u) << sync.reenteredMessage;
+    EXPECT_NE(sync.reenteredMessage.find("on this thread (a callback it called is calling back into it)"),
+              std::string::npos)
+        << sync.reenteredMessage;
+    sync.reenter = nullptr;
+    EXPECT_EQ(info().active_requests, 0);
+    EXPECT_EQ(ctxc_coordinator_check_invariants(coordinator), CTXC_OK) << ctxc_last_error();
 }
 
 TEST(ConcurrentUseStatus, HasANameAndIsBelowTheSentinel) {
