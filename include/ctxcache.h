@@ -4,8 +4,10 @@
  *   - Every symbol is ctxc_<object>_<verb>; types ctxc_<name>_t; constants CTXC_<NAME> (integer literals or
  *     enums only, so that the header is also the cffi cdef).
  *   - Handles are opaque and checked: a NULL, stale (destroyed), double-released, foreign (another manager's
- *     lease) or wrongly typed handle returns CTXC_E_INVALID_HANDLE, never a crash. A lease whose manager was
- *     destroyed first is detected and reported the same way.
+ *     lease) or wrongly typed handle returns CTXC_E_INVALID_HANDLE, never a crash. Handles may be destroyed in
+ *     any order: a child (a lease, a request) whose parent (its manager, coordinator or SWA manager) was destroyed
+ *     first is detected and reported the same way, whatever it went through before (quarantine, shutdown, the
+ *     parent reused for other children); device objects keep what they were built over alive instead.
  *   - Every fallible call returns ctxc_status_t (CTXC_OK == 0). On failure nothing changed (but see
  *     CTXC_E_DEVICE), and ctxc_last_error() (thread-local, never NULL) says which call, which argument and why.
  *   - Capacity shortage is an answer, not an error: an acquire reports CTXC_ACQUIRE_INSUFFICIENT_CAPACITY in its
@@ -1064,7 +1066,8 @@ CTXC_API ctxc_status_t ctxc_kv_gather_into(const ctxc_kv_pool_t *pool, const ctx
  * Lifetimes: a coordinator keeps the device objects it was built over alive (their handles may be destroyed in any
  * order). Destroying a coordinator with live requests synchronises and releases them and orphans their handles
  * (every later use is CTXC_E_INVALID_HANDLE; ctxc_kv_request_destroy frees them) and returns
- * CTXC_E_LEASES_OUTSTANDING: the coordinator is destroyed either way. Destroying a request before finish abandons
+ * CTXC_E_LEASES_OUTSTANDING: the coordinator is destroyed either way. Its other undestroyed requests (finished or
+ * quarantined) are orphaned the same way, without that status. Destroying a request before finish abandons
  * it (nothing is published; pending device work is synchronised first, and a failed synchronisation quarantines).
  * Streams: void* (a cudaStream_t on CUDA, NULL on the CPU backend).
  * Threading: a coordinator, its requests and its device objects follow one single-writer contract (they are the
@@ -1462,7 +1465,9 @@ CTXC_API void ctxc_swa_manager_options_init(ctxc_swa_manager_options_t *options)
 CTXC_API ctxc_status_t ctxc_swa_manager_create(ctxc_kv_pool_t *pool, ctxc_kv_page_table_t *table,
                                                ctxc_kv_lengths_t *lengths, const ctxc_swa_manager_options_t *options,
                                                ctxc_swa_manager_t **out_manager);
-/* A live request is released first (synchronised) and orphaned: it must still be destroyed. */
+/* A live request is released first (synchronised) and orphaned (CTXC_E_LEASES_OUTSTANDING): it must still be
+ * destroyed. Every other request still undestroyed (finished, quarantined, or resolved by a shutdown; either kind)
+ * is orphaned too: every later use is CTXC_E_INVALID_HANDLE, and destroying it is CTXC_OK. */
 CTXC_API ctxc_status_t ctxc_swa_manager_destroy(ctxc_swa_manager_t *manager);
 CTXC_API ctxc_status_t ctxc_swa_manager_free_page_count(const ctxc_swa_manager_t *manager, int32_t *out_pages);
 CTXC_API ctxc_status_t ctxc_swa_manager_private_pages_per_sequence(const ctxc_swa_manager_t *manager,

@@ -89,20 +89,24 @@ std::optional<BlockHash> BaseBlockIndex::hashOfPage(PageId page) const {
 }
 
 BaseInsertResult BaseBlockIndex::insert(BlockHash hash, PageId proposedPage) {
+    if (std::optional<BaseInsertResult> const r = tryInsert(hash, proposedPage)) return *r;
+    throw ContractError("BaseBlockIndex::insert: page " + std::to_string(proposedPage) +
+                        " is already the canonical page of another hash (" +
+                        toHex(reverse_[static_cast<size_t>(proposedPage)]) + ")");
+}
+
+std::optional<BaseInsertResult> BaseBlockIndex::tryInsert(BlockHash hash, PageId proposedPage) {
     checkPage(proposedPage, "insert");
     uint32_t const tag = tagOf(hash);
     size_t const i = probe(hash, tag);
-    if (slots_[i].page >= 0) return {slots_[i].page, false};
-    if (mapped_[static_cast<size_t>(proposedPage)])
-        throw ContractError("BaseBlockIndex::insert: page " + std::to_string(proposedPage) +
-                            " is already the canonical page of another hash (" +
-                            toHex(reverse_[static_cast<size_t>(proposedPage)]) + ")");
+    if (slots_[i].page >= 0) return BaseInsertResult{slots_[i].page, false};
+    if (mapped_[static_cast<size_t>(proposedPage)]) return std::nullopt;
     // At most one mapping per page and the table holds 2 slots per page: slot i is free, no growth.
     slots_[i] = Slot{tag, proposedPage};
     ++size_;
     reverse_[static_cast<size_t>(proposedPage)] = hash;
     mapped_[static_cast<size_t>(proposedPage)] = true;
-    return {proposedPage, true};
+    return BaseInsertResult{proposedPage, true};
 }
 
 void BaseBlockIndex::erasePage(PageId page) {

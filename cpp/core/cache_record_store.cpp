@@ -19,6 +19,14 @@ namespace ctxcache {
 
 namespace {
 
+// One block's term of the published-hash digest: the hash folded to 64 bits with its position, times an odd
+// constant (one multiply: publication computes a term per block). The sum over blocks tells a changed or a moved
+// block apart (a changed fold always changes its term), and a trim subtracts the blocks it cuts.
+uint64_t digestTerm(BlockHash const& hash, size_t block) noexcept {
+    uint64_t const fold = hash.lo ^ ((hash.hi << 29) | (hash.hi >> 35)) ^ ((block + 1) * 0x9E3779B97F4A7C15ull);
+    return fold * 0xD6E8FEB86659FD93ull;
+}
+
 // anchorOf for a record in its full form (at insertion).
 CacheRecordKey fullRecordAnchor(CacheRecord const& record) {
     int32_t const blocks = record.key.fullBlockCount;
@@ -30,6 +38,12 @@ CacheRecordKey fullRecordAnchor(CacheRecord const& record) {
 CacheRecordStore::CacheRecordStore(int32_t maxRecords, BaseBlockIndex const* hashSource)
     : maxRecords_(maxRecords), hashSource_(hashSource) {
     if (maxRecords < 0) throw ContractError("CacheRecordStore: maxRecords must be non-negative");
+}
+
+uint64_t CacheRecordStore::hashDigest(BlockHashSpan hashes) noexcept {
+    uint64_t digest = 0;
+    for (size_t i = 0; i < hashes.size; ++i) digest += digestTerm(hashes[i], i);
+    return digest;
 }
 
 CacheRecordKey CacheRecordStore::anchorOf(StoredRecord const& record) const {
@@ -112,6 +126,7 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord const& record) {
     static_cast<CacheRecordCore&>(stored) = record;
     stored.id = id;
     if (!derived) stored.keptBlockHashes = record.logicalBlockHashes;
+    stored.publishedHashDigest = hashDigest(record.logicalBlockHashes);
     lru_.push_back(id);
     auto lruPosition = std::prev(lru_.end());
     try {
@@ -254,6 +269,18 @@ CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t ke
     size_t const keep = static_cast<size_t>(keepBlocks);
     CacheRecordKey const shorter{logicalHash(record, keep - 1), keepBlocks};
     if (exactIndex_.contains(shorter)) throw ContractError(what + ": another record already ends at that block");
+    // The digest loses the cut blocks' terms (their hashes as the source now derives them: a block that no longer
+    // derives its published hash leaves the digest wrong, and checkInvariants still reports the record).
+    uint64_t digest = record.publishedHashDigest;
+    size_t const blocks = static_cast<size_t>(record.key.fullBlockCount);
+    constexpr size_t kAhead = 8;  // reverse entries loading ahead of the reads
+    if (derivesHashes(record))
+        for (size_t i = keep; i < std::min(blocks, keep + kAhead); ++i)
+            hashSource_->prefetchReverse(record.basePagePath[i]);
+    for (size_t i = keep; i < blocks; ++i) {
+        if (derivesHashes(record) && i + kAhead < blocks) hashSource_->prefetchReverse(record.basePagePath[i + kAhead]);
+        digest -= digestTerm(logicalHash(record, i), i);
+    }
     // Allocate first (the tail copies, the new key's slot): nothing is changed before the last of them.
     TrimmedTail tail;
     tail.firstBlock = keepBlocks;
@@ -263,6 +290,7 @@ CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t ke
     exactIndex_.tryEmplace(shorter, id);
     exactIndex_.erase(record.key);
     record.key = shorter;
+    record.publishedHashDigest = digest;
     if (!record.keptBlockHashes.empty()) record.keptBlockHashes.resize(keep);
     record.basePagePath.resize(keep);
     if (record.hasDraftPath()) record.draftPagePath.resize(keep);
@@ -299,8 +327,16 @@ void CacheRecordStore::checkInvariants() const {
                 (derived ? std::string("none (derivable)") : std::to_string(e.record.key.fullBlockCount)));
         try {
             // Every derivable hash must exist (materialize throws InvariantError for an unmapped page) and the
-            // record must be valid with them: its key ends at the derived last hash.
-            materialize(e.record).validate();
+            // record must be valid with them: its key ends at the derived last hash; and they must be the hashes
+            // it was published with, every block of them (the digest).
+            CacheRecord const full = materialize(e.record);
+            full.validate();
+            if (hashDigest(full.logicalBlockHashes) != e.record.publishedHashDigest)
+                throw InvariantError("CacheRecordStore: record " + std::to_string(id) + "'s " +
+                                     std::to_string(full.logicalBlockHashes.size()) +
+                                     (derived ? " hashes derived from its base pages" : " kept hashes") +
+                                     " are not the ones it was published with: a page it holds is the canonical "
+                                     "page of another hash");
         } catch (ContractError const& error) {
             throw InvariantError(std::string("CacheRecordStore: record ") + std::to_string(id) +
                                  " invalid: " + error.what());

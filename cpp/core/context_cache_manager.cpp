@@ -496,44 +496,63 @@ void ContextCacheManager::retireHybridSnapshotReservation(CacheRequestLease& lea
 
 // ---- publish ------------------------------------------------------------------------------------------------
 
-std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
+std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(char const* operation, BlockHashSpan hashes,
+                                                                  size_t count,
                                                                   std::vector<PageId> const& producerPages,
                                                                   size_t matchedBlocks,
                                                                   std::vector<PageId>& newlyMapped) {
     // First committer wins: an indexed hash keeps its page; otherwise the producer's page becomes canonical
-    // (a hash repeated within this publication finds the mapping its first occurrence just made).
-    // A matched block whose pinned page is still mapped needs no probe: the page was canonical for this hash at
-    // acquire, the lease's pin kept it from being freed, and a page is only ever mapped again by a publication of
-    // the hash it holds (a lease's matched prefix is checked, and unmatched pages come off the free list), so a
-    // mapped pinned page is still the canonical page of hashes[i]. An unmapped one (its records were evicted
-    // meanwhile) goes through insert like any other block.
+    // (a hash repeated within this publication finds the mapping its first occurrence just made), unless that
+    // page is already canonical for another hash: the publication is refused (the header's "Canonical
+    // projection").
+    // A matched block whose pinned page is still the canonical page of hashes[i] needs no probe: the bijection
+    // says index[hashes[i]] is that page. The test reads the page's reverse entry, not just its mapped bit: a
+    // pinned page can have been mapped again to ANOTHER hash after its records were evicted, by the lease that
+    // produced it publishing a different hash for it (a cold lease's hashes are not checked). Such a block, and
+    // an unmapped one, goes through the index like any other block.
     matchedBlocks = std::min({matchedBlocks, count, producerPages.size()});
     std::vector<PageId> canonical;
     canonical.reserve(count);
     newlyMapped.reserve(count);
     stagedStores_.clear();
     if (eventsEnabled_) stagedStores_.reserve(count);
+    auto undo = [&]() noexcept {
+        for (PageId page : newlyMapped) baseIndex_.erasePage(page);
+        newlyMapped.clear();
+        stagedStores_.clear();
+    };
     try {
-        constexpr size_t kPrefetchDistance = 8;  // home slots loading ahead of the inserts
-        for (size_t i = matchedBlocks; i < std::min(count, matchedBlocks + kPrefetchDistance); ++i)
-            baseIndex_.prefetch(hashes[i]);
+        // Matched blocks read their page's reverse entry; the others probe the index from the hash's home slot.
+        constexpr size_t kPrefetchDistance = 8;
+        for (size_t i = 0; i < std::min(count, kPrefetchDistance); ++i) {
+            if (i < matchedBlocks) baseIndex_.prefetchReverse(producerPages[i]);
+            else baseIndex_.prefetch(hashes[i]);
+        }
         for (size_t i = 0; i < count; ++i) {
-            if (i >= matchedBlocks && i + kPrefetchDistance < count) baseIndex_.prefetch(hashes[i + kPrefetchDistance]);
-            if (i < matchedBlocks && baseIndex_.isMapped(producerPages[i])) {
+            if (size_t const ahead = i + kPrefetchDistance; ahead < count) {
+                if (ahead < matchedBlocks) baseIndex_.prefetchReverse(producerPages[ahead]);
+                else baseIndex_.prefetch(hashes[ahead]);
+            }
+            if (i < matchedBlocks && baseIndex_.isMappedTo(producerPages[i], hashes[i])) {
                 canonical.push_back(producerPages[i]);
                 continue;
             }
-            BaseInsertResult const r = baseIndex_.insert(hashes[i], producerPages[i]);
-            canonical.push_back(r.canonicalPage);
-            if (r.inserted) {
+            std::optional<BaseInsertResult> const r = baseIndex_.tryInsert(hashes[i], producerPages[i]);
+            if (!r) {
+                std::string const other = toHex(*baseIndex_.hashOfPage(producerPages[i]));
+                contract(operation, "fullBlockHashes[" + str(static_cast<int64_t>(i)) + "] (" + toHex(hashes[i]) +
+                                        ") is not indexed and its page " + str(producerPages[i]) +
+                                        " is already the canonical page of another hash (" + other +
+                                        "): a publication of that page named a different block; nothing published");
+            }
+            canonical.push_back(r->canonicalPage);
+            if (r->inserted) {
                 newlyMapped.push_back(producerPages[i]);
                 if (eventsEnabled_) stagedStores_.push_back(i);  // reserved: cannot throw
             }
         }
     } catch (...) {
-        for (PageId page : newlyMapped) baseIndex_.erasePage(page);
-        newlyMapped.clear();
-        stagedStores_.clear();
+        undo();
         throw;
     }
     return canonical;
@@ -649,7 +668,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
     CacheRecord record;
     record.key = key;
     record.logicalBlockHashes.assign(hashes.begin(), hashes.begin() + published);
-    record.basePagePath = projectCanonicalBasePath(hashes, count, s.basePages, s.matchedHashes.size(), newlyMapped);
+    record.basePagePath = projectCanonicalBasePath(op, hashes, count, s.basePages, s.matchedHashes.size(), newlyMapped);
     if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
     return commitRecord(std::move(record), newlyMapped, published, tokens);
 }
@@ -706,7 +725,7 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
     record.logicalBlockHashes.assign(hashes.begin(), hashes.end());
     if (s.hybridHasAttention)
         record.basePagePath =
-            projectCanonicalBasePath(hashes, fullBlocks, s.basePages, s.matchedHashes.size(), newlyMapped);
+            projectCanonicalBasePath(op, hashes, fullBlocks, s.basePages, s.matchedHashes.size(), newlyMapped);
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
@@ -767,8 +786,8 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
     record.key = CacheRecordKey{checkpoint.exactPrefixDigest, publishedBlocks};
     record.logicalBlockHashes.assign(hashes.begin(), hashes.end());
     record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + publishedBlocks);
-    record.basePagePath =
-        projectCanonicalBasePath(hashes, fullBlocks, s.basePages, s.matchedHashes.size(), newlyMapped);  // last: maps
+    record.basePagePath = projectCanonicalBasePath(op, hashes, fullBlocks, s.basePages, s.matchedHashes.size(),
+                                                   newlyMapped);  // last: maps
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;

@@ -1,8 +1,8 @@
 // DraftPathIndex: boundary heads in an array indexed by canonical base page (other depths of a page in an overflow
-// map), entry lists linked through per-record link arrays. insert checks for duplicates and grows the head array
-// before it changes anything, and undoes a partial insert if the overflow map's growth fails; memoryBytes is kept
-// up to date incrementally. Full contract (layout, invariants, errors, cost, threading):
-// include/ctxcache/draft_path_index.h.
+// map), doubly linked entry lists through per-record link arrays (unlinking is O(1), verified against the page). insert
+// checks for duplicates and grows the head array before it changes anything, and undoes a partial insert if the
+// overflow map's growth fails; memoryBytes is kept up to date incrementally. Full contract (layout, invariants, errors,
+// cost, threading): include/ctxcache/draft_path_index.h.
 
 #include "ctxcache/draft_path_index.h"
 
@@ -61,7 +61,7 @@ void DraftPathIndex::removeBoundary(PageId page, int32_t pathBlockCount) noexcep
 }
 
 uint32_t DraftPathIndex::addRecordSlot(RecordId record, size_t length) {
-    std::vector<uint32_t> links(length, kAbsent);
+    std::vector<Link> links(length);
     bool const reuse = freeSlot_ != kEnd;
     uint32_t slot = freeSlot_;
     if (!reuse) {
@@ -85,7 +85,7 @@ void DraftPathIndex::releaseRecordSlot(uint32_t slot) noexcept {
     RecordLinks& r = records_[slot];
     slotOf_.erase(r.id);
     linkCapacity_ -= r.links.capacity();
-    std::vector<uint32_t>().swap(r.links);
+    std::vector<Link>().swap(r.links);
     r.id = kNoRecord;
     r.entries = 0;
     r.nextFree = freeSlot_;
@@ -107,10 +107,10 @@ void DraftPathIndex::insert(RecordId record, PagePathSpan pages, size_t draftPat
     auto const existing = slotOf_.find(record);
     size_t keptLinks = 0;  // the size of an already indexed record's link array, restored on failure
     if (existing != slotOf_.end()) {
-        std::vector<uint32_t> const& links = records_[existing->second].links;
+        std::vector<Link> const& links = records_[existing->second].links;
         keptLinks = links.size();
         for (size_t i = 0; i < std::min(length, keptLinks); ++i)
-            if (links[i] != kAbsent)
+            if (links[i].present())
                 throw ContractError("DraftPathIndex::insert: record " + std::to_string(record) + " boundary " +
                                     std::to_string(i + 1) + " is already indexed");
     }
@@ -122,29 +122,33 @@ void DraftPathIndex::insert(RecordId record, PagePathSpan pages, size_t draftPat
         slot = addRecordSlot(record, length);
     } else {
         slot = existing->second;
-        std::vector<uint32_t>& links = records_[slot].links;
+        std::vector<Link>& links = records_[slot].links;
         size_t const before = links.capacity();
-        if (links.size() < length) links.resize(length, kAbsent);  // strong guarantee of its own
+        if (links.size() < length) links.resize(length);  // strong guarantee of its own
         linkCapacity_ += links.capacity() - before;
     }
     // records_ does not reallocate below: the link array stays put.
-    uint32_t* const links = records_[slot].links.data();
+    Link* const links = records_[slot].links.data();
     size_t inserted = 0;
     for (size_t i = 0; i < std::min(length, kPrefetchDistance); ++i) prefetchHead(pages[i]);
     try {
         for (; inserted < length; ++inserted) {
             if (inserted + kPrefetchDistance < length) prefetchHead(pages[inserted + kPrefetchDistance]);
-            uint32_t& head = findOrAddHead(pages[inserted], static_cast<int32_t>(inserted + 1));
-            links[inserted] = head;
+            PageId const page = pages[inserted];
+            uint32_t& head = findOrAddHead(page, static_cast<int32_t>(inserted + 1));
+            if (head != kEnd) records_[head].links[inserted].prev = slot;  // the old head follows it
+            links[inserted].setNext(head, page);
+            links[inserted].prev = kHead;
             head = slot;
         }
     } catch (...) {
-        for (size_t i = 0; i < inserted; ++i) {
+        for (size_t i = 0; i < inserted; ++i) {  // the record was pushed at the head of each of its lists
             int32_t const n = static_cast<int32_t>(i + 1);
             uint32_t* head = findHead(pages[i], n);
-            *head = links[i];  // the record was pushed at the head of each of its lists
-            links[i] = kAbsent;
+            *head = links[i].nextOn(pages[i]);
+            links[i] = Link{};
             if (*head == kEnd) removeBoundary(pages[i], n);
+            else records_[*head].links[i].prev = kHead;
         }
         if (existing == slotOf_.end()) releaseRecordSlot(slot);
         else records_[slot].links.resize(keptLinks);  // its capacity stays (and stays accounted)
@@ -167,28 +171,41 @@ bool DraftPathIndex::contains(PageId terminalPage, DraftPathMatch const& match) 
     auto const found = slotOf_.find(match.record);
     if (found == slotOf_.end()) return false;
     size_t const link = static_cast<size_t>(match.pathBlockCount - 1);
-    std::vector<uint32_t> const& links = records_[found->second].links;
-    if (link >= links.size() || links[link] == kAbsent) return false;
-    uint32_t const* head = findHead(terminalPage, match.pathBlockCount);
-    if (head == nullptr) return false;
-    for (uint32_t slot = *head; slot != kEnd; slot = records_[slot].links[link])
-        if (slot == found->second) return true;
-    return false;
+    std::vector<Link> const& links = records_[found->second].links;
+    if (link >= links.size() || !links[link].present()) return false;
+    return isUnder(terminalPage, match.pathBlockCount, found->second);
+}
+
+bool DraftPathIndex::isUnder(PageId page, int32_t pathBlockCount, uint32_t slot) const noexcept {
+    size_t const link = static_cast<size_t>(pathBlockCount - 1);
+    uint32_t const prev = records_[slot].links[link].prev;
+    if (prev == kHead) {  // another boundary at this depth never lists this slot's entry: its head is not slot
+        uint32_t const* head = findHead(page, pathBlockCount);
+        return head != nullptr && *head == slot;
+    }
+    return records_[prev].links[link].nextOn(page) == slot;  // the predecessor's next decodes to slot only here
 }
 
 bool DraftPathIndex::unlink(PageId page, int32_t pathBlockCount, uint32_t slot) noexcept {
-    uint32_t* const head = findHead(page, pathBlockCount);
-    if (head == nullptr) return false;
     size_t const link = static_cast<size_t>(pathBlockCount - 1);
-    uint32_t* at = head;
-    while (*at != slot) {
-        if (*at == kEnd) return false;
-        at = &records_[*at].links[link];
+    Link& own = records_[slot].links[link];
+    ++eraseLinkVisits_;
+    if (!own.present()) return false;
+    ++eraseLinkVisits_;  // the predecessor's link or the head
+    if (!isUnder(page, pathBlockCount, slot)) return false;
+    uint32_t const next = own.nextOn(page);
+    if (own.prev == kHead) {
+        uint32_t* const head = findHead(page, pathBlockCount);
+        *head = next;
+        if (next == kEnd) removeBoundary(page, pathBlockCount);
+    } else {
+        records_[own.prev].links[link].setNext(next, page);
     }
-    uint32_t& own = records_[slot].links[link];
-    *at = own;
-    own = kAbsent;
-    if (*head == kEnd) removeBoundary(page, pathBlockCount);
+    if (next != kEnd) {
+        ++eraseLinkVisits_;
+        records_[next].links[link].prev = own.prev;
+    }
+    own = Link{};
     return true;
 }
 
@@ -201,7 +218,7 @@ void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, PageId
     for (size_t i = 0; i < count; ++i) {
         if (i + kPrefetchDistance < count) prefetchHead(pages[i + kPrefetchDistance]);
         int64_t const n = int64_t{firstBlock} + static_cast<int64_t>(i) + 1;  // pages[i] is boundary n
-        if (n < 1 || static_cast<uint64_t>(n) > r.links.size() || r.links[static_cast<size_t>(n - 1)] == kAbsent)
+        if (n < 1 || static_cast<uint64_t>(n) > r.links.size() || !r.links[static_cast<size_t>(n - 1)].present())
             continue;
         if (!unlink(pages[i], static_cast<int32_t>(n), slot)) continue;  // the record's boundary n is elsewhere
         --r.entries;
@@ -211,11 +228,11 @@ void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, PageId
         releaseRecordSlot(slot);
         return;
     }
-    while (r.links.back() == kAbsent) r.links.pop_back();  // a trimmed tail gives its links back
+    while (!r.links.back().present()) r.links.pop_back();  // a trimmed tail gives its links back
     if (r.links.size() * 2 <= r.links.capacity()) {
         try {
             size_t const before = r.links.capacity();
-            std::vector<uint32_t>(r.links).swap(r.links);
+            std::vector<Link>(r.links).swap(r.links);
             linkCapacity_ -= before - r.links.capacity();
         } catch (std::bad_alloc const&) {  // keeping the larger array is as correct
         }
@@ -224,7 +241,7 @@ void DraftPathIndex::eraseBoundaries(RecordId record, int32_t firstBlock, PageId
 
 size_t DraftPathIndex::memoryBytes() const noexcept {
     return heads_.capacity() * sizeof(PageHead) + overflow_.memoryBytes() + records_.capacity() * sizeof(RecordLinks) +
-           linkCapacity_ * sizeof(uint32_t) + slotOf_.size() * (kHeapBlockHeaderBytes + kSlotNodeBytes) +
+           linkCapacity_ * sizeof(Link) + slotOf_.size() * (kHeapBlockHeaderBytes + kSlotNodeBytes) +
            slotOf_.bucket_count() * sizeof(void*);
 }
 
@@ -237,13 +254,17 @@ void DraftPathIndex::checkInvariants() const {
         if (n < 1) fail(where + " has a block count below 1");
         if (head == kEnd) fail(where + " has an empty list");
         size_t const link = static_cast<size_t>(n - 1);
-        for (uint32_t slot = head; slot != kEnd; slot = records_[slot].links[link]) {
+        uint32_t prev = kHead;
+        for (uint32_t slot = head; slot != kEnd; slot = records_[slot].links[link].nextOn(page)) {
             if (slot >= records_.size() || records_[slot].entries == 0)
                 fail(where + " lists record slot " + std::to_string(slot) + ", which is not live");
-            if (link >= records_[slot].links.size() || records_[slot].links[link] == kAbsent)
+            if (link >= records_[slot].links.size() || !records_[slot].links[link].present())
                 fail("record slot " + std::to_string(slot) + " is listed at " + where + " without a link there");
+            if (records_[slot].links[link].prev != prev)
+                fail("record slot " + std::to_string(slot) + " at " + where + " has a wrong back link");
             if (++entries > entries_ || ++listed[slot] > records_[slot].entries)
                 fail("a list is longer than the entries counted (a cycle or a doubly listed record)");
+            prev = slot;
         }
     };
     for (size_t page = 0; page < heads_.size(); ++page) {
@@ -270,8 +291,8 @@ void DraftPathIndex::checkInvariants() const {
         if (r.entries == 0) continue;  // free
         ++live;
         capacity += r.links.capacity();
-        size_t const present =
-            static_cast<size_t>(std::count_if(r.links.begin(), r.links.end(), [](uint32_t l) { return l != kAbsent; }));
+        size_t const present = static_cast<size_t>(
+            std::count_if(r.links.begin(), r.links.end(), [](Link const& l) { return l.present(); }));
         if (present != r.entries || listed[slot] != r.entries)
             fail("record " + std::to_string(r.id) + " counts " + std::to_string(r.entries) + " entries, has " +
                  std::to_string(present) + " links and is listed " + std::to_string(listed[slot]) + " times");

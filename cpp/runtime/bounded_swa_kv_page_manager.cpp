@@ -24,6 +24,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 // ---- handle -------------------------------------------------------------------------------------------------
+// A handle with an owner is on that owner's list (link/unlink/relink below); the manager's destructor empties it.
 
 BoundedSwaKVPageManager::RequestHandle::~RequestHandle() {
     if (!owner_) return;
@@ -31,11 +32,12 @@ BoundedSwaKVPageManager::RequestHandle::~RequestHandle() {
         (void)owner_->finish(*this);  // abandonment: synchronise, then release (or quarantine)
     } catch (...) {
     }
+    detach();  // finish detaches; this covers a finish that threw
 }
 
 BoundedSwaKVPageManager::RequestHandle::RequestHandle(RequestHandle&& other) noexcept
     : owner_(other.owner_), id_(other.id_) {
-    if (owner_ && owner_->handle_ == &other) owner_->handle_ = this;
+    if (owner_) owner_->relink(other, *this);
     other.owner_ = nullptr;
     other.id_ = 0;
 }
@@ -48,10 +50,11 @@ BoundedSwaKVPageManager::RequestHandle& BoundedSwaKVPageManager::RequestHandle::
             (void)owner_->finish(*this);
         } catch (...) {
         }
+        detach();
     }
     owner_ = other.owner_;
     id_ = other.id_;
-    if (owner_ && owner_->handle_ == &other) owner_->handle_ = this;
+    if (owner_) owner_->relink(other, *this);
     other.owner_ = nullptr;
     other.id_ = 0;
     return *this;
@@ -66,8 +69,32 @@ int32_t BoundedSwaKVPageManager::RequestHandle::batchSize() const noexcept {
 }
 
 void BoundedSwaKVPageManager::RequestHandle::detach() noexcept {
+    if (owner_) owner_->unlink(*this);
     owner_ = nullptr;
     id_ = 0;
+}
+
+void BoundedSwaKVPageManager::link(RequestHandle& h) noexcept {
+    h.prev_ = nullptr;
+    h.next_ = handles_;
+    if (handles_) handles_->prev_ = &h;
+    handles_ = &h;
+}
+
+void BoundedSwaKVPageManager::unlink(RequestHandle& h) noexcept {
+    if (h.prev_) h.prev_->next_ = h.next_;
+    else if (handles_ == &h) handles_ = h.next_;
+    if (h.next_) h.next_->prev_ = h.prev_;
+    h.prev_ = h.next_ = nullptr;
+}
+
+void BoundedSwaKVPageManager::relink(RequestHandle& from, RequestHandle& to) noexcept {
+    to.prev_ = from.prev_;
+    to.next_ = from.next_;
+    if (to.prev_) to.prev_->next_ = &to;
+    else if (handles_ == &from) handles_ = &to;
+    if (to.next_) to.next_->prev_ = &to;
+    from.prev_ = from.next_ = nullptr;
 }
 
 // ---- construction -------------------------------------------------------------------------------------------
@@ -129,7 +156,16 @@ BoundedSwaKVPageManager::~BoundedSwaKVPageManager() {
         }
         for (SwaKVCacheState& s : q.rows) releaseRow(s);
     }
-    if (handle_) handle_->detach();
+    // Every handle that still names this manager (live, quarantined, or resolved by shutdown and not yet
+    // finished) forgets it: none may reach freed memory later.
+    for (RequestHandle* h = handles_; h;) {
+        RequestHandle* next = h->next_;
+        h->owner_ = nullptr;
+        h->id_ = 0;
+        h->prev_ = h->next_ = nullptr;
+        h = next;
+    }
+    handles_ = nullptr;
     upload();
 }
 
@@ -343,7 +379,7 @@ BoundedSwaKVPageManager::BeginRequestResult BoundedSwaKVPageManager::beginReques
     result.request.emplace();
     result.request->owner_ = this;
     result.request->id_ = live_->id;
-    handle_ = &*result.request;
+    link(*result.request);
     return result;
 }
 
@@ -470,7 +506,6 @@ SwaKVCacheStatus BoundedSwaKVPageManager::finish(RequestHandle& request) {
     if (live_ && live_->id == request.id_) l = &*live_;
     bool quarantined = false;
     for (Quarantined const& q : quarantine_) quarantined = quarantined || q.id == request.id_;
-    if (handle_ == &request) handle_ = nullptr;
     request.detach();
     if (!l) return quarantined ? SwaKVCacheStatus::kPoisoned : SwaKVCacheStatus::kOk;
     if (l->devicePending && !synchronize(*l)) {

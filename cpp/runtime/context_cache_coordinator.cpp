@@ -294,6 +294,15 @@ ContextCacheCoordinator::~ContextCacheCoordinator() {
         s->prev = s->next = nullptr;
         s = next;
     }
+    // Handles quarantined in place hold nothing (their sequences moved to quarantine_) but still name this
+    // coordinator: detach them too.
+    for (RequestState* s = quarantinedHandles_; s;) {
+        RequestState* next = s->next;
+        s->owner = nullptr;
+        s->prev = s->next = nullptr;
+        s = next;
+    }
+    quarantinedHandles_ = nullptr;
     for (auto& q : quarantine_) {
         (void)syncStream(q->stream);
         clear(*q);
@@ -1241,6 +1250,9 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::quarantineLive(RequestHan
     if (s.phase != Phase::kFinished && s.phase != Phase::kQuarantined) --activeRequests_;
     s.phase = Phase::kQuarantined;
     s.owner = this;  // calls on the handle keep answering kPoisoned
+    s.next = quarantinedHandles_;  // until it is finished or destroyed, or this coordinator detaches it
+    if (quarantinedHandles_) quarantinedHandles_->prev = &s;
+    quarantinedHandles_ = &s;
     poisoned_ = true;
     quarantine_.push_back(std::move(record));
     return Status::kPoisoned;
@@ -1251,6 +1263,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::finish(RequestHandle& req
     if (!s || !s->owner || s->phase == Phase::kFinished) return Status::kOk;
     if (s->owner != this) contract("finish", "the request belongs to another coordinator");
     if (s->phase == Phase::kQuarantined) {
+        unlink(quarantinedHandles_, *s);
         request.state_.reset();
         return Status::kPoisoned;
     }
@@ -1259,6 +1272,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::finish(RequestHandle& req
         if (seq.frozenEndpoint) s->devicePending = true;
     if (s->devicePending && !synchronize(*s)) {
         Status const st = quarantineLive(request, "finish: the synchronisation failed");
+        unlink(quarantinedHandles_, *s);
         request.state_.reset();
         return st;
     }
@@ -1276,6 +1290,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::finish(RequestHandle& req
 
 void ContextCacheCoordinator::abandon(std::unique_ptr<RequestState> state) noexcept {
     RequestState& s = *state;
+    if (s.phase == Phase::kQuarantined) unlink(quarantinedHandles_, s);  // quarantined in place: off the list
     if (s.phase == Phase::kFinished || s.phase == Phase::kQuarantined) return;
     // Early destruction: nothing is published; device work still in flight is waited for first.
     if (s.devicePending) {

@@ -12,9 +12,10 @@
 // Invariants: forward (hash -> page) and reverse (page -> hash) are one bijection over the mapped entries; every
 //             used slot sits in the probe run from its home with no empty slot in between; a slot's tag is
 //             the tag of reverse[its page].
-//             First committer wins: insert() of a present hash returns the existing page and changes nothing.
-// Errors:     a negative or out-of-range page, or a page already mapped to another hash: ContractError, nothing
-//             changed.
+//             First committer wins: insert() of a present hash returns the existing page and changes nothing;
+//             a mapped page is never re-mapped to another hash (only erasePage frees it for one).
+// Errors:     a negative or out-of-range page, or (insert) a page already mapped to another hash: ContractError,
+//             nothing changed. tryInsert reports that conflict instead of throwing.
 // Cost:       lookup/insert/erasePage O(1) expected (one probe run; a hit reads one reverse entry);
 //             lookupPrefix O(matched blocks + 1). Memory, fixed at construction: 8 bytes per table slot (between
 //             2 and 4 slots per page of capacity) plus 16 bytes and 1 bit per page for the reverse map.
@@ -56,10 +57,20 @@ public:
     bool isMapped(PageId page) const noexcept {
         return page >= 0 && page < pageCapacity() && mapped_[static_cast<size_t>(page)];
     }
+    // Whether `page` is the canonical page of `hash` (false for an out-of-range page). O(1): the mapped bit and one
+    // reverse entry, no probe (the forward table agrees by the bijection).
+    bool isMappedTo(PageId page, BlockHash const& hash) const noexcept {
+        return isMapped(page) && reverse_[static_cast<size_t>(page)] == hash;
+    }
     // The hash `page` is mapped from, if any.
     std::optional<BlockHash> hashOfPage(PageId page) const;
 
+    // First committer wins: a present hash returns its page (inserted = false); else proposedPage becomes its
+    // canonical page. A proposedPage already mapped to another hash: ContractError, nothing changed.
     BaseInsertResult insert(BlockHash hash, PageId proposedPage);
+    // insert without the throw for that conflict: nullopt when `hash` is absent and proposedPage is already the
+    // canonical page of another hash (nothing changed). An out-of-range page still throws ContractError.
+    std::optional<BaseInsertResult> tryInsert(BlockHash hash, PageId proposedPage);
     // A hint that `hash` is about to be looked up or inserted: starts loading its home slot. No effect on state.
     void prefetch(BlockHash const& hash) const noexcept { detail::prefetchForRead(&slots_[homeOf(tagOf(hash))]); }
     // Hints for erasing `page` soon (an eviction walks pages in order): prefetchReverse starts loading its reverse

@@ -91,8 +91,11 @@ struct CacheRecord : CacheRecordCore {
 // canonical page (the index's page -> hash reverse entry, which exists while the record holds the page), so
 // keptBlockHashes is empty there; it keeps them for a pure-recurrent checkpoint (no pages), and for every
 // record in a store without a hash source. Read hashes through CacheRecordStore::logicalHash / materialize.
+// publishedHashDigest is a 64-bit digest of the logical hashes the record was inserted with (kept in step by a
+// trim), so that CacheRecordStore::checkInvariants can prove the derived hashes are still the published ones.
 struct StoredRecord : CacheRecordCore {
     std::vector<BlockHash> keptBlockHashes;
+    uint64_t publishedHashDigest = 0;
 };
 
 struct RecordInsertResult {

@@ -10,14 +10,19 @@
 //             (least recent at the front); ids start at 1 and increase. The store does not enforce maxRecords: the
 //             manager does (one transient extra is allowed while a publication commits). With a hash source:
 //             while a record holds base page p, the source maps p to the record's logical hash at that block
-//             (the manager keeps a canonical mapping while its page holds a cache reference; checkInvariants
-//             checks it), and a record keeps its hashes exactly when it has no base path.
+//             (the manager keeps a canonical mapping while its page holds a cache reference), and a record keeps
+//             its hashes exactly when it has no base path. checkInvariants checks every block: each record
+//             keeps a 64-bit digest of the hashes it was inserted with (publishedHashDigest, updated by trimTail)
+//             and its derived hashes must reproduce it, so a page of the record that the source has mapped to
+//             another hash is reported even where the key and the last block still agree.
 // Errors:     insert of an invalid record (or, with a hash source, one whose last base page is not mapped to
 //             its last hash), get/touch/erase/setDraftState/materialize of an unknown id: ContractError, nothing
 //             changed. A derivable hash whose page the source does not map: InvariantError (corrupt state).
-// Cost:       insert/find/touch/erase O(1) expected plus the record's size; logicalHash O(1) (one reverse-array
-//             read); materialize O(blocks); hybridCandidateLengths(n)
-//             O(distinct stored lengths below n), hybridCandidateLengths(n, hashes) O(input blocks + results).
+// Cost:       insert/find/touch/erase O(1) expected plus the record's size (insert folds the hashes it is given
+//             into the digest: one multiply per block, no memory read beyond them; trimTail reads the cut
+//             blocks' reverse entries); logicalHash O(1) (one reverse-array read); materialize O(blocks);
+//             hybridCandidateLengths(n) O(distinct stored lengths below n), hybridCandidateLengths(n, hashes)
+//             O(input blocks + results).
 // Threading:  single writer, no internal locks.
 #pragma once
 
@@ -69,6 +74,8 @@ public:
     // ahead of the reads (an eviction's walk over a cold record). Throws as logicalHash; `out` may then hold a
     // prefix of them.
     void appendLogicalHashes(StoredRecord const& record, size_t from, size_t to, std::vector<BlockHash>& out) const;
+    // The digest StoredRecord::publishedHashDigest holds for these logical hashes (block positions count).
+    static uint64_t hashDigest(BlockHashSpan hashes) noexcept;
     // The full form, with every logical hash (O(blocks)): for readers off the hot path.
     CacheRecord materialize(StoredRecord const& record) const;
     CacheRecord materialize(RecordId id) const { return materialize(get(id)); }

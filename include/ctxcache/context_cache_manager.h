@@ -8,7 +8,8 @@
 //     an id is free <=> both are zero;
 //   - a base mapping hash -> page exists exactly while page holds a cache ref, and a base record's path is the
 //     index's projection of its logical hashes (so the store keeps no copy of them: it derives each from the
-//     index's page -> hash entry, and a pure-recurrent checkpoint, which has no pages, keeps its own);
+//     index's page -> hash entry, and a pure-recurrent checkpoint, which has no pages, keeps its own); every
+//     block of every record, through the store's digest of the hashes it was published with;
 //   - every paired non-hybrid (EAGLE) record's boundaries are in the draft index and nothing else is: a
 //     Hybrid+MTP checkpoint's draft path is found only through its exact checkpoint key (the store's MTP
 //     index), never by the EAGLE path lookup, whose one-page replay rule does not describe it;
@@ -18,6 +19,15 @@
 //   evicted nothing. grow and reserve are all-or-nothing.
 //   Publication validates everything (the lease's acquired prefix, replay dependency, owned snapshots) before
 //   it mutates, then adds cache refs, canonical mappings and one record as one transaction.
+// Canonical projection (every publish*): block i's canonical page is the page the index maps hashes[i] to, if
+//   any (first committer wins, whoever produced it); else the lease's page i becomes canonical for hashes[i] --
+//   unless that page is already the canonical page of ANOTHER hash. That happens only when a lease published
+//   two different hashes for one page of its own (a cold lease's hashes are not checked against anything), and
+//   possibly seen by another lease that hit the page meanwhile: the publication is refused (ContractError naming
+//   the block, the page and both hashes; nothing changed), as BaseBlockIndex::insert and the reference's commit
+//   ("missing mappings must be fresh") refuse it. It is neither skipped nor re-mapped: a record is a complete
+//   path from the chain root, so no block can be left out, and the page stays canonical for the hash its
+//   holders published first.
 // Hybrid+MTP (kHybridMtp leases): acquireHybridMtp binds a checkpoint's base AND draft paths (fb pages each,
 //   fb = floor((E-1)/P): the boundary token E stays private) plus its recurrent and partial-KV slots; the lease
 //   grows with growSpecPages (both pools; growBasePages refuses it), reserves BOTH snapshot slots (a reservation
@@ -261,8 +271,9 @@ private:
     void releaseBasePages(std::vector<PageId> const& pages, size_t from);
     bool beginRemovals(size_t maxBlocks) noexcept;  // opens a BlockRemoved event when removals are reported
     // producerPages[i] for i < matchedBlocks is the canonical page the lease pinned for hashes[i] at acquire
-    // (the caller has checked hashes against the lease's matched prefix).
-    std::vector<PageId> projectCanonicalBasePath(BlockHashSpan hashes, size_t count,
+    // (the caller has checked hashes against the lease's matched prefix). A producer page that is the canonical
+    // page of another hash refuses the publication (ContractError from `operation`, nothing mapped).
+    std::vector<PageId> projectCanonicalBasePath(char const* operation, BlockHashSpan hashes, size_t count,
                                                  std::vector<PageId> const& producerPages, size_t matchedBlocks,
                                                  std::vector<PageId>& newlyMapped);
     PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks,

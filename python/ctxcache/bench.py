@@ -36,6 +36,10 @@ must stay identical (see the C++ file's header comment for the full list):
   served once (the first of the passes); each request is hashed ``--repeat`` times back to back and the replay runs
   ``--repeat`` times, and the ``hot_*`` figures count every request with its fastest repetition (caches warm from
   the identical passes before it): labelled hot wherever they are shown.
+- vanilla and spec also report each acquire call's time (``acquire_p50_us``, ``acquire_p99_us``,
+  ``acquire_max_us``, nearest rank, first pass) and ``manager_seconds_by_operation`` (acquire, grow, publish,
+  release); ``ctxcache workload --out FILE`` writes the conversation workload (docs/TRACES.md) to bench with
+  ``--trace FILE``.
 
 Beside the trace replay, ``python_call_ns`` is what one call through the package costs (see
 :func:`call_overhead`): a tiny request that always hits, in a warm loop, timed call by call. It is an upper bound
@@ -64,6 +68,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ._cli_args import INT32_MAX, OneLineParser, int_range
 from .enums import AcquireStatus, PublishStatus, ResourceType
 from .hashing import Hasher
 from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
@@ -247,6 +252,8 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
     if spec:
         out.update(lease_base_pages=0, lease_draft_pages=0, hits=0, replayed_pages=0)
     request_ns = [0] * len(requests)
+    acquire_ns = [0] * len(requests)
+    op_ns = [0, 0, 0, 0]  # acquire, grow, publish, release
     peak = 0
     acquired_ok = AcquireStatus.ACQUIRED
     published_ok = PublishStatus.PUBLISHED
@@ -260,9 +267,12 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 
             t0 = perf()
             result = acquire(h, n_in)
+            t_acquired = perf()
+            acquire_ns[i] = t_acquired - t0
+            op_ns[0] += t_acquired - t0
             lease = result.lease
             if lease is None:
-                t1 = perf()
+                t1 = t_acquired
                 request_ns[i] = t1 - t0
                 out["requests"] += 1
                 out["input_tokens"] += n_in
@@ -273,9 +283,14 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
                 grown = manager.grow_spec_pages(lease, grow, grow) if spec else manager.grow_base_pages(lease, grow)
             else:
                 grown = True
+            t_grown = perf()
             published = manager.publish(lease, h, n_in) if publishes else None
+            t_published = perf()
             lease.close()
             t1 = perf()
+            op_ns[1] += t_grown - t_acquired
+            op_ns[2] += t_published - t_grown
+            op_ns[3] += t1 - t_published
 
             request_ns[i] = t1 - t0
             plan = result.plan
@@ -325,9 +340,17 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
         if spec:
             out["draft_capacity_pages"] = capacity_pages
         out["request_ns"] = request_ns
+        out["acquire_ns"] = acquire_ns
+        out["op_ns"] = op_ns
     finally:
         manager.close()
     return out
+
+
+def _nearest_rank_us(ns: Sequence[int], q: float) -> float:
+    """The q-quantile of call times in microseconds, nearest rank (as tools/bench/bench_manager.cpp computes it)."""
+    ordered = sorted(ns)
+    return ordered[int(q * (len(ordered) - 1) + 0.5)] * 1e-3 if ordered else 0.0
 
 
 def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
@@ -697,6 +720,11 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
     if hybrid:
         res["digest_seconds"] = _sig(digest_s)
     res["manager_seconds"] = _sig(manager_s)
+    if "acquire_ns" in run:  # vanilla and spec: the acquire tail and where the time goes (first pass)
+        for name, q in (("acquire_p50_us", 0.5), ("acquire_p99_us", 0.99), ("acquire_max_us", 1.0)):
+            res[name] = _sig(_nearest_rank_us(run["acquire_ns"], q))
+        res["manager_seconds_by_operation"] = {op: _sig(t * 1e-9) for op, t in
+                                               zip(("acquire", "grow", "publish", "release"), run["op_ns"])}
     res["hash_ns_per_token"] = _sig(_ratio(hash_ns, hashed_tokens))
     if hybrid:
         res["digest_ns_per_token"] = _sig(_ratio(run["digest_ns"], hashed_tokens))
@@ -755,38 +783,42 @@ def _modes(values: Sequence[str] | None) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxcache bench", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="ctxcache bench", description=__doc__.split("\n\n")[0])
+    positive = int_range(1, INT32_MAX)
     parser.add_argument("--trace", default=None, help="Mooncake JSONL trace (default: $CTXCACHE_TRACE)")
-    parser.add_argument("--requests", type=int, default=None, help="replay only the first N requests")
-    parser.add_argument("--page-size", type=int, action="append", dest="page_sizes",
-                        help="page size (repeatable; default 16 and 128)")
+    parser.add_argument("--requests", type=positive, default=None, help="replay only the first N requests")
+    parser.add_argument("--page-size", type=int_range(1, TRACE_BLOCK), action="append", dest="page_sizes",
+                        help=f"page size, a divisor of the trace's {TRACE_BLOCK}-token blocks (repeatable; default 16 "
+                             f"and 128)")
     parser.add_argument("--mode", action="append", dest="modes",
                         help="vanilla, hybrid or spec (repeatable or comma separated; default all three)")
-    parser.add_argument("--capacity-blocks", type=int, default=None,
+    parser.add_argument("--capacity-blocks", type=positive, default=None,
                         help="base (and spec draft) pool capacity in 512-token blocks (default: half the distinct "
                              "blocks)")
-    parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
-    parser.add_argument("--snapshot-slots", type=int, default=None,
+    parser.add_argument("--max-records", type=positive, default=DEFAULT_MAX_RECORDS,
+                        help=f"cache record limit (default {DEFAULT_MAX_RECORDS:,})")
+    parser.add_argument("--snapshot-slots", type=positive, default=None,
                         help="hybrid recurrent and partial-KV snapshot slots, each (default: half the requests)")
-    parser.add_argument("--hybrid-candidates", type=int, default=DEFAULT_HYBRID_CANDIDATES,
+    parser.add_argument("--hybrid-candidates", type=int_range(0, INT32_MAX), default=DEFAULT_HYBRID_CANDIDATES,
                         help="hybrid: try the K longest candidate lengths (default 8; 0 = all)")
     parser.add_argument("--key", default=DEFAULT_KEY, help="SHA-256 hashing key")
-    parser.add_argument("--repeat", type=int, default=5,
-                        help="identical passes; each request counts with its fastest (default 5)")
+    parser.add_argument("--repeat", type=int_range(1, 1000), default=5,
+                        help="identical passes; each request counts with its fastest (default 5, at most 1000)")
     parser.add_argument("--no-upper-bound", action="store_true", help="skip the unbounded-cache replay")
     parser.add_argument("--eviction-policy", choices=("lru", "lru-trim"), default="lru",
                         help="the manager's capacity eviction (default lru, the reference's whole-record LRU)")
-    parser.add_argument("--call-batches", type=int, default=DEFAULT_CALL_BATCHES,
+    parser.add_argument("--call-batches", type=int_range(1, 100_000), default=DEFAULT_CALL_BATCHES,
                         help="python_call_ns: batches of the per-call loop (default 40; the median is reported)")
-    parser.add_argument("--call-batch-size", type=int, default=DEFAULT_CALL_BATCH_SIZE,
+    parser.add_argument("--call-batch-size", type=int_range(1, 100_000), default=DEFAULT_CALL_BATCH_SIZE,
                         help="python_call_ns: requests per batch (default 500)")
     parser.add_argument("--calls", action="store_true",
                         help="measure only python_call_ns, at the first --page-size (default 16); no trace needed")
     parser.add_argument("--table", action="store_true", help="also print a readable table on stderr")
     args = parser.parse_args(list(argv) if argv is not None else None)
-    if args.call_batches <= 0 or args.call_batch_size <= 0:
-        parser.error("--call-batches and --call-batch-size must be positive")
     page_sizes = args.page_sizes or [16, 128]
+    if any(TRACE_BLOCK % p for p in page_sizes):
+        parser.error(f"argument --page-size: must divide {TRACE_BLOCK} (the trace's block size), got "
+                     f"{', '.join(str(p) for p in page_sizes if TRACE_BLOCK % p)}")
     calls = call_overhead(page_sizes[0] if args.page_sizes else 16, batches=args.call_batches,
                           batch_size=args.call_batch_size, key=args.key)
     if args.calls:
@@ -798,8 +830,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         modes = _modes(args.modes)
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
-    if args.hybrid_candidates < 0:
-        parser.error("--hybrid-candidates must be >= 0")
 
     trace = Path(args.trace) if args.trace else default_trace()
     if trace is None:

@@ -41,7 +41,6 @@ JSON object: the C++ path's keys, then Python-only ones.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import sys
@@ -52,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from . import runtime
+from ._cli_args import UINT32_MAX, OneLineParser, int_range
 from ._ffi import check, ffi, lib
 from .device import Backend, KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage
 from .enums import CommitPolicy, ModelStateKind, SequenceStatus
@@ -444,19 +444,27 @@ def run(requests: int = 2000, page_size: int = 128, steps: int = 2000, batch: in
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxcache bench-runtime", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--page-size", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=1)
+def build_parser() -> OneLineParser:
+    """The command's options (a bad value: one line, exit status 2)."""
+    parser = OneLineParser(prog="ctxcache bench-runtime", description=__doc__.split("\n\n")[0])
+    # The upper bounds keep the pools under about a GiB (32 bytes per token; see the module comment's sizes).
+    parser.add_argument("--requests", type=int_range(1, 20_000), default=2000,
+                        help="requests of the per-request pass, each once in prompt order (default 2000, at most "
+                             "20,000)")
+    parser.add_argument("--page-size", type=int_range(1, 1024), default=128,
+                        help="tokens per page (default 128, at most 1024)")
+    parser.add_argument("--steps", type=int_range(1, 100_000), default=2000,
+                        help="decode steps of the per-step pass (default 2000, at most 100,000)")
+    parser.add_argument("--batch", type=int_range(1, 256), default=8,
+                        help="rows of the decode batch (default 8, at most 256)")
+    parser.add_argument("--seed", type=int_range(0, UINT32_MAX - 1), default=1,
+                        help=f"prompt seed, 0 to {UINT32_MAX - 1}: the decode batch draws from seed + 1 (default 1)")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the C-ABI / marshalling decode breakdown")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    if min(args.requests, args.page_size, args.steps, args.batch) <= 0:
-        parser.error("--requests, --page-size, --steps and --batch must be positive")
-    if not 0 <= args.seed < 2**32 - 1:
-        parser.error("--seed must be in [0, 2**32 - 1)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
     print(json.dumps(run(args.requests, args.page_size, args.steps, args.batch, args.seed,
                          breakdown=not args.no_breakdown)))
     return 0

@@ -14,11 +14,14 @@ in one run, not absolute seconds.
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import json
 import statistics
+import sys
 import time
 from typing import Any
+
+from ._cli_args import OneLineParser, int_range
 
 
 def run(prefix: int, question: int, new_tokens: int, rounds: int, page_size: int, threads: int) -> dict[str, Any]:
@@ -75,16 +78,37 @@ def run(prefix: int, question: int, new_tokens: int, rounds: int, page_size: int
     }
 
 
+def _missing_extra() -> str | None:
+    """The first of the transformers extra's packages that does not import (its name), or None."""
+    for name in ("torch", "transformers"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return name
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ctxcache.bench_transformers", description=__doc__.split("\n")[0])
-    parser.add_argument("--prefix", type=int, default=2000, help="shared prefix tokens (default 2000)")
-    parser.add_argument("--question", type=int, default=50, help="question tokens after it (default 50)")
-    parser.add_argument("--new-tokens", type=int, default=8, help="tokens generated per request (default 8)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported (default 5)")
-    parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    prog = "python -m ctxcache.bench_transformers"
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n")[0])
+    parser.add_argument("--prefix", type=int_range(1, 8192), default=2000,
+                        help="shared prefix tokens (default 2000, at most 8192: eager attention is quadratic)")
+    parser.add_argument("--question", type=int_range(1, 1024), default=50,
+                        help="question tokens after it (default 50, at most 1024)")
+    parser.add_argument("--new-tokens", type=int_range(1, 1024), default=8,
+                        help="tokens generated per request (default 8, at most 1024)")
+    parser.add_argument("--rounds", type=int_range(1, 1000), default=5,
+                        help="rounds; medians are reported (default 5, at most 1000)")
+    parser.add_argument("--page-size", type=int_range(1, 4096), default=16, help="tokens per page (default 16)")
+    parser.add_argument("--threads", type=int_range(1, 1024), default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    missing = _missing_extra()
+    if missing is not None:
+        print(f"{prog}: error: needs {missing}, which is not installed: install the transformers extra "
+              f"(pip install 'ctxcache[transformers]', or pip install '.[transformers]' from a checkout)",
+              file=sys.stderr)
+        return 2
     result = run(args.prefix, args.question, args.new_tokens, args.rounds, args.page_size, args.threads)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -3,29 +3,37 @@
   ctxcache info           what was built (ABI, CUDA backend, devices) and where the library lives
   ctxcache replay         replay a serving workload (built-in, or a Mooncake trace) through the cache: the report
   ctxcache sweep          the hit rate over a range of cache capacities: a PNG plot and a CSV
+  ctxcache workload       write the seeded conversation workload as a Mooncake-format JSONL trace
   ctxcache bench          replay the Mooncake trace through the manager (see tools/bench_manager)
   ctxcache bench-runtime  the runtime's own bookkeeping per request and per decode step (see tools/bench_runtime)
+
+A bad option, here or in a subcommand, is one line on stderr and exit status 2 (every parser is a
+``_cli_args.OneLineParser``, every integer option an ``int_range``); ``info`` reports a device count that is never
+negative (a failed probe is 0 devices, its reason in ``cuda_probe``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+from ._cli_args import OneLineParser
 
 
 def _info(_: argparse.Namespace) -> int:
     import ctxcache
     from ctxcache import _ffi
 
-    devices = ctxcache.cuda_device_count()
+    probe = ctxcache.cuda_device_count()  # < 0: the probe failed (the negated CUDA error), which is no device
     print(json.dumps({
         "version": ctxcache.__version__,
         "abi_version": ctxcache.abi_version(),
         "library": _ffi._library_path,
         "cuda_compiled": ctxcache.cuda_compiled(),
-        "cuda_device_count": devices,
-        "cuda_probe": _ffi.last_error() if devices <= 0 else "ok",
+        "cuda_device_count": max(probe, 0),
+        "cuda_probe": "ok" if probe > 0 else (_ffi.last_error() or "no CUDA device visible"),
     }, indent=2))
     return 0
 
@@ -54,8 +62,14 @@ def _sweep(args: argparse.Namespace) -> int:
     return replay.sweep_main(args.forwarded_args)
 
 
+def _workload(args: argparse.Namespace) -> int:
+    from . import workload
+
+    return workload.workload_main(args.forwarded_args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
+    parser = OneLineParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what was built and what devices it sees").set_defaults(run=_info)
     bench = sub.add_parser("bench", help="replay a Mooncake trace through the manager", add_help=False)
@@ -66,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_runtime.add_argument("bench_args", nargs=argparse.REMAINDER)
     bench_runtime.set_defaults(run=_bench_runtime)
     for name, run, text in (("replay", _replay, "replay a serving workload through the cache and report it"),
-                            ("sweep", _sweep, "the hit rate over a range of cache capacities (PNG + CSV)")):
+                            ("sweep", _sweep, "the hit rate over a range of cache capacities (PNG + CSV)"),
+                            ("workload", _workload, "write the conversation workload as a Mooncake JSONL trace")):
         forwarded = sub.add_parser(name, help=text, add_help=False)
         forwarded.add_argument("forwarded_args", nargs=argparse.REMAINDER)
         forwarded.set_defaults(run=run)
@@ -75,11 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if args.command in ("bench", "bench-runtime"):
         args.bench_args = extra + list(args.bench_args)
-    elif args.command in ("replay", "sweep"):
+    elif args.command in ("replay", "sweep", "workload"):
         args.forwarded_args = extra + list(args.forwarded_args)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except BrokenPipeError:  # `ctxcache replay | head`: the reader left; no traceback, the shell's SIGPIPE status
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush goes nowhere
+        return 128 + 13
 
 
 if __name__ == "__main__":

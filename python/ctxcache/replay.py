@@ -27,6 +27,14 @@ prompt matched whole and page-aligned recomputes its last page (the full-input r
 need one computed position), and in spec mode every hit replays its boundary page. Each prompt's pages are then
 published. This is exactly what the manager does with pools and records that never run short.
 
+Options and figures: every integer option is range-checked as it is parsed (``_cli_args.int_range``), and what
+depends on two options or on the machine (``--capacity-tokens`` against ``--page-size``, ``--backend cuda``, the
+sweep's ``--out-dir`` and ``--name``) is checked before any work: a bad one is one line on stderr, exit status 2.
+The report's requests/s covers the replay alone (the manager calls, or the engine's serving with ``--verify``'s
+cold runs), not the reading, the hashing, the bound or the optimum, which the wall time adds. The sweep's 90% and
+99% capacities are interpolated log-linearly between the sampled point below and the first sampled point at or
+above the target (both are reported). The progress bar is drawn only on a terminal.
+
 The offline optimum (``ctxcache.oracle``, vanilla mode with prefill-state publication; ``--no-optimum`` skips it):
 what the same capacity would reuse if eviction always removed the cached page needed farthest in the future
 (Belady), leaves of the prefix tree only, requests one at a time. No online policy can do better; the gap between
@@ -39,7 +47,9 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -49,11 +59,25 @@ from typing import Any
 
 import numpy as np
 
+from ._cli_args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, zmq_endpoint
 from .enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
 from .hashing import Hasher
 from .manager import ContextCacheManager, ResourceDemand
 from .oracle import offline_optimum, prepare_pages
-from .workload import TRACE_BLOCK, TraceError, WorkloadRequest, builtin_workload, read_trace, trace_workload
+from .workload import (
+    TRACE_BLOCK,
+    ConversationSpec,
+    TraceError,
+    WorkloadError,
+    WorkloadRequest,
+    add_conversation_options,
+    builtin_workload,
+    conversation_spec,
+    conversation_trace,
+    given_conversation_options,
+    read_trace,
+    trace_workload,
+)
 
 MODES = {"vanilla": "attention", "hybrid": "hybrid", "spec": "eagle"}
 DEFAULT_KEY = "ctxcache-replay-key"
@@ -235,7 +259,7 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
             stats = publisher.stats
             measured.events = {"endpoint": settings.events, "replay_endpoint": settings.events_replay,
                                "topic": settings.events_topic, "batches": stats.accepted_batches,
-                               "sent": stats.sent_batches, "dropped": stats.dropped_batches,
+                               "handed_to_zmq": stats.sent_batches, "dropped": stats.dropped_batches,
                                "replay_requests": stats.replay_requests}
 
 
@@ -341,10 +365,11 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                             f"--limit")
     requests = prepared.requests
     widest = minimum_capacity_pages(requests, settings) + 1
+    max_batch = min(settings.batch_size, max(1, len(requests)))  # no batch holds more than the workload
     engine = sim.ReferenceEngine(
         MODES[settings.mode], page_size=settings.page_size, base_pages=capacity_pages,
-        max_records=settings.max_records, max_batch=settings.batch_size, max_pages_per_sequence=widest,
-        snapshot_slots=max(64, 2 * settings.batch_size), backend=settings.backend, seed=settings.seed,
+        max_records=settings.max_records, max_batch=max_batch, max_pages_per_sequence=widest,
+        snapshot_slots=max(64, 2 * max_batch), backend=settings.backend, seed=settings.seed,
         commit_policy=CommitPolicy[settings.commit_policy.upper()],
         hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()], eviction_policy=settings.eviction_policy)
     chunk = settings.batch_size * max(1, 16 // settings.batch_size)
@@ -458,8 +483,12 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         report["verify"] = m.verify
     if m.events is not None:
         report["kv_events"] = m.events
+    # The replay alone (the manager loop or the engine's serving, with --verify's cold runs): not the trace reading,
+    # the hashing, the bound or the optimum, which the wall time also holds.
+    replay_seconds = m.manager_seconds if m.engine == "bookkeeping-only" else m.engine_seconds
+    report["replay_seconds"] = round(replay_seconds, 3)
+    report["requests_per_second"] = round(_ratio(done, replay_seconds), 1)
     report["wall_seconds"] = round(wall_seconds, 3)
-    report["requests_per_second"] = round(_ratio(done, wall_seconds), 1)
     return report
 
 
@@ -522,9 +551,14 @@ def format_report(r: dict[str, Any]) -> str:
     if ev:
         out.append(f"KV events on {ev['endpoint']}"
                    + (f" (replay {ev['replay_endpoint']})" if ev["replay_endpoint"] else "")
-                   + f": {ev['batches']:,} batches, {ev['sent']:,} sent, {ev['dropped']:,} dropped, "
-                   f"{ev['replay_requests']:,} replay requests")
-    out.append(f"wall time {r['wall_seconds']:.2f} s, {r['requests_per_second']:,.0f} requests/s")
+                   + f": {ev['batches']:,} batches, {ev['handed_to_zmq']:,} handed to ZMQ (a PUB socket confirms "
+                   f"no delivery), {ev['dropped']:,} dropped, {ev['replay_requests']:,} replay requests")
+    covers = ("the manager calls only" if r["engine"] == "bookkeeping-only" else
+              "the engine's serving and --verify's cold runs" if r.get("verify") is not None else
+              "the engine's serving only")
+    out.append(f"replay {r['replay_seconds']:.2f} s ({covers}): {r['requests_per_second']:,.0f} requests/s; "
+               f"wall time {r['wall_seconds']:.2f} s (adds reading the workload, hashing, the bound"
+               + (", the offline optimum" if r.get("optimum_hit_rate") is not None else "") + ")")
     return "\n".join(out)
 
 
@@ -538,11 +572,15 @@ _interrupt_requested = False
 
 @contextmanager
 def _progress(total: int, desc: str, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A tqdm bar on stderr, shown only once a run has taken 2 seconds (and never when disabled). Each step is also
-    where a pending Ctrl-C surfaces as KeyboardInterrupt."""
+    """A tqdm bar on stderr, shown only once a run has taken 2 seconds, and never when disabled or when stderr is not
+    a terminal (a log or a pipe would collect its carriage-return updates). Each step is also where a pending
+    Ctrl-C surfaces as KeyboardInterrupt."""
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=desc, unit="req", delay=2.0, disable=not enabled, leave=False, file=sys.stderr)
+    stream = sys.stderr
+    on_terminal = stream is not None and hasattr(stream, "isatty") and stream.isatty()
+    bar = tqdm(total=total, desc=desc, unit="req", delay=2.0, disable=not (enabled and on_terminal), leave=False,
+               file=stream)
     def step(count: int) -> None:
         if _interrupt_requested:
             raise KeyboardInterrupt
@@ -556,48 +594,97 @@ def _progress(total: int, desc: str, enabled: bool) -> Iterator[Callable[[int], 
 
 # ---- the commands --------------------------------------------------------------------------------------------------
 
+_POSITIVE_INT32 = int_range(1, INT32_MAX)
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
+    """The options replay and sweep share (every integer through int_range: a bad value is one line, exit 2)."""
     p.add_argument("trace", nargs="?", help="a Mooncake-format JSONL trace (default: the built-in workload)")
-    p.add_argument("--page-size", type=int, default=16, help="tokens per page (default 16; divides 512 for traces)")
-    cap = p.add_mutually_exclusive_group()
-    cap.add_argument("--base-pages", type=int, default=None, help="base pool capacity in pages")
-    cap.add_argument("--capacity-tokens", type=int, default=None,
-                     help="base pool capacity in tokens (rounded down to pages; default: half the workload's "
-                          "distinct prompt tokens)")
-    p.add_argument("--max-records", type=int, default=1_000_000, help="cache record limit (default 1,000,000)")
+    p.add_argument("--workload", choices=("builtin", "conversations"), default=None,
+                   help="without a trace: builtin (the default: chats, agent loops, documents, one-off prompts) or "
+                        "conversations (many multi-turn conversations at scale, seeded by --seed; the options "
+                        "below; `ctxcache workload --out FILE` writes it as a trace)")
+    p.add_argument("--page-size", type=_POSITIVE_INT32, default=16,
+                   help="tokens per page (default 16; divides 512 for traces)")
+    p.add_argument("--max-records", type=_POSITIVE_INT32, default=1_000_000,
+                   help="cache record limit (default 1,000,000)")
     p.add_argument("--policy", dest="eviction_policy", choices=("lru", "lru-trim"), default="lru",
                    help="capacity eviction: lru, whole records least recent first (the reference's, default), or "
                         "lru-trim, the same walk giving up a record's tail blocks first (docs/EVICTION.md)")
-    p.add_argument("--batch-size", type=int, default=1, help="requests in flight together (default 1)")
+    p.add_argument("--batch-size", type=_POSITIVE_INT32, default=1, help="requests in flight together (default 1)")
     p.add_argument("--mode", choices=sorted(MODES), default="vanilla",
                    help="vanilla (attention), hybrid (attention + recurrent) or spec (EAGLE); default vanilla")
-    p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu", help="full engine backend")
-    p.add_argument("--hash", dest="hash_algorithm", choices=("sha256", "fnv1a128"), default="sha256")
+    p.add_argument("--hash", dest="hash_algorithm", choices=("sha256", "fnv1a128"), default="sha256",
+                   help="block hash: sha256, keyed with --key (default), or fnv1a128 (faster, unkeyed: for "
+                        "trusted input only)")
     p.add_argument("--key", default=DEFAULT_KEY, help="SHA-256 key of the bookkeeping-only hashes")
-    p.add_argument("--commit-policy", choices=("prefill_state_only", "including_generated_tokens"),
-                   default="prefill_state_only", help="full engine: what is published (default prefill_state_only)")
-    p.add_argument("--seed", type=int, default=0, help="built-in workload and engine model seed (default 0)")
-    p.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
-    p.add_argument("--bookkeeping-only", action="store_true", help="the manager alone: no bytes, no engine")
+    p.add_argument("--seed", type=int_range(0, UINT32_MAX), default=0,
+                   help=f"seed of the built-in and conversation workloads and of the engine's model, 0 to {UINT32_MAX} "
+                        "(default 0)")
+    p.add_argument("--limit", type=_POSITIVE_INT32, default=None, help="replay only the first N requests")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-optimum", action="store_true",
                    help="skip the offline optimum (Belady) at the same capacity (vanilla mode, prefill state only; "
                         "a few seconds on a 4,000-request trace)")
+    add_conversation_options(p, defaults=False)
+
+
+def _add_replay_only(p: argparse.ArgumentParser) -> None:
+    """The options of replay that sweep has no use for (it chooses the capacities, runs bookkeeping-only and
+    publishes the prefill state)."""
+    cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--base-pages", type=_POSITIVE_INT32, default=None, help="base pool capacity in pages")
+    cap.add_argument("--capacity-tokens", type=_POSITIVE_INT32, default=None,
+                     help="base pool capacity in tokens (rounded down to pages; default: half the workload's "
+                          "distinct prompt tokens)")
+    p.add_argument("--bookkeeping-only", action="store_true", help="the manager alone: no bytes, no engine")
+    p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu",
+                   help="full engine backend: cpu (default), cuda (needs a usable device), or auto (cuda when a "
+                        "device is usable, else cpu)")
+    p.add_argument("--commit-policy", choices=("prefill_state_only", "including_generated_tokens"),
+                   default="prefill_state_only", help="full engine: what is published (default prefill_state_only)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(page_size=args.page_size, max_records=args.max_records, batch_size=args.batch_size,
-                    mode=args.mode, backend=args.backend, hash_algorithm=args.hash_algorithm, key=args.key,
-                    commit_policy=args.commit_policy, seed=args.seed, eviction_policy=args.eviction_policy,
+                    mode=args.mode, backend=getattr(args, "backend", Settings.backend),
+                    hash_algorithm=args.hash_algorithm, key=args.key,
+                    commit_policy=getattr(args, "commit_policy", Settings.commit_policy), seed=args.seed,
+                    eviction_policy=args.eviction_policy,
                     bookkeeping_only=getattr(args, "bookkeeping_only", True), verify=getattr(args, "verify", False),
                     events=getattr(args, "events", None), events_replay=getattr(args, "events_replay", None),
                     events_topic=getattr(args, "events_topic", ""))
 
 
-def load_workload(trace: str | None, settings: Settings, limit: int | None) -> tuple[str, list[WorkloadRequest]]:
+def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
+    """--workload conversations: its spec (seeded by --seed); None for the other workloads. A conversation option
+    without it, or --workload with a trace, is a SettingsError."""
+    options = given_conversation_options(args)
+    chosen = getattr(args, "workload", None)
+    if chosen is not None and getattr(args, "trace", None) is not None:
+        raise SettingsError(f"--workload {chosen} and a trace file exclude each other")
+    if chosen != "conversations":
+        if options:
+            raise SettingsError(f"{options[0]} needs --workload conversations")
+        return None
+    try:
+        return conversation_spec(args, settings.seed)
+    except WorkloadError as e:
+        raise SettingsError(str(e)) from None
+
+
+def load_workload(trace: str | None, settings: Settings, limit: int | None,
+                  conversations: ConversationSpec | None = None) -> tuple[str, list[WorkloadRequest]]:
     if limit is not None and limit <= 0:
         raise SettingsError(f"--limit must be positive, got {limit}")
+    if conversations is not None:
+        if settings.page_size <= 0 or TRACE_BLOCK % settings.page_size:
+            raise SettingsError(f"--page-size {settings.page_size} must divide {TRACE_BLOCK} (the conversation "
+                                f"workload is a trace of {TRACE_BLOCK}-token blocks)")
+        c = conversations
+        name = f"conversation workload ({c.conversations:,} conversations x {c.turns} turns, seed {c.seed})"
+        return name, trace_workload(conversation_trace(c)[:limit])
     if trace is None:
         return "built-in workload", builtin_workload(settings.seed)[:limit]
     if settings.page_size <= 0 or TRACE_BLOCK % settings.page_size:
@@ -609,6 +696,9 @@ def _capacity(args: argparse.Namespace, prepared: Prepared, settings: Settings) 
     if args.base_pages is not None:
         return int(args.base_pages)
     if args.capacity_tokens is not None:
+        if args.capacity_tokens < settings.page_size:
+            raise SettingsError(f"--capacity-tokens {args.capacity_tokens} is less than one page: it must be at least "
+                                f"--page-size ({settings.page_size})")
         return int(args.capacity_tokens) // settings.page_size
     return default_capacity_pages(prepared, settings)
 
@@ -620,8 +710,22 @@ def _optimum_applies(settings: Settings, args: argparse.Namespace) -> bool:
     return settings.bookkeeping_only or settings.commit_policy == "prefill_state_only"
 
 
+def _check_backend(settings: Settings) -> None:
+    """--backend cuda where no device is usable: refused before the work, with the probe's reason."""
+    if settings.bookkeeping_only or settings.backend != "cuda":
+        return
+    from . import _ffi, cuda_compiled, cuda_device_count
+
+    if not cuda_compiled():
+        raise SettingsError("--backend cuda: this library was built without CUDA; use --backend cpu or auto")
+    if cuda_device_count() <= 0:
+        raise SettingsError(f"--backend cuda: no usable CUDA device ({_ffi.last_error() or 'none visible'}); "
+                            f"use --backend cpu or auto")
+
+
 def run_replay(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    _check_backend(settings)
     t0 = time.perf_counter()
     workload = args.trace or "built-in workload"
     show = not args.no_progress
@@ -632,7 +736,8 @@ def run_replay(args: argparse.Namespace) -> int:
     optimum: float | None = None
     interrupted = False
     try:
-        workload, requests = load_workload(args.trace, settings, args.limit)
+        workload, requests = load_workload(args.trace, settings, args.limit,
+                                           conversation_workload(args, settings))
         with _progress(len(requests), "hashing", show) as step:
             prepared = prepare(requests, settings, step)
         capacity = _capacity(args, prepared, settings)
@@ -688,22 +793,62 @@ def non_monotonic_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
     return notes
 
 
+def sweep_outputs(out_dir: str, name: str) -> tuple[Path, Path]:
+    """The sweep's CSV and PNG paths, checked before any work: the directory is created if missing and must take a
+    new file, and an output that exists must be a file that can be overwritten."""
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SettingsError(f"--out-dir {out_dir}: cannot create it as a directory ({e.strerror or e})") from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise SettingsError(f"--out-dir {out_dir}: cannot write a file there ({e.strerror or e})") from None
+    paths = directory / f"{name}.csv", directory / f"{name}.png"
+    for path in paths:
+        if path.is_dir() or (path.exists() and not os.access(path, os.W_OK)):
+            raise SettingsError(f"{path} exists and cannot be overwritten: use another --name or --out-dir")
+    return paths
+
+
+def reaching(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    """Where the sampled curve first reaches ``target`` (a hit rate): the first sampled point at or above it
+    (``sampled_tokens``), and the capacity interpolated log-linearly between it and the sampled point before it,
+    which is below the target (``interpolated_tokens``; the first point itself when that is the smallest sampled,
+    with ``below_range`` True: the target may be reached at a smaller capacity). None when no point reaches it."""
+    k = next((i for i, r in enumerate(rows) if r["hit_rate"] >= target - 1e-12), None)
+    if k is None:
+        return None
+    hit = rows[k]
+    if k == 0:
+        return {"sampled_tokens": hit["capacity_tokens"], "interpolated_tokens": hit["capacity_tokens"],
+                "below_range": True, "between": None}
+    low = rows[k - 1]
+    x0, x1 = np.log(low["capacity_tokens"]), np.log(hit["capacity_tokens"])
+    y0, y1 = low["hit_rate"], hit["hit_rate"]
+    x = x0 + (target - y0) / (y1 - y0) * (x1 - x0) if y1 > y0 else x1
+    return {"sampled_tokens": hit["capacity_tokens"], "interpolated_tokens": int(round(float(np.exp(x)))),
+            "below_range": False, "between": [low["capacity_tokens"], hit["capacity_tokens"]]}
+
+
 def run_sweep(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if settings.mode == "hybrid":
+        raise SettingsError("sweep runs bookkeeping-only: --mode vanilla or spec")
+    csv_path, png_path = sweep_outputs(args.out_dir, args.name)  # before the work, not after it
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = _settings(args)
-    if args.points < 8:
-        raise SettingsError(f"--points must be at least 8, got {args.points}")
     t0 = time.perf_counter()
-    workload, requests = load_workload(args.trace, settings, args.limit)
+    workload, requests = load_workload(args.trace, settings, args.limit, conversation_workload(args, settings))
     show = not args.no_progress
     with _progress(len(requests), "hashing", show) as step:
         prepared = prepare(requests, settings, step)
-    if settings.mode == "hybrid":
-        raise SettingsError("sweep runs bookkeeping-only: --mode vanilla or spec")
     bound_total, _ = upper_bound(prepared, settings.page_size, settings.mode)
     prompt_tokens = prepared.prompt_tokens
     bound_rate = _ratio(bound_total, prompt_tokens)
@@ -735,19 +880,16 @@ def run_sweep(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         interrupted = True
 
-    def first_reaching(share: float) -> dict[str, Any] | None:
-        return next((r for r in rows if r["hit_rate"] >= share * bound_rate - 1e-12), None)
-
-    reach = {"90": first_reaching(0.9), "99": first_reaching(0.99)}
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, png_path = out_dir / f"{args.name}.csv", out_dir / f"{args.name}.png"
+    reach = {"90": reaching(rows, 0.9 * bound_rate), "99": reaching(rows, 0.99 * bound_rate)}
     columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
                "optimum_hit_rate", "lru_hit_rate", "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    try:
+        with open(csv_path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as e:  # checked writable before the work; the disk may have filled since
+        raise SettingsError(f"cannot write {csv_path}: {e.strerror or e}") from None
 
     fig, ax = plt.subplots(figsize=(8, 5))
     if rows:
@@ -763,8 +905,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     for share, style in (("90", ":"), ("99", "-.")):
         hit = reach[share]
         if hit is not None:
-            ax.axvline(hit["capacity_tokens"], color="tab:red", linestyle=style,
-                       label=f"{share}% of the bound at {hit['capacity_tokens']:,} tokens")
+            where = (f"{hit['interpolated_tokens']:,} tokens or less (smallest sampled)" if hit["below_range"] else
+                     f"~{hit['interpolated_tokens']:,} tokens (interpolated)")
+            ax.axvline(hit["interpolated_tokens"], color="tab:red", linestyle=style,
+                       label=f"{share}% of the bound at {where}")
     ax.set_xscale("log")
     ax.set_xlabel(f"cache capacity (tokens, page size {settings.page_size})")
     ax.set_ylabel("prompt tokens reused (%)")
@@ -773,7 +917,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(png_path, dpi=120)
+    try:
+        fig.savefig(png_path, dpi=120, format="png")
+    except OSError as e:
+        raise SettingsError(f"cannot write {png_path}: {e.strerror or e}") from None
     plt.close(fig)
 
     notes = non_monotonic_notes(rows)
@@ -789,8 +936,13 @@ def run_sweep(args: argparse.Namespace) -> int:
               "distinct_prompt_tokens": prepared.distinct_pages * settings.page_size,
               "minimum_capacity_tokens": minimum * settings.page_size,
               "upper_bound_hit_rate": round(bound_rate, 6), "points": rows,
-              "reaches_90_percent_of_bound_tokens": reach["90"]["capacity_tokens"] if reach["90"] else None,
-              "reaches_99_percent_of_bound_tokens": reach["99"]["capacity_tokens"] if reach["99"] else None,
+              # the first sampled capacity at or above 90% / 99% of the bound, and log-linearly interpolated
+              "reaches_90_percent_of_bound_tokens": reach["90"]["sampled_tokens"] if reach["90"] else None,
+              "reaches_99_percent_of_bound_tokens": reach["99"]["sampled_tokens"] if reach["99"] else None,
+              "reaches_90_percent_of_bound_interpolated_tokens":
+                  reach["90"]["interpolated_tokens"] if reach["90"] else None,
+              "reaches_99_percent_of_bound_interpolated_tokens":
+                  reach["99"]["interpolated_tokens"] if reach["99"] else None,
               "non_monotonic": notes, "csv": str(csv_path), "png": str(png_path),
               "wall_seconds": round(time.perf_counter() - t0, 3)}
     if args.json:
@@ -801,19 +953,39 @@ def run_sweep(args: argparse.Namespace) -> int:
                  + ("  [INTERRUPTED: partial figures]" if interrupted else ""),
                  f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
                  f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
-                 _table([(f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}",
-                          f"{r['lru_hit_rate']:.2%}" if baseline else "-",
-                          f"{r['optimum_hit_rate']:.2%}" if with_optimum else "-",
-                          f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}", f"{r['rejected']:,}") for r in rows],
-                        header=("capacity tokens", "of distinct", "hit rate", "record LRU", "optimum", "of bound",
-                                "evicted records", "rejected")), ""]
+                 _sweep_table(rows, settings.eviction_policy, baseline is not None, with_optimum), ""]
         for share in ("90", "99"):
             hit = reach[share]
-            lines.append(f"{share}% of the bound: " + (f"{hit['capacity_tokens']:,} tokens" if hit else "not reached"))
+            if hit is None:
+                lines.append(f"{share}% of the bound: not reached")
+            elif hit["below_range"]:
+                lines.append(f"{share}% of the bound: reached at the smallest sampled capacity, "
+                             f"{hit['sampled_tokens']:,} tokens (perhaps below it)")
+            else:
+                low, high = hit["between"]
+                lines.append(f"{share}% of the bound: ~{hit['interpolated_tokens']:,} tokens, interpolated "
+                             f"(log-linear) between the sampled {low:,} (below) and {high:,} (the first sampled "
+                             f"point at or above it)")
         lines += [f"note: {n}" for n in notes]
         lines.append(f"wrote {png_path} and {csv_path} in {report['wall_seconds']:.1f} s")
         print("\n".join(lines), flush=True)
     return 130 if interrupted else 0
+
+
+def _sweep_table(rows: Sequence[dict[str, Any]], policy: str, with_lru: bool, with_optimum: bool) -> str:
+    """The sweep's table: the record LRU column only beside another policy, the optimum only when computed."""
+    header = ["capacity tokens", "of distinct", f"hit rate ({policy})"]
+    header += ["record LRU"] if with_lru else []
+    header += ["optimum"] if with_optimum else []
+    header += ["of bound", "evicted records", "rejected"]
+    table = []
+    for r in rows:
+        cells = [f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}"]
+        cells += [f"{r['lru_hit_rate']:.2%}"] if with_lru else []
+        cells += [f"{r['optimum_hit_rate']:.2%}"] if with_optimum else []
+        cells += [f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}", f"{r['rejected']:,}"]
+        table.append(cells)
+    return _table(table, header=header)
 
 
 def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
@@ -849,15 +1021,16 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
 
 
 def replay_parser(prog: str = "ctxcache replay") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Replay a serving workload through the context cache and "
-                                                       "report what it reused, evicted and cost.")
+    p = OneLineParser(prog=prog, description="Replay a serving workload through the context cache and "
+                                             "report what it reused, evicted and cost.")
     _add_common(p)
+    _add_replay_only(p)
     p.add_argument("--verify", action="store_true",
                    help="full engine: compare every request with a cold run, byte for byte")
-    p.add_argument("--events", metavar="ENDPOINT", default=None,
+    p.add_argument("--events", metavar="ENDPOINT", type=zmq_endpoint, default=None,
                    help="publish the cache's KV events in vLLM's ZMQ format while replaying (e.g. tcp://*:5557, "
                         "which binds; a tcp://host:port connects to a router that binds): docs/EVENTS.md")
-    p.add_argument("--events-replay", metavar="ENDPOINT", default=None,
+    p.add_argument("--events-replay", metavar="ENDPOINT", type=zmq_endpoint, default=None,
                    help="with --events: the replay ROUTER endpoint (e.g. tcp://*:5558)")
     p.add_argument("--events-topic", metavar="TOPIC", default="",
                    help="with --events: the topic (llm-d expects kv@<pod>@<model>)")
@@ -865,13 +1038,15 @@ def replay_parser(prog: str = "ctxcache replay") -> argparse.ArgumentParser:
 
 
 def sweep_parser(prog: str = "ctxcache sweep") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Hit rate over a range of cache capacities "
-                                                       "(bookkeeping-only): a PNG plot and a CSV.")
+    p = OneLineParser(prog=prog, description="Hit rate over a range of cache capacities "
+                                             "(bookkeeping-only): a PNG plot and a CSV.")
     _add_common(p)
-    p.add_argument("--points", type=int, default=10, help="capacities, 1%% to 100%% of the distinct prompt "
-                                                          "tokens (default 10, at least 8)")
-    p.add_argument("--out-dir", default=".", help="where the PNG and CSV go (default .)")
-    p.add_argument("--name", default="ctxcache-sweep", help="file name stem (default ctxcache-sweep)")
+    p.add_argument("--points", type=int_range(8, 1000), default=10,
+                   help="capacities, 1%% to 100%% of the distinct prompt tokens (default 10, 8 to 1000)")
+    p.add_argument("--out-dir", default=".",
+                   help="where the PNG and CSV go (default .; created if missing, checked before the work)")
+    p.add_argument("--name", type=file_stem, default="ctxcache-sweep",
+                   help="file name stem: NAME.png and NAME.csv (default ctxcache-sweep)")
     return p
 
 

@@ -109,6 +109,31 @@ TEST(BaseBlockIndex, InsertOfAPageMappedToAnotherHashThrowsAndChangesNothing) {
     EXPECT_NO_THROW(index.checkInvariants());
 }
 
+TEST(BaseBlockIndex, TryInsertReportsTheConflictInsertThrowsAndIsMappedToReadsTheReverseEntry) {
+    BaseBlockIndex index(8);
+    index.insert(H(1), 2);
+    std::string const before = test::describe(index);
+    EXPECT_FALSE(index.tryInsert(H(9), 2).has_value());  // page 2 is H1's: reported, nothing changed
+    EXPECT_EQ(test::describe(index), before);
+    std::optional<BaseInsertResult> const existing = index.tryInsert(H(1), 5);  // present: its page, no change
+    ASSERT_TRUE(existing.has_value());
+    EXPECT_EQ(existing->canonicalPage, 2);
+    EXPECT_FALSE(existing->inserted);
+    std::optional<BaseInsertResult> const fresh = index.tryInsert(H(9), 5);
+    ASSERT_TRUE(fresh.has_value());
+    EXPECT_EQ(fresh->canonicalPage, 5);
+    EXPECT_TRUE(fresh->inserted);
+    EXPECT_THROW(index.tryInsert(H(3), 8), ContractError);  // out of range still throws
+    EXPECT_TRUE(index.isMappedTo(2, H(1)));
+    EXPECT_FALSE(index.isMappedTo(2, H(9)));  // mapped, to another hash
+    EXPECT_FALSE(index.isMappedTo(3, H(1)));  // unmapped
+    EXPECT_FALSE(index.isMappedTo(-1, H(1)));
+    EXPECT_FALSE(index.isMappedTo(8, H(1)));
+    index.erasePage(2);
+    EXPECT_FALSE(index.isMappedTo(2, H(1)));  // a stale reverse entry is not a mapping
+    EXPECT_NO_THROW(index.checkInvariants());
+}
+
 TEST(BaseBlockIndex, ErasePageOfAbsentPageIsNoOp) {
     BaseBlockIndex index(4);
     index.insert(H(1), 0);

@@ -367,6 +367,57 @@ TEST(BoundedSwaKVPageManager, DestroyingTheHandleReleasesTheRequest) {
     rig.manager->checkInvariants();
 }
 
+// Every handle that names the manager is detached when it goes, not only the newest: a request quarantined, the
+// quarantine resolved by shutdown, the manager reused for another request, both handles moved (ctor and
+// assignment), then the manager destroyed first. Neither handle may reach it afterwards (under ASan a stale owner
+// is a heap-use-after-free in valid() and in the destructor's finish()).
+TEST(BoundedSwaKVPageManager, EveryHandleNamingTheManagerIsDetachedWhenItGoes) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle first = rig.begin(1);
+    ASSERT_EQ(m.preparePrefill(first, {9}), Status::kOk);
+    rig.failNextSync = true;
+    ASSERT_EQ(m.completePrefill(first), Status::kPoisoned);
+    ASSERT_EQ(m.shutdown(), Status::kOk);
+    std::vector<Manager::RequestHandle> moved;
+    moved.push_back(std::move(first));  // the list follows the move
+    Manager::RequestHandle second = rig.begin(1);
+    ASSERT_TRUE(second.valid());
+    Manager::RequestHandle assigned;
+    assigned = std::move(second);
+    EXPECT_FALSE(second.valid());
+    EXPECT_TRUE(assigned.valid());
+    EXPECT_EQ(assigned.batchSize(), 1);
+    EXPECT_FALSE(moved[0].valid());  // resolved by shutdown, but it still names the manager (not finished)
+    EXPECT_EQ(m.freePageCount(), 256 - m.privatePagesPerSequence());  // the other request holds its pages
+    Manager::RequestHandle third = std::move(assigned);
+    rig.manager.reset();
+    EXPECT_FALSE(third.valid());
+    EXPECT_EQ(third.batchSize(), 0);
+    EXPECT_FALSE(moved[0].valid());
+    EXPECT_EQ(moved[0].batchSize(), 0);
+    // third and moved[0] go out of scope after the manager: their destructors touch nothing.
+}
+
+// The same when the handle that outlives the manager was finished by hand once its quarantine was resolved: a
+// finish detaches it, so a later manager destruction has nothing of it left to forget.
+TEST(BoundedSwaKVPageManager, AHandleFinishedAfterShutdownIsAlreadyDetached) {
+    SwaRig rig(8, 4);
+    Manager& m = *rig.manager;
+    Manager::RequestHandle first = rig.begin(1);
+    ASSERT_EQ(m.preparePrefill(first, {9}), Status::kOk);
+    rig.failNextSync = true;
+    ASSERT_EQ(m.completePrefill(first), Status::kPoisoned);
+    ASSERT_EQ(m.shutdown(), Status::kOk);
+    Manager::RequestHandle second = rig.begin(1);
+    EXPECT_EQ(m.finish(first), Status::kOk);  // resolved by shutdown: nothing left to release
+    EXPECT_EQ(m.freePageCount(), 256 - m.privatePagesPerSequence());  // second keeps its pages
+    EXPECT_EQ(m.finish(first), Status::kOk);  // an empty handle: a no-op
+    rig.manager.reset();
+    EXPECT_FALSE(first.valid());
+    EXPECT_FALSE(second.valid());
+}
+
 // ---- the facade's SWA backend --------------------------------------------------------------------------------
 
 struct FacadeBatch {

@@ -400,6 +400,57 @@ TEST(ContextCacheManager, MatchedPagesWhoseRecordWasEvictedArePublishedAgainOrYi
     }
 }
 
+TEST(ContextCacheManager, MatchedPageMappedToAnotherHashRefusesThePublication) {
+    // Issue 24 (the model-based test's divergence, shrunk): a cold producer P publishes H1 H2 H3 on its pages
+    // 0 1 2; Q hits H1 at page 0; the record is evicted (P and Q still pin page 0); P publishes again with its
+    // first hash changed to H9 (a cold lease's hashes are checked against nothing, so page 0 becomes canonical for
+    // H9). Q's true chain H1 H2 then finds H1 indexed nowhere and its page 0 canonical for another hash: refused,
+    // nothing changed (the model's answer, and BaseBlockIndex::insert's). Before the fix the library took the
+    // matched page on its mapped bit alone and stored a record holding page 0 for H1, which the index maps to H9.
+    // With another producer having published H1 since, Q takes that producer's page (first committer wins).
+    for (bool const otherProducer : {false, true}) {
+        SCOPED_TRACE(otherProducer ? "H1 republished elsewhere" : "H1 indexed nowhere");
+        ContextCacheManager m(kPage, {8, 0, 0, 0}, 8);
+        AcquireResult p = m.acquireVanilla(kNoHashes, 12);
+        ASSERT_EQ(p.lease->basePages(), (std::vector<PageId>{0, 1, 2}));
+        ASSERT_EQ(m.publish(*p.lease, {Hs({1, 2, 3}), 12}).record, std::optional<RecordId>(1));
+        AcquireResult q = m.acquireVanilla(Hs({1, 2}), 8);  // a full-input rewind: H1 bound, block 2 private
+        ASSERT_EQ(q.lease->basePages(), (std::vector<PageId>{0, 3}));
+        ASSERT_EQ(q.lease->matchedBlockHashes(), Hs({1}));
+        m.evictRecord(1);
+        PublishResult const lie = m.publish(*p.lease, {Hs({9, 2, 3}), 12});
+        ASSERT_EQ(lie.canonicalBasePages, (std::vector<PageId>{0, 1, 2}));
+        ASSERT_EQ(m.baseIndex().hashOfPage(0), std::optional<BlockHash>(H(9)));
+        if (otherProducer) {
+            AcquireResult b = m.acquireVanilla(Hs({1}), 4);  // a miss: a fresh page
+            ASSERT_EQ(b.lease->basePages(), (std::vector<PageId>{4}));
+            m.publish(*b.lease, {Hs({1}), 4});
+        }
+        std::string const before = describe(m);
+        if (!otherProducer) {
+            EXPECT_TRUE(throwsContractError([&] { m.publish(*q.lease, {Hs({1, 2}), 8}); },
+                                            "page 0 is already the canonical page of another hash"));
+            EXPECT_EQ(describe(m), before);
+            EXPECT_FALSE(m.baseIndex().lookup(H(1)).has_value());
+            EXPECT_EQ(m.baseIndex().lookup(H(9)), std::optional<PageId>(0));
+            EXPECT_EQ(m.records().size(), 1u);
+            EXPECT_NO_THROW(m.checkInvariants());
+            // Once the lying record is gone, page 0 is free to be canonical for what Q holds.
+            m.evictRecord(lie.record.value());
+            PublishResult const ok = m.publish(*q.lease, {Hs({1, 2}), 8});
+            EXPECT_EQ(ok.status, PublishStatus::kPublished);
+            EXPECT_EQ(ok.canonicalBasePages, (std::vector<PageId>{0, 3}));
+        } else {
+            PublishResult const ok = m.publish(*q.lease, {Hs({1, 2}), 8});
+            EXPECT_EQ(ok.status, PublishStatus::kPublished);
+            EXPECT_EQ(ok.canonicalBasePages, (std::vector<PageId>{4, 1}));  // H1 at B's page, H2 at P's
+            EXPECT_EQ(m.baseIndex().hashOfPage(0), std::optional<BlockHash>(H(9)));
+        }
+        EXPECT_EQ(m.baseIndex().lookup(H(1)), std::optional<PageId>(otherProducer ? 4 : 0));
+        EXPECT_NO_THROW(m.checkInvariants());
+    }
+}
+
 TEST(ContextCacheManager, PublicationRollbackRestoresRefsAfterBaseMappingConflict) {
     ContextCacheManager m(kPage, {8, 0, 0, 0}, 8);
     {

@@ -1,10 +1,11 @@
 // DraftPathIndex: one coherent record path per lookup, bounded by the caller's block count; repeated hashes as
 // distinct boundaries; insert refuses incomplete paths and duplicates; exact erase; incremental memory accounting
 // (reference c.3). The flat layout: many records under one boundary, unlinking from the middle of a list, the most
-// recent first after erases, record slots reused through the free list, 4 bytes per shared entry, a page at several
+// recent first after erases, record slots reused through the free list, 8 bytes per shared entry, a page at several
 // depths (the overflow map: its primary vacated and retaken, trims and erases), the head array sized on first use,
-// unresolved pages in a lookup, the strong guarantee under a failed allocation, and a randomized comparison against
-// a plain model. Hashes stand for their canonical pages through pageOf, as the base index gives them.
+// unresolved pages in a lookup, the strong guarantee under a failed allocation, erase reading a bounded number of
+// links per entry however many records share its boundaries (the conversation shape), and a randomized comparison
+// against a plain model. Hashes stand for their canonical pages through pageOf, as the base index gives them.
 
 #include <gtest/gtest.h>
 
@@ -263,7 +264,7 @@ TEST(DraftPathIndex, RecordSlotsAreReusedThroughTheFreeList) {
     index.checkInvariants();
 }
 
-TEST(DraftPathIndex, AnEntryUnderASharedBoundaryCostsFourBytes) {
+TEST(DraftPathIndex, AnEntryUnderASharedBoundaryCostsEightBytes) {
     DraftPathIndex index;
     index.insert(pairedRecord(1, chain(1, 6), 0));
     index.insert(pairedRecord(2, chain(2, 1), 0));
@@ -272,11 +273,53 @@ TEST(DraftPathIndex, AnEntryUnderASharedBoundaryCostsFourBytes) {
     size_t const b1 = index.memoryBytes();
     index.insert(pairedRecord(4, chain(1, 6), 0));  // 6 entries under existing boundaries
     size_t const b2 = index.memoryBytes();
-    // Each record adds its per-record overhead once and 4 bytes per entry; no boundary slot is added.
-    EXPECT_EQ((b2 - b1) - (b1 - b0), 3 * sizeof(uint32_t));
+    // Each record adds its per-record overhead once and 8 bytes per entry (next and prev); no boundary slot is added.
+    EXPECT_EQ((b2 - b1) - (b1 - b0), 3 * 2 * sizeof(uint32_t));
     index.erase(pairedRecord(4, chain(1, 6), 0));
     EXPECT_EQ(index.memoryBytes(), b1);
     index.checkInvariants();
+}
+
+// The shape of a multi-turn conversation workload (issue 24 item 4): every turn's record extends the previous
+// turn's path, all conversations share a system prompt, and eviction removes the least recent records, which sit at
+// the far end of every shared boundary's list (most recent first). Unlinking must read a bounded number of links per
+// entry removed, however many records share its boundaries; walking each list to the record's link made this
+// quadratic (spec 25 times slower than vanilla under eviction).
+TEST(DraftPathIndex, EraseCostPerEntryDoesNotGrowWithTheRecordsSharingItsBoundaries) {
+    auto run = [](int conversations, int turns) {
+        DraftPathIndex index;
+        std::vector<BlockHash> const system = chain(1, 8);
+        std::vector<std::vector<BlockHash>> history(static_cast<size_t>(conversations), system);
+        std::vector<std::pair<RecordId, std::vector<BlockHash>>> inserted;  // in insertion (LRU) order
+        RecordId next = 1;
+        for (int t = 0; t < turns; ++t) {
+            for (int c = 0; c < conversations; ++c) {
+                std::vector<BlockHash>& h = history[static_cast<size_t>(c)];
+                h = test::extend(h, 1000 + static_cast<uint64_t>(c), 2);  // the question and the answer
+                index.insert(next, pagesOf(h), h.size());
+                inserted.emplace_back(next++, h);
+            }
+        }
+        size_t const entries = index.entryCount();
+        uint64_t const before = index.eraseLinkVisits();
+        // Half the records least recent first (the LRU victims), one trimmed instead, then the rest most recent first.
+        size_t const half = inserted.size() / 2;
+        for (size_t i = 0; i < half; ++i) index.erase(inserted[i].first, pagesOf(inserted[i].second));
+        std::vector<PageId> const trimmed = pagesOf(inserted[half].second);
+        index.eraseBoundaries(inserted[half].first, 3, trimmed.data() + 3, trimmed.size() - 3);
+        for (size_t i = inserted.size(); i-- > half;) {
+            std::vector<PageId> const pages = pagesOf(inserted[i].second);
+            index.erase(inserted[i].first, i == half ? std::vector<PageId>(pages.begin(), pages.begin() + 3) : pages);
+        }
+        EXPECT_EQ(index.entryCount(), 0u);
+        index.checkInvariants();
+        return static_cast<double>(index.eraseLinkVisits() - before) / static_cast<double>(entries);
+    };
+    double const small = run(2, 4);
+    double const large = run(24, 24);  // 576 records; 576 entries under each system-prompt boundary
+    // Unlinking reads the entry's own link and at most its two neighbours' (or the boundary's head).
+    EXPECT_LE(small, 3.0);
+    EXPECT_LE(large, 3.0);
 }
 
 TEST(DraftPathIndex, APageAtSeveralDepthsHasOneBoundaryPerDepth) {

@@ -414,6 +414,33 @@ TEST(ContextCacheCoordinator, FailedDrainQuarantinesOwnershipUntilShutdownSuccee
     EXPECT_EQ(rig.coordinator->beginRequest(a, {1, 0}).status, Status::kOk);
 }
 
+// A handle quarantined in place (its compaction's synchronisation failed) still names the coordinator; after
+// shutdown the coordinator serves another request, then is destroyed first. Both handles are detached: neither
+// reaches the destroyed coordinator (valid() false, destruction touches nothing; ASan checks).
+TEST(ContextCacheCoordinator, EveryHandleNamingTheCoordinatorIsDetachedWhenItGoes) {
+    Rig rig;
+    Handle quarantined = rig.begin({iota(5), iota(5, 200)});
+    rig.prefill(quarantined);
+    TensorView none;
+    ASSERT_EQ(rig.coordinator->beginBatchCompaction(quarantined, {0, -1}, 1, none), Status::kOk);
+    rig.failSync = true;
+    ASSERT_EQ(rig.coordinator->compactBatch(quarantined), Status::kPoisoned);
+    rig.failSync = false;
+    EXPECT_FALSE(quarantined.valid());
+    ASSERT_EQ(rig.coordinator->shutdown(), Status::kOk);
+    ContextCacheBatchAdmission a;
+    a.sequences.push_back(rig.seq(iota(6, 300), 2));
+    auto r = rig.coordinator->beginRequest(a, {1, 0});
+    ASSERT_EQ(r.status, Status::kOk) << r.failure;
+    Handle live = std::move(*r.request);
+    EXPECT_TRUE(live.valid());
+    Handle moved = std::move(quarantined);  // the state moves with the handle
+    rig.coordinator.reset();
+    EXPECT_FALSE(live.valid());
+    EXPECT_FALSE(moved.valid());
+    EXPECT_EQ(moved.batchSize(), 0);
+}
+
 TEST(ContextCacheCoordinator, AbandonedRequestSynchronisesAndReleases) {
     Rig rig;
     {

@@ -2,15 +2,19 @@
 
     python tests/python/finalizer_repro.py SCENARIO [RUNS]
 
-cffi (ABI mode) looks a function up and parses a type lazily, the first time, under ``ffi._lock``, which is not
-re-entrant. A cyclic collection that runs inside that first-time work (it allocates) finalizes whatever garbage
-is young; a finalizer that then needs the lock (a destroy function never looked up yet) waits on its own thread
-forever. The scenarios make that collection happen: garbage is made young, generation 0 is filled to a few
-allocations short of its threshold, and a first-time lookup follows (the finding's reproduction); or cffi's lock
-is simply held while the collector runs, which is what the first-time work does, on every Python version.
+cffi (ABI mode, the header parsed at import: a ``cffi.FFI``) looks a function up and parses a type lazily, the first
+time, under ``ffi._lock``, which is not re-entrant. A cyclic collection that runs inside that first-time work (it
+allocates) finalizes whatever garbage is young; a finalizer that then needs the lock (a destroy function never looked
+up yet) waits on its own thread forever. The scenarios make that collection happen: garbage is made young, generation
+0 is filled to a few allocations short of its threshold, and a first-time lookup follows (the finding's
+reproduction); or cffi's lock is simply held while the collector runs, which is what the first-time work does, on
+every Python version. The pre-parsed declarations (``_ffi_abi.py``, a ``_cffi_backend.FFI``) do their first-time work
+in C, with no Python-level lock; the same scenarios run on them (the collection then runs without a lock to hold),
+and test_finalizers.py runs every scenario in both modes.
 
 A run that hangs for CTXCACHE_REPRO_TIMEOUT seconds dumps every thread's stack and exits 1 (faulthandler);
-success prints ``ok <scenario> <runs>``. RUNS > 1 repeats the scenario with the package imported afresh each
+success prints ``ok <scenario> <runs> <mode>``, the mode being ``pre-parsed`` or ``parsed`` (the header parsed at
+import). RUNS > 1 repeats the scenario with the package imported afresh each
 time (new FFI, nothing resolved), so every run's first-time work is really first-time.
 """
 
@@ -48,9 +52,44 @@ def cycle(*objects) -> None:
 
 
 def collect_under_cffi_lock(ffi) -> None:
-    """What a collection inside cffi's first-time work does: run finalizers while the lock is held."""
-    with ffi._lock:
+    """What a collection inside cffi's first-time work does: run finalizers while the lock is held.
+
+    Only a ``cffi.FFI`` has that lock; the pre-parsed FFI's first-time work holds none, so there the collection just
+    runs (its finalizers must still never block nor call C)."""
+    lock = getattr(ffi, "_lock", None)
+    if lock is None:
         gc.collect()
+        return
+    with lock:
+        gc.collect()
+
+
+def unresolved(ctxcache, spellings) -> tuple[list[str], list[str]]:
+    """(functions never looked up, type spellings never parsed) in the loaded FFI: what cffi would still do lazily.
+
+    A ``cffi.FFI`` keeps what it looked up in the library's instance dict and what it parsed in ``_parsed_types``;
+    the pre-parsed FFI keeps both in C, in one dict each that only the garbage collector's view shows (``vars(lib)``
+    there would look every function up)."""
+    import cffi
+
+    ffi, lib = ctxcache.ffi, ctxcache.lib
+    if isinstance(ffi, cffi.FFI):
+        functions, types = vars(lib), ffi._parsed_types
+    else:
+        (functions,) = [r for r in gc.get_referents(lib) if isinstance(r, dict)]
+        (types,) = [r for r in gc.get_referents(ffi) if isinstance(r, dict)]
+    return sorted(n for n in dir(lib) if n not in functions), sorted(s for s in spellings if s not in types)
+
+
+def package_spellings(ctxcache) -> set[str]:
+    """Every type spelling the package's sources pass to ffi.<something>("...")."""
+    import re
+    from pathlib import Path
+
+    spellings = set()
+    for path in Path(ctxcache.__file__).parent.glob("*.py"):
+        spellings |= set(re.findall(r'ffi\.\w+\(\s*"([^"]+)"', path.read_text()))
+    return spellings
 
 
 def new_manager(ctxcache):
@@ -187,6 +226,13 @@ def scenario_threads(ctxcache) -> None:
     main_manager.close()
 
 
+def scenario_resolved(ctxcache) -> None:
+    """After import, nothing is left for cffi to do lazily (checked in a fresh interpreter, in either mode)."""
+    spellings = package_spellings(ctxcache)
+    assert spellings  # the scan found the package's calls
+    assert unresolved(ctxcache, spellings) == ([], []), unresolved(ctxcache, spellings)
+
+
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 
@@ -198,7 +244,7 @@ def main(argv: list[str]) -> int:
         SCENARIOS[name](fresh_ctxcache())
         gc.collect()
     faulthandler.cancel_dump_traceback_later()
-    print("ok", name, runs)
+    print("ok", name, runs, "parsed" if sys.modules["ctxcache._ffi"].pre_parsed_module is None else "pre-parsed")
     return 0
 
 

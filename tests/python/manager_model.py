@@ -529,6 +529,10 @@ class Model:
                 raise ModelContractError("prefix changed")
 
     def _project(self, hashes, count, producer):
+        """Canonical projection (reference c.7): an indexed hash keeps its page (first committer wins); else the
+        producer's page becomes canonical, unless it is already the canonical page of another hash: then the whole
+        publication is refused with nothing changed. A page the lease acquired for hashes[i] is no exception (it
+        may have been mapped again to another hash by the lease that produced it, after its records went)."""
         canonical, newly = [], []
         try:
             for i in range(count):

@@ -1,6 +1,8 @@
-"""The documentation cannot rot: every ```python block of docs/RUNTIME.md, docs/EVENTS.md and README.md runs, and every ```c block
-of docs/RUNTIME.md is a verbatim excerpt of examples/c/runtime_example.c (which ctest install.examples builds and
-runs against the installed package).
+"""The documentation cannot rot: every ```python block of docs/RUNTIME.md, docs/ENGINES.md, docs/EVENTS.md and README.md
+runs, and every ```c block of docs/RUNTIME.md is a verbatim excerpt of examples/c/runtime_example.c (which ctest
+install.examples builds and runs against the installed package). Every relative link of README.md and docs/*.md
+names a file of the repository, none of them points outside it (a clone has nothing beside it), and the README's
+layout table lists every page of docs/.
 
 A block runs when its info string is exactly ``python`` (```` ```python skip ```` marks an illustration that needs
 something the tests do not have), each in a fresh namespace, on the CPU backend. A ```` ```python transformers ````
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "docs" / "RUNTIME.md"
 README = ROOT / "README.md"
 EVENTS = ROOT / "docs" / "EVENTS.md"
+ENGINES = ROOT / "docs" / "ENGINES.md"
 C_EXAMPLE = ROOT / "examples" / "c" / "runtime_example.c"
 HEADER = ROOT / "include" / "ctxcache.h"
 
@@ -40,13 +43,15 @@ def blocks(path: Path, language: str) -> list[tuple[int, str]]:
     return out
 
 
-PYTHON_BLOCKS = [(path, line, code) for path in (RUNTIME, README, EVENTS) for line, code in blocks(path, "python")]
+PYTHON_BLOCKS = [(path, line, code) for path in (RUNTIME, README, ENGINES, EVENTS)
+                 for line, code in blocks(path, "python")]
 TRANSFORMERS_BLOCKS = [(README, line, code) for line, code in blocks(README, "python transformers")]
 
 
 def test_the_documents_have_python_blocks():
     assert len(blocks(RUNTIME, "python")) >= 5
-    assert len(blocks(README, "python")) >= 2
+    assert len(blocks(README, "python")) >= 1
+    assert len(blocks(ENGINES, "python")) >= 1
 
 
 @pytest.mark.parametrize(("path", "line", "code"), PYTHON_BLOCKS,
@@ -96,3 +101,31 @@ def test_every_c_name_the_runtime_page_mentions_exists():
     # "ctxc_sim_*"-style family names end with an underscore.
     missing = sorted(name for name in mentioned if not name.endswith("_") and name not in declared)
     assert not missing, f"docs/RUNTIME.md names what include/ctxcache.h does not declare: {missing}"
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+USER_DOCUMENTS = [README, *DOCS]
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+@pytest.mark.parametrize("path", USER_DOCUMENTS, ids=[p.name for p in USER_DOCUMENTS])
+def test_links_name_files_of_the_repository(path):
+    text = path.read_text()
+    assert "../shared" not in text, f"{path.name} points into ../shared, which a clone does not have"
+    dead = []
+    for match in _LINK.finditer(text):
+        target = match.group("target").split("#", 1)[0]
+        if not target or "://" in target or target.startswith("mailto:"):
+            continue
+        resolved = (path.parent / target).resolve()
+        if ROOT not in resolved.parents and resolved != ROOT:
+            dead.append(f"{target} (outside the repository)")
+        elif not resolved.exists():
+            dead.append(target)
+    assert not dead, f"{path.name}: links to what the repository does not have: {dead}"
+
+
+def test_the_readme_layout_lists_every_document():
+    layout = README.read_text().split("## Layout", 1)[1]
+    missing = [p.name for p in DOCS if f"docs/{p.name}" not in layout]
+    assert not missing, f"README.md's layout table does not list {missing}"

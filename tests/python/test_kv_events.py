@@ -454,7 +454,7 @@ def test_replay_publishes_its_events(engine: str, capsys: pytest.CaptureFixture[
         while (frames := receive(sub, 1.0)) is not None:
             received.append(frames)
     ev = report["kv_events"]
-    assert ev["batches"] > 0 and ev["sent"] == ev["batches"] and ev["dropped"] == 0
+    assert ev["batches"] > 0 and ev["handed_to_zmq"] == ev["batches"] and ev["dropped"] == 0
     # A subscriber that joins as the publisher binds misses the batches sent before its subscription arrives (ZMQ's
     # slow joiner; a router recovers them through the replay socket), never later ones: what arrived is the tail of
     # the sequence, in order, and decodes. A replay this short can be over before the subscription arrives, so
@@ -590,8 +590,12 @@ def test_the_runtime_stream_describes_the_index(deployment: str, speculative: st
 def test_replay_refuses_an_endpoint_it_cannot_use(capsys: pytest.CaptureFixture[str]) -> None:
     from ctxcache import replay
 
-    code = replay.replay_main(["--limit", "4", "--bookkeeping-only", "--no-progress", "--no-optimum",
-                               "--events", "tcp://*:not-a-port"])
-    assert code != 0
+    args = ["--limit", "4", "--bookkeeping-only", "--no-progress", "--no-optimum", "--events"]
+    with pytest.raises(SystemExit) as exited:  # malformed: refused as the options are parsed
+        replay.replay_main([*args, "tcp://*:not-a-port"])
     why = capsys.readouterr().err
-    assert "--events" in why and ("cannot bind" in why or "built without" in why)
+    assert exited.value.code == 2 and "--events" in why and "port" in why
+    # well-formed, but ZMQ cannot bind it (or the build has no publisher): refused as the replay starts
+    code = replay.replay_main([*args, "ipc:///nonexistent-ctxcache-dir/events"])
+    why = capsys.readouterr().err
+    assert code == 2 and "--events" in why and ("cannot bind" in why or "built without" in why)

@@ -452,6 +452,46 @@ ManagerMachine.TestCase.settings = settings(
 TestManagerAgainstModel = ManagerMachine.TestCase
 
 
+def test_publish_onto_a_matched_page_canonical_for_another_hash_is_refused_by_both():
+    """Issue 24's divergence (CTXCACHE_HYPOTHESIS_EXAMPLES=4000, seed 65944512406657351022619579769398815842),
+    shrunk by hand from 162 steps to these seven calls. A cold spec lease publishes its 3 blocks [h, h1, h2] on its
+    pages 0 1 2; a vanilla lease hits h at page 0 (a full-input rewind binds block 0 only); the record is evicted
+    (both leases still pin page 0); the spec lease publishes again with h corrupted to h' (a cold lease's hashes are
+    checked against nothing, so page 0 becomes canonical for h'); the vanilla lease then publishes its true chain
+    [h, h1]. h is indexed nowhere and page 0 is h''s: the model refuses ("page mapped to another hash"), and so must
+    the library (it used to answer PUBLISHED with canonical pages [0, 1], a record holding page 0 for h)."""
+    recorded = len(_steps_per_example), len(_trims_per_trimming_example)
+    s = ManagerMachine()
+    s.create(profile=(2, [32, 24, 3, 3], 8), policy="lru")
+    request = dict(sequence=0, diverge_at=SEQUENCE_LENGTH, salt=0, bypass=False, narrow=False, junk=False)
+    s.acquire(kind="spec", length=6, **request)
+    s.state_agrees()
+    s.publish(index=0, resident=None, corrupt=-1)
+    s.state_agrees()
+    s.acquire(kind="vanilla", length=4, **request)
+    s.state_agrees()
+    spec, vanilla = s.leases[0], s.leases[1]
+    assert [list(spec[0].base_pages), list(vanilla[0].base_pages)] == [[0, 1, 2], [0, 3]]
+    s.evict(choice=0)
+    s.state_agrees()
+    s.publish(index=0, resident=None, corrupt=0)  # the spec lease: page 0 now canonical for h'
+    s.state_agrees()
+    h, h1 = as_tuples(vanilla[3])
+    assert s.manager.base_index.lookup(vanilla[3][0]) is None
+    before = [(int(r), list(s.manager.records[r].base_page_path)) for r in s.manager.records.lru()]
+    with pytest.raises(ctxcache.ContractError, match="page 0 is already the canonical page of another hash"):
+        s.manager.publish(vanilla[0], vanilla[3], 4)
+    with pytest.raises(mm.ModelContractError, match="page mapped to another hash"):
+        s.model.publish(vanilla[1], [h, h1], 4)
+    s.state_agrees()  # nothing changed on either side; check_invariants passes
+    assert [(int(r), list(s.manager.records[r].base_page_path)) for r in s.manager.records.lru()] == before
+    assert s.manager.base_index.lookup(vanilla[3][0]) is None
+    s.publish(index=1, resident=None, corrupt=-1)  # the same call through the machine: both refuse
+    s.state_agrees()
+    s.teardown()
+    del _steps_per_example[recorded[0]:], _trims_per_trimming_example[recorded[1]:]  # not a budgeted example
+
+
 def test_budget_was_met():
     """Runs after the state machine (pytest keeps file order): enough examples ran every step."""
     if not _steps_per_example:

@@ -62,6 +62,10 @@
 // bytes per cached block = metadataBytes() / cached base pages (pages with a cache ref: capacity - free after
 // the last release), at the end of the run; spec also per cached base + draft page; the peak of metadataBytes()
 // is sampled after every request, outside the timed region.
+// Vanilla and spec also report each acquire call's time (acquire_p50_us, acquire_p99_us, acquire_max_us, nearest
+// rank over the first pass) and the manager time split by call (manager_seconds_by_operation: acquire, grow,
+// publish, release); a conversation workload (`ctxcache workload --out FILE`, tools/bench_manager --workload
+// conversations) is where spec's acquire tail used to show.
 // Timings: the headline figures are what a server sees: ONE pass in trace order, each request hashed once and
 // served once (the first of the K passes). Each request is then hashed --repeat K times back to back (default 5)
 // and the whole replay is run K times (a fresh manager per replay, whose figures must repeat exactly): the hot_*
@@ -157,6 +161,8 @@ struct Replay {
     int64_t managerNs = 0;
     int64_t hotManagerNs = 0;        // each request's fastest of the repetitions (bestOf)
     std::vector<int64_t> requestNs;  // manager time of each request
+    std::vector<int64_t> acquireNs;  // vanilla and spec: each acquire call (its percentiles)
+    int64_t opNs[4] = {0, 0, 0, 0};  // vanilla and spec: acquire, grow, publish, release (sums)
     int64_t capacityPages = 0;
     int64_t cachedPages = 0;
     int64_t records = 0;
@@ -217,6 +223,7 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
     out.capacityPages = capacityPages;
     out.draftCapacityPages = capacities.draftKvPages;
     out.requestNs.assign(requests.size(), 0);
+    out.acquireNs.assign(requests.size(), 0);
     for (size_t i = 0; i < requests.size(); ++i) {
         Request const& r = requests[i];
         std::vector<BlockHash> const& h = hashes[i];
@@ -228,8 +235,11 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
         Clock::time_point const t0 = Clock::now();
         AcquireResult acquired =
             spec ? manager.acquireSpec(h.data(), h.size(), n) : manager.acquireVanilla(h.data(), h.size(), n);
+        Clock::time_point const tAcquired = Clock::now();
+        out.acquireNs[i] = ns(t0, tAcquired);
+        out.opNs[0] += out.acquireNs[i];
         if (!acquired.lease) {
-            Clock::time_point const t1 = Clock::now();
+            Clock::time_point const t1 = tAcquired;
             out.requestNs[i] = ns(t0, t1);
             out.managerNs += out.requestNs[i];
             ++out.managerCalls;
@@ -243,6 +253,7 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
             auto const g = static_cast<int32_t>(grow);
             grown = spec ? manager.growSpecPages(lease, g, g) : manager.growBasePages(lease, g);
         }
+        Clock::time_point const tGrown = Clock::now();
         int64_t const basePages = static_cast<int64_t>(lease.basePages().size());
         int64_t const draftPages = static_cast<int64_t>(lease.draftPages().size());
         int32_t published = 0;
@@ -252,8 +263,12 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
             published = result.publishedBaseFullBlockCount;
             status = result.status;
         }
+        Clock::time_point const tPublished = Clock::now();
         lease.release();
         Clock::time_point const t1 = Clock::now();
+        out.opNs[1] += ns(tAcquired, tGrown);
+        out.opNs[2] += ns(tGrown, tPublished);
+        out.opNs[3] += ns(tPublished, t1);
 
         out.requestNs[i] = ns(t0, t1);
         out.managerNs += out.requestNs[i];
@@ -784,6 +799,21 @@ int main(int argc, char** argv) {
             j.real("hash_seconds", hashS);
             if (mode == Mode::kHybrid) j.real("digest_seconds", digestS);
             j.real("manager_seconds", managerS);
+            if (!run.acquireNs.empty()) {  // vanilla and spec: where the time goes, and the acquire tail
+                std::vector<int64_t> a = run.acquireNs;
+                std::sort(a.begin(), a.end());
+                auto at = [&](double q) {  // nearest rank
+                    size_t const k = static_cast<size_t>(q * static_cast<double>(a.size() - 1) + 0.5);
+                    return static_cast<double>(a[k]) * 1e-3;
+                };
+                j.real("acquire_p50_us", at(0.50));
+                j.real("acquire_p99_us", at(0.99));
+                j.real("acquire_max_us", at(1.0));
+                Json b;
+                char const* const names[4] = {"acquire", "grow", "publish", "release"};
+                for (int k = 0; k < 4; ++k) b.real(names[k], static_cast<double>(run.opNs[k]) * 1e-9);
+                j.raw("manager_seconds_by_operation", b.done());
+            }
             j.real("hash_ns_per_token", ratio(static_cast<double>(hashNs), static_cast<double>(hashedTokens)));
             if (mode == Mode::kHybrid) {
                 j.real("digest_ns_per_token",

@@ -26,8 +26,13 @@
 // Cost: a decode step is O(1) host work per sequence (two divisions and compares) without a page crossing, plus
 //   one setEntry at a crossing, one table upload per step that changed it, and one synchronisation per step that
 //   retires a page; the general path (prefill chunks) is O(pages of the window).
-// Threading: single writer. The handle must be finished or destroyed before the manager; one still alive then is
-//   detached.
+// Handles: every handle that names the manager (its live request's, a quarantined request's, or one whose
+//   quarantine shutdown() has since resolved) is on the manager's intrusive list until it is finished, destroyed
+//   or moved from (a move hands the place on); the manager's destructor detaches each of them, so a handle never
+//   reaches a destroyed manager, whatever order handles and manager die in and however often the manager was
+//   reused after shutdown(). A detached handle is empty: valid() is false and finish() is a no-op.
+// Threading: single writer. Handles should be finished or destroyed before the manager; one still alive then is
+//   detached (a live request's pages are released first).
 #pragma once
 
 #include <cstdint>
@@ -92,9 +97,11 @@ public:
 
     private:
         friend class BoundedSwaKVPageManager;
-        void detach() noexcept;
+        void detach() noexcept;  // off the owner's list (if any), empty
         BoundedSwaKVPageManager* owner_ = nullptr;
         uint64_t id_ = 0;
+        RequestHandle* prev_ = nullptr;  // the owner's list of handles naming it
+        RequestHandle* next_ = nullptr;
     };
 
     struct BeginRequestResult {
@@ -184,6 +191,9 @@ private:
     SwaKVCacheStatus quarantine(std::string why);
     void releaseRow(SwaKVCacheState& s) noexcept;
     void upload() noexcept;
+    void link(RequestHandle& handle) noexcept;
+    void unlink(RequestHandle& handle) noexcept;
+    void relink(RequestHandle& from, RequestHandle& to) noexcept;  // `to` takes `from`'s place on the list
 
     BoundedSwaConfig config_;
     device::KvPagePool* pool_;
@@ -196,7 +206,7 @@ private:
     std::vector<uint64_t> lastEpochs_;  // per slot: the highest epoch ever admitted
     std::vector<uint8_t> slotBusy_;     // per slot: held by the live or a quarantined request
     std::optional<Live> live_;
-    RequestHandle* handle_ = nullptr;   // the live request's handle (detached at destruction)
+    RequestHandle* handles_ = nullptr;  // every handle with owner_ == this (detached at destruction)
     std::vector<Quarantined> quarantine_;
     uint64_t nextId_ = 1;
     int32_t peakBoundPages_ = 0;

@@ -24,7 +24,9 @@
 // Cost: O(blocks touched) host work per call plus the manager's; snapshot capture/restore one launch per
 //   sequence; page-table upload one copy per dirty row range.
 // Threading: single writer: callers serialise every call on the coordinator and its handles (the manager's
-//   contract). Handles must be finished or destroyed before the coordinator; any still alive then are detached.
+//   contract). Handles should be finished or destroyed before the coordinator; any still naming it then (live,
+//   or quarantined in place: calls on those answer kPoisoned) are detached, so no handle reaches a destroyed
+//   coordinator, whatever the order and however often the coordinator was reused after shutdown().
 #pragma once
 
 #include <cstdint>
@@ -298,6 +300,9 @@ private:
     std::vector<uint64_t> lastEpochs_;      // per slot: the highest epoch ever admitted
     std::vector<std::unique_ptr<RequestState>> quarantine_;
     RequestState* liveList_ = nullptr;  // intrusive list of live requests (for detaching at destruction)
+    // Intrusive list of handles' states quarantined in place (they still name this coordinator until finished or
+    // destroyed; detached at destruction like the live ones).
+    RequestState* quarantinedHandles_ = nullptr;
     int32_t activeRequests_ = 0;
     bool poisoned_ = false;
     std::string lastFailure_;
