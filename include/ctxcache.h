@@ -56,11 +56,19 @@
  *                            malformed call; ctxc_last_error() holds the request's own last error.
  *   CTXC_E_POISONED          a device synchronisation failed: the coordinator refuses new work until
  *                            ctxc_coordinator_shutdown() synchronises its quarantined requests successfully.
+ *   CTXC_E_CONCURRENT_USE    the call overlapped another call into the same handle family (below) on another
+ *                            thread, or re-entered one from a callback: the single-writer contract was broken.
+ *                            Refused before the family's state is read or changed; ctxc_last_error() names both
+ *                            calls (the one in progress and the one refused).
  *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
- * Threading: a manager and its leases (a coordinator and its requests) follow a single-writer contract: the caller
- * serializes every call that touches them. Different managers may be used from different threads. Hashers are immutable
- * and shareable.
+ * Threading: the handles of one family follow a single-writer contract: the caller serializes every call that
+ * touches them (including read-only queries, and destroys). The families: a manager, its leases and its KV events;
+ * a device backend and everything built on it (device objects, the coordinators and bounded-SWA managers built
+ * over them, and their requests); a coordinator without device objects and its requests; a sim engine; a sim
+ * results object. A breach is detected, not undefined: a call that starts while another call is inside its family
+ * returns CTXC_E_CONCURRENT_USE (it does not wait; nothing changed). Different families may be used from different
+ * threads at once. Hashers are immutable and shareable; a KV event publisher may be used from any thread.
  */
 #ifndef CTXCACHE_H
 #define CTXCACHE_H
@@ -94,6 +102,7 @@ typedef enum ctxc_status {
     CTXC_E_DEVICE = 10,             /* the CUDA runtime failed; device memory touched by the call is unspecified */
     CTXC_E_REQUEST_FAILED = 11, /* a runtime request step could not be served (capacity, ...): see the table above */
     CTXC_E_POISONED = 12, /* a device synchronisation failed; the coordinator needs a successful shutdown */
+    CTXC_E_CONCURRENT_USE = 13, /* another call was inside the same handle family: see Threading above */
     CTXC_STATUS_COUNT /* not a status: one past the last code (a new code goes before it) */
 } ctxc_status_t;
 
@@ -272,7 +281,8 @@ typedef struct ctxc_publish_result {
     uint64_t record; /* 0 = none (evicted at once under max_records 0) */
     int32_t published_base_full_block_count;
     int32_t reserved;
-    const int32_t *canonical_base_pages; /* view, valid until the next mutating call on this manager */
+    const int32_t *canonical_base_pages; /* view (held by the lease), valid until the next mutating call on this
+                                          * lease or its manager */
     size_t canonical_base_page_count;
 } ctxc_publish_result_t;
 
@@ -609,7 +619,8 @@ CTXC_API ctxc_status_t ctxc_lease_destroy(ctxc_lease_t *lease);
  * changed); a failing CUDA call is CTXC_E_DEVICE; asking for CUDA where it is unavailable is CTXC_E_UNSUPPORTED.
  * Lifetimes: an object keeps what it was built from alive (its backend, the pools and state of a snapshot
  * storage), so handles may be destroyed in any order. Objects used together must share one backend.
- * Threading: a backend and everything built on it follow the single-writer contract. */
+ * Threading: a backend and everything built on it are one family of the single-writer contract (an overlapping
+ * call is CTXC_E_CONCURRENT_USE). */
 
 enum { CTXC_BACKEND_AUTO = 0, CTXC_BACKEND_CPU = 1, CTXC_BACKEND_CUDA = 2 };
 enum { CTXC_DTYPE_FP16 = 0, CTXC_DTYPE_BF16 = 1, CTXC_DTYPE_FP8_E4M3 = 2, CTXC_DTYPE_FP32 = 3 };
@@ -1059,8 +1070,10 @@ CTXC_API ctxc_status_t ctxc_kv_gather_into(const ctxc_kv_pool_t *pool, const ctx
  * quarantined) are orphaned the same way, without that status. Destroying a request before finish abandons
  * it (nothing is published; pending device work is synchronised first, and a failed synchronisation quarantines).
  * Streams: void* (a cudaStream_t on CUDA, NULL on the CPU backend).
- * Threading: a coordinator, its requests and its device objects follow one single-writer contract; the
- * synchronizer is called on the calling thread, from inside coordinator and request calls (destroy included). */
+ * Threading: a coordinator, its requests and its device objects follow one single-writer contract (they are the
+ * device backend's family: an overlapping call is CTXC_E_CONCURRENT_USE); the synchronizer is called on the
+ * calling thread, from inside coordinator and request calls (destroy included), and must not call back into that
+ * family (CTXC_E_CONCURRENT_USE). */
 
 enum { CTXC_MODEL_ATTENTION_ONLY = 0, CTXC_MODEL_PURE_RECURRENT = 1, CTXC_MODEL_HYBRID = 2 };
 enum { CTXC_TOKEN_STATE_COMMITTED_PLUS_LOOKAHEAD = 0, CTXC_TOKEN_STATE_FULLY_COMMITTED = 1 };

@@ -6,6 +6,8 @@
 // CTXC_E_INVALID_ARGUMENT; ctxcache::ContractError maps to CTXC_E_CONTRACT, InvariantError to CTXC_E_INVARIANT,
 // device::DeviceError to CTXC_E_DEVICE, std::bad_alloc to CTXC_E_NO_MEMORY (an OutOfMemoryError's message names
 // what was being allocated and the bytes), anything else to CTXC_E_INTERNAL.
+// guard() also opens the call's CallScope (capi/call_family.h): the handle lookups inside the body enter their
+// objects' families, refused with CTXC_E_CONCURRENT_USE while another call is inside one, released on return.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "capi/call_family.h"
 #include "ctxcache.h"
 #include "ctxcache/block_hash.h"
 #include "ctxcache/device/device_error.h"
@@ -44,6 +47,7 @@ char const* lastErrorMessage() noexcept;
 // A body returns its status, or nothing for CTXC_OK.
 template <class F>
 ctxc_status_t guard(char const* function, F&& body) noexcept {
+    CallScope scope(function);  // declared first: its families are released after the status is known
     try {
         if constexpr (std::is_void_v<decltype(body())>) {
             body();

@@ -4,7 +4,8 @@
 // was built from, so handles may be destroyed in any order: the device memory goes away with the last owner.
 // The storage itself is a shared_ptr too, so that a DLPack export (dlpack_export.cpp) can keep it alive after
 // its handle is destroyed.
-// Threading: the handle tables are locked; the objects follow the backend's single-writer contract.
+// Threading: the handle tables are locked; the objects follow the backend's single-writer contract: a backend and
+// everything built on it share one CallFamily (capi/call_family.h), so overlapping calls are refused.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <memory>
 
 #include "capi/api_support.h"
+#include "capi/call_family.h"
 #include "capi/handle_table.h"
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/device/kv_lengths.h"
@@ -24,35 +26,44 @@
 namespace ctxcache::capi {
 
 struct BackendObject {
+    std::shared_ptr<CallFamily> family = newFamily(
+        "device backend (a backend, the device objects built on it, and the coordinators and bounded-SWA managers "
+        "built over those, with their requests)");
     std::shared_ptr<device::DeviceBackend> backend;
 };
 
 struct BufferObject {
+    std::shared_ptr<CallFamily> family;  // its backend's
     std::shared_ptr<device::DeviceBackend> backend;
     std::shared_ptr<device::DeviceBuffer> buffer;
 };
 
 struct KvPoolObject {
+    std::shared_ptr<CallFamily> family;  // its backend's
     std::shared_ptr<device::DeviceBackend> backend;
     std::shared_ptr<device::KvPagePool> pool;
 };
 
 struct PageTableObject {
+    std::shared_ptr<CallFamily> family;  // its backend's
     std::shared_ptr<device::DeviceBackend> backend;
     std::shared_ptr<device::KvPageTable> table;  // shared with the coordinators built over it
 };
 
 struct KvLengthsObject {
+    std::shared_ptr<CallFamily> family;  // its backend's
     std::shared_ptr<device::DeviceBackend> backend;
     std::shared_ptr<device::KvLengths> lengths;  // shared with the coordinators built over it
 };
 
 struct ResidentStateObject {
+    std::shared_ptr<CallFamily> family;  // its backend's
     std::shared_ptr<device::DeviceBackend> backend;
     std::shared_ptr<device::ResidentState> state;
 };
 
 struct SnapshotStorageObject {
+    std::shared_ptr<CallFamily> family;  // its backend's
     std::shared_ptr<device::DeviceBackend> backend;
     std::shared_ptr<device::ResidentState> state;
     std::shared_ptr<device::KvPagePool> base;
@@ -117,9 +128,11 @@ template <class Handle, class Options, class T, uint8_t Tag, class Make>
 void createOnBackend(HandleTable<T, Tag>& table, ctxc_device_backend_t const* backend, Options const* options,
                      Handle** out, char const* outName, Make&& make) {
     requireOut(out, outName) = nullptr;
-    std::shared_ptr<device::DeviceBackend> const& b = backendOf(backend);
+    BackendObject const& bo = requireObject(deviceBackends(), backend, "backend");
+    std::shared_ptr<device::DeviceBackend> const& b = bo.backend;
     Options const o = readOptions(options, "options");
     std::unique_ptr<T> object = make(*b, o);
+    object->family = bo.family;
     object->backend = b;
     *out = addObject<Handle>(table, std::move(object));
 }

@@ -4,7 +4,9 @@
 // generation, so a stale handle never aliases a newer object.
 //
 // Threading: the table itself is guarded by a mutex (managers may live on different threads); the objects it
-// owns follow their own single-writer contract.
+// owns follow their own single-writer contract, which find() and remove() enforce: inside a C call they enter the
+// object's family (capi/call_family.h) while they hold the mutex, so an object is never freed between one thread's
+// lookup and its entry, and an overlapping call is refused (CTXC_E_CONCURRENT_USE) instead of racing.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "capi/api_support.h"
+#include "capi/call_family.h"
 
 static_assert(sizeof(void*) == 8, "handles encode a 32-bit generation above a 24-bit slot");
 
@@ -41,16 +44,35 @@ public:
         return encode(slot, e.generation);
     }
 
-    T* find(void const* handle) const noexcept {
+    // The live object of `handle` (null if none), its family entered for the calling C call.
+    T* find(void const* handle) const {
         std::lock_guard<std::mutex> lock(mutex_);
         Entry const* e = entry(handle);
-        return e ? e->object.get() : nullptr;
+        if (!e) return nullptr;
+        enterFamilyOf(*e->object, false);
+        return e->object.get();
     }
 
-    std::unique_ptr<T> remove(void const* handle) noexcept {
+    // For the few calls meant to reach an object from any thread while another call is inside its family (e.g. a
+    // request to interrupt a long call): runs `touch(object)` under the table's mutex, without entering the
+    // family (so a destroy cannot free the object meanwhile); `touch` must be short and use only what is safe
+    // beside the running call (atomics). False when `handle` names no live object.
+    template <class Touch>
+    bool touchWithoutEntering(void const* handle, Touch&& touch) const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        Entry const* e = entry(handle);
+        if (!e) return false;
+        touch(*e->object);
+        return true;
+    }
+
+    // Takes the object of `handle` out of the table (null if none), its family entered and kept alive for the
+    // calling C call (the caller frees the object, maybe the family's last owner, before the call returns).
+    std::unique_ptr<T> remove(void const* handle) {
         std::lock_guard<std::mutex> lock(mutex_);
         Entry* e = const_cast<Entry*>(entry(handle));
         if (!e) return nullptr;
+        enterFamilyOf(*e->object, true);
         std::unique_ptr<T> object = std::move(e->object);
         e->generation = 0;
         freeSlots_.push_back(static_cast<uint32_t>(e - entries_.data()));  // capacity was reserved by add()

@@ -5,6 +5,7 @@
 // A LeaseObject remembers its manager's handle: a lease passed to another manager is refused as foreign.
 // A record view's logical hashes: the store derives most of them from base pages (it keeps no copy), so the
 // ManagerObject keeps the materialized hashes a view points into, per record id (RecordViewHashes).
+// A manager and its leases share one CallFamily (capi/call_family.h): one call at a time among them.
 #pragma once
 
 #include <memory>
@@ -50,17 +51,19 @@ private:
 };
 
 struct ManagerObject {
+    std::shared_ptr<CallFamily> family = newFamily("manager (a manager, its leases and its KV events)");
     std::unique_ptr<ContextCacheManager> manager;
     RecordViewHashes recordViewHashes;  // backs ctxc_record_view_t::logical_block_hashes
     KvEventsDrain kvEvents;
     std::unordered_set<void const*> leases;  // handles of this manager's leases not yet destroyed
-    std::vector<int32_t> publishedPages;     // backs ctxc_publish_result_t::canonical_base_pages
 };
 
 struct LeaseObject {
+    std::shared_ptr<CallFamily> family;  // its manager's
     CacheRequestLease lease;
     void const* managerHandle = nullptr;
     int32_t state = CTXC_LEASE_LIVE;
+    std::vector<int32_t> publishedPages;  // backs ctxc_publish_result_t::canonical_base_pages of its last publish
 };
 
 struct HasherObject {

@@ -54,6 +54,7 @@ ctxc_status_t finishAcquire(ctxc_manager_t* handle, ManagerObject& m, AcquireRes
     out.plan = fromPlan(result.plan);
     if (result.status != AcquireStatus::kAcquired) return CTXC_OK;
     auto object = std::make_unique<LeaseObject>();
+    object->family = m.family;
     object->lease = std::move(*result.lease);
     object->managerHandle = handle;
     void* leaseHandle = leases().add(std::move(object));
@@ -99,13 +100,15 @@ BlockHash const* inputHashes(ctxc_hash128_t const* hashes, size_t count) {
     return reinterpret_cast<BlockHash const*>(hashes);
 }
 
-void fillPublishResult(ManagerObject& m, PublishResult r, ctxc_publish_result_t& out) {
-    m.publishedPages = std::move(r.canonicalBasePages);
+// The pages view lives in the lease the call published: a caller copying it is not disturbed by a call on
+// another lease.
+void fillPublishResult(LeaseObject& l, PublishResult r, ctxc_publish_result_t& out) {
+    l.publishedPages = std::move(r.canonicalBasePages);
     out.status = static_cast<int32_t>(r.status);
     out.record = r.record.value_or(kNoRecord);
     out.published_base_full_block_count = r.publishedBaseFullBlockCount;
-    out.canonical_base_pages = m.publishedPages.data();
-    out.canonical_base_page_count = m.publishedPages.size();
+    out.canonical_base_pages = l.publishedPages.data();
+    out.canonical_base_page_count = l.publishedPages.size();
 }
 
 std::vector<HybridCheckpointCandidate> toCandidates(ctxc_hybrid_candidate_t const* candidates, size_t count) {
@@ -146,7 +149,7 @@ ctxc_status_t publishCheckpoint(char const* function, ctxc_manager_t* manager, c
         if (!checkpoint) invalidArgument("checkpoint is NULL");
         if (!snapshots) invalidArgument("snapshots is NULL");
         HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
-        fillPublishResult(m,
+        fillPublishResult(l,
                           (m.manager.get()->*publish)(l.lease, inputHashes(hashes, count), count, key,
                                                       toReservation(*snapshots), tokens),
                           out);
@@ -357,7 +360,7 @@ CTXC_API ctxc_status_t ctxc_manager_publish_with_tokens(ctxc_manager_t* manager,
         requireNonNegative(resident_state_length, "resident_state_length");
         BlockTokenSpan const span = inputTokens(tokens, token_count);
         fillPublishResult(
-            m, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length, span), out);
+            l, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length, span), out);
     });
 }
 

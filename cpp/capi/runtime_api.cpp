@@ -6,7 +6,9 @@
 // requests, so that destroying it orphans them (a later use is CTXC_E_INVALID_HANDLE) instead of leaving them to
 // reach a destroyed coordinator. A KvRequestObject owns one facade and backs the views its getters return; one on the
 // bounded-SWA backend remembers its manager's handle instead and checks it on every call (capi/swa_handles.h).
-// Threading: the handle tables are locked; the objects follow the coordinator's single-writer contract.
+// Threading: the handle tables are locked; the objects follow the coordinator's single-writer contract: a
+// coordinator and its requests are in the family of its device objects' backend (or in a family of their own when
+// it has none), a request on the bounded-SWA backend in its manager's (capi/call_family.h).
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +31,7 @@ using namespace ctxcache::runtime;
 namespace {
 
 struct CoordinatorObject {
+    std::shared_ptr<CallFamily> family;  // its device objects' backend's, or its own
     // The device objects and their backends (declared first: they outlive the coordinator). Each backend is kept
     // before the objects built on it, so they are released last to first: an object never outlives its backend.
     std::vector<std::shared_ptr<void>> keep;
@@ -46,6 +49,7 @@ struct CoordinatorObject {
 };
 
 struct KvRequestObject {
+    std::shared_ptr<CallFamily> family;  // its coordinator's or its bounded-SWA manager's
     std::optional<ManagedKVCacheRequest> request;
     void const* coordinatorHandle = nullptr;  // the context-reuse backend's coordinator, or
     void const* swaManagerHandle = nullptr;   // the bounded-SWA backend's manager
@@ -194,12 +198,15 @@ TensorView tensorOf(ctxc_tensor_view_t const* view, char const* name) {
     return out;
 }
 
-// A device object named in ctxc_coordinator_resources_t: NULL, or a live handle whose objects the coordinator keeps.
+// A device object named in ctxc_coordinator_resources_t: NULL, or a live handle whose objects the coordinator keeps
+// (and whose backend's family the coordinator joins).
 template <class T, uint8_t Tag, class Get>
-auto resource(HandleTable<T, Tag>& table, void const* handle, char const* name,
-              std::vector<std::shared_ptr<void>>& keep, Get&& get) -> decltype(get(std::declval<T&>()).get()) {
+auto resource(HandleTable<T, Tag>& table, void const* handle, char const* name, CoordinatorObject& c, Get&& get)
+    -> decltype(get(std::declval<T&>()).get()) {
     if (!handle) return nullptr;
     T& object = requireObject(table, handle, name);
+    if (!c.family) c.family = object.family;
+    std::vector<std::shared_ptr<void>>& keep = c.keep;
     keep.push_back(object.backend);
     auto const& shared = get(object);
     keep.push_back(shared);
@@ -347,23 +354,25 @@ CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_
         auto table = [](PageTableObject& t) -> std::shared_ptr<device::KvPageTable> const& { return t.table; };
         auto lengths = [](KvLengthsObject& l) -> std::shared_ptr<device::KvLengths> const& { return l.lengths; };
         ContextCachePhysicalResources physical;
-        physical.basePool = resource(kvPools(), r.base_pool, "resources->base_pool", keep, pool);
-        physical.basePageTable = resource(pageTables(), r.base_page_table, "resources->base_page_table", keep, table);
-        physical.baseLengths = resource(kvLengths(), r.base_lengths, "resources->base_lengths", keep, lengths);
-        physical.draftPool = resource(kvPools(), r.draft_pool, "resources->draft_pool", keep, pool);
+        physical.basePool = resource(kvPools(), r.base_pool, "resources->base_pool", *object, pool);
+        physical.basePageTable =
+            resource(pageTables(), r.base_page_table, "resources->base_page_table", *object, table);
+        physical.baseLengths = resource(kvLengths(), r.base_lengths, "resources->base_lengths", *object, lengths);
+        physical.draftPool = resource(kvPools(), r.draft_pool, "resources->draft_pool", *object, pool);
         physical.draftPageTable =
-            resource(pageTables(), r.draft_page_table, "resources->draft_page_table", keep, table);
-        physical.draftLengths = resource(kvLengths(), r.draft_lengths, "resources->draft_lengths", keep, lengths);
+            resource(pageTables(), r.draft_page_table, "resources->draft_page_table", *object, table);
+        physical.draftLengths = resource(kvLengths(), r.draft_lengths, "resources->draft_lengths", *object, lengths);
         physical.residentState =
-            resource(residentStates(), r.resident_state, "resources->resident_state", keep,
+            resource(residentStates(), r.resident_state, "resources->resident_state", *object,
                      [](ResidentStateObject& s) -> std::shared_ptr<device::ResidentState> const& { return s.state; });
-        physical.snapshots = resource(snapshotStorages(), r.snapshots, "resources->snapshots", keep,
+        physical.snapshots = resource(snapshotStorages(), r.snapshots, "resources->snapshots", *object,
                                       [&](SnapshotStorageObject& s) -> std::shared_ptr<device::SnapshotStorage> const& {
             keep.push_back(s.state);  // the storage reads them through plain pointers
             keep.push_back(s.base);
             keep.push_back(s.draft);
             return s.storage;
         });
+        if (!object->family) object->family = newFamily("coordinator (a coordinator and its requests)");
         ContextCacheCoordinator::StreamSynchronizer synchronizer;
         if (o.synchronize) {
             ctxc_synchronize_fn const fn = o.synchronize;
@@ -462,6 +471,7 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin(ctxc_coordinator_t* coordinator, co
             throw ApiError(c.coordinator->poisoned() ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED,
                            c.coordinator->lastFailure());
         auto object = std::make_unique<KvRequestObject>();
+        object->family = c.family;
         object->request.emplace(std::move(*begun));
         object->coordinatorHandle = coordinator;
         void* handle = kvRequests().add(std::move(object));
@@ -482,7 +492,8 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin_swa(ctxc_swa_manager_t* manager, co
                                                  ctxc_kv_request_t** out_request) {
     return guard(__func__, [&] {
         requireOut(out_request, "out_request") = nullptr;
-        runtime::BoundedSwaKVPageManager& m = requireSwaManager(manager);
+        SwaManagerObject& mo = requireObject(swaManagers(), manager, "manager");
+        runtime::BoundedSwaKVPageManager& m = *mo.manager;
         BeginOptions const o = beginOptions(sequences, sequence_count, context, options);
         DecodingInferenceContext const ctx = contextOf(context);
         std::optional<ManagedKVCacheRequest> begun =
@@ -490,6 +501,7 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin_swa(ctxc_swa_manager_t* manager, co
                                          o.mediaTokenIds, options->stream);
         if (!begun) throw ApiError(m.poisoned() ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED, m.lastFailure());
         auto object = std::make_unique<KvRequestObject>();
+        object->family = mo.family;
         object->request.emplace(std::move(*begun));
         object->swaManagerHandle = manager;
         *out_request = addObject<ctxc_kv_request_t>(kvRequests(), std::move(object));

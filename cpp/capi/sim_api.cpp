@@ -15,12 +15,15 @@
 namespace ctxcache::capi {
 namespace {
 
+// An engine, and each results object, is a family of its own (capi/call_family.h): one call at a time on it.
 struct SimEngineObject {
+    std::shared_ptr<CallFamily> family = newFamily("sim engine");
     std::unique_ptr<sim::ReferenceEngine> engine;
     KvEventsDrain kvEvents;
 };
 
 struct SimResultsObject {
+    std::shared_ptr<CallFamily> family = newFamily("sim results object");
     std::vector<sim::EngineOutput> outputs;
 };
 

@@ -19,6 +19,7 @@ using runtime::BoundedSwaKVPageManager;
 using runtime::SwaKVCacheStatus;
 
 struct SwaRequestObject {
+    std::shared_ptr<CallFamily> family;  // its manager's
     void const* managerHandle = nullptr;
     BoundedSwaKVPageManager::RequestHandle handle;
 };
@@ -73,6 +74,7 @@ CTXC_API ctxc_status_t ctxc_swa_manager_create(ctxc_kv_pool_t* pool, ctxc_kv_pag
         auto object = std::make_unique<SwaManagerObject>();
         KvPoolObject& p = requireObject(kvPools(), pool, "pool");
         PageTableObject& t = requireObject(pageTables(), table, "table");
+        object->family = p.family;
         object->keep = {p.backend, p.pool, t.backend, t.table};
         device::KvLengths* l = nullptr;
         if (lengths) {
@@ -137,13 +139,15 @@ CTXC_API ctxc_status_t ctxc_swa_manager_begin_request(ctxc_swa_manager_t* manage
                                                       size_t count, void* stream, ctxc_swa_request_t** out_request) {
     return guard(__func__, [&] {
         requireOut(out_request, "out_request") = nullptr;
-        BoundedSwaKVPageManager& m = requireManager(manager);
+        SwaManagerObject& mo = requireObject(swaManagers(), manager, "manager");
+        BoundedSwaKVPageManager& m = *mo.manager;
         requireBytes(residents, count, "residents");
         std::vector<runtime::ResidentRef> refs;
         for (size_t i = 0; i < count; ++i) refs.push_back({residents[i].slot, residents[i].epoch});
         BoundedSwaKVPageManager::BeginRequestResult r = m.beginRequest(refs, stream);
         answer(m, r.status);
         auto object = std::make_unique<SwaRequestObject>();
+        object->family = mo.family;
         object->managerHandle = manager;
         object->handle = std::move(*r.request);
         *out_request = addObject<ctxc_swa_request_t>(swaRequests(), std::move(object));

@@ -5,12 +5,14 @@
 // their handles may be destroyed in any order. Requests on it (ctxc_swa_request_t and a ctxc_kv_request_t begun
 // with ctxc_kv_request_begin_swa) remember its handle and look it up on every call: a handle is generation-checked,
 // so once the manager is destroyed those requests answer CTXC_E_INVALID_HANDLE instead of reaching it.
-// Threading: the handle table is locked; the manager follows its single-writer contract.
+// Threading: the handle table is locked; the manager follows its single-writer contract: it and its requests are
+// in the family of its pool's backend (capi/call_family.h), so overlapping calls are refused.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "capi/call_family.h"
 #include "capi/handle_table.h"
 #include "ctxcache.h"
 #include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
@@ -18,6 +20,7 @@
 namespace ctxcache::capi {
 
 struct SwaManagerObject {
+    std::shared_ptr<CallFamily> family;  // its pool's backend's
     std::vector<std::shared_ptr<void>> keep;
     std::unique_ptr<runtime::BoundedSwaKVPageManager> manager;
 

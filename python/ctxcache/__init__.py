@@ -41,6 +41,7 @@ from .enums import (
 from .errors import (
     ArgumentTypeError,
     BufferTooSmallError,
+    ConcurrentUseError,
     ContractError,
     DeviceError,
     Error,
@@ -156,7 +157,7 @@ __all__ = [
     "PublisherStats",
     "encode_kv_events", "events", "publisher_available",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
-    "CacheRecord", "CacheRequestLease", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
+    "CacheRecord", "CacheRequestLease", "ConcurrentUseError", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",
     "HybridCheckpointCandidate", "HybridCheckpointKey", "HybridSnapshotReservation", "InternalError",
     "InvalidArgumentError", "InvalidHandleError", "InvariantError", "KvLengths", "KvPagePool", "KvPageTable", "Lease",

@@ -12,6 +12,8 @@ Finalization is only a safety net, and it never calls into C at an arbitrary poi
   only queues the handle on its :class:`Family`; the next call on any object of that family destroys it (one of
   them, on the family's own thread, under the single-writer contract). A family none of whose objects is left is
   destroyed by the next call on any object, or at exit.
+- A queued destroy that finds another thread's call inside its family (``CTXC_E_CONCURRENT_USE``: the caller broke
+  the single-writer contract) stays queued for the next drain instead of being lost.
 
 Every C function is resolved at import (_ffi.py), so even the reference-counting path never takes cffi's lock.
 """
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     _Entry = tuple[int, Callable[[Any], Any], Any]  # a queued handle: (rank, destroy, handle)
 
 _NULL = ffi.NULL
+_CONCURRENT_USE = 13  # CTXC_E_CONCURRENT_USE (errors.ConcurrentUseError.status)
 _collecting = False  # True while the cyclic collector runs (its finalizers must not call into C)
 orphans: list[Family] = []  # families with no object left (collected in a cycle): anyone may destroy their handles
 
@@ -57,11 +60,12 @@ def drain(family: Family | None = None) -> None:
         return
     if family is not None and family.pending:
         _destroy_pending(family)
-    while orphans:
+    for _ in range(len(orphans)):  # those queued now: a family refused again waits for the next drain
         try:
-            _destroy_pending(orphans.pop())
+            orphan = orphans.pop(0)
         except IndexError:  # another thread took the last one
             break
+        _destroy_pending(orphan)
 
 
 def _destroy_pending(family: Family) -> None:
@@ -72,8 +76,15 @@ def _destroy_pending(family: Family) -> None:
         except IndexError:
             break
     entries.sort(key=lambda entry: entry[0])
-    for _, destroy, handle in entries:
-        destroy(handle)  # a finalizer's cleanup: its status has no one to go to
+    refused = False
+    for entry in entries:
+        # A finalizer's cleanup: its status has no one to go to, except a refusal because another thread is
+        # inside the family right now: then the handle waits for the next drain.
+        if entry[1](entry[2]) == _CONCURRENT_USE:
+            family.pending.append(entry)
+            refused = True
+    if refused and family.members <= 0:
+        orphans.append(family)  # no object of it is left to drain it: any next call (or exit) retries
 
 
 atexit.register(drain)

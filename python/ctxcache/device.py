@@ -48,7 +48,7 @@ import numpy as np
 from . import _arrays, _dense, _resource
 from ._ffi import check, ffi, lib, library_path, new_output
 from ._resource import Family, Resource
-from .errors import ArgumentTypeError, ContractError, InvalidArgumentError, InvalidHandleError
+from .errors import ArgumentTypeError, ConcurrentUseError, ContractError, InvalidArgumentError, InvalidHandleError
 
 _NULL = ffi.NULL
 DEFAULT_HASH_CHUNKS = 2048
@@ -359,7 +359,10 @@ class _Handle(Resource):
     def close(self) -> None:
         if self._handle != _NULL:
             handle, self._handle = self._handle, _NULL
-            check(type(self)._destroy(handle))
+            status = type(self)._destroy(handle)
+            if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
+                self._handle = handle
+            check(status)
 
 
 

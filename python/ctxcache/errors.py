@@ -83,6 +83,16 @@ class PoisonedError(RequestFailedError):
     status = 12
 
 
+class ConcurrentUseError(Error):
+    """A call overlapped another call into the same family of objects (a manager and its leases; a backend and
+    what is built on it; a coordinator and its requests; a sim engine) from another thread, or re-entered one
+    from a callback. The single-writer contract was broken; the call was refused before it read or changed
+    anything, and the message names both calls. Serialize calls on one family (one lock around each use of a
+    manager, its leases and their results): docs/RELIABILITY.md, "Single writer"."""
+
+    status = 13
+
+
 STATUS_EXCEPTIONS: dict[int, type[Error]] = {
     cls.status: cls
     for cls in (
@@ -98,5 +108,6 @@ STATUS_EXCEPTIONS: dict[int, type[Error]] = {
         DeviceError,
         RequestFailedError,
         PoisonedError,
+        ConcurrentUseError,
     )
 }

@@ -28,7 +28,7 @@ from .enums import (
     ReusePlanMode,
     SpecReplayMode,
 )
-from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+from .errors import ArgumentTypeError, ConcurrentUseError, InvalidArgumentError, InvalidHandleError
 from .events import KvEventSource
 
 _NULL = ffi.NULL
@@ -113,6 +113,8 @@ _grow_base_pages = lib.ctxc_manager_grow_base_pages
 _publish = lib.ctxc_manager_publish
 _publish_with_tokens = lib.ctxc_manager_publish_with_tokens
 _ACQUIRE_RESULT = ffi.typeof("ctxc_acquire_result_t *")
+_LEASE_OUT = ffi.typeof("ctxc_lease_t **")
+_OK_OUT = ffi.typeof("int32_t *")
 # A fresh result is a copy of this template (struct_size set, the rest zero): copying a struct is cheaper for cffi
 # than converting an initializer list. _ACQUIRE_RESULT_TEMPLATE owns the memory the struct view reads.
 _ACQUIRE_RESULT_TEMPLATE = new_cdata(_ACQUIRE_RESULT, [ffi.sizeof("ctxc_acquire_result_t")])
@@ -363,6 +365,8 @@ class Lease(Resource):
             self._base_pages = self._draft_pages = None  # _changed(), inline
             status = _lease_destroy(handle)
             if status:
+                if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
+                    self._handle = handle
                 check(status)
 
     def __repr__(self) -> str:
@@ -583,7 +587,7 @@ class ContextCacheManager(KvEventSource, Resource):
     ``eviction_policy`` is an :class:`EvictionPolicy` or its label (``"lru"``, the default, or ``"lru-trim"``).
     """
 
-    __slots__ = ("_handle", "_lease_out", "_publish_out", "_ok_out", "_family", "_kv_publisher", "page_size",
+    __slots__ = ("_handle", "_lease_outs", "_publish_outs", "_ok_outs", "_family", "_kv_publisher", "page_size",
                  "eviction_policy", "__weakref__")
     _destroy = staticmethod(lib.ctxc_manager_destroy)
     _rank = 1  # destroyed after its leases when both wait in the family
@@ -609,11 +613,13 @@ class ContextCacheManager(KvEventSource, Resource):
         self._handle = out[0]
         self.page_size = options.page_size
         self.eviction_policy = policy
-        # Outputs of the per-request calls, reused: the single-writer contract serializes those calls, and each
-        # is read before the call returns (an acquire's result struct is not: a ReusePlan views it).
-        self._lease_out = ffi.new("ctxc_lease_t **")
-        self._publish_out = new_output("ctxc_publish_result_t")
-        self._ok_out = ffi.new("int32_t *")
+        # Outputs of the per-request calls, reused (an acquire's result struct is not: a ReusePlan views it). Each
+        # is a pool a call takes its buffer from (list.pop, atomic) and gives it back to once it has read it: a
+        # thread that breaks the single-writer contract gets ConcurrentUseError from the library, and must not
+        # also find its output overwritten by the other thread's call (an empty pool makes a new buffer).
+        self._lease_outs = [new_cdata(_LEASE_OUT)]
+        self._publish_outs = [new_output("ctxc_publish_result_t")]
+        self._ok_outs = [new_cdata(_OK_OUT)]
 
     # Views are made on demand and hold the manager; the manager holds none of them (no reference cycle, so
     # dropping a manager frees it by reference counting, never in the cyclic collector: see _resource.py).
@@ -637,18 +643,21 @@ class ContextCacheManager(KvEventSource, Resource):
         _resource.drain(self._family)  # leases collected in a cycle first: they are not outstanding
         if self._handle != _NULL:
             handle, self._handle = self._handle, _NULL
-            check(lib.ctxc_manager_destroy(handle))
+            status = lib.ctxc_manager_destroy(handle)
+            if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
+                self._handle = handle
+            check(status)
 
     @property
     def closed(self) -> bool:
         return bool(self._handle == _NULL)
 
     # -- acquire ------------------------------------------------------------------------------------------
-    def _finish_acquire(self, status_code: int, result: Any) -> AcquireResult:
+    def _finish_acquire(self, status_code: int, result: Any, lease_out: Any) -> AcquireResult:
         if status_code:
             check(status_code)
         if result.status == 0:  # CTXC_ACQUIRE_ACQUIRED
-            return AcquireResult(_ACQUIRED, Lease(self, self._lease_out[0]), result)
+            return AcquireResult(_ACQUIRED, Lease(self, lease_out[0]), result)
         return AcquireResult(_ACQUIRE_STATUSES[result.status], None, result)
 
     # The per-request calls (acquire_vanilla, acquire_spec, grow_*, publish) test the common argument types inline
@@ -674,16 +683,22 @@ class ContextCacheManager(KvEventSource, Resource):
         handle = self._handle
         if handle == _NULL:
             raise InvalidHandleError("manager is closed")
+        outs = self._lease_outs
+        try:
+            lease_out = outs.pop()
+        except IndexError:  # another thread holds it
+            lease_out = new_cdata(_LEASE_OUT)
         status = _acquire_vanilla(handle, hashes, count, n,
                                   0 if lookup_policy is _USE_CACHE else _lookup_policy(lookup_policy), result,
-                                  self._lease_out)
+                                  lease_out)
         if status:
             check(status)
         if result.status == 0:  # CTXC_ACQUIRE_ACQUIRED (_finish_acquire, inline)
             # Lease(self, handle) and AcquireResult(...), their __init__ inline: a Python call less each.
             lease = _new_object(Lease)
             lease._manager = self
-            lease._handle = self._lease_out[0]
+            lease._handle = lease_out[0]
+            outs.append(lease_out)
             lease._family = family
             family.members += 1
             lease._base_pages = lease._draft_pages = None
@@ -692,6 +707,7 @@ class ContextCacheManager(KvEventSource, Resource):
             acquired.lease = lease
             acquired._plan = result
             return acquired
+        outs.append(lease_out)
         return AcquireResult(_ACQUIRE_STATUSES[result.status], None, result)
 
     def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
@@ -705,9 +721,10 @@ class ContextCacheManager(KvEventSource, Resource):
         attention = _arrays.boolean(has_attention, "has_attention")
         c = _candidates(candidates)
         result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        lease_out = new_cdata(_LEASE_OUT)
         return self._finish_acquire(lib.ctxc_manager_acquire_hybrid(
             self._live(), c if candidates else _NULL, len(candidates), hashes, count, n, int(attention),
-            _lookup_policy(lookup_policy), result, self._lease_out), result)
+            _lookup_policy(lookup_policy), result, lease_out), result, lease_out)
 
     def acquire_hybrid_mtp(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
                            input_token_count: int,
@@ -721,9 +738,10 @@ class ContextCacheManager(KvEventSource, Resource):
         n = _arrays.count(input_token_count, "input_token_count")
         c = _candidates(candidates)
         result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        lease_out = new_cdata(_LEASE_OUT)
         return self._finish_acquire(lib.ctxc_manager_acquire_hybrid_mtp(
             self._live(), c if candidates else _NULL, len(candidates), hashes, count, n,
-            _lookup_policy(lookup_policy), result, self._lease_out), result)
+            _lookup_policy(lookup_policy), result, lease_out), result, lease_out)
 
     def acquire_spec(self, full_block_hashes: Any, input_token_count: int,
                      lookup_policy: LookupPolicy = LookupPolicy.USE_CACHE) -> AcquireResult:
@@ -732,9 +750,10 @@ class ContextCacheManager(KvEventSource, Resource):
         n = (input_token_count if type(input_token_count) is int and 0 <= input_token_count <= INT32_MAX
              else _arrays.integer(input_token_count, "input_token_count"))
         result = new_cdata(_ACQUIRE_RESULT, _ACQUIRE_RESULT_INIT)  # fresh: the plan views it
+        lease_out = new_cdata(_LEASE_OUT)
         return self._finish_acquire(lib.ctxc_manager_acquire_spec(
             self._live(), hashes, count, n, 0 if lookup_policy is _USE_CACHE else _lookup_policy(lookup_policy),
-            result, self._lease_out), result)
+            result, lease_out), result, lease_out)
 
     def hybrid_candidate_lengths(self, input_token_count: int, full_block_hashes: Any = None) -> list[int]:
         """Stored checkpoint lengths below input_token_count, longest first. With the prompt's full-block hashes,
@@ -766,17 +785,23 @@ class ContextCacheManager(KvEventSource, Resource):
     def grow_base_pages(self, lease: Lease, count: int) -> bool:
         """Append ``count`` private base pages; False (nothing changed) when capacity is short."""
         handle = self._lease_handle(lease)
-        ok = self._ok_out
+        outs = self._ok_outs
+        try:
+            ok = outs.pop()
+        except IndexError:  # another thread holds it
+            ok = new_cdata(_OK_OUT)
         status = _grow_base_pages(self._live(), handle, count if type(count) is int and 0 <= count <= INT32_MAX
                                   else _arrays.integer(count, "count"), ok)
         if status:
             check(status)
         lease._base_pages = lease._draft_pages = None  # lease._changed(), inline
-        return bool(ok[0])
+        grown = bool(ok[0])
+        outs.append(ok)
+        return grown
 
     def grow_spec_pages(self, lease: Lease, base_count: int, draft_count: int) -> bool:
         handle = self._lease_handle(lease)
-        ok = self._ok_out
+        ok = new_cdata(_OK_OUT)
         status = lib.ctxc_manager_grow_spec_pages(self._live(), handle, _arrays.count(base_count, "base_count"),
                                                   _arrays.count(draft_count, "draft_count"), ok)
         if status:
@@ -803,10 +828,11 @@ class ContextCacheManager(KvEventSource, Resource):
         check(lib.ctxc_manager_retire_hybrid_snapshot_reservation(self._live(), handle, _reservation(reservation)))
 
     # -- publish ----------------------------------------------------------------------------------------------
-    def _publish_result(self, status: int) -> PublishResult:
+    @staticmethod
+    def _publish_result(status: int, out: Any) -> PublishResult:
         if status:
             check(status)
-        out = self._publish_out  # its page view dies with the next mutating call: copied now (bytes)
+        # out's page view dies with the next mutating call: copied now (bytes)
         pages = out.canonical_base_page_count
         return PublishResult(_PUBLISH_STATUSES[out.status], out.record or None,
                              _buffer(out.canonical_base_pages, pages * 4)[:] if pages else b"",
@@ -843,7 +869,11 @@ class ContextCacheManager(KvEventSource, Resource):
         manager = self._handle
         if manager == _NULL:
             raise InvalidHandleError("manager is closed")
-        out = self._publish_out
+        outs = self._publish_outs
+        try:
+            out = outs.pop()
+        except IndexError:  # another thread holds it
+            out = new_output("ctxc_publish_result_t")
         # Without tokens, the C call that takes none (the same function, two arguments fewer to convert).
         status = (_publish(manager, handle, hashes, count, resident, out) if tokens is None
                   else _publish_with_tokens(manager, handle, hashes, count, resident, pointer, token_count, out))
@@ -855,6 +885,7 @@ class ContextCacheManager(KvEventSource, Resource):
         published.record = out.record or None
         published._pages = _buffer(out.canonical_base_pages, pages * 4)[:] if pages else b""
         published.published_base_full_block_count = out.published_base_full_block_count
+        outs.append(out)
         return published
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
@@ -879,8 +910,9 @@ class ContextCacheManager(KvEventSource, Resource):
         hashes, count = _arrays.hashes(full_block_hashes)
         key = _checkpoint_key(checkpoint)
         pointer, token_count = _NO_TOKENS if tokens is None else _token_pointer(_arrays.int32_array(tokens))
+        out = new_output("ctxc_publish_result_t")
         return self._publish_result(function(self._live(), handle, hashes, count, key, _reservation(snapshots),
-                                             pointer, token_count, self._publish_out))
+                                             pointer, token_count, out), out)
 
     def evict_record(self, record_id: int) -> None:
         check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))

@@ -58,7 +58,7 @@ from .enums import (
     SequenceStatus,
     TokenStateContract,
 )
-from .errors import ArgumentTypeError, InvalidArgumentError
+from .errors import ArgumentTypeError, ConcurrentUseError, InvalidArgumentError
 from .events import KvEventSource
 from .manager import eviction_policy_of
 
@@ -419,8 +419,11 @@ def _create_synchronized(key: int, create: Callable[[], Any], out: Any) -> None:
 
 
 def _destroy_synchronized(destroy: Any, handle: Any) -> int:
-    """A destroy call, then forget the handle's synchronizer (the destroy may still call it)."""
+    """A destroy call, then forget the handle's synchronizer (the destroy may still call it); a destroy refused
+    because another thread is inside the family destroyed nothing, so the synchronizer stays."""
     status = int(destroy(handle))
+    if status == ConcurrentUseError.status:
+        return status
     key = _keys_by_handle.pop(_address(handle), None)
     if key is not None:
         _synchronizers.pop(key, None)

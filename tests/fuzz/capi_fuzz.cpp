@@ -31,6 +31,7 @@ void checkStatus(ctxc_status_t status) {
     if (status < CTXC_OK || status >= CTXC_STATUS_COUNT) fail("unknown status code", status);
     if (status == CTXC_E_INTERNAL || status == CTXC_E_INVARIANT || status == CTXC_E_DEVICE)
         fail("internal error, invariant violation or device failure", status);
+    if (status == CTXC_E_CONCURRENT_USE) fail("one thread refused as concurrent (a family flag left held)", status);
 }
 
 struct ManagerSlot {

@@ -273,8 +273,8 @@ struct Arg {
 
 void checkStatus(char const* fn, ctxc_status_t s) {
     if (s < CTXC_OK || s >= CTXC_STATUS_COUNT) fail("unknown status code " + std::to_string(static_cast<int>(s)));
-    if (s == CTXC_E_INTERNAL || s == CTXC_E_INVARIANT || s == CTXC_E_DEVICE)
-        fail(std::string(fn) + " returned " + ctxc_status_string(s));
+    if (s == CTXC_E_INTERNAL || s == CTXC_E_INVARIANT || s == CTXC_E_DEVICE || s == CTXC_E_CONCURRENT_USE)
+        fail(std::string(fn) + " returned " + ctxc_status_string(s));  // one thread: never concurrent
     if (s != CTXC_OK && s != CTXC_E_BUFFER_TOO_SMALL) {
         std::string const prefix = std::string(fn) + ": ";
         if (std::strncmp(ctxc_last_error(), prefix.c_str(), prefix.size()) != 0 ||

@@ -133,6 +133,7 @@ private:
         if (s < CTXC_OK || s >= CTXC_STATUS_COUNT) fail("unknown status code", s);
         if (s == CTXC_E_INTERNAL || s == CTXC_E_INVARIANT || s == CTXC_E_DEVICE)
             fail("internal error, invariant violation or device failure", s);
+        if (s == CTXC_E_CONCURRENT_USE) fail("one thread refused as concurrent (a family flag left held)", s);
         if (s != CTXC_OK && ctxc_last_error()[0] == '\0') fail("a failure without a message", s);
     }
 

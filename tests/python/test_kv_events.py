@@ -494,7 +494,7 @@ def test_bad_event_calls_are_refused_and_change_nothing() -> None:
             with pytest.raises(ctxcache.InvalidArgumentError, match="tokens is NULL"):
                 ctxcache._ffi.check(lib.ctxc_manager_publish_with_tokens(
                     manager._live(), lease._live_handle(), ctxcache._arrays.hash_pointer(scenario.a), 3, 14, ffi.NULL,
-                    12, manager._publish_out))
+                    12, ctxcache._ffi.new_output("ctxc_publish_result_t")))
         assert manager.drain_kv_events() == [AllBlocksCleared()]  # nothing was published or lost
         with pytest.raises(ctxcache.ArgumentTypeError, match="KvEventPublisher"):
             manager.attach_kv_event_publisher("tcp://*:5557")  # type: ignore[arg-type]
