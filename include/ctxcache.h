@@ -54,6 +54,8 @@
  *                            malformed call; ctxc_last_error() holds the request's own last error.
  *   CTXC_E_POISONED          a device synchronisation failed: the coordinator refuses new work until
  *                            ctxc_coordinator_shutdown() synchronises its quarantined requests successfully.
+ *   CTXC_E_INTERRUPTED       a long-running call stopped early because the caller asked it to
+ *                            (ctxc_sim_engine_interrupt); the object is consistent and may be used again.
  *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
  * Threading: a manager and its leases (a coordinator and its requests) follow a single-writer contract: the caller
@@ -92,6 +94,7 @@ typedef enum ctxc_status {
     CTXC_E_DEVICE = 10,             /* the CUDA runtime failed; device memory touched by the call is unspecified */
     CTXC_E_REQUEST_FAILED = 11, /* a runtime request step could not be served (capacity, ...): see the table above */
     CTXC_E_POISONED = 12, /* a device synchronisation failed; the coordinator needs a successful shutdown */
+    CTXC_E_INTERRUPTED = 13, /* the caller asked a long call to stop (ctxc_sim_engine_interrupt); nothing returned */
     CTXC_STATUS_COUNT /* not a status: one past the last code (a new code goes before it) */
 } ctxc_status_t;
 
@@ -1587,6 +1590,7 @@ typedef struct ctxc_sim_engine_stats {
     uint32_t struct_size;
     uint64_t batches, joiners, joiner_no_capacity, compactions, decode_steps, sync_calls, sync_failures, restarts,
         capacity_retries, retractions;
+    uint64_t preemptions; /* rows preempted (served again from scratch) because a decode step could not grow */
 } ctxc_sim_engine_stats_t;
 
 CTXC_API void ctxc_sim_engine_options_init(ctxc_sim_engine_options_t *options);
@@ -1599,6 +1603,12 @@ CTXC_API ctxc_status_t ctxc_sim_engine_destroy(ctxc_sim_engine_t *engine);
  * < 1, a prompt that can never fit, a media span outside it) is CTXC_E_CONTRACT before anything is served. */
 CTXC_API ctxc_status_t ctxc_sim_engine_serve(ctxc_sim_engine_t *engine, const ctxc_sim_request_t *requests,
                                              size_t count, int32_t cold, ctxc_sim_results_t **out_results);
+/* requested = 1: the ctxc_sim_engine_serve running on `engine` (or the next one) stops at its next batch or decode
+ * step with CTXC_E_INTERRUPTED, no results, and the engine consistent (no live request; what finished stays
+ * published); that consumes the request. requested = 0 withdraws a request not yet consumed. The one call that may
+ * run on another thread concurrently with a call on the same engine (an atomic store): e.g. from a signal
+ * watcher, so a serve of any size ends within a decode step of Ctrl-C. The engine must stay alive meanwhile. */
+CTXC_API ctxc_status_t ctxc_sim_engine_interrupt(ctxc_sim_engine_t *engine, int32_t requested);
 CTXC_API ctxc_status_t ctxc_sim_engine_stats(const ctxc_sim_engine_t *engine, ctxc_sim_engine_stats_t *out_stats);
 /* The metrics of the engine's coordinator (as ctxc_coordinator_metrics). */
 CTXC_API ctxc_status_t ctxc_sim_engine_metrics(const ctxc_sim_engine_t *engine,

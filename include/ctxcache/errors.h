@@ -29,4 +29,11 @@ public:
     using Error::Error;
 };
 
+// A long-running call stopped early because its caller asked it to (ReferenceEngine::requestInterrupt): not a
+// failure of the call's inputs. The object is left consistent (no live request) and may be used again.
+class InterruptedError : public Error {
+public:
+    using Error::Error;
+};
+
 }  // namespace ctxcache

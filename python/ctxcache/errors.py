@@ -83,6 +83,13 @@ class PoisonedError(RequestFailedError):
     status = 12
 
 
+class InterruptedCallError(Error):
+    """A long-running call stopped early because it was asked to (``ReferenceEngine.interrupt()``); the object is
+    consistent and may be used again. (Ctrl-C during such a call raises KeyboardInterrupt instead.)"""
+
+    status = 13
+
+
 STATUS_EXCEPTIONS: dict[int, type[Error]] = {
     cls.status: cls
     for cls in (
@@ -98,5 +105,6 @@ STATUS_EXCEPTIONS: dict[int, type[Error]] = {
         DeviceError,
         RequestFailedError,
         PoisonedError,
+        InterruptedCallError,
     )
 }

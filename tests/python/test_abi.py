@@ -89,6 +89,7 @@ STATUS_EXCEPTIONS = {
     "CTXC_E_DEVICE": ctxcache.DeviceError,
     "CTXC_E_REQUEST_FAILED": ctxcache.RequestFailedError,
     "CTXC_E_POISONED": ctxcache.PoisonedError,
+    "CTXC_E_INTERRUPTED": ctxcache.InterruptedCallError,
 }
 
 
