@@ -1577,7 +1577,7 @@ typedef struct ctxc_sim_request {
 
 typedef struct ctxc_sim_output {
     uint32_t struct_size;
-    int32_t prefill_start; /* where its prefill began: the reuse length */
+    int32_t prefill_start; /* where its prefill began: the reuse length (a preempted request: its first admission's) */
     int32_t generated_count;
     int32_t cancelled;
     int32_t joined; /* admitted in flight into a running batch */

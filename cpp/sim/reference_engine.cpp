@@ -409,6 +409,7 @@ std::vector<EngineOutput> ReferenceEngine::serve(std::vector<EngineRequest> cons
     std::vector<uint8_t> done(requests.size(), 0);
     seatingFailuresLeft_.clear();
     for (EngineRequest const& r : requests) seatingFailuresLeft_.push_back(std::max(0, r.seatingFailures));
+    firstReuse_.assign(requests.size(), -1);
     std::vector<size_t> queue;
     queue.reserve(requests.size());
     for (size_t i = requests.size(); i-- > 0;) queue.push_back(i);  // back = next
@@ -624,7 +625,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             }
             any = true;
             EngineOutput& o = outputs[r.request];
-            o.prefillStart = r.prefillStart;
+            o.prefillStart = firstReuse_[r.request] >= 0 ? firstReuse_[r.request] : r.prefillStart;
             o.generated.assign(r.history.begin() + r.inputLength, r.history.end());
             o.stateDigest = digest(r);
             o.cancelled = r.status == SequenceStatus::kCancelled;
@@ -672,6 +673,8 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         bool const ok = m->beginBatchCompaction(map, static_cast<int32_t>(rows.size() - 1), mapping) &&
                         m->completeBatchCompaction(map);
         releaseResident(rows.back()->resident);
+        int32_t& first = firstReuse_[rows.back()->request];
+        if (first < 0) first = rows.back()->prefillStart;  // what the cache gave it, not its own recompute
         queue.push_back(rows.back()->request);
         rows.pop_back();
         joinsPaused = true;

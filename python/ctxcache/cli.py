@@ -5,6 +5,10 @@
   ctxcache sweep          the hit rate over a range of cache capacities: a PNG plot and a CSV
   ctxcache bench          replay the Mooncake trace through the manager (see tools/bench_manager)
   ctxcache bench-runtime  the runtime's own bookkeeping per request and per decode step (see tools/bench_runtime)
+
+Ctrl-C ends any command within a second with exit status 130: replay, sweep and bench print the partial report
+(what finished, marked as interrupted), the others one line on stderr; during start-up (loading the package) one
+line too (ctxcache._startup).
 """
 
 from __future__ import annotations
@@ -55,6 +59,17 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import _startup
+
+    _startup.release_sigint()  # from here on, Ctrl-C is a KeyboardInterrupt (replay and sweep take it over)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # while parsing or importing a command's module
+        print("ctxcache: interrupted (nothing was run)", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what was built and what devices it sees").set_defaults(run=_info)
@@ -79,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         args.forwarded_args = extra + list(args.forwarded_args)
     elif extra:
         parser.error("unrecognized arguments: " + " ".join(extra))
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:  # a command without a partial report of its own (replay and sweep print theirs)
+        print(f"ctxcache {args.command}: interrupted (no report: it did not finish)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Output:
-    prefill_start: int  # where its prefill began: the reuse length
+    prefill_start: int  # where its prefill began: the reuse length (a preempted request: its first admission's)
     generated: np.ndarray  # int32 tokens sampled from the stored bytes
     state_digest: bytes  # SHA-256 of its final KV, draft KV and recurrent bytes in logical order
     cancelled: bool

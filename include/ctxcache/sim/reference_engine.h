@@ -107,7 +107,9 @@ struct EngineRequest {
 };
 
 struct EngineOutput {
-    int32_t prefillStart = 0;        // where its (last, successful) prefill began: the reuse length
+    int32_t prefillStart = 0;        // where its (last, successful) prefill began: the reuse length; for a
+                                     // preempted request its first admission's (its recompute hits its own
+                                     // prompt, published at prefill end: no reuse of anyone else's work)
     std::vector<int32_t> generated;
     std::array<uint8_t, 32> stateDigest{};
     bool cancelled = false;
@@ -203,6 +205,7 @@ private:
     uint64_t faultState_ = 0;
     int32_t founderCap_ = 0;                    // founders of the next batch (see Waves)
     std::vector<int32_t> seatingFailuresLeft_;  // per request of the current serve()
+    std::vector<int32_t> firstReuse_;           // per request: its prefill start when first preempted, else -1
     std::atomic<bool> interruptRequested_{false};
     std::atomic<bool>* interruptSource_ = &interruptRequested_;  // a cold run's engine watches its parent's
     EngineStats stats_;
