@@ -426,8 +426,9 @@ void ReferenceEngine::requestInterrupt(bool requested) noexcept {
 
 void ReferenceEngine::checkInterrupt() {
     if (interruptSource_->load(std::memory_order_relaxed) && interruptSource_->exchange(false))
-        throw InterruptedError("ReferenceEngine::serve: interrupted (requestInterrupt); nothing of this call was "
-                               "returned, and requests it finished stay published");
+        throw InterruptedError(
+            "ReferenceEngine::serve: interrupted (requestInterrupt); nothing of this call was "
+            "returned, and requests it finished stay published");
 }
 
 std::vector<EngineOutput> ReferenceEngine::coldReference(std::vector<EngineRequest> const& requests) const {
@@ -774,8 +775,10 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         m.reset();
         recover();
     }
-    // The next wave: as wide as the last one that needed no preemption, regrowing toward maxBatch.
-    if (!preempted) founderCap_ = std::min(c.maxBatch, founderCap_ * 2);
+    // The next wave (additive increase, multiplicative decrease): one founder more after a wave that needed no
+    // preemption, half after one that did. Doubling back instead made every other wave fail to seat, and a failed
+    // seating evicts the records its partial acquires made room with.
+    if (!preempted) founderCap_ = std::min(c.maxBatch, founderCap_ + 1);
     else founderCap_ = std::max<int32_t>(1, std::min(founderCap_, static_cast<int32_t>(founders)) / 2);
     return true;
 }

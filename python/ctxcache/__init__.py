@@ -13,11 +13,8 @@ A thin cffi (ABI mode) shell over the C ABI of ``libctxcache.so``, which ships i
 
 from __future__ import annotations
 
-from . import _startup
-
-_startup.guard_sigint_while_loading()  # the `ctxcache` command only: Ctrl-C now is one line and exit 130
-
-from ._ffi import HEADER_ABI_VERSION, ffi, lib  # noqa: E402
+from . import _startup  # noqa: F401 - first: the `ctxcache` command's Ctrl-C while loading is one line, exit 130
+from ._ffi import HEADER_ABI_VERSION, ffi, lib
 from .enums import (
     AcquireStatus,
     AdmitSequenceStatus,

@@ -1,6 +1,6 @@
 """Ctrl-C while the ``ctxcache`` command starts: one line on stderr and exit status 130, never a traceback.
 
-Loading the package takes a moment (the cffi header parse, numpy), and a KeyboardInterrupt raised there would print
+Imported first by ``ctxcache/__init__.py`` (the import is the installation). Loading the package takes a moment (the cffi header parse, numpy), and a KeyboardInterrupt raised there would print
 a long traceback from inside cffi. Only when this process is the ``ctxcache`` command (the console script, or
 ``python -m ctxcache.cli``) does importing the package install a SIGINT handler that writes one line and ends the
 process with 130 at once (nothing has been measured yet, so there is nothing to report). :func:`ctxcache.cli.main`
@@ -10,6 +10,7 @@ import (any other program) leaves signals alone.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
@@ -27,6 +28,10 @@ def is_ctxcache_command() -> bool:
 
 
 def _interrupted_while_loading(signum: int, frame: Any) -> None:
+    if "--json" in sys.argv[1:]:  # the command's one JSON object, as its own interrupted report would be
+        command = sys.argv[1] if len(sys.argv) > 1 else ""
+        os.write(1, (json.dumps({"command": command, "interrupted": True, "interrupted_phase": "starting",
+                                 "requests": 0}) + "\n").encode())
     os.write(2, b"ctxcache: interrupted while starting (nothing was run)\n")
     os._exit(130)
 
@@ -49,3 +54,6 @@ def release_sigint() -> None:
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is _interrupted_while_loading):
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+guard_sigint_while_loading()

@@ -31,11 +31,12 @@
 //   committed) with a sliding window: the retained positions), each draft
 //   layer's K then V bytes of [0, committed), then each recurrent layer's recurrent and conv row: the sequence's
 //   final state in logical order, read back through the page table before its row is released.
-// Waves: founders that cannot be seated together are retried as half as many (founderCap_, regrowing by
-//   doubling after a batch that needed no preemption). A decode step whose growth would not fit preempts the
-//   newest rows first (recompute, as vLLM's: the row leaves unpublished and is served again from scratch later;
-//   its prompt, published at prefill end, is usually a hit then), and joiners wait until a row retires. The
-//   oldest row is never preempted and fits alone (validate), so any batch size finishes, byte-exact.
+// Waves: founders that cannot be seated together are retried as half as many (founderCap_, kept across
+//   serve calls, regrowing by one after a batch that needed no preemption). A decode step whose growth would
+//   not fit preempts the newest rows first (recompute, as vLLM's: the row leaves unpublished and is served
+//   again from scratch later; its prompt, published at prefill end, is usually a hit then), and joiners wait
+//   until a row retires. The oldest row is never preempted and fits alone (validate), so any batch size
+//   finishes, byte-exact.
 // Interrupts: requestInterrupt() (any thread, even during serve) makes the serve that is running, or the next,
 //   stop at its next batch or decode step with InterruptedError (and consumes the request); the engine is left
 //   with no live request. A wave of one row decodes at most maxNewTokens steps between two checks.
@@ -107,9 +108,9 @@ struct EngineRequest {
 };
 
 struct EngineOutput {
-    int32_t prefillStart = 0;        // where its (last, successful) prefill began: the reuse length; for a
-                                     // preempted request its first admission's (its recompute hits its own
-                                     // prompt, published at prefill end: no reuse of anyone else's work)
+    // Where its (last, successful) prefill began: the reuse length; for a preempted request, its first
+    // admission's (its recompute hits its own prompt, published at prefill end: nobody else's work).
+    int32_t prefillStart = 0;
     std::vector<int32_t> generated;
     std::array<uint8_t, 32> stateDigest{};
     bool cancelled = false;
@@ -129,7 +130,7 @@ struct EngineStats {
     uint64_t syncFailures = 0;
     uint64_t restarts = 0;           // requests served again after a fault
     uint64_t capacityRetries = 0;    // batches split because they did not fit together
-    uint64_t preemptions = 0;        // rows preempted (served again later) because a decode step could not grow
+    uint64_t preemptions = 0;        // rows preempted (served again later): a decode step could not grow
 };
 
 class ReferenceEngine {
