@@ -4,8 +4,9 @@ Imported first by ``ctxcache/__init__.py`` (the import is the installation). Loa
 a long traceback from inside cffi. Only when this process is the ``ctxcache`` command (the console script, or
 ``python -m ctxcache.cli``) does importing the package install a SIGINT handler that writes one line and ends the
 process with 130 at once (nothing has been measured yet, so there is nothing to report). :func:`ctxcache.cli.main`
-puts Python's own handler back before it runs a command, whose own interrupt handling then applies. A library
-import (any other program) leaves signals alone.
+puts Python's own handler back before it runs a command, whose own interrupt handling then applies, and ignores
+SIGINT once the command has returned (its report is printed and its status chosen). A library import (any other
+program) leaves signals alone.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def release_sigint() -> None:
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is _interrupted_while_loading):
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def ignore_sigint_while_exiting() -> None:
+    """The command has printed its report and chosen its status: a Ctrl-C while the interpreter shuts down must
+    not turn it into a death by signal. The command process only."""
+    import signal
+    import threading
+
+    if is_ctxcache_command() and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 guard_sigint_while_loading()

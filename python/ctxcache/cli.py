@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # while parsing or importing a command's module
         print("ctxcache: interrupted (nothing was run)", file=sys.stderr)
         return 130
+    finally:
+        _startup.ignore_sigint_while_exiting()
 
 
 def _main(argv: list[str] | None) -> int:

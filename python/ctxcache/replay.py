@@ -714,6 +714,7 @@ def run_replay(args: argparse.Namespace) -> int:
             phase = "computing the offline optimum"
             optimum = offline_optimum(prepare_pages(prepared.requests, prepared.hashes), settings.page_size,
                                       capacity, _check_interrupt).hit_rate
+        phase = "writing the report"
         _check_interrupt()
     except KeyboardInterrupt:
         interrupted = True
@@ -817,6 +818,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         interrupted = True
         _interrupt_handled()
 
+    if _interrupt_requested and not interrupted:  # Ctrl-C after the last point: the figures are complete
+        interrupted = True
+        _interrupt_handled()
+
     def first_reaching(share: float) -> dict[str, Any] | None:
         return next((r for r in rows if r["hit_rate"] >= share * bound_rate - 1e-12), None)
 
@@ -864,7 +869,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         notes.append(f"{len(small)} capacities (up to {small[-1]['capacity_tokens']:,} tokens) are smaller than the "
                      f"largest request ({minimum * settings.page_size:,} tokens with its output): the requests that "
                      f"do not fit bypass the cache and count as not reused (column 'rejected')")
-    report = {"command": "sweep", "workload": workload, "interrupted": interrupted, "mode": settings.mode,
+    report = {"command": "sweep", "workload": workload, "interrupted": interrupted,
+              "interrupted_phase": (("sweeping" if len(rows) < len(capacities) else "writing the results")
+                                    if interrupted else None), "mode": settings.mode,
               "eviction_policy": settings.eviction_policy,
               "page_size": settings.page_size, "max_records": settings.max_records,
               "batch_size": settings.batch_size, "requests": len(prepared.requests), "prompt_tokens": prompt_tokens,
@@ -880,7 +887,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     else:
         lines = [f"ctxcache sweep: {workload} ({settings.mode}, page size {settings.page_size}, "
                  f"eviction {settings.eviction_policy})"
-                 + ("  [INTERRUPTED: partial figures]" if interrupted else ""),
+                 + (("  [INTERRUPTED: partial figures]" if len(rows) < len(capacities) else
+                     "  [INTERRUPTED after the last capacity: figures complete]") if interrupted else ""),
                  f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
                  f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
                  _table([(f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}",
@@ -935,7 +943,11 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        return run(args)
+        code = run(args)
+        if _interrupt_requested and code != 130:  # Ctrl-C while the complete report was being printed
+            print(f"{prog}: interrupted as it finished (the report is complete)", file=sys.stderr)
+            code = 130
+        return code
     except (TraceError, SettingsError, ContractError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
