@@ -336,3 +336,16 @@ def test_a_library_import_leaves_sigint_alone():
     proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "True", proc.stderr
 
+
+
+def test_the_interrupt_call_checks_its_arguments():
+    import ctxcache
+    from ctxcache import _ffi
+
+    with sim.ReferenceEngine("attention") as engine:
+        handle = engine._live()
+        with pytest.raises(ctxcache.InvalidArgumentError, match="requested"):
+            _ffi.check(_ffi.lib.ctxc_sim_engine_interrupt(handle, 2))
+        with pytest.raises(ctxcache.InvalidHandleError):
+            _ffi.check(_ffi.lib.ctxc_sim_engine_interrupt(_ffi.ffi.NULL, 1))
+        assert engine.serve([sim.Request(tokens=[1, 2, 3], max_new_tokens=2)])  # nothing was requested
