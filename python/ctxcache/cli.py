@@ -61,10 +61,11 @@ def _sweep(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from . import _startup
 
-    _startup.release_sigint()  # from here on, Ctrl-C is a KeyboardInterrupt (replay and sweep take it over)
+    _startup.command_sigint()  # from here on, Ctrl-C is a KeyboardInterrupt (replay and sweep take it over)
     try:
         return _main(argv)
     except KeyboardInterrupt:  # while parsing or importing a command's module
+        _startup.interrupted_json("starting", list(sys.argv[1:] if argv is None else argv))
         print("ctxcache: interrupted (nothing was run)", file=sys.stderr)
         return 130
     finally:
@@ -99,6 +100,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.run(args))
     except KeyboardInterrupt:  # a command without a partial report of its own (replay and sweep print theirs)
+        from . import _startup
+
+        _startup.interrupted_json("starting" if args.command in ("replay", "sweep") else "running",
+                                  [args.command, *getattr(args, "forwarded_args", [])])
         print(f"ctxcache {args.command}: interrupted (no report: it did not finish)", file=sys.stderr)
         return 130
 

@@ -913,6 +913,7 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
     import signal
     import threading
 
+    from . import _startup
     from .errors import ContractError
 
     global _interrupt_requested, _interrupt_taken
@@ -929,12 +930,13 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
             time.sleep(_FALLBACK_SECONDS)
 
     def on_sigint(signum: int, frame: Any) -> None:
-        global _interrupt_requested, _interrupt_taken
+        global _interrupt_requested
         if _interrupt_requested:  # a second Ctrl-C, or the fallback: stop here
             if fallback_firing and _interrupt_taken:
                 return  # an interrupt point took it meanwhile: the report is being made
-            _interrupt_taken = True
-            raise KeyboardInterrupt
+            if _startup.in_collector(frame):
+                return  # raised there it would be dropped: the fallback tries again in half a second
+            raise KeyboardInterrupt  # taken once caught (run_* or below), so a dropped one is retried
         _interrupt_requested = True
         timer = threading.Timer(_FALLBACK_SECONDS, fallback)
         timer.daemon = True
@@ -953,6 +955,10 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
         return 2
     except KeyboardInterrupt:  # where no partial report can be made (reading the trace, writing the plot)
         _interrupt_taken = True
+        if getattr(args, "json", False):
+            print(json.dumps({"command": prog.split()[-1], "interrupted": True,
+                              "interrupted_phase": "outside the measured phases", "requests": 0, "report": None}),
+                  flush=True)
         print(f"{prog}: interrupted (no report: it came before anything was measured or while writing results)",
               file=sys.stderr)
         return 130
