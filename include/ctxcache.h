@@ -60,6 +60,8 @@
  *                            thread, or re-entered one from a callback: the single-writer contract was broken.
  *                            Refused before the family's state is read or changed; ctxc_last_error() names both
  *                            calls (the one in progress and the one refused).
+ *   CTXC_E_INTERRUPTED       a long-running call stopped early because the caller asked it to
+ *                            (ctxc_sim_engine_interrupt); the object is consistent and may be used again.
  *   CTXC_E_INTERNAL          anything else: a ctxcache bug.
  *
  * Threading: the handles of one family follow a single-writer contract: the caller serializes every call that
@@ -103,6 +105,7 @@ typedef enum ctxc_status {
     CTXC_E_REQUEST_FAILED = 11, /* a runtime request step could not be served (capacity, ...): see the table above */
     CTXC_E_POISONED = 12, /* a device synchronisation failed; the coordinator needs a successful shutdown */
     CTXC_E_CONCURRENT_USE = 13, /* another call was inside the same handle family: see Threading above */
+    CTXC_E_INTERRUPTED = 14, /* the caller asked a long call to stop (ctxc_sim_engine_interrupt); nothing returned */
     CTXC_STATUS_COUNT /* not a status: one past the last code (a new code goes before it) */
 } ctxc_status_t;
 
@@ -1593,7 +1596,7 @@ typedef struct ctxc_sim_request {
 
 typedef struct ctxc_sim_output {
     uint32_t struct_size;
-    int32_t prefill_start; /* where its prefill began: the reuse length */
+    int32_t prefill_start; /* where its prefill began: the reuse length (a preempted request: its first admission's) */
     int32_t generated_count;
     int32_t cancelled;
     int32_t joined; /* admitted in flight into a running batch */
@@ -1606,6 +1609,7 @@ typedef struct ctxc_sim_engine_stats {
     uint32_t struct_size;
     uint64_t batches, joiners, joiner_no_capacity, compactions, decode_steps, sync_calls, sync_failures, restarts,
         capacity_retries, retractions;
+    uint64_t preemptions; /* rows preempted (served again from scratch) because a decode step could not grow */
 } ctxc_sim_engine_stats_t;
 
 CTXC_API void ctxc_sim_engine_options_init(ctxc_sim_engine_options_t *options);
@@ -1618,6 +1622,12 @@ CTXC_API ctxc_status_t ctxc_sim_engine_destroy(ctxc_sim_engine_t *engine);
  * < 1, a prompt that can never fit, a media span outside it) is CTXC_E_CONTRACT before anything is served. */
 CTXC_API ctxc_status_t ctxc_sim_engine_serve(ctxc_sim_engine_t *engine, const ctxc_sim_request_t *requests,
                                              size_t count, int32_t cold, ctxc_sim_results_t **out_results);
+/* requested = 1: the ctxc_sim_engine_serve running on `engine` (or the next one) stops at its next batch or decode
+ * step with CTXC_E_INTERRUPTED, no results, and the engine consistent (no live request; what finished stays
+ * published); that consumes the request. requested = 0 withdraws a request not yet consumed. The one call that may
+ * run on another thread concurrently with a call on the same engine (an atomic store): e.g. from a signal
+ * watcher, so a serve of any size ends within a decode step of Ctrl-C. The engine must stay alive meanwhile. */
+CTXC_API ctxc_status_t ctxc_sim_engine_interrupt(ctxc_sim_engine_t *engine, int32_t requested);
 CTXC_API ctxc_status_t ctxc_sim_engine_stats(const ctxc_sim_engine_t *engine, ctxc_sim_engine_stats_t *out_stats);
 /* The metrics of the engine's coordinator (as ctxc_coordinator_metrics). */
 CTXC_API ctxc_status_t ctxc_sim_engine_metrics(const ctxc_sim_engine_t *engine,

@@ -48,6 +48,7 @@ CTXC_API const char* ctxc_status_string(ctxc_status_t status) {
         case CTXC_E_REQUEST_FAILED: return "CTXC_E_REQUEST_FAILED";
         case CTXC_E_POISONED: return "CTXC_E_POISONED";
         case CTXC_E_CONCURRENT_USE: return "CTXC_E_CONCURRENT_USE";
+        case CTXC_E_INTERRUPTED: return "CTXC_E_INTERRUPTED";
         case CTXC_STATUS_COUNT: break;
     }
     return "CTXC_UNKNOWN_STATUS";

@@ -183,8 +183,22 @@ CTXC_API ctxc_status_t ctxc_sim_engine_serve(ctxc_sim_engine_t* engine, const ct
         bool const coldRun = requireBool(cold, "cold");
         std::vector<sim::EngineRequest> const reqs = toRequests(requests, count);
         auto results = std::make_unique<SimResultsObject>();
-        results->outputs = coldRun ? e.coldReference(reqs) : e.serve(reqs);
+        try {
+            results->outputs = coldRun ? e.coldReference(reqs) : e.serve(reqs);
+        } catch (InterruptedError const& x) {
+            throw ApiError(CTXC_E_INTERRUPTED, x.what());
+        }
         *out_results = static_cast<ctxc_sim_results_t*>(simResults().add(std::move(results)));
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_sim_engine_interrupt(ctxc_sim_engine_t* engine, int32_t requested) {
+    return guard(__func__, [&] {
+        bool const on = requireBool(requested, "requested");
+        // Meant to run beside the engine's serve on another thread: it reaches the engine without entering its
+        // call family (which the serve holds) and touches only the interrupt flag, an atomic.
+        if (!simEngines().touchWithoutEntering(engine, [on](SimEngineObject& o) { o.engine->requestInterrupt(on); }))
+            invalidHandle("engine is not a live ctxc_sim_engine_t");
     });
 }
 
@@ -203,6 +217,7 @@ CTXC_API ctxc_status_t ctxc_sim_engine_stats(const ctxc_sim_engine_t* engine, ct
         out.restarts = s.restarts;
         out.capacity_retries = s.capacityRetries;
         out.retractions = s.retractions;
+        out.preemptions = s.preemptions;
     });
 }
 

@@ -975,29 +975,63 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::failRequest(RequestState&
     return Status::kRequestFailed;
 }
 
-bool ContextCacheCoordinator::coverRow(SequenceState& seq, DecodingKvHeadroom const& headroom, std::string& why) {
-    if (!profile_.hasAttention()) return true;
+// The pages that cover `seq` to committed + headroom still needs (base, and draft for a paired lease), and whether
+// that coverage fits the page table. One definition for coverRow and canPrepareDecodeStep.
+ResourceDemand ContextCacheCoordinator::coverDemand(SequenceState const& seq, DecodingKvHeadroom const& headroom,
+                                                    bool& fitsTable) const {
+    fitsTable = true;
+    ResourceDemand demand;
+    if (!profile_.hasAttention()) return demand;
     int32_t const base = ceilDiv(static_cast<int64_t>(seq.committed) + headroom.baseExtraTokens, pageSize_);
     bool const paired = seq.lease.mode() == ReusePlanMode::kSpec || seq.lease.mode() == ReusePlanMode::kHybridMtp;
     int32_t const draft =
         paired ? ceilDiv(static_cast<int64_t>(seq.committed) + headroom.draftExtraTokens, pageSize_) : 0;
     int32_t const haveBase = static_cast<int32_t>(seq.lease.basePages().size());
     int32_t const haveDraft = static_cast<int32_t>(seq.lease.draftPages().size());
-    if (base <= haveBase && draft <= haveDraft) return true;
+    if (base <= haveBase && draft <= haveDraft) return demand;
     if (base > resources_.basePageTable->maxPagesPerSeq() ||
-        (draft > 0 && draft > resources_.draftPageTable->maxPagesPerSeq())) {
+        (draft > 0 && draft > resources_.draftPageTable->maxPagesPerSeq()))
+        fitsTable = false;
+    demand.baseKvPages = std::max(0, base - haveBase);
+    demand.draftKvPages = paired ? std::max(0, draft - haveDraft) : 0;
+    return demand;
+}
+
+bool ContextCacheCoordinator::coverRow(SequenceState& seq, DecodingKvHeadroom const& headroom, std::string& why) {
+    bool fitsTable = true;
+    ResourceDemand const demand = coverDemand(seq, headroom, fitsTable);
+    if (demand.isZero()) return true;
+    int32_t const base = static_cast<int32_t>(seq.lease.basePages().size()) + demand.baseKvPages;
+    if (!fitsTable) {
         why = "resident slot " + str(seq.resident.slot) + " needs " + str(base) + " pages, beyond the page table";
         return false;
     }
-    bool grown = paired
-                     ? manager_.growSpecPages(seq.lease, std::max(0, base - haveBase), std::max(0, draft - haveDraft))
-                     : manager_.growBasePages(seq.lease, std::max(0, base - haveBase));
+    bool const paired = seq.lease.mode() == ReusePlanMode::kSpec || seq.lease.mode() == ReusePlanMode::kHybridMtp;
+    bool grown = paired ? manager_.growSpecPages(seq.lease, demand.baseKvPages, demand.draftKvPages)
+                        : manager_.growBasePages(seq.lease, demand.baseKvPages);
     if (!grown) {
         why = "insufficient capacity to grow resident slot " + str(seq.resident.slot) + " to " + str(base) + " pages";
         return false;
     }
     bindRows(seq);
     return true;
+}
+
+bool ContextCacheCoordinator::canPrepareDecodeStep(RequestHandle const& request,
+                                                   DecodingKvHeadroom const& headroom) const {
+    RequestState const* s = request.state_.get();
+    if (!s || s->owner != this || s->phase != Phase::kExecuting || s->joiner) return false;
+    if (headroom.baseExtraTokens < 0 || headroom.draftExtraTokens < 0) return false;
+    ResourceDemand total;
+    for (SequenceState const& seq : s->sequences) {
+        if (seq.completed) continue;
+        bool fitsTable = true;
+        ResourceDemand const d = coverDemand(seq, headroom, fitsTable);
+        if (!fitsTable) return false;
+        total.baseKvPages += d.baseKvPages;
+        total.draftKvPages += d.draftKvPages;
+    }
+    return total.isZero() || manager_.pools().canAllocateOnceReclaimed(total);
 }
 
 ContextCacheCoordinatorStatus ContextCacheCoordinator::prepareDecodeStep(RequestHandle& request,

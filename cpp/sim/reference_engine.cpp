@@ -217,6 +217,7 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
         coordinator_ = std::make_unique<ContextCacheCoordinator>(
             cc, profile, resources, [this](runtime::StreamHandle) { return synchronize(); });
     for (int32_t slot = c.maxBatch - 1; slot >= 0; --slot) freeSlots_.push_back(slot);
+    founderCap_ = c.maxBatch;
 }
 
 ReferenceEngine::~ReferenceEngine() {
@@ -413,11 +414,26 @@ std::vector<EngineOutput> ReferenceEngine::serve(std::vector<EngineRequest> cons
     std::vector<uint8_t> done(requests.size(), 0);
     seatingFailuresLeft_.clear();
     for (EngineRequest const& r : requests) seatingFailuresLeft_.push_back(std::max(0, r.seatingFailures));
+    firstReuse_.assign(requests.size(), -1);
     std::vector<size_t> queue;
     queue.reserve(requests.size());
     for (size_t i = requests.size(); i-- > 0;) queue.push_back(i);  // back = next
-    while (!queue.empty()) serveBatch(queue, requests, outputs, done);
+    while (!queue.empty()) {
+        checkInterrupt();
+        serveBatch(queue, requests, outputs, done);
+    }
     return outputs;
+}
+
+void ReferenceEngine::requestInterrupt(bool requested) noexcept {
+    interruptSource_->store(requested, std::memory_order_relaxed);
+}
+
+void ReferenceEngine::checkInterrupt() {
+    if (interruptSource_->load(std::memory_order_relaxed) && interruptSource_->exchange(false))
+        throw InterruptedError(
+            "ReferenceEngine::serve: interrupted (requestInterrupt); nothing of this call was "
+            "returned, and requests it finished stay published");
 }
 
 std::vector<EngineOutput> ReferenceEngine::coldReference(std::vector<EngineRequest> const& requests) const {
@@ -426,6 +442,7 @@ std::vector<EngineOutput> ReferenceEngine::coldReference(std::vector<EngineReque
     cold.swaPaging = false;  // the full history: what a window must reproduce
     cold.syncFailureRate = 0.0;
     ReferenceEngine engine(cold);
+    engine.interruptSource_ = interruptSource_;  // an interrupt of this engine stops its cold run too
     return engine.serve(requests);
 }
 
@@ -469,11 +486,10 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
     DecodingKvHeadroom const headroom{1, speculative ? 1 : 0};
     Storage& st = *storage_;
 
-    // Founders: the next maxBatch requests (one after a capacity split).
+    // Founders: the next founderCap_ requests (maxBatch, halved after a batch that could not be seated).
     std::vector<std::unique_ptr<Row>> rows;
     // Hybrid+MTP serves batches of one (Appendix C).
-    size_t const founders = std::min(queue.size(), static_cast<size_t>(soloNext_ > 0 || mtp() ? 1 : c.maxBatch));
-    if (soloNext_ > 0) --soloNext_;
+    size_t const founders = std::min(queue.size(), static_cast<size_t>(mtp() ? 1 : founderCap_));
     runtime::GenerationRequest gr;
     DecodingInferenceContext ctx;
     for (size_t k = 0; k < founders; ++k) {
@@ -513,8 +529,10 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         if (rows.size() == 1)
             contract("request " + str(static_cast<int64_t>(rows[0]->request)) +
                      " does not fit the cache: " + backendFailure());
+        // The founders could not be seated together: the next wave tries half as many (each wave seats at
+        // least one, which validate() proved fits alone, so the queue always shrinks).
         ++stats_.capacityRetries;
-        soloNext_ = static_cast<int32_t>(rows.size());
+        founderCap_ = std::max<int32_t>(1, static_cast<int32_t>(rows.size() / 2));
         return false;
     }
 
@@ -599,6 +617,8 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
     if (!m->completePrefill(ctx, commonLengths())) return fault();
 
     // Retire finished and cancelled rows: record their outputs, then compact them away.
+    bool joinsPaused = false;  // after a preemption, until a row retires
+    bool preempted = false;
     auto retire = [&]() -> bool {
         std::vector<int32_t> map(rows.size(), -1);
         int32_t next = 0;
@@ -611,7 +631,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             }
             any = true;
             EngineOutput& o = outputs[r.request];
-            o.prefillStart = r.prefillStart;
+            o.prefillStart = firstReuse_[r.request] >= 0 ? firstReuse_[r.request] : r.prefillStart;
             o.generated.assign(r.history.begin() + r.inputLength, r.history.end());
             o.stateDigest = digest(r);
             o.cancelled = r.status == SequenceStatus::kCancelled;
@@ -621,6 +641,7 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
             done[r.request] = 1;
         }
         if (!any) return true;
+        joinsPaused = false;  // a retired row gave its pages back
         runtime::TensorView mapping{st.mapping.data(),
                                     runtime::ScalarType::kInt32,
                                     {static_cast<int64_t>(rows.size())},
@@ -641,25 +662,64 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         if (r->generated >= r->maxNewTokens) r->status = SequenceStatus::kFinished;
     if (!retire()) return fault();
 
+    // Preemption (recompute, as vLLM's): the newest row leaves the batch unpublished (its prompt stays published
+    // from prefill end) and goes back to the front of the queue, to be served again from scratch (a hit on its
+    // own prompt, then the same tokens: the model is deterministic per sequence). The oldest row is never
+    // preempted, and alone it fits (validate()), so every batch finishes and the queue always shrinks.
+    auto preemptNewest = [&]() -> bool {
+        std::vector<int32_t> map(rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) map[i] = static_cast<int32_t>(i);
+        map.back() = -1;
+        runtime::TensorView mapping{st.mapping.data(),
+                                    runtime::ScalarType::kInt32,
+                                    {static_cast<int64_t>(rows.size())},
+                                    backend_->kind() == device::BackendKind::kCuda ? 0 : -1};
+        ++stats_.compactions;
+        ++stats_.preemptions;
+        bool const ok = m->beginBatchCompaction(map, static_cast<int32_t>(rows.size() - 1), mapping) &&
+                        m->completeBatchCompaction(map);
+        releaseResident(rows.back()->resident);
+        int32_t& first = firstReuse_[rows.back()->request];
+        if (first < 0) first = rows.back()->prefillStart;  // what the cache gave it, not its own recompute
+        queue.push_back(rows.back()->request);
+        rows.pop_back();
+        joinsPaused = true;
+        preempted = true;
+        return ok;
+    };
+
     bool const joins = coordinator_ && coordinator_->supportsLiveSequenceAdmission();
     while (!rows.empty()) {
+        if (interruptSource_->load(std::memory_order_relaxed)) {
+            (void)m->finish();
+            m.reset();
+            releaseAll(rows);
+            if (backendPoisoned()) recover();
+            checkInterrupt();
+        }
         // Cancellations arrive before the step: those rows hold.
         for (auto& r : rows)
             if (r->cancelAfter >= 1 && r->generated >= r->cancelAfter && r->status == SequenceStatus::kRunning)
                 r->status = SequenceStatus::kCancelled;
             else if (r->failAfter >= 1 && r->generated >= r->failAfter && r->status == SequenceStatus::kRunning)
                 r->status = SequenceStatus::kFailed;
+        // Growth for this step must fit: preempt the newest rows until it does (the coordinator's own test).
+        if (coordinator_) {
+            runtime::ContextCacheRequest* cr = m->contextRequest();
+            while (rows.size() > 1 && cr && !coordinator_->canPrepareDecodeStep(cr->handle(), headroom))
+                if (!preemptNewest()) return fault();
+        }
         fillContext();
         if (!m->prepareDecodeStep(ctx, headroom)) {
             if (backendPoisoned()) return fault();
-            // Capacity to grow ran out: finish, and serve what is unfinished again alone.
+            // Growth failed although canPrepareDecodeStep allowed it, or a lone row cannot grow: a bug, never a
+            // retry loop.
+            std::string const why = backendFailure();
             (void)m->finish();
             m.reset();
             releaseAll(rows);
-            requeue(rows);
-            ++stats_.capacityRetries;
-            soloNext_ = static_cast<int32_t>(rows.size());
-            return false;
+            throw InvariantError("ReferenceEngine: a decode step of " + str(static_cast<int64_t>(rows.size())) +
+                                 " rows could not grow: " + why);
         }
         live.clear();
         for (auto& r : rows)
@@ -674,7 +734,8 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         if (!retire()) return fault();
 
         // Joiners take the free rows at this step boundary (attention-only, non-speculative deployments).
-        while (joins && !queue.empty() && rows.size() < static_cast<size_t>(c.maxBatch) && !rows.empty()) {
+        while (joins && !joinsPaused && !queue.empty() && rows.size() < static_cast<size_t>(c.maxBatch) &&
+               !rows.empty()) {
             size_t const index = queue.back();
             EngineRequest const& req = requests[index];
             ResidentRef const resident = takeResident();
@@ -719,6 +780,11 @@ bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineR
         m.reset();
         recover();
     }
+    // The next wave (additive increase, multiplicative decrease): one founder more after a wave that needed no
+    // preemption, half after one that did. Doubling back instead made every other wave fail to seat, and a failed
+    // seating evicts the records its partial acquires made room with.
+    if (!preempted) founderCap_ = std::min(c.maxBatch, founderCap_ + 1);
+    else founderCap_ = std::max<int32_t>(1, std::min(founderCap_, static_cast<int32_t>(founders)) / 2);
     return true;
 }
 

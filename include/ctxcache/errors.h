@@ -47,4 +47,11 @@ private:
 // "<what>: cannot allocate <bytes> bytes (<human size>)": the message of an OutOfMemoryError.
 std::string describeAllocationFailure(std::string const& what, size_t bytes);
 
+// A long-running call stopped early because its caller asked it to (ReferenceEngine::requestInterrupt): not a
+// failure of the call's inputs. The object is left consistent (no live request) and may be used again.
+class InterruptedError : public Error {
+public:
+    using Error::Error;
+};
+
 }  // namespace ctxcache

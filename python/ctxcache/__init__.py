@@ -13,6 +13,7 @@ A thin cffi (ABI mode) shell over the C ABI of ``libctxcache.so``, which ships i
 
 from __future__ import annotations
 
+from . import _startup  # noqa: F401 - first: the `ctxcache` command's Ctrl-C while loading is one line, exit 130
 from ._ffi import HEADER_ABI_VERSION, ffi, lib
 from .enums import (
     AcquireStatus,
@@ -46,6 +47,7 @@ from .errors import (
     DeviceError,
     Error,
     InternalError,
+    InterruptedCallError,
     InvalidArgumentError,
     InvalidHandleError,
     InvariantError,
@@ -160,6 +162,7 @@ __all__ = [
     "CacheRecord", "CacheRequestLease", "ConcurrentUseError", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",
     "HybridCheckpointCandidate", "HybridCheckpointKey", "HybridSnapshotReservation", "InternalError",
+    "InterruptedCallError",
     "InvalidArgumentError", "InvalidHandleError", "InvariantError", "KvLengths", "KvPagePool", "KvPageTable", "Lease",
     "LeaseState", "LeasesOutstandingError", "LookupPolicy", "ManagerMetrics", "MediaSpanKey", "OutOfMemoryError",
     "PublishResult", "PublishStatus", "ResidentState", "ResourceDemand", "ResourceId", "ResourceType", "ReusePlan",

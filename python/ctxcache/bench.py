@@ -837,16 +837,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not trace.is_file():
         parser.error(f"trace {trace} not found (pass --trace)")
     requests = load_trace(trace, args.requests)
-    results = [r for p in page_sizes
-               for r in run_modes(requests, p, modes, capacity_blocks=args.capacity_blocks,
-                                  max_records=args.max_records, key=args.key, repeat=args.repeat,
-                                  upper_bound=not args.no_upper_bound, snapshot_slots=args.snapshot_slots,
-                                  hybrid_candidates=args.hybrid_candidates, eviction_policy=args.eviction_policy)]
-    print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", **calls, "results": results}))
+    results: list[dict[str, Any]] = []
+    interrupted = False
+    try:  # Ctrl-C: the page sizes finished so far, marked as interrupted, and exit 130
+        for p in page_sizes:
+            results += run_modes(requests, p, modes, capacity_blocks=args.capacity_blocks,
+                                 max_records=args.max_records, key=args.key, repeat=args.repeat,
+                                 upper_bound=not args.no_upper_bound, snapshot_slots=args.snapshot_slots,
+                                 hybrid_candidates=args.hybrid_candidates, eviction_policy=args.eviction_policy)
+    except KeyboardInterrupt:
+        interrupted = True
+    print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", "interrupted": interrupted,
+                      **calls, "results": results}))
     if args.table:
         print(_table(results), file=sys.stderr)
         print(_call_table(calls), file=sys.stderr)
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

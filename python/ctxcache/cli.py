@@ -10,6 +10,10 @@
 A bad option, here or in a subcommand, is one line on stderr and exit status 2 (every parser is a
 ``_cli_args.OneLineParser``, every integer option an ``int_range``); ``info`` reports a device count that is never
 negative (a failed probe is 0 devices, its reason in ``cuda_probe``).
+
+Ctrl-C ends any command within a second with exit status 130: replay, sweep and bench print the partial report
+(what finished, marked as interrupted), the others one line on stderr; during start-up (loading the package) one
+line too (ctxcache._startup).
 """
 
 from __future__ import annotations
@@ -69,6 +73,20 @@ def _workload(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import _startup
+
+    _startup.command_sigint()  # from here on, Ctrl-C is a KeyboardInterrupt (replay and sweep take it over)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # while parsing or importing a command's module
+        _startup.interrupted_json("starting", list(sys.argv[1:] if argv is None else argv))
+        print("ctxcache: interrupted (nothing was run)", file=sys.stderr)
+        return 130
+    finally:
+        _startup.ignore_sigint_while_exiting()
+
+
+def _main(argv: list[str] | None) -> int:
     parser = OneLineParser(prog="ctxcache", description="ctxcache: a context cache for LLM inference runtimes")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="what was built and what devices it sees").set_defaults(run=_info)
@@ -99,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `ctxcache replay | head`: the reader left; no traceback, the shell's SIGPIPE status
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush goes nowhere
         return 128 + 13
+    except KeyboardInterrupt:  # a command without a partial report of its own (replay and sweep print theirs)
+        from . import _startup
+
+        _startup.interrupted_json("starting" if args.command in ("replay", "sweep") else "running",
+                                  [args.command, *getattr(args, "forwarded_args", [])])
+        print(f"ctxcache {args.command}: interrupted (no report: it did not finish)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

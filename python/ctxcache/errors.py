@@ -93,6 +93,13 @@ class ConcurrentUseError(Error):
     status = 13
 
 
+class InterruptedCallError(Error):
+    """A long-running call stopped early because it was asked to (``ReferenceEngine.interrupt()``); the object is
+    consistent and may be used again. (Ctrl-C during such a call raises KeyboardInterrupt instead.)"""
+
+    status = 14
+
+
 STATUS_EXCEPTIONS: dict[int, type[Error]] = {
     cls.status: cls
     for cls in (
@@ -109,5 +116,6 @@ STATUS_EXCEPTIONS: dict[int, type[Error]] = {
         RequestFailedError,
         PoisonedError,
         ConcurrentUseError,
+        InterruptedCallError,
     )
 }

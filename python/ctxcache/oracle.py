@@ -21,7 +21,7 @@ Mooncake trace. Pure Python over the prepared hashes; no C calls.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,8 +76,10 @@ def prepare_pages(requests: Sequence[WorkloadRequest], hashes: Sequence[np.ndarr
                          len(ids))
 
 
-def offline_optimum(prepared: PreparedPages, page_size: int, capacity_pages: int) -> OracleResult:
-    """Reused tokens of the offline optimum at ``capacity_pages`` (see the module comment)."""
+def offline_optimum(prepared: PreparedPages, page_size: int, capacity_pages: int,
+                    check: Callable[[], None] | None = None) -> OracleResult:
+    """Reused tokens of the offline optimum at ``capacity_pages`` (see the module comment). ``check`` is called
+    before each request (the replay's interrupt point: it raises KeyboardInterrupt after a Ctrl-C)."""
     if page_size <= 0 or capacity_pages <= 0:
         raise ValueError(f"page_size and capacity_pages must be positive, got {page_size} and {capacity_pages}")
     n_ids = prepared.page_ids
@@ -120,6 +122,8 @@ def offline_optimum(prepared: PreparedPages, page_size: int, capacity_pages: int
         return False
 
     for i, pages in enumerate(prepared.pages):
+        if check is not None:
+            check()
         n = prepared.input_lengths[i]
         prompt += n
         full = len(pages)

@@ -382,10 +382,10 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
         for begin in range(0, len(requests), chunk):
             part = requests[begin:begin + chunk]
             served = [sim.Request(tokens=r.tokens(), max_new_tokens=max(1, r.output_length)) for r in part]
-            outputs = engine.serve(served)
+            outputs = engine.serve(served, should_stop=_stop_requested)
             metrics = engine.metrics
             if settings.verify:
-                cold = engine.cold_reference(served)
+                cold = engine.cold_reference(served, should_stop=_stop_requested)
                 for r, o, c in zip(part, outputs, cold):
                     checked += 1
                     if not (np.array_equal(o.generated, c.generated) and o.state_digest == c.state_digest):
@@ -409,7 +409,7 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             m.reclaimed_pages = metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
             m.matched = [-1] * len(m.reused)  # the engine reports reuse, not matched tokens, per request
             m.engine_stats = {"batches": stats.batches, "joiners": stats.joiners, "decode_steps": stats.decode_steps,
-                              "capacity_retries": stats.capacity_retries,
+                              "capacity_retries": stats.capacity_retries, "preemptions": stats.preemptions,
                               "planning_seconds": metrics.planning_nanoseconds * 1e-9}
             if settings.verify:
                 m.verify = {"checked": checked, "mismatches": mismatches, "first_mismatch": first_mismatch,
@@ -435,8 +435,11 @@ def _ratio(a: float, b: float) -> float:
 
 def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workload: str, wall_seconds: float,
                  bound_total: int | None, bound_per_request: Sequence[int] | None,
-                 interrupted: bool, optimum: float | None = None) -> dict[str, Any]:
-    """The report as one JSON-ready dict. An interrupted run counts only the requests it finished."""
+                 interrupted: bool, optimum: float | None = None,
+                 interrupted_phase: str | None = None) -> dict[str, Any]:
+    """The report as one JSON-ready dict. An interrupted run counts only the requests it finished
+    (``interrupted_phase`` says what was running: "replaying", or "computing the offline optimum" after a complete
+    replay)."""
     done = len(m.reused)
     requests = prepared.requests[:done]
     prompt_tokens = sum(r.input_length for r in requests)
@@ -444,6 +447,7 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
     bound = sum(bound_per_request[:done]) if bound_per_request is not None else bound_total
     report: dict[str, Any] = {
         "command": "replay", "workload": workload, "engine": m.engine, "interrupted": interrupted,
+        "interrupted_phase": interrupted_phase,
         "mode": settings.mode, "backend": settings.backend if m.engine == "full" else None,
         "page_size": settings.page_size, "capacity_pages": m.capacity_pages,
         "capacity_tokens": m.capacity_pages * settings.page_size, "max_records": settings.max_records,
@@ -507,7 +511,8 @@ def format_report(r: dict[str, Any]) -> str:
     pct = "{:.2%}".format
     out = [f"ctxcache replay: {r['workload']}, {r['engine']} ({r['mode']}"
            + (f", {r['backend']} backend" if r["backend"] else "") + ")"
-           + ("  [INTERRUPTED: partial figures]" if r["interrupted"] else ""),
+           + (f"  [INTERRUPTED while {r.get('interrupted_phase') or 'replaying'}: partial figures]"
+              if r["interrupted"] else ""),
            f"  page size {r['page_size']}, capacity {r['capacity_pages']:,} pages ({r['capacity_tokens']:,} tokens), "
            f"max records {r['max_records']:,}, batch size {r['batch_size']}, commit {r['commit_policy']}, "
            f"eviction {r['eviction_policy']}", ""]
@@ -541,7 +546,8 @@ def format_report(r: dict[str, Any]) -> str:
     else:
         st = r["engine_stats"] or {}
         out.append(f"engine {r['engine_seconds']:.2f} s: {st.get('batches', 0):,} batches, "
-                   f"{st.get('decode_steps', 0):,} decode steps, planning {st.get('planning_seconds', 0.0):.3f} s")
+                   f"{st.get('decode_steps', 0):,} decode steps, {st.get('preemptions', 0):,} preemptions, "
+                   f"planning {st.get('planning_seconds', 0.0):.3f} s")
         v = r["verify"]
         if v is not None:
             out.append(f"verify: {v['verdict']} ({v['checked']:,} requests compared with a cold run, "
@@ -564,17 +570,46 @@ def format_report(r: dict[str, Any]) -> str:
 
 # ---- progress ------------------------------------------------------------------------------------------------------
 
-# Ctrl-C during a run only sets this flag (see _guarded); the next progress step raises KeyboardInterrupt there.
-# Python's default handler raises wherever the interpreter happens to be, including a garbage-collector callback,
-# where the exception is printed and dropped: the interrupt would be lost and the run would go on.
+# Ctrl-C during a run only sets this flag (see _guarded); the next interrupt point (a progress step, the optimum's
+# per-request check, a sim serve's 50 ms wait) raises KeyboardInterrupt there. Python's default handler raises
+# wherever the interpreter happens to be, including a garbage-collector callback, where the exception is printed
+# and dropped: the interrupt would be lost and the run would go on. A phase without interrupt points (reading a
+# trace, importing matplotlib, writing the plot) is covered by a fallback: half a second after the Ctrl-C, if no
+# point has taken it, the main thread is interrupted wherever it is (_thread.interrupt_main), and again every half
+# second until one has. So every command ends within a second of Ctrl-C.
 _interrupt_requested = False
+_interrupt_taken = False  # a KeyboardInterrupt for it was raised; the run is unwinding to its report
+_FALLBACK_SECONDS = 0.5
+
+
+def _check_interrupt() -> None:
+    """An interrupt point: KeyboardInterrupt once after a Ctrl-C."""
+    global _interrupt_taken
+    if _interrupt_requested and not _interrupt_taken:
+        _interrupt_taken = True
+        raise KeyboardInterrupt
+
+
+def _stop_requested() -> bool:
+    """For a sim serve's wait (which raises KeyboardInterrupt itself when this is true)."""
+    global _interrupt_taken
+    if _interrupt_requested and not _interrupt_taken:
+        _interrupt_taken = True
+        return True
+    return False
+
+
+def _interrupt_handled() -> None:
+    """A KeyboardInterrupt was caught on the way to the report: the fallback must not interrupt the report."""
+    global _interrupt_taken
+    _interrupt_taken = True
 
 
 @contextmanager
 def _progress(total: int, desc: str, enabled: bool) -> Iterator[Callable[[int], None]]:
     """A tqdm bar on stderr, shown only once a run has taken 2 seconds, and never when disabled or when stderr is not
-    a terminal (a log or a pipe would collect its carriage-return updates). Each step is also where a pending
-    Ctrl-C surfaces as KeyboardInterrupt."""
+    a terminal (a log or a pipe would collect its carriage-return updates). Each step is also an interrupt point (a
+    pending Ctrl-C surfaces there as KeyboardInterrupt)."""
     from tqdm import tqdm
 
     stream = sys.stderr
@@ -582,8 +617,7 @@ def _progress(total: int, desc: str, enabled: bool) -> Iterator[Callable[[int], 
     bar = tqdm(total=total, desc=desc, unit="req", delay=2.0, disable=not (enabled and on_terminal), leave=False,
                file=stream)
     def step(count: int) -> None:
-        if _interrupt_requested:
-            raise KeyboardInterrupt
+        _check_interrupt()
         bar.update(count)
 
     try:
@@ -723,6 +757,19 @@ def _check_backend(settings: Settings) -> None:
                             f"use --backend cpu or auto")
 
 
+def _interrupted_early(workload: str, phase: str, total: int | None, hashed: int, wall_seconds: float,
+                       as_json: bool) -> str:
+    """The report of a replay interrupted before anything was replayed: what was done, and only that."""
+    if as_json:
+        return json.dumps({"command": "replay", "workload": workload, "interrupted": True, "interrupted_phase": phase,
+                           "requests": 0, "requests_in_workload": total, "hashed_requests": hashed,
+                           "wall_seconds": round(wall_seconds, 3)})
+    done = ("the workload was not read yet" if total is None else
+            f"{hashed:,} of {total:,} requests hashed, none replayed")
+    return (f"ctxcache replay: {workload}  [INTERRUPTED while {phase}: {done}]\n"
+            f"wall time {wall_seconds:.2f} s")
+
+
 def run_replay(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _check_backend(settings)
@@ -735,11 +782,22 @@ def run_replay(args: argparse.Namespace) -> int:
     measured: Measured | None = None
     optimum: float | None = None
     interrupted = False
+    total: int | None = None
+    hashed = 0
+    phase = "reading the workload"  # what is running now: an interrupt reports what finished before it
     try:
         workload, requests = load_workload(args.trace, settings, args.limit,
                                            conversation_workload(args, settings))
+        total = len(requests)
+        phase = "hashing"
         with _progress(len(requests), "hashing", show) as step:
-            prepared = prepare(requests, settings, step)
+            def hash_step(count: int) -> None:
+                nonlocal hashed
+                hashed += count
+                step(count)
+
+            prepared = prepare(requests, settings, hash_step)
+        phase = "computing the bound"
         capacity = _capacity(args, prepared, settings)
         check_capacity(prepared.requests, settings, capacity)
         if settings.mode == "hybrid" and settings.bookkeeping_only:
@@ -749,22 +807,29 @@ def run_replay(args: argparse.Namespace) -> int:
                                               "spec" if settings.mode == "spec" else "vanilla")
         if settings.mode == "hybrid":
             bound_total = bound_each = None  # checkpoint reuse has its own bound; not modelled here
+        _check_interrupt()
         measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", capacity)
+        phase = "replaying"
         with _progress(len(prepared.requests), "replay", show) as step:
             if settings.bookkeeping_only:
                 replay_bookkeeping(prepared, settings, capacity, step, measured)
             else:
                 replay_full(prepared, settings, capacity, step, measured)
         if _optimum_applies(settings, args):
+            phase = "computing the offline optimum"
             optimum = offline_optimum(prepare_pages(prepared.requests, prepared.hashes), settings.page_size,
-                                      capacity).hit_rate
+                                      capacity, _check_interrupt).hit_rate
+        phase = "writing the report"
+        _check_interrupt()
     except KeyboardInterrupt:
         interrupted = True
-        if measured is None:
-            measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", 0)
+        _interrupt_handled()
+    if measured is None:  # interrupted before the replay began
+        print(_interrupted_early(workload, phase, total, hashed, time.perf_counter() - t0, args.json), flush=True)
+        return 130
     report = build_report(prepared, settings, measured, workload=workload, wall_seconds=time.perf_counter() - t0,
                           bound_total=bound_total, bound_per_request=bound_each, interrupted=interrupted,
-                          optimum=optimum)
+                          optimum=optimum, interrupted_phase=phase if interrupted else None)
     print(json.dumps(report) if args.json else format_report(report), flush=True)
     if interrupted:
         return 130
@@ -847,8 +912,23 @@ def run_sweep(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     workload, requests = load_workload(args.trace, settings, args.limit, conversation_workload(args, settings))
     show = not args.no_progress
-    with _progress(len(requests), "hashing", show) as step:
-        prepared = prepare(requests, settings, step)
+    hashed = 0
+    try:
+        with _progress(len(requests), "hashing", show) as step:
+            def hash_step(count: int) -> None:
+                nonlocal hashed
+                hashed += count
+                step(count)
+
+            prepared = prepare(requests, settings, hash_step)
+    except KeyboardInterrupt:
+        _interrupt_handled()
+        print(json.dumps({"command": "sweep", "workload": workload, "interrupted": True,
+                          "interrupted_phase": "hashing", "requests": len(requests), "hashed_requests": hashed,
+                          "points": []}) if args.json else
+              f"ctxcache sweep: {workload}  [INTERRUPTED while hashing: {hashed:,} of {len(requests):,} requests "
+              f"hashed, no capacity swept, nothing written]", flush=True)
+        return 130
     bound_total, _ = upper_bound(prepared, settings.page_size, settings.mode)
     prompt_tokens = prepared.prompt_tokens
     bound_rate = _ratio(bound_total, prompt_tokens)
@@ -866,8 +946,10 @@ def run_sweep(args: argparse.Namespace) -> int:
             for cap in capacities:  # below `minimum`, the requests that cannot fit bypass the cache (rejected)
                 m = replay_bookkeeping(prepared, settings, cap, step)
                 reused = sum(m.reused)
-                lru_reused = sum(replay_bookkeeping(prepared, baseline, cap).reused) if baseline else None
-                optimum = offline_optimum(pages, settings.page_size, cap).hit_rate if pages is not None else None
+                lru_reused = (sum(replay_bookkeeping(prepared, baseline, cap, lambda _: _check_interrupt()).reused)
+                              if baseline else None)
+                optimum = (offline_optimum(pages, settings.page_size, cap, _check_interrupt).hit_rate
+                           if pages is not None else None)
                 rows.append({"capacity_pages": cap, "capacity_tokens": cap * settings.page_size,
                              "fraction_of_distinct": round(_ratio(cap, prepared.distinct_pages), 6),
                              "hit_rate": round(_ratio(reused, prompt_tokens), 6),
@@ -879,6 +961,11 @@ def run_sweep(args: argparse.Namespace) -> int:
                              "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0)})
     except KeyboardInterrupt:
         interrupted = True
+        _interrupt_handled()
+
+    if _interrupt_requested and not interrupted:  # Ctrl-C after the last point: the figures are complete
+        interrupted = True
+        _interrupt_handled()
 
     reach = {"90": reaching(rows, 0.9 * bound_rate), "99": reaching(rows, 0.99 * bound_rate)}
     columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
@@ -929,7 +1016,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         notes.append(f"{len(small)} capacities (up to {small[-1]['capacity_tokens']:,} tokens) are smaller than the "
                      f"largest request ({minimum * settings.page_size:,} tokens with its output): the requests that "
                      f"do not fit bypass the cache and count as not reused (column 'rejected')")
-    report = {"command": "sweep", "workload": workload, "interrupted": interrupted, "mode": settings.mode,
+    report = {"command": "sweep", "workload": workload, "interrupted": interrupted,
+              "interrupted_phase": (("sweeping" if len(rows) < len(capacities) else "writing the results")
+                                    if interrupted else None), "mode": settings.mode,
               "eviction_policy": settings.eviction_policy,
               "page_size": settings.page_size, "max_records": settings.max_records,
               "batch_size": settings.batch_size, "requests": len(prepared.requests), "prompt_tokens": prompt_tokens,
@@ -950,7 +1039,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     else:
         lines = [f"ctxcache sweep: {workload} ({settings.mode}, page size {settings.page_size}, "
                  f"eviction {settings.eviction_policy})"
-                 + ("  [INTERRUPTED: partial figures]" if interrupted else ""),
+                 + (("  [INTERRUPTED: partial figures]" if len(rows) < len(capacities) else
+                     "  [INTERRUPTED after the last capacity: figures complete]") if interrupted else ""),
                  f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
                  f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
                  _sweep_table(rows, settings.eviction_policy, baseline is not None, with_optimum), ""]
@@ -989,36 +1079,66 @@ def _sweep_table(rows: Sequence[dict[str, Any]], policy: str, with_lru: bool, wi
 
 
 def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
-    """Errors a user can fix: one line on stderr, exit status 2, no traceback."""
+    """Errors a user can fix: one line on stderr, exit status 2, no traceback. Ctrl-C: exit 130 with the partial
+    report (the run prints it), or one line when it came where no report can be made."""
+    import _thread
     import signal
     import threading
 
+    from . import _startup
     from .errors import ContractError
 
-    global _interrupt_requested
-    _interrupt_requested = False
+    global _interrupt_requested, _interrupt_taken
+    _interrupt_requested = _interrupt_taken = False
     previous: Any = None
+
+    fallback_firing = False
+
+    def fallback() -> None:  # see _interrupt_requested
+        nonlocal fallback_firing
+        while not _interrupt_taken:
+            fallback_firing = True
+            _thread.interrupt_main()
+            time.sleep(_FALLBACK_SECONDS)
 
     def on_sigint(signum: int, frame: Any) -> None:
         global _interrupt_requested
-        if _interrupt_requested:  # a second Ctrl-C: stop at once
-            raise KeyboardInterrupt
+        if _interrupt_requested:  # a second Ctrl-C, or the fallback: stop here
+            if fallback_firing and _interrupt_taken:
+                return  # an interrupt point took it meanwhile: the report is being made
+            if _startup.in_collector(frame):
+                return  # raised there it would be dropped: the fallback tries again in half a second
+            raise KeyboardInterrupt  # taken once caught (run_* or below), so a dropped one is retried
         _interrupt_requested = True
+        timer = threading.Timer(_FALLBACK_SECONDS, fallback)
+        timer.daemon = True
+        timer.start()
 
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        return run(args)
+        code = run(args)
+        if _interrupt_requested and code != 130:  # Ctrl-C while the complete report was being printed
+            print(f"{prog}: interrupted as it finished (the report is complete)", file=sys.stderr)
+            code = 130
+        return code
     except (TraceError, SettingsError, ContractError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except MemoryError as e:  # ctxcache.OutOfMemoryError names what and the bytes; numpy's says as much
         print(f"{prog}: error: out of memory: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # outside the measured part (e.g. while reading the trace)
-        print(f"{prog}: interrupted before anything was measured", file=sys.stderr)
+    except KeyboardInterrupt:  # where no partial report can be made (reading the trace, writing the plot)
+        _interrupt_taken = True
+        if getattr(args, "json", False):
+            print(json.dumps({"command": prog.split()[-1], "interrupted": True,
+                              "interrupted_phase": "outside the measured phases", "requests": 0, "report": None}),
+                  flush=True)
+        print(f"{prog}: interrupted (no report: it came before anything was measured or while writing results)",
+              file=sys.stderr)
         return 130
     finally:
+        _interrupt_taken = True  # the fallback stops
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
 

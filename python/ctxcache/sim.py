@@ -14,11 +14,20 @@ words, so a wrong page, snapshot, length or compaction changes both the bytes an
     assert out[0].state_digest == cold[0].state_digest
 
 Lifetime: ``close()`` or a ``with`` block frees the engine; results are copied out, so nothing outlives it.
+
+Interrupts: a serve of any size can be stopped. On the main thread, ``serve`` runs the C call on a worker thread
+and waits in 50 ms slices, so Python's signal handlers keep running: a KeyboardInterrupt there (or
+``should_stop()`` turning true) calls ``ctxc_sim_engine_interrupt``, the engine stops at its next batch or decode
+step (milliseconds), and KeyboardInterrupt is raised with the engine consistent. ``interrupt()`` does the same
+from another thread (the serve then raises :class:`ctxcache.InterruptedCallError`). Why not bound every C call
+instead: one batch's work grows with its size and its outputs, and cannot be cut into calls without changing
+what a batch is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +37,7 @@ from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from .device import BackendKind, DType, _enum, _Handle
 from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
-from .errors import ArgumentTypeError
+from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError
 from .events import KvEventSource
 from .manager import eviction_policy_of
 from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
@@ -49,7 +58,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Output:
-    prefill_start: int  # where its prefill began: the reuse length
+    prefill_start: int  # where its prefill began: the reuse length (a preempted request: its first admission's)
     generated: np.ndarray  # int32 tokens sampled from the stored bytes
     state_digest: bytes  # SHA-256 of its final KV, draft KV and recurrent bytes in logical order
     cancelled: bool
@@ -70,6 +79,7 @@ class EngineStats:
     restarts: int
     capacity_retries: int
     retractions: int
+    preemptions: int  # rows preempted (served again from scratch) because a decode step could not grow
 
 
 class ReferenceEngine(KvEventSource, _Handle):
@@ -130,15 +140,57 @@ class ReferenceEngine(KvEventSource, _Handle):
         check(lib.ctxc_sim_engine_create(o, out))
         super().__init__(out[0])
 
-    def serve(self, requests: Sequence[Request]) -> list[Output]:
-        """Serve the requests in order (batches of max_batch founders, joiners where the deployment allows)."""
-        return self._serve(requests, cold=False)
+    def serve(self, requests: Sequence[Request], *,
+              should_stop: Callable[[], bool] | None = None) -> list[Output]:
+        """Serve the requests in order (waves of at most max_batch founders, joiners where the deployment allows,
+        preemption when a step cannot grow). KeyboardInterrupt (or ``should_stop()`` true, polled every 50 ms on
+        the main thread) stops it within a decode step: see the module comment."""
+        return self._serve(requests, cold=False, should_stop=should_stop)
 
-    def cold_reference(self, requests: Sequence[Request]) -> list[Output]:
+    def cold_reference(self, requests: Sequence[Request], *,
+                       should_stop: Callable[[], bool] | None = None) -> list[Output]:
         """The same requests on a fresh engine of this configuration with reuse off and no faults."""
-        return self._serve(requests, cold=True)
+        return self._serve(requests, cold=True, should_stop=should_stop)
 
-    def _serve(self, requests: Sequence[Request], *, cold: bool) -> list[Output]:
+    def interrupt(self) -> None:
+        """Stop the serve running on another thread (or the next one) at its next batch or decode step: it raises
+        InterruptedCallError. Safe to call from any thread while a serve runs."""
+        check(lib.ctxc_sim_engine_interrupt(self._live(), 1))
+
+    def _call_interruptibly(self, call: Callable[[], int], results_out: Any,
+                            should_stop: Callable[[], bool] | None) -> None:
+        """``call()`` (a serve); on the main thread, on a worker thread while the main thread waits where signals
+        are handled. Raises the call's typed error (its message read on the thread that made it)."""
+        if threading.current_thread() is not threading.main_thread():
+            check(call())
+            return
+        handle = self._live()
+        outcome: list[tuple[int, str]] = []
+
+        def work() -> None:
+            status = call()
+            outcome.append((status, ffi.string(lib.ctxc_last_error()).decode(errors="replace") if status else ""))
+
+        worker = threading.Thread(target=work, name="ctxcache-sim-serve", daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.05)
+                if should_stop is not None and worker.is_alive() and should_stop():
+                    raise KeyboardInterrupt
+        except BaseException:
+            lib.ctxc_sim_engine_interrupt(handle, 1)
+            worker.join()
+            lib.ctxc_sim_engine_interrupt(handle, 0)  # the serve may have finished first: withdraw
+            if outcome and outcome[0][0] == 0:
+                lib.ctxc_sim_results_destroy(results_out[0])
+            raise
+        status, message = outcome[0]
+        if status:
+            raise STATUS_EXCEPTIONS.get(status, InternalError)(message)
+
+    def _serve(self, requests: Sequence[Request], *, cold: bool,
+               should_stop: Callable[[], bool] | None = None) -> list[Output]:
         if not isinstance(requests, Sequence):
             raise ArgumentTypeError(f"requests must be a sequence of sim.Request, got {type(requests).__name__}")
         count = len(requests)
@@ -165,7 +217,10 @@ class ReferenceEngine(KvEventSource, _Handle):
                 c.lora = lora
             c.media, c.media_count = _media_items(request.media, f"requests[{i}]", keep)
         results_out = ffi.new("ctxc_sim_results_t **")
-        check(lib.ctxc_sim_engine_serve(self._live(), c_requests, count, 1 if cold else 0, results_out))
+        handle = self._live()
+        self._call_interruptibly(
+            lambda: int(lib.ctxc_sim_engine_serve(handle, c_requests, count, 1 if cold else 0, results_out)),
+            results_out, should_stop)
         results = results_out[0]
         try:
             outputs = []
@@ -190,7 +245,7 @@ class ReferenceEngine(KvEventSource, _Handle):
         return EngineStats(batches=s.batches, joiners=s.joiners, joiner_no_capacity=s.joiner_no_capacity,
                            compactions=s.compactions, decode_steps=s.decode_steps, sync_calls=s.sync_calls,
                            sync_failures=s.sync_failures, restarts=s.restarts, capacity_retries=s.capacity_retries,
-                           retractions=s.retractions)
+                           retractions=s.retractions, preemptions=s.preemptions)
 
     @property
     def metrics(self) -> ContextCacheMetrics:

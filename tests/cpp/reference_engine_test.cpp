@@ -333,6 +333,68 @@ TEST(ReferenceEngine, MalformedRequestsAreRefusedBeforeServing) {
     EXPECT_THROW(ReferenceEngine{bad}, ContractError);
 }
 
+// ---- a batch that cannot all be seated: waves and preemption ----------------------------------------------
+
+// 48 distinct prompts of 64 tokens with 40 new tokens each: one needs 7 pages, a wave of 32 founders 160 for its
+// prompts alone, and the pool holds 40 pages. Before waves the engine retried the batch with joiners that filled
+// the pool again and threw every decode step away: it never finished. Now each deployment serves every request
+// exactly as cold does, seating halves of the batch and preempting the newest rows when a step cannot grow.
+TEST(ReferenceEngine, ABatchThatCannotAllBeSeatedIsServedInWavesByteExact) {
+    for (DeploymentKind kind : {DeploymentKind::kAttention, DeploymentKind::kEagle, DeploymentKind::kHybrid}) {
+        ReferenceEngineConfig c = configFor(kind);
+        c.maxBatch = 32;
+        c.basePages = 40;
+        c.snapshotSlots = 64;
+        c.commitPolicy = runtime::ContextCacheCommitPolicy::kPrefillStateOnly;
+        ReferenceEngine engine(c);
+        std::vector<EngineRequest> requests;
+        for (int32_t i = 0; i < 48; ++i) requests.push_back(request(iota(64, 100000 * (i + 1)), 40));
+        // Repeats of earlier prompts: a wave of hits too.
+        for (int32_t i = 0; i < 8; ++i) requests.push_back(request(iota(64, 100000 * (i + 1)), 40));
+        std::vector<EngineOutput> const out = serveAndCompare(engine, requests);
+        for (size_t i = 0; i < out.size(); ++i) {
+            EXPECT_EQ(out[i].generated.size(), 40u) << toString(kind) << " request " << i;
+            EXPECT_EQ(out[i].attempts, 1) << toString(kind) << " request " << i;
+        }
+        EngineStats const& st = engine.stats();
+        EXPECT_GT(st.capacityRetries, 0u) << toString(kind);  // 32 founders never fit 40 pages
+        EXPECT_GT(st.batches, 2u) << toString(kind);
+        if (kind == DeploymentKind::kAttention) EXPECT_GT(st.preemptions, 0u) << toString(kind);  // joiners filled it
+        std::string why;
+        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << toString(kind) << ": " << why;
+    }
+}
+
+// A preempted request reports the reuse its first admission found (its recompute hits its own prompt).
+TEST(ReferenceEngine, APreemptedRequestReportsItsFirstAdmissionsReuse) {
+    ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
+    c.maxBatch = 32;
+    c.basePages = 40;
+    c.commitPolicy = runtime::ContextCacheCommitPolicy::kPrefillStateOnly;
+    ReferenceEngine engine(c);
+    std::vector<EngineRequest> requests;
+    for (int32_t i = 0; i < 48; ++i) requests.push_back(request(iota(64, 100000 * (i + 1)), 40));
+    std::vector<EngineOutput> const out = serveAndCompare(engine, requests);
+    ASSERT_GT(engine.stats().preemptions, 0u);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].prefillStart, 0) << "request " << i;  // all distinct
+}
+
+TEST(ReferenceEngine, AnInterruptStopsTheNextServeAndIsConsumed) {
+    ReferenceEngine engine(configFor(DeploymentKind::kAttention));
+    engine.requestInterrupt();
+    EXPECT_THROW(engine.serve({request(iota(40))}), InterruptedError);
+    engine.checkInvariants();  // no live request, every resident slot free
+    EXPECT_EQ(engine.serve({request(iota(40))}).size(), 1u);  // consumed: the next serve runs
+    engine.requestInterrupt();
+    engine.requestInterrupt(false);  // withdrawn
+    EXPECT_EQ(engine.serve({request(iota(40))}).size(), 1u);
+    engine.requestInterrupt();
+    EXPECT_THROW(engine.coldReference({request(iota(40))}), InterruptedError);  // a cold run watches it too
+    EXPECT_EQ(engine.serve({request(iota(40))}).size(), 1u);
+    std::string why;
+    EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
+}
+
 // ---- sliding window (bounded-SWA paging) -------------------------------------------------------------------
 
 ReferenceEngineConfig windowedConfig(int32_t window, int32_t pageSize) {

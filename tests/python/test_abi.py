@@ -90,6 +90,7 @@ STATUS_EXCEPTIONS = {
     "CTXC_E_REQUEST_FAILED": ctxcache.RequestFailedError,
     "CTXC_E_POISONED": ctxcache.PoisonedError,
     "CTXC_E_CONCURRENT_USE": ctxcache.ConcurrentUseError,
+    "CTXC_E_INTERRUPTED": ctxcache.InterruptedCallError,
 }
 
 

@@ -191,6 +191,11 @@ public:
     // Grow every running row so it covers committed + headroom. kRequestFailed (request finishing) when growth
     // or the page table cannot.
     ContextCacheCoordinatorStatus prepareDecodeStep(RequestHandle& request, DecodingKvHeadroom const& headroom);
+    // Whether prepareDecodeStep(request, headroom) can grow every running row now: the pages it would add (the
+    // same arithmetic) fit the page table and the pools once every reclaimable page is evicted (exact, as
+    // growth's own test). Read-only; false unless the request is executing. An engine that preempts rows until
+    // this holds never loses a whole batch to a growth failure.
+    bool canPrepareDecodeStep(RequestHandle const& request, DecodingKvHeadroom const& headroom) const;
     // Apply one step's advances; publish decode-end state for publishableCompletedRows (normally finished rows).
     ContextCacheCoordinatorStatus completeDecodeStep(RequestHandle& request,
                                                      std::vector<ContextCacheSequenceAdvance> const& advances,
@@ -278,6 +283,7 @@ private:
     void publishPrefillEnd(RequestState& state, SequenceState& seq);
     void flushFrozen(SequenceState& seq);
     bool coverRow(SequenceState& seq, DecodingKvHeadroom const& headroom, std::string& why);
+    ResourceDemand coverDemand(SequenceState const& seq, DecodingKvHeadroom const& headroom, bool& fitsTable) const;
     Status failRequest(RequestState& state, std::string why);
     Status terminalize(RequestHandle& request, RequestState& state, char const* op);
     Status quarantineLive(RequestHandle& request, std::string why);

@@ -9,8 +9,8 @@
 //
 // Scheduling: requests are served in order, in batches of at most maxBatch founders; on an attention-only,
 //   non-speculative deployment, a row that finishes makes room for the next queued request, admitted in flight
-//   (admitSequence, seated by a prefill of its own row, finalized). A request whose batch cannot be admitted for
-//   capacity is retried alone; one that cannot fit alone is an error (ContractError).
+//   (admitSequence, seated by a prefill of its own row, finalized). A batch that cannot all be seated is served
+//   in waves (below); a request that cannot fit alone is an error (ContractError).
 // Hybrid+MTP: with speculative = kMtp (hybrid deployment, commitPolicy kPrefillStateOnly) the model has an MTP
 //   head with its own draft pool: its draft word at p reads the fp16 hidden row of p (kMtpHiddenSize words, each
 //   a mix of base layer 0's stored K and V words at p, computed on the host from the pool) and token p + 1.
@@ -31,10 +31,20 @@
 //   committed) with a sliding window: the retained positions), each draft
 //   layer's K then V bytes of [0, committed), then each recurrent layer's recurrent and conv row: the sequence's
 //   final state in logical order, read back through the page table before its row is released.
-// Threading: single writer; not copyable.
+// Waves: founders that cannot be seated together are retried as half as many (founderCap_, kept across
+//   serve calls, regrowing by one after a batch that needed no preemption). A decode step whose growth would
+//   not fit preempts the newest rows first (recompute, as vLLM's: the row leaves unpublished and is served
+//   again from scratch later; its prompt, published at prefill end, is usually a hit then), and joiners wait
+//   until a row retires. The oldest row is never preempted and fits alone (validate), so any batch size
+//   finishes, byte-exact.
+// Interrupts: requestInterrupt() (any thread, even during serve) makes the serve that is running, or the next,
+//   stop at its next batch or decode step with InterruptedError (and consumes the request); the engine is left
+//   with no live request. A wave of one row decodes at most maxNewTokens steps between two checks.
+// Threading: single writer (requestInterrupt excepted: an atomic store); not copyable.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -98,7 +108,9 @@ struct EngineRequest {
 };
 
 struct EngineOutput {
-    int32_t prefillStart = 0;        // where its (last, successful) prefill began: the reuse length
+    // Where its (last, successful) prefill began: the reuse length; for a preempted request, its first
+    // admission's (its recompute hits its own prompt, published at prefill end: nobody else's work).
+    int32_t prefillStart = 0;
     std::vector<int32_t> generated;
     std::array<uint8_t, 32> stateDigest{};
     bool cancelled = false;
@@ -118,6 +130,7 @@ struct EngineStats {
     uint64_t syncFailures = 0;
     uint64_t restarts = 0;           // requests served again after a fault
     uint64_t capacityRetries = 0;    // batches split because they did not fit together
+    uint64_t preemptions = 0;        // rows preempted (served again later): a decode step could not grow
 };
 
 class ReferenceEngine {
@@ -133,6 +146,9 @@ public:
     std::vector<EngineOutput> serve(std::vector<EngineRequest> const& requests);
     // The same requests on a fresh engine of this configuration with reuse off and no faults.
     std::vector<EngineOutput> coldReference(std::vector<EngineRequest> const& requests) const;
+    // Ask the running (or next) serve/coldReference to stop with InterruptedError; false withdraws a request
+    // not yet consumed. Safe from any thread and concurrently with serve (an atomic store, nothing else).
+    void requestInterrupt(bool requested = true) noexcept;
 
     runtime::ContextCacheMetrics metrics() const;
     EngineStats const& stats() const noexcept { return stats_; }
@@ -154,6 +170,7 @@ private:
     struct Storage;
 
     bool synchronize();
+    void checkInterrupt();  // throws InterruptedError (consuming the request) when one is pending
     bool serveBatch(std::vector<size_t>& queue, std::vector<EngineRequest> const& requests,
                     std::vector<EngineOutput>& outputs, std::vector<uint8_t>& done);
     void recover();
@@ -187,9 +204,11 @@ private:
     std::vector<runtime::CacheSlot> freeSlots_;
     uint64_t nextEpoch_ = 1;
     uint64_t faultState_ = 0;
-    int32_t soloNext_ = 0;
-    std::vector<int32_t> seatingFailuresLeft_;  // per request of the current serve()  // batches still to serve one
-                                                // founder at a time (after a capacity split)
+    int32_t founderCap_ = 0;                    // founders of the next batch (see Waves)
+    std::vector<int32_t> seatingFailuresLeft_;  // per request of the current serve()
+    std::vector<int32_t> firstReuse_;           // per request: its prefill start when first preempted, else -1
+    std::atomic<bool> interruptRequested_{false};
+    std::atomic<bool>* interruptSource_ = &interruptRequested_;  // a cold run's engine watches its parent's
     EngineStats stats_;
 };
 
