@@ -94,9 +94,11 @@ private:
     [[noreturn]] void refuse(CallFamily const& family, char const* holder) const;
     [[noreturn]] static void tooManyFamilies();
 
-    // initial-exec: one thread-pointer-relative load (the library reserves 8 bytes of static TLS), not a call to
-    // __tls_get_addr on every C call.
-    static inline thread_local CallScope* current_ __attribute__((tls_model("initial-exec"))) = nullptr;
+    // The default (dynamic) TLS model: initial-exec would mark the library STATIC_TLS, and then a dlopen (Python's
+    // cffi, any plugin loader) must fit the library's whole TLS segment into the loader's small static surplus;
+    // a CUDA build's segment (8 KiB, 4 KiB aligned, from the static CUDA runtime) does not fit, and the load fails
+    // with "cannot allocate memory in static TLS block".
+    static inline thread_local CallScope* current_ = nullptr;
 
     char const* function_;
     CallScope* parent_;
