@@ -7,6 +7,9 @@
 - ``pool_state``: a comparable snapshot of everything a failed call must leave unchanged.
 - The ``gpu`` marker: such tests are skipped with reason "no CUDA device: <why>" when
   ``ctxcache.cuda_device_count() <= 0``; ``CTXCACHE_REQUIRE_GPU=1`` turns that skip into a failure.
+- ``UNDER_SANITIZER``: true under ``tools/test --sanitize`` (AddressSanitizer preloaded). A test that limits the
+  address space (ASan reserves terabytes of shadow memory at start) or times the process skips there, with that
+  reason; the normal ``tools/test`` runs it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ PAGE = 4
 BASE_PAGES = 8
 MAX_RECORDS = 16
 ALL_TYPES = tuple(ResourceType)
+UNDER_SANITIZER = "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
 # ---- GPU marker -------------------------------------------------------------------------------------------

@@ -15,6 +15,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+from conftest import UNDER_SANITIZER
+
+# Every test here runs a child under an address-space limit, which AddressSanitizer's shadow memory cannot meet.
+pytestmark = pytest.mark.skipif(UNDER_SANITIZER, reason="ulimit -v cannot hold AddressSanitizer's shadow memory "
+                                                       "(tools/test runs these without it)")
+
 INT32_MAX = 2**31 - 1
 ULIMIT_V_BYTES = 4_000_000 * 1024  # `ulimit -v 4000000`
 
