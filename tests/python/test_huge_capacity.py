@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+
 from conftest import UNDER_SANITIZER
 
 # Every test here runs a child under an address-space limit, which AddressSanitizer's shadow memory cannot meet.

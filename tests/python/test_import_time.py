@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import UNDER_SANITIZER
 
 import ctxcache
 from ctxcache import _ffi
+
+from conftest import UNDER_SANITIZER
 
 RUNS = 10
 CPU_BOUND_S = 0.3  # the target, for the whole `python -c "import ctxcache"`
