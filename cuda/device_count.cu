@@ -3,7 +3,7 @@
 // cudaError_t so that tests can skip with the reason.
 #include <cuda_runtime_api.h>
 
-#include "device/cuda_probe.h"
+#include "ctxcache/device/cuda_probe.h"
 
 namespace ctxcache::device {
 

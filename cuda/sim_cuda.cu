@@ -5,8 +5,8 @@
 #include <string>
 
 #include "ctxcache/device/device_error.h"
-#include "sim/sim_launchers.h"
 #include "sim_kernels.cuh"
+#include "sim_launchers.h"
 
 namespace ctxcache::sim::detail {
 

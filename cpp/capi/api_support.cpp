@@ -2,7 +2,7 @@
 // call (CallScope, capi/call_family.h). The firewall (guard) and the other checks are inline in api_support.h,
 // which states the contract.
 
-#include "capi/api_support.h"
+#include "api_support.h"
 
 namespace ctxcache::capi {
 namespace {

@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "capi/call_family.h"
+#include "call_family.h"
 #include "ctxcache.h"
 #include "ctxcache/block_hash.h"
 #include "ctxcache/device/device_error.h"

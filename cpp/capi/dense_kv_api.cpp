@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string>
 
-#include "capi/api_support.h"
-#include "capi/device_handles.h"
+#include "api_support.h"
 #include "ctxcache/device/kv_gather.h"
 #include "ctxcache/device/kv_scatter.h"
+#include "device_handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

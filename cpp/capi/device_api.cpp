@@ -1,9 +1,9 @@
 // C ABI: device backends, buffers, KV pools, page tables and KV lengths, and the device views of them.
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/device_handles.h"
+#include "api_support.h"
 #include "ctxcache/device/device_error.h"
+#include "device_handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

@@ -13,15 +13,15 @@
 #include <initializer_list>
 #include <memory>
 
-#include "capi/api_support.h"
-#include "capi/call_family.h"
-#include "capi/handle_table.h"
+#include "api_support.h"
+#include "call_family.h"
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/device/kv_page_table.h"
 #include "ctxcache/device/resident_state.h"
 #include "ctxcache/device/snapshot_storage.h"
+#include "handle_table.h"
 
 namespace ctxcache::capi {
 

@@ -2,11 +2,11 @@
 // row rebasing, paged gather, chunked hashing).
 #include <algorithm>
 
-#include "capi/api_support.h"
-#include "capi/device_handles.h"
+#include "api_support.h"
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/chunked_hash.h"
 #include "ctxcache/device/kv_gather.h"
+#include "device_handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/device_handles.h"
+#include "api_support.h"
+#include "device_handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

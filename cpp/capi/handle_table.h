@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/call_family.h"
+#include "api_support.h"
+#include "call_family.h"
 
 static_assert(sizeof(void*) == 8, "handles encode a 32-bit generation above a 24-bit slot");
 

@@ -2,7 +2,7 @@
 // the checked lookups that turn a handle into its object or throw ApiError(CTXC_E_INVALID_HANDLE); a NULL hasher
 // means the default hasher. RecordViewHashes: the materialized hashes behind record views. See handles.h.
 
-#include "capi/handles.h"
+#include "handles.h"
 
 namespace ctxcache::capi {
 

@@ -13,12 +13,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/handle_table.h"
+#include "api_support.h"
 #include "ctxcache.h"
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/kv_events.h"
+#include "handle_table.h"
 
 namespace ctxcache::capi {
 

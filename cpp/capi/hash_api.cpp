@@ -1,8 +1,8 @@
 // C ABI: block hashing.
 #include <string_view>
 
-#include "capi/api_support.h"
-#include "capi/handles.h"
+#include "api_support.h"
+#include "handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

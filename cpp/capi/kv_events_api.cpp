@@ -3,11 +3,11 @@
 #include <string>
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/handles.h"
+#include "api_support.h"
 #include "ctxcache.h"
-#include "ctxcache/kv_event_publisher.h"
+#include "ctxcache/events/kv_event_publisher.h"
 #include "ctxcache/kv_events.h"
+#include "handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

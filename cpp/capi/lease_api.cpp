@@ -1,6 +1,6 @@
 // C ABI: leases.
-#include "capi/api_support.h"
-#include "capi/handles.h"
+#include "api_support.h"
+#include "handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

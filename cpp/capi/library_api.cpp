@@ -2,8 +2,8 @@
 #include <cstddef>
 #include <cstring>
 
-#include "capi/api_support.h"
-#include "device/cuda_probe.h"
+#include "api_support.h"
+#include "ctxcache/device/cuda_probe.h"
 
 using namespace ctxcache::capi;
 

@@ -1,8 +1,8 @@
 // C ABI: the context cache manager.
 #include <cstddef>
 
-#include "capi/api_support.h"
-#include "capi/handles.h"
+#include "api_support.h"
+#include "handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

@@ -15,14 +15,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/device_handles.h"
-#include "capi/handle_table.h"
-#include "capi/handles.h"
-#include "capi/runtime_conversions.h"
-#include "capi/swa_handles.h"
+#include "api_support.h"
 #include "ctxcache/runtime/context_cache_coordinator.h"
 #include "ctxcache/runtime/managed_kv_cache_request.h"
+#include "device_handles.h"
+#include "handle_table.h"
+#include "handles.h"
+#include "runtime_conversions.h"
+#include "swa_handles.h"
 
 using namespace ctxcache;
 using namespace ctxcache::capi;

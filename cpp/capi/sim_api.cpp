@@ -4,13 +4,13 @@
 #include <string>
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/handle_table.h"
-#include "capi/handles.h"
-#include "capi/runtime_conversions.h"
+#include "api_support.h"
 #include "ctxcache.h"
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/sim/reference_engine.h"
+#include "handle_table.h"
+#include "handles.h"
+#include "runtime_conversions.h"
 
 namespace ctxcache::capi {
 namespace {

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "capi/api_support.h"
-#include "capi/device_handles.h"
-#include "capi/handle_table.h"
-#include "capi/swa_handles.h"
+#include "api_support.h"
 #include "ctxcache.h"
 #include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
+#include "device_handles.h"
+#include "handle_table.h"
+#include "swa_handles.h"
 
 namespace ctxcache::capi {
 namespace {

@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
-#include "capi/call_family.h"
-#include "capi/handle_table.h"
+#include "call_family.h"
 #include "ctxcache.h"
 #include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
+#include "handle_table.h"
 
 namespace ctxcache::capi {
 

@@ -1,5 +1,5 @@
 // CUDA probe of a CPU-only build (CTXCACHE_WITH_CUDA=0); the CUDA build uses cuda/device_count.cu instead.
-#include "device/cuda_probe.h"
+#include "ctxcache/device/cuda_probe.h"
 
 #if !CTXCACHE_WITH_CUDA
 namespace ctxcache::device {

@@ -6,9 +6,9 @@
 #include <limits>
 #include <string>
 
+#include "ctxcache/device/cuda_probe.h"
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/errors.h"
-#include "device/cuda_probe.h"
 
 namespace ctxcache::device {
 

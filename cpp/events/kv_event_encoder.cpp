@@ -1,5 +1,5 @@
 // encodeKvEventBatch: one batch of KV events as vLLM's msgpack payload, written with msgpack-cxx's packer
-// (include/ctxcache/kv_event_publisher.h; field names and order: docs/EVENTS.md).
+// (include/ctxcache/events/kv_event_publisher.h; field names and order: docs/EVENTS.md).
 //
 //   batch    [ts: float64, events: [...], data_parallel_rank: int | nil]
 //   map      {"type": "BlockStored", "block_hashes": [u64...], "parent_block_hash": u64 | nil,
@@ -8,9 +8,9 @@
 //            {"type": "AllBlocksCleared"}
 //   array    the same values in the same order, the tag first: ["BlockStored", hashes, parent, tokens, ...]
 
-#include "ctxcache/kv_event_publisher.h"
+#include "ctxcache/events/kv_event_publisher.h"
 
-#include "events/kv_event_encoding.h"
+#include "kv_event_encoding.h"
 
 #if CTXCACHE_WITH_KV_EVENT_PUBLISHER
 #include <msgpack.hpp>

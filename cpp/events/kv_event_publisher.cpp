@@ -1,8 +1,8 @@
 // KvEventPublisher: the bounded hand-off queue, the sender thread, the PUB and replay ROUTER sockets over libzmq's C
-// API (include/ctxcache/kv_event_publisher.h). Without libzmq only the endpoint rules and the "unavailable"
+// API (include/ctxcache/events/kv_event_publisher.h). Without libzmq only the endpoint rules and the "unavailable"
 // answer are compiled.
 
-#include "ctxcache/kv_event_publisher.h"
+#include "ctxcache/events/kv_event_publisher.h"
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +21,7 @@
 
 #include <cerrno>
 
-#include "events/kv_event_encoding.h"
+#include "kv_event_encoding.h"
 #endif
 
 namespace ctxcache {

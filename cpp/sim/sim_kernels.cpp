@@ -9,7 +9,7 @@
 
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/errors.h"
-#include "sim/sim_launchers.h"
+#include "sim_launchers.h"
 
 namespace ctxcache::sim {
 

@@ -2,7 +2,7 @@
 // work item of sim_math.h, sequence by sequence. Launch pointers are host memory (the CPU backend's "device").
 #include <cstdint>
 
-#include "sim/sim_launchers.h"
+#include "sim_launchers.h"
 
 namespace ctxcache::sim::detail {
 

@@ -1,6 +1,6 @@
 // KvEventPublisher and encodeKvEventBatch: vLLM's endpoint rules, the msgpack batch decoded back with msgpack-cxx
 // (map and array encodings), sequence numbers, and a stalled subscriber that changes no cache result.
-#include "ctxcache/kv_event_publisher.h"
+#include "ctxcache/events/kv_event_publisher.h"
 
 #include <gtest/gtest.h>
 

@@ -29,7 +29,7 @@
 
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
-#include "ctxcache/kv_event_publisher.h"
+#include "ctxcache/events/kv_event_publisher.h"
 #include "mooncake_trace.h"
 
 using namespace ctxcache;

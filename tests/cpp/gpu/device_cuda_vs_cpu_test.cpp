@@ -13,12 +13,12 @@
 
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/chunked_hash.h"
+#include "ctxcache/device/cuda_probe.h"
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/device/kv_gather.h"
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_scatter.h"
 #include "ctxcache/device/snapshot_storage.h"
-#include "device/cuda_probe.h"
 #include "device_test_support.h"
 
 using namespace ctxcache;

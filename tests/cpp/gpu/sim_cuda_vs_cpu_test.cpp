@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "device/cuda_probe.h"
+#include "ctxcache/device/cuda_probe.h"
 #include "sim_test_support.h"
 
 using namespace ctxcache;
