@@ -485,7 +485,14 @@ SwaKVCacheStatus BoundedSwaKVPageManager::compactBatch(RequestHandle& request) {
         lengths_->compact(l->pendingMap.data(), oldBatch, l->pendingNewBatch);
     l->devicePending = true;
     // The retired rows' pages go back to the free list only once the device can no longer read them.
-    if (!synchronize(*l)) return quarantine("compactBatch: the synchronisation failed");
+    if (!synchronize(*l)) {
+        std::vector<uint8_t> cleared(static_cast<size_t>(oldBatch), 0);
+        for (int32_t i = 0; i < oldBatch; ++i)
+            cleared[static_cast<size_t>(i)] = l->pendingMap[static_cast<size_t>(i)] < 0;
+        SwaKVCacheStatus const st = quarantine("compactBatch: the synchronisation failed");
+        quarantine_.back().unmapped = std::move(cleared);
+        return st;
+    }
     std::vector<SwaKVCacheState> survivors;
     survivors.reserve(static_cast<size_t>(l->pendingNewBatch));
     for (int32_t i = 0; i < oldBatch; ++i) {
@@ -570,13 +577,21 @@ void BoundedSwaKVPageManager::checkInvariants() const {
         owner[static_cast<size_t>(p)] = 1;
     };
     for (PageId p : freePages_) own(p, "free list");
-    auto checkRow = [&](SwaKVCacheState const& s, bool settled) {
+    auto checkRow = [&](SwaKVCacheState const& s, bool settled, bool inTable) {
         std::string const at = "slot " + str(s.resident.slot);
         size_t const held = s.pageBindings.size() + s.pendingRetireBindings.size() + s.reservedPages.size();
         if (held != static_cast<size_t>(reservation_))
             broken(at + " holds " + str(static_cast<int64_t>(held)) + " pages, its reservation is " +
                    str(reservation_));
         int32_t const* row = table_->hostRow(s.resident.slot);
+        if (!inTable) {  // a row a failed compaction dropped: it holds its pages, the table maps none of them
+            for (SwaPageBinding const& b : s.pageBindings) own(b.page, "a dropped row's binding");
+            for (SwaPageBinding const& b : s.pendingRetireBindings) own(b.page, "a dropped row's pending retirement");
+            for (PageId p : s.reservedPages) own(p, "a dropped row's reservation");
+            for (int32_t j = 0; j < table_->maxPagesPerSeq(); ++j)
+                if (row[j] != -1) broken(at + " was dropped by a compaction but still maps logical page " + str(j));
+            return;
+        }
         std::vector<uint8_t> mapped(static_cast<size_t>(table_->maxPagesPerSeq()), 0);
         int32_t expect = s.retainedLogicalPageBegin;
         for (SwaPageBinding const& b : s.pageBindings) {
@@ -602,9 +617,9 @@ void BoundedSwaKVPageManager::checkInvariants() const {
                 broken(at + " maps logical page " + str(j) + " outside its window");
     };
     if (live_)
-        for (SwaKVCacheState const& s : live_->rows) checkRow(s, true);
+        for (SwaKVCacheState const& s : live_->rows) checkRow(s, true, true);
     for (Quarantined const& q : quarantine_)
-        for (SwaKVCacheState const& s : q.rows) checkRow(s, true);
+        for (size_t i = 0; i < q.rows.size(); ++i) checkRow(q.rows[i], true, i >= q.unmapped.size() || !q.unmapped[i]);
     for (int32_t p = 0; p < pool_->numPages(); ++p)
         if (!owner[static_cast<size_t>(p)]) broken("page " + str(p) + " is lost");
 }

@@ -180,6 +180,9 @@ private:
         uint64_t id = 0;
         StreamHandle stream = nullptr;
         std::vector<SwaKVCacheState> rows;
+        // Per row: 1 where compactBatch had cleared the row's page-table entries (a row the compaction drops)
+        // before its synchronisation failed; such a row still holds its pages, but the table no longer maps them.
+        std::vector<uint8_t> unmapped;
     };
 
     Live* live(RequestHandle const& request, char const* op);  // nullptr: the request is quarantined
