@@ -41,6 +41,12 @@ must stay identical (see the C++ file's header comment for the full list):
   release); ``ctxcache workload --out FILE`` writes the conversation workload (docs/TRACES.md) to bench with
   ``--trace FILE``.
 
+- the cache-cold loop (``--cold``, vanilla and spec, default both; repeat 1): no hashing phase; per request its
+  tokens are expanded (untimed) and hashed (timed) in the mode's own loop, served as above, and between two
+  requests one byte of every 64-byte line of a ``--cold-bytes`` buffer is read (untimed; default twice the
+  last-level cache), as a forward pass would sweep the caches (:class:`ColdLoop`). Results say ``"loop": "cold"``
+  and ``cold_bytes`` and have no ``hot_*`` figures; every other figure equals the hot loop's.
+
 Beside the trace replay, ``python_call_ns`` is what one call through the package costs (see
 :func:`call_overhead`): a tiny request that always hits, in a warm loop, timed call by call. It is an upper bound
 of the package's overhead per call into C: it includes the C++ work of that 2-block request, which
@@ -49,7 +55,7 @@ of the package's overhead per call into C: it includes the C++ work of that 2-bl
 
 Usage: ``ctxcache bench [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] [--repeat K]
-[--no-upper-bound] [--call-batches K] [--call-batch-size B] [--calls] [--table]``. Prints one JSON object.
+[--no-upper-bound] [--cold [--cold-bytes B]] [--call-batches K] [--call-batch-size B] [--calls] [--table]``. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -74,9 +80,9 @@ from .hashing import Hasher
 from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
 from .workload import TRACE_BLOCK, expand_range, expand_tokens, read_trace, splitmix64
 
-__all__ = ["TRACE_BLOCK", "Request", "call_overhead", "default_trace", "expand_range", "expand_tokens", "load_trace",
-           "main", "replay", "replay_hybrid", "replay_spec", "replay_vanilla", "run_modes", "run_page_size",
-           "splitmix64"]
+__all__ = ["TRACE_BLOCK", "ColdLoop", "Request", "call_overhead", "default_cold_bytes", "default_trace", "expand_range",
+           "expand_tokens", "last_level_cache_bytes", "load_trace", "main", "replay", "replay_hybrid", "replay_spec",
+           "replay_vanilla", "run_modes", "run_page_size", "splitmix64"]
 
 DEFAULT_KEY = "ctxcache-bench-key"
 DEFAULT_MAX_RECORDS = 1_000_000

@@ -269,9 +269,9 @@ void finishReplay(ContextCacheManager const& manager, Replay& out) {
 // One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
 // pool (both grown alike). Only manager calls are timed.
 // cold: the cache-cold loop (each request hashed in the loop, into hashes[i], and a cache sweep after it).
-Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes,
-                   int32_t pageSize, int32_t capacityPages, int32_t maxRecords, EvictionPolicy policy, bool samplePeak,
-                   bool spec, ColdLoop* cold = nullptr) {
+Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes, int32_t pageSize,
+                   int32_t capacityPages, int32_t maxRecords, EvictionPolicy policy, bool samplePeak, bool spec,
+                   ColdLoop* cold = nullptr) {
     ResourceDemand capacities;
     capacities.baseKvPages = capacityPages;
     capacities.draftKvPages = spec ? capacityPages : 0;
@@ -658,8 +658,9 @@ int main(int argc, char** argv) {
         } else fail("unknown argument " + a);
     }
     if (pageSizes.empty()) pageSizes = {16, 128};
-    if (modes.empty()) modes = coldMode ? std::vector<Mode>{Mode::kVanilla, Mode::kSpec}
-                                        : std::vector<Mode>{Mode::kVanilla, Mode::kHybrid, Mode::kSpec};
+    if (modes.empty())
+        modes = coldMode ? std::vector<Mode>{Mode::kVanilla, Mode::kSpec}
+                         : std::vector<Mode>{Mode::kVanilla, Mode::kHybrid, Mode::kSpec};
     if (coldMode) {
         if (std::find(modes.begin(), modes.end(), Mode::kHybrid) != modes.end())
             fail("--cold runs the vanilla and spec modes (not hybrid)");
