@@ -41,6 +41,12 @@ must stay identical (see the C++ file's header comment for the full list):
   release); ``ctxcache workload --out FILE`` writes the conversation workload (docs/TRACES.md) to bench with
   ``--trace FILE``.
 
+- the cache-cold loop (``--cold``, vanilla and spec, default both; repeat 1): no hashing phase; per request its
+  tokens are expanded (untimed) and hashed (timed) in the mode's own loop, served as above, and between two
+  requests one byte of every 64-byte line of a ``--cold-bytes`` buffer is read (untimed; default twice the
+  last-level cache), as a forward pass would sweep the caches (:class:`ColdLoop`). Results say ``"loop": "cold"``
+  and ``cold_bytes`` and have no ``hot_*`` figures; every other figure equals the hot loop's.
+
 Beside the trace replay, ``python_call_ns`` is what one call through the package costs (see
 :func:`call_overhead`): a tiny request that always hits, in a warm loop, timed call by call. It is an upper bound
 of the package's overhead per call into C: it includes the C++ work of that 2-block request, which
@@ -49,7 +55,7 @@ of the package's overhead per call into C: it includes the C++ work of that 2-bl
 
 Usage: ``ctxcache bench [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] [--repeat K]
-[--no-upper-bound] [--call-batches K] [--call-batch-size B] [--calls] [--table]``. Prints one JSON object.
+[--no-upper-bound] [--cold [--cold-bytes B]] [--call-batches K] [--call-batch-size B] [--calls] [--table]``. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -74,9 +80,9 @@ from .hashing import Hasher
 from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
 from .workload import TRACE_BLOCK, expand_range, expand_tokens, read_trace, splitmix64
 
-__all__ = ["TRACE_BLOCK", "Request", "call_overhead", "default_trace", "expand_range", "expand_tokens", "load_trace",
-           "main", "replay", "replay_hybrid", "replay_spec", "replay_vanilla", "run_modes", "run_page_size",
-           "splitmix64"]
+__all__ = ["TRACE_BLOCK", "ColdLoop", "Request", "call_overhead", "default_cold_bytes", "default_trace", "expand_range",
+           "expand_tokens", "last_level_cache_bytes", "load_trace", "main", "replay", "replay_hybrid", "replay_spec",
+           "replay_vanilla", "run_modes", "run_page_size", "splitmix64"]
 
 DEFAULT_KEY = "ctxcache-bench-key"
 DEFAULT_MAX_RECORDS = 1_000_000
@@ -112,6 +118,44 @@ def load_trace(path: str | os.PathLike[str], limit: int | None = None) -> list[R
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def last_level_cache_bytes() -> int:
+    """The largest data or unified cache of cpu0 (/sys/devices/system/cpu/cpu0/cache), 0 when unreadable."""
+    best = 0
+    for index in range(16):
+        d = Path(f"/sys/devices/system/cpu/cpu0/cache/index{index}")
+        try:
+            kind, size = (d / "type").read_text().strip(), (d / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        digits = size.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, int(digits) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1))
+    return best
+
+
+def default_cold_bytes() -> int:
+    """The cold loop's sweep: twice the last-level cache (64 MiB when it cannot be read)."""
+    return 2 * (last_level_cache_bytes() or 32 << 20)
+
+
+class ColdLoop:
+    """The cache-cold loop's state (as tools/bench/bench_manager.cpp's ColdLoop): the hasher, and a buffer of
+    ``cold_bytes`` bytes, written once so that every page is backed, of which :meth:`sweep` reads one byte per
+    64-byte line, as a forward pass between two requests would sweep the caches."""
+
+    def __init__(self, hasher: Hasher, cold_bytes: int) -> None:
+        self.hasher = hasher
+        self.buffer = np.ones(cold_bytes, dtype=np.uint8)
+        self.lines = self.buffer[::64]
+        self.sink = 0
+        self.hash_ns: list[int] = []
+
+    def sweep(self) -> None:
+        self.sink += int(self.lines.sum(dtype=np.uint64))
 
 
 def call_overhead(page_size: int = 16, blocks: int = 2, batches: int = DEFAULT_CALL_BATCHES,
@@ -210,7 +254,7 @@ def call_overhead(page_size: int = 16, blocks: int = 2, batches: int = DEFAULT_C
 def replay(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
            max_records: int, sample_peak: bool = True) -> dict[str, Any]:
     """The vanilla replay (see replay_vanilla)."""
-    return replay_vanilla(requests, hashes, page_size, capacity_pages, max_records, sample_peak)
+    return replay_vanilla(requests, list(hashes), page_size, capacity_pages, max_records, sample_peak)
 
 
 def _finish(manager: ContextCacheManager, out: dict[str, Any], capacities: ResourceDemand, peak: int) -> None:
@@ -237,10 +281,13 @@ def _finish(manager: ContextCacheManager, out: dict[str, Any], capacities: Resou
     out["reclaimed_partial_kv_snapshots"] = metrics.reclaimed_partial_kv_snapshots
 
 
-def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                  max_records: int, sample_peak: bool, spec: bool, eviction_policy: str = "lru") -> dict[str, Any]:
+def _replay_paged(requests: Sequence[Request], hashes: list[np.ndarray], page_size: int, capacity_pages: int,
+                  max_records: int, sample_peak: bool, spec: bool, eviction_policy: str = "lru",
+                  cold: ColdLoop | None = None) -> dict[str, Any]:
     """One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
-    pool (both grown alike). Only the manager calls are timed."""
+    pool (both grown alike). Only the manager calls are timed. ``cold``: the cache-cold loop, each request's tokens
+    expanded (untimed) and hashed (timed apart, into ``cold.hash_ns``; the hashes stored in ``hashes[i]``) in the
+    loop, and a cache sweep between two requests."""
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
     manager = ContextCacheManager(page_size, capacities, max_records, eviction_policy)
     pools = 2 if spec else 1
@@ -257,9 +304,22 @@ def _replay_paged(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
     peak = 0
     acquired_ok = AcquireStatus.ACQUIRED
     published_ok = PublishStatus.PUBLISHED
+    if cold is not None:
+        cold.hash_ns = [0] * len(requests)
+        hash_full_blocks = cold.hasher.hash_full_blocks
     gc.collect()
     try:
-        for i, (r, h) in enumerate(zip(requests, hashes)):
+        for i, r in enumerate(requests):
+            if cold is not None:
+                if i:
+                    cold.sweep()  # the forward pass between two requests
+                tokens = expand_tokens(r.hash_ids, r.input_length)
+                h0 = perf()
+                h = hash_full_blocks(tokens, page_size)
+                cold.hash_ns[i] = perf() - h0
+                hashes[i] = h
+            else:
+                h = hashes[i]
             n_in = r.input_length
             input_pages = _ceil_div(n_in, page_size)
             grow = _ceil_div(n_in + r.output_length, page_size) - input_pages  # a lease holds input_pages per pool
@@ -353,11 +413,12 @@ def _nearest_rank_us(ns: Sequence[int], q: float) -> float:
     return ordered[int(q * (len(ordered) - 1) + 0.5)] * 1e-3 if ordered else 0.0
 
 
-def replay_vanilla(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                   max_records: int, sample_peak: bool = True, eviction_policy: str = "lru") -> dict[str, Any]:
+def replay_vanilla(requests: Sequence[Request], hashes: list[np.ndarray], page_size: int, capacity_pages: int,
+                   max_records: int, sample_peak: bool = True, eviction_policy: str = "lru",
+                   cold: ColdLoop | None = None) -> dict[str, Any]:
     """One pass of acquire / grow / publish / release over every request. Only the manager calls are timed."""
     return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=False,
-                         eviction_policy=eviction_policy)
+                         eviction_policy=eviction_policy, cold=cold)
 
 
 def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: int, tail: np.ndarray) -> Any:
@@ -494,11 +555,12 @@ def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
     return out
 
 
-def replay_spec(requests: Sequence[Request], hashes: Sequence[np.ndarray], page_size: int, capacity_pages: int,
-                max_records: int, sample_peak: bool = True, eviction_policy: str = "lru") -> dict[str, Any]:
+def replay_spec(requests: Sequence[Request], hashes: list[np.ndarray], page_size: int, capacity_pages: int,
+                max_records: int, sample_peak: bool = True, eviction_policy: str = "lru",
+                cold: ColdLoop | None = None) -> dict[str, Any]:
     """One pass of the EAGLE protocol: paired base + draft pools of the same size. Only manager calls are timed."""
     return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=True,
-                         eviction_policy=eviction_policy)
+                         eviction_policy=eviction_policy, cold=cold)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -550,15 +612,24 @@ def run_page_size(requests: Sequence[Request], page_size: int, *, mode: str = "v
 def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] = MODES, *,
               capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
               repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
-              hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES, eviction_policy: str = "lru") -> list[dict[str, Any]]:
+              hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES, eviction_policy: str = "lru",
+              cold_bytes: int | None = None) -> list[dict[str, Any]]:
     """The benchmark at one page size: one hashing phase, then per mode (in the order vanilla, hybrid, spec) the
-    bounded replay and the upper-bound replay; one result dict per mode."""
+    bounded replay and the upper-bound replay; one result dict per mode. ``cold_bytes``: the cache-cold loop
+    instead (vanilla and spec; no hashing phase, each request hashed in its mode's loop, a sweep of that many
+    bytes between two requests, repeat 1, no hot figures)."""
     if page_size <= 0 or TRACE_BLOCK % page_size:
         raise ValueError(f"page size {page_size} does not divide {TRACE_BLOCK}")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown} (vanilla, hybrid or spec)")
     modes = [m for m in MODES if m in modes]
+    if cold_bytes is not None:
+        if "hybrid" in modes:
+            raise ValueError("the cold loop runs the vanilla and spec modes (not hybrid)")
+        if not 64 <= cold_bytes <= 1 << 40:
+            raise ValueError("cold_bytes out of range (64 to 2**40)")
+        repeat = 1
     if hybrid_candidates < 0:
         raise ValueError("hybrid_candidates must be >= 0 (0 = every candidate length)")
     repeat = max(1, repeat)
@@ -580,8 +651,9 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
     hash_request_ns: list[Any] = [None] * len(requests)  # the first pass: the headline
     hot_hash_request_ns: list[Any] = [None] * len(requests)  # the fastest pass
     results = []
+    cold = ColdLoop(hasher, cold_bytes) if cold_bytes is not None else None
     try:
-        for i, r in enumerate(requests):
+        for i, r in enumerate(requests if cold is None else ()):  # cold: hashed in each mode's loop
             tokens = expand_tokens(r.hash_ids, r.input_length)
             for pass_no in range(repeat):
                 t0 = perf()
@@ -597,29 +669,37 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                     raise AssertionError("hashing is not deterministic")
             if want_hybrid:  # untimed reference for the chained digests
                 exact_digests.append(hasher.hash_exact_prefix(tokens, page_size))
-        hash_ns = sum(hash_request_ns)
-        hot_hash_ns = sum(hot_hash_request_ns)
-        hashed_blocks = sum(h.shape[0] for h in hashes)
-        hashed_tokens = hashed_blocks * page_size
-        all_hashes = np.concatenate(hashes) if hashes else np.empty((0, 2), dtype=np.uint64)
-        sum_hi = int(all_hashes[:, 0].sum(dtype=np.uint64)) if hashed_blocks else 0
-        sum_lo = int(all_hashes[:, 1].sum(dtype=np.uint64)) if hashed_blocks else 0
-        del all_hashes
+        def sum_hashes() -> tuple[int, int, int, int, int, int]:
+            hashed_blocks = sum(h.shape[0] for h in hashes)
+            all_hashes = np.concatenate(hashes) if hashes else np.empty((0, 2), dtype=np.uint64)
+            sum_hi = int(all_hashes[:, 0].sum(dtype=np.uint64)) if hashed_blocks else 0
+            sum_lo = int(all_hashes[:, 1].sum(dtype=np.uint64)) if hashed_blocks else 0
+            return (sum(hash_request_ns), sum(hot_hash_request_ns), hashed_blocks, hashed_blocks * page_size, sum_hi,
+                    sum_lo)
+
+        if cold is None:
+            hash_ns, hot_hash_ns, hashed_blocks, hashed_tokens, sum_hi, sum_lo = sum_hashes()
+        else:
+            hashes = [np.empty((0, 2), dtype=np.uint64)] * len(requests)
 
         for mode in modes:
             def run_once(base_pages: int, slots: int, sample_peak: bool, check: bool, mode: str = mode) -> dict[str, Any]:
+                loop = cold if check else None  # the upper bound replays the cold loop's hashes, hot
                 if mode == "vanilla":
                     return replay_vanilla(requests, hashes, page_size, base_pages, max_records, sample_peak,
-                                          eviction_policy)
+                                          eviction_policy, loop)
                 if mode == "spec":
                     return replay_spec(requests, hashes, page_size, base_pages, max_records, sample_peak,
-                                       eviction_policy)
+                                       eviction_policy, loop)
                 return replay_hybrid(requests, hashes, page_size, base_pages, max_records, snapshot_slots=slots,
                                      hasher=hasher, candidate_cap=hybrid_candidates,
                                      exact_digests=exact_digests if check else None, sample_peak=sample_peak,
                                      eviction_policy=eviction_policy)
 
             run = _best_of(repeat, lambda pass_no: run_once(capacity_pages, snapshot_slots, pass_no == 0, pass_no == 0))
+            if cold is not None:  # this mode's own hashing, in its loop
+                hash_request_ns = hot_hash_request_ns = list(cold.hash_ns)
+                hash_ns, hot_hash_ns, hashed_blocks, hashed_tokens, sum_hi, sum_lo = sum_hashes()
 
             bound = None
             bound_capacity = bound_slots = 0
@@ -642,7 +722,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                                    sum_hi=sum_hi, sum_lo=sum_lo, hash_ns=hash_ns, hot_hash_ns=hot_hash_ns,
                                    bound_capacity=bound_capacity,
                                    bound_slots=bound_slots, hybrid_candidates=hybrid_candidates,
-                                   eviction_policy=eviction_policy))
+                                   eviction_policy=eviction_policy, cold_bytes=cold_bytes))
     finally:
         hasher.close()
     return results
@@ -651,13 +731,16 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
 def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, page_size: int, repeat: int, distinct: int,
             trace_blocks: int, capacity_blocks: int, max_records: int, hashed_tokens: int, hashed_blocks: int,
             sum_hi: int, sum_lo: int, hash_ns: int, hot_hash_ns: int, bound_capacity: int, bound_slots: int,
-            hybrid_candidates: int, eviction_policy: str = "lru") -> dict[str, Any]:
+            hybrid_candidates: int, eviction_policy: str = "lru", cold_bytes: int | None = None) -> dict[str, Any]:
     """One mode's result: the same keys, in the same order, as the C++ benchmark prints."""
     hybrid, spec = mode == "hybrid", mode == "spec"
-    res = {"page_size": page_size, "mode": mode, "eviction_policy": eviction_policy, "repeat": repeat,
-           "requests": run["requests"],
-           "distinct_blocks": distinct, "trace_blocks": trace_blocks, "capacity_blocks": capacity_blocks,
-           "capacity_pages": run["capacity_pages"]}
+    res: dict[str, Any] = {"page_size": page_size, "mode": mode, "eviction_policy": eviction_policy,
+                           "loop": "hot" if cold_bytes is None else "cold"}
+    if cold_bytes is not None:
+        res["cold_bytes"] = cold_bytes
+    res.update({"repeat": repeat, "requests": run["requests"], "distinct_blocks": distinct,
+                "trace_blocks": trace_blocks, "capacity_blocks": capacity_blocks,
+                "capacity_pages": run["capacity_pages"]})
     if spec:
         res["draft_capacity_pages"] = run["draft_capacity_pages"]
     if hybrid:
@@ -733,7 +816,10 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
     res["manager_ns_per_call"] = _sig(_ratio(run["manager_ns"], run["manager_calls"]))
     res["manager_requests_per_second"] = _sig(_ratio(run["requests"], manager_s))
     res["requests_per_second"] = _sig(_ratio(run["requests"], hash_s + digest_s + manager_s))
-    # hot: each request's fastest of the --repeat passes (caches warm from the identical passes before)
+    # hot: each request's fastest of the --repeat passes (caches warm from the identical passes before); the cold
+    # loop has none
+    if cold_bytes is not None:
+        return res
     res["hot_hash_ns_per_token"] = _sig(_ratio(hot_hash_ns, hashed_tokens))
     if hybrid:
         res["hot_digest_ns_per_token"] = _sig(_ratio(run["hot_digest_ns"], hashed_tokens))
@@ -807,6 +893,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-upper-bound", action="store_true", help="skip the unbounded-cache replay")
     parser.add_argument("--eviction-policy", choices=("lru", "lru-trim"), default="lru",
                         help="the manager's capacity eviction (default lru, the reference's whole-record LRU)")
+    parser.add_argument("--cold", action="store_true",
+                        help="the cache-cold loop: each request expanded, hashed and served on its own, a sweep of "
+                             "--cold-bytes between two requests (vanilla and spec, default both; --repeat 1)")
+    parser.add_argument("--cold-bytes", type=int_range(64, 1 << 40), default=None,
+                        help="the cold loop's sweep in bytes (default twice the last-level cache of cpu0)")
     parser.add_argument("--call-batches", type=int_range(1, 100_000), default=DEFAULT_CALL_BATCHES,
                         help="python_call_ns: batches of the per-call loop (default 40; the median is reported)")
     parser.add_argument("--call-batch-size", type=int_range(1, 100_000), default=DEFAULT_CALL_BATCH_SIZE,
@@ -827,9 +918,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_call_table(calls), file=sys.stderr)
         return 0
     try:
-        modes = _modes(args.modes)
+        modes = _modes(args.modes if args.modes or not args.cold else ["vanilla,spec"])
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
+    if args.cold and "hybrid" in modes:
+        parser.error("argument --cold: the cold loop runs the vanilla and spec modes (not hybrid)")
+    if args.cold_bytes is not None and not args.cold:
+        parser.error("argument --cold-bytes: needs --cold")
+    cold_bytes = (args.cold_bytes or default_cold_bytes()) if args.cold else None
 
     trace = Path(args.trace) if args.trace else default_trace()
     if trace is None:
@@ -844,7 +940,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             results += run_modes(requests, p, modes, capacity_blocks=args.capacity_blocks,
                                  max_records=args.max_records, key=args.key, repeat=args.repeat,
                                  upper_bound=not args.no_upper_bound, snapshot_slots=args.snapshot_slots,
-                                 hybrid_candidates=args.hybrid_candidates, eviction_policy=args.eviction_policy)
+                                 hybrid_candidates=args.hybrid_candidates, eviction_policy=args.eviction_policy,
+                                 cold_bytes=cold_bytes)
     except KeyboardInterrupt:
         interrupted = True
     print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", "interrupted": interrupted,

@@ -175,3 +175,37 @@ def test_main_prints_one_json_object(trace, capsys):
     assert bench.main(["--calls", "--page-size", "128", "--call-batches", "1", "--call-batch-size", "5"]) == 0
     out = json.loads(capsys.readouterr().out)  # no trace needed
     assert set(out) == {"path", "python_call_ns", "python_call_setup"} and out["python_call_setup"]["tokens"] == 256
+
+
+@pytest.mark.parametrize("mode", ["vanilla", "spec"])
+def test_cold_loop_agrees_with_the_hot_loop_on_every_non_timing_figure(trace, mode):
+    """The cache-cold loop (issue 24 item 11) hashes each request in its own loop and sweeps a buffer between two
+    requests: the same hashes, reuse, evictions and records as the hot loop, labelled cold, without hot figures."""
+    requests = bench.load_trace(trace)
+    hot = bench.run_modes(requests, 16, [mode], capacity_blocks=20, repeat=1)[0]
+    cold = bench.run_modes(requests, 16, [mode], capacity_blocks=20, cold_bytes=1 << 16)[0]
+    assert hot["loop"] == "hot" and cold["loop"] == "cold" and cold["cold_bytes"] == 1 << 16
+    assert hot["evicted_records"] > 0 and hot["reused_tokens"] > 0  # the comparison covers eviction and reuse
+    timings = {"hash_seconds", "manager_seconds", "hash_ns_per_token", "manager_ns_per_page_touched",
+               "manager_ns_per_call", "manager_requests_per_second", "requests_per_second", "acquire_p50_us",
+               "acquire_p99_us", "acquire_max_us", "manager_seconds_by_operation"}
+    assert not [k for k in cold if k.startswith("hot_")]
+    for k, v in hot.items():
+        if k in timings or k in ("loop",) or k.startswith("hot_"):
+            continue
+        assert cold[k] == v, k
+    assert set(cold) - set(hot) == {"cold_bytes"}
+    assert cold["hash_seconds"] > 0 and cold["manager_seconds"] > 0
+
+
+def test_cold_loop_refuses_hybrid_and_a_tiny_sweep(trace):
+    requests = bench.load_trace(trace)
+    with pytest.raises(ValueError, match="not hybrid"):
+        bench.run_modes(requests, 16, ["hybrid"], cold_bytes=1 << 16)
+    with pytest.raises(ValueError, match="cold_bytes"):
+        bench.run_modes(requests, 16, ["vanilla"], cold_bytes=8)
+
+
+def test_default_cold_bytes_is_twice_the_last_level_cache():
+    llc = bench.last_level_cache_bytes()
+    assert bench.default_cold_bytes() == 2 * (llc or 32 << 20)

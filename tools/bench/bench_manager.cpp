@@ -2,7 +2,8 @@
 //
 //   bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
 //                 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K]
-//                 [--key STRING] [--repeat K] [--no-upper-bound]
+//                 [--key STRING] [--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim]
+//                 [--cold [--cold-bytes B]]
 //
 // Prints one JSON object on stdout: {"path": "c++", ..., "results": [one object per page size and mode, page
 // sizes outer, modes inner in the order vanilla, hybrid, spec]}. --mode is repeatable (or comma separated);
@@ -71,6 +72,13 @@
 // and the whole replay is run K times (a fresh manager per replay, whose figures must repeat exactly): the hot_*
 // figures count every request with its fastest repetition (caches warm from the identical work before it), and
 // are labelled hot wherever they are shown.
+// Cache-cold loop (--cold; vanilla and spec, default both; --repeat is 1): what a server sees when the model's
+// forward pass runs between two requests. No hashing phase: per request, expand its tokens (untimed), hash them
+// (timed: the hashing figures), acquire / grow / publish / release as above (timed: the manager figures), then read
+// one byte of every 64-byte line of a buffer of B bytes (untimed; default twice the last-level cache, the largest
+// data or unified cache of cpu0 in /sys/devices/system/cpu/cpu0/cache, 64 MiB when unreadable). Every other figure
+// is the same as the hot loop's; the result says "loop": "cold" and "cold_bytes", and has no hot_* figures. The
+// upper bound replays the hashes the cold loop made, hot (only its non-timing figures are reported).
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -79,6 +87,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -133,6 +142,53 @@ void expandRange(Request const& r, int32_t begin, int32_t end, std::vector<int32
             static_cast<int32_t>(splitmix64(id * kTraceBlock + static_cast<uint64_t>(pos % kTraceBlock)) % 32000u));
     }
 }
+
+// ---- cache-cold mode (--cold; identical in python/ctxcache/bench.py and tools/bench_peers's vLLM loop) -------
+//
+// What a server sees: between two requests the model's forward pass sweeps the CPU caches. Each request is its own
+// step: expand its tokens (untimed), hash them (timed), acquire / grow / publish / release (timed), then read one
+// byte of every 64-byte line of a buffer of --cold-bytes bytes (untimed; default twice the last-level cache, the
+// largest cache of cpu0 in /sys/devices/system/cpu/cpu0/cache, 64 MiB when that cannot be read).
+
+int64_t lastLevelCacheBytes() {
+    int64_t best = 0;
+    for (int index = 0; index < 16; ++index) {
+        std::string const dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+        std::ifstream type(dir + "type"), size(dir + "size");
+        std::string t, sz;
+        if (!(type >> t) || !(size >> sz)) continue;
+        if (t == "Instruction" || sz.empty()) continue;
+        int64_t value = 0;
+        size_t pos = 0;
+        while (pos < sz.size() && sz[pos] >= '0' && sz[pos] <= '9') value = value * 10 + (sz[pos++] - '0');
+        char const unit = pos < sz.size() ? sz[pos] : ' ';
+        value *= unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : unit == 'G' ? int64_t{1} << 30 : 1;
+        best = std::max(best, value);
+    }
+    return best;
+}
+
+int64_t defaultColdBytes() {
+    int64_t const llc = lastLevelCacheBytes();
+    return 2 * (llc > 0 ? llc : int64_t{32} << 20);
+}
+
+volatile uint64_t gSweepSink = 0;  // keeps the sweep's loads
+
+struct ColdLoop {
+    BlockHasher const* hasher = nullptr;
+    std::vector<uint8_t> buffer;  // written once, so that every page is backed (not the shared zero page)
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> hashNs;  // each request's hashing time
+
+    explicit ColdLoop(BlockHasher const& h, int64_t bytes) : hasher(&h), buffer(static_cast<size_t>(bytes), 1) {}
+    void sweep() {
+        uint64_t acc = 0;
+        uint8_t const* const p = buffer.data();
+        for (size_t i = 0; i < buffer.size(); i += 64) acc += p[i];
+        gSweepSink = gSweepSink + acc;
+    }
+};
 
 // ---- the replay -------------------------------------------------------------------------------------------
 
@@ -212,9 +268,10 @@ void finishReplay(ContextCacheManager const& manager, Replay& out) {
 
 // One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
 // pool (both grown alike). Only manager calls are timed.
-Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>> const& hashes,
-                   int32_t pageSize, int32_t capacityPages, int32_t maxRecords, EvictionPolicy policy, bool samplePeak,
-                   bool spec) {
+// cold: the cache-cold loop (each request hashed in the loop, into hashes[i], and a cache sweep after it).
+Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector<BlockHash>>& hashes, int32_t pageSize,
+                   int32_t capacityPages, int32_t maxRecords, EvictionPolicy policy, bool samplePeak, bool spec,
+                   ColdLoop* cold = nullptr) {
     ResourceDemand capacities;
     capacities.baseKvPages = capacityPages;
     capacities.draftKvPages = spec ? capacityPages : 0;
@@ -224,8 +281,19 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
     out.draftCapacityPages = capacities.draftKvPages;
     out.requestNs.assign(requests.size(), 0);
     out.acquireNs.assign(requests.size(), 0);
+    if (cold) cold->hashNs.assign(requests.size(), 0);
     for (size_t i = 0; i < requests.size(); ++i) {
         Request const& r = requests[i];
+        if (cold) {
+            if (i > 0) cold->sweep();  // the forward pass between two requests
+            expandTokens(r, cold->tokens);
+            std::vector<BlockHash>& into = hashes[i];
+            into.clear();
+            into.reserve(cold->tokens.size() / static_cast<size_t>(pageSize));
+            Clock::time_point const h0 = Clock::now();
+            cold->hasher->hashFullBlocksInto(cold->tokens.data(), cold->tokens.size(), pageSize, {}, nullptr, into);
+            cold->hashNs[i] = ns(h0, Clock::now());
+        }
         std::vector<BlockHash> const& h = hashes[i];
         int32_t const n = r.inputLength;
         ++out.requests;
@@ -540,13 +608,15 @@ int main(int argc, char** argv) {
     int64_t candidateCap = 8;
     bool upperBound = true;
     int repeat = 5;
+    bool coldMode = false;
+    int64_t coldBytes = -1;
     EvictionPolicy policy = EvictionPolicy::kRecordLru;
     std::vector<int32_t> pageSizes;
     std::vector<Mode> modes;
     char const* const usage =
         "bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]... "
         "[--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] "
-        "[--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim]";
+        "[--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim] [--cold [--cold-bytes B]]";
     for (int i = 1; i < argc; ++i) {
         std::string const a = argv[i];
         auto value = [&]() -> std::string {
@@ -574,6 +644,8 @@ int main(int argc, char** argv) {
         else if (a == "--key") key = value();
         else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
         else if (a == "--no-upper-bound") upperBound = false;
+        else if (a == "--cold") coldMode = true;
+        else if (a == "--cold-bytes") coldBytes = std::stoll(value());
         else if (a == "--eviction-policy") {
             std::string const name = value();
             policy = name == "lru"        ? EvictionPolicy::kRecordLru
@@ -586,7 +658,16 @@ int main(int argc, char** argv) {
         } else fail("unknown argument " + a);
     }
     if (pageSizes.empty()) pageSizes = {16, 128};
-    if (modes.empty()) modes = {Mode::kVanilla, Mode::kHybrid, Mode::kSpec};
+    if (modes.empty())
+        modes = coldMode ? std::vector<Mode>{Mode::kVanilla, Mode::kSpec}
+                         : std::vector<Mode>{Mode::kVanilla, Mode::kHybrid, Mode::kSpec};
+    if (coldMode) {
+        if (std::find(modes.begin(), modes.end(), Mode::kHybrid) != modes.end())
+            fail("--cold runs the vanilla and spec modes (not hybrid)");
+        if (coldBytes < 0) coldBytes = defaultColdBytes();
+        if (coldBytes < 64 || coldBytes > (int64_t{1} << 40)) fail("--cold-bytes out of range (64 to 2^40)");
+        repeat = 1;  // each request served once; no hot figures
+    } else if (coldBytes >= 0) fail("--cold-bytes needs --cold");
     std::sort(modes.begin(), modes.end());
     for (int32_t p : pageSizes)
         if (p <= 0 || kTraceBlock % p != 0) fail("page size " + std::to_string(p) + " does not divide 512");
@@ -632,7 +713,7 @@ int main(int argc, char** argv) {
         std::vector<int64_t> hashRequestNs(requests.size(), 0), hotHashRequestNs(requests.size(), INT64_MAX);
         int64_t hashNs = 0, hotHashNs = 0, hashedTokens = 0, hashedBlocks = 0;
         uint64_t sumHi = 0, sumLo = 0;
-        for (size_t i = 0; i < requests.size(); ++i) {
+        for (size_t i = 0; i < requests.size() && !coldMode; ++i) {  // cold: hashed in the replay loop
             expandTokens(requests[i], tokens);
             for (int pass = 0; pass < repeat; ++pass) {
                 std::vector<BlockHash>& out = pass == 0 ? hashes[i] : scratch;
@@ -647,13 +728,20 @@ int main(int argc, char** argv) {
             }
             if (wantHybrid) exactDigests[i] = hasher.hashExactPrefix(tokens.data(), tokens.size(), pageSize);
         }
-        for (int64_t t : hashRequestNs) hashNs += t;
-        for (int64_t t : hotHashRequestNs) hotHashNs += t;
-        for (std::vector<BlockHash> const& hs : hashes) {
-            hashedBlocks += static_cast<int64_t>(hs.size());
-            for (BlockHash const& h : hs) sumHi += h.hi, sumLo += h.lo;
-        }
-        hashedTokens = hashedBlocks * pageSize;
+        auto sumHashes = [&] {
+            hashNs = hotHashNs = hashedBlocks = 0;
+            sumHi = sumLo = 0;
+            for (int64_t t : hashRequestNs) hashNs += t;
+            for (int64_t t : hotHashRequestNs) hotHashNs += t;
+            for (std::vector<BlockHash> const& hs : hashes) {
+                hashedBlocks += static_cast<int64_t>(hs.size());
+                for (BlockHash const& h : hs) sumHi += h.hi, sumLo += h.lo;
+            }
+            hashedTokens = hashedBlocks * pageSize;
+        };
+        if (!coldMode) sumHashes();
+        std::unique_ptr<ColdLoop> cold;
+        if (coldMode) cold = std::make_unique<ColdLoop>(hasher, coldBytes);
 
         for (Mode mode : modes) {
             auto runOnce = [&](int64_t basePages, int64_t slots, bool samplePeak, bool check) -> Replay {
@@ -661,9 +749,9 @@ int main(int argc, char** argv) {
                 int32_t const pages = static_cast<int32_t>(basePages), records = static_cast<int32_t>(maxRecords);
                 switch (mode) {
                     case Mode::kVanilla:
-                        return replayPaged(requests, hashes, pageSize, pages, records, policy, samplePeak, false);
                     case Mode::kSpec:
-                        return replayPaged(requests, hashes, pageSize, pages, records, policy, samplePeak, true);
+                        return replayPaged(requests, hashes, pageSize, pages, records, policy, samplePeak,
+                                           mode == Mode::kSpec, check ? cold.get() : nullptr);
                     case Mode::kHybrid: break;
                 }
                 HybridOptions options;
@@ -675,6 +763,11 @@ int main(int argc, char** argv) {
             };
             Replay run =
                 bestOf(repeat, [&](int pass) { return runOnce(capacityPages, snapshotSlots, pass == 0, pass == 0); });
+            if (coldMode) {  // this mode's own hashing, in its loop
+                hashRequestNs = cold->hashNs;
+                hotHashRequestNs = cold->hashNs;
+                sumHashes();
+            }
 
             Replay bound;
             int64_t boundCapacity = 0, boundSlots = 0;
@@ -696,6 +789,8 @@ int main(int argc, char** argv) {
             j.num("page_size", static_cast<int64_t>(pageSize));
             j.str("mode", modeName(mode));
             j.str("eviction_policy", toString(policy));
+            j.str("loop", coldMode ? "cold" : "hot");
+            if (coldMode) j.num("cold_bytes", coldBytes);
             j.num("repeat", static_cast<int64_t>(repeat));
             j.num("requests", run.requests);
             j.num("distinct_blocks", distinctBlocks);
@@ -827,7 +922,12 @@ int main(int argc, char** argv) {
                    ratio(static_cast<double>(run.managerNs), static_cast<double>(run.managerCalls)));
             j.real("manager_requests_per_second", ratio(static_cast<double>(run.requests), managerS));
             j.real("requests_per_second", ratio(static_cast<double>(run.requests), hashS + digestS + managerS));
-            // hot: each request's fastest of the --repeat passes (caches warm from the identical passes before)
+            // hot: each request's fastest of the --repeat passes (caches warm from the identical passes before);
+            // the cold loop has none
+            if (coldMode) {
+                results.push_back(j.done());
+                continue;
+            }
             double const hotS = static_cast<double>(hotHashNs + run.hotDigestNs + run.hotManagerNs) * 1e-9;
             j.real("hot_hash_ns_per_token", ratio(static_cast<double>(hotHashNs), static_cast<double>(hashedTokens)));
             if (mode == Mode::kHybrid)
