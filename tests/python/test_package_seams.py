@@ -10,7 +10,6 @@ optional dependencies, and the shape of the package's import graph.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess

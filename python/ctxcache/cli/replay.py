@@ -27,7 +27,7 @@ prompt matched whole and page-aligned recomputes its last page (the full-input r
 need one computed position), and in spec mode every hit replays its boundary page. Each prompt's pages are then
 published. This is exactly what the manager does with pools and records that never run short.
 
-Options and figures: every integer option is range-checked as it is parsed (``_cli_args.int_range``), and what
+Options and figures: every integer option is range-checked as it is parsed (``ctxcache.cli.args.int_range``), and what
 depends on two options or on the machine (``--capacity-tokens`` against ``--page-size``, ``--backend cuda``, the
 sweep's ``--out-dir`` and ``--name``) is checked before any work: a bad one is one line on stderr, exit status 2.
 The report's requests/s covers the replay alone (the manager calls, or the engine's serving with ``--verify``'s
@@ -35,7 +35,7 @@ cold runs), not the reading, the hashing, the bound or the optimum, which the wa
 99% capacities are interpolated log-linearly between the sampled point below and the first sampled point at or
 above the target (both are reported). The progress bar is drawn only on a terminal.
 
-The offline optimum (``ctxcache.oracle``, vanilla mode with prefill-state publication; ``--no-optimum`` skips it):
+The offline optimum (``ctxcache.cli.oracle``, vanilla mode with prefill-state publication; ``--no-optimum`` skips it):
 what the same capacity would reuse if eviction always removed the cached page needed farthest in the future
 (Belady), leaves of the prefix tree only, requests one at a time. No online policy can do better; the gap between
 it and the hit rate is what a better eviction policy could still win (docs/EVICTION.md).
@@ -59,10 +59,10 @@ from typing import Any
 
 import numpy as np
 
-from ._cli_args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, zmq_endpoint
-from .enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
-from .hashing import Hasher
-from .manager import ContextCacheManager, ResourceDemand
+from ..enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
+from ..hashing import Hasher
+from ..manager import ContextCacheManager, ResourceDemand
+from .args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, zmq_endpoint
 from .oracle import offline_optimum, prepare_pages
 from .workload import (
     TRACE_BLOCK,
@@ -241,8 +241,8 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
     if settings.events is None:
         yield False
         return
-    from .errors import ContractError, InvalidArgumentError, UnsupportedError
-    from .events import KvEventPublisher
+    from ..errors import ContractError, InvalidArgumentError, UnsupportedError
+    from ..events import KvEventPublisher
 
     try:
         publisher = KvEventPublisher(settings.events, replay_endpoint=settings.events_replay,
@@ -355,7 +355,7 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                 progress: Callable[[int], None] | None = None, measured: Measured | None = None) -> Measured:
     """Serve the workload through the reference engine, in chunks of whole batches (progress, occupancy samples
     and a partial report between chunks); with settings.verify, compare with a cold run."""
-    from . import sim
+    from .. import sim
 
     m = measured if measured is not None else Measured("full", capacity_pages)
     pool_bytes = capacity_pages * settings.page_size * _BYTES_PER_TOKEN * (2 if settings.mode == "spec" else 1)
@@ -748,7 +748,7 @@ def _check_backend(settings: Settings) -> None:
     """--backend cuda where no device is usable: refused before the work, with the probe's reason."""
     if settings.bookkeeping_only or settings.backend != "cuda":
         return
-    from . import _ffi, cuda_compiled, cuda_device_count
+    from .. import _ffi, cuda_compiled, cuda_device_count
 
     if not cuda_compiled():
         raise SettingsError("--backend cuda: this library was built without CUDA; use --backend cpu or auto")
@@ -1111,8 +1111,8 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
     import signal
     import threading
 
-    from . import _startup
-    from .errors import ContractError
+    from .. import _startup
+    from ..errors import ContractError
 
     global _interrupt_requested, _interrupt_taken
     _interrupt_requested = _interrupt_taken = False

@@ -50,14 +50,14 @@ from typing import Any
 
 import numpy as np
 
-from . import runtime
-from ._cli_args import UINT32_MAX, OneLineParser, int_range
-from ._ffi import check, ffi, lib
-from .device import Backend, KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage
-from .enums import CommitPolicy, ModelStateKind, SequenceStatus
-from .hashing import Hasher
-from .manager import ContextCacheManager, ResourceDemand
-from .runtime import ContextCacheCoordinator, DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
+from .. import runtime
+from .._ffi import check, ffi, lib
+from ..cli.args import UINT32_MAX, OneLineParser, int_range
+from ..device import Backend, KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage
+from ..enums import CommitPolicy, ModelStateKind, SequenceStatus
+from ..hashing import Hasher
+from ..manager import ContextCacheManager, ResourceDemand
+from ..runtime import ContextCacheCoordinator, DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
 
 SYSTEM_PROMPTS = 8
 SYSTEM_TOKENS = 1024
