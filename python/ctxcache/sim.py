@@ -40,7 +40,8 @@ from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, S
 from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError
 from .events import KvEventSource
 from .manager import eviction_policy_of
-from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
+from .runtime import ContextCacheMetrics, MediaItem
+from .runtime._marshal import _media_items, _metrics
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",
            "SimSpeculative"]

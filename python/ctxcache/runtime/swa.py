@@ -27,13 +27,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import _arrays
-from ._ffi import check, ffi, lib, new_output
-from .device import KvLengths, KvPagePool, KvPageTable, _Handle
-from .errors import ArgumentTypeError
-from .runtime import (  # SwaState: the state of a window, kept in runtime (the facade returns it too)
-    SwaState,
-    Synchronizer,
+from .. import _arrays
+from .._ffi import check, ffi, lib, new_output
+from ..device import KvLengths, KvPagePool, KvPageTable, _Handle
+from ..errors import ArgumentTypeError
+from ._marshal import (
     _create_synchronized,
     _destroy_synchronized,
     _int32s,
@@ -42,6 +40,7 @@ from .runtime import (  # SwaState: the state of a window, kept in runtime (the 
     _resident,
     _swa_state,
 )
+from .types import SwaState, Synchronizer  # SwaState: the state of a window (the request facade returns it too)
 
 _NULL = ffi.NULL
 
@@ -63,6 +62,9 @@ class BoundedSwaKVPageManager(_Handle):
     _destroy = staticmethod(_destroy_manager)
     _what = "manager"
     _rank = 1  # after its request, when both are queued
+    # ManagedKVCacheRequest.begin on this backend: ctxc_kv_request_begin_swa; the request's `swa_manager` is this one.
+    _begin_kv_request = staticmethod(lib.ctxc_kv_request_begin_swa)
+    _reuses_context = False
 
     def __init__(self, pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = None, *,
                  window_size_tokens: int, max_batch: int = 8, synchronizer: Synchronizer | None = None):
