@@ -52,7 +52,7 @@ _BATCH_SCRIPT = textwrap.dedent("""
     import sys, time
     import numpy as np
     from ctxcache import sim
-from ctxcache.cli import replay
+    from ctxcache.cli import replay
     from ctxcache.cli.workload import builtin_workload
 
     w = builtin_workload(0)

@@ -10,6 +10,7 @@ optional dependencies, and the shape of the package's import graph.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -63,3 +64,141 @@ def test_sweep_json_without_matplotlib_reports_no_png_and_names_the_extra_on_std
     report = json.loads(done.stdout)
     assert report["png"] is None and report["csv"].endswith("ctxcache-sweep.csv")
     assert done.stderr.count("pip install 'ctxcache[plot]'") == 1
+
+
+# ---- the import graph (read with ast, nothing imported) -----------------------------------------------------------
+
+def _module_names() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its own name, for its __init__.py)."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ["ctxcache", *path.relative_to(PACKAGE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _module_names()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if _is_package(module) else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _is_type_checking(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _module_level(body: list[ast.stmt]):
+    """The import statements run when the module is imported: top level, and inside top-level if/try blocks (not
+    those under `if TYPE_CHECKING:`, nor inside functions and classes)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and not _is_type_checking(node):
+            yield from _module_level(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            yield from _module_level(node.body + node.orelse + node.finalbody
+                                     + [s for h in node.handlers for s in h.body])
+
+
+def _imported(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, str | None]]:
+    """(the package module imported, the name taken from it or None) for each name of one import statement."""
+    if isinstance(node, ast.Import):
+        return [(a.name, None) for a in node.names if a.name in MODULES]
+    source = _resolve(module, node)
+    if source not in MODULES:
+        return []
+    return [(f"{source}.{a.name}", None) if f"{source}.{a.name}" in MODULES else (source, a.name) for a in node.names]
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module-level imports between the package's modules. A module's own ancestor packages are left out: Python
+    runs them first whatever the module imports (each is an edge of the package's, not of the module's)."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        edges = set()
+        for node in _module_level(ast.parse(path.read_text()).body):
+            for target, _ in _imported(module, node):
+                if target != module and not module.startswith(target + "."):
+                    edges.add(target)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_the_graph_reader_sees_the_package_and_its_edges():
+    graph = _graph()
+    assert {"ctxcache", "ctxcache.runtime", "ctxcache.runtime.request", "ctxcache.cli", "ctxcache.bench"} <= set(graph)
+    assert "ctxcache.runtime._marshal" in graph["ctxcache.runtime.request"]
+    assert "ctxcache._ffi" in graph["ctxcache.device"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_of_the_package_imports_another_in_a_cycle():
+    assert _cycles(_graph()) == []
+
+
+def _public(module: str) -> bool:
+    return not any(part.startswith("_") for part in module.split("."))
+
+
+def test_no_public_module_imports_a_private_name_from_another_public_module():
+    """`from .device import _Handle` in a public module is a reach into device's privates: what modules share
+    lives in a private module (ctxcache._resource, _arrays, runtime._marshal, ...). Imports inside functions
+    count too."""
+    reaches = []
+    for module, path in MODULES.items():
+        if not _public(module):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for source, name in _imported(module, node):
+                if (name is not None and name.startswith("_") and not name.startswith("__") and source != module
+                        and _public(source)):
+                    reaches.append(f"{module}: from {source} import {name}")
+    assert reaches == []

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import _arrays
 from .._ffi import check, ffi, lib
-from ..device import _Handle
+from .._resource import Handle
 from ..enums import (
     LookupPolicy,
     MediaModality,
@@ -258,7 +258,7 @@ def _destroy_coordinator(handle: Any) -> int:
 
 
 
-def _device(value: Any, kind: type[_Handle], name: str, keep: list[Any]) -> Any:
+def _device(value: Any, kind: type[Handle], name: str, keep: list[Any]) -> Any:
     if value is None:
         return _NULL
     if not isinstance(value, kind):

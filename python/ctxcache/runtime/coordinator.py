@@ -12,7 +12,8 @@ from typing import Any
 
 from .. import _arrays
 from .._ffi import check, ffi, lib, new_output
-from ..device import KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage, _Handle
+from .._resource import Handle
+from ..device import KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage
 from ..enums import (
     EvictionPolicy,
     HashAlgorithm,
@@ -32,7 +33,7 @@ from ._marshal import (
 from .types import ContextCacheMetrics, SpecReuseContract, Synchronizer
 
 
-class ContextCacheCoordinator(KvEventSource, _Handle):
+class ContextCacheCoordinator(KvEventSource, Handle):
     """A context-cache coordinator over device objects (None where the profile does not use them): attention
     needs base_pool, base_table and base_lengths; a speculative profile that owns paged spec state the draft
     triple; a hybrid or pure recurrent model resident_state and snapshots."""

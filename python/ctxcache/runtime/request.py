@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _arrays
 from .._ffi import check, ffi, lib, new_output
-from ..device import _Handle
+from .._resource import Handle
 from ..enums import (
     AdmitSequenceStatus,
     CommitPolicy,
@@ -43,7 +43,7 @@ from .types import AdmitResult, DecodingContext, Headroom, Request, ResidentRef,
 if TYPE_CHECKING:
     from .coordinator import ContextCacheCoordinator
 
-class ManagedKVCacheRequest(_Handle):
+class ManagedKVCacheRequest(Handle):
     """One runtime request over exactly one backend, a context-cache coordinator or a bounded sliding-window page
     manager (reuse off); a context manager whose exit abandons it if unfinished. On the SWA backend the
     context-only members answer the seed's backstops: prefill_starts is empty, prepare_prefill and
@@ -88,7 +88,7 @@ class ManagedKVCacheRequest(_Handle):
         out = ffi.new("ctxc_kv_request_t **")
         check(begin(backend._live(), sequences if requests else _NULL, len(requests), c_context, options, out))
         self = cls.__new__(cls)
-        _Handle.__init__(self, out[0], (backend,))
+        Handle.__init__(self, out[0], (backend,))
         self.coordinator = backend if backend._reuses_context else None
         self.swa_manager = None if self.coordinator is not None else backend
         return self

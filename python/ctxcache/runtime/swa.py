@@ -29,7 +29,8 @@ from typing import Any
 
 from .. import _arrays
 from .._ffi import check, ffi, lib, new_output
-from ..device import KvLengths, KvPagePool, KvPageTable, _Handle
+from .._resource import Handle
+from ..device import KvLengths, KvPagePool, KvPageTable
 from ..errors import ArgumentTypeError
 from ._marshal import (
     _create_synchronized,
@@ -50,13 +51,13 @@ def _destroy_manager(handle: Any) -> int:
     return _destroy_synchronized(lib.ctxc_swa_manager_destroy, handle)
 
 
-def _typed(value: Any, kind: type[_Handle], name: str) -> Any:
+def _typed(value: Any, kind: type[Handle], name: str) -> Any:
     if not isinstance(value, kind):
         raise ArgumentTypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     return value._live()
 
 
-class BoundedSwaKVPageManager(_Handle):
+class BoundedSwaKVPageManager(Handle):
     """The manager over a pool, a sparse-window table and (optional) lengths compacted with the batch."""
 
     _destroy = staticmethod(_destroy_manager)
@@ -107,7 +108,7 @@ class BoundedSwaKVPageManager(_Handle):
         out = ffi.new("ctxc_swa_request_t **")
         check(lib.ctxc_swa_manager_begin_request(self._live(), c_refs, len(refs), _pointer(stream, "stream"), out))
         request = SwaRequest.__new__(SwaRequest)
-        _Handle.__init__(request, out[0], (self,))
+        Handle.__init__(request, out[0], (self,))
         request.manager = self
         return request
 
@@ -119,7 +120,7 @@ class BoundedSwaKVPageManager(_Handle):
         check(lib.ctxc_swa_manager_check_invariants(self._live()))
 
 
-class SwaRequest(_Handle):
+class SwaRequest(Handle):
     """One request over a BoundedSwaKVPageManager; a context manager whose exit abandons it if unfinished."""
 
     _destroy = staticmethod(lib.ctxc_swa_request_destroy)
