@@ -36,7 +36,6 @@ context managers; closing them in any order is safe (an object keeps what it was
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, _dense
-from ._ffi import check, ffi, lib, library_path, new_output
+from ._ffi import check, ffi, lib, new_output
 from ._resource import Handle
 from .errors import ArgumentTypeError, ContractError, InvalidArgumentError
 
@@ -201,28 +200,7 @@ def _set_external(options: Any, memory: Any, name: str, data_field: str = "exter
     setattr(options, bytes_field, nbytes)
 
 
-# ---- DLPack ---------------------------------------------------------------------------------------------------
-# A capsule holds a DLManagedTensor made by the library, which keeps the owner's memory alive by itself (a C++
-# reference): the Python owner may be closed or collected while a consumer holds the tensor, and no registry of
-# Python owners is needed. A consumer renames the capsule "used_..." and calls the tensor's deleter when done; a
-# capsule nobody consumed is released by its destructor, which is the library's own C function (it runs at an
-# arbitrary point, often with the failed consumer's exception pending: no Python callback, no cffi, whose lock is
-# not re-entrant, see _resource.py; it only drops C++ references, which is thread-safe in the library).
-
-_DLTENSOR = b"dltensor"
-_DLTENSOR_VERSIONED = b"dltensor_versioned"
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_ctypes_library = ctypes.CDLL(library_path())
-_capsule_destructor = ctypes.cast(_ctypes_library.ctxc_dlpack_capsule_destructor, ctypes.c_void_p)
-_dlpack_release = _ctypes_library.ctxc_dlpack_release
-_dlpack_release.restype = None
-_dlpack_release.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-
-
-_DL_CPU = 1
-_DL_CUDA = 2
+# ---- DLPack: the export (a capsule made by the library) is _dense.to_dlpack, beside the import -----------------
 
 
 class DeviceView:
@@ -272,7 +250,7 @@ class DeviceView:
         return DeviceView(self._owner, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (_DL_CUDA, int(self._view.device)) if self._view.backend == BackendKind.CUDA else (_DL_CPU, 0)
+        return (_dense.DL_CUDA, int(self._view.device)) if self._view.backend == BackendKind.CUDA else (_dense.DL_CPU, 0)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Any = None) -> Any:
@@ -289,15 +267,7 @@ class DeviceView:
                 check(lib.ctxc_device_backend_synchronize(_family_backend(self._owner)._live()))
         elif stream not in (None, -1):
             raise BufferError(f"a CPU view takes no stream (got {stream!r})")
-        versioned = max_version is not None and tuple(max_version)[0] >= 1
-        out = ffi.new("void **")
-        check(lib.ctxc_device_view_to_dlpack(self._view, handle, int(versioned), out))
-        managed = int(ffi.cast("uintptr_t", out[0]))
-        try:
-            return _capsule_new(managed, _DLTENSOR_VERSIONED if versioned else _DLTENSOR, _capsule_destructor)
-        except BaseException:
-            _dlpack_release(managed, int(versioned))
-            raise
+        return _dense.to_dlpack(self._view, handle, max_version is not None and tuple(max_version)[0] >= 1)
 
     def numpy(self) -> np.ndarray:
         """numpy.from_dlpack of a CPU view (the same memory, no copy)."""
