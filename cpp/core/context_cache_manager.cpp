@@ -9,17 +9,15 @@
 #include <algorithm>
 #include <string>
 
+#include "ctxcache/detail/contract_scope.h"
 #include "ctxcache/errors.h"
 #include "lease_state.h"
 
 namespace ctxcache {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] void contract(char const* operation, std::string const& why) {
-    throw ContractError(std::string(operation) + ": " + why);
-}
+using ctxcache::detail::str;
+constexpr ctxcache::detail::ContractScope contract{""};
 
 char const* leaseKind(ReusePlanMode mode) {
     switch (mode) {

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "ctxcache/detail/contract_scope.h"
 #include "ctxcache/errors.h"
 #include "request_state.h"
 
@@ -17,11 +18,8 @@ namespace ctxcache::runtime {
 using Phase = ContextCacheCoordinator::RequestState::Phase;
 using Status = ContextCacheCoordinatorStatus;
 
-inline std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] inline void contract(char const* op, std::string const& why) {
-    throw ContractError(std::string("ContextCacheCoordinator::") + op + ": " + why);
-}
+using ctxcache::detail::str;
+inline constexpr ctxcache::detail::ContractScope contract{"ContextCacheCoordinator"};
 
 inline int32_t ceilDiv(int64_t a, int32_t b) { return static_cast<int32_t>((a + b - 1) / b); }
 

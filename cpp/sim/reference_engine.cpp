@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "ctxcache/detail/contract_scope.h"
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/device/kv_page_table.h"
@@ -29,9 +30,8 @@ using runtime::SequenceStatus;
 
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] void contract(std::string const& why) { throw ContractError("ReferenceEngine: " + why); }
+using ctxcache::detail::str;
+constexpr ctxcache::detail::ContractScope contract{"ReferenceEngine"};
 
 bool hasAttention(DeploymentKind k) { return k != DeploymentKind::kRecurrent; }
 bool hasState(DeploymentKind k) { return k == DeploymentKind::kHybrid || k == DeploymentKind::kRecurrent; }
