@@ -235,6 +235,21 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::finalizePrefillPublicatio
 
 // ---- Hybrid+MTP endpoint ---------------------------------------------------------------------------------
 
+namespace {
+
+// The preamble of the two Hybrid+MTP endpoint calls, once the request is live and not quarantined: the deployment
+// has Hybrid+MTP reuse, the request is in prefill and `row` is one of its sequences (ContractError otherwise).
+SequenceState& hybridMtpRow(char const* op, ContextCacheDeploymentProfile const& profile,
+                            ContextCacheCoordinator::RequestState& s, int32_t row) {
+    if (!profile.isHybridMtp())
+        contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
+    requirePhase(op, s, {Phase::kPrefillPrepared, Phase::kPrefillCaptured});
+    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size()) contract(op, "row " + str(row) + " is out of range");
+    return s.sequences[static_cast<size_t>(row)];
+}
+
+}  // namespace
+
 // The address of row `row` of an fp16 [rows, hiddenSize] tensor on the coordinator's backend (throws).
 char* ContextCacheCoordinator::hiddenRowOf(char const* op, TensorView const& tensor, int32_t row) const {
     int32_t const hidden = resources_.residentState->geometry().hiddenSize;
@@ -258,11 +273,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::publishHybridMtpEndpoint(
     char const* op = "publishHybridMtpEndpoint";
     RequestState& s = live(request, op);
     if (s.phase == Phase::kQuarantined) return Status::kPoisoned;
-    if (!profile_.isHybridMtp())
-        contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
-    requirePhase(op, s, {Phase::kPrefillPrepared, Phase::kPrefillCaptured});
-    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size()) contract(op, "row " + str(row) + " is out of range");
-    SequenceState& seq = s.sequences[static_cast<size_t>(row)];
+    SequenceState& seq = hybridMtpRow(op, profile_, s, row);
     int32_t const E = residentStateLength;
     if (E < 1 || E > seq.inputLength || E < seq.reuse)
         contract(op, "residentStateLength " + str(E) + " must lie in [max(1, prefill start " + str(seq.reuse) +
@@ -322,11 +333,7 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::restoreHybridMtpBoundaryH
     char const* op = "restoreHybridMtpBoundaryHidden";
     RequestState& s = live(request, op);
     if (s.phase == Phase::kQuarantined) return Status::kPoisoned;
-    if (!profile_.isHybridMtp())
-        contract(op, "the deployment has no Hybrid+MTP reuse (a hybrid profile with an MTP head)");
-    requirePhase(op, s, {Phase::kPrefillPrepared, Phase::kPrefillCaptured});
-    if (row < 0 || static_cast<size_t>(row) >= s.sequences.size()) contract(op, "row " + str(row) + " is out of range");
-    SequenceState const& seq = s.sequences[static_cast<size_t>(row)];
+    SequenceState const& seq = hybridMtpRow(op, profile_, s, row);
     if (seq.reuse == 0) contract(op, "row " + str(row) + " restored no checkpoint (its prefill starts at 0)");
     char* const destination = hiddenRowOf(op, baseHiddenStates, destinationRow);
     device::ResidentState& state = *resources_.residentState;
