@@ -36,28 +36,31 @@ def read_header(header: Path) -> str:
     Recursive (a part includes the parts it needs) and each part once, where it is first included, as its include
     guard makes a compiler read it. A part is looked up beside the including file, then under the umbrella's own
     directory (the include root, as ``-I``). A missing part raises FileNotFoundError (an OSError, like a missing
-    header).
+    header). Plain string paths (no Path.resolve): this runs at every ``import ctxcache``.
     """
-    root = header.parent
-    seen: set[Path] = set()
+    root = os.path.dirname(os.path.abspath(header))
+    seen: set[str] = set()
 
-    def inline(path: Path) -> list[str]:
-        seen.add(path.resolve())
+    def inline(path: str) -> list[str]:
+        seen.add(path)
+        with open(path) as file:
+            lines = file.read().splitlines()
         out = []
-        for line in path.read_text().splitlines():
-            match = _PART_INCLUDE.match(line)
+        for line in lines:
+            match = _PART_INCLUDE.match(line) if "#" in line and "include" in line else None
             if match is None:
                 out.append(line)
                 continue
             name = match.group(1)
-            part = next((c for c in (path.parent / name, root / name) if c.is_file()), None)
+            candidates = (os.path.join(os.path.dirname(path), name), os.path.join(root, name))
+            part = next((os.path.normpath(c) for c in candidates if os.path.isfile(c)), None)
             if part is None:
                 raise FileNotFoundError(f"{path}: #include \"{name}\": no such header under {root}")
-            if part.resolve() not in seen:
+            if part not in seen:  # one spelling per file: normalized, absolute (under the absolute root)
                 out.extend(inline(part))
         return out
 
-    return "\n".join(inline(header)) + "\n"
+    return "\n".join(inline(os.path.join(root, os.path.basename(header)))) + "\n"
 
 
 def header_to_cdef(text: str) -> str:
