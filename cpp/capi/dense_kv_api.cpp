@@ -1,6 +1,10 @@
-// C ABI: dense K/V scatter into pages and gather out of them over the caller's memory (no device buffer handle),
-// in either dense layout. The checks that need the objects are the device layer's (kv_scatter.h, kv_gather.h);
-// this file adds the pointer checks only the ABI can make (null, alignment, exact byte count).
+// C ABI of include/ctxcache/c/dense_kv.h: dense K/V scatter into pages and gather out of them, into device
+// buffers (ctxc_kv_gather) or over the caller's memory (no device buffer handle), in either dense layout. The checks
+// that need the objects are the device layer's (kv_scatter.h, kv_gather.h); this file adds the pointer checks only
+// the ABI can make (null, alignment, exact byte count).
+#include "ctxcache/c/dense_kv.h"
+
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -29,6 +33,18 @@ KvScatterRequest toScatterRequest(ctxc_kv_scatter_request_t const* request) {
     out.seqLen = r.seq_len;
     out.firstPosition = r.first_position;
     out.layout = requireLayout(r.layout, "request->layout");
+    return out;
+}
+
+KvGatherRequest toGatherRequest(ctxc_kv_gather_request_t const* request) {
+    ctxc_kv_gather_request_t const& r = requireSized(request, "request");
+    KvGatherRequest out;
+    out.layer = r.layer;
+    out.batch = r.batch;
+    out.seqLen = r.seq_len;
+    out.outDtype = requireDType(r.out_dtype, "request->out_dtype");
+    out.kScale = r.k_scale;
+    out.vScale = r.v_scale;
     return out;
 }
 
@@ -70,6 +86,37 @@ CTXC_API ctxc_status_t ctxc_kv_scatter(ctxc_kv_pool_t* pool, const ctxc_kv_page_
     });
 }
 
+CTXC_API void ctxc_kv_gather_request_init(ctxc_kv_gather_request_t* request) {
+    if (!initSized(request)) return;
+    request->out_dtype = CTXC_DTYPE_FP16;
+    request->k_scale = 1.0f;
+    request->v_scale = 1.0f;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_gather_output_bytes(const ctxc_kv_pool_t* pool, const ctxc_kv_gather_request_t* request,
+                                                   size_t* out_bytes) {
+    return getInto(__func__, out_bytes, "out_bytes", [&] {
+        return gatherOutputBytes(*requireObject(kvPools(), pool, "pool").pool, toGatherRequest(request));
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_gather(const ctxc_kv_pool_t* pool, const ctxc_kv_page_table_t* table,
+                                      const ctxc_kv_lengths_t* lengths, const ctxc_kv_gather_request_t* request,
+                                      ctxc_device_buffer_t* k_out, ctxc_device_buffer_t* v_out) {
+    return guard(__func__, [&] {
+        KvPagePool const& p = *requireObject(kvPools(), pool, "pool").pool;
+        KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
+        KvLengths const* l = lengths ? requireObject(kvLengths(), lengths, "lengths").lengths.get() : nullptr;
+        BufferObject& k = requireObject(deviceBuffers(), k_out, "k_out");
+        BufferObject& v = requireObject(deviceBuffers(), v_out, "v_out");
+        if (k_out == v_out) invalidArgument("k_out and v_out are the same buffer");
+        if (k.backend.get() != &p.backend() || v.backend.get() != &p.backend())
+            throw ContractError("the output buffers live on another backend than the pool");
+        KvGatherRequest const r = toGatherRequest(request);
+        gatherPagedKv(p, t, l, r, k.buffer->data(), v.buffer->data(), std::min(k.buffer->size(), v.buffer->size()));
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_kv_gather_into(const ctxc_kv_pool_t* pool, const ctxc_kv_page_table_t* table,
                                            const ctxc_kv_lengths_t* lengths, const ctxc_kv_gather_request_t* request,
                                            int32_t layout, void* k_out, void* v_out, size_t bytes) {
@@ -77,14 +124,7 @@ CTXC_API ctxc_status_t ctxc_kv_gather_into(const ctxc_kv_pool_t* pool, const ctx
         KvPagePool const& p = *requireObject(kvPools(), pool, "pool").pool;
         KvPageTable const& t = *requireObject(pageTables(), table, "table").table;
         KvLengths const* l = lengths ? requireObject(kvLengths(), lengths, "lengths").lengths.get() : nullptr;
-        ctxc_kv_gather_request_t const& c = requireSized(request, "request");
-        KvGatherRequest r;
-        r.layer = c.layer;
-        r.batch = c.batch;
-        r.seqLen = c.seq_len;
-        r.outDtype = requireDType(c.out_dtype, "request->out_dtype");
-        r.kScale = c.k_scale;
-        r.vScale = c.v_scale;
+        KvGatherRequest r = toGatherRequest(request);
         r.layout = requireLayout(layout, "layout");
         size_t const needed = gatherOutputBytes(p, r);
         if (bytes != needed)

@@ -2,7 +2,7 @@
 //
 // Every object holds a shared_ptr to its backend (declared first, so it is destroyed last) and to whatever it
 // was built from, so handles may be destroyed in any order: the device memory goes away with the last owner.
-// The storage itself is a shared_ptr too, so that a DLPack export (dlpack_export.cpp) can keep it alive after
+// The storage itself is a shared_ptr too, so that a DLPack export (dlpack_api.cpp) can keep it alive after
 // its handle is destroyed.
 // Threading: the handle tables are locked; the objects follow the backend's single-writer contract: a backend and
 // everything built on it share one CallFamily (capi/call_family.h), so overlapping calls are refused.

@@ -8,6 +8,7 @@
 // A manager and its leases share one CallFamily (capi/call_family.h): one call at a time among them.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -76,6 +77,17 @@ inline auto& leases() { return handleTable<LeaseObject, 0xC2>(); }
 inline auto& hashers() { return handleTable<HasherObject, 0xC3>(); }
 
 ManagerObject& requireManager(void const* handle);
+
+// The caller's hash array, read in place: ctxc_hash128_t and BlockHash are the same two little-endian u64.
+static_assert(sizeof(ctxc_hash128_t) == sizeof(BlockHash) && alignof(ctxc_hash128_t) == alignof(BlockHash) &&
+                  offsetof(ctxc_hash128_t, hi) == offsetof(BlockHash, hi) &&
+                  offsetof(ctxc_hash128_t, lo) == offsetof(BlockHash, lo),
+              "ctxc_hash128_t and BlockHash share one layout");
+inline BlockHash const* inputHashes(ctxc_hash128_t const* hashes, size_t count) {
+    requireArray(hashes, count, "hashes");
+    return reinterpret_cast<BlockHash const*>(hashes);
+}
+
 // A live lease of `managerHandle` (or of any manager when managerHandle is null).
 LeaseObject& requireLiveLease(void const* handle, void const* managerHandle);
 LeaseObject& requireLease(void const* handle);

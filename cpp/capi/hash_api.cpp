@@ -1,4 +1,6 @@
-// C ABI: block hashing.
+// C ABI of include/ctxcache/c/hash.h: block hashing.
+#include "ctxcache/c/hash.h"
+
 #include <string_view>
 
 #include "api_support.h"

@@ -1,4 +1,7 @@
-// C ABI: KV events (enable, drain, status, publisher attachment) and the ZMQ publisher's handle.
+// C ABI of include/ctxcache/c/kv_events.h: KV events (enable, drain, status, publisher attachment) and the ZMQ
+// publisher's handle.
+#include "ctxcache/c/kv_events.h"
+
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,4 +1,6 @@
-// C ABI: leases.
+// C ABI of include/ctxcache/c/lease.h: leases.
+#include "ctxcache/c/lease.h"
+
 #include "api_support.h"
 #include "handles.h"
 

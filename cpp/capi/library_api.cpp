@@ -1,4 +1,6 @@
-// C ABI: library-wide entry points (version, errors, layout checks, CUDA probe).
+// C ABI of include/ctxcache/c/library.h: library-wide entry points (version, errors, layout checks, CUDA probe).
+#include "ctxcache/c/library.h"
+
 #include <cstddef>
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // C ABI: the runtime layer (ContextCacheCoordinator and the ManagedKVCacheRequest facade) over the device objects'
-// handles. Contract: include/ctxcache.h, section "runtime".
+// handles. Contract: include/ctxcache/c/runtime.h.
 //
 // A CoordinatorObject owns its coordinator and shares ownership of every device object it was built over (and of
 // what those were built from), so the device handles may be destroyed in any order; it knows the handles of its
@@ -9,6 +9,8 @@
 // Threading: the handle tables are locked; the objects follow the coordinator's single-writer contract: a
 // coordinator and its requests are in the family of its device objects' backend (or in a family of their own when
 // it has none), a request on the bounded-SWA backend in its manager's (capi/call_family.h).
+#include "ctxcache/c/runtime.h"
+
 #include <memory>
 #include <optional>
 #include <string>

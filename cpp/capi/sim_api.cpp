@@ -1,5 +1,7 @@
 // The reference engine's C ABI: create/destroy, serve into a results object, stats, invariants, drain.
-// Contract of every function: include/ctxcache.h ("The reference engine").
+// Contract of every function: include/ctxcache/c/sim.h.
+#include "ctxcache/c/sim.h"
+
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,5 +1,7 @@
 // Bounded sliding-window paging's C ABI: the manager over a pool, a sparse-window table and optional lengths, and
-// its one request at a time. Contract of every function: include/ctxcache.h ("Bounded sliding-window paging").
+// its one request at a time. Contract of every function: include/ctxcache/c/swa.h.
+#include "ctxcache/c/swa.h"
+
 #include <memory>
 #include <optional>
 #include <string>

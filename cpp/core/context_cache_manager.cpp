@@ -1,25 +1,23 @@
 // ContextCacheManager: acquire (plan, pin the hit, check the room, then evict + allocate or roll back),
 // grow and snapshot reservation, publication (validate everything first, then canonical base projection and a
-// single commit that rolls back on any failure), eviction with its metrics, and checkInvariants(), which
-// recounts every reference from the live leases and the records. Invariants, atomicity, recency, errors, cost
-// and threading (single writer, no internal locks): include/ctxcache/context_cache_manager.h.
+// single commit that rolls back on any failure), and eviction with its metrics. Beside it: manager_kv_events.cpp
+// (the KV event stream) and manager_invariants.cpp (checkInvariants, metadataBytes). Invariants, atomicity,
+// recency, errors, cost and threading (single writer, no internal locks): include/ctxcache/context_cache_manager.h.
 
 #include "ctxcache/context_cache_manager.h"
 
 #include <algorithm>
 #include <string>
 
+#include "ctxcache/detail/contract_scope.h"
 #include "ctxcache/errors.h"
 #include "lease_state.h"
 
 namespace ctxcache {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] void contract(char const* operation, std::string const& why) {
-    throw ContractError(std::string(operation) + ": " + why);
-}
+using ctxcache::detail::str;
+constexpr ctxcache::detail::ContractScope contract{""};
 
 char const* leaseKind(ReusePlanMode mode) {
     switch (mode) {
@@ -30,13 +28,6 @@ char const* leaseKind(ReusePlanMode mode) {
     }
     return "a lease";
 }
-
-// Leases that own snapshot reservations and restored snapshot bindings.
-bool isCheckpointLease(ReusePlanMode mode) {
-    return mode == ReusePlanMode::kHybrid || mode == ReusePlanMode::kHybridMtp;
-}
-// Leases that hold draft pages.
-bool isDraftLease(ReusePlanMode mode) { return mode == ReusePlanMode::kSpec || mode == ReusePlanMode::kHybridMtp; }
 
 bool ownsReservation(std::vector<ResourceId> const& reserved, ResourceId id) {
     return std::find(reserved.begin(), reserved.end(), id) != reserved.end();
@@ -793,203 +784,6 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
     record.exactCheckpointLength = length;
     record.hybridMtpCheckpoint = true;
     return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens);
-}
-
-// ---- KV events ----------------------------------------------------------------------------------------------
-
-void ContextCacheManager::enableKvEvents(size_t maxPendingEvents) {
-    char const* const op = "enableKvEvents";
-    if (eventsEnabled_) contract(op, "events are already enabled");
-    if (maxPendingEvents == 0) contract(op, "maxPendingEvents must be positive");
-    if (baseIndex_.size() != 0)
-        contract(op, "the base index already holds " + str(static_cast<int64_t>(baseIndex_.size())) +
-                         " blocks: enable events before the first publication");
-    KvEventLog fresh;
-    fresh.blockSize = pageSize_;
-    fresh.appendCleared();
-    events_ = std::move(fresh);
-    eventsEnabled_ = true;
-    eventsBroken_ = false;
-    maxPendingEvents_ = maxPendingEvents;
-}
-
-void ContextCacheManager::disableKvEvents() noexcept {
-    eventsEnabled_ = false;
-    eventsBroken_ = false;
-    events_.clear();
-    eventSink_.reset();
-    stagedStores_.clear();
-}
-
-void ContextCacheManager::setKvEventSink(std::shared_ptr<KvEventSink> sink) {
-    if (!eventsEnabled_) contract("setKvEventSink", "events are not enabled");
-    eventSink_ = std::move(sink);
-    if (eventSink_ && eventCallDepth_ == 0) finishEventCall();
-}
-
-void ContextCacheManager::drainKvEvents(KvEventLog& out) {
-    out.clear();
-    out.blockSize = pageSize_;
-    if (eventsEnabled_) std::swap(out, events_);
-    events_.clear();
-    events_.blockSize = pageSize_;
-}
-
-void ContextCacheManager::checkEventTokens(char const* operation, BlockTokenSpan tokens, size_t blocks) const {
-    if (tokens.size > 0 && !tokens.data) contract(operation, "tokens is null");
-    if (!eventsEnabled_) return;
-    size_t const needed = blocks * static_cast<size_t>(pageSize_);
-    if (tokens.size < needed)
-        contract(operation, "KV events are on: the publication needs the tokens of its " +
-                                str(static_cast<int64_t>(blocks)) + " blocks (" + str(static_cast<int64_t>(needed)) +
-                                "), got " + str(static_cast<int64_t>(tokens.size)));
-}
-
-void ContextCacheManager::emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens) noexcept {
-    size_t const page = static_cast<size_t>(pageSize_);
-    try {
-        for (size_t run = 0; run < stagedStores_.size();) {
-            size_t end = run + 1;
-            while (end < stagedStores_.size() && stagedStores_[end] == stagedStores_[end - 1] + 1) ++end;
-            size_t const first = stagedStores_[run];
-            size_t const count = end - run;
-            bool const hasParent = first > 0;
-            events_.appendStored(hashes.data() + first, count, hasParent,
-                                 hasParent ? kvEventBlockHash(hashes[first - 1]) : 0, tokens.data + first * page,
-                                 count * page);
-            run = end;
-        }
-    } catch (...) {
-        eventFailed();
-    }
-    stagedStores_.clear();
-}
-
-void ContextCacheManager::eventFailed() noexcept {
-    // An event could not be recorded (out of memory): what the consumer would learn is incomplete, so the
-    // pending events are replaced by one AllBlocksCleared at the end of the call.
-    lostKvEvents_ += events_.size() + 1;
-    events_.clear();
-    eventsBroken_ = true;
-}
-
-void ContextCacheManager::finishEventCall() noexcept {
-    if (!eventsEnabled_) return;
-    if (eventsBroken_ || (!eventSink_ && events_.size() > maxPendingEvents_)) {
-        if (!eventsBroken_) lostKvEvents_ += events_.size();
-        events_.clear();
-        try {
-            events_.appendCleared();
-            eventsBroken_ = false;
-        } catch (...) {
-            return;  // still broken: the next call retries
-        }
-    }
-    if (eventSink_ && !events_.empty()) {
-        eventSink_->consume(events_);
-        events_.clear();
-        events_.blockSize = pageSize_;
-    }
-}
-
-// ---- verification -----------------------------------------------------------------------------------------
-
-void ContextCacheManager::checkInvariants() const {
-    pools_.checkInvariants();
-    baseIndex_.checkInvariants();
-    draftIndex_.checkInvariants();
-    records_.checkInvariants();
-
-    // Only the ids handed out so far can be held (the others are free and were never used): the recount is
-    // O(issued ids), not O(capacity).
-    std::vector<int32_t> active[kResourceTypeCount], cache[kResourceTypeCount];
-    for (ResourceType type : kAllResourceTypes) {
-        active[static_cast<int>(type)].assign(static_cast<size_t>(pools_.issuedCount(type)), 0);
-        cache[static_cast<int>(type)].assign(static_cast<size_t>(pools_.issuedCount(type)), 0);
-    }
-    auto count = [&](std::vector<int32_t>* table, ResourceId const& id, std::string const& holder) {
-        if (!pools_.validId(id))
-            throw InvariantError(holder + " holds " + toString(id.type) + " " + str(id.index) +
-                                 ", which is out of range");
-        if (id.index >= pools_.issuedCount(id.type))
-            throw InvariantError(holder + " holds " + toString(id.type) + " " + str(id.index) +
-                                 ", which was never allocated");
-        ++table[static_cast<int>(id.type)][static_cast<size_t>(id.index)];
-    };
-
-    size_t leases = 0;
-    for (LeaseState const* s = leaseList_; s; s = s->next) {
-        ++leases;
-        if (s->manager != this) throw InvariantError("a live lease names another manager");
-        std::string const holder = "a live lease";
-        for (PageId page : s->basePages) count(active, {ResourceType::kBaseKvPage, page}, holder);
-        for (PageId page : s->draftPages) count(active, {ResourceType::kDraftKvPage, page}, holder);
-        if (s->recurrentBinding) count(active, {ResourceType::kRecurrentSnapshot, *s->recurrentBinding}, holder);
-        if (s->partialBinding) count(active, {ResourceType::kPartialKvSnapshot, *s->partialBinding}, holder);
-        for (ResourceId const& id : s->reservedSnapshots) count(active, id, holder);
-        if (!isDraftLease(s->mode) && !s->draftPages.empty())
-            throw InvariantError("a lease that is neither spec nor Hybrid+MTP holds draft pages");
-    }
-    if (leases != liveLeases_)
-        throw InvariantError("live lease count " + str(static_cast<int64_t>(liveLeases_)) +
-                             " != " + str(static_cast<int64_t>(leases)));
-
-    size_t pairedBoundaries = 0;
-    records_.forEach([&](StoredRecord const& stored) {
-        // Derived hashes come from the base index; each must map back to the very page it came from.
-        CacheRecord const record = records_.materialize(stored);
-        std::string const holder = "record " + str(static_cast<int64_t>(record.id));
-        for (ResourceId const& id : record.resources()) count(cache, id, holder);
-        for (size_t i = 0; i < record.basePagePath.size(); ++i) {
-            std::optional<PageId> mapped = baseIndex_.lookup(record.logicalBlockHashes[i]);
-            if (!mapped || *mapped != record.basePagePath[i])
-                throw InvariantError(holder + " base page " + str(record.basePagePath[i]) + " at block " +
-                                     str(static_cast<int64_t>(i)) + " is not the canonical page of its hash");
-        }
-        if (record.hasEagleDraftPath()) {
-            pairedBoundaries += record.logicalBlockHashes.size();
-            for (size_t i = 0; i < record.logicalBlockHashes.size(); ++i)
-                if (!draftIndex_.contains(record.basePagePath[i], {record.id, static_cast<int32_t>(i + 1)}))
-                    throw InvariantError(holder + " boundary " + str(static_cast<int64_t>(i + 1)) +
-                                         " is missing from the draft index");
-        }
-    });
-    if (draftIndex_.entryCount() != pairedBoundaries)
-        throw InvariantError("draft index holds " + str(static_cast<int64_t>(draftIndex_.entryCount())) +
-                             " entries for " + str(static_cast<int64_t>(pairedBoundaries)) + " paired boundaries");
-
-    for (ResourceType type : kAllResourceTypes) {
-        int const t = static_cast<int>(type);
-        for (int32_t index = 0; index < pools_.issuedCount(type); ++index) {
-            ResourceId const id{type, index};
-            if (pools_.activeRefCount(id) != active[t][static_cast<size_t>(index)])
-                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " +
-                                     str(pools_.activeRefCount(id)) + " active refs but leases hold " +
-                                     str(active[t][static_cast<size_t>(index)]));
-            if (pools_.cacheRefCount(id) != cache[t][static_cast<size_t>(index)])
-                throw InvariantError(std::string(toString(type)) + " " + str(index) + " has " +
-                                     str(pools_.cacheRefCount(id)) + " cache refs but records list it " +
-                                     str(cache[t][static_cast<size_t>(index)]) + " times");
-            if (type == ResourceType::kBaseKvPage) {
-                bool const mapped = baseIndex_.hashOfPage(index).has_value();
-                if (mapped != (cache[t][static_cast<size_t>(index)] > 0))
-                    throw InvariantError("base page " + str(index) +
-                                         (mapped ? " is indexed without a cache ref" : " is cached but not indexed"));
-            }
-        }
-    }
-    baseIndex_.forEach([&](BlockHash const&, PageId page) {
-        if (page >= pools_.issuedCount(ResourceType::kBaseKvPage))
-            throw InvariantError("base page " + str(page) + " is indexed but was never allocated");
-    });
-    if (maxRecords_ == 0 ? records_.size() != 0 : records_.size() > static_cast<size_t>(maxRecords_))
-        throw InvariantError("record count " + str(static_cast<int64_t>(records_.size())) + " exceeds maxRecords " +
-                             str(maxRecords_));
-}
-
-size_t ContextCacheManager::metadataBytes() const noexcept {
-    return sizeof(*this) + pools_.memoryBytes() + baseIndex_.memoryBytes() + draftIndex_.memoryBytes() +
-           records_.memoryBytes();
 }
 
 }  // namespace ctxcache

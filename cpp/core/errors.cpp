@@ -1,9 +1,12 @@
-// The message of an OutOfMemoryError (include/ctxcache/errors.h): what was being allocated and its bytes. No
-// state; it allocates only the message it returns.
+// The message of an OutOfMemoryError (include/ctxcache/errors.h): what was being allocated and its bytes; the
+// ContractError throwers of include/ctxcache/detail/contract_scope.h. No state; each allocates only the message
+// it returns or throws.
 
 #include "ctxcache/errors.h"
 
 #include <cstdio>
+
+#include "ctxcache/detail/contract_scope.h"
 
 namespace ctxcache {
 
@@ -21,5 +24,17 @@ std::string describeAllocationFailure(std::string const& what, size_t bytes) {
     }
     return what + ": cannot allocate " + std::to_string(bytes) + " bytes" + human;
 }
+
+namespace detail {
+
+void ContractScope::operator()(char const* op, std::string const& why) const {
+    std::string message(scope_);
+    if (!message.empty()) message += "::";
+    throw ContractError(message + op + ": " + why);
+}
+
+void ContractScope::operator()(std::string const& why) const { throw ContractError(std::string(scope_) + ": " + why); }
+
+}  // namespace detail
 
 }  // namespace ctxcache

@@ -1,6 +1,6 @@
 // The state behind a CacheRequestLease. It lives on the heap, owned by the lease (so a move is a pointer move),
 // and is linked into its manager's intrusive list of live leases (so the manager can verify refcounts and
-// detach leases that outlive it).
+// detach leases that outlive it); and the two questions the manager's files ask of a lease's mode.
 #pragma once
 
 #include <optional>
@@ -26,5 +26,14 @@ struct CacheRequestLease::State {
     std::optional<int32_t> partialBinding;
     std::vector<ResourceId> reservedSnapshots;
 };
+
+// Leases that own snapshot reservations and restored snapshot bindings.
+inline bool isCheckpointLease(ReusePlanMode mode) {
+    return mode == ReusePlanMode::kHybrid || mode == ReusePlanMode::kHybridMtp;
+}
+// Leases that hold draft pages.
+inline bool isDraftLease(ReusePlanMode mode) {
+    return mode == ReusePlanMode::kSpec || mode == ReusePlanMode::kHybridMtp;
+}
 
 }  // namespace ctxcache

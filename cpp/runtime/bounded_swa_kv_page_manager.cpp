@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "ctxcache/detail/contract_scope.h"
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/errors.h"
 
@@ -13,11 +14,8 @@ namespace ctxcache::runtime {
 
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] void contract(char const* op, std::string const& why) {
-    throw ContractError(std::string("BoundedSwaKVPageManager::") + op + ": " + why);
-}
+using ctxcache::detail::str;
+constexpr ctxcache::detail::ContractScope contract{"BoundedSwaKVPageManager"};
 
 [[noreturn]] void broken(std::string const& why) { throw InvariantError("BoundedSwaKVPageManager: " + why); }
 

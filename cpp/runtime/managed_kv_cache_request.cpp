@@ -4,16 +4,14 @@
 
 #include <string>
 
+#include "ctxcache/detail/contract_scope.h"
 #include "ctxcache/errors.h"
 
 namespace ctxcache::runtime {
 
 namespace {
-std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] void contract(char const* op, std::string const& why) {
-    throw ContractError(std::string("ManagedKVCacheRequest::") + op + ": " + why);
-}
+using ctxcache::detail::str;
+constexpr ctxcache::detail::ContractScope contract{"ManagedKVCacheRequest"};
 }  // namespace
 
 std::optional<ManagedKVCacheRequest> ManagedKVCacheRequest::begin(

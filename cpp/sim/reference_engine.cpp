@@ -1,5 +1,6 @@
-// ReferenceEngine: scheduling, the facade lifecycle, SimModel launches, fault recovery and digests. Contract:
-// include/ctxcache/sim/reference_engine.h.
+// ReferenceEngine: construction, serve() and its waves' queue, SimModel launches, fault recovery and digests; one
+// wave (the facade lifecycle of a batch, by phase) is BatchServer, in reference_engine_batch.cpp, and the state the
+// two share is in reference_engine_internal.h. Contract: include/ctxcache/sim/reference_engine.h.
 #include "ctxcache/sim/reference_engine.h"
 
 #include <openssl/evp.h>
@@ -9,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "ctxcache/detail/contract_scope.h"
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/device/kv_page_table.h"
@@ -17,6 +19,7 @@
 #include "ctxcache/errors.h"
 #include "ctxcache/runtime/managed_kv_cache_request.h"
 #include "ctxcache/sim/sim_kernels.h"
+#include "reference_engine_internal.h"
 
 namespace ctxcache::sim {
 
@@ -29,9 +32,8 @@ using runtime::SequenceStatus;
 
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] void contract(std::string const& why) { throw ContractError("ReferenceEngine: " + why); }
+using ctxcache::detail::str;
+constexpr ctxcache::detail::ContractScope contract{"ReferenceEngine"};
 
 bool hasAttention(DeploymentKind k) { return k != DeploymentKind::kRecurrent; }
 bool hasState(DeploymentKind k) { return k == DeploymentKind::kHybrid || k == DeploymentKind::kRecurrent; }
@@ -47,40 +49,6 @@ char const* toString(DeploymentKind kind) noexcept {
     }
     return "unknown";
 }
-
-struct ReferenceEngine::Storage {
-    std::unique_ptr<device::KvPagePool> base, draft;
-    std::unique_ptr<device::KvPageTable> baseTable, draftTable;
-    std::unique_ptr<device::KvLengths> baseLengths, draftLengths;
-    std::unique_ptr<device::ResidentState> state;
-    std::unique_ptr<device::SnapshotStorage> snapshots;
-    device::DeviceBuffer tokens;   // staging of the tokens an op reads
-    device::DeviceBuffer media;    // staging of its media words
-    device::DeviceBuffer sampled;  // int32 per sequence
-    device::DeviceBuffer mapping;  // int32 compaction map
-    device::DeviceBuffer hidden;    // Hybrid+MTP: staging of the hidden rows a draft op reads
-    device::DeviceBuffer boundary;  // Hybrid+MTP: the one boundary row published or restored
-    size_t stagingEntries = 0;
-};
-
-struct ReferenceEngine::Row {
-    size_t request = 0;
-    ResidentRef resident;
-    std::vector<int32_t> history;  // prompt + generated
-    int32_t inputLength = 0;
-    int32_t generated = 0;
-    int32_t prefillStart = 0;
-    int32_t maxNewTokens = 0;
-    int32_t cancelAfter = -1;
-    int32_t failAfter = -1;
-    uint32_t salt = 0;
-    std::vector<uint32_t> media;  // per prompt position, empty when the prompt has none
-    SequenceStatus status = SequenceStatus::kRunning;
-    bool joined = false;
-    std::vector<uint16_t> hidden;  // Hybrid+MTP: kMtpHiddenSize fp16 words per position computed or restored
-
-    int32_t committed() const { return inputLength + generated - 1; }
-};
 
 // ---- construction ------------------------------------------------------------------------------------------
 
@@ -476,316 +444,6 @@ void ReferenceEngine::recover() {
             throw InvariantError("ReferenceEngine: shutdown found a live request: " + coordinator_->lastFailure());
     }
     throw InvariantError("ReferenceEngine: the device never recovered");
-}
-
-bool ReferenceEngine::serveBatch(std::vector<size_t>& queue, std::vector<EngineRequest> const& requests,
-                                 std::vector<EngineOutput>& outputs, std::vector<uint8_t>& done) {
-    ReferenceEngineConfig const& c = config_;
-    bool const eagle = c.deployment == DeploymentKind::kEagle;
-    bool const speculative = eagle || mtp();
-    DecodingKvHeadroom const headroom{1, speculative ? 1 : 0};
-    Storage& st = *storage_;
-
-    // Founders: the next founderCap_ requests (maxBatch, halved after a batch that could not be seated).
-    std::vector<std::unique_ptr<Row>> rows;
-    // Hybrid+MTP serves batches of one (Appendix C).
-    size_t const founders = std::min(queue.size(), static_cast<size_t>(mtp() ? 1 : founderCap_));
-    runtime::GenerationRequest gr;
-    DecodingInferenceContext ctx;
-    for (size_t k = 0; k < founders; ++k) {
-        size_t const index = queue.back();
-        queue.pop_back();
-        EngineRequest const& r = requests[index];
-        std::unique_ptr<Row> row = newRow(index, r, takeResident());
-        runtime::SequenceRequest sr;
-        sr.tokenIds = r.tokens;
-        sr.loraName = r.lora;
-        sr.media = r.media;
-        if (!c.reuse) sr.lookupPolicy = ContextCacheLookupPolicy::kBypass;
-        gr.sequences.push_back(std::move(sr));
-        ctx.residentRefs.push_back(row->resident);
-        rows.push_back(std::move(row));
-    }
-    ctx.activeBatchSize = static_cast<int32_t>(rows.size());
-    ++stats_.batches;
-
-    auto requeue = [&](std::vector<std::unique_ptr<Row>>& which) {
-        for (size_t k = which.size(); k-- > 0;) queue.push_back(which[k]->request);
-    };
-    auto releaseAll = [&](std::vector<std::unique_ptr<Row>>& which) {
-        for (auto& r : which) releaseResident(r->resident);
-    };
-
-    std::optional<ManagedKVCacheRequest> m =
-        ManagedKVCacheRequest::begin(coordinator_.get(), swa_.get(), gr, ctx, speculative, headroom,
-                                     runtime::DecodingTokenStateContract::kCommittedPlusLookahead, c.commitPolicy);
-    if (!m) {
-        releaseAll(rows);
-        requeue(rows);
-        if (backendPoisoned()) {
-            recover();
-            return false;
-        }
-        if (rows.size() == 1)
-            contract("request " + str(static_cast<int64_t>(rows[0]->request)) +
-                     " does not fit the cache: " + backendFailure());
-        // The founders could not be seated together: the next wave tries half as many (each wave seats at
-        // least one, which validate() proved fits alone, so the queue always shrinks).
-        ++stats_.capacityRetries;
-        founderCap_ = std::max<int32_t>(1, static_cast<int32_t>(rows.size() / 2));
-        return false;
-    }
-
-    // A fault anywhere: finish (the coordinator quarantines what the device may still use), recover, and serve
-    // the unfinished requests again from scratch.
-    auto fault = [&]() {
-        (void)m->finish();
-        m.reset();
-        recover();
-        for (auto& r : rows) {
-            releaseResident(r->resident);
-            ++stats_.restarts;
-        }
-        requeue(rows);
-        return false;
-    };
-
-    if (std::vector<int32_t> const* starts = m->prefillStarts())
-        for (size_t i = 0; i < rows.size(); ++i) rows[i]->prefillStart = (*starts)[i];
-    if (!m->preparePrefill()) return fault();
-    if (st.baseLengths && !swa_) {
-        std::vector<int32_t> const lengths = st.baseLengths->read();
-        for (size_t i = 0; i < rows.size(); ++i)
-            if (lengths[i] != rows[i]->prefillStart)
-                throw InvariantError("ReferenceEngine: device KV length " + str(lengths[i]) + " of row " +
-                                     str(static_cast<int64_t>(i)) + " is not its prefill start " +
-                                     str(rows[i]->prefillStart));
-    }
-    std::vector<Row*> live;
-    for (auto& r : rows) live.push_back(r.get());
-    if (mtp()) {
-        // The boundary row of a hit comes from the checkpoint: the base word at start - 1 is not recomputed.
-        Row& r = *rows[0];
-        r.hidden.assign(static_cast<size_t>(r.inputLength) * kMtpHiddenSize, 0);
-        if (r.prefillStart > 0) {
-            runtime::TensorView boundary = boundaryView();
-            if (!m->restoreHybridMtpBoundaryHidden(0, boundary, 0)) return fault();
-            st.boundary.read(0, r.hidden.data() + static_cast<size_t>(r.prefillStart - 1) * kMtpHiddenSize,
-                             kMtpHiddenSize * sizeof(uint16_t));
-        }
-    }
-    if (swa_) {
-        if (!prefillWindowed(*m, live)) return fault();
-    } else {
-        prefillRows(live);
-    }
-    if (mtp()) {
-        // Mid-prefill: the hidden rows, the draft up to the boundary, then the checkpoint at E = n.
-        Row& r = *rows[0];
-        computeHidden(r, r.prefillStart, r.inputLength);
-        mtpDraft(r, std::max(0, r.prefillStart - 1), r.inputLength - 1);
-        st.boundary.write(0, r.hidden.data() + static_cast<size_t>(r.inputLength - 1) * kMtpHiddenSize,
-                          kMtpHiddenSize * sizeof(uint16_t));
-        if (!m->publishHybridMtpEndpoint(0, r.inputLength, boundaryView(), 0)) return fault();
-    }
-    if (!m->enqueuePrefillCaptures()) return fault();
-    finishPrefill(live);
-    setLengths(rows);
-
-    auto fillContext = [&]() {
-        ctx.activeBatchSize = static_cast<int32_t>(rows.size());
-        ctx.tokenIds.clear();
-        ctx.rawInputLengths.clear();
-        ctx.generatedLengths.clear();
-        ctx.status.clear();
-        ctx.residentRefs.clear();
-        for (auto& r : rows) {
-            ctx.tokenIds.push_back(r->history);
-            ctx.rawInputLengths.push_back(r->inputLength);
-            ctx.generatedLengths.push_back(r->generated);
-            ctx.status.push_back(r->status);
-            ctx.residentRefs.push_back(r->resident);
-        }
-    };
-    auto commonLengths = [&]() {
-        std::vector<int32_t> common;
-        if (speculative)
-            for (auto& r : rows) common.push_back(r->committed());
-        return common;
-    };
-    fillContext();
-    if (!m->completePrefill(ctx, commonLengths())) return fault();
-
-    // Retire finished and cancelled rows: record their outputs, then compact them away.
-    bool joinsPaused = false;  // after a preemption, until a row retires
-    bool preempted = false;
-    auto retire = [&]() -> bool {
-        std::vector<int32_t> map(rows.size(), -1);
-        int32_t next = 0;
-        bool any = false;
-        for (size_t i = 0; i < rows.size(); ++i) {
-            Row& r = *rows[i];
-            if (r.status == SequenceStatus::kRunning) {
-                map[i] = next++;
-                continue;
-            }
-            any = true;
-            EngineOutput& o = outputs[r.request];
-            o.prefillStart = firstReuse_[r.request] >= 0 ? firstReuse_[r.request] : r.prefillStart;
-            o.generated.assign(r.history.begin() + r.inputLength, r.history.end());
-            o.stateDigest = digest(r);
-            o.cancelled = r.status == SequenceStatus::kCancelled;
-            o.failed = r.status == SequenceStatus::kFailed;
-            o.joined = r.joined;
-            ++o.attempts;
-            done[r.request] = 1;
-        }
-        if (!any) return true;
-        joinsPaused = false;  // a retired row gave its pages back
-        runtime::TensorView mapping{st.mapping.data(),
-                                    runtime::ScalarType::kInt32,
-                                    {static_cast<int64_t>(rows.size())},
-                                    backend_->kind() == device::BackendKind::kCuda ? 0 : -1};
-        ++stats_.compactions;
-        bool ok = m->beginBatchCompaction(map, next, mapping) && m->completeBatchCompaction(map);
-        // Retired rows are done whatever happened to the compaction; when it failed their slots are quarantined
-        // with the request, and fault() recovers (shutdown) before any slot is handed out again.
-        std::vector<std::unique_ptr<Row>> survivors;
-        for (size_t i = 0; i < rows.size(); ++i) {
-            if (map[i] >= 0) survivors.push_back(std::move(rows[i]));
-            else releaseResident(rows[i]->resident);
-        }
-        rows = std::move(survivors);
-        return ok;
-    };
-    for (auto& r : rows)
-        if (r->generated >= r->maxNewTokens) r->status = SequenceStatus::kFinished;
-    if (!retire()) return fault();
-
-    // Preemption (recompute, as vLLM's): the newest row leaves the batch unpublished (its prompt stays published
-    // from prefill end) and goes back to the front of the queue, to be served again from scratch (a hit on its
-    // own prompt, then the same tokens: the model is deterministic per sequence). The oldest row is never
-    // preempted, and alone it fits (validate()), so every batch finishes and the queue always shrinks.
-    auto preemptNewest = [&]() -> bool {
-        std::vector<int32_t> map(rows.size());
-        for (size_t i = 0; i < rows.size(); ++i) map[i] = static_cast<int32_t>(i);
-        map.back() = -1;
-        runtime::TensorView mapping{st.mapping.data(),
-                                    runtime::ScalarType::kInt32,
-                                    {static_cast<int64_t>(rows.size())},
-                                    backend_->kind() == device::BackendKind::kCuda ? 0 : -1};
-        ++stats_.compactions;
-        ++stats_.preemptions;
-        bool const ok = m->beginBatchCompaction(map, static_cast<int32_t>(rows.size() - 1), mapping) &&
-                        m->completeBatchCompaction(map);
-        releaseResident(rows.back()->resident);
-        int32_t& first = firstReuse_[rows.back()->request];
-        if (first < 0) first = rows.back()->prefillStart;  // what the cache gave it, not its own recompute
-        queue.push_back(rows.back()->request);
-        rows.pop_back();
-        joinsPaused = true;
-        preempted = true;
-        return ok;
-    };
-
-    bool const joins = coordinator_ && coordinator_->supportsLiveSequenceAdmission();
-    while (!rows.empty()) {
-        if (interruptSource_->load(std::memory_order_relaxed)) {
-            (void)m->finish();
-            m.reset();
-            releaseAll(rows);
-            if (backendPoisoned()) recover();
-            checkInterrupt();
-        }
-        // Cancellations arrive before the step: those rows hold.
-        for (auto& r : rows)
-            if (r->cancelAfter >= 1 && r->generated >= r->cancelAfter && r->status == SequenceStatus::kRunning)
-                r->status = SequenceStatus::kCancelled;
-            else if (r->failAfter >= 1 && r->generated >= r->failAfter && r->status == SequenceStatus::kRunning)
-                r->status = SequenceStatus::kFailed;
-        // Growth for this step must fit: preempt the newest rows until it does (the coordinator's own test).
-        if (coordinator_) {
-            runtime::ContextCacheRequest* cr = m->contextRequest();
-            while (rows.size() > 1 && cr && !coordinator_->canPrepareDecodeStep(cr->handle(), headroom))
-                if (!preemptNewest()) return fault();
-        }
-        fillContext();
-        if (!m->prepareDecodeStep(ctx, headroom)) {
-            if (backendPoisoned()) return fault();
-            // Growth failed although canPrepareDecodeStep allowed it, or a lone row cannot grow: a bug, never a
-            // retry loop.
-            std::string const why = backendFailure();
-            (void)m->finish();
-            m.reset();
-            releaseAll(rows);
-            throw InvariantError("ReferenceEngine: a decode step of " + str(static_cast<int64_t>(rows.size())) +
-                                 " rows could not grow: " + why);
-        }
-        live.clear();
-        for (auto& r : rows)
-            if (r->status == SequenceStatus::kRunning) live.push_back(r.get());
-        decodeRows(live);
-        setLengths(rows);
-        for (Row* r : live)
-            if (r->generated >= r->maxNewTokens) r->status = SequenceStatus::kFinished;
-        fillContext();
-        if (!m->completeDecodeStep(ctx, commonLengths())) return fault();
-        ++stats_.decodeSteps;
-        if (!retire()) return fault();
-
-        // Joiners take the free rows at this step boundary (attention-only, non-speculative deployments).
-        while (joins && !joinsPaused && !queue.empty() && rows.size() < static_cast<size_t>(c.maxBatch) &&
-               !rows.empty()) {
-            size_t const index = queue.back();
-            EngineRequest const& req = requests[index];
-            ResidentRef const resident = takeResident();
-            int32_t start = 0;
-            runtime::ContextCacheRequest::AdmitSequenceStatus const status =
-                c.reuse ? m->admitSequence(req.tokens, req.lora, headroom, start, resident, nullptr, {}, req.media)
-                        : runtime::ContextCacheRequest::AdmitSequenceStatus::kFailed;
-            if (status != runtime::ContextCacheRequest::AdmitSequenceStatus::kAdmitted) {
-                releaseResident(resident);
-                if (status == runtime::ContextCacheRequest::AdmitSequenceStatus::kNoCapacity) ++stats_.joinerNoCapacity;
-                if (backendPoisoned()) return fault();
-                break;
-            }
-            queue.pop_back();
-            std::unique_ptr<Row> row = newRow(index, req, resident);
-            row->prefillStart = start;
-            row->joined = true;
-            Row* joiner = row.get();
-            int32_t const seat = static_cast<int32_t>(rows.size());
-            rows.push_back(std::move(row));
-            prefillRows({joiner});
-            if (seatingFailuresLeft_[index] > 0) {
-                // Seating failed after the joiner's prefill wrote its private pages: retract. Nothing it wrote
-                // was published, and its pages go back to the pool; it stays queued for a later boundary.
-                --seatingFailuresLeft_[index];
-                rows.pop_back();
-                if (!m->retractSequenceAdmission()) return fault();
-                releaseResident(resident);
-                queue.push_back(index);
-                ++stats_.retractions;
-                break;
-            }
-            st.baseLengths->setEntry(seat, joiner->inputLength);
-            finishPrefill({joiner});
-            ++stats_.joiners;
-            if (!m->finalizeSequenceAdmission(seat, joiner->history.back(), joiner->inputLength)) return fault();
-            if (joiner->generated >= joiner->maxNewTokens) joiner->status = SequenceStatus::kFinished;
-            if (!retire()) return fault();
-        }
-    }
-    if (!m->finish()) {
-        m.reset();
-        recover();
-    }
-    // The next wave (additive increase, multiplicative decrease): one founder more after a wave that needed no
-    // preemption, half after one that did. Doubling back instead made every other wave fail to seat, and a failed
-    // seating evicts the records its partial acquires made room with.
-    if (!preempted) founderCap_ = std::min(c.maxBatch, founderCap_ + 1);
-    else founderCap_ = std::max<int32_t>(1, std::min(founderCap_, static_cast<int32_t>(founders)) / 2);
-    return true;
 }
 
 // Sample each row's lookahead token from the state after its prompt; EAGLE rows then compute their draft KV

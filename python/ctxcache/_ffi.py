@@ -1,12 +1,15 @@
 """Loads the shared library (cffi ABI mode) and turns C statuses into typed exceptions.
 
-The declarations are the public header's (_ffi_build.header_to_cdef: preprocessor and ``extern "C"`` lines dropped),
-so they cannot drift from the library's. They come pre-parsed (cffi's out-of-line ABI mode): the build writes
-``_ffi_abi.py`` beside ``libctxcache.so`` (_ffi_build.py), and importing it costs milliseconds where parsing the
-1,600-line header costs about 2 s. Still ABI mode: ``ffi.dlopen`` of the very library a C or C++ runtime links.
+The declarations are the public header's (_ffi_build.read_header: the umbrella ctxcache.h with its per-object parts
+under ctxcache/c/ inlined; then header_to_cdef: preprocessor and ``extern "C"`` lines dropped), so they cannot drift
+from the library's. They come pre-parsed (cffi's out-of-line ABI mode): the build writes ``_ffi_abi.py`` beside
+``libctxcache.so`` (_ffi_build.py), and importing it costs milliseconds where parsing the 1,600 lines of the header
+and its parts costs about 2 s. Still ABI mode: ``ffi.dlopen`` of the very library a C or C++ runtime links.
 
 Where the library is: inside the package (importlib.resources, which also works for editable installs), or
 ``CTXCACHE_LIBRARY`` (and optionally ``CTXCACHE_HEADER``) pointing at a build tree, which is what ``tools/test`` does.
+The header is the umbrella ``ctxcache.h``; its parts are read from ``ctxcache/c/`` beside it (the package's
+``include/``, a source checkout's ``include/``, or wherever CTXCACHE_HEADER points).
 The pre-parsed module is the one beside that library, used only when its declarations' digest equals the header's
 (when the header is present; the library's ABI version is checked either way). Without such a module (missing,
 unloadable, or made from another header) the header is parsed at import, as before, with one RuntimeWarning that
@@ -28,7 +31,7 @@ from typing import Any
 
 import _cffi_backend
 
-from ._ffi_build import MODULE_NAME, cdef_digest, header_abi_version, header_to_cdef
+from ._ffi_build import MODULE_NAME, cdef_digest, header_abi_version, header_to_cdef, read_header
 from .errors import STATUS_EXCEPTIONS, InternalError
 
 _LIBRARY_NAME = "libctxcache.so"
@@ -48,7 +51,7 @@ def _locate() -> tuple[str, str]:
         with resources.as_file(candidate) as path:
             library = str(path)
     if not header:
-        candidate = package / "include" / "ctxcache.h"
+        candidate = package / "include" / "ctxcache.h"  # its parts in include/ctxcache/c/ (CMakeLists.txt installs both)
         if candidate.is_file():
             header = str(candidate)
         else:  # a source checkout: python/ctxcache -> include/ctxcache.h
@@ -69,8 +72,8 @@ def _load_pre_parsed(path: Path) -> Any:
 def _declarations(library: str, header: str) -> tuple[Any, int, str | None]:
     """(ffi, the declarations' ABI version, the pre-parsed module's path or None when the header was parsed)."""
     try:
-        header_text: str | None = Path(header).read_text()
-    except OSError:
+        header_text: str | None = read_header(Path(header))
+    except OSError:  # the header, or one of the parts it includes, is missing
         header_text = None
     cdef = header_to_cdef(header_text) if header_text is not None else None
     module_path = Path(library).with_name(MODULE_NAME + ".py")  # not resolved: beside the path we were given

@@ -8,9 +8,14 @@ never runs cffi's parser (about 2 s saved). The module also holds ``CDEF_SHA256`
 was made from, and ``ABI_VERSION``, the header's ``CTXC_ABI_VERSION``; _ffi.py compares the digest with the header's
 when the header is present, so a module left behind by an older header is never used silently.
 
+HEADER is the umbrella ``ctxcache.h``, which includes one part per object (``#include "ctxcache/c/<part>.h"``):
+``read_header`` inlines those parts, recursively and each once, so the declarations are the whole API in the order a
+compiler sees it.
+
 Invariants: this module imports the standard library only (cffi only inside ``write_module``), so _ffi.py may import
-it cheaply and the build may run it as a script; ``header_to_cdef`` is the one translation of the header into
-declarations, used by both the generated module and _ffi.py's fallback. OUTPUT is replaced atomically.
+it cheaply and the build may run it as a script; ``read_header`` then ``header_to_cdef`` is the one translation of
+the header into declarations, used by both the generated module and _ffi.py's fallback. OUTPUT is replaced
+atomically.
 """
 
 from __future__ import annotations
@@ -22,6 +27,40 @@ import sys
 from pathlib import Path
 
 MODULE_NAME = "_ffi_abi"  # the generated module's file is MODULE_NAME + ".py", beside the library
+_PART_INCLUDE = re.compile(r'^\s*#\s*include\s+"(ctxcache/c/[^"]+)"\s*$')
+
+
+def read_header(header: Path) -> str:
+    """The umbrella header's text with every quoted ``#include "ctxcache/c/..."`` replaced by that part's text.
+
+    Recursive (a part includes the parts it needs) and each part once, where it is first included, as its include
+    guard makes a compiler read it. A part is looked up beside the including file, then under the umbrella's own
+    directory (the include root, as ``-I``). A missing part raises FileNotFoundError (an OSError, like a missing
+    header). Plain string paths (no Path.resolve): this runs at every ``import ctxcache``.
+    """
+    root = os.path.dirname(os.path.abspath(header))
+    seen: set[str] = set()
+
+    def inline(path: str) -> list[str]:
+        seen.add(path)
+        with open(path) as file:
+            lines = file.read().splitlines()
+        out = []
+        for line in lines:
+            match = _PART_INCLUDE.match(line) if "#" in line and "include" in line else None
+            if match is None:
+                out.append(line)
+                continue
+            name = match.group(1)
+            candidates = (os.path.join(os.path.dirname(path), name), os.path.join(root, name))
+            part = next((os.path.normpath(c) for c in candidates if os.path.isfile(c)), None)
+            if part is None:
+                raise FileNotFoundError(f"{path}: #include \"{name}\": no such header under {root}")
+            if part not in seen:  # one spelling per file: normalized, absolute (under the absolute root)
+                out.extend(inline(part))
+        return out
+
+    return "\n".join(inline(os.path.join(root, os.path.basename(header)))) + "\n"
 
 
 def header_to_cdef(text: str) -> str:
@@ -58,7 +97,7 @@ def header_abi_version(text: str) -> int:
 def write_module(header: Path, output: Path) -> None:
     import cffi  # only here: the build needs it, `import ctxcache` does not
 
-    text = header.read_text()
+    text = read_header(header)
     cdef = header_to_cdef(text)
     builder = cffi.FFI()
     builder.cdef(cdef)

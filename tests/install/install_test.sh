@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installed package, used the way a C or C++ runtime uses it (ctest runs this as `install.examples`):
 #   1. cmake --install of the build tree into a fresh prefix;
-#   2. every installed header compiles with nothing but <prefix>/include (C++17; ctxcache.h also as C99);
+#   2. every installed header compiles with nothing but <prefix>/include (C++17; ctxcache.h also as C99), and
+#      each part of the C header (ctxcache/c/<part>.h) compiles alone, as C99 -pedantic and as C++17;
 #   3. examples/c and examples/cpp configure with only find_package(ctxcache CONFIG REQUIRED) and
 #      CMAKE_PREFIX_PATH=<prefix>, build, and run: the C manager example (main.c), the C runtime example
 #      (runtime_example.c, the lifecycle of docs/RUNTIME.md) and the C++ example (each asserts its reuse numbers
@@ -32,7 +33,17 @@ cc=${CC:-cc}
 } >"$work/all_headers.cpp"
 "$cxx" -std=c++17 -fsyntax-only -Wall -Wextra -Werror -I"$prefix/include" "$work/all_headers.cpp"
 echo '#include <ctxcache.h>' >"$work/c_header.c"
-"$cc" -std=c99 -fsyntax-only -Wall -Wextra -Werror -I"$prefix/include" "$work/c_header.c"
+"$cc" -std=c99 -pedantic -fsyntax-only -Wall -Wextra -Werror -I"$prefix/include" "$work/c_header.c"
+
+step "each part of the C header compiles alone (C99 -pedantic, C++17)"
+parts=("$prefix"/include/ctxcache/c/*.h)
+[ -f "${parts[0]}" ] || { echo "no C header parts installed under $prefix/include/ctxcache/c" >&2; exit 1; }
+for part in "${parts[@]}"; do
+    echo "#include <ctxcache/c/$(basename "$part")>" >"$work/c_part.c"
+    "$cc" -std=c99 -pedantic -fsyntax-only -Wall -Wextra -Werror -I"$prefix/include" "$work/c_part.c"
+    "$cxx" -x c++ -std=c++17 -pedantic -fsyntax-only -Wall -Wextra -Werror -I"$prefix/include" "$work/c_part.c"
+done
+echo "${#parts[@]} parts"
 
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)

@@ -14,8 +14,9 @@ import pytest
 import ctxcache
 from ctxcache import _ffi, device, enums, errors
 from ctxcache._ffi import ffi, lib
+from ctxcache._ffi_build import read_header
 
-HEADER_TEXT = Path(_ffi._header_path).read_text()
+HEADER_TEXT = read_header(Path(_ffi._header_path))  # the umbrella with its parts (include/ctxcache/c/)
 
 
 def _header_structs(text: str) -> list[str]:

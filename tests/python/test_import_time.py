@@ -65,7 +65,7 @@ def test_this_run_uses_the_pre_parsed_declarations():
     assert _ffi.pre_parsed_module == str(Path(_ffi.library_path()).with_name("_ffi_abi.py"))
     assert type(ctxcache.ffi) is _cffi_backend.FFI and not isinstance(ctxcache.ffi, cffi.FFI)
     assert sys.modules["ctxcache._ffi_abi"].CDEF_SHA256 == _ffi.cdef_digest(
-        _ffi.header_to_cdef(Path(_ffi._header_path).read_text()))
+        _ffi.header_to_cdef(_ffi.read_header(Path(_ffi._header_path))))
     assert ctxcache.HEADER_ABI_VERSION == ctxcache.abi_version()
 
 

@@ -76,3 +76,23 @@ def test_a_reach_into_another_layers_private_folder_by_its_cpp_path_fails(tmp_pa
     proc = _run(root)
     assert proc.returncode == 1
     assert "cpp/capi/library_api.cpp:1: the capi layer includes cpp/device/probe.h, private to device" in proc.stdout
+
+
+def test_a_core_header_including_a_part_of_the_c_header_fails(tmp_path):
+    # include/ctxcache/c/ is the C ABI's layer, the top one: nothing below it may include it.
+    root = _copy_library(tmp_path)
+    _prepend(root / "include" / "ctxcache" / "types.h", '#include "ctxcache/c/hash.h"')
+    proc = _run(root)
+    assert proc.returncode == 1
+    assert ("include/ctxcache/types.h:1: the core layer includes include/ctxcache/c/hash.h, a capi header "
+            "(core may use core)") in proc.stdout
+
+
+def test_a_part_of_the_c_header_including_a_cpp_header_fails(tmp_path):
+    root = _copy_library(tmp_path)
+    _prepend(root / "include" / "ctxcache" / "c" / "hash.h", '#include "ctxcache/block_hash.h"')
+    proc = _run(root)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "include/ctxcache/c/hash.h:1: the C header includes include/ctxcache/block_hash.h, which is not one of its "
+        "parts (include/ctxcache/c/)"]

@@ -168,6 +168,7 @@ public:
 private:
     struct Row;
     struct Storage;
+    class BatchServer;  // one serveBatch call, a method per phase (reference_engine.cpp)
 
     bool synchronize();
     void checkInterrupt();  // throws InterruptedError (consuming the request) when one is pending

@@ -1,10 +1,12 @@
-// C ABI: DLPack export of device views.
+// C ABI of include/ctxcache/c/dlpack.h: DLPack export of device views.
 //
 // The DLPack structs are defined here from the public specification (dlpack.h) rather than vendored: the
 // unversioned DLManagedTensor every consumer accepts ("dltensor" capsules, read-only to numpy >= 2) and the 1.x
 // DLManagedTensorVersioned ("dltensor_versioned", writable: flags 0). A tensor owns a shared reference to its owner's
 // storage and backend, taken from the handle's object, so the memory outlives the handle until the consumer calls
 // the deleter. The deleter only drops C++ references: safe from any thread (DeviceBackend::deallocate is).
+#include "ctxcache/c/dlpack.h"
+
 #include <dlfcn.h>
 
 #include <cstdint>

@@ -1,0 +1,113 @@
+/* ctxcache C ABI: a manager's KV events in vLLM's vocabulary (docs/EVENTS.md): the event stream, its drain,
+ * and the ZMQ publisher that sends it to cluster routers. Every call follows the single-writer
+ * contract of the cache object it names; a publisher may be used from any thread. */
+#ifndef CTXCACHE_C_KV_EVENTS_H
+#define CTXCACHE_C_KV_EVENTS_H
+
+#include "ctxcache/c/library.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- KV events (docs/EVENTS.md) ------------------------------------------------------------------------------
+ * A manager can report the changes of its base block index in vLLM's KV event vocabulary, so that cluster routers
+ * (NVIDIA Dynamo, llm-d) learn which replica holds a prefix: BlockStored when a publication makes blocks canonical
+ * (one event per run of new blocks, root-first, with the parent and the tokens), BlockRemoved when eviction erases
+ * them (leaf-first), AllBlocksCleared when events are enabled and on ctxc_manager_clear. Block hashes are the low
+ * 64 bits (`lo`) of the 128-bit block hashes. The events are drained (ctxc_kv_events_drain) for runtimes that ship
+ * them their own way, or sent by a ZMQ publisher attached to the manager, one batch per manager call.
+ *
+ * `cache` names the manager: a ctxc_manager_t *, or the manager inside a ctxc_coordinator_t * or a
+ * ctxc_sim_engine_t * (anything else: CTXC_E_INVALID_HANDLE). Every call follows that object's single-writer
+ * contract. */
+enum { CTXC_KV_EVENT_BLOCK_STORED = 0, CTXC_KV_EVENT_BLOCK_REMOVED = 1, CTXC_KV_EVENT_ALL_BLOCKS_CLEARED = 2 };
+
+typedef struct ctxc_kv_event {
+    int32_t type; /* CTXC_KV_EVENT_* */
+    int32_t has_parent; /* BlockStored: 1 when parent_block_hash names the block before the first listed one */
+    uint64_t parent_block_hash;
+    const uint64_t *block_hashes; /* root-first for BlockStored, leaf-first for BlockRemoved */
+    size_t block_hash_count;
+    const int32_t *token_ids; /* BlockStored: block_size tokens per listed block */
+    size_t token_count;
+} ctxc_kv_event_t;
+
+typedef struct ctxc_kv_event_publisher ctxc_kv_event_publisher_t;
+
+typedef struct ctxc_kv_event_publisher_options {
+    uint32_t struct_size;
+    int32_t data_parallel_rank; /* -1 (default): none, nil on the wire; r >= 0 also adds r to a tcp port */
+    const char *endpoint; /* PUB endpoint (default: tcp port 5557 on every interface, vLLM's default); one with
+                             a "*" or "::" host, or ipc or inproc, binds; any other connects (vLLM's rule) */
+    const char *replay_endpoint; /* NULL or "" (default): no replay; else a ROUTER that binds there */
+    const char *topic; /* default ""; llm-d expects "kv@<pod>@<model>" */
+    const char *medium; /* default "GPU" */
+    uint64_t buffer_steps; /* batches kept for replay (default 10000) */
+    uint64_t max_queued_batches; /* batches waiting to be sent; beyond, the oldest is dropped (default 10000) */
+    int32_t send_high_water_mark; /* ZMQ_SNDHWM (default 100000) */
+    int32_t array_encoding; /* 1: events as positional arrays (vLLM < 0.24 consumers); 0 (default): tagged maps */
+    int32_t has_first_sequence; /* 1: the first batch gets first_sequence; 0 (default): microseconds since the
+                                   Unix epoch, so that a restarted publisher continues above its old numbers */
+    int32_t reserved;
+    uint64_t first_sequence;
+} ctxc_kv_event_publisher_options_t;
+
+typedef struct ctxc_kv_event_publisher_stats {
+    uint32_t struct_size;
+    uint32_t reserved;
+    uint64_t accepted_batches; /* batches handed over by a manager (each got a sequence number) */
+    uint64_t sent_batches;
+    uint64_t dropped_batches; /* dropped from the full queue, refused by ZMQ, or received after destroy */
+    uint64_t queued_batches;
+    uint64_t next_sequence;
+    uint64_t replay_requests;
+} ctxc_kv_event_publisher_stats_t;
+
+/* Turn the event stream on; the first event is AllBlocksCleared. CTXC_E_CONTRACT when it is already on or when
+ * the manager already holds cached blocks (enable it before the first publication). Undrained events beyond
+ * max_pending_events (0: 1048576) at the end of a call are dropped (counted as lost) and replaced by one
+ * AllBlocksCleared: a consumer then under-reports this cache, never over-reports it. */
+CTXC_API ctxc_status_t ctxc_kv_events_enable(void *cache, size_t max_pending_events);
+/* Turn it off: pending events are dropped and a publisher is detached. Idempotent. */
+CTXC_API ctxc_status_t ctxc_kv_events_disable(void *cache);
+/* Take the pending events: *out_events (*out_count of them) and the arrays they point into stay valid until the
+ * next drain on this cache or its destruction. *out_block_size (optional) = the page size. With a publisher
+ * attached, nothing is pending. */
+CTXC_API ctxc_status_t ctxc_kv_events_drain(void *cache, const ctxc_kv_event_t **out_events, size_t *out_count,
+                                            int32_t *out_block_size);
+/* Each optional: whether events are on, how many wait for a drain, how many were lost to the pending limit. */
+CTXC_API ctxc_status_t ctxc_kv_events_status(const void *cache, int32_t *out_enabled, size_t *out_pending,
+                                             uint64_t *out_lost);
+/* Send each later call's events through `publisher` (NULL detaches: events wait for a drain again); pending
+ * events go to it now. Events must be on (CTXC_E_CONTRACT). The cache keeps the publisher alive while attached;
+ * after ctxc_kv_event_publisher_destroy it only counts what it drops. */
+CTXC_API ctxc_status_t ctxc_kv_events_attach_publisher(void *cache, ctxc_kv_event_publisher_t *publisher);
+
+/* 1 when this library was built with the ZMQ publisher (libzmq, msgpack-cxx), else 0. */
+CTXC_API int32_t ctxc_kv_event_publisher_available(void);
+CTXC_API void ctxc_kv_event_publisher_options_init(ctxc_kv_event_publisher_options_t *options);
+/* Bind or connect the sockets and start the sender thread. CTXC_E_UNSUPPORTED without the publisher in this
+ * build; CTXC_E_CONTRACT when ZMQ refuses an endpoint (in use, malformed) or a rank cannot offset it. A manager
+ * call never waits for the network: batches go through a bounded queue to the sender thread. */
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_create(const ctxc_kv_event_publisher_options_t *options,
+                                                      ctxc_kv_event_publisher_t **out_publisher);
+/* Send what is queued (ZMQ lingers at most a second), stop, close the sockets. NULL is a no-op. */
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_destroy(ctxc_kv_event_publisher_t *publisher);
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_stats(const ctxc_kv_event_publisher_t *publisher,
+                                                     ctxc_kv_event_publisher_stats_t *out_stats);
+/* Wait up to timeout_ms for the queue to empty; *out_empty (optional) = 1 when it did. */
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_flush(ctxc_kv_event_publisher_t *publisher, int32_t timeout_ms,
+                                                     int32_t *out_empty);
+/* The msgpack payload the publisher sends for these events (a 3-frame message's last frame), for tests and for
+ * shipping events another way: two-call pattern into out_bytes. CTXC_E_UNSUPPORTED without the publisher. */
+CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t *events, size_t count, int32_t block_size,
+                                             double timestamp, int32_t data_parallel_rank, const char *medium,
+                                             int32_t array_encoding, uint8_t *out_bytes, size_t out_capacity,
+                                             size_t *out_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTXCACHE_C_KV_EVENTS_H */
