@@ -116,7 +116,6 @@ from . import (  # noqa: E402
     deployment,  # noqa: E402
     events,  # noqa: E402
     runtime,
-    swa,
 )
 from .deployment import Deployment, RecurrentGeometry  # noqa: E402
 from .events import (  # noqa: E402
@@ -143,8 +142,9 @@ from .runtime import (  # noqa: E402
     SequenceInfo,
     SpecReuseContract,
     SwaState,
+    swa,  # noqa: E402  (ctxcache.swa: the module ctxcache.runtime.swa)
 )
-from .swa import BoundedSwaKVPageManager, SwaRequest  # noqa: E402
+from .runtime.swa import BoundedSwaKVPageManager, SwaRequest  # noqa: E402
 
 # Spelled out (not computed) so that type checkers see what the package exports.
 __all__ = [

@@ -159,3 +159,20 @@ def read_only_hashes(pointer: Any, count: int) -> np.ndarray:
         out.flags.writeable = False
         return out
     return np.frombuffer(bytes(ffi.buffer(pointer, count * 16)), dtype=np.uint64).reshape(count, 2)
+
+
+def enum_member(enum_type: Any, value: Any, name: str) -> Any:
+    """`value` as a member of `enum_type`: the member, its name in any case, or its number (InvalidArgumentError
+    otherwise)."""
+    if isinstance(value, str):
+        try:
+            return enum_type[value.upper()]
+        except KeyError:
+            raise InvalidArgumentError(f"{name} must be one of {[m.name.lower() for m in enum_type]}, got {value!r}") from None
+    if isinstance(value, enum_type):
+        return value
+    number = integer(value, name, minimum=None)
+    try:
+        return enum_type(number)
+    except ValueError:
+        raise InvalidArgumentError(f"{name} {number} is not a {enum_type.__name__} value") from None

@@ -1,6 +1,8 @@
 """Dense arrays from the caller, without a copy: numpy arrays, objects with ``__dlpack__`` (torch, CuPy, JAX) and
 objects with the buffer protocol, seen as (address, shape, element type, device) with their C-contiguity checked.
 
+The export (:func:`to_dlpack`, for DeviceView.__dlpack__) is the other way: a capsule the library makes.
+
 A DLPack producer hands over a capsule; this module reads the DLTensor inside it (ctypes, the DLPack C layout) and
 keeps the capsule alive in :class:`Dense` for as long as the caller holds it. The capsule is never consumed
 (never renamed), so its producer's destructor releases it when the ``Dense`` goes: no deleter is ever called from
@@ -19,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ._ffi import check, ffi, lib, library_path
 from .errors import ArgumentTypeError
 
 # Element kinds, by (DLPack type code, bits): the storage dtypes (values of ctxcache.device.DType) and raw integers.
@@ -170,3 +173,36 @@ def require_element(array: Dense, storage: int, name: str) -> None:
     if (storage, array.element) in ((BF16, UINT16), (FP8_E4M3, UINT8)):
         return
     raise ArgumentTypeError(f"{name} holds {array.element_name} elements, the pool stores {_NAMES[storage]}")
+
+
+# ---- export: a view of the library's memory as a capsule (DeviceView.__dlpack__) -----------------------------
+# A capsule holds a DLManagedTensor made by the library, which keeps the owner's memory alive by itself (a C++
+# reference): the Python owner may be closed or collected while a consumer holds the tensor, and no registry of
+# Python owners is needed. A consumer renames the capsule "used_..." and calls the tensor's deleter when done; a
+# capsule nobody consumed is released by its destructor, which is the library's own C function (it runs at an
+# arbitrary point, often with the failed consumer's exception pending: no Python callback, no cffi, whose lock is
+# not re-entrant, see _resource.py; it only drops C++ references, which is thread-safe in the library).
+
+_DLTENSOR = b"dltensor"
+_DLTENSOR_VERSIONED = b"dltensor_versioned"
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_ctypes_library = ctypes.CDLL(library_path())
+_capsule_destructor = ctypes.cast(_ctypes_library.ctxc_dlpack_capsule_destructor, ctypes.c_void_p)
+_dlpack_release = _ctypes_library.ctxc_dlpack_release
+_dlpack_release.restype = None
+_dlpack_release.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+
+
+def to_dlpack(view: Any, handle: Any, versioned: bool) -> Any:
+    """A capsule of ``view`` (a ctxc_device_view_t of the object ``handle``, live): "dltensor_versioned" (DLPack
+    1.0, writable) when ``versioned``, else the unversioned "dltensor"."""
+    out = ffi.new("void **")
+    check(lib.ctxc_device_view_to_dlpack(view, handle, int(versioned), out))
+    managed = int(ffi.cast("uintptr_t", out[0]))
+    try:
+        return _capsule_new(managed, _DLTENSOR_VERSIONED if versioned else _DLTENSOR, _capsule_destructor)
+    except BaseException:
+        _dlpack_release(managed, int(versioned))
+        raise

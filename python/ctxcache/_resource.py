@@ -24,7 +24,8 @@ import atexit
 import gc
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from ._ffi import ffi
+from ._ffi import check, ffi
+from .errors import InvalidHandleError
 
 if TYPE_CHECKING:
     _Entry = tuple[int, Callable[[Any], Any], Any]  # a queued handle: (rank, destroy, handle)
@@ -95,17 +96,48 @@ _R = TypeVar("_R", bound="Resource")
 
 class Resource:
     """Subclasses set ``_destroy`` (the C destroy function, bound at import), ``_handle`` and, through
-    :meth:`_join`, ``_family`` before they own a handle."""
+    :meth:`_join`, ``_family`` before they own a handle.
+
+    The handle protocol, in one place: ``_live()`` is the C handle of an open object (first destroying what its
+    family and the orphaned families have queued, unless ``_drains`` is False), or InvalidHandleError
+    "``_what`` ``_closed``"; ``closed``; ``close()`` destroys the handle once (idempotent), and a destroy refused
+    because another thread is inside the family (CTXC_E_CONCURRENT_USE) leaves the object open and raises."""
 
     __slots__ = ()
     _destroy: Any = None  # a cffi function (Any: ABI mode), wrapped in staticmethod by each subclass
     _rank = 0
+    _what = "object"  # the messages: "<_what> <_closed>"
+    _closed = "was closed"
+    _drains = True  # whether _live() destroys what was queued first (a hasher, alone and thread-safe: not)
+
+    def _live(self) -> Any:
+        if self._drains:
+            family = self._family
+            if family.pending or orphans:
+                drain(family)
+        handle = self._handle
+        if handle == _NULL:
+            raise InvalidHandleError(f"{self._what} {self._closed}")
+        return handle
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._handle == _NULL)
+
+    def close(self) -> None:
+        handle = self._handle
+        if handle != _NULL:
+            self._handle = _NULL
+            status = type(self)._destroy(handle)
+            if status:
+                if status == _CONCURRENT_USE:  # refused, nothing destroyed: still open
+                    self._handle = handle
+                check(status)
 
     if TYPE_CHECKING:  # declared for the type checker only: each subclass lists them in its own __slots__
         _family: Family
         _handle: Any
 
-        def close(self) -> None: ...
 
     def _join(self, family: Family) -> None:
         # A slot of each subclass (this base has none), which mypy's __slots__ check does not see from here.
@@ -136,3 +168,13 @@ class Resource:
                 orphans.append(family)
         except Exception:  # a finalizer must not raise
             pass
+
+
+class Handle(Resource):
+    """A device-layer or runtime object: owns one C handle and keeps the Python objects it was built from
+    (``keep``; keep[0]'s family is its own: everything built on a backend is one family with it)."""
+
+    def __init__(self, handle: Any, keep: tuple[Any, ...] = ()) -> None:
+        self._handle = handle
+        self._keep = keep  # Python objects whose handles this one was built from (for readable repr / lifetime)
+        self._join(keep[0]._family if keep else Family())

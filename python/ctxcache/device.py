@@ -36,7 +36,6 @@ context managers; closing them in any order is safe (an object keeps what it was
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays, _dense, _resource
-from ._ffi import check, ffi, lib, library_path, new_output
-from ._resource import Family, Resource
-from .errors import ArgumentTypeError, ConcurrentUseError, ContractError, InvalidArgumentError, InvalidHandleError
+from . import _arrays, _dense
+from ._ffi import check, ffi, lib, new_output
+from ._resource import Handle
+from .errors import ArgumentTypeError, ContractError, InvalidArgumentError
 
 _NULL = ffi.NULL
 DEFAULT_HASH_CHUNKS = 2048
@@ -132,22 +131,7 @@ class SnapshotLayout:
 # ---- argument helpers -----------------------------------------------------------------------------------------
 
 
-def _enum(enum_type: Any, value: Any, name: str) -> Any:
-    if isinstance(value, str):
-        try:
-            return enum_type[value.upper()]
-        except KeyError:
-            raise InvalidArgumentError(f"{name} must be one of {[m.name.lower() for m in enum_type]}, got {value!r}") from None
-    if isinstance(value, enum_type):
-        return value
-    number = _arrays.integer(value, name, minimum=None)
-    try:
-        return enum_type(number)
-    except ValueError:
-        raise InvalidArgumentError(f"{name} {number} is not a {enum_type.__name__} value") from None
-
-
-def _handle(value: Any, kind: type[_Handle], name: str) -> Any:
+def _handle(value: Any, kind: type[Handle], name: str) -> Any:
     """The live C handle of an object that must be a `kind` (None and other types are ArgumentTypeError)."""
     if not isinstance(value, kind):
         raise ArgumentTypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
@@ -216,28 +200,7 @@ def _set_external(options: Any, memory: Any, name: str, data_field: str = "exter
     setattr(options, bytes_field, nbytes)
 
 
-# ---- DLPack ---------------------------------------------------------------------------------------------------
-# A capsule holds a DLManagedTensor made by the library, which keeps the owner's memory alive by itself (a C++
-# reference): the Python owner may be closed or collected while a consumer holds the tensor, and no registry of
-# Python owners is needed. A consumer renames the capsule "used_..." and calls the tensor's deleter when done; a
-# capsule nobody consumed is released by its destructor, which is the library's own C function (it runs at an
-# arbitrary point, often with the failed consumer's exception pending: no Python callback, no cffi, whose lock is
-# not re-entrant, see _resource.py; it only drops C++ references, which is thread-safe in the library).
-
-_DLTENSOR = b"dltensor"
-_DLTENSOR_VERSIONED = b"dltensor_versioned"
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_ctypes_library = ctypes.CDLL(library_path())
-_capsule_destructor = ctypes.cast(_ctypes_library.ctxc_dlpack_capsule_destructor, ctypes.c_void_p)
-_dlpack_release = _ctypes_library.ctxc_dlpack_release
-_dlpack_release.restype = None
-_dlpack_release.argtypes = [ctypes.c_void_p, ctypes.c_int32]
-
-
-_DL_CPU = 1
-_DL_CUDA = 2
+# ---- DLPack: the export (a capsule made by the library) is _dense.to_dlpack, beside the import -----------------
 
 
 class DeviceView:
@@ -247,7 +210,7 @@ class DeviceView:
 
     __slots__ = ("_owner", "_view")
 
-    def __init__(self, owner: _Handle, view: Any) -> None:
+    def __init__(self, owner: Handle, view: Any) -> None:
         self._owner = owner
         self._view = view  # ctxc_device_view_t *, filled by the library
 
@@ -277,7 +240,7 @@ class DeviceView:
 
     def view(self, element: Any) -> DeviceView:
         """The same memory as another element type of the same size (e.g. bf16 as uint16 for numpy)."""
-        target = _enum(Element, element, "element")
+        target = _arrays.enum_member(Element, element, "element")
         if target.itemsize != self.element.itemsize:
             raise InvalidArgumentError(f"{target.name.lower()} ({target.itemsize} bytes) cannot reinterpret "
                                        f"{self.element.name.lower()} ({self.element.itemsize} bytes)")
@@ -287,7 +250,7 @@ class DeviceView:
         return DeviceView(self._owner, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (_DL_CUDA, int(self._view.device)) if self._view.backend == BackendKind.CUDA else (_DL_CPU, 0)
+        return (_dense.DL_CUDA, int(self._view.device)) if self._view.backend == BackendKind.CUDA else (_dense.DL_CPU, 0)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Any = None) -> Any:
@@ -301,18 +264,10 @@ class DeviceView:
         handle = self._owner._live()
         if self._view.backend == BackendKind.CUDA:
             if stream != -1:
-                check(lib.ctxc_device_backend_synchronize(self._owner._family_backend()._live()))
+                check(lib.ctxc_device_backend_synchronize(_family_backend(self._owner)._live()))
         elif stream not in (None, -1):
             raise BufferError(f"a CPU view takes no stream (got {stream!r})")
-        versioned = max_version is not None and tuple(max_version)[0] >= 1
-        out = ffi.new("void **")
-        check(lib.ctxc_device_view_to_dlpack(self._view, handle, int(versioned), out))
-        managed = int(ffi.cast("uintptr_t", out[0]))
-        try:
-            return _capsule_new(managed, _DLTENSOR_VERSIONED if versioned else _DLTENSOR, _capsule_destructor)
-        except BaseException:
-            _dlpack_release(managed, int(versioned))
-            raise
+        return _dense.to_dlpack(self._view, handle, max_version is not None and tuple(max_version)[0] >= 1)
 
     def numpy(self) -> np.ndarray:
         """numpy.from_dlpack of a CPU view (the same memory, no copy)."""
@@ -323,53 +278,21 @@ class DeviceView:
                 f"data=0x{self.data:x}{', external' if self.external else ''})")
 
 
-def _view(owner: _Handle, fn: Any, *args: Any) -> DeviceView:
+def _view(owner: Handle, fn: Any, *args: Any) -> DeviceView:
     out = new_output("ctxc_device_view_t")
     check(fn(*args, out))
     return DeviceView(owner, out)
 
 
-class _Handle(Resource):
-    """Owns one C handle; closing is idempotent and also happens on garbage collection (see _resource.py).
-    Everything built on a backend is one family with it: keep[0] is that backend."""
-
-    _destroy: Any = None
-    _what = "object"
-
-    def __init__(self, handle: Any, keep: tuple[Any, ...] = ()) -> None:
-        self._handle = handle
-        self._keep = keep  # Python objects whose handles this one was built from (for readable repr / lifetime)
-        self._join(keep[0]._family if keep else Family())
-
-    def _live(self) -> Any:
-        if self._family.pending or _resource.orphans:
-            _resource.drain(self._family)
-        if self._handle == _NULL:
-            raise InvalidHandleError(f"{self._what} was closed")
-        return self._handle
-
-    def _family_backend(self) -> Backend:
-        """The backend this object lives on (itself for a backend)."""
-        return self if isinstance(self, Backend) else self._keep[0]
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle == _NULL)
-
-    def close(self) -> None:
-        if self._handle != _NULL:
-            handle, self._handle = self._handle, _NULL
-            status = type(self)._destroy(handle)
-            if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
-                self._handle = handle
-            check(status)
-
+def _family_backend(owner: Handle) -> Backend:
+    """The backend an object lives on (itself for a backend)."""
+    return owner if isinstance(owner, Backend) else owner._keep[0]
 
 
 # ---- backend and buffers --------------------------------------------------------------------------------------
 
 
-class Backend(_Handle):
+class Backend(Handle):
     """Where device objects live. ``kind``: "auto" (default), "cpu" or "cuda"; asking for CUDA where it is
     unavailable raises :class:`ctxcache.UnsupportedError` with the reason."""
 
@@ -380,7 +303,7 @@ class Backend(_Handle):
                  max_hash_chunks: int | None = None):
         options = ffi.new("ctxc_device_backend_options_t *")
         lib.ctxc_device_backend_options_init(options)
-        options.kind = _enum(BackendKind, kind, "kind")
+        options.kind = _arrays.enum_member(BackendKind, kind, "kind")
         options.device = _arrays.integer(device, "device")
         if max_table_bytes is not None:
             options.max_table_bytes = _arrays.integer(max_table_bytes, "max_table_bytes", maximum=2**62)
@@ -446,7 +369,7 @@ class Backend(_Handle):
         return "Backend(closed)" if self.closed else f"Backend({self.kind.name.lower()})"
 
 
-class DeviceBuffer(_Handle):
+class DeviceBuffer(Handle):
     _destroy = staticmethod(lib.ctxc_device_buffer_destroy)
     _what = "buffer"
 
@@ -497,7 +420,7 @@ class DeviceBuffer(_Handle):
 # ---- KV pools, page tables, lengths ---------------------------------------------------------------------------
 
 
-class KvPagePool(_Handle):
+class KvPagePool(Handle):
     """Paged KV of some attention layers: per layer [2, num_pages, page_size, kv_heads, head_dim]. ``layers`` is
     a sequence of (kv_heads, head_dim). Flat page f in [0, 2 * num_pages): K pages, then V pages."""
 
@@ -506,7 +429,7 @@ class KvPagePool(_Handle):
 
     def __init__(self, backend: Backend, *, num_pages: int, page_size: int, layers: Sequence[tuple[int, int]],
                  dtype: Any = DType.FP16, external: Any = None):
-        self.dtype = _enum(DType, dtype, "dtype")
+        self.dtype = _arrays.enum_member(DType, dtype, "dtype")
         self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
         self.page_size = _arrays.integer(page_size, "page_size", minimum=None)
         shapes = [tuple(layer) for layer in layers]
@@ -545,7 +468,7 @@ class KvPagePool(_Handle):
         lib.ctxc_kv_pool_options_init(options)
         options.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
         options.page_size = _arrays.integer(page_size, "page_size", minimum=None)
-        options.dtype = _enum(DType, dtype, "dtype")
+        options.dtype = _arrays.enum_member(DType, dtype, "dtype")
         options.layers = c_layers if shapes else _NULL
         options.layer_count = len(shapes)
         return _size_out(lib.ctxc_kv_pool_required_bytes, options)
@@ -604,7 +527,7 @@ class KvPagePool(_Handle):
         return array
 
 
-class KvPageTable(_Handle):
+class KvPageTable(Handle):
     """[max_batch, 2, max_pages_per_seq] int32 page table: K ids, V ids = K + num_pages, -1 unused. Edits change
     the host table; :meth:`upload` copies the changed row ranges to the device."""
 
@@ -613,7 +536,7 @@ class KvPageTable(_Handle):
 
     def __init__(self, backend: Backend, *, max_batch: int, max_pages_per_seq: int, num_pages: int,
                  mode: Any = PageTableMode.DENSE, external: Any = None):
-        self.mode = _enum(PageTableMode, mode, "mode")
+        self.mode = _arrays.enum_member(PageTableMode, mode, "mode")
         self.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         self.max_pages_per_seq = _arrays.integer(max_pages_per_seq, "max_pages_per_seq", minimum=None)
         self.num_pages = _arrays.integer(num_pages, "num_pages", minimum=None)
@@ -691,7 +614,7 @@ class KvPageTable(_Handle):
         return self._read(lib.ctxc_debug_kv_page_table_read_device)
 
 
-class KvLengths(_Handle):
+class KvLengths(Handle):
     """Device int32 KV lengths of the active sequences."""
 
     _destroy = staticmethod(lib.ctxc_kv_lengths_destroy)
@@ -748,7 +671,7 @@ class KvLengths(_Handle):
 # ---- resident state and snapshots -----------------------------------------------------------------------------
 
 
-class ResidentState(_Handle):
+class ResidentState(Handle):
     """Live per-slot recurrent state: per recurrent layer a recurrent row [heads, head_dim, state_size] and a conv
     row [conv_dim, conv_kernel]; optionally an fp16 boundary hidden row. ``dtype`` (default fp32) is the element
     type of both the recurrent and the conv rows; ``recurrent_dtype`` / ``conv_dtype`` override it for one part."""
@@ -785,9 +708,9 @@ class ResidentState(_Handle):
                             ("recurrent_head_dim", recurrent_head_dim), ("state_size", state_size),
                             ("conv_dim", conv_dim), ("conv_kernel", conv_kernel), ("hidden_size", hidden_size)):
             setattr(options, name, _arrays.integer(value, name, minimum=None))
-        dtype = _enum(DType, dtype, "dtype")
-        options.recurrent_dtype = dtype if recurrent_dtype is None else _enum(DType, recurrent_dtype, "recurrent_dtype")
-        options.conv_dtype = dtype if conv_dtype is None else _enum(DType, conv_dtype, "conv_dtype")
+        dtype = _arrays.enum_member(DType, dtype, "dtype")
+        options.recurrent_dtype = dtype if recurrent_dtype is None else _arrays.enum_member(DType, recurrent_dtype, "recurrent_dtype")
+        options.conv_dtype = dtype if conv_dtype is None else _arrays.enum_member(DType, conv_dtype, "conv_dtype")
         return options
 
     @staticmethod
@@ -799,7 +722,7 @@ class ResidentState(_Handle):
 
     def slab(self, part: Any, layer: int = 0) -> DeviceView:
         """One slab: the part's dtype, (max_batch, row elements)."""
-        return _view(self, lib.ctxc_resident_state_view, self._live(), _enum(StatePart, part, "part"),
+        return _view(self, lib.ctxc_resident_state_view, self._live(), _arrays.enum_member(StatePart, part, "part"),
                      _arrays.integer(layer, "layer", minimum=None))
 
     def recurrent(self, layer: int) -> DeviceView:
@@ -816,7 +739,7 @@ class ResidentState(_Handle):
         return _view(self, lib.ctxc_resident_state_memory_view, self._live())
 
     def row_bytes(self, part: Any) -> int:
-        return _size_out(lib.ctxc_resident_state_row_bytes, self._live(), _enum(StatePart, part, "part"))
+        return _size_out(lib.ctxc_resident_state_row_bytes, self._live(), _arrays.enum_member(StatePart, part, "part"))
 
     @property
     def footprint_bytes(self) -> int:
@@ -828,14 +751,14 @@ class ResidentState(_Handle):
         return self.dtypes[part]
 
     def write_row(self, part: Any, layer: int, slot: int, row: np.ndarray) -> None:
-        part = _enum(StatePart, part, "part")
+        part = _arrays.enum_member(StatePart, part, "part")
         row = _typed(row, self._dtype(part), "row")
         check(lib.ctxc_resident_state_write_row(self._live(), part, _arrays.integer(layer, "layer", minimum=None),
                                                 _arrays.integer(slot, "slot", minimum=None), _in(row), row.nbytes))
 
     def read_row(self, part: Any, layer: int, slot: int) -> np.ndarray:
         """One row as a 1-D array of the part's numpy dtype."""
-        part = _enum(StatePart, part, "part")
+        part = _arrays.enum_member(StatePart, part, "part")
         array, pointer = _out(self.row_bytes(part), self._dtype(part).numpy_dtype)
         check(lib.ctxc_resident_state_read_row(self._live(), part, _arrays.integer(layer, "layer", minimum=None),
                                                _arrays.integer(slot, "slot", minimum=None), pointer, array.nbytes))
@@ -850,7 +773,7 @@ class ResidentState(_Handle):
                                               _arrays.integer(new_batch, "new_batch", minimum=None)))
 
 
-class SnapshotStorage(_Handle):
+class SnapshotStorage(Handle):
     """Snapshot slabs sized from byte budgets (see :attr:`layout`). ``state``, ``base_pool`` and ``draft_pool``
     are optional; capture and restore move every part of a transfer in one launch."""
 
@@ -883,7 +806,7 @@ class SnapshotStorage(_Handle):
 
     def slab(self, part: Any) -> DeviceView:
         """RECURRENT or PARTIAL_KV slots: uint8 (slots, bytes per slot)."""
-        return _view(self, lib.ctxc_snapshot_storage_view, self._live(), _enum(StatePart, part, "part"))
+        return _view(self, lib.ctxc_snapshot_storage_view, self._live(), _arrays.enum_member(StatePart, part, "part"))
 
     @property
     def recurrent_slab(self) -> DeviceView:
@@ -929,19 +852,19 @@ class SnapshotStorage(_Handle):
         check(lib.ctxc_snapshot_storage_restore(self._live(), t))
 
     def region_bytes(self, part: Any, layer: int) -> int:
-        return _size_out(lib.ctxc_snapshot_storage_region_bytes, self._live(), _enum(StatePart, part, "part"),
+        return _size_out(lib.ctxc_snapshot_storage_region_bytes, self._live(), _arrays.enum_member(StatePart, part, "part"),
                          _arrays.integer(layer, "layer", minimum=None))
 
     def read_region(self, part: Any, layer: int, slot: int) -> np.ndarray:
         """One region of a slot as raw uint8 bytes."""
-        part = _enum(StatePart, part, "part")
+        part = _arrays.enum_member(StatePart, part, "part")
         array, pointer = _out(self.region_bytes(part, layer), np.uint8)
         check(lib.ctxc_snapshot_storage_read_region(self._live(), part, layer, _arrays.integer(slot, "slot", minimum=None),
                                                     pointer, array.nbytes))
         return array
 
     def write_region(self, part: Any, layer: int, slot: int, data: np.ndarray) -> None:
-        part = _enum(StatePart, part, "part")
+        part = _arrays.enum_member(StatePart, part, "part")
         if not isinstance(data, np.ndarray) or not data.flags.c_contiguous:
             raise ArgumentTypeError("data must be a C-contiguous numpy array")
         check(lib.ctxc_snapshot_storage_write_region(self._live(), part, _arrays.integer(layer, "layer", minimum=None),
@@ -996,8 +919,8 @@ def gather_kv(pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = 
     pool_handle = _handle(pool, KvPagePool, "pool")
     table_handle = _handle(table, KvPageTable, "table")
     lengths_handle = _NULL if lengths is None else _handle(lengths, KvLengths, "lengths")
-    out_dtype = pool.dtype if out_dtype is None else _enum(DType, out_dtype, "out_dtype")
-    layout = _enum(KvLayout, layout, "layout")
+    out_dtype = pool.dtype if out_dtype is None else _arrays.enum_member(DType, out_dtype, "out_dtype")
+    layout = _arrays.enum_member(KvLayout, layout, "layout")
     request = _gather_request(layer, batch, seq_len, out_dtype, k_scale, v_scale)
     nbytes = _size_out(lib.ctxc_kv_gather_output_bytes, pool_handle, request)
 
@@ -1006,7 +929,7 @@ def gather_kv(pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = 
             raise InvalidArgumentError("k_out and v_out are the same buffer")
         if k.nbytes < nbytes or v.nbytes < nbytes:
             raise ContractError(f"gatherPagedKv: the outputs hold {min(k.nbytes, v.nbytes)} bytes, {nbytes} needed")
-        if k._family_backend() is not pool.backend or v._family_backend() is not pool.backend:
+        if _family_backend(k) is not pool.backend or _family_backend(v) is not pool.backend:
             raise ContractError("the output buffers live on another backend than the pool")
         check(lib.ctxc_kv_gather_into(pool_handle, table_handle, lengths_handle, request, layout,
                                       ffi.cast("void *", k.view().data), ffi.cast("void *", v.view().data), nbytes))
@@ -1083,7 +1006,7 @@ def scatter_kv(pool: KvPagePool, table: KvPageTable, k: Any, v: Any, *, layer: i
     wrong shape or dtype is refused before anything is written, and so is a position whose page is not mapped."""
     pool_handle = _handle(pool, KvPagePool, "pool")
     table_handle = _handle(table, KvPageTable, "table")
-    layout = _enum(KvLayout, layout, "layout")
+    layout = _arrays.enum_member(KvLayout, layout, "layout")
     kd, vd, batch, seq_len = _dense_kv(pool, layer, (k, v), layout, ("k", "v"), pool.dtype, writeable=False)
     request = ffi.new("ctxc_kv_scatter_request_t *")
     lib.ctxc_kv_scatter_request_init(request)
@@ -1105,7 +1028,7 @@ def gather_kv_into(pool: KvPagePool, table: KvPageTable, k_out: Any, v_out: Any,
     pool_handle = _handle(pool, KvPagePool, "pool")
     table_handle = _handle(table, KvPageTable, "table")
     lengths_handle = _NULL if lengths is None else _handle(lengths, KvLengths, "lengths")
-    layout = _enum(KvLayout, layout, "layout")
+    layout = _arrays.enum_member(KvLayout, layout, "layout")
     probe = _dense.dense(k_out, "k_out")
     element = probe.element
     if element in (_dense.UINT16, _dense.UINT8):

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from . import _arrays, _resource
+from . import _arrays
 from ._ffi import check, ffi, lib, new_output
 from ._resource import Family, Resource
 from .enums import KvEventType
-from .errors import ArgumentTypeError, InvalidHandleError
+from .errors import ArgumentTypeError
 
 _NULL = ffi.NULL
 
@@ -80,6 +80,7 @@ class KvEventPublisher(Resource):
 
     __slots__ = ("_handle", "_family", "endpoint", "replay_endpoint", "__weakref__")
     _destroy = staticmethod(lib.ctxc_kv_event_publisher_destroy)
+    _what = "publisher"
 
     def __init__(self, endpoint: str = "tcp://*:5557", *, replay_endpoint: str | None = None, topic: str = "",
                  medium: str = "GPU", data_parallel_rank: int | None = None, buffer_steps: int = 10000,
@@ -114,17 +115,6 @@ class KvEventPublisher(Resource):
         self.replay_endpoint = replay_endpoint
         self._join(Family())
 
-    def _live(self) -> Any:
-        if self._family.pending or _resource.orphans:
-            _resource.drain(self._family)
-        if self._handle == _NULL:
-            raise InvalidHandleError("publisher was closed")
-        return self._handle
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle == _NULL)
-
     @property
     def stats(self) -> PublisherStats:
         s = new_output("ctxc_kv_event_publisher_stats_t")
@@ -142,9 +132,7 @@ class KvEventPublisher(Resource):
     def close(self) -> None:
         """Send what is queued, stop and close the sockets; idempotent. A cache it is attached to then only
         counts the batches it drops."""
-        if self._handle != _NULL:
-            handle, self._handle = self._handle, _NULL
-            check(lib.ctxc_kv_event_publisher_destroy(handle))
+        Resource.close(self)
 
     def __repr__(self) -> str:
         return f"KvEventPublisher({self.endpoint!r}{', closed' if self.closed else ''})"

@@ -18,7 +18,7 @@ from . import _arrays
 from ._ffi import check, ffi, from_buffer_cdata, lib, new_cdata
 from ._resource import Family, Resource
 from .enums import HashAlgorithm
-from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
+from .errors import ArgumentTypeError, InvalidArgumentError
 
 Digest = Any  # a (2,) uint64 array or a (hi, lo) tuple
 
@@ -135,6 +135,11 @@ class Hasher(Resource):
 
     __slots__ = ("_handle", "_family", "algorithm", "keyed", "__weakref__")
     _destroy = staticmethod(lib.ctxc_hasher_destroy)
+    # _live(): the C handle; a closed hasher raises (its NULL handle would hash, unkeyed, with the default hasher).
+    # A hasher is alone in its family and may be called from several threads at once: its calls drain nothing.
+    _what = "hasher"
+    _closed = "is closed"
+    _drains = False
 
     def __init__(self, algorithm: str | HashAlgorithm = "sha256", key: bytes | bytearray | memoryview | str | None = None):
         self._handle = _arrays._NULL
@@ -157,18 +162,6 @@ class Hasher(Resource):
         self._handle = out[0]
         self.algorithm = HashAlgorithm(code)
         self.keyed = bool(key)
-
-    def close(self) -> None:
-        if self._handle != _arrays._NULL:
-            lib.ctxc_hasher_destroy(self._handle)
-            self._handle = _arrays._NULL
-
-    def _live(self) -> Any:
-        """The C handle; a closed hasher raises (its NULL handle would hash, unkeyed, with the default hasher)."""
-        handle = self._handle
-        if handle == _NULL:
-            raise InvalidHandleError("hasher is closed")
-        return handle
 
     def hash_full_blocks(self, tokens: Any, page_size: int, extras: Any = None, per_position_media_hashes: Any = None) -> np.ndarray:
         # The common argument types are tested inline (see _arrays), anything else takes the full checks.

@@ -28,7 +28,7 @@ from .enums import (
     ReusePlanMode,
     SpecReplayMode,
 )
-from .errors import ArgumentTypeError, ConcurrentUseError, InvalidArgumentError, InvalidHandleError
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
 from .events import KvEventSource
 
 _NULL = ffi.NULL
@@ -270,6 +270,8 @@ class Lease(Resource):
 
     __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "_family", "__weakref__")
     _destroy = staticmethod(lib.ctxc_lease_destroy)
+    _what = "lease"
+    _closed = "was destroyed"
 
     def __init__(self, manager: ContextCacheManager, handle: Any) -> None:
         # ContextCacheManager.acquire_vanilla makes its leases with this body inline: keep the two alike.
@@ -280,14 +282,7 @@ class Lease(Resource):
         self._base_pages: np.ndarray | None = None
         self._draft_pages: np.ndarray | None = None
 
-    def _live_handle(self) -> Any:
-        family = self._family
-        if family.pending or orphans:
-            drain(family)
-        handle = self._handle
-        if handle == _NULL:
-            raise InvalidHandleError("lease was destroyed")
-        return handle
+    _live_handle = Resource._live  # the lease's name for the handle protocol's _live()
 
     def _changed(self) -> None:
         self._base_pages = None
@@ -359,15 +354,9 @@ class Lease(Resource):
 
     def close(self) -> None:
         """Release (if still live) and free the handle; idempotent."""
-        handle = self._handle
-        if handle != _NULL:
-            self._handle = _NULL
+        if self._handle != _NULL:
             self._base_pages = self._draft_pages = None  # _changed(), inline
-            status = _lease_destroy(handle)
-            if status:
-                if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
-                    self._handle = handle
-                check(status)
+            Resource.close(self)
 
     def __repr__(self) -> str:
         if self._handle == _NULL:
@@ -376,8 +365,6 @@ class Lease(Resource):
         return (f"Lease(state={LeaseState(info.state).name}, mode={ReusePlanMode(info.mode).name}, "
                 f"base_pages={info.base_page_count}, draft_pages={info.draft_page_count})")
 
-
-_lease_destroy = lib.ctxc_lease_destroy
 
 
 class Pools:
@@ -591,6 +578,8 @@ class ContextCacheManager(KvEventSource, Resource):
                  "eviction_policy", "__weakref__")
     _destroy = staticmethod(lib.ctxc_manager_destroy)
     _rank = 1  # destroyed after its leases when both wait in the family
+    _what = "manager"
+    _closed = "is closed"
 
     def __init__(self, page_size: int, capacities: ResourceDemand, max_records: int = 1024,
                  eviction_policy: EvictionPolicy | str = EvictionPolicy.RECORD_LRU):
@@ -629,28 +618,10 @@ class ContextCacheManager(KvEventSource, Resource):
     draft_index = property(lambda self: DraftIndex(self), doc="Read-only view of the EAGLE draft path index.")
 
     # -- lifecycle --------------------------------------------------------------------------------------
-    def _live(self) -> Any:
-        family = self._family
-        if family.pending or orphans:
-            drain(family)
-        handle = self._handle
-        if handle == _NULL:
-            raise InvalidHandleError("manager is closed")
-        return handle
-
     def close(self) -> None:
         """Destroy the manager. Raises LeasesOutstandingError (after closing) if leases were still alive."""
         _resource.drain(self._family)  # leases collected in a cycle first: they are not outstanding
-        if self._handle != _NULL:
-            handle, self._handle = self._handle, _NULL
-            status = lib.ctxc_manager_destroy(handle)
-            if status == ConcurrentUseError.status:  # refused, nothing destroyed: still open
-                self._handle = handle
-            check(status)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle == _NULL)
+        Resource.close(self)
 
     # -- acquire ------------------------------------------------------------------------------------------
     def _finish_acquire(self, status_code: int, result: Any, lease_out: Any) -> AcquireResult:

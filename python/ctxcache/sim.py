@@ -35,12 +35,14 @@ import numpy as np
 
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
-from .device import BackendKind, DType, _enum, _Handle
+from ._resource import Handle
+from .device import BackendKind, DType
 from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError
 from .events import KvEventSource
 from .manager import eviction_policy_of
-from .runtime import ContextCacheMetrics, MediaItem, _media_items, _metrics
+from .runtime import ContextCacheMetrics, MediaItem
+from .runtime._marshal import _media_items, _metrics
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",
            "SimSpeculative"]
@@ -82,7 +84,7 @@ class EngineStats:
     preemptions: int  # rows preempted (served again from scratch) because a decode step could not grow
 
 
-class ReferenceEngine(KvEventSource, _Handle):
+class ReferenceEngine(KvEventSource, Handle):
     """A reference engine over its own backend, pools, page tables, snapshot storage and coordinator.
 
     ``deployment``: "attention", "hybrid", "recurrent" or "eagle". ``base_pages``: the KV pool's pages, positive
@@ -108,7 +110,7 @@ class ReferenceEngine(KvEventSource, _Handle):
                  eviction_policy: Any = EvictionPolicy.RECORD_LRU) -> None:
         o = new_output("ctxc_sim_engine_options_t")
         lib.ctxc_sim_engine_options_init(o)
-        o.deployment = _enum(SimDeployment, deployment, "deployment")
+        o.deployment = _arrays.enum_member(SimDeployment, deployment, "deployment")
         o.page_size = _arrays.integer(page_size, "page_size", minimum=None)
         o.base_pages = _arrays.integer(base_pages, "base_pages", minimum=None)
         o.max_records = _arrays.integer(max_records, "max_records", minimum=None)
@@ -116,21 +118,21 @@ class ReferenceEngine(KvEventSource, _Handle):
         o.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         o.max_pages_per_sequence = _arrays.integer(max_pages_per_sequence, "max_pages_per_sequence", minimum=None)
         o.snapshot_slots = _arrays.integer(snapshot_slots, "snapshot_slots", minimum=None)
-        o.backend = _enum(BackendKind, backend, "backend")
+        o.backend = _arrays.enum_member(BackendKind, backend, "backend")
         o.seed = _arrays.integer(seed, "seed", maximum=2**32 - 1)
         o.layers = _arrays.integer(layers, "layers", minimum=None)
         o.kv_heads = _arrays.integer(kv_heads, "kv_heads", minimum=None)
         o.head_dim = _arrays.integer(head_dim, "head_dim", minimum=None)
-        o.kv_dtype = _enum(DType, kv_dtype, "kv_dtype")
+        o.kv_dtype = _arrays.enum_member(DType, kv_dtype, "kv_dtype")
         o.recurrent_layers = _arrays.integer(recurrent_layers, "recurrent_layers", minimum=None)
         o.vocab_size = _arrays.integer(vocab_size, "vocab_size", minimum=None)
         o.reuse = 1 if _arrays.boolean(reuse, "reuse") else 0
-        o.speculative = _enum(SimSpeculative, "none" if speculative is None else speculative, "speculative")
+        o.speculative = _arrays.enum_member(SimSpeculative, "none" if speculative is None else speculative, "speculative")
         if commit_policy is None:  # the deployment's: Hybrid+MTP publishes prefill state only (Appendix C)
             mtp = o.speculative == SimSpeculative.MTP
             commit_policy = CommitPolicy.PREFILL_STATE_ONLY if mtp else CommitPolicy.INCLUDING_GENERATED_TOKENS
-        o.commit_policy = _enum(CommitPolicy, commit_policy, "commit_policy")
-        o.hash_algorithm = _enum(HashAlgorithm, hash_algorithm, "hash_algorithm")
+        o.commit_policy = _arrays.enum_member(CommitPolicy, commit_policy, "commit_policy")
+        o.hash_algorithm = _arrays.enum_member(HashAlgorithm, hash_algorithm, "hash_algorithm")
         o.fault_seed = _arrays.integer(fault_seed, "fault_seed", maximum=2**32 - 1)
         if not isinstance(sync_failure_rate, (int, float)):
             raise ArgumentTypeError(f"sync_failure_rate must be a number, got {type(sync_failure_rate).__name__}")

@@ -1,4 +1,4 @@
-"""Smoke test of the runtime benchmark's Python path (python/ctxcache/bench_runtime.py) on a tiny workload: the
+"""Smoke test of the runtime benchmark's Python path (python/ctxcache/bench/runtime.py) on a tiny workload: the
 figures it reports are self-consistent and its prompts are std::mt19937's. No timing is asserted (benchmarks are
 not tests)."""
 
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from ctxcache import bench_runtime
+from ctxcache.bench import runtime as bench_runtime
 
 
 def test_the_generator_is_std_mt19937():

@@ -1,4 +1,4 @@
-"""Smoke test of the manager benchmark (python/ctxcache/bench.py) on a tiny synthetic trace: the figures it
+"""Smoke test of the manager benchmark (python/ctxcache/bench/manager.py) on a tiny synthetic trace: the figures it
 reports are self-consistent. No timing is asserted (benchmarks are not tests)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from ctxcache import bench
+from ctxcache.bench import manager as bench
 
 MASK = 2**64 - 1
 

@@ -28,7 +28,9 @@ from pathlib import Path
 import pytest
 
 import ctxcache
-from ctxcache import bench_runtime, cli, replay
+from ctxcache import cli
+from ctxcache.bench import runtime as bench_runtime
+from ctxcache.cli import replay
 
 INT32 = "2147483647"
 UINT32 = "4294967295"
@@ -113,7 +115,7 @@ def test_a_bad_option_is_one_line_and_exit_2(outcomes, tmp_dir: Path, name: str,
 
 def test_bench_transformers_without_torch_names_the_extra() -> None:
     blocked = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = ['bench_transformers', '--rounds', '1']; "
-               "runpy.run_module('ctxcache.bench_transformers', run_name='__main__')")
+               "runpy.run_module('ctxcache.bench.transformers', run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr

@@ -1,4 +1,4 @@
-"""The seeded conversation workload (python/ctxcache/workload.py: conversation_trace, `ctxcache workload`, `ctxcache
+"""The seeded conversation workload (python/ctxcache/cli/workload.py: conversation_trace, `ctxcache workload`, `ctxcache
 replay --workload conversations`): deterministic in its seed; every turn's prompt is the previous turn's prompt,
 then its output, then a new question, token for token; the system prompts are shared in whole blocks; the file
 `ctxcache workload --out` writes is a Mooncake JSONL trace that `ctxcache replay FILE --bookkeeping-only` replays
@@ -15,7 +15,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from ctxcache import cli, replay, workload
+from ctxcache import cli
+from ctxcache.cli import replay, workload
 
 SMALL = workload.ConversationSpec(conversations=12, turns=6, question_tokens=100, output_tokens=150,
                                   system_prompt_tokens=1200, system_prompts=2, concurrent=4, seed=7)

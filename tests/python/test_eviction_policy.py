@@ -12,7 +12,8 @@ import pytest
 
 import ctxcache
 import ctxcache.sim as sim
-from ctxcache import EvictionPolicy, ResourceDemand, replay, workload
+from ctxcache import EvictionPolicy, ResourceDemand
+from ctxcache.cli import replay, workload
 
 PAGE = 4
 

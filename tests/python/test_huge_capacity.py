@@ -73,7 +73,7 @@ def test_replay_whose_metadata_cannot_be_allocated_is_one_line_and_exit_2():
     proc = _run_python("""
         import sys
         import tqdm
-        from ctxcache import replay
+        from ctxcache.cli import replay
         tqdm.tqdm.monitor_interval = 0  # no monitor thread: its 8 MiB stack would not fit in the limit either
         limit(8 << 20)  # less than the first 2^20 pages' metadata
         sys.exit(replay.replay_main(["--bookkeeping-only", "--base-pages", "2147483647", "--limit", "8",

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxcache import replay, sim
+from ctxcache import sim
+from ctxcache.cli import replay
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,8 +51,9 @@ def _env() -> dict[str, str]:
 _BATCH_SCRIPT = textwrap.dedent("""
     import sys, time
     import numpy as np
-    from ctxcache import replay, sim
-    from ctxcache.workload import builtin_workload
+    from ctxcache import sim
+    from ctxcache.cli import replay
+    from ctxcache.cli.workload import builtin_workload
 
     w = builtin_workload(0)
     settings = replay.Settings()

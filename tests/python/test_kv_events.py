@@ -439,7 +439,7 @@ if __name__ == "__main__":
 def test_replay_publishes_its_events(engine: str, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from ctxcache import replay
+    from ctxcache.cli import replay
 
     endpoint = f"ipc://{tempfile.mkdtemp()}/replay-events"
     context = zmq.Context.instance()
@@ -588,7 +588,7 @@ def test_the_runtime_stream_describes_the_index(deployment: str, speculative: st
 
 
 def test_replay_refuses_an_endpoint_it_cannot_use(capsys: pytest.CaptureFixture[str]) -> None:
-    from ctxcache import replay
+    from ctxcache.cli import replay
 
     args = ["--limit", "4", "--bookkeeping-only", "--no-progress", "--no-optimum", "--events"]
     with pytest.raises(SystemExit) as exited:  # malformed: refused as the options are parsed

@@ -1,4 +1,4 @@
-"""The offline optimum (ctxcache.oracle): hand-checked cases where Belady keeps what LRU drops, the leaf rule, a
+"""The offline optimum (ctxcache.cli.oracle): hand-checked cases where Belady keeps what LRU drops, the leaf rule, a
 request larger than the cache, the unbounded case equal to the replay's upper bound, and never below the
 manager's LRU on the built-in workload; the replay and sweep report it."""
 
@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from ctxcache import replay, workload
-from ctxcache.oracle import offline_optimum, prepare_pages
+from ctxcache.cli import replay, workload
+from ctxcache.cli.oracle import offline_optimum, prepare_pages
 
 
 def _prepared(prompts, page_size=4, outputs=None):

@@ -1,4 +1,4 @@
-"""ctxcache replay and ctxcache sweep (python/ctxcache/replay.py, workload.py): the trace reader's errors, the
+"""ctxcache replay and ctxcache sweep (python/ctxcache/cli/replay.py, workload.py): the trace reader's errors, the
 report's arithmetic and the unbounded-cache bound on hand-checked traces, bookkeeping-only vs full-engine
 agreement, --verify on the built-in workload, the sweep's PNG and CSV, Ctrl-C."""
 
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from ctxcache import replay, workload
+from ctxcache.cli import replay, workload
 
 # Page size 512 = one trace block per page. Hand-checked, requests in order, an unbounded cache:
 #   1  ids [1, 2]    1024 tokens: nothing cached                                -> 0       (publishes 1, 2)

@@ -32,6 +32,7 @@ from ctxcache import (
     runtime,
 )
 from ctxcache._ffi import ffi
+from ctxcache.runtime import _marshal
 
 RUNNING, FINISHED, CANCELLED = SequenceStatus.RUNNING, SequenceStatus.FINISHED, SequenceStatus.CANCELLED
 
@@ -154,7 +155,7 @@ def test_metrics_name_every_field_of_the_c_struct(coordinator):
     c_fields = {name for name, _ in ffi.typeof("ctxc_context_cache_metrics_t").fields} - {"struct_size", "reserved"}
     py_fields = set()
     for f in fields(runtime.ContextCacheMetrics):
-        py_fields |= {f.name + "_free", f.name + "_capacity"} if f.name in runtime._POOLS else {f.name}
+        py_fields |= {f.name + "_free", f.name + "_capacity"} if f.name in _marshal._POOLS else {f.name}
     assert py_fields == c_fields
     with pytest.raises(dataclasses.FrozenInstanceError):
         coordinator.metrics.admitted_sequences = 3
@@ -320,14 +321,14 @@ def test_closing_a_coordinator_under_a_live_request_orphans_it(world):
 
 
 def test_the_synchronizer_is_forgotten_with_its_coordinator(world):
-    before = len(runtime._synchronizers)
+    before = len(_marshal._synchronizers)
     coordinator = world.coordinator()
-    assert len(runtime._synchronizers) == before + 1
+    assert len(_marshal._synchronizers) == before + 1
     coordinator.close()
-    assert len(runtime._synchronizers) == before
+    assert len(_marshal._synchronizers) == before
     with pytest.raises(ctxcache.ContractError):
         world.coordinator(max_batch=9)  # refused: nothing registered stays behind
-    assert len(runtime._synchronizers) == before
+    assert len(_marshal._synchronizers) == before
 
 
 def test_requests_collected_in_a_cycle_are_queued_not_destroyed_by_the_collector(world):

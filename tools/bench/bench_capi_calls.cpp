@@ -1,6 +1,6 @@
 // bench_capi_calls: what one request's calls into the C ABI cost from C, the floor under the Python package's
-// per-call figures (`ctxcache bench --calls`, python/ctxcache/bench.py: call_overhead, whose loop this one mirrors
-// call for call). tools/bench_manager runs both and reports Python's overhead per call as the difference.
+// per-call figures (`ctxcache bench --calls`, python/ctxcache/bench/manager.py: call_overhead, whose loop this one
+// mirrors call for call). tools/bench_manager runs both and reports Python's overhead per call as the difference.
 //
 //   bench_capi_calls [--page-size P] [--blocks N] [--batches K] [--batch-size B] [--key STRING]
 //

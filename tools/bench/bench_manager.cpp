@@ -7,7 +7,7 @@
 //
 // Prints one JSON object on stdout: {"path": "c++", ..., "results": [one object per page size and mode, page
 // sizes outer, modes inner in the order vanilla, hybrid, spec]}. --mode is repeatable (or comma separated);
-// the default is all three. python/ctxcache/bench.py is the same benchmark through the Python package;
+// the default is all three. python/ctxcache/bench/manager.py is the same benchmark through the Python package;
 // tools/bench_manager runs both and checks that every non-timing figure agrees. The definitions below are shared
 // by both and must stay identical.
 //
@@ -114,7 +114,7 @@ constexpr char const* kDefaultKey = "ctxcache-bench-key";
     std::exit(2);
 }
 
-// ---- token expansion (identical in python/ctxcache/bench.py) -----------------------------------------------
+// ---- token expansion (identical in python/ctxcache/bench/manager.py) -----------------------------------------------
 
 inline uint64_t splitmix64(uint64_t x) {
     uint64_t z = x + 0x9E3779B97F4A7C15ull;
@@ -143,7 +143,7 @@ void expandRange(Request const& r, int32_t begin, int32_t end, std::vector<int32
     }
 }
 
-// ---- cache-cold mode (--cold; identical in python/ctxcache/bench.py and tools/bench_peers's vLLM loop) -------
+// ---- cache-cold mode (--cold; identical in python/ctxcache/bench/manager.py and tools/bench_peers's vLLM loop) -----
 //
 // What a server sees: between two requests the model's forward pass sweeps the CPU caches. Each request is its own
 // step: expand its tokens (untimed), hash them (timed), acquire / grow / publish / release (timed), then read one

@@ -13,7 +13,7 @@
 //    overhead is what the coordinator adds: validation, rows, lengths, bookkeeping. Hit rates must agree (checked).
 //    The prompts come from std::mt19937(seed): 8 x 1,024 draws (the system prompts), then per request one draw
 //    picking the system prompt (% 8), one for its own length (64 + % 960) and that many tokens; a token is a draw
-//    % 32,000. The Python path (python/ctxcache/bench_runtime.py) draws the same stream; prompt_token_sum and
+//    % 32,000. The Python path (python/ctxcache/bench/runtime.py) draws the same stream; prompt_token_sum and
 //    decode_token_sum (the sums of every token id) prove it.
 // 2. Per sequence per decode step. A batch of B sequences of 200-token prompts decodes S steps (page size P);
 //    each step is prepareDecodeStep + completeDecodeStep for the batch. Steps where no row crossed a page are

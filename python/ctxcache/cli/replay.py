@@ -27,7 +27,7 @@ prompt matched whole and page-aligned recomputes its last page (the full-input r
 need one computed position), and in spec mode every hit replays its boundary page. Each prompt's pages are then
 published. This is exactly what the manager does with pools and records that never run short.
 
-Options and figures: every integer option is range-checked as it is parsed (``_cli_args.int_range``), and what
+Options and figures: every integer option is range-checked as it is parsed (``ctxcache.cli.args.int_range``), and what
 depends on two options or on the machine (``--capacity-tokens`` against ``--page-size``, ``--backend cuda``, the
 sweep's ``--out-dir`` and ``--name``) is checked before any work: a bad one is one line on stderr, exit status 2.
 The report's requests/s covers the replay alone (the manager calls, or the engine's serving with ``--verify``'s
@@ -35,7 +35,7 @@ cold runs), not the reading, the hashing, the bound or the optimum, which the wa
 99% capacities are interpolated log-linearly between the sampled point below and the first sampled point at or
 above the target (both are reported). The progress bar is drawn only on a terminal.
 
-The offline optimum (``ctxcache.oracle``, vanilla mode with prefill-state publication; ``--no-optimum`` skips it):
+The offline optimum (``ctxcache.cli.oracle``, vanilla mode with prefill-state publication; ``--no-optimum`` skips it):
 what the same capacity would reuse if eviction always removed the cached page needed farthest in the future
 (Belady), leaves of the prefix tree only, requests one at a time. No online policy can do better; the gap between
 it and the hit rate is what a better eviction policy could still win (docs/EVICTION.md).
@@ -59,10 +59,10 @@ from typing import Any
 
 import numpy as np
 
-from ._cli_args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, zmq_endpoint
-from .enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
-from .hashing import Hasher
-from .manager import ContextCacheManager, ResourceDemand
+from ..enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
+from ..hashing import Hasher
+from ..manager import ContextCacheManager, ResourceDemand
+from .args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, zmq_endpoint
 from .oracle import offline_optimum, prepare_pages
 from .workload import (
     TRACE_BLOCK,
@@ -241,8 +241,8 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
     if settings.events is None:
         yield False
         return
-    from .errors import ContractError, InvalidArgumentError, UnsupportedError
-    from .events import KvEventPublisher
+    from ..errors import ContractError, InvalidArgumentError, UnsupportedError
+    from ..events import KvEventPublisher
 
     try:
         publisher = KvEventPublisher(settings.events, replay_endpoint=settings.events_replay,
@@ -355,7 +355,7 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                 progress: Callable[[int], None] | None = None, measured: Measured | None = None) -> Measured:
     """Serve the workload through the reference engine, in chunks of whole batches (progress, occupancy samples
     and a partial report between chunks); with settings.verify, compare with a cold run."""
-    from . import sim
+    from .. import sim
 
     m = measured if measured is not None else Measured("full", capacity_pages)
     pool_bytes = capacity_pages * settings.page_size * _BYTES_PER_TOKEN * (2 if settings.mode == "spec" else 1)
@@ -748,7 +748,7 @@ def _check_backend(settings: Settings) -> None:
     """--backend cuda where no device is usable: refused before the work, with the probe's reason."""
     if settings.bookkeeping_only or settings.backend != "cuda":
         return
-    from . import _ffi, cuda_compiled, cuda_device_count
+    from .. import _ffi, cuda_compiled, cuda_device_count
 
     if not cuda_compiled():
         raise SettingsError("--backend cuda: this library was built without CUDA; use --backend cpu or auto")
@@ -898,16 +898,65 @@ def reaching(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | 
             "below_range": False, "between": [low["capacity_tokens"], hit["capacity_tokens"]]}
 
 
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or None when matplotlib is not installed (the ``plot`` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+PLOT_HINT = "no PNG: matplotlib is not installed (pip install 'ctxcache[plot]' for the plot)"
+
+
+def _plot(plt: Any, png_path: Path, rows: Sequence[dict[str, Any]], reach: dict[str, dict[str, Any] | None],
+          bound_rate: float, with_lru: bool, with_optimum: bool, settings: Settings, title: str) -> None:
+    """The sweep's PNG: the hit-rate curves against capacity, the unbounded bound, where 90% and 99% of it are
+    reached."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    if rows:
+        ax.plot([r["capacity_tokens"] for r in rows], [100 * r["hit_rate"] for r in rows], "o-",
+                label=f"hit rate ({'record LRU' if not with_lru else settings.eviction_policy})")
+        if with_lru:
+            ax.plot([r["capacity_tokens"] for r in rows], [100 * r["lru_hit_rate"] for r in rows], "^:",
+                    color="tab:orange", label="hit rate (record LRU, the reference's)")
+        if with_optimum:
+            ax.plot([r["capacity_tokens"] for r in rows], [100 * r["optimum_hit_rate"] for r in rows], "s--",
+                    color="tab:green", label="offline optimum (Belady, knows the future)")
+    ax.axhline(100 * bound_rate, color="gray", linestyle="--", label=f"unbounded cache {bound_rate:.1%}")
+    for share, style in (("90", ":"), ("99", "-.")):
+        hit = reach[share]
+        if hit is not None:
+            where = (f"{hit['interpolated_tokens']:,} tokens or less (smallest sampled)" if hit["below_range"] else
+                     f"~{hit['interpolated_tokens']:,} tokens (interpolated)")
+            ax.axvline(hit["interpolated_tokens"], color="tab:red", linestyle=style,
+                       label=f"{share}% of the bound at {where}")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"cache capacity (tokens, page size {settings.page_size})")
+    ax.set_ylabel("prompt tokens reused (%)")
+    ax.set_title(f"ctxcache sweep: {title} ({settings.mode})")
+    ax.set_ylim(0, max(5.0, 100 * bound_rate * 1.1))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    try:
+        fig.savefig(png_path, dpi=120, format="png")
+    except OSError as e:
+        raise SettingsError(f"cannot write {png_path}: {e.strerror or e}") from None
+    plt.close(fig)
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings.mode == "hybrid":
         raise SettingsError("sweep runs bookkeeping-only: --mode vanilla or spec")
     csv_path, png_path = sweep_outputs(args.out_dir, args.name)  # before the work, not after it
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()  # None without the plot extra: the CSV is still written, and one line says how to get the PNG
 
     t0 = time.perf_counter()
     workload, requests = load_workload(args.trace, settings, args.limit, conversation_workload(args, settings))
@@ -978,37 +1027,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     except OSError as e:  # checked writable before the work; the disk may have filled since
         raise SettingsError(f"cannot write {csv_path}: {e.strerror or e}") from None
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    if rows:
-        ax.plot([r["capacity_tokens"] for r in rows], [100 * r["hit_rate"] for r in rows], "o-",
-                label=f"hit rate ({'record LRU' if baseline is None else settings.eviction_policy})")
-        if baseline is not None:
-            ax.plot([r["capacity_tokens"] for r in rows], [100 * r["lru_hit_rate"] for r in rows], "^:",
-                    color="tab:orange", label="hit rate (record LRU, the reference's)")
-        if with_optimum:
-            ax.plot([r["capacity_tokens"] for r in rows], [100 * r["optimum_hit_rate"] for r in rows], "s--",
-                    color="tab:green", label="offline optimum (Belady, knows the future)")
-    ax.axhline(100 * bound_rate, color="gray", linestyle="--", label=f"unbounded cache {bound_rate:.1%}")
-    for share, style in (("90", ":"), ("99", "-.")):
-        hit = reach[share]
-        if hit is not None:
-            where = (f"{hit['interpolated_tokens']:,} tokens or less (smallest sampled)" if hit["below_range"] else
-                     f"~{hit['interpolated_tokens']:,} tokens (interpolated)")
-            ax.axvline(hit["interpolated_tokens"], color="tab:red", linestyle=style,
-                       label=f"{share}% of the bound at {where}")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"cache capacity (tokens, page size {settings.page_size})")
-    ax.set_ylabel("prompt tokens reused (%)")
-    ax.set_title(f"ctxcache sweep: {Path(workload).name if args.trace else workload} ({settings.mode})")
-    ax.set_ylim(0, max(5.0, 100 * bound_rate * 1.1))
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    try:
-        fig.savefig(png_path, dpi=120, format="png")
-    except OSError as e:
-        raise SettingsError(f"cannot write {png_path}: {e.strerror or e}") from None
-    plt.close(fig)
+    if plt is not None:
+        _plot(plt, png_path, rows, reach, bound_rate, baseline is not None, with_optimum, settings,
+              Path(workload).name if args.trace else workload)
 
     notes = non_monotonic_notes(rows)
     small = [r for r in rows if r["rejected"]]
@@ -1032,10 +1053,12 @@ def run_sweep(args: argparse.Namespace) -> int:
                   reach["90"]["interpolated_tokens"] if reach["90"] else None,
               "reaches_99_percent_of_bound_interpolated_tokens":
                   reach["99"]["interpolated_tokens"] if reach["99"] else None,
-              "non_monotonic": notes, "csv": str(csv_path), "png": str(png_path),
+              "non_monotonic": notes, "csv": str(csv_path), "png": str(png_path) if plt is not None else None,
               "wall_seconds": round(time.perf_counter() - t0, 3)}
     if args.json:
         print(json.dumps(report), flush=True)
+        if plt is None:
+            print(f"ctxcache sweep: {PLOT_HINT}", file=sys.stderr, flush=True)
     else:
         lines = [f"ctxcache sweep: {workload} ({settings.mode}, page size {settings.page_size}, "
                  f"eviction {settings.eviction_policy})"
@@ -1057,7 +1080,10 @@ def run_sweep(args: argparse.Namespace) -> int:
                              f"(log-linear) between the sampled {low:,} (below) and {high:,} (the first sampled "
                              f"point at or above it)")
         lines += [f"note: {n}" for n in notes]
-        lines.append(f"wrote {png_path} and {csv_path} in {report['wall_seconds']:.1f} s")
+        if plt is not None:
+            lines.append(f"wrote {png_path} and {csv_path} in {report['wall_seconds']:.1f} s")
+        else:
+            lines.append(f"wrote {csv_path} in {report['wall_seconds']:.1f} s; {PLOT_HINT}")
         print("\n".join(lines), flush=True)
     return 130 if interrupted else 0
 
@@ -1085,8 +1111,8 @@ def _guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace,
     import signal
     import threading
 
-    from . import _startup
-    from .errors import ContractError
+    from .. import _startup
+    from ..errors import ContractError
 
     global _interrupt_requested, _interrupt_taken
     _interrupt_requested = _interrupt_taken = False

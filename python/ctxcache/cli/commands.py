@@ -8,7 +8,7 @@
   ctxcache bench-runtime  the runtime's own bookkeeping per request and per decode step (see tools/bench_runtime)
 
 A bad option, here or in a subcommand, is one line on stderr and exit status 2 (every parser is a
-``_cli_args.OneLineParser``, every integer option an ``int_range``); ``info`` reports a device count that is never
+``ctxcache.cli.args.OneLineParser``, every integer option an ``int_range``); ``info`` reports a device count that is never
 negative (a failed probe is 0 devices, its reason in ``cuda_probe``).
 
 Ctrl-C ends any command within a second with exit status 130: replay, sweep and bench print the partial report
@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from ._cli_args import OneLineParser
+from .args import OneLineParser
 
 
 def _info(_: argparse.Namespace) -> int:
@@ -43,13 +43,13 @@ def _info(_: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from . import bench
+    from ..bench import manager as bench
 
     return bench.main(args.bench_args)
 
 
 def _bench_runtime(args: argparse.Namespace) -> int:
-    from . import bench_runtime
+    from ..bench import runtime as bench_runtime
 
     return bench_runtime.main(args.bench_args)
 
@@ -73,7 +73,7 @@ def _workload(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import _startup
+    from .. import _startup
 
     _startup.command_sigint()  # from here on, Ctrl-C is a KeyboardInterrupt (replay and sweep take it over)
     try:
@@ -118,7 +118,7 @@ def _main(argv: list[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush goes nowhere
         return 128 + 13
     except KeyboardInterrupt:  # a command without a partial report of its own (replay and sweep print theirs)
-        from . import _startup
+        from .. import _startup
 
         _startup.interrupted_json("starting" if args.command in ("replay", "sweep") else "running",
                                   [args.command, *getattr(args, "forwarded_args", [])])

@@ -27,13 +27,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import _arrays
-from ._ffi import check, ffi, lib, new_output
-from .device import KvLengths, KvPagePool, KvPageTable, _Handle
-from .errors import ArgumentTypeError
-from .runtime import (  # SwaState: the state of a window, kept in runtime (the facade returns it too)
-    SwaState,
-    Synchronizer,
+from .. import _arrays
+from .._ffi import check, ffi, lib, new_output
+from .._resource import Handle
+from ..device import KvLengths, KvPagePool, KvPageTable
+from ..errors import ArgumentTypeError
+from ._marshal import (
     _create_synchronized,
     _destroy_synchronized,
     _int32s,
@@ -42,6 +41,7 @@ from .runtime import (  # SwaState: the state of a window, kept in runtime (the 
     _resident,
     _swa_state,
 )
+from .types import SwaState, Synchronizer  # SwaState: the state of a window (the request facade returns it too)
 
 _NULL = ffi.NULL
 
@@ -51,18 +51,21 @@ def _destroy_manager(handle: Any) -> int:
     return _destroy_synchronized(lib.ctxc_swa_manager_destroy, handle)
 
 
-def _typed(value: Any, kind: type[_Handle], name: str) -> Any:
+def _typed(value: Any, kind: type[Handle], name: str) -> Any:
     if not isinstance(value, kind):
         raise ArgumentTypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     return value._live()
 
 
-class BoundedSwaKVPageManager(_Handle):
+class BoundedSwaKVPageManager(Handle):
     """The manager over a pool, a sparse-window table and (optional) lengths compacted with the batch."""
 
     _destroy = staticmethod(_destroy_manager)
     _what = "manager"
     _rank = 1  # after its request, when both are queued
+    # ManagedKVCacheRequest.begin on this backend: ctxc_kv_request_begin_swa; the request's `swa_manager` is this one.
+    _begin_kv_request = staticmethod(lib.ctxc_kv_request_begin_swa)
+    _reuses_context = False
 
     def __init__(self, pool: KvPagePool, table: KvPageTable, lengths: KvLengths | None = None, *,
                  window_size_tokens: int, max_batch: int = 8, synchronizer: Synchronizer | None = None):
@@ -105,7 +108,7 @@ class BoundedSwaKVPageManager(_Handle):
         out = ffi.new("ctxc_swa_request_t **")
         check(lib.ctxc_swa_manager_begin_request(self._live(), c_refs, len(refs), _pointer(stream, "stream"), out))
         request = SwaRequest.__new__(SwaRequest)
-        _Handle.__init__(request, out[0], (self,))
+        Handle.__init__(request, out[0], (self,))
         request.manager = self
         return request
 
@@ -117,7 +120,7 @@ class BoundedSwaKVPageManager(_Handle):
         check(lib.ctxc_swa_manager_check_invariants(self._live()))
 
 
-class SwaRequest(_Handle):
+class SwaRequest(Handle):
     """One request over a BoundedSwaKVPageManager; a context manager whose exit abandons it if unfinished."""
 
     _destroy = staticmethod(lib.ctxc_swa_request_destroy)

@@ -74,11 +74,11 @@ from typing import Any, cast
 
 import numpy as np
 
-from ._cli_args import INT32_MAX, OneLineParser, int_range
-from .enums import AcquireStatus, PublishStatus, ResourceType
-from .hashing import Hasher
-from .manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
-from .workload import TRACE_BLOCK, expand_range, expand_tokens, read_trace, splitmix64
+from ..cli.args import INT32_MAX, OneLineParser, int_range
+from ..cli.workload import TRACE_BLOCK, expand_range, expand_tokens, read_trace, splitmix64
+from ..enums import AcquireStatus, PublishStatus, ResourceType
+from ..hashing import Hasher
+from ..manager import ContextCacheManager, HybridCheckpointCandidate, HybridCheckpointKey, ResourceDemand
 
 __all__ = ["TRACE_BLOCK", "ColdLoop", "Request", "call_overhead", "default_cold_bytes", "default_trace", "expand_range",
            "expand_tokens", "last_level_cache_bytes", "load_trace", "main", "replay", "replay_hybrid", "replay_spec",

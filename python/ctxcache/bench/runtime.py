@@ -29,7 +29,7 @@ file's (see its header comment) and must stay identical:
    append between them is not timed; the histories are views of preallocated buffers). Steps where a row
    crosses a page are reported apart. Python only, to say where the time goes: the same decode on a second
    rig through the C ABI with one prebuilt ``ctxc_decoding_context_t`` (no Python marshalling), the
-   marshalling alone (``runtime._c_context``, once per call), and the slope of the C-ABI step time over the
+   marshalling alone (``ctxcache.runtime._marshal._c_context``, once per call), and the slope of the C-ABI step time over the
    history length (the C ABI copies every row's history into vectors on each call): the medians of the first and
    last quarter of the steps over their mean histories (robust to a shared machine's preemptions).
 3. Launches per snapshot capture and restore of all layers (hybrid, 4 recurrent + 4 attention layers):
@@ -50,14 +50,14 @@ from typing import Any
 
 import numpy as np
 
-from . import runtime
-from ._cli_args import UINT32_MAX, OneLineParser, int_range
-from ._ffi import check, ffi, lib
-from .device import Backend, KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage
-from .enums import CommitPolicy, ModelStateKind, SequenceStatus
-from .hashing import Hasher
-from .manager import ContextCacheManager, ResourceDemand
-from .runtime import ContextCacheCoordinator, DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
+from .._ffi import check, ffi, lib
+from ..cli.args import UINT32_MAX, OneLineParser, int_range
+from ..device import Backend, KvLengths, KvPagePool, KvPageTable, ResidentState, SnapshotStorage
+from ..enums import CommitPolicy, ModelStateKind, SequenceStatus
+from ..hashing import Hasher
+from ..manager import ContextCacheManager, ResourceDemand
+from ..runtime import ContextCacheCoordinator, DecodingContext, ManagedKVCacheRequest, Request, ResidentRef
+from ..runtime._marshal import _c_context
 
 SYSTEM_PROMPTS = 8
 SYSTEM_TOKENS = 1024
@@ -275,7 +275,7 @@ def decode_pass(rows: Sequence[np.ndarray], page_size: int, steps: int, batch: i
 def decode_breakdown(rows: Sequence[np.ndarray], page_size: int, steps: int, batch: int,
                      max_pages_per_seq: int) -> dict[str, Any]:
     """The same decode through the C ABI with one prebuilt context (counts and lengths updated in place), and
-    the Python marshalling of one call (``runtime._c_context``) timed apart, every step."""
+    the Python marshalling of one call (``ctxcache.runtime._marshal._c_context``) timed apart, every step."""
     rig = _decode_rig(page_size, batch, max_pages_per_seq, steps)
     steps = min(steps, (rig.max_pages_per_seq - 1) * page_size - (DECODE_PROMPT + 1))
     perf = time.perf_counter_ns
@@ -301,7 +301,7 @@ def decode_breakdown(rows: Sequence[np.ndarray], page_size: int, steps: int, bat
         gc.collect()
         for _ in range(steps):
             t0 = perf()
-            runtime._c_context(engine.context, [])
+            _c_context(engine.context, [])
             marshal_ns += perf() - t0
             crossing = _crossing(committed, page_size)
             t0 = perf()

@@ -1,6 +1,6 @@
 """Warm against cold wall time of a real (tiny, seeded) Hugging Face Llama served through ctxcache.
 
-    python -m ctxcache.bench_transformers [--prefix 2000] [--question 50] [--new-tokens 8] [--rounds 5] [--json]
+    python -m ctxcache.bench.transformers [--prefix 2000] [--question 50] [--new-tokens 8] [--rounds 5] [--json]
 
 Each round builds a fresh shared prefix (so its first request is cold), serves prefix + question A (cold: the
 whole prompt is prefilled) and then prefix + question B (warm: the prefix comes from ctxcache's pages, only the
@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from ._cli_args import OneLineParser, int_range
+from ..cli.args import OneLineParser, int_range
 
 
 def run(prefix: int, question: int, new_tokens: int, rounds: int, page_size: int, threads: int) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def run(prefix: int, question: int, new_tokens: int, rounds: int, page_size: int
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from .integrations.transformers import CachedGenerator, cold_generate
+    from ..integrations.transformers import CachedGenerator, cold_generate
 
     torch.set_num_threads(threads)  # on a shared machine, fewer threads than cores keeps the rounds comparable
     torch.manual_seed(0)
@@ -89,7 +89,7 @@ def _missing_extra() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    prog = "python -m ctxcache.bench_transformers"
+    prog = "python -m ctxcache.bench.transformers"
     parser = OneLineParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("--prefix", type=int_range(1, 8192), default=2000,
                         help="shared prefix tokens (default 2000, at most 8192: eager attention is quadratic)")
