@@ -374,13 +374,7 @@ protected:
     void SetUp() override {
         ASSERT_NO_FATAL_FAILURE(createDevice(16, 8, CTXC_PAGE_TABLE_DENSE));
         ctxc_coordinator_resources_t const r = baseResources();
-        ctxc_coordinator_options_t o;
-        ctxc_coordinator_options_init(&o);
-        o.max_batch = 4;
-        o.max_records = 8;
-        o.model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
-        o.synchronize = slowSynchronize;
-        o.synchronize_user = &sync;
+        ctxc_coordinator_options_t const o = coordinatorOptions(CTXC_MODEL_ATTENTION_ONLY, slowSynchronize, &sync);
         ASSERT_EQ(ctxc_coordinator_create(&r, &o, &coordinator), CTXC_OK) << ctxc_last_error();
     }
     void TearDown() override {

@@ -66,16 +66,7 @@ protected:
     }
 
     ctxc_coordinator_resources_t resources() const { return baseResources(); }
-    ctxc_coordinator_options_t options(int32_t kind) {
-        ctxc_coordinator_options_t o;
-        ctxc_coordinator_options_init(&o);
-        o.max_batch = 4;
-        o.max_records = 8;
-        o.model_state_kind = kind;
-        o.synchronize = synchronizeWith;
-        o.synchronize_user = &sync;
-        return o;
-    }
+    ctxc_coordinator_options_t options(int32_t kind) { return coordinatorOptions(kind, synchronizeWith, &sync); }
     ctxc_coordinator_t* make(int32_t kind) {
         ctxc_coordinator_resources_t const r = resources();
         ctxc_coordinator_options_t const o = options(kind);

@@ -1,8 +1,8 @@
 // The device objects the C ABI fixtures build a coordinator or a bounded-SWA manager over, created and destroyed
 // once for all of them: a CPU backend, a pool of 4-token pages (one layer of one 2-wide KV head), a page table for 4
-// sequences and lengths for 4, and the bounded-SWA manager two suites build over them. A fixture derives from it beside
-// its ::testing::Test (or TestWithParam), so its tests name backend, pool, table and lengths directly. Header-only;
-// includes only "ctxcache.h" and GoogleTest.
+// sequences and lengths for 4, and the options of the coordinators and the bounded-SWA manager the suites build over
+// them. A fixture derives from it beside its ::testing::Test (or TestWithParam), so its tests name backend, pool, table
+// and lengths directly. Header-only; includes only "ctxcache.h" and GoogleTest.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -66,6 +66,19 @@ struct CpuKvDevice {
         o.synchronize = synchronize;
         o.synchronize_user = user;
         return ctxc_swa_manager_create(pool, table, lengths, &o, out);
+    }
+
+    // A coordinator's options over them: 4 slots, 8 records, model state kind (CTXC_MODEL_*), synchronised through
+    // synchronize(user).
+    static ctxc_coordinator_options_t coordinatorOptions(int32_t kind, ctxc_synchronize_fn synchronize, void* user) {
+        ctxc_coordinator_options_t o;
+        ctxc_coordinator_options_init(&o);
+        o.max_batch = 4;
+        o.max_records = 8;
+        o.model_state_kind = kind;
+        o.synchronize = synchronize;
+        o.synchronize_user = user;
+        return o;
     }
 
     // The pool, table and lengths as a coordinator's base resources.
