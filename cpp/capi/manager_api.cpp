@@ -125,32 +125,49 @@ BlockTokenSpan inputTokens(int32_t const* tokens, size_t count) {
     return {tokens, count};
 }
 
-// The two checkpoint publications (plain hybrid and Hybrid+MTP), with or without the prompt's tokens, take the
-// same arguments and checks (the tokens first).
-template <class Publish>
-ctxc_status_t publishCheckpoint(char const* function, ctxc_manager_t* manager, ctxc_lease_t* lease,
-                                const ctxc_hash128_t* hashes, size_t count,
-                                const ctxc_hybrid_checkpoint_key_t* checkpoint,
-                                const ctxc_hybrid_snapshot_reservation_t* snapshots, int32_t const* tokenIds,
-                                size_t tokenCount, ctxc_publish_result_t* out_result, Publish publish) {
-    return guard(function, [&] {
-        BlockTokenSpan const tokens = inputTokens(tokenIds, tokenCount);
-        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
-        ManagerObject& m = requireManager(manager);
-        LeaseObject& l = requireLiveLease(lease, manager);
-        if (!checkpoint) invalidArgument("checkpoint is NULL");
-        if (!snapshots) invalidArgument("snapshots is NULL");
-        HybridCheckpointKey const key{toHash(checkpoint->exact_prefix_digest), checkpoint->exact_length};
-        fillPublishResult(l,
-                          (m.manager.get()->*publish)(l.lease, inputHashes(hashes, count), count, key,
-                                                      toReservation(*snapshots), tokens),
-                          out);
-    });
-}
-
 using PublishCheckpointFn = PublishResult (ContextCacheManager::*)(CacheRequestLease&, BlockHash const*, size_t,
                                                                    HybridCheckpointKey const&,
                                                                    HybridSnapshotReservation const&, BlockTokenSpan);
+
+// What one publish call publishes besides the lease, hashes and tokens: a resident state length (the plain
+// publication, checkpointed NULL) or a checkpoint and its snapshots (ContextCacheManager::publishHybrid or
+// publishHybridMtp as checkpointed).
+struct Publication {
+    int32_t residentStateLength = 0;
+    ctxc_hybrid_checkpoint_key_t const* checkpoint = nullptr;
+    ctxc_hybrid_snapshot_reservation_t const* snapshots = nullptr;
+    PublishCheckpointFn checkpointed = nullptr;
+};
+
+// The one body of the six publish calls (plain, hybrid and Hybrid+MTP, each with or without the prompt's tokens;
+// those without pass no tokens). The checks run in one order per publication: a checkpoint publication checks the
+// tokens first, then out_result, the manager, the live lease, checkpoint and snapshots; the plain one checks
+// out_result, the manager, the live lease, resident_state_length and then the tokens.
+ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_lease_t* lease,
+                          ctxc_hash128_t const* hashes, size_t count, int32_t const* tokenIds, size_t tokenCount,
+                          Publication const& p, ctxc_publish_result_t* outResult) noexcept {
+    return guard(function, [&] {
+        BlockTokenSpan tokens;
+        if (p.checkpointed) tokens = inputTokens(tokenIds, tokenCount);
+        ctxc_publish_result_t& out = requireSized(outResult, "out_result");
+        ManagerObject& m = requireManager(manager);
+        LeaseObject& l = requireLiveLease(lease, manager);
+        if (!p.checkpointed) {
+            requireNonNegative(p.residentStateLength, "resident_state_length");
+            tokens = inputTokens(tokenIds, tokenCount);
+            fillPublishResult(
+                l, m.manager->publish(l.lease, inputHashes(hashes, count), count, p.residentStateLength, tokens), out);
+            return;
+        }
+        if (!p.checkpoint) invalidArgument("checkpoint is NULL");
+        if (!p.snapshots) invalidArgument("snapshots is NULL");
+        HybridCheckpointKey const key{toHash(p.checkpoint->exact_prefix_digest), p.checkpoint->exact_length};
+        fillPublishResult(l,
+                          (m.manager.get()->*p.checkpointed)(l.lease, inputHashes(hashes, count), count, key,
+                                                             toReservation(*p.snapshots), tokens),
+                          out);
+    });
+}
 
 }  // namespace
 
@@ -345,15 +362,9 @@ CTXC_API ctxc_status_t ctxc_manager_publish_with_tokens(ctxc_manager_t* manager,
                                                         const ctxc_hash128_t* hashes, size_t count,
                                                         int32_t resident_state_length, const int32_t* tokens,
                                                         size_t token_count, ctxc_publish_result_t* out_result) {
-    return guard("ctxc_manager_publish", [&] {
-        ctxc_publish_result_t& out = requireSized(out_result, "out_result");
-        ManagerObject& m = requireManager(manager);
-        LeaseObject& l = requireLiveLease(lease, manager);
-        requireNonNegative(resident_state_length, "resident_state_length");
-        BlockTokenSpan const span = inputTokens(tokens, token_count);
-        fillPublishResult(
-            l, m.manager->publish(l.lease, inputHashes(hashes, count), count, resident_state_length, span), out);
-    });
+    Publication p;
+    p.residentStateLength = resident_state_length;
+    return publishWith("ctxc_manager_publish", manager, lease, hashes, count, tokens, token_count, p, out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -361,8 +372,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
                                                    const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                    ctxc_publish_result_t* out_result) {
-    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0, out_result,
-                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
+    return ctxc_manager_publish_hybrid_with_tokens(manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0,
+                                                   out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -371,9 +382,9 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t* m
                                                                const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                                const int32_t* tokens, size_t token_count,
                                                                ctxc_publish_result_t* out_result) {
-    return publishCheckpoint("ctxc_manager_publish_hybrid", manager, lease, hashes, count, checkpoint, snapshots,
-                             tokens, token_count, out_result,
-                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybrid));
+    Publication const p{0, checkpoint, snapshots, &ContextCacheManager::publishHybrid};
+    return publishWith("ctxc_manager_publish_hybrid", manager, lease, hashes, count, tokens, token_count, p,
+                       out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -381,8 +392,8 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, 
                                                        const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                        const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                        ctxc_publish_result_t* out_result) {
-    return publishCheckpoint(__func__, manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0, out_result,
-                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
+    return ctxc_manager_publish_hybrid_mtp_with_tokens(manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0,
+                                                       out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -391,9 +402,9 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_
                                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                                    const int32_t* tokens, size_t token_count,
                                                                    ctxc_publish_result_t* out_result) {
-    return publishCheckpoint("ctxc_manager_publish_hybrid_mtp", manager, lease, hashes, count, checkpoint, snapshots,
-                             tokens, token_count, out_result,
-                             static_cast<PublishCheckpointFn>(&ContextCacheManager::publishHybridMtp));
+    Publication const p{0, checkpoint, snapshots, &ContextCacheManager::publishHybridMtp};
+    return publishWith("ctxc_manager_publish_hybrid_mtp", manager, lease, hashes, count, tokens, token_count, p,
+                       out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_clear(ctxc_manager_t* manager) {

@@ -243,6 +243,41 @@ BeginOptions beginOptions(ctxc_sequence_request_t const* sequences, size_t seque
     return out;
 }
 
+// The one body of ctxc_kv_request_begin and ctxc_kv_request_begin_swa, once the backend's handle is checked: on
+// a coordinator (c set, swa NULL) or a bounded-SWA manager (the other way round), whose C handle is backendHandle.
+// The request is in its backend's family; a coordinator's also enters its set of requests (destroying the
+// coordinator orphans what is still there), and is removed again if that fails: nothing leaks.
+ctxc_kv_request_t* beginRequest(CoordinatorObject* c, SwaManagerObject* swa, void const* backendHandle,
+                                ctxc_sequence_request_t const* sequences, size_t sequenceCount,
+                                ctxc_decoding_context_t const* context, ctxc_kv_request_options_t const* options) {
+    ContextCacheCoordinator* const coordinator = c ? c->coordinator.get() : nullptr;
+    runtime::BoundedSwaKVPageManager* const manager = c ? nullptr : swa->manager.get();
+    BeginOptions const o = beginOptions(sequences, sequenceCount, context, options);
+    DecodingInferenceContext const ctx = contextOf(context);
+    std::optional<ManagedKVCacheRequest> begun =
+        ManagedKVCacheRequest::begin(coordinator, manager, o.request, ctx, o.speculative, o.headroom, o.contract,
+                                     o.commit, o.mediaTokenIds, options->stream);
+    if (!begun) {
+        bool const poisoned = coordinator ? coordinator->poisoned() : manager->poisoned();
+        throw ApiError(poisoned ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED,
+                       coordinator ? coordinator->lastFailure() : manager->lastFailure());
+    }
+    auto object = std::make_unique<KvRequestObject>();
+    object->family = c ? c->family : swa->family;
+    object->request.emplace(std::move(*begun));
+    (c ? object->coordinatorHandle : object->swaManagerHandle) = backendHandle;
+    void* handle = kvRequests().add(std::move(object));
+    if (c) {
+        try {
+            c->requests.insert(handle);
+        } catch (...) {
+            kvRequests().remove(handle);  // its destructor abandons the request: nothing leaks
+            throw;
+        }
+    }
+    return static_cast<ctxc_kv_request_t*>(handle);
+}
+
 }  // namespace
 
 std::vector<MediaItem> ctxcache::capi::mediaItemsOf(ctxc_media_item_t const* items, size_t count,
@@ -464,27 +499,7 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin(ctxc_coordinator_t* coordinator, co
     return guard(__func__, [&] {
         requireOut(out_request, "out_request") = nullptr;
         CoordinatorObject& c = requireCoordinator(coordinator);
-        BeginOptions const o = beginOptions(sequences, sequence_count, context, options);
-        DecodingInferenceContext const ctx = contextOf(context);
-        std::optional<ManagedKVCacheRequest> begun =
-            ManagedKVCacheRequest::begin(c.coordinator.get(), nullptr, o.request, ctx, o.speculative, o.headroom,
-                                         o.contract, o.commit, o.mediaTokenIds, options->stream);
-        if (!begun)
-            throw ApiError(c.coordinator->poisoned() ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED,
-                           c.coordinator->lastFailure());
-        auto object = std::make_unique<KvRequestObject>();
-        object->family = c.family;
-        object->request.emplace(std::move(*begun));
-        object->coordinatorHandle = coordinator;
-        void* handle = kvRequests().add(std::move(object));
-        try {
-            c.requests.insert(handle);
-        } catch (...) {
-            kvRequests().remove(handle);  // its destructor abandons the request: nothing leaks
-            throw;
-        }
-        *out_request = static_cast<ctxc_kv_request_t*>(handle);
-        return CTXC_OK;
+        *out_request = beginRequest(&c, nullptr, coordinator, sequences, sequence_count, context, options);
     });
 }
 
@@ -494,19 +509,8 @@ CTXC_API ctxc_status_t ctxc_kv_request_begin_swa(ctxc_swa_manager_t* manager, co
                                                  ctxc_kv_request_t** out_request) {
     return guard(__func__, [&] {
         requireOut(out_request, "out_request") = nullptr;
-        SwaManagerObject& mo = requireObject(swaManagers(), manager, "manager");
-        runtime::BoundedSwaKVPageManager& m = *mo.manager;
-        BeginOptions const o = beginOptions(sequences, sequence_count, context, options);
-        DecodingInferenceContext const ctx = contextOf(context);
-        std::optional<ManagedKVCacheRequest> begun =
-            ManagedKVCacheRequest::begin(nullptr, &m, o.request, ctx, o.speculative, o.headroom, o.contract, o.commit,
-                                         o.mediaTokenIds, options->stream);
-        if (!begun) throw ApiError(m.poisoned() ? CTXC_E_POISONED : CTXC_E_REQUEST_FAILED, m.lastFailure());
-        auto object = std::make_unique<KvRequestObject>();
-        object->family = mo.family;
-        object->request.emplace(std::move(*begun));
-        object->swaManagerHandle = manager;
-        *out_request = addObject<ctxc_kv_request_t>(kvRequests(), std::move(object));
+        SwaManagerObject& m = requireObject(swaManagers(), manager, "manager");
+        *out_request = beginRequest(nullptr, &m, manager, sequences, sequence_count, context, options);
     });
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ctxcache/errors.h"
+#include "paged_kv_launch.h"
 
 namespace ctxcache::device {
 
@@ -28,33 +29,18 @@ void gatherPagedKv(KvPagePool const& pool, KvPageTable const& table, KvLengths c
     DeviceBackend& backend = pool.backend();
     if (&table.backend() != &backend || (lengths && &lengths->backend() != &backend))
         fail("the pool, table and lengths must share one backend");
-    if (table.numPages() != pool.numPages())
-        fail("the table addresses " + std::to_string(table.numPages()) + " pages, the pool has " +
-             std::to_string(pool.numPages()));
-    if (table.dirty()) fail("the page table has changes not uploaded yet (call upload() first)");
-    if (r.batch > table.maxBatch())
-        fail("batch " + std::to_string(r.batch) + " exceeds the table's " + std::to_string(table.maxBatch()) +
-             " slots");
+    detail::checkTableForPool(pool, table, r.batch, "gatherPagedKv: ");
     if (lengths && r.batch > lengths->activeBatch())
         fail("batch " + std::to_string(r.batch) + " exceeds the " + std::to_string(lengths->activeBatch()) +
              " active lengths");
     size_t const needed = gatherOutputBytes(pool, r);
     if (outBytes < needed)
         fail("the outputs hold " + std::to_string(outBytes) + " bytes, " + std::to_string(needed) + " needed");
-    KvLayerShape const& shape = pool.geometry().layers[static_cast<size_t>(r.layer)];
     PagedKvGather g{};
-    g.pool = pool.layerData(r.layer);
-    g.pageTable = table.deviceView();
+    detail::fillPagedKvLaunch(g, pool, table, r);
     g.kvLengths = lengths ? lengths->data() : nullptr;
     g.kOut = kOut;
     g.vOut = vOut;
-    g.numPages = pool.numPages();
-    g.pageSize = pool.pageSize();
-    g.kvHeads = shape.kvHeads;
-    g.headDim = shape.headDim;
-    g.maxPagesPerSeq = table.maxPagesPerSeq();
-    g.batch = r.batch;
-    g.seqLen = r.seqLen;
     g.poolDtype = static_cast<int32_t>(pool.dtype());
     g.outDtype = static_cast<int32_t>(r.outDtype);
     g.kScale = r.kScale;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ctxcache/errors.h"
+#include "paged_kv_launch.h"
 
 namespace ctxcache::device {
 
@@ -27,13 +28,7 @@ void scatterPagedKv(KvPagePool& pool, KvPageTable const& table, KvScatterRequest
                     void const* vIn, size_t inBytes) {
     DeviceBackend& backend = pool.backend();
     if (&table.backend() != &backend) fail("the pool and table must share one backend");
-    if (table.numPages() != pool.numPages())
-        fail("the table addresses " + std::to_string(table.numPages()) + " pages, the pool has " +
-             std::to_string(pool.numPages()));
-    if (table.dirty()) fail("the page table has changes not uploaded yet (call upload() first)");
-    if (r.batch > table.maxBatch())
-        fail("batch " + std::to_string(r.batch) + " exceeds the table's " + std::to_string(table.maxBatch()) +
-             " slots");
+    detail::checkTableForPool(pool, table, r.batch, "scatterPagedKv: ");
     if (r.firstPosition < 0) fail("firstPosition must be >= 0");
     if (!isValidKvLayout(static_cast<int32_t>(r.layout)))
         fail("unknown dense KV layout " + std::to_string(static_cast<int32_t>(r.layout)));
@@ -59,19 +54,10 @@ void scatterPagedKv(KvPagePool& pool, KvPageTable const& table, KvScatterRequest
         backend.checkExternal(kIn, inBytes, "scatterPagedKv: the K input");
         backend.checkExternal(vIn, inBytes, "scatterPagedKv: the V input");
     }
-    KvLayerShape const& shape = pool.geometry().layers[static_cast<size_t>(r.layer)];
     PagedKvScatter s{};
-    s.pool = pool.layerData(r.layer);
-    s.pageTable = table.deviceView();
+    detail::fillPagedKvLaunch(s, pool, table, r);
     s.kIn = kIn;
     s.vIn = vIn;
-    s.numPages = pool.numPages();
-    s.pageSize = pool.pageSize();
-    s.kvHeads = shape.kvHeads;
-    s.headDim = shape.headDim;
-    s.maxPagesPerSeq = table.maxPagesPerSeq();
-    s.batch = r.batch;
-    s.seqLen = r.seqLen;
     s.firstPosition = r.firstPosition;
     s.dtype = static_cast<int32_t>(pool.dtype());
     s.layout = static_cast<int32_t>(r.layout);

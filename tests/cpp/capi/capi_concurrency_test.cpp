@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_kv_device.h"
 #include "ctxcache.h"
 #include "decoding_batch.h"
 #include "device_creates.h"
@@ -368,46 +369,17 @@ int slowSynchronize(void* user, void*) {
     return 0;
 }
 
-class CoordinatorPair : public ::testing::Test {
+class CoordinatorPair : public ::testing::Test, protected CpuKvDevice {
 protected:
     void SetUp() override {
-        ctxc_device_backend_options_t bo;
-        ctxc_device_backend_options_init(&bo);
-        bo.kind = CTXC_BACKEND_CPU;
-        ASSERT_EQ(ctxc_device_backend_create(&bo, &backend), CTXC_OK);
-        ctxc_kv_layer_shape_t const layer{1, 2};
-        ctxc_kv_pool_options_t po;
-        ctxc_kv_pool_options_init(&po);
-        po.num_pages = 16;
-        po.page_size = 4;
-        po.layers = &layer;
-        po.layer_count = 1;
-        ASSERT_EQ(ctxc_kv_pool_create(backend, &po, &pool), CTXC_OK);
-        ASSERT_EQ(createPageTable(backend, 4, 8, 16, CTXC_PAGE_TABLE_DENSE, &table), CTXC_OK);
-        ASSERT_EQ(createLengths(backend, 4, &lengths), CTXC_OK);
-        ctxc_coordinator_resources_t r;
-        ctxc_coordinator_resources_init(&r);
-        r.base_pool = pool;
-        r.base_page_table = table;
-        r.base_lengths = lengths;
-        ctxc_coordinator_options_t o;
-        ctxc_coordinator_options_init(&o);
-        o.max_batch = 4;
-        o.max_records = 8;
-        o.model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
-        o.synchronize = slowSynchronize;
-        o.synchronize_user = &sync;
+        ASSERT_NO_FATAL_FAILURE(createDevice(16, 8, CTXC_PAGE_TABLE_DENSE));
+        ctxc_coordinator_resources_t const r = baseResources();
+        ctxc_coordinator_options_t const o = coordinatorOptions(CTXC_MODEL_ATTENTION_ONLY, slowSynchronize, &sync);
         ASSERT_EQ(ctxc_coordinator_create(&r, &o, &coordinator), CTXC_OK) << ctxc_last_error();
     }
     void TearDown() override {
         EXPECT_EQ(ctxc_coordinator_destroy(coordinator), CTXC_OK) << ctxc_last_error();
-        EXPECT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
-        size_t bytes = 1;
-        EXPECT_EQ(ctxc_device_backend_allocated_bytes(backend, &bytes), CTXC_OK);
-        EXPECT_EQ(bytes, 0u) << "device memory leaked";
-        EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+        destroyDevice(true);
     }
 
     // One request's whole life (begin, prefill, one decode step, finish, destroy); each call retried while
@@ -452,10 +424,6 @@ protected:
 
     SlowSync sync;
     std::atomic<uint64_t> epoch{0};
-    ctxc_device_backend_t* backend = nullptr;
-    ctxc_kv_pool_t* pool = nullptr;
-    ctxc_kv_page_table_t* table = nullptr;
-    ctxc_kv_lengths_t* lengths = nullptr;
     ctxc_coordinator_t* coordinator = nullptr;
 };
 

@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "cpu_kv_device.h"
 #include "ctxcache.h"
 #include "decoding_batch.h"
 #include "device_creates.h"
@@ -53,17 +54,6 @@ size_t allocated(ctxc_device_backend_t const* b) {
     size_t bytes = 1;
     EXPECT_EQ(ctxc_device_backend_allocated_bytes(b, &bytes), CTXC_OK);
     return bytes;
-}
-
-ctxc_status_t createPool(ctxc_device_backend_t* b, int32_t pages, ctxc_kv_pool_t** out) {
-    static ctxc_kv_layer_shape_t const layer{1, 2};
-    ctxc_kv_pool_options_t po;
-    ctxc_kv_pool_options_init(&po);
-    po.num_pages = pages;
-    po.page_size = 4;
-    po.layers = &layer;
-    po.layer_count = 1;
-    return ctxc_kv_pool_create(b, &po, out);
 }
 
 // ---- bounded-SWA manager and its requests ---------------------------------------------------------------------
@@ -145,21 +135,11 @@ struct SwaRequest {
 // A CPU backend, a 20-page pool of 4-token pages, a sparse-window 4 x 16 table, lengths for 4 and a manager with
 // a window of 8 tokens: 7 private pages per sequence. The test parameter: the kinds of the first and the second
 // request (a and b).
-class SwaLifetimes : public ::testing::TestWithParam<std::tuple<Kind, Kind>> {
+class SwaLifetimes : public ::testing::TestWithParam<std::tuple<Kind, Kind>>, protected CpuKvDevice {
 protected:
     void SetUp() override {
-        backend = cpuBackend();
-        ASSERT_NE(backend, nullptr);
-        ASSERT_EQ(createPool(backend, 20, &pool), CTXC_OK);
-        ASSERT_EQ(createPageTable(backend, 4, 16, 20, CTXC_PAGE_TABLE_SPARSE_WINDOW, &table), CTXC_OK);
-        ASSERT_EQ(createLengths(backend, 4, &lengths), CTXC_OK);
-        ctxc_swa_manager_options_t o;
-        ctxc_swa_manager_options_init(&o);
-        o.max_batch = 4;
-        o.window_size_tokens = 8;
-        o.synchronize = synchronizeWith;
-        o.synchronize_user = &sync;
-        ASSERT_EQ(ctxc_swa_manager_create(pool, table, lengths, &o, &manager), CTXC_OK) << ctxc_last_error();
+        ASSERT_NO_FATAL_FAILURE(createDevice(20, 16, CTXC_PAGE_TABLE_SPARSE_WINDOW));
+        ASSERT_EQ(createSwaManager(synchronizeWith, &sync, &manager), CTXC_OK) << ctxc_last_error();
         a.kind = std::get<0>(GetParam());
         b.kind = std::get<1>(GetParam());
     }
@@ -170,13 +150,7 @@ protected:
             EXPECT_EQ(ctxc_swa_manager_check_invariants(manager), CTXC_OK) << ctxc_last_error();
         }
         EXPECT_EQ(ctxc_swa_manager_destroy(manager), CTXC_OK) << ctxc_last_error();
-        EXPECT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
-        if (backend) {
-            EXPECT_EQ(allocated(backend), 0u) << "device memory leaked";
-        }
-        EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+        destroyDevice(true);
     }
     int32_t freePages() {
         int32_t n = -1;
@@ -213,10 +187,6 @@ protected:
     }
 
     Sync sync;
-    ctxc_device_backend_t* backend = nullptr;
-    ctxc_kv_pool_t* pool = nullptr;
-    ctxc_kv_page_table_t* table = nullptr;
-    ctxc_kv_lengths_t* lengths = nullptr;
     ctxc_swa_manager_t* manager = nullptr;
     SwaRequest a, b;
 };
@@ -341,19 +311,11 @@ INSTANTIATE_TEST_SUITE_P(Kinds, SwaLifetimes,
 // ---- coordinator and its requests -----------------------------------------------------------------------------
 
 // A CPU backend, a 16-page pool of 4-token pages, a dense 4 x 8 table, lengths for 4, and a vanilla coordinator.
-class CoordinatorLifetimes : public ::testing::Test {
+class CoordinatorLifetimes : public ::testing::Test, protected CpuKvDevice {
 protected:
     void SetUp() override {
-        backend = cpuBackend();
-        ASSERT_NE(backend, nullptr);
-        ASSERT_EQ(createPool(backend, 16, &pool), CTXC_OK);
-        ASSERT_EQ(createPageTable(backend, 4, 8, 16, CTXC_PAGE_TABLE_DENSE, &table), CTXC_OK);
-        ASSERT_EQ(createLengths(backend, 4, &lengths), CTXC_OK);
-        ctxc_coordinator_resources_t r;
-        ctxc_coordinator_resources_init(&r);
-        r.base_pool = pool;
-        r.base_page_table = table;
-        r.base_lengths = lengths;
+        ASSERT_NO_FATAL_FAILURE(createDevice(16, 8, CTXC_PAGE_TABLE_DENSE));
+        ctxc_coordinator_resources_t const r = baseResources();
         ctxc_coordinator_options_t o;
         ctxc_coordinator_options_init(&o);
         o.max_batch = 4;
@@ -370,13 +332,7 @@ protected:
             EXPECT_EQ(ctxc_coordinator_check_invariants(coordinator), CTXC_OK) << ctxc_last_error();
         }
         EXPECT_EQ(ctxc_coordinator_destroy(coordinator), CTXC_OK) << ctxc_last_error();
-        EXPECT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
-        if (backend) {
-            EXPECT_EQ(allocated(backend), 0u) << "device memory leaked";
-        }
-        EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+        destroyDevice(true);
     }
     // begin + prefill of a batch (each row samples 100 + row).
     void prefill(Batch& batch, ctxc_kv_request_t** out) {
@@ -449,10 +405,6 @@ protected:
     }
 
     Sync sync;
-    ctxc_device_backend_t* backend = nullptr;
-    ctxc_kv_pool_t* pool = nullptr;
-    ctxc_kv_page_table_t* table = nullptr;
-    ctxc_kv_lengths_t* lengths = nullptr;
     ctxc_coordinator_t* coordinator = nullptr;
     ctxc_kv_request_t* a = nullptr;
     ctxc_kv_request_t* b = nullptr;
@@ -577,7 +529,7 @@ std::vector<DeviceObject> deviceObjects() {
         return st == CTXC_OK && read != written ? CTXC_E_INTERNAL : st;
     }, [](void* o) { return ctxc_device_buffer_destroy(static_cast<ctxc_device_buffer_t*>(o)); }});
     out.push_back({"pool", [](ctxc_device_backend_t* b, void** o) {
-        return createPool(b, 4, reinterpret_cast<ctxc_kv_pool_t**>(o));
+        return createKvPool(b, 4, reinterpret_cast<ctxc_kv_pool_t**>(o));
     }, [](void* o) {
         size_t bytes = 0;
         return ctxc_kv_pool_footprint_bytes(static_cast<ctxc_kv_pool_t*>(o), &bytes);
@@ -664,8 +616,8 @@ TEST(DeviceLifetimes, SnapshotStorageOutlivesItsStatePoolsAndBackend) {
     ASSERT_EQ(ctxc_resident_state_create(b, &so, &state), CTXC_OK) << ctxc_last_error();
     ctxc_kv_pool_t* base = nullptr;
     ctxc_kv_pool_t* draft = nullptr;
-    ASSERT_EQ(createPool(b, 4, &base), CTXC_OK);
-    ASSERT_EQ(createPool(b, 4, &draft), CTXC_OK);
+    ASSERT_EQ(createKvPool(b, 4, &base), CTXC_OK);
+    ASSERT_EQ(createKvPool(b, 4, &draft), CTXC_OK);
     ctxc_snapshot_storage_options_t sto;
     ctxc_snapshot_storage_options_init(&sto);
     sto.recurrent_budget_bytes = 4096;
@@ -698,7 +650,7 @@ TEST(DeviceLifetimes, SnapshotStorageOutlivesItsStatePoolsAndBackend) {
 TEST(DeviceLifetimes, ADlpackExportOutlivesItsPoolAndBackend) {
     ctxc_device_backend_t* b = cpuBackend();
     ctxc_kv_pool_t* pool = nullptr;
-    ASSERT_EQ(createPool(b, 4, &pool), CTXC_OK);
+    ASSERT_EQ(createKvPool(b, 4, &pool), CTXC_OK);
     ctxc_device_view_t v{};
     v.struct_size = sizeof v;
     ASSERT_EQ(ctxc_kv_pool_layer_view(pool, 0, &v), CTXC_OK) << ctxc_last_error();
@@ -889,7 +841,7 @@ TEST_F(PublisherLifetimes, ACoordinatorAsTheCacheDestroyedFirst) {
     ctxc_kv_pool_t* pool = nullptr;
     ctxc_kv_page_table_t* table = nullptr;
     ctxc_kv_lengths_t* lengths = nullptr;
-    ASSERT_EQ(createPool(b, 8, &pool), CTXC_OK);
+    ASSERT_EQ(createKvPool(b, 8, &pool), CTXC_OK);
     ASSERT_EQ(createPageTable(b, 2, 4, 8, CTXC_PAGE_TABLE_DENSE, &table), CTXC_OK);
     ASSERT_EQ(createLengths(b, 2, &lengths), CTXC_OK);
     ctxc_coordinator_resources_t r;

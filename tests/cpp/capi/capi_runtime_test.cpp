@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kv_device.h"
 #include "ctxcache.h"
 #include "decoding_batch.h"
 #include "device_creates.h"
@@ -50,23 +51,10 @@ int synchronizeWith(void* user, void*) {
 
 // A CPU backend with a 16-page pool of 4-token pages (one layer), a 4 x 8 dense page table, lengths for 4, and a
 // vanilla coordinator over them whose synchronizer the test controls.
-class Runtime : public ::testing::Test {
+class Runtime : public ::testing::Test, protected CpuKvDevice {
 protected:
     void SetUp() override {
-        ctxc_device_backend_options_t bo;
-        ctxc_device_backend_options_init(&bo);
-        bo.kind = CTXC_BACKEND_CPU;
-        ASSERT_EQ(ctxc_device_backend_create(&bo, &backend), CTXC_OK);
-        ctxc_kv_layer_shape_t const layer{1, 2};
-        ctxc_kv_pool_options_t po;
-        ctxc_kv_pool_options_init(&po);
-        po.num_pages = 16;
-        po.page_size = 4;
-        po.layers = &layer;
-        po.layer_count = 1;
-        ASSERT_EQ(ctxc_kv_pool_create(backend, &po, &pool), CTXC_OK);
-        ASSERT_EQ(createPageTable(backend, 4, 8, 16, CTXC_PAGE_TABLE_DENSE, &table), CTXC_OK);
-        ASSERT_EQ(createLengths(backend, 4, &lengths), CTXC_OK);
+        ASSERT_NO_FATAL_FAILURE(createDevice(16, 8, CTXC_PAGE_TABLE_DENSE));
         coordinator = make(CTXC_MODEL_ATTENTION_ONLY);
         ASSERT_NE(coordinator, nullptr);
     }
@@ -74,34 +62,11 @@ protected:
         EXPECT_EQ(ctxc_kv_request_destroy(request), CTXC_OK);
         if (coordinator) EXPECT_EQ(ctxc_coordinator_check_invariants(coordinator), CTXC_OK) << ctxc_last_error();
         EXPECT_EQ(ctxc_coordinator_destroy(coordinator), CTXC_OK) << ctxc_last_error();
-        EXPECT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
-        if (!backend) return;  // the test destroyed it itself
-        size_t bytes = 1;
-        EXPECT_EQ(ctxc_device_backend_allocated_bytes(backend, &bytes), CTXC_OK);
-        EXPECT_EQ(bytes, 0u) << "device memory leaked";
-        EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+        destroyDevice(true);
     }
 
-    ctxc_coordinator_resources_t resources() const {
-        ctxc_coordinator_resources_t r;
-        ctxc_coordinator_resources_init(&r);
-        r.base_pool = pool;
-        r.base_page_table = table;
-        r.base_lengths = lengths;
-        return r;
-    }
-    ctxc_coordinator_options_t options(int32_t kind) {
-        ctxc_coordinator_options_t o;
-        ctxc_coordinator_options_init(&o);
-        o.max_batch = 4;
-        o.max_records = 8;
-        o.model_state_kind = kind;
-        o.synchronize = synchronizeWith;
-        o.synchronize_user = &sync;
-        return o;
-    }
+    ctxc_coordinator_resources_t resources() const { return baseResources(); }
+    ctxc_coordinator_options_t options(int32_t kind) { return coordinatorOptions(kind, synchronizeWith, &sync); }
     ctxc_coordinator_t* make(int32_t kind) {
         ctxc_coordinator_resources_t const r = resources();
         ctxc_coordinator_options_t const o = options(kind);
@@ -197,10 +162,6 @@ protected:
     }
 
     Sync sync;
-    ctxc_device_backend_t* backend = nullptr;
-    ctxc_kv_pool_t* pool = nullptr;
-    ctxc_kv_page_table_t* table = nullptr;
-    ctxc_kv_lengths_t* lengths = nullptr;
     ctxc_coordinator_t* coordinator = nullptr;
     ctxc_kv_request_t* request = nullptr;
 };

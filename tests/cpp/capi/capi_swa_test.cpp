@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kv_device.h"
 #include "ctxcache.h"
 #include "decoding_batch.h"
 #include "device_creates.h"
@@ -23,40 +24,18 @@ int synchronizeWith(void* user, void*) { return static_cast<Sync*>(user)->fail ?
 
 // A CPU backend, a 20-page pool of 4-token pages, a sparse-window 4 x 16 table, lengths for 4, and a manager with a
 // window of 8 (reservation 2 * (2 + 1) + 1 = 7 pages per sequence).
-class Swa : public ::testing::Test {
+class Swa : public ::testing::Test, protected CpuKvDevice {
 protected:
     void SetUp() override {
-        ctxc_device_backend_options_t bo;
-        ctxc_device_backend_options_init(&bo);
-        bo.kind = CTXC_BACKEND_CPU;
-        ASSERT_EQ(ctxc_device_backend_create(&bo, &backend), CTXC_OK);
-        ctxc_kv_layer_shape_t const layer{1, 2};
-        ctxc_kv_pool_options_t po;
-        ctxc_kv_pool_options_init(&po);
-        po.num_pages = 20;
-        po.page_size = 4;
-        po.layers = &layer;
-        po.layer_count = 1;
-        ASSERT_EQ(ctxc_kv_pool_create(backend, &po, &pool), CTXC_OK);
-        ASSERT_EQ(createPageTable(backend, 4, 16, 20, CTXC_PAGE_TABLE_SPARSE_WINDOW, &table), CTXC_OK);
-        ASSERT_EQ(createLengths(backend, 4, &lengths), CTXC_OK);
-        ctxc_swa_manager_options_t o;
-        ctxc_swa_manager_options_init(&o);
-        o.max_batch = 4;
-        o.window_size_tokens = 8;
-        o.synchronize = synchronizeWith;
-        o.synchronize_user = &sync;
-        ASSERT_EQ(ctxc_swa_manager_create(pool, table, lengths, &o, &manager), CTXC_OK) << ctxc_last_error();
+        ASSERT_NO_FATAL_FAILURE(createDevice(20, 16, CTXC_PAGE_TABLE_SPARSE_WINDOW));
+        ASSERT_EQ(createSwaManager(synchronizeWith, &sync, &manager), CTXC_OK) << ctxc_last_error();
     }
     void TearDown() override {
         EXPECT_EQ(ctxc_kv_request_destroy(kv), CTXC_OK);
         EXPECT_EQ(ctxc_swa_request_destroy(request), CTXC_OK);
         if (manager) EXPECT_EQ(ctxc_swa_manager_check_invariants(manager), CTXC_OK) << ctxc_last_error();
         EXPECT_EQ(ctxc_swa_manager_destroy(manager), CTXC_OK) << ctxc_last_error();
-        EXPECT_EQ(ctxc_kv_lengths_destroy(lengths), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_page_table_destroy(table), CTXC_OK);
-        EXPECT_EQ(ctxc_kv_pool_destroy(pool), CTXC_OK);
-        EXPECT_EQ(ctxc_device_backend_destroy(backend), CTXC_OK);
+        destroyDevice(false);
     }
     int32_t freePages() {
         int32_t n = -1;
@@ -85,10 +64,6 @@ protected:
     }
 
     Sync sync;
-    ctxc_device_backend_t* backend = nullptr;
-    ctxc_kv_pool_t* pool = nullptr;
-    ctxc_kv_page_table_t* table = nullptr;
-    ctxc_kv_lengths_t* lengths = nullptr;
     ctxc_swa_manager_t* manager = nullptr;
     ctxc_swa_request_t* request = nullptr;
     ctxc_kv_request_t* kv = nullptr;  // the facade, when a test begins one

@@ -13,60 +13,21 @@
 
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/chunked_hash.h"
-#include "ctxcache/device/cuda_probe.h"
 #include "ctxcache/device/device_error.h"
 #include "ctxcache/device/kv_gather.h"
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_scatter.h"
 #include "ctxcache/device/snapshot_storage.h"
 #include "device_test_support.h"
+#include "gpu_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;
 using namespace ctxcache::test;
 
-#if defined(CTXCACHE_TEST_EMULATED_CUDA)
-// tests/cpp/emulation: the CUDA backend and kernels compiled against a CPU stand-in of the CUDA runtime.
-namespace ctxcache::device {
-std::unique_ptr<DeviceBackend> createEmulatedCudaBackend(BackendOptions const& options);
-}
-#endif
-
 namespace {
 
-class CudaVsCpu : public ::testing::Test {
-protected:
-    void SetUp() override {
-#if defined(CTXCACHE_TEST_EMULATED_CUDA)
-        cpu = createCpuBackend();
-        cuda = createEmulatedCudaBackend(BackendOptions{});
-        return;
-#endif
-        char const* reason = "";
-        if (cudaDeviceCount(&reason) <= 0) {
-            char const* require = std::getenv("CTXCACHE_REQUIRE_GPU");
-            if (require && std::string(require) == "1")
-                FAIL() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
-            GTEST_SKIP() << "no CUDA device: " << reason;
-        }
-        cpu = createCpuBackend();
-        cuda = createCudaBackend();
-    }
-
-    DeviceBackend& backend(int i) { return i == 0 ? *cpu : *cuda; }
-
-    // Another CUDA backend (emulated in the emulation suite).
-    static std::unique_ptr<DeviceBackend> makeCuda(BackendOptions const& options = {}) {
-#if defined(CTXCACHE_TEST_EMULATED_CUDA)
-        return createEmulatedCudaBackend(options);
-#else
-        return createCudaBackend(options);
-#endif
-    }
-
-    std::unique_ptr<DeviceBackend> cpu;
-    std::unique_ptr<DeviceBackend> cuda;
-};
+class CudaVsCpu : public CpuAndCudaBackends {};
 
 Bytes readPool(KvPagePool const& pool, int32_t layer) {
     Bytes out(pool.layerBytes(layer));

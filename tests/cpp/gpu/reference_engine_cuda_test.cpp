@@ -13,27 +13,10 @@
 
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/sim/reference_engine.h"
-
-#if defined(CTXCACHE_TEST_EMULATED_CUDA)
-namespace ctxcache::device {
-std::unique_ptr<DeviceBackend> createEmulatedCudaBackend(BackendOptions const& options);
-}
-#endif
+#include "gpu_test_support.h"
 
 namespace ctxcache::sim {
 namespace {
-
-bool cudaUsable() {
-#if defined(CTXCACHE_TEST_EMULATED_CUDA)
-    return true;
-#endif
-    std::string reason;
-    if (device::cudaBackendAvailable(&reason)) return true;
-    char const* require = std::getenv("CTXCACHE_REQUIRE_GPU");
-    if (require && std::string(require) == "1")
-        ADD_FAILURE() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
-    return false;
-}
 
 std::vector<int32_t> iota(int32_t n, int32_t start) {
     std::vector<int32_t> v(static_cast<size_t>(n));
@@ -44,7 +27,7 @@ std::vector<int32_t> iota(int32_t n, int32_t start) {
 class ReferenceEngineCuda : public ::testing::TestWithParam<DeploymentKind> {};
 
 TEST_P(ReferenceEngineCuda, WarmOnCudaEqualsColdOnCpu) {
-    if (!cudaUsable()) GTEST_SKIP() << "no CUDA device";
+    CTXCACHE_SKIP_WITHOUT_CUDA();
     ReferenceEngineConfig c;
     c.deployment = GetParam();
     c.pageSize = 16;
@@ -103,7 +86,7 @@ TEST_P(ReferenceEngineCuda, WarmOnCudaEqualsColdOnCpu) {
 // A sliding-window model served through the bounded-SWA backend on CUDA equals the full-history run on the CPU
 // (chunked prefills, page and window crossings, compaction of rows finishing at different steps).
 TEST(ReferenceEngineCudaWindow, WindowedOnCudaEqualsFullHistoryOnCpu) {
-    if (!cudaUsable()) GTEST_SKIP() << "no CUDA device";
+    CTXCACHE_SKIP_WITHOUT_CUDA();
     for (int32_t window : {16, 10}) {
         ReferenceEngineConfig c;
         c.pageSize = 4;
@@ -145,7 +128,7 @@ TEST(ReferenceEngineCudaWindow, WindowedOnCudaEqualsFullHistoryOnCpu) {
 // equals the cold CPU run: conversations whose next turns restore mid-page, page-aligned and one-past-a-page
 // checkpoints.
 TEST(ReferenceEngineCudaMtp, HybridMtpOnCudaEqualsColdOnCpu) {
-    if (!cudaUsable()) GTEST_SKIP() << "no CUDA device";
+    CTXCACHE_SKIP_WITHOUT_CUDA();
     ReferenceEngineConfig c;
     c.deployment = DeploymentKind::kHybrid;
     c.speculative = SpeculativeKind::kMtp;

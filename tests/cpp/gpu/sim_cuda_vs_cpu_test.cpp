@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ctxcache/device/cuda_probe.h"
+#include "gpu_test_support.h"
 #include "sim_test_support.h"
 
 using namespace ctxcache;
@@ -18,38 +18,9 @@ using namespace ctxcache::device;
 using namespace ctxcache::sim;
 using namespace ctxcache::test;
 
-#if defined(CTXCACHE_TEST_EMULATED_CUDA)
-namespace ctxcache::device {
-std::unique_ptr<DeviceBackend> createEmulatedCudaBackend(BackendOptions const& options);
-}
-#endif
-
 namespace {
 
-class SimCudaVsCpu : public ::testing::Test {
-protected:
-    void SetUp() override {
-#if defined(CTXCACHE_TEST_EMULATED_CUDA)
-        cpu = createCpuBackend();
-        cuda = createEmulatedCudaBackend(BackendOptions{});
-        return;
-#endif
-        char const* reason = "";
-        if (cudaDeviceCount(&reason) <= 0) {
-            char const* require = std::getenv("CTXCACHE_REQUIRE_GPU");
-            if (require && std::string(require) == "1")
-                FAIL() << "CTXCACHE_REQUIRE_GPU=1 but no CUDA device: " << reason;
-            GTEST_SKIP() << "no CUDA device: " << reason;
-        }
-        cpu = createCpuBackend();
-        cuda = createCudaBackend();
-    }
-
-    DeviceBackend& backend(int i) { return i == 0 ? *cpu : *cuda; }
-
-    std::unique_ptr<DeviceBackend> cpu;
-    std::unique_ptr<DeviceBackend> cuda;
-};
+class SimCudaVsCpu : public CpuAndCudaBackends {};
 
 // What one scripted run of a hybrid model with a draft produced: every byte, the sampled tokens and folds, and
 // the launches it took.
