@@ -6,7 +6,7 @@ of the message that names the offending argument, that nothing observable change
 refcounts and records; device pool bytes, page-table rows host and device side, lengths, resident rows, snapshot
 regions, buffer bytes and both backends' allocated bytes), and the fixtures prove that nothing leaked (manager
 pools back to capacity, backend allocations back to zero). The C and C++ halves of the catalogue are
-``tests/cpp/capi/capi_bad_inputs_test.cpp`` and ``tests/cpp/bad_inputs_test.cpp``.
+``tests/cpp/capi/capi_bad_inputs_test.cpp`` and ``tests/cpp/device/bad_inputs_test.cpp``.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_scatter.h"
 #include "ctxcache/device/snapshot_storage.h"
-#include "device_test_support.h"
 #include "gpu_test_support.h"
+#include "support/device_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

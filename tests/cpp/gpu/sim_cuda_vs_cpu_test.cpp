@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpu_test_support.h"
-#include "sim_test_support.h"
+#include "support/sim_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

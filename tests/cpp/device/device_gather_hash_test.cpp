@@ -3,7 +3,7 @@
 
 #include "ctxcache/device/chunked_hash.h"
 #include "ctxcache/device/kv_gather.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ctxcache/device/snapshot_storage.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

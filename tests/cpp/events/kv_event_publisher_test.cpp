@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ctxcache/context_cache_manager.h"
-#include "test_support.h"
+#include "support/test_support.h"
 
 #if CTXCACHE_WITH_KV_EVENT_PUBLISHER
 #include <zmq.h>

@@ -4,7 +4,7 @@
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/device/device_error.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

@@ -4,7 +4,7 @@
 // exactly the stored words it names; bad calls throw ContractError and change no byte; each op is one launch.
 #include <gtest/gtest.h>
 
-#include "sim_test_support.h"
+#include "support/sim_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

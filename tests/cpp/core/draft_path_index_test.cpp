@@ -18,7 +18,7 @@
 
 #include "ctxcache/draft_path_index.h"
 #include "ctxcache/errors.h"
-#include "test_support.h"
+#include "support/test_support.h"
 
 namespace ctxcache {
 namespace {

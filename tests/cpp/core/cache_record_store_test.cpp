@@ -5,7 +5,7 @@
 
 #include "ctxcache/detail/flat_hash_map.h"
 #include "ctxcache/errors.h"
-#include "test_support.h"
+#include "support/test_support.h"
 
 namespace ctxcache {
 namespace {

@@ -20,7 +20,7 @@
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/errors.h"
 #include "ctxcache/resource_pools.h"
-#include "test_support.h"
+#include "support/test_support.h"
 
 namespace ctxcache {
 namespace {

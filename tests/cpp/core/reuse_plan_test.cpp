@@ -6,7 +6,7 @@
 
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/errors.h"
-#include "test_support.h"
+#include "support/test_support.h"
 
 namespace ctxcache {
 namespace {

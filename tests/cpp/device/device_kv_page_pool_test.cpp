@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ctxcache/device/kv_page_pool.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

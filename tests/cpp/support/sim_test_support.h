@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ctxcache/sim/sim_kernels.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 namespace ctxcache::test {
 

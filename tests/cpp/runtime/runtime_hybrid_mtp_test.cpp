@@ -15,7 +15,7 @@
 #include "ctxcache/runtime/context_cache_coordinator.h"
 #include "ctxcache/runtime/context_cache_request.h"
 #include "ctxcache/runtime/managed_kv_cache_request.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 namespace ctxcache::runtime {
 namespace {

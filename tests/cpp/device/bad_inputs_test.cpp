@@ -18,8 +18,8 @@
 #include "ctxcache/device/kv_page_table.h"
 #include "ctxcache/device/resident_state.h"
 #include "ctxcache/device/snapshot_storage.h"
-#include "device_test_support.h"
-#include "test_support.h"
+#include "support/device_test_support.h"
+#include "support/test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

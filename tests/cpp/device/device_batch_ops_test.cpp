@@ -3,7 +3,7 @@
 
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/kv_lengths.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

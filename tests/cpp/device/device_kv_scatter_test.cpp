@@ -5,7 +5,7 @@
 #include "ctxcache/device/kv_gather.h"
 #include "ctxcache/device/kv_scatter.h"
 #include "ctxcache/errors.h"
-#include "device_test_support.h"
+#include "support/device_test_support.h"
 
 using namespace ctxcache;
 using namespace ctxcache::device;

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "ctxcache/errors.h"
-#include "test_support.h"
+#include "support/test_support.h"
 
 namespace ctxcache {
 namespace {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "ctxcache/context_cache_manager.h"
-#include "test_support.h"
+#include "support/test_support.h"
 
 namespace ctxcache {
 namespace {
