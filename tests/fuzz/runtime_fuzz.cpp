@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpp/capi/decoding_batch.h"
 #include "ctxcache.h"
 
 namespace {
@@ -39,39 +40,17 @@ bool syncFails = false;
 bool const trace = std::getenv("CTXCACHE_FUZZ_TRACE") != nullptr;  // replaying a crash: print every call
 int synchronize(void*, void*) { return syncFails ? 1 : 0; }
 
-// The engine's view of one request: per-row histories and the rest of a decoding context.
-struct Engine {
+// The engine's view of one request: its batch (per-row histories and the rest of a decoding context, the C ABI
+// suites' Batch) and what the fuzzer tracks beside it.
+struct Engine : Batch {
     ctxc_kv_request_t* handle = nullptr;
     bool swa = false;  // begun on the bounded-SWA backend
-    std::vector<std::vector<int32_t>> tokens;
-    std::vector<int32_t> raw, generated, status;
-    std::vector<ctxc_resident_ref_t> refs;
     std::vector<int32_t> pendingMap;
     bool joinerPending = false;
     std::vector<int32_t> joinerTokens;
     ctxc_resident_ref_t joinerRef{};
-    // Backing storage of the last context built.
-    std::vector<int32_t const*> pointers;
-    std::vector<int32_t> counts;
-    ctxc_decoding_context_t c{};
 
-    ctxc_decoding_context_t const* context() {
-        ctxc_decoding_context_init(&c);
-        pointers.clear();
-        counts.clear();
-        for (auto const& t : tokens) {
-            pointers.push_back(t.data());
-            counts.push_back(static_cast<int32_t>(t.size()));
-        }
-        c.active_batch_size = static_cast<int32_t>(tokens.size());
-        c.token_ids = pointers.data();
-        c.token_counts = counts.data();
-        c.raw_input_lengths = raw.data();
-        c.generated_lengths = generated.data();
-        c.status = status.data();
-        c.resident_refs = refs.data();
-        return &c;
-    }
+    ctxc_decoding_context_t const* context() { return (*this)(); }
 };
 
 class Session {
