@@ -110,7 +110,7 @@ CTXC_API ctxc_status_t ctxc_debug_manager_draft_index_lookup(const ctxc_manager_
         requireNonNegative(max_block_count, "max_block_count");
         // The index is keyed by canonical base page: each hash resolves through the base index on its own (an
         // unmapped hash has no boundary), so the answer is the one a hash-keyed index would give.
-        BlockHash const* const input = inputHashes(hashes, count);
+        BlockHashSpan const input = inputHashes(hashes, count);
         std::vector<PageId> pages(count, kUnusedPageEntry);
         for (size_t i = 0; i < count; ++i)
             if (std::optional<PageId> const page = m.manager->baseIndex().lookup(input[i])) pages[i] = *page;

@@ -83,9 +83,9 @@ static_assert(sizeof(ctxc_hash128_t) == sizeof(BlockHash) && alignof(ctxc_hash12
                   offsetof(ctxc_hash128_t, hi) == offsetof(BlockHash, hi) &&
                   offsetof(ctxc_hash128_t, lo) == offsetof(BlockHash, lo),
               "ctxc_hash128_t and BlockHash share one layout");
-inline BlockHash const* inputHashes(ctxc_hash128_t const* hashes, size_t count) {
+inline BlockHashSpan inputHashes(ctxc_hash128_t const* hashes, size_t count) {
     requireArray(hashes, count, "hashes");
-    return reinterpret_cast<BlockHash const*>(hashes);
+    return {reinterpret_cast<BlockHash const*>(hashes), count};
 }
 
 // A live lease of `managerHandle` (or of any manager when managerHandle is null).

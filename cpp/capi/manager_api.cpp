@@ -125,9 +125,7 @@ BlockTokenSpan inputTokens(int32_t const* tokens, size_t count) {
     return {tokens, count};
 }
 
-using PublishCheckpointFn = PublishResult (ContextCacheManager::*)(CacheRequestLease&, BlockHash const*, size_t,
-                                                                   HybridCheckpointKey const&,
-                                                                   HybridSnapshotReservation const&, BlockTokenSpan);
+using PublishCheckpointFn = PublishResult (ContextCacheManager::*)(CacheRequestLease&, HybridPublishRequest const&);
 
 // What one publish call publishes besides the lease, hashes and tokens: a resident state length (the plain
 // publication, checkpointed NULL) or a checkpoint and its snapshots (ContextCacheManager::publishHybrid or
@@ -156,15 +154,15 @@ ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_le
             requireNonNegative(p.residentStateLength, "resident_state_length");
             tokens = inputTokens(tokenIds, tokenCount);
             fillPublishResult(
-                l, m.manager->publish(l.lease, inputHashes(hashes, count), count, p.residentStateLength, tokens), out);
+                l, m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens}), out);
             return;
         }
         if (!p.checkpoint) invalidArgument("checkpoint is NULL");
         if (!p.snapshots) invalidArgument("snapshots is NULL");
         HybridCheckpointKey const key{toHash(p.checkpoint->exact_prefix_digest), p.checkpoint->exact_length};
         fillPublishResult(l,
-                          (m.manager.get()->*p.checkpointed)(l.lease, inputHashes(hashes, count), count, key,
-                                                             toReservation(*p.snapshots), tokens),
+                          (m.manager.get()->*p.checkpointed)(
+                              l.lease, {inputHashes(hashes, count), key, toReservation(*p.snapshots), tokens}),
                           out);
     });
 }
@@ -225,7 +223,7 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_vanilla(ctxc_manager_t* manager, con
                                                     ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-        return m.acquireVanilla(inputHashes(hashes, count), count, input_token_count, policy);
+        return m.acquireVanilla(inputHashes(hashes, count), input_token_count, policy);
     });
 }
 
@@ -237,8 +235,8 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid(ctxc_manager_t* manager, cons
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
         bool const attention = requireBool(has_attention, "has_attention");
-        return m.acquireHybrid(toCandidates(candidates, candidate_count), inputHashes(hashes, count), count,
-                               input_token_count, attention, policy);
+        return m.acquireHybrid(toCandidates(candidates, candidate_count), inputHashes(hashes, count), input_token_count,
+                               attention, policy);
     });
 }
 
@@ -249,7 +247,7 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid_mtp(ctxc_manager_t* manager,
                                                        ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-        return m.acquireHybridMtp(toCandidates(candidates, candidate_count), inputHashes(hashes, count), count,
+        return m.acquireHybridMtp(toCandidates(candidates, candidate_count), inputHashes(hashes, count),
                                   input_token_count, policy);
     });
 }
@@ -259,7 +257,7 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const 
                                                  ctxc_acquire_result_t* out_result, ctxc_lease_t** out_lease) {
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
-        return m.acquireSpec(inputHashes(hashes, count), count, input_token_count, policy);
+        return m.acquireSpec(inputHashes(hashes, count), input_token_count, policy);
     });
 }
 
@@ -282,7 +280,7 @@ CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths_for(const ctxc_mana
     return guard(__func__, [&] {
         ManagerObject& m = requireManager(manager);
         requireNonNegative(input_token_count, "input_token_count");
-        BlockHashSpan const input{inputHashes(hashes, count), count};
+        BlockHashSpan const input = inputHashes(hashes, count);
         return copyOut(m.manager->hybridCandidateLengths(input_token_count, input), out_lengths, out_capacity,
                        out_count, "out_lengths");
     });

@@ -256,58 +256,31 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
 
 // ---- acquire ----------------------------------------------------------------------------------------------
 
-AcquireResult ContextCacheManager::acquireVanilla(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
+AcquireResult ContextCacheManager::acquireVanilla(BlockHashSpan hashes, int32_t inputTokenCount,
                                                   ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquireVanilla(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy, coverage);
-}
-
-AcquireResult ContextCacheManager::acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                                  ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquire(makeVanillaReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, lookupPolicy),
-                   coverage);
+    return acquire(makeVanillaReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, lookupPolicy), coverage);
 }
 
 AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
-                                                 std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
-                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy,
-                                                 PageCoverage coverage) {
-    return acquireHybrid(candidates, hashes.data(), hashes.size(), inputTokenCount, hasAttention, lookupPolicy,
-                         coverage);
+                                                 BlockHashSpan hashes, int32_t inputTokenCount, bool hasAttention,
+                                                 ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
+    return acquire(
+        makeHybridReusePlan(candidates, hashes, inputTokenCount, pageSize_, hasAttention, records_, lookupPolicy),
+        coverage);
 }
 
-AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
-                                                 BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                                 bool hasAttention, ContextCacheLookupPolicy lookupPolicy,
-                                                 PageCoverage coverage) {
-    return acquire(makeHybridReusePlan(candidates, {hashes, count}, inputTokenCount, pageSize_, hasAttention, records_,
-                                       lookupPolicy),
-                   coverage);
-}
-
-AcquireResult ContextCacheManager::acquireSpec(std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
-                                               ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquireSpec(hashes.data(), hashes.size(), inputTokenCount, lookupPolicy, coverage);
-}
-
-AcquireResult ContextCacheManager::acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
+AcquireResult ContextCacheManager::acquireSpec(BlockHashSpan hashes, int32_t inputTokenCount,
                                                ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
     return acquire(
-        makeSpecReusePlan({hashes, count}, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_, lookupPolicy),
+        makeSpecReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_, lookupPolicy),
         coverage);
 }
 
 AcquireResult ContextCacheManager::acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates,
-                                                    std::vector<BlockHash> const& hashes, int32_t inputTokenCount,
+                                                    BlockHashSpan hashes, int32_t inputTokenCount,
                                                     ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquireHybridMtp(candidates, hashes.data(), hashes.size(), inputTokenCount, lookupPolicy, coverage);
-}
-
-AcquireResult ContextCacheManager::acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates,
-                                                    BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                                    ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquire(
-        makeHybridMtpReusePlan(candidates, {hashes, count}, inputTokenCount, pageSize_, records_, lookupPolicy),
-        coverage);
+    return acquire(makeHybridMtpReusePlan(candidates, hashes, inputTokenCount, pageSize_, records_, lookupPolicy),
+                   coverage);
 }
 
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
@@ -590,21 +563,17 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
 }
 
 PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequest const& request) {
-    return publish(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.residentStateLength,
-                   {request.tokenIds.data(), request.tokenIds.size()});
-}
-
-PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash const* hashData, size_t hashCount,
-                                           int32_t residentStateLength, BlockTokenSpan tokens) {
     EventCall const call(*this);
     char const* const op = "publish";
-    BlockHashSpan const hashes{hashData, hashCount};
+    BlockHashSpan const hashes = request.fullBlockHashes;
+    int32_t const residentStateLength = request.residentStateLength;
+    BlockTokenSpan const tokens = request.tokenIds;
     LeaseState& s = checkLease(lease, op);
     if (s.mode == ReusePlanMode::kHybrid) contract(op, "a hybrid lease publishes with publishHybrid");
     if (s.mode == ReusePlanMode::kHybridMtp) contract(op, "a Hybrid+MTP lease publishes with publishHybridMtp");
     bool const spec = s.mode == ReusePlanMode::kSpec;
     if (residentStateLength < 0) contract(op, "residentStateLength is negative (" + str(residentStateLength) + ")");
-    if (hashCount > 0 && !hashData) contract(op, "fullBlockHashes is null");
+    if (!hashes.empty() && !hashes.data) contract(op, "fullBlockHashes is null");
     size_t const count = std::min(hashes.size, static_cast<size_t>(residentStateLength / pageSize_));
     if (count == 0)
         contract(op, "a publication needs at least one resident full block (" + str(static_cast<int64_t>(hashes.size)) +
@@ -665,23 +634,19 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, BlockHash c
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {
-    return publishHybrid(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.checkpoint,
-                         request.snapshots, {request.tokenIds.data(), request.tokenIds.size()});
-}
-
-PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, BlockHash const* hashData, size_t hashCount,
-                                                 HybridCheckpointKey const& checkpoint,
-                                                 HybridSnapshotReservation const& snapshots, BlockTokenSpan tokens) {
     EventCall const call(*this);
     char const* const op = "publishHybrid";
-    BlockHashSpan const hashes{hashData, hashCount};
+    BlockHashSpan const hashes = request.fullBlockHashes;
+    HybridCheckpointKey const& checkpoint = request.checkpoint;
+    HybridSnapshotReservation const& snapshots = request.snapshots;
+    BlockTokenSpan const tokens = request.tokenIds;
     LeaseState& s = checkLease(lease, op);
     if (s.mode != ReusePlanMode::kHybrid) contract(op, std::string("needs a hybrid lease, got ") + leaseKind(s.mode));
     int32_t const length = checkpoint.exactLength;
     if (length <= 0) contract(op, "checkpoint.exactLength must be positive (" + str(length) + ")");
     size_t const fullBlocks = static_cast<size_t>(length / pageSize_);
     bool const midPage = length % pageSize_ != 0;
-    if (hashCount > 0 && !hashData) contract(op, "fullBlockHashes is null");
+    if (!hashes.empty() && !hashes.data) contract(op, "fullBlockHashes is null");
     if (hashes.size != fullBlocks)
         contract(op, str(static_cast<int64_t>(hashes.size)) + " hashes for an exact length of " + str(length) +
                          " (expected " + str(static_cast<int64_t>(fullBlocks)) + ")");
@@ -724,16 +689,12 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Block
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request) {
-    return publishHybridMtp(lease, request.fullBlockHashes.data(), request.fullBlockHashes.size(), request.checkpoint,
-                            request.snapshots, {request.tokenIds.data(), request.tokenIds.size()});
-}
-
-PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashData,
-                                                    size_t hashCount, HybridCheckpointKey const& checkpoint,
-                                                    HybridSnapshotReservation const& snapshots, BlockTokenSpan tokens) {
     EventCall const call(*this);
     char const* const op = "publishHybridMtp";
-    BlockHashSpan const hashes{hashData, hashCount};
+    BlockHashSpan const hashes = request.fullBlockHashes;
+    HybridCheckpointKey const& checkpoint = request.checkpoint;
+    HybridSnapshotReservation const& snapshots = request.snapshots;
+    BlockTokenSpan const tokens = request.tokenIds;
     LeaseState& s = checkLease(lease, op);
     if (s.mode != ReusePlanMode::kHybridMtp)
         contract(op, std::string("needs a Hybrid+MTP lease, got ") + leaseKind(s.mode));
@@ -742,7 +703,7 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Bl
     // The boundary token stays private: the draft KV at E-1 depends on token E, so only the pages complete in
     // both pools through E-1 are full blocks; the rest is in the partial-KV slot.
     size_t const fullBlocks = static_cast<size_t>((length - 1) / pageSize_);
-    if (hashCount > 0 && !hashData) contract(op, "fullBlockHashes is null");
+    if (!hashes.empty() && !hashes.data) contract(op, "fullBlockHashes is null");
     if (hashes.size != fullBlocks)
         contract(op, str(static_cast<int64_t>(hashes.size)) + " hashes for an exact length of " + str(length) +
                          " (expected floor((" + str(length) + " - 1) / " + str(pageSize_) +

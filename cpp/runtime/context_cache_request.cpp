@@ -21,18 +21,26 @@ constexpr ctxcache::detail::ContractScope contract{"ContextCacheRequest"};
 ContextCacheSequenceAdmission ContextCacheRequest::makeAdmission(ContextCacheCoordinator const& coordinator,
                                                                  SequenceRequest const& sequence, ResidentRef resident,
                                                                  std::vector<int32_t> const& mediaTokenIds) {
+    return admissionOf(coordinator, sequence.tokenIds, sequence.loraName, sequence.media, sequence.lookupPolicy,
+                       resident, mediaTokenIds);
+}
+
+ContextCacheSequenceAdmission ContextCacheRequest::admissionOf(
+    ContextCacheCoordinator const& coordinator, std::vector<int32_t> const& tokenIds, std::string const& loraName,
+    std::vector<MediaItem> const& media, std::optional<ContextCacheLookupPolicy> lookupPolicy, ResidentRef resident,
+    std::vector<int32_t> const& mediaTokenIds) {
     char const* op = "makeAdmission";
     ContextCacheSequenceAdmission a;
-    a.tokenIds = sequence.tokenIds;
+    a.tokenIds = tokenIds;  // a view: the coordinator makes the prompt's one copy
     a.resident = resident;
-    a.lookupPolicy = sequence.lookupPolicy;
+    a.lookupPolicy = lookupPolicy;
     BlockHasher const& hasher = coordinator.hasher();
-    if (!sequence.loraName.empty()) a.keyExtras.adapter = AdapterKey{hasher.hashOpaqueIdentity(sequence.loraName), 0};
-    if (sequence.media.empty()) return a;
-    int64_t const n = static_cast<int64_t>(sequence.tokenIds.size());
-    a.perPositionMediaHash.assign(sequence.tokenIds.size(), Hash128{});
-    for (size_t k = 0; k < sequence.media.size(); ++k) {
-        MediaItem const& item = sequence.media[k];
+    if (!loraName.empty()) a.keyExtras.adapter = AdapterKey{hasher.hashOpaqueIdentity(loraName), 0};
+    if (media.empty()) return a;
+    int64_t const n = static_cast<int64_t>(tokenIds.size());
+    a.perPositionMediaHash.assign(tokenIds.size(), Hash128{});
+    for (size_t k = 0; k < media.size(); ++k) {
+        MediaItem const& item = media[k];
         std::string const where = "media[" + str(static_cast<int64_t>(k)) + "]";
         if (item.tokenCount <= 0) contract(op, where + " covers no tokens");
         if (item.firstToken < 0 || static_cast<int64_t>(item.firstToken) + item.tokenCount > n)
@@ -48,9 +56,8 @@ ContextCacheSequenceAdmission ContextCacheRequest::makeAdmission(ContextCacheCoo
             Hash128& slot = a.perPositionMediaHash[static_cast<size_t>(p)];
             if (slot != Hash128{}) contract(op, where + " overlaps another media item at token " + str(p));
             if (!mediaTokenIds.empty() && std::find(mediaTokenIds.begin(), mediaTokenIds.end(),
-                                                    sequence.tokenIds[static_cast<size_t>(p)]) == mediaTokenIds.end())
-                contract(op, where + " covers token " + str(p) + " (id " +
-                                 str(sequence.tokenIds[static_cast<size_t>(p)]) +
+                                                    tokenIds[static_cast<size_t>(p)]) == mediaTokenIds.end())
+                contract(op, where + " covers token " + str(p) + " (id " + str(tokenIds[static_cast<size_t>(p)]) +
                                  ") which is not a media placeholder id");
             slot = h;
         }
@@ -220,11 +227,8 @@ ContextCacheRequest::AdmitSequenceStatus ContextCacheRequest::admitSequence(
     int32_t& prefillStart, ResidentRef resident, StreamHandle stream, std::vector<int32_t> const& mediaTokenIds,
     std::vector<MediaItem> const& media) {
     (void)stream;  // the request's stream (begin) orders every step
-    SequenceRequest sequence;
-    sequence.tokenIds = tokenIds;
-    sequence.loraName = loraWeightsName;
-    sequence.media = media;
-    ContextCacheSequenceAdmission const admission = makeAdmission(*coordinator_, sequence, resident, mediaTokenIds);
+    ContextCacheSequenceAdmission const admission =
+        admissionOf(*coordinator_, tokenIds, loraWeightsName, media, std::nullopt, resident, mediaTokenIds);
     ContextCacheCoordinator::AdmitSequenceResult r = coordinator_->admitSequence(handle_, admission, headroom);
     if (r.status == AdmitSequenceStatus::kAdmitted) prefillStart = r.prefillStart;
     else lastError_ = "Context-cache admitSequence failed: " + r.failure;

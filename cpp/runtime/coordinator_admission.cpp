@@ -21,13 +21,14 @@ ContextCacheLookupPolicy validateSequence(char const* op, ContextCacheSequenceAd
                                           int32_t maxBatch, ContextCacheLookupPolicy batchPolicy) {
     std::string const where = "sequences[" + str(static_cast<int64_t>(index)) + "]";
     if (a.tokenIds.empty()) contract(op, where + " has no tokens");
-    if (a.tokenIds.size() > static_cast<size_t>(INT32_MAX / 2)) contract(op, where + " is too long");
+    if (!a.tokenIds.data) contract(op, where + " tokenIds is null");
+    if (a.tokenIds.size > static_cast<size_t>(INT32_MAX / 2)) contract(op, where + " is too long");
     if (a.resident.slot < 0 || a.resident.slot >= maxBatch)
         contract(op, where + " resident slot " + str(a.resident.slot) + " is outside [0, " + str(maxBatch) + ")");
     if (a.resident.epoch == 0) contract(op, where + " resident epoch 0 is invalid");
-    if (!a.perPositionMediaHash.empty() && a.perPositionMediaHash.size() != a.tokenIds.size())
+    if (!a.perPositionMediaHash.empty() && a.perPositionMediaHash.size() != a.tokenIds.size)
         contract(op, where + " perPositionMediaHash has " + str(static_cast<int64_t>(a.perPositionMediaHash.size())) +
-                         " entries for " + str(static_cast<int64_t>(a.tokenIds.size())) + " tokens");
+                         " entries for " + str(static_cast<int64_t>(a.tokenIds.size)) + " tokens");
     ContextCacheLookupPolicy const policy = a.lookupPolicy.value_or(batchPolicy);
     if (policy != ContextCacheLookupPolicy::kUseCache && policy != ContextCacheLookupPolicy::kBypass)
         contract(op, where + " has an unknown lookup policy");
@@ -147,9 +148,9 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
                                               DecodingKvHeadroom const& headroom, bool pagedSpec, SequenceState& seq,
                                               std::string& failure, bool& capacity) {
     auto const started = std::chrono::steady_clock::now();
-    int32_t const n = static_cast<int32_t>(a.tokenIds.size());
+    int32_t const n = static_cast<int32_t>(a.tokenIds.size);
     seq.resident = a.resident;
-    seq.tokens = a.tokenIds;
+    seq.tokens.assign(a.tokenIds.data, a.tokenIds.data + a.tokenIds.size);  // the prompt's one copy: its history
     seq.media = a.perPositionMediaHash;
     bool hasMedia = false;
     for (Hash128 const& h : seq.media) hasMedia = hasMedia || h != Hash128{};
@@ -188,12 +189,12 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
                     candidates.push_back({length, exactDigest(seq, hasher_, pageSize_, length)});
             }
             if (profile_.isHybridMtp())
-                return manager_.acquireHybridMtp(candidates, seq.hashes.data(), hashCount, n, p, coverage);
-            return manager_.acquireHybrid(candidates, seq.hashes.data(), hashCount, n, profile_.hasAttention(), p,
+                return manager_.acquireHybridMtp(candidates, {seq.hashes.data(), hashCount}, n, p, coverage);
+            return manager_.acquireHybrid(candidates, {seq.hashes.data(), hashCount}, n, profile_.hasAttention(), p,
                                           coverage);
         }
-        if (pagedSpec) return manager_.acquireSpec(seq.hashes.data(), hashCount, n, p, coverage);
-        return manager_.acquireVanilla(seq.hashes.data(), hashCount, n, p, coverage);
+        if (pagedSpec) return manager_.acquireSpec({seq.hashes.data(), hashCount}, n, p, coverage);
+        return manager_.acquireVanilla({seq.hashes.data(), hashCount}, n, p, coverage);
     };
     AcquireResult r = acquire(policy, seq.hashes.size());
     if (r.status == AcquireStatus::kInsufficientCapacity && policy == ContextCacheLookupPolicy::kUseCache &&

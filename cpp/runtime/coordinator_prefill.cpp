@@ -153,8 +153,8 @@ void ContextCacheCoordinator::publishBase(SequenceState& seq, int32_t length) {
     if (seq.bypass || blocks <= seq.published || blocks == 0) return;
     extendHashes(seq, hasher_, pageSize_, length);
     ++counters_.publicationAttempts;
-    PublishResult const r = manager_.publish(seq.lease, seq.hashes.data(), static_cast<size_t>(blocks), length,
-                                             {seq.tokens.data(), seq.tokens.size()});
+    PublishResult const r =
+        manager_.publish(seq.lease, {{seq.hashes.data(), static_cast<size_t>(blocks)}, length, seq.tokens});
     if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
     else ++counters_.existingPublications;
     ++counters_.publishedEndpoints;
@@ -170,9 +170,8 @@ void ContextCacheCoordinator::publishStaged(SequenceState& seq) {
     size_t const blocks = static_cast<size_t>(staged.length / pageSize_);
     ++counters_.publicationAttempts;
     try {
-        PublishResult const r = manager_.publishHybrid(seq.lease, seq.hashes.data(), blocks,
-                                                       HybridCheckpointKey{staged.digest, staged.length},
-                                                       staged.reservation, {seq.tokens.data(), seq.tokens.size()});
+        PublishResult const r = manager_.publishHybrid(
+            seq.lease, {{seq.hashes.data(), blocks}, {staged.digest, staged.length}, staged.reservation, seq.tokens});
         if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
         else ++counters_.existingPublications;
         ++counters_.publishedEndpoints;
@@ -311,9 +310,10 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::publishHybridMtpEndpoint(
     seq.staged.reset();
     ++counters_.publicationAttempts;
     try {
-        PublishResult const r = manager_.publishHybridMtp(seq.lease, seq.hashes.data(), static_cast<size_t>(fb),
-                                                          HybridCheckpointKey{staged.digest, staged.length},
-                                                          staged.reservation, {seq.tokens.data(), seq.tokens.size()});
+        PublishResult const r = manager_.publishHybridMtp(seq.lease, {{seq.hashes.data(), static_cast<size_t>(fb)},
+                                                                      {staged.digest, staged.length},
+                                                                      staged.reservation,
+                                                                      seq.tokens});
         if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
         else ++counters_.existingPublications;
         ++counters_.publishedEndpoints;

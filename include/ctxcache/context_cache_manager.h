@@ -82,12 +82,14 @@ struct AcquireResult {
     ReusePlan plan;
 };
 
+// What a publication names, as views of the caller's arrays (read during the call, never kept; a vector converts,
+// so `PublishRequest{hashes, length}` works as before and no copy is made at the C ABI).
 struct PublishRequest {
-    std::vector<BlockHash> fullBlockHashes;
+    BlockHashSpan fullBlockHashes;
     // Greatest logical prefix ready for publication. For speculative leases, both base and draft state must be
     // materialized through this boundary.
     int32_t residentStateLength = 0;
-    std::vector<int32_t> tokenIds;  // the prompt's tokens (at least the published blocks'): needed with events on
+    BlockTokenSpan tokenIds;  // the prompt's tokens (at least the published blocks'): needed with events on
 };
 
 struct PublishResult {
@@ -112,11 +114,12 @@ struct HybridSnapshotReservation {
     std::optional<int32_t> partialKvSnapshotSlot;
 };
 
+// A hybrid or Hybrid+MTP publication, as views of the caller's arrays (like PublishRequest).
 struct HybridPublishRequest {
-    std::vector<BlockHash> fullBlockHashes;
+    BlockHashSpan fullBlockHashes;
     HybridCheckpointKey checkpoint;
     HybridSnapshotReservation snapshots;
-    std::vector<int32_t> tokenIds;  // as PublishRequest::tokenIds
+    BlockTokenSpan tokenIds;  // as PublishRequest::tokenIds
 };
 
 // Cumulative eviction outcomes. Reclaimed counts include only resources returned to a free list at the
@@ -141,12 +144,13 @@ public:
     ContextCacheManager(ContextCacheManager&&) = delete;
     ContextCacheManager& operator=(ContextCacheManager&&) = delete;
 
-    AcquireResult acquireVanilla(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+    // One entry point per operation. The hashes are the prompt's full blocks, a view of the caller's array (a
+    // std::vector converts; the C ABI passes its array in place): read during the call, never copied or kept.
+    AcquireResult acquireVanilla(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
                                  ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                                  PageCoverage coverage = {});
     AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
-                                std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
-                                bool hasAttention,
+                                BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, bool hasAttention,
                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                                 PageCoverage coverage = {});
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
@@ -154,29 +158,13 @@ public:
     // last full block is one of the prompt's): the candidates worth a digest. O(prompt blocks + results).
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount, BlockHashSpan inputFullBlockHashes) const;
     // The caller must first select greedy, non-hybrid EAGLE on a supported deployment.
-    AcquireResult acquireSpec(std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
+    AcquireResult acquireSpec(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
                               ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                               PageCoverage coverage = {});
     // A hybrid (attention + recurrent) model drafting with an MTP head: the longest complete Hybrid+MTP
     // checkpoint among the candidates (makeHybridMtpReusePlan). Coverage raises base and draft demand alike.
     AcquireResult acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates,
-                                   std::vector<BlockHash> const& inputFullBlockHashes, int32_t inputTokenCount,
-                                   ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                                   PageCoverage coverage = {});
-
-    // The same acquires over `count` hashes the caller owns: read in place, never copied (the C ABI's path).
-    AcquireResult acquireVanilla(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                                 PageCoverage coverage = {});
-    AcquireResult acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates, BlockHash const* hashes,
-                                size_t count, int32_t inputTokenCount, bool hasAttention,
-                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                                PageCoverage coverage = {});
-    AcquireResult acquireSpec(BlockHash const* hashes, size_t count, int32_t inputTokenCount,
-                              ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
-                              PageCoverage coverage = {});
-    AcquireResult acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates, BlockHash const* hashes,
-                                   size_t count, int32_t inputTokenCount,
+                                   BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
                                    ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                                    PageCoverage coverage = {});
 
@@ -196,6 +184,8 @@ public:
     // Drop producer ownership of a reservation after capture is terminal and publication committed or skipped.
     void retireHybridSnapshotReservation(CacheRequestLease& lease, HybridSnapshotReservation const& reservation);
 
+    // With events on, request.tokenIds must hold at least (published blocks) * pageSize tokens (ContractError,
+    // nothing changed); without, it is ignored.
     PublishResult publish(CacheRequestLease& lease, PublishRequest const& request);
     PublishResult publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request);
     // A Hybrid+MTP checkpoint at exact length E >= 1 (kHybridMtp lease): fullBlockHashes are its
@@ -204,16 +194,6 @@ public:
     // checkpoint with that key is touched (kExistingRecord). Everything is validated first (ContractError,
     // nothing changed).
     PublishResult publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request);
-    // The same publications over `count` hashes (and tokens) the caller owns (read in place). With events on,
-    // `tokens` must hold at least (published blocks) * pageSize tokens (ContractError, nothing changed).
-    PublishResult publish(CacheRequestLease& lease, BlockHash const* hashes, size_t count, int32_t residentStateLength,
-                          BlockTokenSpan tokens = {});
-    PublishResult publishHybrid(CacheRequestLease& lease, BlockHash const* hashes, size_t count,
-                                HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots,
-                                BlockTokenSpan tokens = {});
-    PublishResult publishHybridMtp(CacheRequestLease& lease, BlockHash const* hashes, size_t count,
-                                   HybridCheckpointKey const& checkpoint, HybridSnapshotReservation const& snapshots,
-                                   BlockTokenSpan tokens = {});
 
     // Evicts one record now (whatever its recency). Unknown id: ContractError.
     void evictRecord(RecordId id);

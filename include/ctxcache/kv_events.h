@@ -104,6 +104,10 @@ public:
 struct BlockTokenSpan {
     int32_t const* data = nullptr;
     size_t size = 0;
+
+    BlockTokenSpan() = default;
+    BlockTokenSpan(int32_t const* tokens, size_t count) : data(tokens), size(count) {}
+    BlockTokenSpan(std::vector<int32_t> const& tokens) : data(tokens.data()), size(tokens.size()) {}  // NOLINT
 };
 
 }  // namespace ctxcache

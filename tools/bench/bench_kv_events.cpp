@@ -86,12 +86,12 @@ Pass replay(std::vector<Request> const& requests, std::vector<std::vector<int32_
         int64_t const totalPages = (static_cast<int64_t>(r.inputLength) + r.outputLength + pageSize - 1) / pageSize;
         Clock::time_point const t0 = Clock::now();
         int64_t const c0 = threadCpuNs();
-        AcquireResult acquired = manager.acquireVanilla(h.data(), h.size(), r.inputLength);
+        AcquireResult acquired = manager.acquireVanilla(h, r.inputLength);
         if (acquired.lease) {
             CacheRequestLease& lease = *acquired.lease;
             int64_t const grow = totalPages - static_cast<int64_t>(lease.basePages().size());
             if (grow > 0) manager.growBasePages(lease, static_cast<int32_t>(grow));
-            if (!h.empty()) manager.publish(lease, h.data(), h.size(), r.inputLength, {t.data(), t.size()});
+            if (!h.empty()) manager.publish(lease, {h, r.inputLength, t});
             lease.release();
             out.reusedTokens += acquired.plan.reuseTokenLength;
         }

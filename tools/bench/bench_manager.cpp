@@ -301,8 +301,7 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
         int64_t const totalPages = (static_cast<int64_t>(n) + r.outputLength + pageSize - 1) / pageSize;
 
         Clock::time_point const t0 = Clock::now();
-        AcquireResult acquired =
-            spec ? manager.acquireSpec(h.data(), h.size(), n) : manager.acquireVanilla(h.data(), h.size(), n);
+        AcquireResult acquired = spec ? manager.acquireSpec(h, n) : manager.acquireVanilla(h, n);
         Clock::time_point const tAcquired = Clock::now();
         out.acquireNs[i] = ns(t0, tAcquired);
         out.opNs[0] += out.acquireNs[i];
@@ -327,7 +326,7 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
         int32_t published = 0;
         PublishStatus status = PublishStatus::kPublished;
         if (!h.empty()) {
-            PublishResult const result = manager.publish(lease, h.data(), h.size(), n);
+            PublishResult const result = manager.publish(lease, {h, n});
             published = result.publishedBaseFullBlockCount;
             status = result.status;
         }
@@ -462,7 +461,7 @@ Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vecto
         ++out.managerCalls;  // hybridCandidateLengths
 
         Clock::time_point const t4 = Clock::now();
-        AcquireResult acquired = manager.acquireHybrid(candidates, h.data(), h.size(), n, true);
+        AcquireResult acquired = manager.acquireHybrid(candidates, h, n, true);
         if (!acquired.lease) {
             Clock::time_point const t5 = Clock::now();
             out.requestNs[i] = ns(t0, t1) + ns(t4, t5);
@@ -484,8 +483,7 @@ Replay replayHybrid(std::vector<Request> const& requests, std::vector<std::vecto
                 manager.reserveHybridSnapshots(lease, n % pageSize != 0);
             if (reservation) {
                 reserved = true;
-                PublishResult const result =
-                    manager.publishHybrid(lease, h.data(), h.size(), HybridCheckpointKey{published, n}, *reservation);
+                PublishResult const result = manager.publishHybrid(lease, {h, {published, n}, *reservation});
                 publishedBlocks = result.publishedBaseFullBlockCount;
                 status = result.status;
                 manager.retireHybridSnapshotReservation(lease, *reservation);

@@ -132,11 +132,11 @@ int main(int argc, char** argv) {
         int32_t const n = static_cast<int32_t>(tokens.size());
         hashes.clear();
         hasher.hashFullBlocksInto(tokens.data(), tokens.size(), P, {}, nullptr, hashes);
-        AcquireResult r = manager.acquireVanilla(hashes.data(), hashes.size(), n, ContextCacheLookupPolicy::kUseCache,
+        AcquireResult r = manager.acquireVanilla(hashes, n, ContextCacheLookupPolicy::kUseCache,
                                                  PageCoverage{(n + 1 + P - 1) / P, 0});
         if (!r.lease) continue;
         managerReused += static_cast<uint64_t>(r.plan.reuseTokenLength);
-        if (!hashes.empty()) manager.publish(*r.lease, hashes.data(), hashes.size(), n);
+        if (!hashes.empty()) manager.publish(*r.lease, {hashes, n});
         r.lease->release();
     }
     double const managerSeconds = seconds(Clock::now() - m0);
@@ -180,10 +180,13 @@ int main(int argc, char** argv) {
     ContextCacheBatchAdmission a;
     std::mt19937 rng(o.seed + 1);
     uint64_t decodeTokenSum = 0;
+    std::vector<std::vector<int32_t>> decodePrompts(static_cast<size_t>(o.batch));  // the admissions view them
     for (int b = 0; b < o.batch; ++b) {
+        std::vector<int32_t>& prompt = decodePrompts[static_cast<size_t>(b)];
+        for (int i = 0; i < 200; ++i) prompt.push_back(static_cast<int32_t>(rng() % 32000));
+        for (int32_t const x : prompt) decodeTokenSum += static_cast<uint64_t>(x);
         ContextCacheSequenceAdmission s;
-        for (int i = 0; i < 200; ++i) s.tokenIds.push_back(static_cast<int32_t>(rng() % 32000));
-        for (int32_t const x : s.tokenIds) decodeTokenSum += static_cast<uint64_t>(x);
+        s.tokenIds = prompt;
         s.resident = ResidentRef{b, static_cast<uint64_t>(b + 1)};
         a.sequences.push_back(std::move(s));
     }

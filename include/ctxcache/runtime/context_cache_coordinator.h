@@ -78,7 +78,10 @@ struct ContextCachePhysicalResources {
 };
 
 struct ContextCacheSequenceAdmission {
-    std::vector<int32_t> tokenIds;
+    // The prompt, a view of the caller's tokens (read in place during beginRequest / admitSequence): the
+    // coordinator copies it once, into the sequence's own history. Built from a vector lvalue (a temporary would
+    // dangle and is refused at compile time) or from an array and its length.
+    TokenSpan tokenIds;
     BlockKeyExtras keyExtras;                  // request-wide identity (LoRA adapter, ...)
     std::vector<Hash128> perPositionMediaHash; // empty, or one per token (zero = a text token)
     ResidentRef resident;

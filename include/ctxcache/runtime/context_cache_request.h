@@ -73,13 +73,18 @@ public:
     ContextCacheCoordinator::RequestHandle const& handle() const noexcept { return handle_; }
 
     // One admission from a prompt (LoRA adapter key and per-position media hashes under the coordinator's
-    // hasher). ContractError on a media span outside the prompt, overlapping spans, or a span over a token that
-    // is not one of mediaTokenIds (when given).
+    // hasher). It views sequence.tokenIds (no copy), so `sequence` must outlive it. ContractError on a media span
+    // outside the prompt, overlapping spans, or a span over a token that is not one of mediaTokenIds (when given).
     static ContextCacheSequenceAdmission makeAdmission(ContextCacheCoordinator const& coordinator,
                                                        SequenceRequest const& sequence, ResidentRef resident,
                                                        std::vector<int32_t> const& mediaTokenIds);
 
 private:
+    static ContextCacheSequenceAdmission admissionOf(ContextCacheCoordinator const& coordinator,
+                                                     std::vector<int32_t> const& tokenIds, std::string const& loraName,
+                                                     std::vector<MediaItem> const& media,
+                                                     std::optional<ContextCacheLookupPolicy> lookupPolicy,
+                                                     ResidentRef resident, std::vector<int32_t> const& mediaTokenIds);
     ContextCacheRequest(ContextCacheCoordinator& coordinator, ContextCacheCoordinator::RequestHandle handle,
                         DecodingTokenStateContract contract);
     bool check(ContextCacheCoordinatorStatus status, char const* op);

@@ -90,7 +90,7 @@ CacheRequestLease publishWith(ContextCacheManager& m, std::vector<BlockHash> con
     int32_t const n = static_cast<int32_t>(tokens.size());
     AcquireResult a = m.acquireVanilla(hashes, n);
     EXPECT_TRUE(a.lease.has_value());
-    m.publish(*a.lease, hashes.data(), hashes.size(), n, {tokens.data(), tokens.size()});
+    m.publish(*a.lease, {hashes, n, tokens});
     return std::move(*a.lease);
 }
 
@@ -168,7 +168,7 @@ TEST(KvEvents, PublicationWithoutTokensIsAContractErrorThatChangesNothing) {
     AcquireResult a = m.acquireVanilla(Hs({1, 2}), 8);
     std::string const before = describe(m);
     std::vector<int32_t> const tooFew = iota(0, 7);
-    EXPECT_THROW(m.publish(*a.lease, Hs({1, 2}).data(), 2, 8, {tooFew.data(), tooFew.size()}), ContractError);
+    EXPECT_THROW(m.publish(*a.lease, {Hs({1, 2}), 8, tooFew}), ContractError);
     EXPECT_THROW(m.publish(*a.lease, PublishRequest{Hs({1, 2}), 8, {}}), ContractError);
     EXPECT_EQ(describe(m), before);
     EXPECT_EQ(drain(m), std::vector<Event>{});
@@ -204,7 +204,7 @@ TEST(KvEvents, SpecDraftUpgradeAddsNoBlocks) {
     AcquireResult s = m.acquireSpec(Hs({1, 2}), 9);
     ASSERT_TRUE(s.lease);
     ASSERT_GE(s.lease->draftPages().size(), 2u);
-    m.publish(*s.lease, Hs({1, 2}).data(), 2, 8, {tokens.data(), tokens.size()});
+    m.publish(*s.lease, {Hs({1, 2}), 8, tokens});
     EXPECT_EQ(drain(m), std::vector<Event>{});
     EXPECT_TRUE(m.records().get(m.records().lruToMru().back()).hasDraftPath());
     m.checkInvariants();
@@ -244,7 +244,7 @@ TEST(KvEvents, ASinkReceivesOneBatchPerCall) {
     AcquireResult a = m.acquireVanilla(Hs({1, 2}), 8);  // no index change: no batch
     EXPECT_EQ(sink->batches.size(), 1u);
     std::vector<int32_t> const tokens = iota(0, 8);
-    m.publish(*a.lease, Hs({1, 2}).data(), 2, 8, {tokens.data(), tokens.size()});
+    m.publish(*a.lease, {Hs({1, 2}), 8, tokens});
     a.lease->release();
     ASSERT_EQ(sink->batches.size(), 2u);
     EXPECT_EQ(sink->batches[1], std::vector<Event>{stored(std::nullopt, Hs({1, 2}), tokens)});
@@ -257,7 +257,7 @@ TEST(KvEvents, ASinkReceivesOneBatchPerCall) {
 
     m.setKvEventSink(nullptr);  // back to draining
     std::vector<int32_t> const more = iota(40, 4);
-    m.publish(*b.lease, Hs({3}).data(), 1, 4, {more.data(), more.size()});
+    m.publish(*b.lease, {Hs({3}), 4, more});
     EXPECT_EQ(sink->batches.size(), 3u);
     EXPECT_EQ(drain(m), std::vector<Event>{stored(std::nullopt, Hs({3}), more)});
 }

@@ -218,8 +218,7 @@ TEST(KvEventPublisher, AStalledSubscriberChangesNoCacheResult) {
         for (ContextCacheManager* m : {&quiet, &loud}) {
             AcquireResult a = m->acquireVanilla(hashes, length);
             ASSERT_TRUE(a.lease);
-            if (!hashes.empty())
-                m->publish(*a.lease, hashes.data(), hashes.size(), length, {tokens.data(), tokens.size()});
+            if (!hashes.empty()) m->publish(*a.lease, {hashes, length, tokens});
             a.lease->release();
             if (step % 97 == 96) m->clear();
         }

@@ -3,6 +3,8 @@
 // byte-exact end-to-end proofs live with the reference engine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -94,12 +96,15 @@ struct Rig {
         });
     }
 
+    // The admission views its tokens: the rig keeps every prompt alive (a deque never moves its elements).
     ContextCacheSequenceAdmission seq(std::vector<int32_t> tokens, int32_t slot) {
+        prompts_.push_back(std::move(tokens));
         ContextCacheSequenceAdmission a;
-        a.tokenIds = std::move(tokens);
+        a.tokenIds = prompts_.back();
         a.resident = ResidentRef{slot, ++epoch};
         return a;
     }
+    std::deque<std::vector<int32_t>> prompts_;
 
     // Begin one batch; expects kOk.
     Handle begin(std::vector<std::vector<int32_t>> prompts, bool speculative = false,
@@ -160,6 +165,51 @@ struct Rig {
     int syncs = 0;
     bool failSync = false;
 };
+
+// An admission views the caller's tokens; the coordinator copies them once, at beginRequest, into the sequence's
+// own history. So the caller may overwrite and free its buffer right after beginRequest: the publication is of
+// the prompt as it was admitted, and a later request with that prompt hits all of it.
+TEST(ContextCacheCoordinator, AdmissionTokensAreCopiedOnceAtBegin) {
+    Rig rig;
+    std::vector<int32_t> const prompt = iota(10);
+    auto buffer = std::make_unique<std::vector<int32_t>>(prompt);
+    ContextCacheBatchAdmission a;
+    ContextCacheSequenceAdmission s;
+    s.tokenIds = *buffer;
+    s.resident = ResidentRef{0, ++rig.epoch};
+    a.sequences.push_back(s);
+    auto r = rig.coordinator->beginRequest(a, DecodingKvHeadroom{1, 0});
+    ASSERT_EQ(r.status, Status::kOk) << r.failure;
+    Handle h = std::move(*r.request);
+    std::fill(buffer->begin(), buffer->end(), 4242);  // the caller reuses its buffer...
+    buffer.reset();                                    // ...and frees it
+    rig.prefill(h);
+    EXPECT_EQ(h.sequence(0).publishedFullBlockCount, 2);
+    EXPECT_EQ(rig.coordinator->finish(h), Status::kOk);
+
+    Handle again = rig.begin({prompt});
+    EXPECT_EQ(again.prefillStarts(), std::vector<int32_t>{8});  // both full blocks of the admitted prompt
+    EXPECT_EQ(rig.coordinator->finish(again), Status::kOk);
+    Handle clobbered = rig.begin({std::vector<int32_t>(10, 4242)});
+    EXPECT_EQ(clobbered.prefillStarts(), std::vector<int32_t>{0});  // the overwritten tokens were never published
+    EXPECT_EQ(rig.coordinator->finish(clobbered), Status::kOk);
+    rig.coordinator->checkInvariants();
+}
+
+// A null token array with a length is a broken contract, refused before anything changes.
+TEST(ContextCacheCoordinator, AdmissionWithNullTokensIsRefused) {
+    Rig rig;
+    ContextCacheBatchAdmission a;
+    ContextCacheSequenceAdmission s;
+    s.tokenIds = TokenSpan(nullptr, 4);
+    s.resident = ResidentRef{0, ++rig.epoch};
+    a.sequences.push_back(s);
+    int32_t const freeBefore = rig.freeBase();
+    EXPECT_THROW(rig.coordinator->beginRequest(a, DecodingKvHeadroom{1, 0}), ContractError);
+    EXPECT_EQ(rig.freeBase(), freeBefore);
+    EXPECT_EQ(rig.coordinator->metrics().admittedSequences, 0u);
+    rig.coordinator->checkInvariants();
+}
 
 TEST(ContextCacheCoordinator, PublishesColdPrefixAndReusesLongestFullBlock) {
     Rig rig;

@@ -97,8 +97,9 @@ TEST(RuntimeResources, PureRecurrentSnapshotStorageMustHoldNoPartialKv) {
 
 ContextCacheBatchAdmission oneSequence(int32_t slot, uint64_t epoch) {
     ContextCacheBatchAdmission a;
+    static std::vector<int32_t> const kPrompt{1, 2, 3, 4, 5, 6};  // the admission views it
     ContextCacheSequenceAdmission s;
-    s.tokenIds = {1, 2, 3, 4, 5, 6};
+    s.tokenIds = kPrompt;
     s.resident = ResidentRef{slot, epoch};
     a.sequences.push_back(s);
     return a;
