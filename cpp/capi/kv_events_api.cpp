@@ -132,6 +132,8 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_create(const ctxc_kv_event_publis
                             std::to_string(o.data_parallel_rank));
         if (o.max_queued_batches == 0) invalidArgument("options->max_queued_batches must be positive");
         requireNonNegative(o.send_high_water_mark, "options->send_high_water_mark");
+        requireNonNegative(o.wait_for_subscriber_ms, "options->wait_for_subscriber_ms");
+        requireNonNegative(o.linger_ms, "options->linger_ms");
         KvEventPublisherOptions po;
         po.endpoint = o.endpoint;
         po.replayEndpoint = optionalString(o.replay_endpoint, "");
@@ -143,6 +145,8 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_create(const ctxc_kv_event_publis
         po.sendHighWaterMark = o.send_high_water_mark;
         po.arrayEncoding = requireBool(o.array_encoding, "options->array_encoding");
         if (requireBool(o.has_first_sequence, "options->has_first_sequence")) po.firstSequence = o.first_sequence;
+        po.waitForSubscriberMilliseconds = o.wait_for_subscriber_ms;
+        po.lingerMilliseconds = o.linger_ms;
         auto object = std::make_unique<PublisherObject>();
         try {
             object->publisher = std::make_shared<KvEventPublisher>(std::move(po));
@@ -173,6 +177,8 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_stats(const ctxc_kv_event_publish
         out.queued_batches = s.queuedBatches;
         out.next_sequence = s.nextSequence;
         out.replay_requests = s.replayRequests;
+        out.subscriptions = s.subscriptions;
+        out.holding = s.holding ? 1 : 0;
     });
 }
 
@@ -182,6 +188,15 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_flush(ctxc_kv_event_publisher_t* 
         requireNonNegative(timeout_ms, "timeout_ms");
         bool const empty = requirePublisher(publisher)->flush(timeout_ms);
         if (out_empty) *out_empty = empty ? 1 : 0;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_wait_for_subscriber(ctxc_kv_event_publisher_t* publisher,
+                                                                   int32_t timeout_ms, int32_t* out_subscribed) {
+    return guard(__func__, [&] {
+        requireNonNegative(timeout_ms, "timeout_ms");
+        bool const subscribed = requirePublisher(publisher)->waitForSubscriber(timeout_ms);
+        if (out_subscribed) *out_subscribed = subscribed ? 1 : 0;
     });
 }
 

@@ -62,7 +62,7 @@ import numpy as np
 from ..enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
 from ..hashing import Hasher
 from ..manager import ContextCacheManager, ResourceDemand
-from .args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, zmq_endpoint
+from .args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, seconds_range, zmq_endpoint
 from .oracle import offline_optimum, prepare_pages
 from .workload import (
     TRACE_BLOCK,
@@ -112,6 +112,8 @@ class Settings:
     events: str | None = None  # KV event PUB endpoint (docs/EVENTS.md)
     events_replay: str | None = None
     events_topic: str = ""
+    events_wait: float = 5.0  # seconds to wait for a first subscriber before replaying (ZMQ's slow joiner)
+    events_linger: float = 2.0  # seconds the replay socket keeps serving after the last batch
     eviction_policy: str = "lru"  # "lru" (whole records, the reference's) or "lru-trim" (tails first)
 
 
@@ -246,10 +248,17 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
 
     try:
         publisher = KvEventPublisher(settings.events, replay_endpoint=settings.events_replay,
-                                     topic=settings.events_topic)
+                                     topic=settings.events_topic,
+                                     linger=settings.events_linger if settings.events_replay else 0.0)
     except (UnsupportedError, ContractError, InvalidArgumentError) as e:  # no ZMQ in this build, a bad endpoint
         raise SettingsError(f"--events: {e}") from None
     with publisher:
+        # A batch sent before a router's connection completes is lost to it: wait (Ctrl-C-able) for the first
+        # subscription before the first batch (enabling sends AllBlocksCleared), so that a router already
+        # listening, or one that comes within the wait, sees everything.
+        started = time.monotonic()
+        subscribed = settings.events_wait > 0 and publisher.wait_for_subscriber(settings.events_wait)
+        waited = time.monotonic() - started
         cache.enable_kv_events()
         cache.attach_kv_event_publisher(publisher)
         try:
@@ -260,7 +269,12 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
             measured.events = {"endpoint": settings.events, "replay_endpoint": settings.events_replay,
                                "topic": settings.events_topic, "batches": stats.accepted_batches,
                                "handed_to_zmq": stats.sent_batches, "dropped": stats.dropped_batches,
-                               "replay_requests": stats.replay_requests}
+                               "replay_requests": stats.replay_requests, "subscribed": subscribed,
+                               "waited_seconds": round(waited, 3), "subscriptions": stats.subscriptions,
+                               "linger_seconds": publisher.linger}
+            index = getattr(cache, "base_index", None)  # the manager's (bookkeeping-only): what a router should hold
+            if index is not None:
+                measured.events["cache_blocks"] = len(index)
 
 
 def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: int,
@@ -558,7 +572,10 @@ def format_report(r: dict[str, Any]) -> str:
         out.append(f"KV events on {ev['endpoint']}"
                    + (f" (replay {ev['replay_endpoint']})" if ev["replay_endpoint"] else "")
                    + f": {ev['batches']:,} batches, {ev['handed_to_zmq']:,} handed to ZMQ (a PUB socket confirms "
-                   f"no delivery), {ev['dropped']:,} dropped, {ev['replay_requests']:,} replay requests")
+                   f"no delivery), {ev['dropped']:,} dropped, {ev['replay_requests']:,} replay requests; "
+                   + (f"a subscriber was there after {ev['waited_seconds']:.2f} s" if ev["subscribed"] else
+                      f"no subscriber came in {ev['waited_seconds']:.2f} s: what was sent before one connected is "
+                      f"lost to it (--events-wait)"))
     covers = ("the manager calls only" if r["engine"] == "bookkeeping-only" else
               "the engine's serving and --verify's cold runs" if r.get("verify") is not None else
               "the engine's serving only")
@@ -688,7 +705,9 @@ def _settings(args: argparse.Namespace) -> Settings:
                     eviction_policy=args.eviction_policy,
                     bookkeeping_only=getattr(args, "bookkeeping_only", True), verify=getattr(args, "verify", False),
                     events=getattr(args, "events", None), events_replay=getattr(args, "events_replay", None),
-                    events_topic=getattr(args, "events_topic", ""))
+                    events_topic=getattr(args, "events_topic", ""),
+                    events_wait=getattr(args, "events_wait", Settings.events_wait),
+                    events_linger=getattr(args, "events_linger", Settings.events_linger))
 
 
 def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
@@ -1183,6 +1202,13 @@ def replay_parser(prog: str = "ctxcache replay") -> argparse.ArgumentParser:
                    help="with --events: the replay ROUTER endpoint (e.g. tcp://*:5558)")
     p.add_argument("--events-topic", metavar="TOPIC", default="",
                    help="with --events: the topic (llm-d expects kv@<pod>@<model>)")
+    p.add_argument("--events-wait", metavar="SECONDS", type=seconds_range(0, 3600), default=Settings.events_wait,
+                   help="with --events: wait up to this long for a first subscriber before replaying, so a router "
+                        "that is listening sees every batch (default %(default)g; 0: do not wait)")
+    p.add_argument("--events-linger", metavar="SECONDS", type=seconds_range(0, 3600),
+                   default=Settings.events_linger,
+                   help="with --events-replay: keep the replay socket serving this long after the last batch, for "
+                        "a router that noticed a gap (default %(default)g)")
     return p
 
 
