@@ -31,13 +31,22 @@ std::shared_ptr<KvEventPublisher> const& requirePublisher(void const* handle) {
     return requireObject(publishers(), handle, "publisher").publisher;
 }
 
+}  // namespace
+
+KvEventPublisher* ctxcache::capi::findPublisher(void const* handle) {
+    PublisherObject* p = publishers().find(handle);
+    return p ? p->publisher.get() : nullptr;
+}
+
 // A manager handle, or the manager inside a coordinator or a sim engine.
-KvEventTarget requireCache(void const* handle) {
+KvEventTarget ctxcache::capi::requireCache(void const* handle) {
     if (ManagerObject* m = managers().find(handle)) return {m->manager.get(), &m->kvEvents};
     if (KvEventTarget t = coordinatorKvEvents(handle); t.manager) return t;
     if (KvEventTarget t = simEngineKvEvents(handle); t.manager) return t;
     invalidHandle("cache is not a live ctxc_manager_t, ctxc_coordinator_t or ctxc_sim_engine_t");
 }
+
+namespace {
 
 std::string optionalString(char const* text, char const* fallback) { return text ? text : fallback; }
 

@@ -97,6 +97,8 @@ class ManagerMetrics:
     reclaimed_partial_kv_snapshots: int
     trimmed_records: int = 0  # EvictionPolicy.RECORD_LRU_TRIM: trims applied
     trimmed_blocks: int = 0  # blocks those trims took off their records
+    prefix_cache_queries: int = 0  # prompt tokens of the acquires that succeeded reading the cache
+    prefix_cache_hits: int = 0  # the tokens those acquires skip (reuse_token_length): hits / queries
 
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
@@ -900,7 +902,7 @@ class ContextCacheManager(KvEventSource, Resource):
         check(lib.ctxc_manager_metrics(self._live(), m))
         return ManagerMetrics(m.evicted_records, m.reclaimed_base_kv_pages, m.reclaimed_draft_kv_pages,
                               m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots, m.trimmed_records,
-                              m.trimmed_blocks)
+                              m.trimmed_blocks, m.prefix_cache_queries, m.prefix_cache_hits)
 
     @property
     def live_lease_count(self) -> int:

@@ -114,6 +114,8 @@ typedef struct ctxc_manager_metrics {
     uint64_t reclaimed_partial_kv_snapshots;
     uint64_t trimmed_records; /* CTXC_EVICTION_RECORD_LRU_TRIM: trims applied */
     uint64_t trimmed_blocks; /* blocks those trims took off their records */
+    uint64_t prefix_cache_queries; /* prompt tokens of the acquires that succeeded with CTXC_LOOKUP_USE_CACHE */
+    uint64_t prefix_cache_hits;    /* the tokens those acquires skip (reuse_token_length): hits / queries */
 } ctxc_manager_metrics_t;
 
 CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t *options);

@@ -234,6 +234,52 @@ class Measured:
     verify: dict[str, Any] | None = None
     engine_stats: dict[str, Any] | None = None
     events: dict[str, Any] | None = None  # the KV event publisher's counters
+    exporter: MetricsExporter | None = None  # --metrics-port
+
+
+class MetricsExporter:
+    """--metrics-port: prometheus_client's HTTP server over a MetricsCollector. The replay's own thread attaches the
+    cache (and the publisher), takes a snapshot at most every ``interval`` seconds between requests, and a last one
+    when the replay ends; a scrape (the server's thread) only reads the latest snapshot, so it never enters the
+    cache's single-writer family."""
+
+    def __init__(self, port: int, interval: float = 0.25):
+        try:
+            from prometheus_client import CollectorRegistry, start_http_server
+        except ImportError:
+            raise SettingsError("--metrics-port needs prometheus_client: pip install 'ctxcache[metrics]'") from None
+        from ..metrics import MetricsCollector
+
+        self.collector = MetricsCollector()
+        self.interval = interval
+        self._next = 0.0
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self.collector)
+        try:
+            self._server, self._thread = start_http_server(port, registry=registry)
+        except OSError as e:
+            raise SettingsError(f"--metrics-port {port}: {e.strerror or e}") from None
+        self.port = self._server.server_address[1]
+
+    def attach(self, source: Any) -> None:
+        self.collector._sources.append(source)
+        self.collector.update()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval
+            self.collector.update()
+
+    def finish(self) -> None:
+        """The last snapshot (before the sources close); later scrapes serve it."""
+        self.collector.update()
+        self.collector._sources.clear()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
 
 
 @contextmanager
@@ -253,6 +299,8 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
     except (UnsupportedError, ContractError, InvalidArgumentError) as e:  # no ZMQ in this build, a bad endpoint
         raise SettingsError(f"--events: {e}") from None
     with publisher:
+        if measured.exporter is not None:
+            measured.exporter.attach(publisher)
         # A batch sent before a router's connection completes is lost to it: wait (Ctrl-C-able) for the first
         # subscription before the first batch (enabling sends AllBlocksCleared), so that a router already
         # listening, or one that comes within the wait, sees everything.
@@ -300,6 +348,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     i = 0
     t_start = time.perf_counter()
     events = ExitStack()
+    exporter = m.exporter
+    if exporter is not None:
+        exporter.attach(manager)
     try:
         with_tokens = events.enter_context(_kv_events(settings, manager, m))
         while i < len(requests):
@@ -353,6 +404,8 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
             m.used_pages.append(capacity_pages - pools.free_count(ResourceType.BASE_KV_PAGE))
             m.used_at.append(i)
             m.records.append(len(manager.records))
+            if exporter is not None:
+                exporter.tick()
             if progress:
                 progress(len(batch) or 1)
     finally:
@@ -360,6 +413,8 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
         metrics = manager.metrics
         m.evicted_records += metrics.evicted_records
         m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+        if exporter is not None:
+            exporter.finish()
         events.close()
         manager.close()
     return m
@@ -391,6 +446,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     first_mismatch: str | None = None
     t_start = time.perf_counter()
     events = ExitStack()
+    exporter = m.exporter
+    if exporter is not None:
+        exporter.attach(engine)
     try:
         events.enter_context(_kv_events(settings, engine, m))
         for begin in range(0, len(requests), chunk):
@@ -409,6 +467,8 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             m.used_pages.append(capacity_pages - metrics.base_kv_pages.free)
             m.used_at.append(begin + len(part))
             m.records.append(metrics.current_records)
+            if exporter is not None:
+                exporter.tick()
             if progress:
                 progress(len(part))
         engine.check_invariants()
@@ -428,6 +488,8 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             if settings.verify:
                 m.verify = {"checked": checked, "mismatches": mismatches, "first_mismatch": first_mismatch,
                             "verdict": "byte-exact" if mismatches == 0 else "MISMATCH"}
+            if exporter is not None:
+                exporter.finish()
             events.close()
             engine.close()
     return m
@@ -790,6 +852,27 @@ def _interrupted_early(workload: str, phase: str, total: int | None, hashed: int
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    """The replay command; with --metrics-port, its metrics served from start to end (and --metrics-linger
+    seconds after the report)."""
+    port = getattr(args, "metrics_port", None)
+    exporter = MetricsExporter(port) if port is not None else None
+    try:
+        code = _run_replay(args, exporter)
+        linger = getattr(args, "metrics_linger", 0.0)
+        if exporter is not None and linger > 0 and code != 130:
+            end = time.monotonic() + linger
+            try:
+                while (left := end - time.monotonic()) > 0:
+                    time.sleep(min(0.1, left))
+            except KeyboardInterrupt:  # the report is out: Ctrl-C only ends the linger
+                _interrupt_handled()
+        return code
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _run_replay(args: argparse.Namespace, exporter: MetricsExporter | None) -> int:
     settings = _settings(args)
     _check_backend(settings)
     t0 = time.perf_counter()
@@ -827,7 +910,7 @@ def run_replay(args: argparse.Namespace) -> int:
         if settings.mode == "hybrid":
             bound_total = bound_each = None  # checkpoint reuse has its own bound; not modelled here
         _check_interrupt()
-        measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", capacity)
+        measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", capacity, exporter=exporter)
         phase = "replaying"
         with _progress(len(prepared.requests), "replay", show) as step:
             if settings.bookkeeping_only:
@@ -1209,6 +1292,13 @@ def replay_parser(prog: str = "ctxcache replay") -> argparse.ArgumentParser:
                    default=Settings.events_linger,
                    help="with --events-replay: keep the replay socket serving this long after the last batch, for "
                         "a router that noticed a gap (default %(default)g)")
+    p.add_argument("--metrics-port", metavar="PORT", type=int_range(0, 65535), default=None,
+                   help="serve the cache's metrics in the Prometheus text format on this port (every interface; 0: "
+                        "any free port) while replaying (the names: docs/METRICS.md; needs prometheus_client, "
+                        "pip install 'ctxcache[metrics]')")
+    p.add_argument("--metrics-linger", metavar="SECONDS", type=seconds_range(0, 3600), default=0.0,
+                   help="with --metrics-port: keep serving the final metrics this long after the report (default "
+                        "0; Ctrl-C ends it)")
     return p
 
 
