@@ -159,6 +159,10 @@ void ContextCacheManager::evictRecord(RecordId id) {
 }
 
 void ContextCacheManager::clear() {
+    if (liveLeases_ > 0)
+        contract("clear", str(static_cast<int64_t>(liveLeases_)) +
+                              " lease(s) are live: release them first (their publications would refill the cache "
+                              "the reset empties)");
     EventCall const call(*this);
     suppressRemovals_ = true;
     try {

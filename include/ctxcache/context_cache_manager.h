@@ -202,8 +202,10 @@ public:
 
     // Evicts one record now (whatever its recency). Unknown id: ContractError.
     void evictRecord(RecordId id);
-    // Evicts every record (a prefix-cache reset); leases keep what they pin, but nothing is findable any more.
-    // With events on: one AllBlocksCleared instead of the removals.
+    // A prefix-cache reset: evicts every record, so that no lookup finds anything afterwards (with events on: one
+    // AllBlocksCleared instead of the removals). Refused while leases are live (ContractError, nothing changed):
+    // their publications would refill the cache the reset claims to empty, as vLLM's reset_prefix_cache refuses
+    // while blocks are in use. The ids cached records held are free afterwards.
     void clear();
 
     // Turns the event stream on: ContractError when it is already on, when the base index is not empty (the

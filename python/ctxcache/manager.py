@@ -891,8 +891,9 @@ class ContextCacheManager(KvEventSource, Resource):
         check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))
 
     def clear(self) -> None:
-        """Evict every record (a prefix-cache reset); live leases keep what they pin. With KV events on: one
-        AllBlocksCleared instead of the removals."""
+        """A prefix-cache reset: evict every record, so no lookup finds anything afterwards (with KV events on: one
+        AllBlocksCleared instead of the removals). :class:`ctxcache.ContractError` (nothing changed) while leases
+        are live: their publications would refill the cache the reset empties."""
         check(lib.ctxc_manager_clear(self._live()))
 
     # -- inspection ---------------------------------------------------------------------------------------------

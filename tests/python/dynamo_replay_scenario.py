@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from ctxcache.cli.workload import builtin_workload
-from dynamo_indexer_scenario import http, loopback_up
+from dynamo_indexer_scenario import dump_blocks, http, loopback_up
 
 PAGE = 16
 MODEL = "ctxcache-replay"
@@ -61,21 +61,11 @@ def register(replay_endpoint: str | None) -> None:
     http("/register", body)
 
 
-def indexer_blocks() -> int:
-    blocks: set[int] = set()
-    for group in http("/dump").values():
-        for entry in group.get("events", []):
-            stored = entry.get("event", {}).get("data", {}).get("stored")
-            if stored:
-                blocks.update(int(b["block_hash"]) for b in stored["blocks"])
-    return len(blocks)
-
-
 def settled_blocks(want: int) -> int:
     """The indexer applies events asynchronously: its count once it reaches `want` or stops moving (5 s)."""
     last, since = -1, time.monotonic()
     while time.monotonic() - since < 5:
-        got = indexer_blocks()
+        got = dump_blocks()
         if got == want:
             return got
         if got != last:

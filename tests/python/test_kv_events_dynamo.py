@@ -79,5 +79,7 @@ def test_dynamo_indexer_agrees_with_the_cache() -> None:
     ], report["indexer_log_tail"]
     for name, step in steps.items():
         assert step["router"] == step["cache"], f"{name}: {step}\n{report['indexer_log_tail']}"
+    assert report["dump_blocks_after_clear"] == 0  # clear() reached the router: its dump is empty
+    assert report["dump_blocks_at_end"] == 3  # then B's three blocks
     assert report["publisher"]["dropped_batches"] == 0
     assert report["publisher"]["replay_requests"] >= 1
