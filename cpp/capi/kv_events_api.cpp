@@ -240,15 +240,7 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size
         } catch (KvEventPublisherUnavailableError const& e) {
             throw ApiError(CTXC_E_UNSUPPORTED, e.what());
         }
-        *out_size = payload.size();
-        if (out_capacity < payload.size()) {
-            if (!out_bytes && out_capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;
-            throw ApiError(CTXC_E_BUFFER_TOO_SMALL, "out_bytes holds " + std::to_string(out_capacity) + " bytes, " +
-                                                        std::to_string(payload.size()) + " needed");
-        }
-        if (!out_bytes) invalidArgument("out_bytes is NULL");
-        std::copy(payload.begin(), payload.end(), out_bytes);
-        return CTXC_OK;
+        return copyOut(payload, out_bytes, out_capacity, out_size, "out_bytes", "bytes", "out_size");
     });
 }
 

@@ -126,21 +126,11 @@ extern "C" {
 
 CTXC_API ctxc_status_t ctxc_metrics_text(const void* object, char* out_text, size_t out_capacity, size_t* out_size) {
     return guard(__func__, [&]() -> ctxc_status_t {
-        size_t& size = requireOut(out_size, "out_size");
-        size = 0;
+        requireOut(out_size, "out_size") = 0;
         PrometheusText out;
         if (KvEventPublisher* p = findPublisher(object)) publisherMetrics(out, *p);
         else cacheMetrics(out, *requireCache(object).manager);
-        std::string const& text = out.text();
-        size = text.size();
-        if (out_capacity < text.size()) {
-            if (!out_text && out_capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;
-            throw ApiError(CTXC_E_BUFFER_TOO_SMALL, "out_text holds " + std::to_string(out_capacity) + " bytes, " +
-                                                        std::to_string(text.size()) + " needed");
-        }
-        if (!out_text) invalidArgument("out_text is NULL");
-        std::copy(text.begin(), text.end(), out_text);
-        return CTXC_OK;
+        return copyOut(out.text(), out_text, out_capacity, out_size, "out_text", "bytes", "out_size");
     });
 }
 
