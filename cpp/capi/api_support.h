@@ -179,8 +179,8 @@ ctxc_status_t copyOut(Values const& values, Out* out, size_t capacity, size_t* o
     if (values.empty()) return CTXC_OK;
     if (capacity < values.size()) {
         if (out == nullptr && capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;  // the size query
-        throw ApiError(CTXC_E_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(capacity) + " " +
-                                                    unit + ", " + std::to_string(values.size()) + " needed");
+        throw ApiError(CTXC_E_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(capacity) + " " + unit +
+                                                    ", " + std::to_string(values.size()) + " needed");
     }
     if (!out) invalidArgument(std::string(name) + " is NULL");
     for (size_t i = 0; i < values.size(); ++i) out[i] = static_cast<Out>(values[i]);
