@@ -170,16 +170,17 @@ ResourceType resourceType(int32_t value, char const* name);
 inline Hash128 toHash(ctxc_hash128_t const& h) { return Hash128{h.hi, h.lo}; }
 inline ctxc_hash128_t fromHash(Hash128 const& h) { return ctxc_hash128_t{h.hi, h.lo}; }
 
-// Copies `values` into a caller buffer (two-call pattern): always sets *outCount; CTXC_E_BUFFER_TOO_SMALL (and
-// nothing copied) when the buffer is short.
-template <class Out, class In>
-ctxc_status_t copyOut(std::vector<In> const& values, Out* out, size_t capacity, size_t* outCount, char const* name) {
-    requireOut(outCount, "out_count") = values.size();
+// Copies `values` (a vector, a string) into a caller buffer (two-call pattern): always sets *outCount;
+// CTXC_E_BUFFER_TOO_SMALL (and nothing copied) when the buffer is short; `unit` names its elements in the message.
+template <class Out, class Values>
+ctxc_status_t copyOut(Values const& values, Out* out, size_t capacity, size_t* outCount, char const* name,
+                      char const* unit = "entries", char const* countName = "out_count") {
+    requireOut(outCount, countName) = values.size();
     if (values.empty()) return CTXC_OK;
     if (capacity < values.size()) {
         if (out == nullptr && capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;  // the size query
-        throw ApiError(CTXC_E_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(capacity) +
-                                                    " entries, " + std::to_string(values.size()) + " needed");
+        throw ApiError(CTXC_E_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(capacity) + " " + unit +
+                                                    ", " + std::to_string(values.size()) + " needed");
     }
     if (!out) invalidArgument(std::string(name) + " is NULL");
     for (size_t i = 0; i < values.size(); ++i) out[i] = static_cast<Out>(values[i]);

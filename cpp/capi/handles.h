@@ -21,6 +21,10 @@
 #include "ctxcache/kv_events.h"
 #include "handle_table.h"
 
+namespace ctxcache {
+class KvEventPublisher;
+}
+
 namespace ctxcache::capi {
 
 // The last drain of a cache's KV events: the C views point into `drained`.
@@ -37,6 +41,10 @@ struct KvEventTarget {
 // Each returns an empty target when the handle is not one of its kind (runtime_api.cpp, sim_api.cpp).
 KvEventTarget coordinatorKvEvents(void const* handle);
 KvEventTarget simEngineKvEvents(void const* handle);
+// A manager, coordinator or sim engine handle (its manager; invalid handle otherwise), and a publisher handle or
+// null (kv_events_api.cpp).
+KvEventTarget requireCache(void const* handle);
+KvEventPublisher* findPublisher(void const* handle);
 
 // Materialized logical hashes behind ctxc_debug_manager_record views. An entry stays while its record exists: a
 // record's hashes never change while it lives (ids are never reused; a trim only shortens it and keeps the

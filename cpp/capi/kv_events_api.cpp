@@ -31,13 +31,22 @@ std::shared_ptr<KvEventPublisher> const& requirePublisher(void const* handle) {
     return requireObject(publishers(), handle, "publisher").publisher;
 }
 
+}  // namespace
+
+KvEventPublisher* ctxcache::capi::findPublisher(void const* handle) {
+    PublisherObject* p = publishers().find(handle);
+    return p ? p->publisher.get() : nullptr;
+}
+
 // A manager handle, or the manager inside a coordinator or a sim engine.
-KvEventTarget requireCache(void const* handle) {
+KvEventTarget ctxcache::capi::requireCache(void const* handle) {
     if (ManagerObject* m = managers().find(handle)) return {m->manager.get(), &m->kvEvents};
     if (KvEventTarget t = coordinatorKvEvents(handle); t.manager) return t;
     if (KvEventTarget t = simEngineKvEvents(handle); t.manager) return t;
     invalidHandle("cache is not a live ctxc_manager_t, ctxc_coordinator_t or ctxc_sim_engine_t");
 }
+
+namespace {
 
 std::string optionalString(char const* text, char const* fallback) { return text ? text : fallback; }
 
@@ -132,6 +141,8 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_create(const ctxc_kv_event_publis
                             std::to_string(o.data_parallel_rank));
         if (o.max_queued_batches == 0) invalidArgument("options->max_queued_batches must be positive");
         requireNonNegative(o.send_high_water_mark, "options->send_high_water_mark");
+        requireNonNegative(o.wait_for_subscriber_ms, "options->wait_for_subscriber_ms");
+        requireNonNegative(o.linger_ms, "options->linger_ms");
         KvEventPublisherOptions po;
         po.endpoint = o.endpoint;
         po.replayEndpoint = optionalString(o.replay_endpoint, "");
@@ -143,6 +154,8 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_create(const ctxc_kv_event_publis
         po.sendHighWaterMark = o.send_high_water_mark;
         po.arrayEncoding = requireBool(o.array_encoding, "options->array_encoding");
         if (requireBool(o.has_first_sequence, "options->has_first_sequence")) po.firstSequence = o.first_sequence;
+        po.waitForSubscriberMilliseconds = o.wait_for_subscriber_ms;
+        po.lingerMilliseconds = o.linger_ms;
         auto object = std::make_unique<PublisherObject>();
         try {
             object->publisher = std::make_shared<KvEventPublisher>(std::move(po));
@@ -173,6 +186,8 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_stats(const ctxc_kv_event_publish
         out.queued_batches = s.queuedBatches;
         out.next_sequence = s.nextSequence;
         out.replay_requests = s.replayRequests;
+        out.subscriptions = s.subscriptions;
+        out.holding = s.holding ? 1 : 0;
     });
 }
 
@@ -182,6 +197,15 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_flush(ctxc_kv_event_publisher_t* 
         requireNonNegative(timeout_ms, "timeout_ms");
         bool const empty = requirePublisher(publisher)->flush(timeout_ms);
         if (out_empty) *out_empty = empty ? 1 : 0;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_wait_for_subscriber(ctxc_kv_event_publisher_t* publisher,
+                                                                   int32_t timeout_ms, int32_t* out_subscribed) {
+    return guard(__func__, [&] {
+        requireNonNegative(timeout_ms, "timeout_ms");
+        bool const subscribed = requirePublisher(publisher)->waitForSubscriber(timeout_ms);
+        if (out_subscribed) *out_subscribed = subscribed ? 1 : 0;
     });
 }
 
@@ -216,15 +240,7 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size
         } catch (KvEventPublisherUnavailableError const& e) {
             throw ApiError(CTXC_E_UNSUPPORTED, e.what());
         }
-        *out_size = payload.size();
-        if (out_capacity < payload.size()) {
-            if (!out_bytes && out_capacity == 0) return CTXC_E_BUFFER_TOO_SMALL;
-            throw ApiError(CTXC_E_BUFFER_TOO_SMALL, "out_bytes holds " + std::to_string(out_capacity) + " bytes, " +
-                                                        std::to_string(payload.size()) + " needed");
-        }
-        if (!out_bytes) invalidArgument("out_bytes is NULL");
-        std::copy(payload.begin(), payload.end(), out_bytes);
-        return CTXC_OK;
+        return copyOut(payload, out_bytes, out_capacity, out_size, "out_bytes", "bytes", "out_size");
     });
 }
 

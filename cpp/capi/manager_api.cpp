@@ -424,6 +424,8 @@ CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_
         out.reclaimed_partial_kv_snapshots = mm.reclaimedPartialKvSnapshots;
         out.trimmed_records = mm.trimmedRecords;
         out.trimmed_blocks = mm.trimmedBlocks;
+        out.prefix_cache_queries = mm.prefixCacheQueries;
+        out.prefix_cache_hits = mm.prefixCacheHits;
     });
 }
 

@@ -479,6 +479,10 @@ CTXC_API ctxc_status_t ctxc_coordinator_check_invariants(const ctxc_coordinator_
     return guard(__func__, [&] { requireCoordinator(coordinator).coordinator->checkInvariants(); });
 }
 
+CTXC_API ctxc_status_t ctxc_coordinator_clear(ctxc_coordinator_t* coordinator) {
+    return guard(__func__, [&] { requireCoordinator(coordinator).coordinator->clear(); });
+}
+
 // ---- requests ---------------------------------------------------------------------------------------------
 
 CTXC_API void ctxc_decoding_context_init(ctxc_decoding_context_t* context) { initSized(context); }

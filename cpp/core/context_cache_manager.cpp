@@ -159,6 +159,10 @@ void ContextCacheManager::evictRecord(RecordId id) {
 }
 
 void ContextCacheManager::clear() {
+    if (liveLeases_ > 0)
+        contract("clear", str(static_cast<int64_t>(liveLeases_)) +
+                              " lease(s) are live: release them first (their publications would refill the cache "
+                              "the reset empties)");
     EventCall const call(*this);
     suppressRemovals_ = true;
     try {
@@ -258,7 +262,8 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
 
 AcquireResult ContextCacheManager::acquireVanilla(BlockHashSpan hashes, int32_t inputTokenCount,
                                                   ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
-    return acquire(makeVanillaReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, lookupPolicy), coverage);
+    return acquire(makeVanillaReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, lookupPolicy), coverage,
+                   inputTokenCount, lookupPolicy);
 }
 
 AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCandidate> const& candidates,
@@ -266,21 +271,21 @@ AcquireResult ContextCacheManager::acquireHybrid(std::vector<HybridCheckpointCan
                                                  ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
     return acquire(
         makeHybridReusePlan(candidates, hashes, inputTokenCount, pageSize_, hasAttention, records_, lookupPolicy),
-        coverage);
+        coverage, inputTokenCount, lookupPolicy);
 }
 
 AcquireResult ContextCacheManager::acquireSpec(BlockHashSpan hashes, int32_t inputTokenCount,
                                                ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
     return acquire(
         makeSpecReusePlan(hashes, inputTokenCount, pageSize_, baseIndex_, draftIndex_, records_, lookupPolicy),
-        coverage);
+        coverage, inputTokenCount, lookupPolicy);
 }
 
 AcquireResult ContextCacheManager::acquireHybridMtp(std::vector<HybridCheckpointCandidate> const& candidates,
                                                     BlockHashSpan hashes, int32_t inputTokenCount,
                                                     ContextCacheLookupPolicy lookupPolicy, PageCoverage coverage) {
     return acquire(makeHybridMtpReusePlan(candidates, hashes, inputTokenCount, pageSize_, records_, lookupPolicy),
-                   coverage);
+                   coverage, inputTokenCount, lookupPolicy);
 }
 
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
@@ -298,7 +303,8 @@ std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTo
     return records_.hybridCandidateLengths(inputTokenCount, inputFullBlockHashes);
 }
 
-AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage) {
+AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage, int32_t inputTokenCount,
+                                           ContextCacheLookupPolicy lookupPolicy) {
     EventCall const call(*this);
     if (coverage.basePages < 0 || coverage.draftPages < 0)
         contract("acquire",
@@ -354,6 +360,10 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
     pools_.allocateIds(ResourceType::kBaseKvPage, plan.demand.baseKvPages, s.basePages);
     pools_.allocateIds(ResourceType::kDraftKvPage, plan.demand.draftKvPages, s.draftPages);
     if (hitRecord && records_.contains(*hitRecord)) records_.touch(*hitRecord);
+    if (lookupPolicy == ContextCacheLookupPolicy::kUseCache) {
+        metrics_.prefixCacheQueries += static_cast<uint64_t>(inputTokenCount);
+        metrics_.prefixCacheHits += static_cast<uint64_t>(plan.reuseTokenLength);
+    }
     return AcquireResult{std::move(lease), AcquireStatus::kAcquired, std::move(plan)};
 }
 

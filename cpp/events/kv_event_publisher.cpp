@@ -1,4 +1,4 @@
-// KvEventPublisher: the bounded hand-off queue, the sender thread, the PUB and replay ROUTER sockets over libzmq's C
+// KvEventPublisher: the bounded hand-off queue, the sender thread, the XPUB and replay ROUTER sockets over libzmq's C
 // API (include/ctxcache/events/kv_event_publisher.h). Without libzmq only the endpoint rules and the "unavailable"
 // answer are compiled.
 
@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -101,6 +102,7 @@ struct KvEventPublisher::Impl {
     mutable std::mutex mutex;
     std::condition_variable wake;     // the sender: work or stop
     std::condition_variable drained;  // flush(): the queue emptied
+    std::condition_variable subscribed;  // waitForSubscriber(): a subscription arrived
     std::deque<Batch> queue;
     std::vector<KvEventLog> spare;
     bool sending = false;  // the sender holds a batch outside the queue
@@ -110,11 +112,22 @@ struct KvEventPublisher::Impl {
 
     std::deque<std::pair<uint64_t, std::string>> ring;  // sender thread only: (sequence, payload)
     std::string payload;                                 // sender thread only: the encoding buffer, reused
+    std::chrono::steady_clock::time_point createdAt = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::time_point> lastSent;  // sender thread only
     std::thread thread;
 
     void run() noexcept;
     bool sendBatch(Batch& batch) noexcept;  // true when ZMQ took it
     void serveReplay() noexcept;
+    void readSubscriptions() noexcept;  // sender thread: counts the XPUB socket's subscribe messages
+    // Under the mutex: batches wait for the first subscriber (the option is on, none came yet, the wait has not
+    // run out and close() has not ended it).
+    bool holdingLocked() const noexcept {
+        return options.waitForSubscriberMilliseconds > 0 && stats.subscriptions == 0 && !stopping &&
+               std::chrono::steady_clock::now() <
+                   createdAt + std::chrono::milliseconds(options.waitForSubscriberMilliseconds);
+    }
+    void linger() noexcept;  // sender thread, at close: serve replay until lingerMilliseconds after the last batch
     void closeSockets() noexcept {
         if (replay) zmq_close(replay);
         if (pub) zmq_close(pub);
@@ -132,11 +145,20 @@ void KvEventPublisher::Impl::run() noexcept {
     if (errno == 0) setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, nice + 10));
     std::deque<Batch> work;  // a burst taken from the queue in one lock
     for (;;) {
+        readSubscriptions();
         {
             std::unique_lock<std::mutex> lock(mutex);
-            if (queue.empty() && !stopping) wake.wait_for(lock, std::chrono::milliseconds(kPollMilliseconds));
-            if (queue.empty()) {
-                if (stopping) return;
+            bool hold = holdingLocked();
+            if ((queue.empty() || hold) && !stopping) {
+                wake.wait_for(lock, std::chrono::milliseconds(kPollMilliseconds));
+                hold = holdingLocked();
+            }
+            if (queue.empty() || hold) {
+                if (stopping && queue.empty()) {
+                    lock.unlock();
+                    linger();
+                    return;
+                }
                 lock.unlock();
                 serveReplay();
                 continue;
@@ -147,6 +169,7 @@ void KvEventPublisher::Impl::run() noexcept {
         }
         uint64_t sent = 0, dropped = 0;
         for (Batch& batch : work) (sendBatch(batch) ? sent : dropped) += 1;
+        lastSent = std::chrono::steady_clock::now();
         {
             std::lock_guard<std::mutex> lock(mutex);
             stats.sentBatches += sent;
@@ -166,6 +189,30 @@ void KvEventPublisher::Impl::run() noexcept {
         work.clear();
         serveReplay();
     }
+}
+
+void KvEventPublisher::Impl::readSubscriptions() noexcept {
+    uint64_t seen = 0;
+    for (;;) {
+        char message[64];  // [1 = subscribe | 0 = unsubscribe, topic...]; a longer topic is truncated, not lost
+        if (zmq_recv(pub, message, sizeof message, ZMQ_DONTWAIT) < 1) break;
+        if (message[0] == 1) ++seen;
+    }
+    if (seen == 0) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    stats.subscriptions += seen;
+    subscribed.notify_all();
+}
+
+void KvEventPublisher::Impl::linger() noexcept {
+    if (!replay || !lastSent || options.lingerMilliseconds <= 0) return;
+    auto const until = *lastSent + std::chrono::milliseconds(options.lingerMilliseconds);
+    while (std::chrono::steady_clock::now() < until) {
+        serveReplay();
+        readSubscriptions();
+        std::this_thread::sleep_for(std::chrono::milliseconds(kPollMilliseconds));
+    }
+    serveReplay();
 }
 
 bool KvEventPublisher::Impl::sendBatch(Batch& batch) noexcept {
@@ -233,6 +280,12 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options) : impl_(std:
     Impl& s = *impl_;
     if (options.endpoint.empty()) throw ContractError("KvEventPublisher: endpoint is empty");
     if (options.maxQueuedBatches == 0) throw ContractError("KvEventPublisher: maxQueuedBatches must be positive");
+    if (options.waitForSubscriberMilliseconds < 0)
+        throw ContractError("KvEventPublisher: waitForSubscriberMilliseconds is negative (" +
+                            std::to_string(options.waitForSubscriberMilliseconds) + ")");
+    if (options.lingerMilliseconds < 0)
+        throw ContractError("KvEventPublisher: lingerMilliseconds is negative (" +
+                            std::to_string(options.lingerMilliseconds) + ")");
     if (options.sendHighWaterMark < 0)
         throw ContractError("KvEventPublisher: sendHighWaterMark is negative (" +
                             std::to_string(options.sendHighWaterMark) + ")");
@@ -252,8 +305,10 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options) : impl_(std:
     };
     s.context = zmq_ctx_new();
     if (!s.context) fail("cannot create a ZMQ context");
-    s.pub = zmq_socket(s.context, ZMQ_PUB);
-    if (!s.pub) fail("cannot create the PUB socket");
+    s.pub = zmq_socket(s.context, ZMQ_XPUB);
+    if (!s.pub) fail("cannot create the XPUB socket");
+    int const verbose = 1;  // every subscriber's subscription comes up, not only a topic's first
+    zmq_setsockopt(s.pub, ZMQ_XPUB_VERBOSE, &verbose, sizeof verbose);
     int const hwm = s.options.sendHighWaterMark;
     int const linger = 1000;  // close() gives queued messages a second to leave, never more
     zmq_setsockopt(s.pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
@@ -330,6 +385,14 @@ void KvEventPublisher::consume(KvEventLog& events) noexcept {
     if (2 * s.queue.size() >= s.options.maxQueuedBatches) s.wake.notify_one();
 }
 
+bool KvEventPublisher::waitForSubscriber(int32_t timeoutMilliseconds) {
+    Impl& s = *impl_;
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.subscribed.wait_for(lock, std::chrono::milliseconds(std::max(0, timeoutMilliseconds)),
+                          [&] { return s.closed || s.stats.subscriptions > 0; });
+    return s.stats.subscriptions > 0;
+}
+
 bool KvEventPublisher::flush(int32_t timeoutMilliseconds) {
     Impl& s = *impl_;
     std::unique_lock<std::mutex> lock(s.mutex);
@@ -346,6 +409,7 @@ void KvEventPublisher::close() noexcept {
         s.stopping = true;  // the sender sends what is queued, then stops
     }
     s.wake.notify_all();
+    s.subscribed.notify_all();
     if (s.thread.joinable()) s.thread.join();
     s.closeSockets();
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -355,7 +419,9 @@ void KvEventPublisher::close() noexcept {
 
 KvEventPublisherStats KvEventPublisher::stats() const {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    return impl_->stats;
+    KvEventPublisherStats out = impl_->stats;
+    out.holding = !impl_->closed && impl_->holdingLocked();
+    return out;
 }
 
 KvEventPublisherOptions const& KvEventPublisher::options() const noexcept { return impl_->options; }
@@ -376,6 +442,7 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions) {
 KvEventPublisher::~KvEventPublisher() = default;
 void KvEventPublisher::consume(KvEventLog&) noexcept {}
 bool KvEventPublisher::flush(int32_t) { return true; }
+bool KvEventPublisher::waitForSubscriber(int32_t) { return false; }
 void KvEventPublisher::close() noexcept {}
 KvEventPublisherStats KvEventPublisher::stats() const { return {}; }
 KvEventPublisherOptions const& KvEventPublisher::options() const noexcept { return impl_->options; }

@@ -499,6 +499,14 @@ ContextCacheMetrics ContextCacheCoordinator::metrics() const {
     return m;
 }
 
+void ContextCacheCoordinator::clear() {
+    if (activeRequests_ > 0 || !quarantine_.empty())
+        contract("clear", str(activeRequests_) + " request(s) active and " +
+                              str(static_cast<int64_t>(quarantine_.size())) +
+                              " quarantined: finish them (or shut down) first");
+    manager_.clear();
+}
+
 void ContextCacheCoordinator::checkInvariants() const {
     manager_.checkInvariants();
     auto fail = [](std::string const& why) { throw InvariantError("ContextCacheCoordinator: " + why); };

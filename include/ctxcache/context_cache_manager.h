@@ -122,8 +122,9 @@ struct HybridPublishRequest {
     BlockTokenSpan tokenIds;  // as PublishRequest::tokenIds
 };
 
-// Cumulative eviction outcomes. Reclaimed counts include only resources returned to a free list at the
-// eviction point; resources still pinned by an active request are not counted.
+// Cumulative eviction outcomes and lookups. Reclaimed counts include only resources returned to a free list at the
+// eviction point; resources still pinned by an active request are not counted. An acquire that fails
+// (kInsufficientCapacity) changes none of them.
 struct ContextCacheManagerMetrics {
     uint64_t evictedRecords = 0;
     uint64_t reclaimedBaseKvPages = 0;
@@ -132,6 +133,10 @@ struct ContextCacheManagerMetrics {
     uint64_t reclaimedPartialKvSnapshots = 0;
     uint64_t trimmedRecords = 0;  // kRecordLruTrim: trims applied (a record trimmed twice counts twice)
     uint64_t trimmedBlocks = 0;   // blocks those trims took off their records
+    // Lookups, as vLLM's prefix-cache stats count them, over the acquires that succeeded and read the cache
+    // (kUseCache): their prompt tokens and the tokens they skip (reuseTokenLength). hits / queries is the hit rate.
+    uint64_t prefixCacheQueries = 0;
+    uint64_t prefixCacheHits = 0;
 };
 
 class ContextCacheManager {
@@ -197,8 +202,10 @@ public:
 
     // Evicts one record now (whatever its recency). Unknown id: ContractError.
     void evictRecord(RecordId id);
-    // Evicts every record (a prefix-cache reset); leases keep what they pin, but nothing is findable any more.
-    // With events on: one AllBlocksCleared instead of the removals.
+    // A prefix-cache reset: evicts every record, so that no lookup finds anything afterwards (with events on: one
+    // AllBlocksCleared instead of the removals). Refused while leases are live (ContractError, nothing changed):
+    // their publications would refill the cache the reset claims to empty, as vLLM's reset_prefix_cache refuses
+    // while blocks are in use. The ids cached records held are free afterwards.
     void clear();
 
     // Turns the event stream on: ContractError when it is already on, when the base index is not empty (the
@@ -238,7 +245,8 @@ private:
 
     static ResourceDemand validatedCapacities(int32_t pageSize, ResourceDemand capacities, int32_t maxRecords);
     static EvictionPolicy validatedPolicy(EvictionPolicy policy);
-    AcquireResult acquire(ReusePlan plan, PageCoverage coverage);
+    AcquireResult acquire(ReusePlan plan, PageCoverage coverage, int32_t inputTokenCount,
+                          ContextCacheLookupPolicy lookupPolicy);
     CacheRequestLease newLease(ReusePlanMode mode);
     LeaseState& checkLease(CacheRequestLease& lease, char const* operation) const;
     void releaseLease(LeaseState& state) noexcept;
@@ -292,15 +300,15 @@ private:
     size_t liveLeases_ = 0;
 
     bool eventsEnabled_ = false;
-    bool eventsBroken_ = false;        // an append failed: the pending events become one AllBlocksCleared
-    bool suppressRemovals_ = false;    // clear() reports one AllBlocksCleared instead
-    bool reportingRemovals_ = false;   // the running releaseBasePages adds to an open BlockRemoved event
+    bool eventsBroken_ = false;  // an append failed: the pending events become one AllBlocksCleared
+    bool suppressRemovals_ = false;  // clear() reports one AllBlocksCleared instead
+    bool reportingRemovals_ = false;  // the running releaseBasePages adds to an open BlockRemoved event
     int eventCallDepth_ = 0;
     size_t maxPendingEvents_ = 0;
     uint64_t lostKvEvents_ = 0;
-    KvEventLog events_;                      // this call's events, or all pending ones without a sink
+    KvEventLog events_;  // this call's events, or all pending ones without a sink
     std::shared_ptr<KvEventSink> eventSink_;
-    std::vector<size_t> stagedStores_;       // blocks the running publication mapped canonically, in order
+    std::vector<size_t> stagedStores_;  // blocks the running publication mapped canonically, in order
 };
 
 }  // namespace ctxcache

@@ -115,6 +115,7 @@ DeviceBackend = device.Backend
 from . import (  # noqa: E402
     deployment,  # noqa: E402
     events,  # noqa: E402
+    metrics,
     runtime,
 )
 from .deployment import Deployment, RecurrentGeometry  # noqa: E402
@@ -128,6 +129,7 @@ from .events import (  # noqa: E402
     encode_kv_events,
     publisher_available,
 )
+from .metrics import MetricsCollector, metrics_text  # noqa: E402
 from .runtime import (  # noqa: E402
     AdmitResult,
     ContextCacheCoordinator,
@@ -158,6 +160,7 @@ __all__ = [
     "AllBlocksCleared", "BlockRemoved", "BlockStored", "KvEventPublisher", "KvEventStatus", "KvEventType",
     "PublisherStats",
     "encode_kv_events", "events", "publisher_available",
+    "MetricsCollector", "metrics", "metrics_text",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ConcurrentUseError", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",

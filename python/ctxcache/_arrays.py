@@ -52,6 +52,16 @@ def integer(value: Any, name: str, *, minimum: int | None = 0, maximum: int = IN
     return int(value)
 
 
+def milliseconds(value: Any, name: str) -> int:
+    """A duration in seconds (a real number, bool refused), >= 0 and finite, as whole milliseconds within int32."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not seconds >= 0 or seconds * 1000 > INT32_MAX:  # also NaN
+        raise InvalidArgumentError(f"{name} must be between 0 and {INT32_MAX // 1000} seconds, got {value}")
+    return round(seconds * 1000)
+
+
 def boolean(value: Any, name: str) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)

@@ -12,6 +12,7 @@ a publisher itself may be read from any thread.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
@@ -61,6 +62,8 @@ class PublisherStats:
     queued_batches: int
     next_sequence: int
     replay_requests: int
+    subscriptions: int = 0  # subscribe messages seen (one per topic per subscriber)
+    holding: bool = False  # batches are held for the first subscriber
 
 
 def publisher_available() -> bool:
@@ -75,17 +78,23 @@ class KvEventPublisher(Resource):
     ``endpoint``: vLLM's rule: a ``*`` or ``::`` host, ``ipc://`` or ``inproc://`` binds, any other endpoint
     connects. ``data_parallel_rank`` r is sent with every batch and adds r to a tcp port. ``first_sequence``
     defaults to the wall clock in microseconds, so that a restarted publisher continues above its old numbers.
+
+    A subscriber whose connection is not complete loses what is sent (ZMQ's slow joiner). ``wait_for_subscriber``
+    (seconds) holds every batch until the first subscription arrives, at most that long after creation, without
+    blocking the cache; :meth:`wait_for_subscriber` blocks the caller instead. ``linger`` (seconds): :meth:`close`
+    keeps the replay socket serving until that long after the last batch was sent, so a router that noticed a gap
+    can still fetch it (Ctrl-C cuts the linger short).
     Raises :class:`ctxcache.UnsupportedError` when the library was built without the publisher. Close it (or use
     ``with``): that sends what is queued and closes the sockets."""
 
-    __slots__ = ("_handle", "_family", "endpoint", "replay_endpoint", "__weakref__")
+    __slots__ = ("_handle", "_family", "endpoint", "replay_endpoint", "linger", "__weakref__")
     _destroy = staticmethod(lib.ctxc_kv_event_publisher_destroy)
     _what = "publisher"
 
     def __init__(self, endpoint: str = "tcp://*:5557", *, replay_endpoint: str | None = None, topic: str = "",
                  medium: str = "GPU", data_parallel_rank: int | None = None, buffer_steps: int = 10000,
                  max_queued_batches: int = 10000, send_high_water_mark: int = 100000, array_encoding: bool = False,
-                 first_sequence: int | None = None):
+                 first_sequence: int | None = None, wait_for_subscriber: float = 0.0, linger: float = 0.0):
         options = ffi.new("ctxc_kv_event_publisher_options_t *")
         lib.ctxc_kv_event_publisher_options_init(options)
         keep = []
@@ -107,6 +116,10 @@ class KvEventPublisher(Resource):
         if first_sequence is not None:
             options.has_first_sequence = 1
             options.first_sequence = _arrays.integer(first_sequence, "first_sequence", maximum=2**64 - 1)
+        options.wait_for_subscriber_ms = _arrays.milliseconds(wait_for_subscriber, "wait_for_subscriber")
+        # The linger is served here, in interruptible slices, before the handle is destroyed (the C call would
+        # block for all of it): the library's own linger stays 0.
+        self.linger = _arrays.milliseconds(linger, "linger") / 1000
         out = ffi.new("ctxc_kv_event_publisher_t **")
         check(lib.ctxc_kv_event_publisher_create(options, out))
         del keep
@@ -120,7 +133,20 @@ class KvEventPublisher(Resource):
         s = new_output("ctxc_kv_event_publisher_stats_t")
         check(lib.ctxc_kv_event_publisher_stats(self._live(), s))
         return PublisherStats(int(s.accepted_batches), int(s.sent_batches), int(s.dropped_batches),
-                              int(s.queued_batches), int(s.next_sequence), int(s.replay_requests))
+                              int(s.queued_batches), int(s.next_sequence), int(s.replay_requests),
+                              int(s.subscriptions), bool(s.holding))
+
+    def wait_for_subscriber(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until a subscriber has subscribed (what is sent from then on reaches
+        it); True when one has. Waits in slices of 0.1 s, so Ctrl-C interrupts it."""
+        deadline = time.monotonic() + _arrays.milliseconds(timeout, "timeout") / 1000
+        subscribed = ffi.new("int32_t *")
+        while True:
+            left = deadline - time.monotonic()
+            check(lib.ctxc_kv_event_publisher_wait_for_subscriber(
+                self._live(), max(0, min(100, round(left * 1000))), subscribed))
+            if subscribed[0] or left <= 0:
+                return bool(subscribed[0])
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait up to ``timeout`` seconds until every accepted batch was sent (or dropped); True when it was."""
@@ -130,8 +156,19 @@ class KvEventPublisher(Resource):
         return bool(empty[0])
 
     def close(self) -> None:
-        """Send what is queued, stop and close the sockets; idempotent. A cache it is attached to then only
-        counts the batches it drops."""
+        """Send what is queued, serve replay for the linger, stop and close the sockets; idempotent. A cache it
+        is attached to then only counts the batches it drops."""
+        if self.linger > 0 and not self.closed:
+            try:
+                deadline = time.monotonic() + 10.0
+                while not self.flush(0.1) and time.monotonic() < deadline:
+                    pass
+                end = time.monotonic() + self.linger  # the sender thread serves replay requests meanwhile
+                while (left := end - time.monotonic()) > 0:
+                    time.sleep(min(0.1, left))
+            finally:
+                Resource.close(self)
+            return
         Resource.close(self)
 
     def __repr__(self) -> str:

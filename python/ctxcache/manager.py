@@ -97,6 +97,8 @@ class ManagerMetrics:
     reclaimed_partial_kv_snapshots: int
     trimmed_records: int = 0  # EvictionPolicy.RECORD_LRU_TRIM: trims applied
     trimmed_blocks: int = 0  # blocks those trims took off their records
+    prefix_cache_queries: int = 0  # prompt tokens of the acquires that succeeded reading the cache
+    prefix_cache_hits: int = 0  # the tokens those acquires skip (reuse_token_length): hits / queries
 
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
@@ -889,8 +891,9 @@ class ContextCacheManager(KvEventSource, Resource):
         check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))
 
     def clear(self) -> None:
-        """Evict every record (a prefix-cache reset); live leases keep what they pin. With KV events on: one
-        AllBlocksCleared instead of the removals."""
+        """A prefix-cache reset: evict every record, so no lookup finds anything afterwards (with KV events on: one
+        AllBlocksCleared instead of the removals). :class:`ctxcache.ContractError` (nothing changed) while leases
+        are live: their publications would refill the cache the reset empties."""
         check(lib.ctxc_manager_clear(self._live()))
 
     # -- inspection ---------------------------------------------------------------------------------------------
@@ -900,7 +903,7 @@ class ContextCacheManager(KvEventSource, Resource):
         check(lib.ctxc_manager_metrics(self._live(), m))
         return ManagerMetrics(m.evicted_records, m.reclaimed_base_kv_pages, m.reclaimed_draft_kv_pages,
                               m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots, m.trimmed_records,
-                              m.trimmed_blocks)
+                              m.trimmed_blocks, m.prefix_cache_queries, m.prefix_cache_hits)
 
     @property
     def live_lease_count(self) -> int:

@@ -48,6 +48,17 @@ def router_matched(tokens: list[int]) -> int:
     return int(answer.get("scores", {}).get("1", {}).get("0", 0))
 
 
+def dump_blocks() -> int:
+    """Distinct blocks in the indexer's dump (its tree, as stored events)."""
+    blocks: set[int] = set()
+    for group in http("/dump").values():
+        for entry in group.get("events", []):
+            stored = entry.get("event", {}).get("data", {}).get("stored")
+            if stored:
+                blocks.update(int(b["block_hash"]) for b in stored["blocks"])
+    return len(blocks)
+
+
 def cache_matched(manager: ctxcache.ContextCacheManager, tokens: list[int]) -> int:
     hashes = ctxcache.hash_full_blocks(np.array(tokens, dtype=np.int32), PAGE)
     blocks = 0
@@ -115,8 +126,10 @@ def main() -> int:
             observe("eviction")
             manager.clear()
             observe("clear")
+            report["dump_blocks_after_clear"] = dump_blocks()  # the router forgot every block
             publish("B")
             observe("store after clear")
+            report["dump_blocks_at_end"] = dump_blocks()
             report["publisher"] = publisher.stats.__dict__
     finally:
         indexer.terminate()

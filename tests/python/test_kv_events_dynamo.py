@@ -18,6 +18,7 @@ import pytest
 import ctxcache
 
 SCENARIO = Path(__file__).with_name("dynamo_indexer_scenario.py")
+REPLAY_SCENARIO = Path(__file__).with_name("dynamo_replay_scenario.py")
 
 
 def _why_not() -> str | None:
@@ -33,15 +34,39 @@ def _why_not() -> str | None:
     return None
 
 
-def test_dynamo_indexer_agrees_with_the_cache() -> None:
+def _run(scenario: Path) -> subprocess.CompletedProcess[str]:
     why = _why_not()
     if why:
         pytest.skip(why)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(ctxcache.__file__).parents[1]),
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(ctxcache.__file__).parents[1]), str(scenario.parent),
                                                     env.get("PYTHONPATH")) if p)
-    done = subprocess.run(["unshare", "-n", sys.executable, str(SCENARIO)], capture_output=True, text=True,
+    return subprocess.run(["unshare", "-n", sys.executable, str(scenario)], capture_output=True, text=True,
                           timeout=240, env=env)
+
+
+def test_replay_events_reach_a_router_that_listens_or_comes_late() -> None:
+    """`ctxcache replay --events` against the real indexer (dynamo_replay_scenario.py): one registered before the
+    replay starts, and one started a second after it with the replay endpoint. After the replay exits the indexer
+    holds exactly the workload's distinct full blocks, which is what the replay's cache holds (it evicted nothing).
+    Before the replay waited for a first subscriber, both held 0 blocks: every batch went out before the
+    subscriber's connection completed."""
+    done = _run(REPLAY_SCENARIO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    workload = report["workload_blocks"]
+    assert workload > 1000
+    for name in ("listening", "late"):
+        case = report["cases"][name]
+        assert case["rc"] == 0, case["stderr"]
+        events = case["events"]
+        assert case["evicted_records"] == 0 and events["cache_blocks"] == workload, name
+        assert events["subscribed"] is True and events["dropped"] == 0, name
+        assert case["indexer"] == workload, f"{name}: {case['indexer']} of {workload}\n{case['log']}"
+
+
+def test_dynamo_indexer_agrees_with_the_cache() -> None:
+    done = _run(SCENARIO)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     steps = {s["step"]: s for s in report["steps"]}
@@ -54,5 +79,7 @@ def test_dynamo_indexer_agrees_with_the_cache() -> None:
     ], report["indexer_log_tail"]
     for name, step in steps.items():
         assert step["router"] == step["cache"], f"{name}: {step}\n{report['indexer_log_tail']}"
+    assert report["dump_blocks_after_clear"] == 0  # clear() reached the router: its dump is empty
+    assert report["dump_blocks_at_end"] == 3  # then B's three blocks
     assert report["publisher"]["dropped_batches"] == 0
     assert report["publisher"]["replay_requests"] >= 1

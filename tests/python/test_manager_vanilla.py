@@ -406,7 +406,7 @@ def test_evict_record_metrics_count_only_pages_returned_to_the_free_list(manager
         assert manager.metrics.reclaimed_base_kv_pages == 0  # page 0 is still cached by the long record
         assert refs(manager, 0) == (1, 1)
     manager.evict_record(long.record)
-    assert manager.metrics == ctxcache.ManagerMetrics(2, 2, 0, 0, 0)
+    assert manager.metrics == ctxcache.ManagerMetrics(2, 2, 0, 0, 0, prefix_cache_queries=8, prefix_cache_hits=0)
     assert free(manager) == 8
     manager.check_invariants()
 

@@ -379,3 +379,41 @@ def test_a_pure_recurrent_deployment_takes_zero_pages_and_one_with_attention_doe
         Deployment(page_size=8, num_pages=0, max_seq_len=100, recurrent=recurrent, backend="cpu")
     with pytest.raises(ctxcache.InvalidArgumentError, match="num_pages must be >= 0"):
         Deployment(page_size=8, num_pages=-1, max_seq_len=100, recurrent=recurrent, backend="cpu")
+
+
+# ---- a reset ------------------------------------------------------------------------------------------------
+
+
+def test_clear_is_refused_while_a_request_is_active_and_then_forgets_everything(world, coordinator):
+    prompt = list(range(1, 11))
+    with prefill(coordinator, context_of((prompt, ResidentRef(0, 1)))) as request:
+        request.finish()
+    active = prefill(coordinator, context_of((prompt, ResidentRef(0, 2))))
+    assert active.prefill_starts.tolist() == [8]
+    with pytest.raises(ctxcache.ContractError, match="1 request"):
+        coordinator.clear()
+    assert coordinator.metrics.current_records == 1  # nothing changed
+    active.finish()
+    active.close()
+    coordinator.clear()
+    assert coordinator.metrics.current_records == 0
+    with prefill(coordinator, context_of((prompt, ResidentRef(0, 3)))) as cold:
+        assert cold.prefill_starts.tolist() == [0]  # what was cached before the reset is gone
+        cold.finish()
+
+
+def test_a_manager_clear_is_refused_while_a_lease_is_live() -> None:
+    with ctxcache.ContextCacheManager(4, ctxcache.ResourceDemand(base_kv_pages=8), 8) as manager:
+        tokens = np.arange(8, dtype=np.int32)
+        hashes = ctxcache.hash_full_blocks(tokens, 4)
+        with manager.acquire_vanilla(hashes, 8).lease as lease:
+            manager.publish(lease, hashes, 8)
+            with pytest.raises(ctxcache.ContractError, match="1 lease"):
+                manager.clear()
+            assert len(manager.base_index) == 2
+        manager.clear()
+        assert len(manager.base_index) == 0 and len(manager.records) == 0
+        again = manager.acquire_vanilla(hashes, 8)
+        with again.lease:
+            assert again.plan.reuse_token_length == 0  # the earlier prompt misses
+        manager.check_invariants()

@@ -51,6 +51,11 @@ typedef struct ctxc_kv_event_publisher_options {
                                    Unix epoch, so that a restarted publisher continues above its old numbers */
     int32_t reserved;
     uint64_t first_sequence;
+    int32_t wait_for_subscriber_ms; /* 0 (default): send at once; > 0: hold every batch until the first
+                                       subscription arrives, at most this long after create (ZMQ's slow joiner
+                                       loses what is sent before a subscriber's connection completes) */
+    int32_t linger_ms; /* 0 (default); > 0: destroy keeps the replay socket serving until this long after the
+                          last batch was sent, so a router that noticed a gap can still fetch it */
 } ctxc_kv_event_publisher_options_t;
 
 typedef struct ctxc_kv_event_publisher_stats {
@@ -62,6 +67,9 @@ typedef struct ctxc_kv_event_publisher_stats {
     uint64_t queued_batches;
     uint64_t next_sequence;
     uint64_t replay_requests;
+    uint64_t subscriptions; /* subscribe messages seen (one per topic per subscriber) */
+    int32_t holding;        /* 1 while waiting for the first subscriber: batches accepted now are held */
+    int32_t reserved2;
 } ctxc_kv_event_publisher_stats_t;
 
 /* Turn the event stream on; the first event is AllBlocksCleared. CTXC_E_CONTRACT when it is already on or when
@@ -92,13 +100,18 @@ CTXC_API void ctxc_kv_event_publisher_options_init(ctxc_kv_event_publisher_optio
  * call never waits for the network: batches go through a bounded queue to the sender thread. */
 CTXC_API ctxc_status_t ctxc_kv_event_publisher_create(const ctxc_kv_event_publisher_options_t *options,
                                                       ctxc_kv_event_publisher_t **out_publisher);
-/* Send what is queued (ZMQ lingers at most a second), stop, close the sockets. NULL is a no-op. */
+/* Send what is queued or held (ZMQ lingers at most a second), serve replay for the linger, stop, close the
+ * sockets: blocks for at most linger_ms plus a second. NULL is a no-op. */
 CTXC_API ctxc_status_t ctxc_kv_event_publisher_destroy(ctxc_kv_event_publisher_t *publisher);
 CTXC_API ctxc_status_t ctxc_kv_event_publisher_stats(const ctxc_kv_event_publisher_t *publisher,
                                                      ctxc_kv_event_publisher_stats_t *out_stats);
 /* Wait up to timeout_ms for the queue to empty; *out_empty (optional) = 1 when it did. */
 CTXC_API ctxc_status_t ctxc_kv_event_publisher_flush(ctxc_kv_event_publisher_t *publisher, int32_t timeout_ms,
                                                      int32_t *out_empty);
+/* Wait up to timeout_ms for a subscriber (its subscription reached the XPUB socket, so what is sent from now on
+ * reaches it); *out_subscribed (optional) = 1 when one has subscribed. Call it in slices to stay interruptible. */
+CTXC_API ctxc_status_t ctxc_kv_event_publisher_wait_for_subscriber(ctxc_kv_event_publisher_t *publisher,
+                                                                   int32_t timeout_ms, int32_t *out_subscribed);
 /* The msgpack payload the publisher sends for these events (a 3-frame message's last frame), for tests and for
  * shipping events another way: two-call pattern into out_bytes. CTXC_E_UNSUPPORTED without the publisher. */
 CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t *events, size_t count, int32_t block_size,

@@ -114,6 +114,8 @@ typedef struct ctxc_manager_metrics {
     uint64_t reclaimed_partial_kv_snapshots;
     uint64_t trimmed_records; /* CTXC_EVICTION_RECORD_LRU_TRIM: trims applied */
     uint64_t trimmed_blocks; /* blocks those trims took off their records */
+    uint64_t prefix_cache_queries; /* prompt tokens of the acquires that succeeded with CTXC_LOOKUP_USE_CACHE */
+    uint64_t prefix_cache_hits;    /* the tokens those acquires skip (reuse_token_length): hits / queries */
 } ctxc_manager_metrics_t;
 
 CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t *options);
@@ -244,8 +246,9 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_
                                                                    const ctxc_hybrid_snapshot_reservation_t *snapshots,
                                                                    const int32_t *tokens, size_t token_count,
                                                                    ctxc_publish_result_t *out_result);
-/* Evict every record (a prefix-cache reset). Live leases keep what they pin; nothing is findable any more. With
- * KV events on, one AllBlocksCleared event instead of the removals. */
+/* A prefix-cache reset: evict every record, so no lookup finds anything afterwards (with KV events on, one
+ * AllBlocksCleared event instead of the removals). CTXC_E_CONTRACT (nothing changed) while leases are live: their
+ * publications would refill the cache the reset empties (vLLM's reset_prefix_cache refuses the same way). */
 CTXC_API ctxc_status_t ctxc_manager_clear(ctxc_manager_t *manager);
 
 #ifdef __cplusplus

@@ -274,6 +274,9 @@ CTXC_API ctxc_status_t ctxc_coordinator_info(const ctxc_coordinator_t *coordinat
 CTXC_API ctxc_status_t ctxc_coordinator_shutdown(ctxc_coordinator_t *coordinator);
 /* CTXC_OK, or CTXC_E_INVARIANT with the first violation (the manager's, then the coordinator's). */
 CTXC_API ctxc_status_t ctxc_coordinator_check_invariants(const ctxc_coordinator_t *coordinator);
+/* A prefix-cache reset: every record evicted, so no later request reuses what was cached before (with KV events
+ * on: one AllBlocksCleared). CTXC_E_CONTRACT (nothing changed) while requests are active or quarantined. */
+CTXC_API ctxc_status_t ctxc_coordinator_clear(ctxc_coordinator_t *coordinator);
 
 CTXC_API void ctxc_decoding_context_init(ctxc_decoding_context_t *context);
 CTXC_API void ctxc_kv_request_options_init(ctxc_kv_request_options_t *options);

@@ -1,7 +1,8 @@
 // KvEventPublisher: a KvEventSink that sends each batch of a manager's KV events over ZMQ in vLLM's wire format
 // (docs/EVENTS.md), so that NVIDIA Dynamo's KV router and llm-d's indexer can subscribe to a ctxcache engine.
 //
-//   PUB socket   3 frames per batch: topic, an 8-byte big-endian sequence number, a msgpack payload
+//   XPUB socket  (a PUB that also sees its subscribers' subscriptions) 3 frames per batch: topic, an 8-byte big-endian
+//   sequence number, a msgpack payload
 //                [timestamp (float seconds), [events...], data_parallel_rank | nil]. Events are tagged maps
 //                ({"type": "BlockStored", ...}, vLLM >= 0.24) or, with arrayEncoding, positional arrays.
 //                vLLM's rule decides bind or connect: an endpoint with "*", "::", "ipc://" or "inproc://" binds,
@@ -13,6 +14,12 @@
 //                restarted publisher continues above what a router saw last (routers drop seq <= their
 //                watermark); it grows by one per batch, including batches dropped before they were sent, so a
 //                consumer sees the gap.
+//   Late joiners ZMQ's slow joiner: a batch sent before a subscriber's connection completed is lost to it. With
+//                waitForSubscriberMilliseconds the sender holds every batch until the first subscription arrives
+//                (or that long after construction has passed, then sends as usual); waitForSubscriber() blocks
+//                the caller instead. close() ends a wait at once (what is held is sent to whoever is subscribed)
+//                and, with lingerMilliseconds, keeps the replay socket serving until that long after the last
+//                batch was sent, so a router that noticed a gap can still fetch it.
 //
 // Invariants: consume() never blocks on the network and never throws: it moves the batch into a bounded queue
 //             (maxQueuedBatches; the oldest batch is dropped and counted when it is full), hands the manager a
@@ -54,6 +61,8 @@ struct KvEventPublisherOptions {
     int32_t sendHighWaterMark = 100000;
     bool arrayEncoding = false;
     std::optional<uint64_t> firstSequence;
+    int32_t waitForSubscriberMilliseconds = 0;  // hold batches until the first subscriber, at most this long
+    int32_t lingerMilliseconds = 0;             // close(): serve replay until this long after the last batch
 };
 
 struct KvEventPublisherStats {
@@ -63,6 +72,8 @@ struct KvEventPublisherStats {
     uint64_t queuedBatches = 0;    // waiting for the sender thread now
     uint64_t nextSequence = 0;     // the sequence number of the next batch
     uint64_t replayRequests = 0;
+    uint64_t subscriptions = 0;  // subscribe messages the XPUB socket saw (one per topic per subscriber)
+    bool holding = false;        // waiting for the first subscriber: batches accepted now are held
 };
 
 // vLLM's rule (see the file comment): true when the endpoint binds.
@@ -75,8 +86,8 @@ public:
     static bool available() noexcept;
 
     // Binds or connects the sockets and starts the sender thread. ContractError on malformed options (an empty
-    // endpoint, a negative rank, a zero queue), KvEventPublisherUnavailableError without ZMQ, Error when ZMQ
-    // refuses the endpoint (the message says why).
+    // endpoint, a negative rank, a zero queue, a negative wait or linger), KvEventPublisherUnavailableError without
+    // ZMQ, Error when ZMQ refuses the endpoint (the message says why).
     explicit KvEventPublisher(KvEventPublisherOptions options);
     ~KvEventPublisher() override;
     KvEventPublisher(KvEventPublisher const&) = delete;
@@ -86,6 +97,10 @@ public:
     // Waits until the queue is empty (every accepted batch sent or dropped) or the timeout passes; true when it
     // is empty.
     bool flush(int32_t timeoutMilliseconds);
+    // Waits until a subscriber has subscribed (true) or the timeout passes (false). After close(): false at once.
+    bool waitForSubscriber(int32_t timeoutMilliseconds);
+    // Sends what is queued or held, serves replay for the linger (see the file comment), stops the thread and
+    // closes the sockets. Blocks for at most the linger plus a second. Idempotent.
     void close() noexcept;
     KvEventPublisherStats stats() const;
     KvEventPublisherOptions const& options() const noexcept;

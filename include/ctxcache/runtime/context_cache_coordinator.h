@@ -250,6 +250,9 @@ public:
     bool retractSequenceAdmission(RequestHandle& request) noexcept;
     bool supportsLiveSequenceAdmission() const noexcept;
 
+    // A prefix-cache reset (ContextCacheManager::clear): afterwards no request reuses anything cached before it.
+    // Refused while requests are active or quarantined (ContractError, nothing changed).
+    void clear();
     ContextCacheMetrics metrics() const;
     ContextCacheManager& manager() noexcept { return manager_; }
     ContextCacheManager const& manager() const noexcept { return manager_; }

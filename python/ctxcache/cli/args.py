@@ -46,6 +46,24 @@ def int_range(minimum: int, maximum: int) -> Callable[[str], int]:
     return parse
 
 
+def seconds_range(minimum: float, maximum: float) -> Callable[[str], float]:
+    """An argparse ``type``: a decimal number of seconds in [minimum, maximum]; the error names the range."""
+    allowed = f"a number of seconds from {minimum:g} to {maximum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            shown = text if len(text) <= 40 else text[:40] + "..."
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {shown!r}") from None
+        if not minimum <= value <= maximum:  # also NaN
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text if len(text) <= 40 else value}")
+        return value
+
+    parse.__name__ = allowed
+    return parse
+
+
 def file_stem(text: str) -> str:
     """An argparse ``type``: a file name without its extension (no directory part, not empty, not . or ..)."""
     if not text or text in (".", "..") or "/" in text or "\0" in text:

@@ -62,7 +62,7 @@ import numpy as np
 from ..enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
 from ..hashing import Hasher
 from ..manager import ContextCacheManager, ResourceDemand
-from .args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, zmq_endpoint
+from .args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, seconds_range, zmq_endpoint
 from .oracle import offline_optimum, prepare_pages
 from .workload import (
     TRACE_BLOCK,
@@ -112,6 +112,8 @@ class Settings:
     events: str | None = None  # KV event PUB endpoint (docs/EVENTS.md)
     events_replay: str | None = None
     events_topic: str = ""
+    events_wait: float = 5.0  # seconds to wait for a first subscriber before replaying (ZMQ's slow joiner)
+    events_linger: float = 2.0  # seconds the replay socket keeps serving after the last batch
     eviction_policy: str = "lru"  # "lru" (whole records, the reference's) or "lru-trim" (tails first)
 
 
@@ -232,6 +234,52 @@ class Measured:
     verify: dict[str, Any] | None = None
     engine_stats: dict[str, Any] | None = None
     events: dict[str, Any] | None = None  # the KV event publisher's counters
+    exporter: MetricsExporter | None = None  # --metrics-port
+
+
+class MetricsExporter:
+    """--metrics-port: prometheus_client's HTTP server over a MetricsCollector. The replay's own thread attaches the
+    cache (and the publisher), takes a snapshot at most every ``interval`` seconds between requests, and a last one
+    when the replay ends; a scrape (the server's thread) only reads the latest snapshot, so it never enters the
+    cache's single-writer family."""
+
+    def __init__(self, port: int, interval: float = 0.25):
+        try:
+            from prometheus_client import CollectorRegistry, start_http_server
+        except ImportError:
+            raise SettingsError("--metrics-port needs prometheus_client: pip install 'ctxcache[metrics]'") from None
+        from ..metrics import MetricsCollector
+
+        self.collector = MetricsCollector()
+        self.interval = interval
+        self._next = 0.0
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self.collector)
+        try:
+            self._server, self._thread = start_http_server(port, registry=registry)
+        except OSError as e:
+            raise SettingsError(f"--metrics-port {port}: {e.strerror or e}") from None
+        self.port = self._server.server_address[1]
+
+    def attach(self, source: Any) -> None:
+        self.collector._sources.append(source)
+        self.collector.update()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval
+            self.collector.update()
+
+    def finish(self) -> None:
+        """The last snapshot (before the sources close); later scrapes serve it."""
+        self.collector.update()
+        self.collector._sources.clear()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
 
 
 @contextmanager
@@ -246,10 +294,19 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
 
     try:
         publisher = KvEventPublisher(settings.events, replay_endpoint=settings.events_replay,
-                                     topic=settings.events_topic)
+                                     topic=settings.events_topic,
+                                     linger=settings.events_linger if settings.events_replay else 0.0)
     except (UnsupportedError, ContractError, InvalidArgumentError) as e:  # no ZMQ in this build, a bad endpoint
         raise SettingsError(f"--events: {e}") from None
     with publisher:
+        if measured.exporter is not None:
+            measured.exporter.attach(publisher)
+        # A batch sent before a router's connection completes is lost to it: wait (Ctrl-C-able) for the first
+        # subscription before the first batch (enabling sends AllBlocksCleared), so that a router already
+        # listening, or one that comes within the wait, sees everything.
+        started = time.monotonic()
+        subscribed = settings.events_wait > 0 and publisher.wait_for_subscriber(settings.events_wait)
+        waited = time.monotonic() - started
         cache.enable_kv_events()
         cache.attach_kv_event_publisher(publisher)
         try:
@@ -260,7 +317,12 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
             measured.events = {"endpoint": settings.events, "replay_endpoint": settings.events_replay,
                                "topic": settings.events_topic, "batches": stats.accepted_batches,
                                "handed_to_zmq": stats.sent_batches, "dropped": stats.dropped_batches,
-                               "replay_requests": stats.replay_requests}
+                               "replay_requests": stats.replay_requests, "subscribed": subscribed,
+                               "waited_seconds": round(waited, 3), "subscriptions": stats.subscriptions,
+                               "linger_seconds": publisher.linger}
+            index = getattr(cache, "base_index", None)  # the manager's (bookkeeping-only): what a router should hold
+            if index is not None:
+                measured.events["cache_blocks"] = len(index)
 
 
 def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: int,
@@ -286,6 +348,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     i = 0
     t_start = time.perf_counter()
     events = ExitStack()
+    exporter = m.exporter
+    if exporter is not None:
+        exporter.attach(manager)
     try:
         with_tokens = events.enter_context(_kv_events(settings, manager, m))
         while i < len(requests):
@@ -339,6 +404,8 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
             m.used_pages.append(capacity_pages - pools.free_count(ResourceType.BASE_KV_PAGE))
             m.used_at.append(i)
             m.records.append(len(manager.records))
+            if exporter is not None:
+                exporter.tick()
             if progress:
                 progress(len(batch) or 1)
     finally:
@@ -346,6 +413,8 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
         metrics = manager.metrics
         m.evicted_records += metrics.evicted_records
         m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+        if exporter is not None:
+            exporter.finish()
         events.close()
         manager.close()
     return m
@@ -377,6 +446,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     first_mismatch: str | None = None
     t_start = time.perf_counter()
     events = ExitStack()
+    exporter = m.exporter
+    if exporter is not None:
+        exporter.attach(engine)
     try:
         events.enter_context(_kv_events(settings, engine, m))
         for begin in range(0, len(requests), chunk):
@@ -395,6 +467,8 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             m.used_pages.append(capacity_pages - metrics.base_kv_pages.free)
             m.used_at.append(begin + len(part))
             m.records.append(metrics.current_records)
+            if exporter is not None:
+                exporter.tick()
             if progress:
                 progress(len(part))
         engine.check_invariants()
@@ -414,6 +488,8 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             if settings.verify:
                 m.verify = {"checked": checked, "mismatches": mismatches, "first_mismatch": first_mismatch,
                             "verdict": "byte-exact" if mismatches == 0 else "MISMATCH"}
+            if exporter is not None:
+                exporter.finish()
             events.close()
             engine.close()
     return m
@@ -558,7 +634,10 @@ def format_report(r: dict[str, Any]) -> str:
         out.append(f"KV events on {ev['endpoint']}"
                    + (f" (replay {ev['replay_endpoint']})" if ev["replay_endpoint"] else "")
                    + f": {ev['batches']:,} batches, {ev['handed_to_zmq']:,} handed to ZMQ (a PUB socket confirms "
-                   f"no delivery), {ev['dropped']:,} dropped, {ev['replay_requests']:,} replay requests")
+                   f"no delivery), {ev['dropped']:,} dropped, {ev['replay_requests']:,} replay requests; "
+                   + (f"a subscriber was there after {ev['waited_seconds']:.2f} s" if ev["subscribed"] else
+                      f"no subscriber came in {ev['waited_seconds']:.2f} s: what was sent before one connected is "
+                      f"lost to it (--events-wait)"))
     covers = ("the manager calls only" if r["engine"] == "bookkeeping-only" else
               "the engine's serving and --verify's cold runs" if r.get("verify") is not None else
               "the engine's serving only")
@@ -688,7 +767,9 @@ def _settings(args: argparse.Namespace) -> Settings:
                     eviction_policy=args.eviction_policy,
                     bookkeeping_only=getattr(args, "bookkeeping_only", True), verify=getattr(args, "verify", False),
                     events=getattr(args, "events", None), events_replay=getattr(args, "events_replay", None),
-                    events_topic=getattr(args, "events_topic", ""))
+                    events_topic=getattr(args, "events_topic", ""),
+                    events_wait=getattr(args, "events_wait", Settings.events_wait),
+                    events_linger=getattr(args, "events_linger", Settings.events_linger))
 
 
 def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
@@ -771,6 +852,27 @@ def _interrupted_early(workload: str, phase: str, total: int | None, hashed: int
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    """The replay command; with --metrics-port, its metrics served from start to end (and --metrics-linger
+    seconds after the report)."""
+    port = getattr(args, "metrics_port", None)
+    exporter = MetricsExporter(port) if port is not None else None
+    try:
+        code = _run_replay(args, exporter)
+        linger = getattr(args, "metrics_linger", 0.0)
+        if exporter is not None and linger > 0 and code != 130:
+            end = time.monotonic() + linger
+            try:
+                while (left := end - time.monotonic()) > 0:
+                    time.sleep(min(0.1, left))
+            except KeyboardInterrupt:  # the report is out: Ctrl-C only ends the linger
+                _interrupt_handled()
+        return code
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _run_replay(args: argparse.Namespace, exporter: MetricsExporter | None) -> int:
     settings = _settings(args)
     _check_backend(settings)
     t0 = time.perf_counter()
@@ -808,7 +910,7 @@ def run_replay(args: argparse.Namespace) -> int:
         if settings.mode == "hybrid":
             bound_total = bound_each = None  # checkpoint reuse has its own bound; not modelled here
         _check_interrupt()
-        measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", capacity)
+        measured = Measured("bookkeeping-only" if settings.bookkeeping_only else "full", capacity, exporter=exporter)
         phase = "replaying"
         with _progress(len(prepared.requests), "replay", show) as step:
             if settings.bookkeeping_only:
@@ -1183,6 +1285,20 @@ def replay_parser(prog: str = "ctxcache replay") -> argparse.ArgumentParser:
                    help="with --events: the replay ROUTER endpoint (e.g. tcp://*:5558)")
     p.add_argument("--events-topic", metavar="TOPIC", default="",
                    help="with --events: the topic (llm-d expects kv@<pod>@<model>)")
+    p.add_argument("--events-wait", metavar="SECONDS", type=seconds_range(0, 3600), default=Settings.events_wait,
+                   help="with --events: wait up to this long for a first subscriber before replaying, so a router "
+                        "that is listening sees every batch (default %(default)g; 0: do not wait)")
+    p.add_argument("--events-linger", metavar="SECONDS", type=seconds_range(0, 3600),
+                   default=Settings.events_linger,
+                   help="with --events-replay: keep the replay socket serving this long after the last batch, for "
+                        "a router that noticed a gap (default %(default)g)")
+    p.add_argument("--metrics-port", metavar="PORT", type=int_range(0, 65535), default=None,
+                   help="serve the cache's metrics in the Prometheus text format on this port (every interface; 0: "
+                        "any free port) while replaying (the names: docs/METRICS.md; needs prometheus_client, "
+                        "pip install 'ctxcache[metrics]')")
+    p.add_argument("--metrics-linger", metavar="SECONDS", type=seconds_range(0, 3600), default=0.0,
+                   help="with --metrics-port: keep serving the final metrics this long after the report (default "
+                        "0; Ctrl-C ends it)")
     return p
 
 

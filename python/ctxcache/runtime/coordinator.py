@@ -134,6 +134,12 @@ class ContextCacheCoordinator(KvEventSource, Handle):
         """Raises :class:`ctxcache.InvariantError` naming the first violation."""
         check(lib.ctxc_coordinator_check_invariants(self._live()))
 
+    def clear(self) -> None:
+        """A prefix-cache reset: no later request reuses what was cached before (with KV events on, one
+        AllBlocksCleared). :class:`ctxcache.ContractError` (nothing changed) while requests are active or
+        quarantined."""
+        check(lib.ctxc_coordinator_clear(self._live()))
+
     def __repr__(self) -> str:
         if self.closed:
             return "ContextCacheCoordinator(closed)"

@@ -10,6 +10,7 @@
 // publisher and the cache it is attached to (a manager, a coordinator).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -865,6 +866,52 @@ TEST_F(PublisherLifetimes, ACoordinatorAsTheCacheDestroyedFirst) {
     ASSERT_EQ(ctxc_coordinator_destroy(c), CTXC_OK) << ctxc_last_error();
     EXPECT_EQ(ctxc_kv_events_status(c, nullptr, nullptr, nullptr), CTXC_E_INVALID_HANDLE);
     EXPECT_GE(acceptedBatches(publisher), 1u);  // the publisher outlives every cache it served
+}
+
+// The late-joiner options at the C ABI: defaults 0, negative values refused with the field's name, the hold seen
+// in the stats, the subscriber wait answering within its timeout, and a stale handle an error.
+TEST(PublisherWait, OptionsStatsAndTheSubscriberWait) {
+    if (!ctxc_kv_event_publisher_available()) GTEST_SKIP() << "built without the ZMQ KV event publisher";
+    std::string const endpoint = "inproc://ctxcache-wait-" + std::to_string(getpid());
+    ctxc_kv_event_publisher_options_t o;
+    ctxc_kv_event_publisher_options_init(&o);
+    EXPECT_EQ(o.wait_for_subscriber_ms, 0);
+    EXPECT_EQ(o.linger_ms, 0);
+    o.endpoint = endpoint.c_str();
+    ctxc_kv_event_publisher_t* p = nullptr;
+    o.wait_for_subscriber_ms = -1;
+    EXPECT_EQ(ctxc_kv_event_publisher_create(&o, &p), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("wait_for_subscriber_ms"), std::string::npos) << ctxc_last_error();
+    o.wait_for_subscriber_ms = 0;
+    o.linger_ms = -1;
+    EXPECT_EQ(ctxc_kv_event_publisher_create(&o, &p), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("linger_ms"), std::string::npos) << ctxc_last_error();
+    EXPECT_EQ(p, nullptr);
+    o.linger_ms = 0;
+    o.wait_for_subscriber_ms = 60000;
+    ASSERT_EQ(ctxc_kv_event_publisher_create(&o, &p), CTXC_OK) << ctxc_last_error();
+    ctxc_manager_t* m = makeManager();
+    ASSERT_EQ(ctxc_kv_events_enable(m, 0), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(ctxc_kv_events_attach_publisher(m, p), CTXC_OK) << ctxc_last_error();
+    publishOnce(m, 5);
+    ctxc_kv_event_publisher_stats_t s{};
+    s.struct_size = sizeof s;
+    ASSERT_EQ(ctxc_kv_event_publisher_stats(p, &s), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(s.holding, 1);
+    EXPECT_EQ(s.sent_batches, 0u);
+    EXPECT_EQ(s.subscriptions, 0u);
+    EXPECT_EQ(s.queued_batches, s.accepted_batches);
+    int32_t subscribed = -1;
+    EXPECT_EQ(ctxc_kv_event_publisher_wait_for_subscriber(p, -1, &subscribed), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(subscribed, -1);
+    auto const started = std::chrono::steady_clock::now();
+    EXPECT_EQ(ctxc_kv_event_publisher_wait_for_subscriber(p, 50, &subscribed), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(subscribed, 0);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2.0);
+    EXPECT_EQ(ctxc_kv_event_publisher_wait_for_subscriber(p, 0, nullptr), CTXC_OK);  // the out is optional
+    ASSERT_EQ(ctxc_kv_event_publisher_destroy(p), CTXC_OK);  // ends the hold at once: nothing blocks
+    EXPECT_EQ(ctxc_kv_event_publisher_wait_for_subscriber(p, 0, &subscribed), CTXC_E_INVALID_HANDLE);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK) << ctxc_last_error();
 }
 
 }  // namespace

@@ -178,6 +178,36 @@ TEST(KvEvents, PublicationWithoutTokensIsAContractErrorThatChangesNothing) {
     EXPECT_EQ(quiet.publish(*q.lease, PublishRequest{Hs({1, 2}), 8, {}}).status, PublishStatus::kPublished);
 }
 
+// A reset while a lease is live is refused and changes nothing (the lease's publication would refill the cache
+// the reset claims to empty); once it is released, clear() empties the index: an earlier prompt misses, the pages
+// are free, and the stream says AllBlocksCleared.
+TEST(KvEvents, ClearIsRefusedWhileALeaseIsLiveAndThenEmptiesTheIndex) {
+    ContextCacheManager m(kPage, {8, 0, 0, 0}, 8);
+    m.enableKvEvents();
+    std::vector<BlockHash> const a = Hs({1, 2});
+    publishWith(m, a, iota(0, 8)).release();
+    CacheRequestLease live = publishWith(m, Hs({7}), iota(70, 4));
+    (void)drain(m);
+    std::string const before = test::describe(m);
+    try {
+        m.clear();
+        FAIL() << "clear() with a live lease was accepted";
+    } catch (ContractError const& e) {
+        EXPECT_NE(std::string(e.what()).find("1 lease(s) are live"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(test::describe(m), before);
+    EXPECT_EQ(drain(m), std::vector<Event>{});
+    live.release();
+    m.clear();
+    EXPECT_EQ(drain(m), std::vector<Event>{kCleared});
+    EXPECT_EQ(m.baseIndex().size(), 0u);
+    EXPECT_EQ(m.pools().freeCount(ResourceType::kBaseKvPage), 8);
+    AcquireResult again = m.acquireVanilla(a, 8);
+    ASSERT_TRUE(again.lease);
+    EXPECT_EQ(again.plan.reuseTokenLength, 0);
+    m.checkInvariants();
+}
+
 TEST(KvEvents, EnablingNeedsAnEmptyIndexAndOnlyOnce) {
     ContextCacheManager m(kPage, {4, 0, 0, 0}, 8);
     publishWith(m, Hs({1}), iota(0, 4)).release();

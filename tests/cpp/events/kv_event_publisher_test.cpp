@@ -235,6 +235,149 @@ TEST(KvEventPublisher, AStalledSubscriberChangesNoCacheResult) {
     zmq_ctx_term(context);
 }
 
+// Receives one multipart message within `ms`; empty when none came.
+std::vector<std::string> receiveFrames(void* socket, int ms) {
+    zmq_pollitem_t item{socket, 0, ZMQ_POLLIN, 0};
+    std::vector<std::string> frames;
+    if (zmq_poll(&item, 1, ms) <= 0) return frames;
+    int more = 1;
+    while (more) {
+        zmq_msg_t message;
+        zmq_msg_init(&message);
+        if (zmq_msg_recv(&message, socket, 0) < 0) break;
+        frames.emplace_back(static_cast<char const*>(zmq_msg_data(&message)), zmq_msg_size(&message));
+        more = zmq_msg_more(&message);
+        zmq_msg_close(&message);
+    }
+    return frames;
+}
+
+uint64_t sequenceOf(std::string const& frame) {
+    uint64_t v = 0;
+    for (char c : frame) v = (v << 8) | static_cast<uint8_t>(c);
+    return v;
+}
+
+// ZMQ's slow joiner loses what is sent before a subscription arrives. With waitForSubscriberMilliseconds every
+// batch is held (consume() still never blocks) until the first subscription, then all of them reach it in order.
+TEST(KvEventPublisher, HeldBatchesReachTheFirstSubscriber) {
+    KvEventPublisherOptions options;
+    options.endpoint = ipcEndpoint("held");
+    options.waitForSubscriberMilliseconds = 30'000;
+    KvEventPublisher publisher(options);
+    uint64_t const first = publisher.stats().nextSequence;
+    for (int i = 0; i < 3; ++i) {
+        KvEventLog log = sampleLog();
+        publisher.consume(log);
+    }
+    EXPECT_FALSE(publisher.flush(200));
+    KvEventPublisherStats s = publisher.stats();
+    EXPECT_EQ(s.sentBatches, 0u);
+    EXPECT_EQ(s.queuedBatches, 3u);
+    EXPECT_TRUE(s.holding);
+    EXPECT_FALSE(publisher.waitForSubscriber(20));
+
+    void* context = zmq_ctx_new();
+    void* sub = zmq_socket(context, ZMQ_SUB);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+    ASSERT_EQ(zmq_connect(sub, options.endpoint.c_str()), 0);
+    EXPECT_TRUE(publisher.waitForSubscriber(5000));
+    std::vector<uint64_t> sequences;
+    for (int i = 0; i < 3; ++i) {
+        std::vector<std::string> const frames = receiveFrames(sub, 5000);
+        ASSERT_EQ(frames.size(), 3u) << "batch " << i;
+        sequences.push_back(sequenceOf(frames[1]));
+    }
+    EXPECT_EQ(sequences, (std::vector<uint64_t>{first, first + 1, first + 2}));
+    EXPECT_TRUE(receiveFrames(sub, 100).empty());
+    s = publisher.stats();
+    EXPECT_EQ(s.sentBatches, 3u);
+    EXPECT_EQ(s.subscriptions, 1u);
+    EXPECT_FALSE(s.holding);
+    zmq_close(sub);
+    zmq_ctx_term(context);
+}
+
+// Nobody subscribes: the hold ends at its deadline (the batches go out as they would without it), and close()
+// ends a longer one at once; waitForSubscriber answers false at once after close().
+TEST(KvEventPublisher, TheHoldEndsAtItsDeadlineOrAtClose) {
+    KvEventPublisherOptions options;
+    options.endpoint = ipcEndpoint("deadline");
+    options.waitForSubscriberMilliseconds = 300;
+    KvEventPublisher brief(options);
+    KvEventLog log = sampleLog();
+    brief.consume(log);
+    EXPECT_TRUE(brief.flush(5000));
+    EXPECT_EQ(brief.stats().sentBatches, 1u);
+    EXPECT_FALSE(brief.stats().holding);
+
+    options.endpoint = ipcEndpoint("ended-by-close");
+    options.waitForSubscriberMilliseconds = 600'000;
+    KvEventPublisher held(options);
+    KvEventLog again = sampleLog();
+    held.consume(again);
+    EXPECT_TRUE(held.stats().holding);
+    auto const started = std::chrono::steady_clock::now();
+    held.close();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2.0);
+    EXPECT_EQ(held.stats().sentBatches, 1u);
+    EXPECT_FALSE(held.stats().holding);
+    EXPECT_FALSE(held.waitForSubscriber(60'000));  // at once
+}
+
+// With lingerMilliseconds, close() keeps the replay socket serving until that long after the last batch: a router
+// that noticed a gap after the last batch still gets it.
+TEST(KvEventPublisher, LingerServesReplayAfterTheLastBatch) {
+    KvEventPublisherOptions options;
+    options.endpoint = ipcEndpoint("linger-live");
+    options.replayEndpoint = ipcEndpoint("linger-replay");
+    options.lingerMilliseconds = 1500;
+    KvEventPublisher publisher(options);
+    uint64_t const first = publisher.stats().nextSequence;
+    for (int i = 0; i < 2; ++i) {
+        KvEventLog log = sampleLog();
+        publisher.consume(log);
+    }
+    ASSERT_TRUE(publisher.flush(5000));
+    std::vector<uint64_t> replayed;
+    std::thread router([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // close() has begun
+        void* context = zmq_ctx_new();
+        void* dealer = zmq_socket(context, ZMQ_DEALER);
+        zmq_connect(dealer, options.replayEndpoint.c_str());
+        std::string const empty;
+        std::string start(8, '\0');  // big-endian
+        for (size_t i = 0; i < 8; ++i) start[i] = static_cast<char>(first >> (56 - 8 * i));
+        zmq_send(dealer, empty.data(), 0, ZMQ_SNDMORE);
+        zmq_send(dealer, start.data(), start.size(), 0);
+        for (;;) {
+            std::vector<std::string> const frames = receiveFrames(dealer, 5000);
+            if (frames.size() != 4 || sequenceOf(frames[2]) == ~uint64_t{0}) break;  // the end marker (or nothing)
+            replayed.push_back(sequenceOf(frames[2]));
+        }
+        zmq_close(dealer);
+        zmq_ctx_term(context);
+    });
+    auto const started = std::chrono::steady_clock::now();
+    publisher.close();
+    double const took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    router.join();
+    EXPECT_GT(took, 1.0);
+    EXPECT_LT(took, 4.0);
+    EXPECT_EQ(replayed, (std::vector<uint64_t>{first, first + 1}));
+    EXPECT_EQ(publisher.stats().replayRequests, 1u);
+}
+
+TEST(KvEventPublisher, RefusesANegativeWaitOrLinger) {
+    KvEventPublisherOptions options;
+    options.endpoint = ipcEndpoint("negative");
+    options.waitForSubscriberMilliseconds = -1;
+    EXPECT_THROW(KvEventPublisher{options}, ContractError);
+    options.waitForSubscriberMilliseconds = 0;
+    options.lingerMilliseconds = -5;
+    EXPECT_THROW(KvEventPublisher{options}, ContractError);
+}
+
 #else
 
 TEST(KvEventPublisher, IsUnavailableWithoutZmq) {

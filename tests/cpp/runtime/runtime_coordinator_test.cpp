@@ -196,6 +196,29 @@ TEST(ContextCacheCoordinator, AdmissionTokensAreCopiedOnceAtBegin) {
     rig.coordinator->checkInvariants();
 }
 
+// A coordinator's reset: refused while a request is active (nothing changed); afterwards an earlier prompt is
+// served cold.
+TEST(ContextCacheCoordinator, ClearIsRefusedWhileARequestIsActiveAndThenForgetsEverything) {
+    Rig rig;
+    std::vector<int32_t> const prompt = iota(10);
+    Handle first = rig.begin({prompt});
+    rig.prefill(first);
+    EXPECT_EQ(rig.coordinator->finish(first), Status::kOk);
+    Handle active = rig.begin({prompt});
+    EXPECT_EQ(active.prefillStarts(), std::vector<int32_t>{8});
+    size_t const records = rig.coordinator->manager().records().size();
+    EXPECT_THROW(rig.coordinator->clear(), ContractError);
+    EXPECT_EQ(rig.coordinator->manager().records().size(), records);
+    EXPECT_EQ(rig.coordinator->finish(active), Status::kOk);
+    rig.coordinator->clear();
+    EXPECT_EQ(rig.coordinator->manager().records().size(), 0u);
+    EXPECT_EQ(rig.coordinator->manager().baseIndex().size(), 0u);
+    Handle cold = rig.begin({prompt});
+    EXPECT_EQ(cold.prefillStarts(), std::vector<int32_t>{0});
+    EXPECT_EQ(rig.coordinator->finish(cold), Status::kOk);
+    rig.coordinator->checkInvariants();
+}
+
 // A null token array with a length is a broken contract, refused before anything changes.
 TEST(ContextCacheCoordinator, AdmissionWithNullTokensIsRefused) {
     Rig rig;

@@ -1,0 +1,137 @@
+// C ABI of include/ctxcache/c/metrics.h: a cache's or a publisher's metrics as Prometheus text. The names, types and
+// help lines are written here once; docs/METRICS.md is their table, and tests/python/test_metrics.py checks that
+// the two agree. Threading: the object's single-writer family (the handle lookup enters it).
+#include "ctxcache/c/metrics.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "api_support.h"
+#include "ctxcache.h"
+#include "ctxcache/context_cache_manager.h"
+#include "ctxcache/events/kv_event_publisher.h"
+#include "handles.h"
+
+using namespace ctxcache;
+using namespace ctxcache::capi;
+
+namespace {
+
+// The Prometheus text exposition format (0.0.4): one # HELP and one # TYPE line per family, then its samples.
+class PrometheusText {
+public:
+    void family(char const* name, char const* type, char const* help) {
+        text_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    }
+    void sample(char const* name, uint64_t value, std::string const& labels = {}) {
+        char digits[32];
+        std::snprintf(digits, sizeof digits, "%" PRIu64, value);
+        text_ += name;
+        if (!labels.empty()) text_ += "{" + labels + "}";
+        text_ += " ";
+        text_ += digits;
+        text_ += "\n";
+    }
+    std::string const& text() const noexcept { return text_; }
+
+private:
+    std::string text_;
+};
+
+char const* resourceLabel(ResourceType type) {
+    switch (type) {
+        case ResourceType::kBaseKvPage: return "base_kv_page";
+        case ResourceType::kDraftKvPage: return "draft_kv_page";
+        case ResourceType::kRecurrentSnapshot: return "recurrent_snapshot";
+        case ResourceType::kPartialKvSnapshot: return "partial_kv_snapshot";
+    }
+    return "unknown";
+}
+
+void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
+    ContextCacheManagerMetrics const& c = m.metrics();
+    out.family("ctxcache_prefix_cache_queries_total", "counter",
+               "Prompt tokens of the acquires that succeeded reading the cache (vLLM's prefix_cache_queries).");
+    out.sample("ctxcache_prefix_cache_queries_total", c.prefixCacheQueries);
+    out.family("ctxcache_prefix_cache_hits_total", "counter",
+               "Tokens those acquires skip, their reuse length (vLLM's prefix_cache_hits).");
+    out.sample("ctxcache_prefix_cache_hits_total", c.prefixCacheHits);
+    out.family("ctxcache_evicted_records_total", "counter", "Records evicted whole (capacity, record limit, clear).");
+    out.sample("ctxcache_evicted_records_total", c.evictedRecords);
+    out.family("ctxcache_trimmed_records_total", "counter", "Trims applied under the lru-trim policy.");
+    out.sample("ctxcache_trimmed_records_total", c.trimmedRecords);
+    out.family("ctxcache_trimmed_blocks_total", "counter", "Blocks those trims took off their records.");
+    out.sample("ctxcache_trimmed_blocks_total", c.trimmedBlocks);
+    out.family("ctxcache_reclaimed_total", "counter",
+               "Ids returned to a free list by eviction, by resource (pages, snapshot slots).");
+    uint64_t const reclaimed[kResourceTypeCount] = {c.reclaimedBaseKvPages, c.reclaimedDraftKvPages,
+                                                    c.reclaimedRecurrentSnapshots, c.reclaimedPartialKvSnapshots};
+    for (ResourceType type : kAllResourceTypes)
+        out.sample("ctxcache_reclaimed_total", reclaimed[static_cast<int>(type)],
+                   std::string("resource=\"") + resourceLabel(type) + "\"");
+
+    ResourcePools const& pools = m.pools();
+    struct Gauge {
+        char const* name;
+        char const* help;
+        int32_t (ResourcePools::*read)(ResourceType) const noexcept;
+    };
+    Gauge const gauges[] = {
+        {"ctxcache_pool_capacity", "Ids in each pool, by tier and resource.", &ResourcePools::capacity},
+        {"ctxcache_pool_free", "Ids on each pool's free list, by tier and resource.", &ResourcePools::freeCount},
+        {"ctxcache_pool_reclaimable", "Ids eviction could free now (cached, held by no lease), by tier and resource.",
+         &ResourcePools::reclaimableCount},
+    };
+    for (Gauge const& g : gauges) {
+        out.family(g.name, "gauge", g.help);
+        for (ResourceType type : kAllResourceTypes)
+            out.sample(g.name, static_cast<uint64_t>(std::max(0, (pools.*g.read)(type))),
+                       std::string("tier=\"device\",resource=\"") + resourceLabel(type) + "\"");
+    }
+    out.family("ctxcache_records", "gauge", "Records stored (published prefixes and checkpoints).");
+    out.sample("ctxcache_records", m.records().size());
+    out.family("ctxcache_live_leases", "gauge", "Leases alive (requests holding pages).");
+    out.sample("ctxcache_live_leases", m.liveLeaseCount());
+    out.family("ctxcache_metadata_bytes", "gauge", "Heap bytes of the indexes and records.");
+    out.sample("ctxcache_metadata_bytes", m.metadataBytes());
+    out.family("ctxcache_kv_events_enabled", "gauge", "1 when the KV event stream is on.");
+    out.sample("ctxcache_kv_events_enabled", m.kvEventsEnabled() ? 1 : 0);
+    out.family("ctxcache_kv_events_pending", "gauge", "KV events waiting for a drain.");
+    out.sample("ctxcache_kv_events_pending", m.pendingKvEventCount());
+    out.family("ctxcache_kv_events_lost_total", "counter",
+               "KV events dropped beyond the pending limit (replaced by one AllBlocksCleared).");
+    out.sample("ctxcache_kv_events_lost_total", m.lostKvEvents());
+}
+
+void publisherMetrics(PrometheusText& out, KvEventPublisher const& p) {
+    KvEventPublisherStats const s = p.stats();
+    out.family("ctxcache_kv_event_batches_total", "counter",
+               "KV event batches by outcome: accepted from the cache, handed to ZMQ (sent), dropped.");
+    out.sample("ctxcache_kv_event_batches_total", s.acceptedBatches, "outcome=\"accepted\"");
+    out.sample("ctxcache_kv_event_batches_total", s.sentBatches, "outcome=\"sent\"");
+    out.sample("ctxcache_kv_event_batches_total", s.droppedBatches, "outcome=\"dropped\"");
+    out.family("ctxcache_kv_event_batches_queued", "gauge", "KV event batches waiting for the sender thread.");
+    out.sample("ctxcache_kv_event_batches_queued", s.queuedBatches);
+    out.family("ctxcache_kv_event_replay_requests_total", "counter", "Replay requests answered.");
+    out.sample("ctxcache_kv_event_replay_requests_total", s.replayRequests);
+    out.family("ctxcache_kv_event_subscriptions_total", "counter", "Subscriptions seen by the publisher's socket.");
+    out.sample("ctxcache_kv_event_subscriptions_total", s.subscriptions);
+}
+
+}  // namespace
+
+extern "C" {
+
+CTXC_API ctxc_status_t ctxc_metrics_text(const void* object, char* out_text, size_t out_capacity, size_t* out_size) {
+    return guard(__func__, [&]() -> ctxc_status_t {
+        requireOut(out_size, "out_size") = 0;
+        PrometheusText out;
+        if (KvEventPublisher* p = findPublisher(object)) publisherMetrics(out, *p);
+        else cacheMetrics(out, *requireCache(object).manager);
+        return copyOut(out.text(), out_text, out_capacity, out_size, "out_text", "bytes", "out_size");
+    });
+}
+
+}  // extern "C"
