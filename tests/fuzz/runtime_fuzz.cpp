@@ -1,11 +1,12 @@
 // libFuzzer target for the runtime's C ABI: the input bytes drive an engine that runs requests through a
 // coordinator on the CPU backend (a 10-page pool of 4-token pages, a 4 x 6 page table, lengths for 4): begin,
-// prefill, decode steps with finished and cancelled rows, joiners, compaction, finish, destroy, shutdown, a
-// synchronizer that fails on demand, coordinators destroyed under live requests, and mistakes: steps out of order,
-// contexts that do not match, stale or duplicate resident refs, reordering maps, NULL, stale, made-up and wrongly
-// typed handles, short struct sizes. Requests also run on the facade's bounded-SWA backend (a second 10-page pool,
-// a sparse-window 4 x 16 table, a window the input picks): prefill chunks, window state, backstops, the manager
-// destroyed under a live request; and the Hybrid+MTP members are called with arbitrary rows, lengths and tensors.
+// prefill, decode steps with finished and cancelled rows, joiners, compaction, finish, destroy, shutdown, resets
+// (clear, refused under live requests), a synchronizer that fails on demand, coordinators destroyed under live
+// requests, and mistakes: steps out of order, contexts that do not match, stale or duplicate resident refs, reordering
+// maps, NULL, stale, made-up and wrongly typed handles, short struct sizes. Requests also run on the facade's
+// bounded-SWA backend (a second 10-page pool, a sparse-window 4 x 16 table, a window the input picks): prefill chunks,
+// window state, backstops, the manager destroyed under a live request; and the Hybrid+MTP members are called with
+// arbitrary rows, lengths and tensors.
 //
 // After every call the target checks, and aborts on violation:
 //   - the status is a known ctxc_status_t, and never CTXC_E_INTERNAL, CTXC_E_INVARIANT or CTXC_E_DEVICE;
@@ -414,8 +415,11 @@ private:
                 break;
             }
             case 15:
-                if (in_.ConsumeBool()) syncFails = !syncFails;
-                else call([&] { return ctxc_coordinator_shutdown(coordinatorArg()); });
+                switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
+                    case 0: call([&] { return ctxc_coordinator_shutdown(coordinatorArg()); }); break;
+                    case 1: syncFails = !syncFails; break;
+                    default: call([&] { return ctxc_coordinator_clear(coordinatorArg()); }); break;  // a reset
+                }
                 break;
             case 16: {
                 ctxc_kv_sequence_info_t s{};
