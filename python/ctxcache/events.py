@@ -157,8 +157,9 @@ class KvEventPublisher(Resource):
 
     def close(self) -> None:
         """Send what is queued, serve replay for the linger, stop and close the sockets; idempotent. A cache it
-        is attached to then only counts the batches it drops."""
-        if self.linger > 0 and not self.closed:
+        is attached to then only counts the batches it drops. A publisher still holding its batches for a first
+        subscriber sends them and closes at once (no subscriber came: there is nobody to linger for)."""
+        if self.linger > 0 and not self.closed and not self.stats.holding:
             try:
                 deadline = time.monotonic() + 10.0
                 while not self.flush(0.1) and time.monotonic() < deadline:

@@ -526,6 +526,11 @@ def test_the_hold_ends_at_its_deadline_or_at_close() -> None:
         assert time.monotonic() - started < 2.0
         with pytest.raises(ctxcache.InvalidHandleError):
             publisher.stats
+    lingering = ctxcache.KvEventPublisher(f"ipc://{tempfile.mkdtemp()}/held-linger", wait_for_subscriber=600.0,
+                                          replay_endpoint=f"ipc://{tempfile.mkdtemp()}/r", linger=30.0)
+    started = time.monotonic()
+    lingering.close()  # still holding: nobody subscribed, so there is nobody to linger for
+    assert time.monotonic() - started < 2.0
 
 
 @needs_publisher
