@@ -34,6 +34,11 @@ public:
         text_ += digits;
         text_ += "\n";
     }
+    // A family of one unlabelled sample.
+    void single(char const* name, char const* type, char const* help, uint64_t value) {
+        family(name, type, help);
+        sample(name, value);
+    }
     std::string const& text() const noexcept { return text_; }
 
 private:
@@ -52,18 +57,17 @@ char const* resourceLabel(ResourceType type) {
 
 void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
     ContextCacheManagerMetrics const& c = m.metrics();
-    out.family("ctxcache_prefix_cache_queries_total", "counter",
-               "Prompt tokens of the acquires that succeeded reading the cache (vLLM's prefix_cache_queries).");
-    out.sample("ctxcache_prefix_cache_queries_total", c.prefixCacheQueries);
-    out.family("ctxcache_prefix_cache_hits_total", "counter",
-               "Tokens those acquires skip, their reuse length (vLLM's prefix_cache_hits).");
-    out.sample("ctxcache_prefix_cache_hits_total", c.prefixCacheHits);
-    out.family("ctxcache_evicted_records_total", "counter", "Records evicted whole (capacity, record limit, clear).");
-    out.sample("ctxcache_evicted_records_total", c.evictedRecords);
-    out.family("ctxcache_trimmed_records_total", "counter", "Trims applied under the lru-trim policy.");
-    out.sample("ctxcache_trimmed_records_total", c.trimmedRecords);
-    out.family("ctxcache_trimmed_blocks_total", "counter", "Blocks those trims took off their records.");
-    out.sample("ctxcache_trimmed_blocks_total", c.trimmedBlocks);
+    out.single("ctxcache_prefix_cache_queries_total", "counter",
+               "Prompt tokens of the acquires that succeeded reading the cache (vLLM's prefix_cache_queries).",
+               c.prefixCacheQueries);
+    out.single("ctxcache_prefix_cache_hits_total", "counter",
+               "Tokens those acquires skip, their reuse length (vLLM's prefix_cache_hits).", c.prefixCacheHits);
+    out.single("ctxcache_evicted_records_total", "counter", "Records evicted whole (capacity, record limit, clear).",
+               c.evictedRecords);
+    out.single("ctxcache_trimmed_records_total", "counter", "Trims applied under the lru-trim policy.",
+               c.trimmedRecords);
+    out.single("ctxcache_trimmed_blocks_total", "counter", "Blocks those trims took off their records.",
+               c.trimmedBlocks);
     out.family("ctxcache_reclaimed_total", "counter",
                "Ids returned to a free list by eviction, by resource (pages, snapshot slots).");
     uint64_t const reclaimed[kResourceTypeCount] = {c.reclaimedBaseKvPages, c.reclaimedDraftKvPages,
@@ -90,19 +94,13 @@ void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
             out.sample(g.name, static_cast<uint64_t>(std::max(0, (pools.*g.read)(type))),
                        std::string("tier=\"device\",resource=\"") + resourceLabel(type) + "\"");
     }
-    out.family("ctxcache_records", "gauge", "Records stored (published prefixes and checkpoints).");
-    out.sample("ctxcache_records", m.records().size());
-    out.family("ctxcache_live_leases", "gauge", "Leases alive (requests holding pages).");
-    out.sample("ctxcache_live_leases", m.liveLeaseCount());
-    out.family("ctxcache_metadata_bytes", "gauge", "Heap bytes of the indexes and records.");
-    out.sample("ctxcache_metadata_bytes", m.metadataBytes());
-    out.family("ctxcache_kv_events_enabled", "gauge", "1 when the KV event stream is on.");
-    out.sample("ctxcache_kv_events_enabled", m.kvEventsEnabled() ? 1 : 0);
-    out.family("ctxcache_kv_events_pending", "gauge", "KV events waiting for a drain.");
-    out.sample("ctxcache_kv_events_pending", m.pendingKvEventCount());
-    out.family("ctxcache_kv_events_lost_total", "counter",
-               "KV events dropped beyond the pending limit (replaced by one AllBlocksCleared).");
-    out.sample("ctxcache_kv_events_lost_total", m.lostKvEvents());
+    out.single("ctxcache_records", "gauge", "Records stored (published prefixes and checkpoints).", m.records().size());
+    out.single("ctxcache_live_leases", "gauge", "Leases alive (requests holding pages).", m.liveLeaseCount());
+    out.single("ctxcache_metadata_bytes", "gauge", "Heap bytes of the indexes and records.", m.metadataBytes());
+    out.single("ctxcache_kv_events_enabled", "gauge", "1 when the KV event stream is on.", m.kvEventsEnabled() ? 1 : 0);
+    out.single("ctxcache_kv_events_pending", "gauge", "KV events waiting for a drain.", m.pendingKvEventCount());
+    out.single("ctxcache_kv_events_lost_total", "counter",
+               "KV events dropped beyond the pending limit (replaced by one AllBlocksCleared).", m.lostKvEvents());
 }
 
 void publisherMetrics(PrometheusText& out, KvEventPublisher const& p) {
@@ -112,12 +110,11 @@ void publisherMetrics(PrometheusText& out, KvEventPublisher const& p) {
     out.sample("ctxcache_kv_event_batches_total", s.acceptedBatches, "outcome=\"accepted\"");
     out.sample("ctxcache_kv_event_batches_total", s.sentBatches, "outcome=\"sent\"");
     out.sample("ctxcache_kv_event_batches_total", s.droppedBatches, "outcome=\"dropped\"");
-    out.family("ctxcache_kv_event_batches_queued", "gauge", "KV event batches waiting for the sender thread.");
-    out.sample("ctxcache_kv_event_batches_queued", s.queuedBatches);
-    out.family("ctxcache_kv_event_replay_requests_total", "counter", "Replay requests answered.");
-    out.sample("ctxcache_kv_event_replay_requests_total", s.replayRequests);
-    out.family("ctxcache_kv_event_subscriptions_total", "counter", "Subscriptions seen by the publisher's socket.");
-    out.sample("ctxcache_kv_event_subscriptions_total", s.subscriptions);
+    out.single("ctxcache_kv_event_batches_queued", "gauge", "KV event batches waiting for the sender thread.",
+               s.queuedBatches);
+    out.single("ctxcache_kv_event_replay_requests_total", "counter", "Replay requests answered.", s.replayRequests);
+    out.single("ctxcache_kv_event_subscriptions_total", "counter", "Subscriptions seen by the publisher's socket.",
+               s.subscriptions);
 }
 
 }  // namespace

@@ -58,6 +58,16 @@ class MetricsCollector:
             self._text = text
         return text
 
+    def add(self, source: Any) -> None:
+        """Snapshot ``source`` too, from now on (and now)."""
+        self._sources.append(source)
+        self.update()
+
+    def detach(self) -> None:
+        """Take a last snapshot, then stop reading the sources (before they close): ``collect()`` keeps serving it."""
+        self.update()
+        self._sources.clear()
+
     @property
     def text(self) -> str:
         """The latest snapshot, as Prometheus text."""

@@ -262,8 +262,7 @@ class MetricsExporter:
         self.port = self._server.server_address[1]
 
     def attach(self, source: Any) -> None:
-        self.collector._sources.append(source)
-        self.collector.update()
+        self.collector.add(source)
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -273,8 +272,7 @@ class MetricsExporter:
 
     def finish(self) -> None:
         """The last snapshot (before the sources close); later scrapes serve it."""
-        self.collector.update()
-        self.collector._sources.clear()
+        self.collector.detach()
 
     def close(self) -> None:
         self._server.shutdown()
