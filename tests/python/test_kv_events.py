@@ -398,6 +398,18 @@ def _vllm_python() -> Path | None:
     return None
 
 
+def vllm_python() -> Path:
+    """The vLLM environment's python, or a skip with the reason; a failure instead under CTXCACHE_REQUIRE_VLLM=1
+    (tools/test builds the environment and sets it)."""
+    python = _vllm_python()
+    if python is None:
+        why = "no vLLM environment (CTXCACHE_VLLM_VENV or build-peers/venv-vllm: tools/bench_peers --venv-only)"
+        if os.environ.get("CTXCACHE_REQUIRE_VLLM") == "1":
+            pytest.fail(f"CTXCACHE_REQUIRE_VLLM=1 but {why}")
+        pytest.skip(why)
+    return python
+
+
 _VLLM_DECODE = """
 import sys, msgspec
 from vllm.distributed.kv_events import KVEventBatch, BlockStored, BlockRemoved, AllBlocksCleared
@@ -417,9 +429,7 @@ print(msgspec.json.encode([batch.data_parallel_rank, out]).decode())
 
 @needs_publisher
 def test_vllm_kv_event_batch_decoder_reads_our_batches() -> None:
-    python = _vllm_python()
-    if python is None:
-        pytest.skip("no vLLM environment (CTXCACHE_VLLM_VENV or build-peers/venv-vllm, see tools/bench_peers)")
+    python = vllm_python()
     payload = ctxcache.encode_kv_events(ALL_KINDS, block_size=4, timestamp=1.0, data_parallel_rank=0)
     done = subprocess.run([str(python), "-c", _VLLM_DECODE], input=payload, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
@@ -601,7 +611,7 @@ def test_bad_event_calls_are_refused_and_change_nothing() -> None:
             with pytest.raises(ctxcache.InvalidArgumentError, match="tokens is NULL"):
                 ctxcache._ffi.check(lib.ctxc_manager_publish_with_tokens(
                     manager._live(), lease._live_handle(), ctxcache._arrays.hash_pointer(scenario.a), 3, 14, ffi.NULL,
-                    12, ctxcache._ffi.new_output("ctxc_publish_result_t")))
+                    12, ffi.NULL, ctxcache._ffi.new_output("ctxc_publish_result_t")))
         assert manager.drain_kv_events() == [AllBlocksCleared()]  # nothing was published or lost
         with pytest.raises(ctxcache.ArgumentTypeError, match="KvEventPublisher"):
             manager.attach_kv_event_publisher("tcp://*:5557")  # type: ignore[arg-type]
