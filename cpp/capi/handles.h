@@ -31,6 +31,7 @@ namespace ctxcache::capi {
 struct KvEventsDrain {
     KvEventLog drained;
     std::vector<ctxc_kv_event_t> views;
+    std::vector<ctxc_kv_event_extra_key_t> keyViews;  // every event's extra keys, in the log's order
 };
 
 // The manager behind a `cache` argument of the ctxc_kv_events_* calls, and where its drains live.

@@ -20,6 +20,8 @@ namespace {
 static_assert(static_cast<int>(KvEventType::kBlockStored) == CTXC_KV_EVENT_BLOCK_STORED);
 static_assert(static_cast<int>(KvEventType::kBlockRemoved) == CTXC_KV_EVENT_BLOCK_REMOVED);
 static_assert(static_cast<int>(KvEventType::kAllBlocksCleared) == CTXC_KV_EVENT_ALL_BLOCKS_CLEARED);
+static_assert(static_cast<int>(KvEventExtraKeyKind::kLoraName) == CTXC_KV_EXTRA_KEY_LORA_NAME);
+static_assert(static_cast<int>(KvEventExtraKeyKind::kMedia) == CTXC_KV_EXTRA_KEY_MEDIA);
 
 struct PublisherObject {
     std::shared_ptr<KvEventPublisher> publisher;
@@ -73,10 +75,18 @@ CTXC_API ctxc_status_t ctxc_kv_events_drain(void* cache, const ctxc_kv_event_t**
         count = 0;
         KvEventTarget const t = requireCache(cache);
         KvEventsDrain& d = *t.drain;
-        std::vector<ctxc_kv_event_t> views;
-        KvEventLog log;
-        t.manager->drainKvEvents(log);
-        views.reserve(log.size());
+        // The views point into d.drained, so they are taken after the log moved there (a short std::string's
+        // text moves by copy).
+        d.views.clear();
+        d.keyViews.clear();
+        t.manager->drainKvEvents(d.drained);
+        KvEventLog const& log = d.drained;
+        d.views.reserve(log.size());
+        d.keyViews.reserve(log.extraKeys().size());
+        for (KvEventExtraKey const& k : log.extraKeys()) {
+            std::string_view const text = log.text(k);
+            d.keyViews.push_back({k.block, static_cast<int32_t>(k.kind), text.data(), text.size(), k.offset});
+        }
         for (KvEvent const& e : log.events()) {
             ctxc_kv_event_t v{};
             v.type = static_cast<int32_t>(e.type);
@@ -86,10 +96,13 @@ CTXC_API ctxc_status_t ctxc_kv_events_drain(void* cache, const ctxc_kv_event_t**
             v.block_hash_count = e.hashCount;
             v.token_ids = log.tokens().data() + e.firstToken;
             v.token_count = e.tokenCount;
-            views.push_back(v);
+            std::string_view const lora = log.loraName(e);
+            v.lora_name = lora.data();
+            v.lora_name_length = lora.size();
+            v.extra_keys = d.keyViews.data() + e.firstExtraKey;
+            v.extra_key_count = e.extraKeyCount;
+            d.views.push_back(v);
         }
-        d.drained = std::move(log);  // the vectors' buffers move with it: the views stay valid
-        d.views = std::move(views);
         events = d.views.data();
         count = d.views.size();
         if (out_block_size) *out_block_size = t.manager->pageSize();
@@ -114,6 +127,8 @@ CTXC_API ctxc_status_t ctxc_kv_events_attach_publisher(void* cache, ctxc_kv_even
         m.setKvEventSink(std::move(p));
     });
 }
+
+CTXC_API void ctxc_kv_event_keys_init(ctxc_kv_event_keys_t* keys) { initSized(keys); }
 
 CTXC_API int32_t ctxc_kv_event_publisher_available(void) { return KvEventPublisher::available() ? 1 : 0; }
 
@@ -221,6 +236,7 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size
         bool const arrays = requireBool(array_encoding, "array_encoding");
         KvEventLog log;
         log.blockSize = block_size;
+        std::vector<KvEventExtraKeyValue> keys;
         for (size_t i = 0; i < count; ++i) {
             ctxc_kv_event_t const& e = events[i];
             std::string const at = "events[" + std::to_string(i) + "]";
@@ -229,8 +245,29 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size
             requireArray(e.block_hashes, e.block_hash_count, (at + ".block_hashes").c_str());
             requireArray(e.token_ids, e.token_count, (at + ".token_ids").c_str());
             bool const hasParent = requireBool(e.has_parent, (at + ".has_parent").c_str());
+            requireBytes(e.lora_name, e.lora_name_length, (at + ".lora_name").c_str());
+            requireArray(e.extra_keys, e.extra_key_count, (at + ".extra_keys").c_str());
+            if (e.type != CTXC_KV_EVENT_BLOCK_STORED && (e.lora_name_length > 0 || e.extra_key_count > 0))
+                invalidArgument(at + ": only a BlockStored event carries lora_name and extra_keys");
+            keys.clear();
+            keys.reserve(e.extra_key_count);
+            for (size_t k = 0; k < e.extra_key_count; ++k) {
+                ctxc_kv_event_extra_key_t const& x = e.extra_keys[k];
+                std::string const key = at + ".extra_keys[" + std::to_string(k) + "]";
+                if (x.kind != CTXC_KV_EXTRA_KEY_LORA_NAME && x.kind != CTXC_KV_EXTRA_KEY_MEDIA)
+                    invalidArgument(key + ".kind " + std::to_string(x.kind) + " is not a CTXC_KV_EXTRA_KEY_* value");
+                if (x.block >= e.block_hash_count)
+                    invalidArgument(key + ".block " + std::to_string(x.block) + " is not one of the event's " +
+                                    std::to_string(e.block_hash_count) + " blocks");
+                if (k > 0 && x.block < e.extra_keys[k - 1].block)
+                    invalidArgument(key + ".block " + std::to_string(x.block) + " comes after block " +
+                                    std::to_string(e.extra_keys[k - 1].block) + " (keys are in block order)");
+                requireBytes(x.text, x.text_length, (key + ".text").c_str());
+                keys.push_back({x.block, static_cast<KvEventExtraKeyKind>(x.kind), {x.text, x.text_length}, x.offset});
+            }
             log.appendEvent(static_cast<KvEventType>(e.type), hasParent, e.parent_block_hash, e.block_hashes,
-                            e.block_hash_count, e.token_ids, e.token_count);
+                            e.block_hash_count, e.token_ids, e.token_count, {e.lora_name, e.lora_name_length},
+                            keys.data(), keys.size());
         }
         std::string payload;
         try {

@@ -25,6 +25,9 @@ static_assert(sizeof(ctxc_media_item_t) == 32);
 static_assert(sizeof(ctxc_sequence_request_t) == 56);
 static_assert(sizeof(ctxc_tensor_view_t) == 32);
 static_assert(sizeof(ctxc_sim_request_t) == 56);
+static_assert(sizeof(ctxc_kv_event_t) == 80);
+static_assert(sizeof(ctxc_kv_event_extra_key_t) == 32);
+static_assert(sizeof(ctxc_kv_event_media_t) == 32);
 // The reuse plan can still grow: it is the last member of the acquire result, whose struct_size covers it.
 static_assert(offsetof(ctxc_acquire_result_t, plan) + sizeof(ctxc_reuse_plan_t) == sizeof(ctxc_acquire_result_t));
 
@@ -74,6 +77,9 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_block_key_extras_t),
         CTXC_SIZEOF_ENTRY(ctxc_manager_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_event_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_event_extra_key_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_event_media_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_event_keys_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_event_publisher_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_event_publisher_stats_t),
         CTXC_SIZEOF_ENTRY(ctxc_reuse_plan_t),

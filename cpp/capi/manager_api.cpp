@@ -127,6 +127,23 @@ BlockTokenSpan inputTokens(int32_t const* tokens, size_t count) {
 
 using PublishCheckpointFn = PublishResult (ContextCacheManager::*)(CacheRequestLease&, HybridPublishRequest const&);
 
+// A publication's identity for its events, as views of the caller's ctxc_kv_event_keys_t (NULL: none). The media
+// views live in `media`; the manager checks their order and shape (CTXC_E_CONTRACT).
+KvEventKeys inputEventKeys(ctxc_kv_event_keys_t const* keys, std::vector<KvEventMedia>& media) {
+    if (!keys) return {};
+    ctxc_kv_event_keys_t const& k = requireSized(keys, "event_keys");
+    requireBytes(k.lora_name, k.lora_name_length, "event_keys->lora_name");
+    requireArray(k.media, k.media_count, "event_keys->media");
+    media.reserve(k.media_count);
+    for (size_t i = 0; i < k.media_count; ++i) {
+        ctxc_kv_event_media_t const& m = k.media[i];
+        requireBytes(m.identifier, m.identifier_length,
+                     ("event_keys->media[" + std::to_string(i) + "].identifier").c_str());
+        media.push_back({{m.identifier, m.identifier_length}, m.first_token, m.token_count});
+    }
+    return {{k.lora_name, k.lora_name_length}, media.data(), media.size()};
+}
+
 // What one publish call publishes besides the lease, hashes and tokens: a resident state length (the plain
 // publication, checkpointed NULL) or a checkpoint and its snapshots (ContextCacheManager::publishHybrid or
 // publishHybridMtp as checkpointed).
@@ -137,24 +154,32 @@ struct Publication {
     PublishCheckpointFn checkpointed = nullptr;
 };
 
-// The one body of the six publish calls (plain, hybrid and Hybrid+MTP, each with or without the prompt's tokens;
-// those without pass no tokens). The checks run in one order per publication: a checkpoint publication checks the
-// tokens first, then out_result, the manager, the live lease, checkpoint and snapshots; the plain one checks
-// out_result, the manager, the live lease, resident_state_length and then the tokens.
+// The one body of the six publish calls (plain, hybrid and Hybrid+MTP, each with or without the prompt's tokens
+// and identity; those without pass neither). The checks run in one order per publication: a checkpoint
+// publication checks the tokens and the event keys first, then out_result, the manager, the live lease,
+// checkpoint and snapshots; the plain one checks out_result, the manager, the live lease, resident_state_length
+// and then the tokens and the event keys.
 ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_lease_t* lease,
                           ctxc_hash128_t const* hashes, size_t count, int32_t const* tokenIds, size_t tokenCount,
-                          Publication const& p, ctxc_publish_result_t* outResult) noexcept {
+                          ctxc_kv_event_keys_t const* eventKeys, Publication const& p,
+                          ctxc_publish_result_t* outResult) noexcept {
     return guard(function, [&] {
         BlockTokenSpan tokens;
-        if (p.checkpointed) tokens = inputTokens(tokenIds, tokenCount);
+        std::vector<KvEventMedia> media;
+        KvEventKeys keys;
+        if (p.checkpointed) {
+            tokens = inputTokens(tokenIds, tokenCount);
+            keys = inputEventKeys(eventKeys, media);
+        }
         ctxc_publish_result_t& out = requireSized(outResult, "out_result");
         ManagerObject& m = requireManager(manager);
         LeaseObject& l = requireLiveLease(lease, manager);
         if (!p.checkpointed) {
             requireNonNegative(p.residentStateLength, "resident_state_length");
             tokens = inputTokens(tokenIds, tokenCount);
+            keys = inputEventKeys(eventKeys, media);
             fillPublishResult(
-                l, m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens}), out);
+                l, m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens, keys}), out);
             return;
         }
         if (!p.checkpoint) invalidArgument("checkpoint is NULL");
@@ -162,7 +187,7 @@ ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_le
         HybridCheckpointKey const key{toHash(p.checkpoint->exact_prefix_digest), p.checkpoint->exact_length};
         fillPublishResult(l,
                           (m.manager.get()->*p.checkpointed)(
-                              l.lease, {inputHashes(hashes, count), key, toReservation(*p.snapshots), tokens}),
+                              l.lease, {inputHashes(hashes, count), key, toReservation(*p.snapshots), tokens, keys}),
                           out);
     });
 }
@@ -352,17 +377,19 @@ CTXC_API ctxc_status_t ctxc_manager_retire_hybrid_snapshot_reservation(
 CTXC_API ctxc_status_t ctxc_manager_publish(ctxc_manager_t* manager, ctxc_lease_t* lease, const ctxc_hash128_t* hashes,
                                             size_t count, int32_t resident_state_length,
                                             ctxc_publish_result_t* out_result) {
-    return ctxc_manager_publish_with_tokens(manager, lease, hashes, count, resident_state_length, nullptr, 0,
+    return ctxc_manager_publish_with_tokens(manager, lease, hashes, count, resident_state_length, nullptr, 0, nullptr,
                                             out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
                                                         const ctxc_hash128_t* hashes, size_t count,
                                                         int32_t resident_state_length, const int32_t* tokens,
-                                                        size_t token_count, ctxc_publish_result_t* out_result) {
+                                                        size_t token_count, const ctxc_kv_event_keys_t* event_keys,
+                                                        ctxc_publish_result_t* out_result) {
     Publication p;
     p.residentStateLength = resident_state_length;
-    return publishWith("ctxc_manager_publish", manager, lease, hashes, count, tokens, token_count, p, out_result);
+    return publishWith("ctxc_manager_publish", manager, lease, hashes, count, tokens, token_count, event_keys, p,
+                       out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -371,7 +398,7 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid(ctxc_manager_t* manager, ctxc
                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                    ctxc_publish_result_t* out_result) {
     return ctxc_manager_publish_hybrid_with_tokens(manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0,
-                                                   out_result);
+                                                   nullptr, out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -379,9 +406,10 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t* m
                                                                const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                                const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                                const int32_t* tokens, size_t token_count,
+                                                               const ctxc_kv_event_keys_t* event_keys,
                                                                ctxc_publish_result_t* out_result) {
     Publication const p{0, checkpoint, snapshots, &ContextCacheManager::publishHybrid};
-    return publishWith("ctxc_manager_publish_hybrid", manager, lease, hashes, count, tokens, token_count, p,
+    return publishWith("ctxc_manager_publish_hybrid", manager, lease, hashes, count, tokens, token_count, event_keys, p,
                        out_result);
 }
 
@@ -391,7 +419,7 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp(ctxc_manager_t* manager, 
                                                        const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                        ctxc_publish_result_t* out_result) {
     return ctxc_manager_publish_hybrid_mtp_with_tokens(manager, lease, hashes, count, checkpoint, snapshots, nullptr, 0,
-                                                       out_result);
+                                                       nullptr, out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_t* manager, ctxc_lease_t* lease,
@@ -399,10 +427,11 @@ CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_
                                                                    const ctxc_hybrid_checkpoint_key_t* checkpoint,
                                                                    const ctxc_hybrid_snapshot_reservation_t* snapshots,
                                                                    const int32_t* tokens, size_t token_count,
+                                                                   const ctxc_kv_event_keys_t* event_keys,
                                                                    ctxc_publish_result_t* out_result) {
     Publication const p{0, checkpoint, snapshots, &ContextCacheManager::publishHybridMtp};
-    return publishWith("ctxc_manager_publish_hybrid_mtp", manager, lease, hashes, count, tokens, token_count, p,
-                       out_result);
+    return publishWith("ctxc_manager_publish_hybrid_mtp", manager, lease, hashes, count, tokens, token_count,
+                       event_keys, p, out_result);
 }
 
 CTXC_API ctxc_status_t ctxc_manager_clear(ctxc_manager_t* manager) {

@@ -533,7 +533,8 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(char const* op
 }
 
 PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped,
-                                                int32_t publishedBlocks, BlockTokenSpan tokens) {
+                                                int32_t publishedBlocks, BlockTokenSpan tokens,
+                                                KvEventKeys const& keys) {
     // `record` is the full form (every logical hash): the store keeps it compact, and the draft index and the
     // BlockStored events read the hashes from here.
     // The record-limit victim is chosen before the commit: the LRU head as it stands now.
@@ -564,7 +565,7 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         throw;
     }
 
-    if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens);  // before the record-limit removals
+    if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens, keys);  // before the record-limit removals
     PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};
     if (maxRecords_ == 0) evictOne(id);
     else if (limitVictim) evictOne(*limitVictim);
@@ -595,7 +596,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
         contract(op, str(static_cast<int64_t>(count)) + " blocks but the lease holds " +
                          str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
     checkMatchedPrefix(op, hashes, count, s.matchedHashes);
-    checkEventTokens(op, tokens, count);
+    checkEventTokens(op, tokens, request.eventKeys, count);
     if (s.specReplayDependency) {
         SpecReplayDependency const& dep = *s.specReplayDependency;
         if (count < static_cast<size_t>(dep.pathBlockCount))
@@ -640,7 +641,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
     record.logicalBlockHashes.assign(hashes.begin(), hashes.begin() + published);
     record.basePagePath = projectCanonicalBasePath(op, hashes, count, s.basePages, s.matchedHashes.size(), newlyMapped);
     if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
-    return commitRecord(std::move(record), newlyMapped, published, tokens);
+    return commitRecord(std::move(record), newlyMapped, published, tokens, request.eventKeys);
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {
@@ -677,7 +678,7 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Hybri
         contract(
             op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
     checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
-    if (s.hybridHasAttention) checkEventTokens(op, tokens, fullBlocks);
+    if (s.hybridHasAttention) checkEventTokens(op, tokens, request.eventKeys, fullBlocks);
 
     int32_t const publishedBlocks = s.hybridHasAttention ? static_cast<int32_t>(fullBlocks) : 0;
     if (std::optional<RecordId> existing = records_.findHybrid(checkpoint)) {
@@ -695,7 +696,7 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Hybri
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys);
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request) {
@@ -735,7 +736,7 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Hy
         contract(
             op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
     checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
-    checkEventTokens(op, tokens, fullBlocks);
+    checkEventTokens(op, tokens, request.eventKeys, fullBlocks);
 
     int32_t const publishedBlocks = static_cast<int32_t>(fullBlocks);
     if (std::optional<RecordId> existing = records_.findHybridMtp(checkpoint)) {
@@ -754,7 +755,7 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Hy
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
     record.hybridMtpCheckpoint = true;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys);
 }
 
 }  // namespace ctxcache

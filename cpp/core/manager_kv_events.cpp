@@ -1,8 +1,8 @@
 // ContextCacheManager's KV event stream: enabling and disabling it, the sink, draining, the check that a
-// publication carries its blocks' tokens, staging and emitting BlockStored runs, and the end-of-call rule (a lost
-// event or an overfull log without a sink becomes one AllBlocksCleared). Contract (event order, bounds, loss):
-// include/ctxcache/context_cache_manager.h and include/ctxcache/kv_events.h.
-// Threading: the manager's single writer; the sink is called on the calling thread, at the end of a call.
+// publication carries its blocks' tokens (and well-formed identity keys), staging and emitting BlockStored runs, and
+// the end-of-call rule (a lost event or an overfull log without a sink becomes one AllBlocksCleared). Contract (event
+// order, bounds, loss): include/ctxcache/context_cache_manager.h and include/ctxcache/kv_events.h. Threading: the
+// manager's single writer; the sink is called on the calling thread, at the end of a call.
 #include "ctxcache/context_cache_manager.h"
 
 #include <algorithm>
@@ -59,9 +59,11 @@ void ContextCacheManager::drainKvEvents(KvEventLog& out) {
     events_.blockSize = pageSize_;
 }
 
-void ContextCacheManager::checkEventTokens(char const* operation, BlockTokenSpan tokens, size_t blocks) const {
+void ContextCacheManager::checkEventTokens(char const* operation, BlockTokenSpan tokens, KvEventKeys const& keys,
+                                           size_t blocks) const {
     if (tokens.size > 0 && !tokens.data) contract(operation, "tokens is null");
     if (!eventsEnabled_) return;
+    checkKvEventKeys(operation, keys);
     size_t const needed = blocks * static_cast<size_t>(pageSize_);
     if (tokens.size < needed)
         contract(operation, "KV events are on: the publication needs the tokens of its " +
@@ -69,7 +71,8 @@ void ContextCacheManager::checkEventTokens(char const* operation, BlockTokenSpan
                                 "), got " + str(static_cast<int64_t>(tokens.size)));
 }
 
-void ContextCacheManager::emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens) noexcept {
+void ContextCacheManager::emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens,
+                                     KvEventKeys const& keys) noexcept {
     size_t const page = static_cast<size_t>(pageSize_);
     try {
         for (size_t run = 0; run < stagedStores_.size();) {
@@ -80,7 +83,7 @@ void ContextCacheManager::emitStored(std::vector<BlockHash> const& hashes, Block
             bool const hasParent = first > 0;
             events_.appendStored(hashes.data() + first, count, hasParent,
                                  hasParent ? kvEventBlockHash(hashes[first - 1]) : 0, tokens.data + first * page,
-                                 count * page);
+                                 count * page, keys, static_cast<int64_t>(first * page));
             run = end;
         }
     } catch (...) {

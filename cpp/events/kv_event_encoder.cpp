@@ -3,7 +3,9 @@
 //
 //   batch    [ts: float64, events: [...], data_parallel_rank: int | nil]
 //   map      {"type": "BlockStored", "block_hashes": [u64...], "parent_block_hash": u64 | nil,
-//             "token_ids": [int...], "block_size": int, "lora_id": nil, "medium": str, "lora_name": nil}
+//             "token_ids": [int...], "block_size": int, "lora_id": nil, "medium": str, "lora_name": str | nil,
+//             "extra_keys": [nil | [str | [str, int]...]...]}   (extra_keys only when a block has any: vLLM's
+//             default is nil; one entry per listed block, the LoRA name, then (media identifier, offset) pairs)
 //            {"type": "BlockRemoved", "block_hashes": [u64...], "medium": str}
 //            {"type": "AllBlocksCleared"}
 //   array    the same values in the same order, the tag first: ["BlockStored", hashes, parent, tokens, ...]
@@ -18,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 namespace ctxcache {
 
@@ -38,12 +41,7 @@ struct StringBuffer {
 };
 using Packer = msgpack::packer<StringBuffer>;
 
-void packString(Packer& pk, char const* text) {
-    size_t const n = std::strlen(text);
-    pk.pack_str(static_cast<uint32_t>(n));
-    pk.pack_str_body(text, static_cast<uint32_t>(n));
-}
-void packString(Packer& pk, std::string const& text) {
+void packString(Packer& pk, std::string_view text) {
     pk.pack_str(static_cast<uint32_t>(text.size()));
     pk.pack_str_body(text.data(), static_cast<uint32_t>(text.size()));
 }
@@ -64,10 +62,35 @@ void packHashes(Packer& pk, KvEventLog const& log, KvEvent const& e) {
     for (size_t i = 0; i < e.hashCount; ++i) pk.pack_uint64(log.hashes()[e.firstHash + i]);
 }
 
+// One entry per listed block: nil, or its keys (a LoRA name as a string, a media item as [identifier, offset]).
+void packExtraKeys(Packer& pk, KvEventLog const& log, KvEvent const& e) {
+    KvEventExtraKey const* key = log.extraKeys().data() + e.firstExtraKey;
+    KvEventExtraKey const* const end = key + e.extraKeyCount;
+    pk.pack_array(static_cast<uint32_t>(e.hashCount));
+    for (size_t b = 0; b < e.hashCount; ++b) {
+        KvEventExtraKey const* const first = key;
+        while (key != end && key->block == b) ++key;
+        if (key == first) {
+            pk.pack_nil();
+            continue;
+        }
+        pk.pack_array(static_cast<uint32_t>(key - first));
+        for (KvEventExtraKey const* k = first; k != key; ++k) {
+            if (k->kind == KvEventExtraKeyKind::kMedia) {
+                pk.pack_array(2);
+                packString(pk, log.text(*k));
+                pk.pack_int64(k->offset);
+            } else {
+                packString(pk, log.text(*k));
+            }
+        }
+    }
+}
+
 void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string const& medium, bool map) {
     switch (e.type) {
         case KvEventType::kBlockStored:
-            openEvent(pk, map, 8);
+            openEvent(pk, map, e.extraKeyCount > 0 ? 9 : 8);
             key(pk, map, "type");
             packString(pk, "BlockStored");
             key(pk, map, "block_hashes");
@@ -85,7 +108,12 @@ void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string 
             key(pk, map, "medium");
             packString(pk, medium);
             key(pk, map, "lora_name");
-            pk.pack_nil();
+            if (e.loraCharCount > 0) packString(pk, log.loraName(e));
+            else pk.pack_nil();
+            if (e.extraKeyCount > 0) {
+                key(pk, map, "extra_keys");
+                packExtraKeys(pk, log, e);
+            }
             return;
         case KvEventType::kBlockRemoved:
             openEvent(pk, map, 3);

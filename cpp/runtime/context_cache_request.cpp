@@ -36,7 +36,13 @@ ContextCacheSequenceAdmission ContextCacheRequest::admissionOf(
     a.lookupPolicy = lookupPolicy;
     BlockHasher const& hasher = coordinator.hasher();
     if (!loraName.empty()) a.keyExtras.adapter = AdapterKey{hasher.hashOpaqueIdentity(loraName), 0};
-    if (media.empty()) return a;
+    if (media.empty()) {
+        if (!loraName.empty())
+            a.eventIdentity = std::make_shared<KvEventIdentity const>(loraName, std::vector<KvEventIdentity::Media>{});
+        return a;
+    }
+    std::vector<KvEventIdentity::Media> named;  // for the KV events: each item's identifier and span
+    named.reserve(media.size());
     int64_t const n = static_cast<int64_t>(tokenIds.size());
     a.perPositionMediaHash.assign(tokenIds.size(), Hash128{});
     for (size_t k = 0; k < media.size(); ++k) {
@@ -61,7 +67,12 @@ ContextCacheSequenceAdmission ContextCacheRequest::admissionOf(
                                  ") which is not a media placeholder id");
             slot = h;
         }
+        named.push_back({mediaEventIdentifier(h), item.firstToken, item.tokenCount});
     }
+    std::sort(named.begin(), named.end(), [](KvEventIdentity::Media const& x, KvEventIdentity::Media const& y) {
+        return x.firstToken < y.firstToken;
+    });
+    a.eventIdentity = std::make_shared<KvEventIdentity const>(loraName, std::move(named));
     return a;
 }
 

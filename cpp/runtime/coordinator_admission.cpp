@@ -29,6 +29,16 @@ ContextCacheLookupPolicy validateSequence(char const* op, ContextCacheSequenceAd
     if (!a.perPositionMediaHash.empty() && a.perPositionMediaHash.size() != a.tokenIds.size)
         contract(op, where + " perPositionMediaHash has " + str(static_cast<int64_t>(a.perPositionMediaHash.size())) +
                          " entries for " + str(static_cast<int64_t>(a.tokenIds.size)) + " tokens");
+    if (a.eventIdentity) {
+        KvEventKeys const keys = a.eventIdentity->keys();
+        if (keys.mediaCount > 0) {
+            KvEventMedia const& last = keys.media[keys.mediaCount - 1];
+            if (last.firstToken + last.tokenCount > static_cast<int64_t>(a.tokenIds.size))
+                contract(op, where + " eventIdentity names a media item ending at " +
+                                 str(last.firstToken + last.tokenCount) + ", beyond the " +
+                                 str(static_cast<int64_t>(a.tokenIds.size)) + "-token prompt");
+        }
+    }
     ContextCacheLookupPolicy const policy = a.lookupPolicy.value_or(batchPolicy);
     if (policy != ContextCacheLookupPolicy::kUseCache && policy != ContextCacheLookupPolicy::kBypass)
         contract(op, where + " has an unknown lookup policy");
@@ -156,6 +166,7 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
     for (Hash128 const& h : seq.media) hasMedia = hasMedia || h != Hash128{};
     if (!hasMedia) seq.media.clear();
     seq.extras = a.keyExtras;
+    seq.eventIdentity = a.eventIdentity;
     seq.inputLength = n;
     capacity = false;
 

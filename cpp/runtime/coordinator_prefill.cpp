@@ -153,8 +153,8 @@ void ContextCacheCoordinator::publishBase(SequenceState& seq, int32_t length) {
     if (seq.bypass || blocks <= seq.published || blocks == 0) return;
     extendHashes(seq, hasher_, pageSize_, length);
     ++counters_.publicationAttempts;
-    PublishResult const r =
-        manager_.publish(seq.lease, {{seq.hashes.data(), static_cast<size_t>(blocks)}, length, seq.tokens});
+    PublishResult const r = manager_.publish(
+        seq.lease, {{seq.hashes.data(), static_cast<size_t>(blocks)}, length, seq.tokens, seq.eventKeys()});
     if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
     else ++counters_.existingPublications;
     ++counters_.publishedEndpoints;
@@ -170,8 +170,11 @@ void ContextCacheCoordinator::publishStaged(SequenceState& seq) {
     size_t const blocks = static_cast<size_t>(staged.length / pageSize_);
     ++counters_.publicationAttempts;
     try {
-        PublishResult const r = manager_.publishHybrid(
-            seq.lease, {{seq.hashes.data(), blocks}, {staged.digest, staged.length}, staged.reservation, seq.tokens});
+        PublishResult const r = manager_.publishHybrid(seq.lease, {{seq.hashes.data(), blocks},
+                                                                   {staged.digest, staged.length},
+                                                                   staged.reservation,
+                                                                   seq.tokens,
+                                                                   seq.eventKeys()});
         if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
         else ++counters_.existingPublications;
         ++counters_.publishedEndpoints;
@@ -313,7 +316,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::publishHybridMtpEndpoint(
         PublishResult const r = manager_.publishHybridMtp(seq.lease, {{seq.hashes.data(), static_cast<size_t>(fb)},
                                                                       {staged.digest, staged.length},
                                                                       staged.reservation,
-                                                                      seq.tokens});
+                                                                      seq.tokens,
+                                                                      seq.eventKeys()});
         if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
         else ++counters_.existingPublications;
         ++counters_.publishedEndpoints;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct SequenceState {
     std::vector<int32_t> tokens;       // history: prompt + accepted tokens
     std::vector<Hash128> media;        // per position (empty when the prompt has no media)
     BlockKeyExtras extras;
+    std::shared_ptr<KvEventIdentity const> eventIdentity;  // LoRA name and media items for BlockStored, or null
     std::vector<BlockHash> hashes;     // full-block chain over tokens, extended lazily
     int32_t inputLength = 0;
     int32_t committed = 0;
@@ -43,6 +45,8 @@ struct SequenceState {
     CacheRequestLease lease;
     std::optional<StagedCheckpoint> staged;  // hybrid capture enqueued, publication pending
     std::optional<int32_t> frozenEndpoint;   // EAGLE prefill endpoint awaiting its first completed round
+
+    KvEventKeys eventKeys() const noexcept { return eventIdentity ? eventIdentity->keys() : KvEventKeys{}; }
 };
 
 struct ContextCacheCoordinator::RequestState {

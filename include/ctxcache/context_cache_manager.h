@@ -48,7 +48,8 @@
 //   recurrent or partial snapshot and an existing record add none), BlockRemoved when eviction erases an index
 //   entry (whether or not a lease still pins the page: a lookup can no longer find it), AllBlocksCleared when
 //   events are enabled and on clear(). Each public call's events go to the sink at the end of that call (one
-//   batch), or stay pending for drainKvEvents(). With events on, a publication must carry its blocks' tokens.
+//   batch), or stay pending for drainKvEvents(). With events on, a publication must carry its blocks' tokens,
+//   and its identity (eventKeys: LoRA adapter, media items) becomes BlockStored's lora_name and extra keys.
 // Threading: none internal. Callers serialize every manager and lease access (single writer). Leases must be
 //   released before the manager is destroyed; any still alive then are detached (invalid, release is a no-op).
 //   A sink is called on the caller's thread, at the end of the call that produced the events.
@@ -90,6 +91,7 @@ struct PublishRequest {
     // materialized through this boundary.
     int32_t residentStateLength = 0;
     BlockTokenSpan tokenIds;  // the prompt's tokens (at least the published blocks'): needed with events on
+    KvEventKeys eventKeys;    // the prompt's LoRA adapter and media items, for BlockStored (read with events on)
 };
 
 struct PublishResult {
@@ -120,6 +122,7 @@ struct HybridPublishRequest {
     HybridCheckpointKey checkpoint;
     HybridSnapshotReservation snapshots;
     BlockTokenSpan tokenIds;  // as PublishRequest::tokenIds
+    KvEventKeys eventKeys;    // as PublishRequest::eventKeys
 };
 
 // Cumulative eviction outcomes and lookups. Reclaimed counts include only resources returned to a free list at the
@@ -268,9 +271,9 @@ private:
                                                  std::vector<PageId> const& producerPages, size_t matchedBlocks,
                                                  std::vector<PageId>& newlyMapped);
     PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks,
-                               BlockTokenSpan tokens);
-    void checkEventTokens(char const* operation, BlockTokenSpan tokens, size_t blocks) const;
-    void emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens) noexcept;
+                               BlockTokenSpan tokens, KvEventKeys const& keys);
+    void checkEventTokens(char const* operation, BlockTokenSpan tokens, KvEventKeys const& keys, size_t blocks) const;
+    void emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens, KvEventKeys const& keys) noexcept;
     void eventFailed() noexcept;
     void finishEventCall() noexcept;
 

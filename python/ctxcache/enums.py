@@ -164,3 +164,11 @@ class KvEventType(IntEnum):
     BLOCK_STORED = 0
     BLOCK_REMOVED = 1
     ALL_BLOCKS_CLEARED = 2
+
+
+class KvExtraKeyKind(IntEnum):
+    """What one of a stored block's extra keys names (ctxc_kv_event_extra_key_t): the LoRA adapter's name, or a
+    media item as (identifier, offset)."""
+
+    LORA_NAME = 0
+    MEDIA = 1

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
 from . import _arrays
+from ._event_keys import KvEventKeys, KvEventMedia, set_stored_keys, stored_keys
 from ._ffi import check, ffi, lib, new_output
 from ._resource import Family, Resource
 from .enums import KvEventType
@@ -28,10 +29,17 @@ _NULL = ffi.NULL
 
 @dataclass(frozen=True)
 class BlockStored:
+    """Blocks a publication made canonical. ``lora_name``: the adapter's name (None: the base model).
+    ``extra_keys``: None when no block has any, else one entry per block as vLLM sends them: None, or a tuple of
+    the adapter's name (a str) then ``(media identifier, offset)`` per media item overlapping the block, offset =
+    the item's first token minus the block's first token."""
+
     block_hashes: list[int]
     parent_block_hash: int | None
     token_ids: list[int]
     block_size: int
+    lora_name: str | None = None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -209,7 +217,9 @@ class KvEventSource:
             hashes = [int(h) for h in ffi.unpack(e.block_hashes, e.block_hash_count)] if e.block_hash_count else []
             if e.type == KvEventType.BLOCK_STORED:
                 tokens = [int(t) for t in ffi.unpack(e.token_ids, e.token_count)] if e.token_count else []
-                out.append(BlockStored(hashes, int(e.parent_block_hash) if e.has_parent else None, tokens, size))
+                lora, extra = stored_keys(e)
+                out.append(BlockStored(hashes, int(e.parent_block_hash) if e.has_parent else None, tokens, size,
+                                       lora, extra))
             elif e.type == KvEventType.BLOCK_REMOVED:
                 out.append(BlockRemoved(hashes))
             else:
@@ -251,6 +261,7 @@ def encode_kv_events(events: Sequence[KvEvent], *, block_size: int, timestamp: f
             if event.parent_block_hash is not None:
                 c.has_parent = 1
                 c.parent_block_hash = _arrays.integer(event.parent_block_hash, "parent_block_hash", maximum=2**64 - 1)
+            set_stored_keys(c, event, i, keep)
         elif isinstance(event, BlockRemoved):
             c.type = KvEventType.BLOCK_REMOVED
             hashes = event.block_hashes
@@ -279,5 +290,6 @@ def encode_kv_events(events: Sequence[KvEvent], *, block_size: int, timestamp: f
     return bytes(ffi.buffer(buffer, size[0]))
 
 
-__all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "KvEvent", "KvEventPublisher",
-           "KvEventSource", "KvEventStatus", "PublisherStats", "encode_kv_events", "publisher_available"]
+__all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "KvEvent", "KvEventKeys", "KvEventMedia",
+           "KvEventPublisher", "KvEventSource", "KvEventStatus", "PublisherStats", "encode_kv_events",
+           "publisher_available"]

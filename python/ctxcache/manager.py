@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, _resource
+from ._event_keys import KvEventKeys, c_event_keys
 from ._ffi import check, ffi, from_buffer_cdata, lib, new_cdata, new_output
 from ._resource import Family, Resource, drain, orphans
 from .enums import (
@@ -812,9 +813,11 @@ class ContextCacheManager(KvEventSource, Resource):
                              out.published_base_full_block_count)
 
     def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int,
-                tokens: Any = None) -> PublishResult:
+                tokens: Any = None, event_keys: KvEventKeys | None = None) -> PublishResult:
         """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record. ``tokens``
-        (the prompt's token ids, at least the published blocks'): required once KV events are on."""
+        (the prompt's token ids, at least the published blocks'): required once KV events are on.
+        ``event_keys``: the request's LoRA adapter and media items, which its BlockStored events name
+        (``lora_name``, ``extra_keys``); read only while events are on."""
         if type(lease) is not Lease and not isinstance(lease, Lease):  # _lease_handle(lease), inline
             raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
         family = lease._family
@@ -833,8 +836,10 @@ class ContextCacheManager(KvEventSource, Resource):
         resident = (resident_state_length if type(resident_state_length) is int
                     and 0 <= resident_state_length <= INT32_MAX
                     else _arrays.integer(resident_state_length, "resident_state_length"))
-        if tokens is not None:
-            pointer, token_count = _token_pointer(_arrays.int32_array(tokens))
+        if tokens is not None or event_keys is not None:
+            pointer, token_count = _NO_TOKENS if tokens is None else _token_pointer(_arrays.int32_array(tokens))
+            keep: list[Any] = []
+            keys = c_event_keys(event_keys, keep)
         if self._family is not family:  # _live(), inline (this manager's own lease: drained just above)
             family = self._family
             if family.pending or orphans:
@@ -847,9 +852,10 @@ class ContextCacheManager(KvEventSource, Resource):
             out = outs.pop()
         except IndexError:  # another thread holds it
             out = new_output("ctxc_publish_result_t")
-        # Without tokens, the C call that takes none (the same function, two arguments fewer to convert).
-        status = (_publish(manager, handle, hashes, count, resident, out) if tokens is None
-                  else _publish_with_tokens(manager, handle, hashes, count, resident, pointer, token_count, out))
+        # Without tokens and keys, the C call that takes neither (the same function, fewer arguments to convert).
+        status = (_publish(manager, handle, hashes, count, resident, out) if tokens is None and event_keys is None
+                  else _publish_with_tokens(manager, handle, hashes, count, resident, pointer, token_count, keys,
+                                            out))
         if status:
             check(status)
         pages = out.canonical_base_page_count  # (_publish_result, inline; PublishResult's __init__ too)
@@ -862,30 +868,34 @@ class ContextCacheManager(KvEventSource, Resource):
         return published
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
-                       snapshots: HybridSnapshotReservation, tokens: Any = None) -> PublishResult:
+                       snapshots: HybridSnapshotReservation, tokens: Any = None,
+                       event_keys: KvEventKeys | None = None) -> PublishResult:
         """Publish one captured exact checkpoint (its floor(exact_length / page_size) full-block hashes).
-        ``tokens`` as for :meth:`publish`."""
+        ``tokens`` and ``event_keys`` as for :meth:`publish`."""
         return self._publish_checkpoint(lib.ctxc_manager_publish_hybrid_with_tokens, lease, full_block_hashes,
-                                        checkpoint, snapshots, tokens)
+                                        checkpoint, snapshots, tokens, event_keys)
 
     def publish_hybrid_mtp(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
-                           snapshots: HybridSnapshotReservation, tokens: Any = None) -> PublishResult:
+                           snapshots: HybridSnapshotReservation, tokens: Any = None,
+                           event_keys: KvEventKeys | None = None) -> PublishResult:
         """Publish one captured Hybrid+MTP checkpoint of exact length E >= 1: its floor((E - 1) / page_size)
         full-block hashes, and both snapshot slots reserved by this lease. The record keeps base and an equally
-        long draft path. ``tokens`` as for :meth:`publish`."""
+        long draft path. ``tokens`` and ``event_keys`` as for :meth:`publish`."""
         return self._publish_checkpoint(lib.ctxc_manager_publish_hybrid_mtp_with_tokens, lease, full_block_hashes,
-                                        checkpoint, snapshots, tokens)
+                                        checkpoint, snapshots, tokens, event_keys)
 
     def _publish_checkpoint(self, function: Any, lease: Lease, full_block_hashes: Any,
                             checkpoint: HybridCheckpointKey, snapshots: HybridSnapshotReservation,
-                            tokens: Any) -> PublishResult:
+                            tokens: Any, event_keys: KvEventKeys | None) -> PublishResult:
         handle = self._lease_handle(lease)
         hashes, count = _arrays.hashes(full_block_hashes)
         key = _checkpoint_key(checkpoint)
         pointer, token_count = _NO_TOKENS if tokens is None else _token_pointer(_arrays.int32_array(tokens))
+        keep: list[Any] = []
+        keys = c_event_keys(event_keys, keep)
         out = new_output("ctxc_publish_result_t")
         return self._publish_result(function(self._live(), handle, hashes, count, key, _reservation(snapshots),
-                                             pointer, token_count, out), out)
+                                             pointer, token_count, keys, out), out)
 
     def evict_record(self, record_id: int) -> None:
         check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "ctxcache.h"
@@ -412,6 +413,16 @@ private:
                                 (e.block_hash_count == 0 ||
                                  e.token_count != e.block_hash_count * static_cast<size_t>(blockSize)))
                                 fail("a stored event without its tokens", s);
+                            for (size_t k = 0; k < e.extra_key_count; ++k) {
+                                ctxc_kv_event_extra_key_t const& x = e.extra_keys[k];
+                                if (x.block >= e.block_hash_count || (k > 0 && x.block < e.extra_keys[k - 1].block))
+                                    fail("an extra key outside its event's blocks or out of block order", s);
+                                if (x.kind == CTXC_KV_EXTRA_KEY_MEDIA && (x.text_length != 64 || x.offset >= blockSize))
+                                    fail("a media key without its identifier or beyond its block", s);
+                                if (x.kind == CTXC_KV_EXTRA_KEY_LORA_NAME &&
+                                    std::string(x.text, x.text_length) != std::string(e.lora_name, e.lora_name_length))
+                                    fail("a LoRA key that is not the event's lora_name", s);
+                            }
                         }
                         break;
                     }
@@ -438,11 +449,31 @@ private:
                 std::vector<int32_t> tokens(in_.ConsumeIntegralInRange<size_t>(0, 48));
                 for (int32_t& t : tokens) t = in_.ConsumeIntegralInRange<int32_t>(0, 9);
                 bool const nullTokens = in_.ConsumeIntegralInRange<int>(0, 7) == 0;
+                // An identity for the events, sometimes: a LoRA name and up to three media items whose positions
+                // may be out of order, overlapping, negative or empty (each of those is CTXC_E_CONTRACT).
+                ctxc_kv_event_keys_t keys;
+                ctxc_kv_event_keys_init(&keys);
+                std::string const lora =
+                    in_.ConsumeBool() ? "adapter-" + std::to_string(in_.ConsumeIntegral<uint8_t>()) : "";
+                keys.lora_name = lora.data();
+                keys.lora_name_length = lora.size();
+                static char const kIdentifier[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+                std::vector<ctxc_kv_event_media_t> media(in_.ConsumeIntegralInRange<size_t>(0, 3));
+                for (ctxc_kv_event_media_t& item : media) {
+                    item.identifier = kIdentifier;
+                    item.identifier_length = in_.ConsumeIntegralInRange<size_t>(0, 8) == 0 ? 0 : 64;
+                    item.first_token = in_.ConsumeIntegralInRange<int64_t>(-1, 40);
+                    item.token_count = in_.ConsumeIntegralInRange<int64_t>(0, 20);
+                }
+                keys.media = media.empty() ? nullptr : media.data();
+                keys.media_count = media.size();
+                bool const withKeys = in_.ConsumeBool();
                 ctxc_publish_result_t out{};
                 out.struct_size = sizeof(out);
                 mutating(m, [&](bool&) {
                     return ctxc_manager_publish_with_tokens(m, l, h.empty() ? nullptr : h.data(), h.size(), resident,
-                                                            nullTokens ? nullptr : tokens.data(), tokens.size(), &out);
+                                                            nullTokens ? nullptr : tokens.data(), tokens.size(),
+                                                            withKeys ? &keys : nullptr, &out);
                 });
                 break;
             }

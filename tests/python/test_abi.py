@@ -41,7 +41,7 @@ pytest_plugins = ["pytester"]
 
 def test_abi_version_of_library_matches_header():
     declared = int(re.search(r"#define\s+CTXC_ABI_VERSION\s+(\d+)", HEADER_TEXT).group(1))
-    assert declared == 2
+    assert declared == 3
     assert ctxcache.HEADER_ABI_VERSION == declared
     assert ctxcache.abi_version() == declared
     assert lib.ctxc_abi_version() == declared
@@ -144,6 +144,7 @@ ENUM_GROUPS = {
     "CTXC_ADMIT_": enums.AdmitSequenceStatus,
     "CTXC_MEDIA_": enums.MediaModality,
     "CTXC_KV_EVENT_": enums.KvEventType,
+    "CTXC_KV_EXTRA_KEY_": enums.KvExtraKeyKind,
     "CTXC_SCALAR_": enums.ScalarType,
     "CTXC_SIM_DEPLOYMENT_": enums.SimDeployment,
     "CTXC_SIM_SPECULATIVE_": enums.SimSpeculative,
@@ -248,6 +249,7 @@ FROZEN_STRUCTS = {
     "ctxc_hybrid_candidate_t", "ctxc_hybrid_snapshot_reservation_t", "ctxc_hybrid_checkpoint_key_t",
     "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t", "ctxc_resident_ref_t", "ctxc_kv_headroom_t", "ctxc_media_item_t",
     "ctxc_sequence_request_t", "ctxc_tensor_view_t", "ctxc_sim_request_t", "ctxc_kv_event_t",
+    "ctxc_kv_event_extra_key_t", "ctxc_kv_event_media_t",
 }
 
 

@@ -19,6 +19,7 @@ import ctxcache
 
 SCENARIO = Path(__file__).with_name("dynamo_indexer_scenario.py")
 REPLAY_SCENARIO = Path(__file__).with_name("dynamo_replay_scenario.py")
+LORA_SCENARIO = Path(__file__).with_name("dynamo_lora_scenario.py")
 
 
 def _why_not() -> str | None:
@@ -83,3 +84,20 @@ def test_dynamo_indexer_agrees_with_the_cache() -> None:
     assert report["dump_blocks_at_end"] == 3  # then B's three blocks
     assert report["publisher"]["dropped_batches"] == 0
     assert report["publisher"]["replay_requests"] >= 1
+
+
+def test_dynamo_keeps_two_adapters_equal_token_blocks_apart() -> None:
+    """The same 12 tokens published under adapter A, adapter B and the base model (dynamo_lora_scenario.py):
+    Dynamo hashes each event's lora_name into its block keys, so a query under A matches A's blocks only, and
+    evicting A's record takes A's match to 0 while B's and the base model's stay whole. Before events carried
+    lora_name, all three were one chain of plain tokens to the router."""
+    done = _run(LORA_SCENARIO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["subscribed"] is True
+    steps = {s["step"]: s for s in report["steps"]}
+    assert steps["three publications"]["want"] == {"A": 12, "B": 12, "base": 12, "C": 0}
+    for name, step in steps.items():
+        assert step["router"] == step["want"], f"{name}: {step}\n{report['indexer_log_tail']}"
+    assert report["dump_blocks"] == 9  # three chains of three blocks
+    assert report["publisher"]["dropped_batches"] == 0

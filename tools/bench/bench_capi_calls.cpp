@@ -10,7 +10,7 @@
 //   hash_full_blocks  ctxc_hash_full_blocks(hasher, tokens, N * P, P, ...) into an N-hash buffer
 //   acquire_vanilla   ctxc_manager_acquire_vanilla(manager, hashes, N, N * P, USE_CACHE, &result, &lease)
 //   grow_base_pages   ctxc_manager_grow_base_pages(manager, lease, 2, &ok)
-//   publish           ctxc_manager_publish_with_tokens(manager, lease, hashes, N, N * P, NULL, 0, &published)
+//   publish           ctxc_manager_publish_with_tokens(manager, lease, hashes, N, N * P, NULL, 0, NULL, &published)
 //   lease_close       ctxc_lease_destroy(lease)
 // Figures: per call, the mean over a batch of B requests minus the clock's own cost (an empty interval, measured
 // in the same batch), then the median over K batches (after two warm-up batches). Prints one JSON object.
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     ok(ctxc_manager_acquire_vanilla(manager, hashes.data(), hashes.size(), tokenCount, CTXC_LOOKUP_USE_CACHE, &result,
                                     &lease),
        "ctxc_manager_acquire_vanilla");
-    ok(ctxc_manager_publish_with_tokens(manager, lease, hashes.data(), hashes.size(), tokenCount, nullptr, 0,
+    ok(ctxc_manager_publish_with_tokens(manager, lease, hashes.data(), hashes.size(), tokenCount, nullptr, 0, nullptr,
                                         &published),
        "ctxc_manager_publish_with_tokens");
     ok(ctxc_lease_destroy(lease), "ctxc_lease_destroy");
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
             ctxc_status_t const s2 = ctxc_manager_grow_base_pages(manager, lease, 2, &grown);
             int64_t const t3 = now();
             ctxc_status_t const s3 = ctxc_manager_publish_with_tokens(manager, lease, hashes.data(), hashes.size(),
-                                                                      tokenCount, nullptr, 0, &published);
+                                                                      tokenCount, nullptr, 0, nullptr, &published);
             int64_t const t4 = now();
             ctxc_status_t const s4 = ctxc_lease_destroy(lease);
             int64_t const t5 = now();

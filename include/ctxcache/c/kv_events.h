@@ -14,7 +14,9 @@ extern "C" {
  * A manager can report the changes of its base block index in vLLM's KV event vocabulary, so that cluster routers
  * (NVIDIA Dynamo, llm-d) learn which replica holds a prefix: BlockStored when a publication makes blocks canonical
  * (one event per run of new blocks, root-first, with the parent and the tokens), BlockRemoved when eviction erases
- * them (leaf-first), AllBlocksCleared when events are enabled and on ctxc_manager_clear. Block hashes are the low
+ * them (leaf-first), AllBlocksCleared when events are enabled and on ctxc_manager_clear. A publication may name
+ * its LoRA adapter and media items (ctxc_kv_event_keys_t): its BlockStored events carry them as vLLM's lora_name
+ * and per-block extra_keys, so routers keep adapters and images apart. Block hashes are the low
  * 64 bits (`lo`) of the 128-bit block hashes. The events are drained (ctxc_kv_events_drain) for runtimes that ship
  * them their own way, or sent by a ZMQ publisher attached to the manager, one batch per manager call.
  *
@@ -22,6 +24,18 @@ extern "C" {
  * ctxc_sim_engine_t * (anything else: CTXC_E_INVALID_HANDLE). Every call follows that object's single-writer
  * contract. */
 enum { CTXC_KV_EVENT_BLOCK_STORED = 0, CTXC_KV_EVENT_BLOCK_REMOVED = 1, CTXC_KV_EVENT_ALL_BLOCKS_CLEARED = 2 };
+enum { CTXC_KV_EXTRA_KEY_LORA_NAME = 0, CTXC_KV_EXTRA_KEY_MEDIA = 1 };
+
+/* One of a stored block's extra keys (vLLM's extra_keys, untagged): the LoRA adapter's name, or a media item
+ * overlapping the block as (identifier, offset). A block's keys are its adapter first, then its media items in
+ * prompt order. */
+typedef struct ctxc_kv_event_extra_key {
+    uint32_t block; /* which of the event's blocks: 0 = the first listed */
+    int32_t kind;   /* CTXC_KV_EXTRA_KEY_* */
+    const char *text; /* the adapter's name or the media identifier: text_length bytes, not NUL-terminated */
+    size_t text_length;
+    int64_t offset; /* MEDIA: the item's first token minus the block's first token (negative: it began earlier) */
+} ctxc_kv_event_extra_key_t;
 
 typedef struct ctxc_kv_event {
     int32_t type; /* CTXC_KV_EVENT_* */
@@ -31,7 +45,33 @@ typedef struct ctxc_kv_event {
     size_t block_hash_count;
     const int32_t *token_ids; /* BlockStored: block_size tokens per listed block */
     size_t token_count;
+    const char *lora_name; /* BlockStored: the LoRA adapter's name (lora_name_length bytes); length 0 = none */
+    size_t lora_name_length;
+    const ctxc_kv_event_extra_key_t *extra_keys; /* BlockStored: in block order; count 0 = no block has any */
+    size_t extra_key_count;
 } ctxc_kv_event_t;
+
+/* A media item of a prompt, as a publication's events name it (vLLM's mm identifier and placeholder range). */
+typedef struct ctxc_kv_event_media {
+    const char *identifier; /* identifier_length > 0 bytes; ctxcache's runtime uses 64 hex digits, the shape
+                               vLLM gives its own and Dynamo's router requires */
+    size_t identifier_length;
+    int64_t first_token; /* prompt position of its first placeholder token, >= 0 */
+    int64_t token_count; /* > 0 */
+} ctxc_kv_event_media_t;
+
+/* What a publication's BlockStored events say beyond the tokens: lora_name, and per block the extra keys the
+ * adapter and the media items give it. Read only while events are on; a malformed one is CTXC_E_CONTRACT. */
+typedef struct ctxc_kv_event_keys {
+    uint32_t struct_size;
+    uint32_t reserved;
+    const char *lora_name; /* lora_name_length bytes; 0 = the base model */
+    size_t lora_name_length;
+    const ctxc_kv_event_media_t *media; /* media_count items, sorted by first_token, not overlapping */
+    size_t media_count;
+} ctxc_kv_event_keys_t;
+
+CTXC_API void ctxc_kv_event_keys_init(ctxc_kv_event_keys_t *keys);
 
 typedef struct ctxc_kv_event_publisher ctxc_kv_event_publisher_t;
 
@@ -113,7 +153,9 @@ CTXC_API ctxc_status_t ctxc_kv_event_publisher_flush(ctxc_kv_event_publisher_t *
 CTXC_API ctxc_status_t ctxc_kv_event_publisher_wait_for_subscriber(ctxc_kv_event_publisher_t *publisher,
                                                                    int32_t timeout_ms, int32_t *out_subscribed);
 /* The msgpack payload the publisher sends for these events (a 3-frame message's last frame), for tests and for
- * shipping events another way: two-call pattern into out_bytes. CTXC_E_UNSUPPORTED without the publisher. */
+ * shipping events another way: two-call pattern into out_bytes. A stored event's extra keys must be in block
+ * order, each naming one of its blocks (else CTXC_E_INVALID_ARGUMENT). CTXC_E_UNSUPPORTED without the
+ * publisher. */
 CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t *events, size_t count, int32_t block_size,
                                              double timestamp, int32_t data_parallel_rank, const char *medium,
                                              int32_t array_encoding, uint8_t *out_bytes, size_t out_capacity,

@@ -5,6 +5,7 @@
 #define CTXCACHE_C_MANAGER_H
 
 #include "ctxcache/c/hash.h"
+#include "ctxcache/c/kv_events.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -227,24 +228,28 @@ CTXC_API ctxc_status_t ctxc_manager_metadata_bytes(const ctxc_manager_t *manager
 /* CTXC_OK, or CTXC_E_INVARIANT with the first violation in ctxc_last_error(). O(ids allocated so far + records). */
 CTXC_API ctxc_status_t ctxc_manager_check_invariants(const ctxc_manager_t *manager);
 
-/* The same publications with the prompt's tokens, which a manager with KV events on needs (BlockStored carries
- * them; see ctxc_kv_events_enable): `tokens` holds at least (published blocks) * page_size token ids, block i's
- * first (else CTXC_E_CONTRACT and nothing changed). Without events the tokens are read for nothing. */
+/* The same publications with what a manager with KV events on needs (see ctxc_kv_events_enable): the prompt's
+ * tokens, which BlockStored carries (`tokens` holds at least (published blocks) * page_size token ids, block i's
+ * first, else CTXC_E_CONTRACT and nothing changed), and optionally the request's identity (`event_keys`, NULL =
+ * the base model without media: lora_name and extra_keys). Without events both are read for nothing. */
 CTXC_API ctxc_status_t ctxc_manager_publish_with_tokens(ctxc_manager_t *manager, ctxc_lease_t *lease,
                                                         const ctxc_hash128_t *hashes, size_t count,
                                                         int32_t resident_state_length, const int32_t *tokens,
-                                                        size_t token_count, ctxc_publish_result_t *out_result);
+                                                        size_t token_count, const ctxc_kv_event_keys_t *event_keys,
+                                                        ctxc_publish_result_t *out_result);
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_with_tokens(ctxc_manager_t *manager, ctxc_lease_t *lease,
                                                                const ctxc_hash128_t *hashes, size_t count,
                                                                const ctxc_hybrid_checkpoint_key_t *checkpoint,
                                                                const ctxc_hybrid_snapshot_reservation_t *snapshots,
                                                                const int32_t *tokens, size_t token_count,
+                                                               const ctxc_kv_event_keys_t *event_keys,
                                                                ctxc_publish_result_t *out_result);
 CTXC_API ctxc_status_t ctxc_manager_publish_hybrid_mtp_with_tokens(ctxc_manager_t *manager, ctxc_lease_t *lease,
                                                                    const ctxc_hash128_t *hashes, size_t count,
                                                                    const ctxc_hybrid_checkpoint_key_t *checkpoint,
                                                                    const ctxc_hybrid_snapshot_reservation_t *snapshots,
                                                                    const int32_t *tokens, size_t token_count,
+                                                                   const ctxc_kv_event_keys_t *event_keys,
                                                                    ctxc_publish_result_t *out_result);
 /* A prefix-cache reset: evict every record, so no lookup finds anything afterwards (with KV events on, one
  * AllBlocksCleared event instead of the removals). CTXC_E_CONTRACT (nothing changed) while leases are live: their

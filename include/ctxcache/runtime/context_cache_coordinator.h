@@ -84,6 +84,9 @@ struct ContextCacheSequenceAdmission {
     TokenSpan tokenIds;
     BlockKeyExtras keyExtras;                  // request-wide identity (LoRA adapter, ...)
     std::vector<Hash128> perPositionMediaHash; // empty, or one per token (zero = a text token)
+    // What the sequence's KV events name beyond its tokens (BlockStored's lora_name and extra keys): null = the
+    // base model without media. ContextCacheRequest fills it from the request; media items lie in the prompt.
+    std::shared_ptr<KvEventIdentity const> eventIdentity;
     ResidentRef resident;
     std::optional<ContextCacheLookupPolicy> lookupPolicy;
 };

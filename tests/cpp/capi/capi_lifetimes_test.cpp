@@ -775,8 +775,9 @@ void publishOnce(ctxc_manager_t* m, uint64_t seed) {
     ctxc_lease_t* lease = acquire(m, hashes, 8);
     ctxc_publish_result_t r{};
     r.struct_size = sizeof r;
-    EXPECT_EQ(ctxc_manager_publish_with_tokens(m, lease, hashes.data(), 2, 8, tokens.data(), tokens.size(), &r),
-              CTXC_OK)
+    EXPECT_EQ(
+        ctxc_manager_publish_with_tokens(m, lease, hashes.data(), 2, 8, tokens.data(), tokens.size(), nullptr, &r),
+        CTXC_OK)
         << ctxc_last_error();
     EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
 }

@@ -312,3 +312,96 @@ TEST(KvEvents, DisabledEventsCostNothingAndDrainEmpty) {
 
 }  // namespace
 }  // namespace ctxcache
+
+namespace ctxcache {
+namespace {
+
+// Each stored event's extra keys as "block:kind:text:offset" (kind L = LoRA name, M = media).
+std::vector<std::string> extraKeys(KvEventLog const& log, KvEvent const& e) {
+    std::vector<std::string> out;
+    for (size_t k = e.firstExtraKey; k < e.firstExtraKey + e.extraKeyCount; ++k) {
+        KvEventExtraKey const& x = log.extraKeys()[k];
+        out.push_back(std::to_string(x.block) + (x.kind == KvEventExtraKeyKind::kMedia ? ":M:" : ":L:") +
+                      std::string(log.text(x)) + ":" + std::to_string(x.offset));
+    }
+    return out;
+}
+
+// Items over [1, 3), [3, 12) and [14, 15) of four 4-token blocks starting at position 0: block 0 holds the first
+// two, blocks 1 and 2 the long one (offsets -1, -5: it began earlier), block 3 the last. The adapter's name comes
+// first in every block.
+TEST(KvEventKeys, EachBlockGetsTheAdapterThenTheItemsThatOverlapIt) {
+    KvEventLog log;
+    log.blockSize = 4;
+    std::vector<BlockHash> const hashes = Hs({1, 2, 3, 4});
+    std::vector<int32_t> const tokens = iota(0, 16);
+    KvEventMedia const media[] = {{"one", 1, 2}, {"long", 3, 9}, {"last", 14, 1}};
+    log.appendStored(hashes.data(), 4, false, 0, tokens.data(), 16, KvEventKeys{"lora", media, 3}, 0);
+    ASSERT_EQ(log.size(), 1u);
+    KvEvent const& e = log.events()[0];
+    EXPECT_EQ(log.loraName(e), "lora");
+    EXPECT_EQ(extraKeys(log, e),
+              (std::vector<std::string>{"0:L:lora:0", "0:M:one:1", "0:M:long:3", "1:L:lora:0", "1:M:long:-1",
+                                        "2:L:lora:0", "2:M:long:-5", "3:L:lora:0", "3:M:last:2"}));
+    // The same identity for a run that starts at block 2 (position 8): offsets from its own blocks.
+    KvEventLog later;
+    later.blockSize = 4;
+    later.appendStored(hashes.data() + 2, 2, true, 2, tokens.data() + 8, 8, KvEventKeys{"", media, 3}, 8);
+    EXPECT_EQ(later.loraName(later.events()[0]), "");
+    EXPECT_EQ(extraKeys(later, later.events()[0]), (std::vector<std::string>{"0:M:long:-5", "1:M:last:2"}));
+    // Appending a log rebases the text and the keys.
+    log.append(later);
+    EXPECT_EQ(extraKeys(log, log.events()[1]), (std::vector<std::string>{"0:M:long:-5", "1:M:last:2"}));
+    EXPECT_EQ(extraKeys(log, log.events()[0]).size(), 9u);
+    // No identity: no text, no keys.
+    KvEventLog plain;
+    plain.blockSize = 4;
+    plain.appendStored(hashes.data(), 1, false, 0, tokens.data(), 4, KvEventKeys{"", media + 2, 1}, 0);
+    EXPECT_EQ(plain.events()[0].extraKeyCount, 0u);
+    EXPECT_TRUE(plain.text().empty());
+}
+
+TEST(KvEventKeys, MediaIdentifiersAreSha256OfTheIdentityIn64HexDigits) {
+    std::string const id = mediaEventIdentifier(Hash128{0, 0});
+    // SHA-256 of sixteen zero bytes.
+    EXPECT_EQ(id, "374708fff7719dd5979ec875d56cd2286f6d3cf7ec317a3b25632aab28ec37bb");
+    EXPECT_NE(mediaEventIdentifier(Hash128{0, 1}), id);
+    EXPECT_NE(mediaEventIdentifier(Hash128{1, 0}), mediaEventIdentifier(Hash128{0, 1}));
+}
+
+TEST(KvEventKeys, APublicationCarriesItsKeysAndMalformedOnesChangeNothing) {
+    ContextCacheManager m(kPage, {8, 0, 0, 0}, 8);
+    m.enableKvEvents();
+    drain(m);
+    std::vector<BlockHash> const hashes = Hs({1, 2});
+    std::vector<int32_t> const tokens = iota(0, 8);
+    AcquireResult a = m.acquireVanilla(hashes, 8);
+    std::string const before = describe(m);
+    KvEventMedia const unordered[] = {{"b", 4, 2}, {"a", 0, 2}};
+    KvEventMedia const overlapping[] = {{"a", 0, 3}, {"b", 2, 2}};
+    KvEventMedia const empty[] = {{"a", 0, 0}};
+    KvEventMedia const nameless[] = {{"", 0, 1}};
+    KvEventMedia const negative[] = {{"a", -1, 2}};
+    for (KvEventMedia const* bad : {unordered, overlapping}) {
+        EXPECT_THROW(m.publish(*a.lease, {hashes, 8, tokens, KvEventKeys{"x", bad, 2}}), ContractError);
+    }
+    for (KvEventMedia const* bad : {empty, nameless, negative}) {
+        EXPECT_THROW(m.publish(*a.lease, {hashes, 8, tokens, KvEventKeys{"x", bad, 1}}), ContractError);
+    }
+    EXPECT_THROW(m.publish(*a.lease, {hashes, 8, tokens, KvEventKeys{"x", nullptr, 1}}), ContractError);
+    EXPECT_EQ(describe(m), before);
+    EXPECT_EQ(drain(m), std::vector<Event>{});
+
+    KvEventMedia const image{"img", 2, 4};
+    m.publish(*a.lease, {hashes, 8, tokens, KvEventKeys{"adapter", &image, 1}});
+    KvEventLog log;
+    m.drainKvEvents(log);
+    ASSERT_EQ(log.size(), 1u);
+    EXPECT_EQ(log.loraName(log.events()[0]), "adapter");
+    EXPECT_EQ(extraKeys(log, log.events()[0]),
+              (std::vector<std::string>{"0:L:adapter:0", "0:M:img:2", "1:L:adapter:0", "1:M:img:-2"}));
+    a.lease->release();
+}
+
+}  // namespace
+}  // namespace ctxcache

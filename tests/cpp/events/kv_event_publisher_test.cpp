@@ -136,6 +136,49 @@ TEST(KvEventPublisher, ArrayEncodingKeepsTheFieldOrder) {
     EXPECT_EQ(str(removed.via.array.ptr[0]), "BlockRemoved");
 }
 
+// A LoRA adapter and an image over tokens [1, 6) of two 4-token blocks: both blocks carry the adapter's name, then
+// the image at offsets 1 and -3; a block without keys would be nil. The map gains "extra_keys" last; the array
+// form puts it at position 8, after lora_name.
+KvEventLog identityLog() {
+    KvEventLog log;
+    log.blockSize = 4;
+    BlockHash const hashes[] = {{1, 11}, {2, 12}, {3, 13}};
+    int32_t const tokens[] = {1, 9, 9, 9, 9, 9, 7, 8, 5, 5, 5, 5};
+    KvEventMedia const image{"ab", 1, 5};
+    log.appendStored(hashes, 2, false, 0, tokens, 8, KvEventKeys{"adapter", &image, 1}, 0);
+    log.appendStored(hashes + 2, 1, true, 12, tokens + 8, 4, KvEventKeys{"", &image, 1}, 8);  // no key: nil
+    return log;
+}
+
+TEST(KvEventPublisher, IdentityTravelsAsLoraNameAndPerBlockExtraKeys) {
+    for (bool const arrays : {false, true}) {
+        msgpack::object_handle const h = unpack(encodeKvEventBatch(identityLog(), 0.0, std::nullopt, "GPU", arrays));
+        msgpack::object const& events = h.get().via.array.ptr[1];
+        msgpack::object const& first = events.via.array.ptr[0];
+        msgpack::object const& lora = arrays ? first.via.array.ptr[7] : field(first, "lora_name");
+        msgpack::object const& extra = arrays ? first.via.array.ptr[8] : field(first, "extra_keys");
+        EXPECT_EQ(str(lora), "adapter");
+        if (!arrays)
+            EXPECT_EQ(keys(first),
+                      (std::vector<std::string>{"type", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+                                                "lora_id", "medium", "lora_name", "extra_keys"}));
+        else EXPECT_EQ(first.via.array.size, 9u);
+        ASSERT_EQ(extra.via.array.size, 2u);
+        msgpack::object const& block0 = extra.via.array.ptr[0];
+        msgpack::object const& block1 = extra.via.array.ptr[1];
+        ASSERT_EQ(block0.via.array.size, 2u);
+        EXPECT_EQ(str(block0.via.array.ptr[0]), "adapter");
+        EXPECT_EQ(str(block0.via.array.ptr[1].via.array.ptr[0]), "ab");
+        EXPECT_EQ(block0.via.array.ptr[1].via.array.ptr[1].as<int64_t>(), 1);
+        ASSERT_EQ(block1.via.array.size, 2u);
+        EXPECT_EQ(block1.via.array.ptr[1].via.array.ptr[1].as<int64_t>(), -3);
+        // The second event's block starts at token 8, after the image: no key, so no extra_keys and no name.
+        msgpack::object const& second = events.via.array.ptr[1];
+        EXPECT_EQ(arrays ? second.via.array.size : second.via.map.size, 8u);
+        EXPECT_TRUE((arrays ? second.via.array.ptr[7] : field(second, "lora_name")).is_nil());
+    }
+}
+
 std::string ipcEndpoint(char const* name) {
     char pattern[] = "/tmp/ctxcache-events-XXXXXX";
     char* dir = mkdtemp(pattern);
