@@ -104,8 +104,9 @@ ContextCacheManager::LeaseState& ContextCacheManager::checkLease(CacheRequestLea
 
 void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
     // noexcept: a refcount underflow here means corrupted metadata, and std::terminate is the right answer.
-    for (PageId page : s.basePages) pools_.releaseActiveRef({ResourceType::kBaseKvPage, page});
-    for (PageId page : s.draftPages) pools_.releaseActiveRef({ResourceType::kDraftKvPage, page});
+    auto const release = [this](ResourceId const& id) { pools_.releaseActiveRef(id); };
+    pools_.forEachPrefetched(ResourceType::kBaseKvPage, s.basePages.data(), s.basePages.size(), release);
+    pools_.forEachPrefetched(ResourceType::kDraftKvPage, s.draftPages.data(), s.draftPages.size(), release);
     if (s.recurrentBinding) pools_.releaseActiveRef({ResourceType::kRecurrentSnapshot, *s.recurrentBinding});
     if (s.partialBinding) pools_.releaseActiveRef({ResourceType::kPartialKvSnapshot, *s.partialBinding});
     for (ResourceId const& id : s.reservedSnapshots) pools_.releaseActiveRef(id);
@@ -187,11 +188,11 @@ void ContextCacheManager::evictOne(RecordId id) {
     bool const report = beginRemovals(record.basePagePath.size());
     releaseBasePages(record.basePagePath, 0);
     if (report) events_.endRemoved();
-    for (PageId page : record.draftPagePath) {
-        ResourceId const rid{ResourceType::kDraftKvPage, page};
-        pools_.releaseCacheRef(rid);
-        if (pools_.isFree(rid)) ++metrics_.reclaimedDraftKvPages;
-    }
+    pools_.forEachPrefetched(ResourceType::kDraftKvPage, record.draftPagePath.data(), record.draftPagePath.size(),
+                             [this](ResourceId const& rid) {
+                                 ResourcePools::RefCounts const left = pools_.releaseCacheRef(rid);
+                                 if (left.cache == 0 && left.active == 0) ++metrics_.reclaimedDraftKvPages;
+                             });
     if (record.recurrentSnapshotSlot) {
         ResourceId const rid{ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot};
         pools_.releaseCacheRef(rid);
@@ -211,9 +212,14 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
     constexpr size_t kAhead = 8;
     for (size_t i = from; i < std::min(pages.size(), from + 2 * kAhead); ++i) baseIndex_.prefetchReverse(pages[i]);
     for (size_t i = from; i < std::min(pages.size(), from + kAhead); ++i) baseIndex_.prefetchErase(pages[i]);
+    for (size_t i = from; i < std::min(pages.size(), from + kAhead); ++i)
+        pools_.prefetch(ResourceType::kBaseKvPage, pages[i]);
     for (size_t i = from; i < pages.size(); ++i) {
         if (i + 2 * kAhead < pages.size()) baseIndex_.prefetchReverse(pages[i + 2 * kAhead]);
-        if (i + kAhead < pages.size()) baseIndex_.prefetchErase(pages[i + kAhead]);
+        if (i + kAhead < pages.size()) {
+            baseIndex_.prefetchErase(pages[i + kAhead]);
+            pools_.prefetch(ResourceType::kBaseKvPage, pages[i + kAhead]);
+        }
         ResourcePools::RefCounts const left = pools_.releaseCacheRef({ResourceType::kBaseKvPage, pages[i]});
         if (left.cache == 0) {
             if (reportingRemovals_) {  // capacity reserved by beginRemovals: cannot throw
@@ -329,14 +335,16 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
     s.draftPages.reserve(plan.draftPageBindings.size());
 
     // 1. Pin the hit before eviction so that planning cannot count it as reclaimable.
-    for (PageId page : plan.basePageBindings) {
-        pools_.addActiveRef({ResourceType::kBaseKvPage, page});
-        s.basePages.push_back(page);
-    }
-    for (PageId page : plan.draftPageBindings) {
-        pools_.addActiveRef({ResourceType::kDraftKvPage, page});
-        s.draftPages.push_back(page);
-    }
+    pools_.forEachPrefetched(ResourceType::kBaseKvPage, plan.basePageBindings.data(), plan.basePageBindings.size(),
+                             [&](ResourceId const& id) {
+                                 pools_.addActiveRef(id);
+                                 s.basePages.push_back(id.index);
+                             });
+    pools_.forEachPrefetched(ResourceType::kDraftKvPage, plan.draftPageBindings.data(), plan.draftPageBindings.size(),
+                             [&](ResourceId const& id) {
+                                 pools_.addActiveRef(id);
+                                 s.draftPages.push_back(id.index);
+                             });
     if (plan.recurrentSnapshotBinding) {
         pools_.addActiveRef({ResourceType::kRecurrentSnapshot, *plan.recurrentSnapshotBinding});
         s.recurrentBinding = plan.recurrentSnapshotBinding;
@@ -544,10 +552,17 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     size_t refsAdded = 0;
     RecordId id = kNoRecord;
     try {
-        record.forEachResource([&](ResourceId const& rid) {
+        // forEachResource's order (base, draft, snapshots), the page paths with their slots prefetched.
+        auto const add = [&](ResourceId const& rid) {
             pools_.addCacheRef(rid);
             ++refsAdded;
-        });
+        };
+        pools_.forEachPrefetched(ResourceType::kBaseKvPage, record.basePagePath.data(), record.basePagePath.size(),
+                                 add);
+        pools_.forEachPrefetched(ResourceType::kDraftKvPage, record.draftPagePath.data(), record.draftPagePath.size(),
+                                 add);
+        if (record.recurrentSnapshotSlot) add({ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot});
+        if (record.partialKvSnapshotSlot) add({ResourceType::kPartialKvSnapshot, *record.partialKvSnapshotSlot});
         RecordInsertResult const inserted = records_.insert(record);
         if (!inserted.inserted) throw InvariantError("ContextCacheManager: publication raced an identical record");
         id = inserted.id;
