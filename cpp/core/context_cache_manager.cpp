@@ -190,9 +190,9 @@ void ContextCacheManager::evictOne(RecordId id) {
     if (report) events_.endRemoved();
     pools_.forEachPrefetched(ResourceType::kDraftKvPage, record.draftPagePath.data(), record.draftPagePath.size(),
                              [this](ResourceId const& rid) {
-                                 ResourcePools::RefCounts const left = pools_.releaseCacheRef(rid);
-                                 if (left.cache == 0 && left.active == 0) ++metrics_.reclaimedDraftKvPages;
-                             });
+        ResourcePools::RefCounts const left = pools_.releaseCacheRef(rid);
+        if (left.cache == 0 && left.active == 0) ++metrics_.reclaimedDraftKvPages;
+    });
     if (record.recurrentSnapshotSlot) {
         ResourceId const rid{ResourceType::kRecurrentSnapshot, *record.recurrentSnapshotSlot};
         pools_.releaseCacheRef(rid);
@@ -337,14 +337,14 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
     // 1. Pin the hit before eviction so that planning cannot count it as reclaimable.
     pools_.forEachPrefetched(ResourceType::kBaseKvPage, plan.basePageBindings.data(), plan.basePageBindings.size(),
                              [&](ResourceId const& id) {
-                                 pools_.addActiveRef(id);
-                                 s.basePages.push_back(id.index);
-                             });
+        pools_.addActiveRef(id);
+        s.basePages.push_back(id.index);
+    });
     pools_.forEachPrefetched(ResourceType::kDraftKvPage, plan.draftPageBindings.data(), plan.draftPageBindings.size(),
                              [&](ResourceId const& id) {
-                                 pools_.addActiveRef(id);
-                                 s.draftPages.push_back(id.index);
-                             });
+        pools_.addActiveRef(id);
+        s.draftPages.push_back(id.index);
+    });
     if (plan.recurrentSnapshotBinding) {
         pools_.addActiveRef({ResourceType::kRecurrentSnapshot, *plan.recurrentSnapshotBinding});
         s.recurrentBinding = plan.recurrentSnapshotBinding;
