@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,46 @@ def http(path: str, body: Any = None) -> Any:
                                      method="GET" if body is None else "POST")
     with urllib.request.urlopen(request, timeout=5) as response:
         return json.loads(response.read().decode() or "null")
+
+
+def indexer_env() -> dict[str, str]:
+    """The indexer is not ours to sanitize: under tools/test --sanitize it runs without the preloaded runtimes."""
+    return {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
+
+
+def start_indexer() -> subprocess.Popen[str]:
+    """`python -m dynamo.indexer` on port 8090, once its HTTP API answers (at most 20 s, else RuntimeError)."""
+    indexer = subprocess.Popen([sys.executable, "-m", "dynamo.indexer", "--port", "8090", "--threads", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=indexer_env())
+    for _ in range(400):
+        try:
+            http("/dump")
+            return indexer
+        except OSError:
+            time.sleep(0.05)
+    indexer.kill()
+    raise RuntimeError("the indexer did not come up in 20 s")
+
+
+def stop_indexer(indexer: subprocess.Popen[str]) -> str:
+    """Stops it; its log."""
+    indexer.terminate()
+    try:
+        return indexer.communicate(timeout=10)[0]
+    except subprocess.TimeoutExpired:
+        indexer.kill()
+        return indexer.communicate()[0]
+
+
+def poll(read: Callable[[], Any], want: Any, seconds: float = 10.0) -> Any:
+    """The indexer applies events asynchronously: read() until it equals `want`, at most `seconds`; the last value."""
+    got = read()
+    deadline = time.monotonic() + seconds
+    while got != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = read()
+    return got
 
 
 def router_matched(tokens: list[int]) -> int:
@@ -71,17 +112,8 @@ def cache_matched(manager: ctxcache.ContextCacheManager, tokens: list[int]) -> i
 
 def main() -> int:
     loopback_up()
-    # The indexer is not ours to sanitize: under tools/test --sanitize it runs without the preloaded runtimes.
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
-    indexer = subprocess.Popen([sys.executable, "-m", "dynamo.indexer", "--port", "8090", "--threads", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    indexer = start_indexer()
     try:
-        for _ in range(200):
-            try:
-                http("/dump")
-                break
-            except OSError:
-                time.sleep(0.05)
         prompts = {
             "A": list(range(100, 114)),
             "B": list(range(100, 108)) + [500, 501, 502, 503],
@@ -102,13 +134,7 @@ def main() -> int:
             def observe(step: str) -> None:
                 publisher.flush(5.0)
                 want = {name: cache_matched(manager, tokens) for name, tokens in prompts.items()}
-                got: dict[str, int] = {}
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    got = {name: router_matched(tokens) for name, tokens in prompts.items()}
-                    if got == want:
-                        break
-                    time.sleep(0.05)
+                got = poll(lambda: {name: router_matched(tokens) for name, tokens in prompts.items()}, want)
                 report["steps"].append({"step": step, "router": got, "cache": want})
 
             publish("A")
@@ -132,12 +158,7 @@ def main() -> int:
             report["dump_blocks_at_end"] = dump_blocks()
             report["publisher"] = publisher.stats.__dict__
     finally:
-        indexer.terminate()
-        try:
-            log = indexer.communicate(timeout=10)[0]
-        except subprocess.TimeoutExpired:
-            indexer.kill()
-            log = indexer.communicate()[0]
+        log = stop_indexer(indexer)
     report["indexer_log_tail"] = log[-4000:]
     print(json.dumps(report))
     return 0

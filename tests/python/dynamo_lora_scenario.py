@@ -10,16 +10,13 @@ JSON line: per step, the matched-token counts the indexer answers per adapter (`
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
 import ctxcache
-from dynamo_indexer_scenario import MODEL, PAGE, dump_blocks, http, loopback_up
+from dynamo_indexer_scenario import MODEL, PAGE, dump_blocks, http, loopback_up, poll, start_indexer, stop_indexer
 
 TOKENS = list(range(700, 712))
 ADAPTERS = {"A": "adapter-a", "B": "adapter-b", "base": "", "C": "adapter-c"}
@@ -35,17 +32,9 @@ def router_matched(lora: str) -> int:
 
 def main() -> int:
     loopback_up()
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
-    indexer = subprocess.Popen([sys.executable, "-m", "dynamo.indexer", "--port", "8090", "--threads", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    indexer = start_indexer()
     report: dict[str, Any] = {"steps": []}
     try:
-        for _ in range(200):
-            try:
-                http("/dump")
-                break
-            except OSError:
-                time.sleep(0.05)
         with ctxcache.ContextCacheManager(PAGE, ctxcache.ResourceDemand(base_kv_pages=16), 8) as manager, \
                 ctxcache.KvEventPublisher("tcp://*:5557", replay_endpoint="tcp://*:5558",
                                           wait_for_subscriber=10.0) as publisher:
@@ -66,13 +55,7 @@ def main() -> int:
 
             def observe(step: str, want: dict[str, int]) -> None:
                 publisher.flush(5.0)
-                got: dict[str, int] = {}
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    got = {name: router_matched(lora) for name, lora in ADAPTERS.items()}
-                    if got == want:
-                        break
-                    time.sleep(0.05)
+                got = poll(lambda: {name: router_matched(lora) for name, lora in ADAPTERS.items()}, want)
                 report["steps"].append({"step": step, "router": got, "want": want})
 
             full = len(TOKENS)
@@ -82,12 +65,7 @@ def main() -> int:
             observe("A evicted", {"A": 0, "B": full, "base": full, "C": 0})
             report["publisher"] = publisher.stats.__dict__
     finally:
-        indexer.terminate()
-        try:
-            log = indexer.communicate(timeout=10)[0]
-        except subprocess.TimeoutExpired:
-            indexer.kill()
-            log = indexer.communicate()[0]
+        log = stop_indexer(indexer)
     report["indexer_log_tail"] = log[-4000:]
     print(json.dumps(report))
     return 0

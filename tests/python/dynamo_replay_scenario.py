@@ -14,14 +14,13 @@ Cases (the built-in workload, page 16, a capacity that evicts nothing):
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from typing import Any
 
 from ctxcache.cli.workload import builtin_workload
-from dynamo_indexer_scenario import dump_blocks, http, loopback_up
+from dynamo_indexer_scenario import dump_blocks, http, loopback_up, start_indexer, stop_indexer
 
 PAGE = 16
 MODEL = "ctxcache-replay"
@@ -38,19 +37,6 @@ def distinct_full_blocks() -> int:
             identity = hash((identity, tuple(tokens[start:start + PAGE])))
             seen.add(identity)
     return len(seen)
-
-
-def start_indexer(env: dict[str, str]) -> subprocess.Popen[str]:
-    indexer = subprocess.Popen([sys.executable, "-m", "dynamo.indexer", "--port", "8090", "--threads", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    for _ in range(400):
-        try:
-            http("/dump")
-            return indexer
-        except OSError:
-            time.sleep(0.05)
-    indexer.kill()
-    raise RuntimeError("the indexer did not come up in 20 s")
 
 
 def register(replay_endpoint: str | None) -> None:
@@ -74,15 +60,6 @@ def settled_blocks(want: int) -> int:
     return last
 
 
-def stop(indexer: subprocess.Popen[str]) -> str:
-    indexer.terminate()
-    try:
-        return indexer.communicate(timeout=10)[0]
-    except subprocess.TimeoutExpired:
-        indexer.kill()
-        return indexer.communicate()[0]
-
-
 def replay_command(*extra: str) -> list[str]:
     return [sys.executable, "-m", "ctxcache.cli", "replay", "--page-size", str(PAGE), "--bookkeeping-only",
             "--capacity-tokens", str(CAPACITY_TOKENS), "--events", "tcp://*:5557", "--json", *extra]
@@ -90,11 +67,9 @@ def replay_command(*extra: str) -> list[str]:
 
 def main() -> int:
     loopback_up()
-    # The indexer is not ours to sanitize: under tools/test --sanitize it runs without the preloaded runtimes.
-    indexer_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
     report: dict[str, Any] = {"workload_blocks": distinct_full_blocks(), "cases": {}}
 
-    indexer = start_indexer(indexer_env)
+    indexer = start_indexer()
     try:
         register(None)
         done = subprocess.run(replay_command(), capture_output=True, text=True, timeout=120)
@@ -104,14 +79,14 @@ def main() -> int:
                                         "evicted_records": result.get("evicted_records"),
                                         "indexer": settled_blocks(events.get("cache_blocks", -1))}
     finally:
-        report["cases"].setdefault("listening", {})["log"] = stop(indexer)[-3000:]
+        report["cases"].setdefault("listening", {})["log"] = stop_indexer(indexer)[-3000:]
 
     replay = subprocess.Popen(replay_command("--events-replay", "tcp://*:5558"), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     indexer = None
     try:
         time.sleep(1.0)
-        indexer = start_indexer(indexer_env)
+        indexer = start_indexer()
         register("tcp://127.0.0.1:5558")
         out, err = replay.communicate(timeout=120)
         result = json.loads(out) if replay.returncode == 0 else {}
@@ -123,7 +98,7 @@ def main() -> int:
         if replay.poll() is None:
             replay.kill()
         if indexer is not None:
-            report["cases"].setdefault("late", {})["log"] = stop(indexer)[-3000:]
+            report["cases"].setdefault("late", {})["log"] = stop_indexer(indexer)[-3000:]
     print(json.dumps(report))
     return 0
 
