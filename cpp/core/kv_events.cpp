@@ -211,13 +211,13 @@ std::string mediaEventIdentifier(Hash128 const& identity) {
     }
     unsigned char digest[SHA256_DIGEST_LENGTH];
     SHA256(bytes, sizeof bytes, digest);
-    static char const kHex[] = "0123456789abcdef";
-    std::string out(2 * SHA256_DIGEST_LENGTH, '0');
-    for (size_t i = 0; i < SHA256_DIGEST_LENGTH; ++i) {
-        out[2 * i] = kHex[digest[i] >> 4];
-        out[2 * i + 1] = kHex[digest[i] & 15];
-    }
-    return out;
+    // The digest's 32 bytes in order, written by toHex as two 128-bit values read big-endian.
+    auto word = [&](int first) {
+        uint64_t w = 0;
+        for (int i = 0; i < 8; ++i) w = (w << 8) | digest[first + i];
+        return w;
+    };
+    return toHex(Hash128{word(0), word(8)}) + toHex(Hash128{word(16), word(24)});
 }
 
 }  // namespace ctxcache

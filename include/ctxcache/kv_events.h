@@ -58,8 +58,6 @@ struct KvEventKeys {
     KvEventKeys() = default;
     KvEventKeys(std::string_view lora, KvEventMedia const* items = nullptr, size_t itemCount = 0)  // NOLINT
         : loraName(lora), media(items), mediaCount(itemCount) {}
-
-    bool empty() const noexcept { return loraName.empty() && mediaCount == 0; }
 };
 
 // An owned KvEventKeys: a request's identity, built once (at admission) and read by each of its publications.
