@@ -9,6 +9,7 @@
  *   ctxcache/c/lease.h      leases (a manager's grants)
  *   ctxcache/c/kv_events.h  KV events and their ZMQ publisher
  *   ctxcache/c/metrics.h    metrics in the Prometheus text format
+ *   ctxcache/c/retention.h  retention specs, the retention clock and pins
  *   ctxcache/c/device.h     device backends, buffers, KV pools, page tables, KV lengths, resident state, snapshots
  *   ctxcache/c/dense_kv.h   dense K/V scatter into pages and gather out of them
  *   ctxcache/c/dlpack.h     DLPack export of device views
@@ -103,6 +104,7 @@
 #include "ctxcache/c/lease.h"
 #include "ctxcache/c/manager.h"
 #include "ctxcache/c/metrics.h"
+#include "ctxcache/c/retention.h"
 #include "ctxcache/c/runtime.h"
 #include "ctxcache/c/sim.h"
 #include "ctxcache/c/swa.h"

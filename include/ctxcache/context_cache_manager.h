@@ -68,6 +68,7 @@
 #include "ctxcache/eviction_planner.h"
 #include "ctxcache/kv_events.h"
 #include "ctxcache/resource_pools.h"
+#include "ctxcache/retention.h"
 #include "ctxcache/reuse_plan.h"
 #include "ctxcache/types.h"
 
@@ -92,6 +93,7 @@ struct PublishRequest {
     int32_t residentStateLength = 0;
     BlockTokenSpan tokenIds;  // the prompt's tokens (at least the published blocks'): needed with events on
     KvEventKeys eventKeys;    // the prompt's LoRA adapter and media items, for BlockStored (read with events on)
+    RetentionSpec const* retention = nullptr;  // how long the record should stay (retention.h); null: the default
 };
 
 struct PublishResult {
@@ -123,6 +125,7 @@ struct HybridPublishRequest {
     HybridSnapshotReservation snapshots;
     BlockTokenSpan tokenIds;  // as PublishRequest::tokenIds
     KvEventKeys eventKeys;    // as PublishRequest::eventKeys
+    RetentionSpec const* retention = nullptr;  // as PublishRequest::retention
 };
 
 // Cumulative eviction outcomes and lookups. Reclaimed counts include only resources returned to a free list at the
@@ -140,6 +143,17 @@ struct ContextCacheManagerMetrics {
     // (kUseCache): their prompt tokens and the tokens they skip (reuseTokenLength). hits / queries is the hit rate.
     uint64_t prefixCacheQueries = 0;
     uint64_t prefixCacheHits = 0;
+};
+
+// Retention outcomes (retention.h): what eviction took at which priority, and the clock's effects.
+struct RetentionMetrics {
+    uint64_t evictedRecordsByPriority[kRetentionPriorityCount] = {};  // a record's rank when it was evicted
+    uint64_t trimmedRecordsByPriority[kRetentionPriorityCount] = {};  // the rank under which a trim cut it
+    uint64_t retentionExpiries = 0;  // records whose rank fell because a range's duration ended
+    uint64_t pinExpiries = 0;        // pins released because their duration ended
+    uint64_t pinsRefused = 0;        // pins the budget refused
+    uint64_t pinnedRecords = 0;      // gauges: records pinned now, and the distinct base pages they hold
+    uint64_t pinnedBasePages = 0;
 };
 
 class ContextCacheManager {
@@ -203,8 +217,31 @@ public:
     // nothing changed).
     PublishResult publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request);
 
-    // Evicts one record now (whatever its recency). Unknown id: ContractError.
+    // Evicts one record now (whatever its recency or priority; a pinned one loses its pin). Unknown id:
+    // ContractError.
     void evictRecord(RecordId id);
+
+    // Retention (retention.h). Time: the steady clock, until the caller drives it: setRetentionTime switches to
+    // the caller's clock for good and applies the expiries it reaches (a time before the last one set:
+    // ContractError). retentionTime() is the time expiries are judged by.
+    void setRetentionTime(int64_t nowNs);
+    int64_t retentionTime() const noexcept;
+    bool retentionClockDriven() const noexcept { return clockDriven_; }
+    // A record's eviction rank now (its bucket) and its ranges in block units (empty: the default).
+    int32_t recordPriority(RecordId id) const;
+    RetentionBlockRanges recordRetention(RecordId id) const;
+    // Hard pins: a pinned record is never evicted or trimmed until unpinned, explicitly or when durationNs
+    // (kNoRetentionDuration: none) ends. It holds its resources like a lease does, so an acquire never counts on
+    // them. The budget bounds them: the distinct ids pinned records hold in each pool stay within
+    // floor(fraction * capacity), and pinned records below maxRecords, so admission never fails for lack of what
+    // pins hold beyond it. A pin past the budget is refused (ContractError naming the pool, the ids it needs and
+    // the budget; nothing changed). Pinning a pinned record again only sets its duration.
+    void setPinBudget(double fraction);  // 0 (the default) refuses every pin; fraction in [0, 1]
+    double pinBudget() const noexcept { return pinBudget_; }
+    void pinRecord(RecordId id, int64_t durationNs = kNoRetentionDuration);
+    void unpinRecord(RecordId id);  // unknown or unpinned id: ContractError
+    bool isPinned(RecordId id) const;
+    RetentionMetrics const& retentionMetrics() const noexcept { return retentionMetrics_; }
     // A prefix-cache reset: evicts every record, so that no lookup finds anything afterwards (with events on: one
     // AllBlocksCleared instead of the removals). Refused while leases are live (ContractError, nothing changed):
     // their publications would refill the cache the reset claims to empty, as vLLM's reset_prefix_cache refuses
