@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -74,6 +75,7 @@ struct LeaseObject {
     void const* managerHandle = nullptr;
     int32_t state = CTXC_LEASE_LIVE;
     std::vector<int32_t> publishedPages;  // backs ctxc_publish_result_t::canonical_base_pages of its last publish
+    std::optional<RetentionSpec> retention;  // ctxc_lease_set_retention: its publications carry it
 };
 
 struct HasherObject {

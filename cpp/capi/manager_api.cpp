@@ -179,7 +179,10 @@ ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_le
             tokens = inputTokens(tokenIds, tokenCount);
             keys = inputEventKeys(eventKeys, media);
             fillPublishResult(
-                l, m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens, keys}), out);
+                l,
+                m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens, keys,
+                                             l.retention ? &*l.retention : nullptr}),
+                out);
             return;
         }
         if (!p.checkpoint) invalidArgument("checkpoint is NULL");
@@ -187,7 +190,8 @@ ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_le
         HybridCheckpointKey const key{toHash(p.checkpoint->exact_prefix_digest), p.checkpoint->exact_length};
         fillPublishResult(l,
                           (m.manager.get()->*p.checkpointed)(
-                              l.lease, {inputHashes(hashes, count), key, toReservation(*p.snapshots), tokens, keys}),
+                              l.lease, {inputHashes(hashes, count), key, toReservation(*p.snapshots), tokens, keys,
+                                        l.retention ? &*l.retention : nullptr}),
                           out);
     });
 }

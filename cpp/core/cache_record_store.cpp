@@ -100,7 +100,9 @@ CacheRecordStore::Entry& CacheRecordStore::entry(RecordId id, char const* operat
     return it->second;
 }
 
-RecordInsertResult CacheRecordStore::insert(CacheRecord const& record) {
+RecordInsertResult CacheRecordStore::insert(CacheRecord const& record, int32_t priority) {
+    if (priority < kMinRetentionPriority || priority > kMaxRetentionPriority)
+        throw ContractError("CacheRecordStore::insert: priority " + std::to_string(priority) + " is outside 0..100");
     record.validate();
     bool const mtp = record.isHybridMtp();
     if (auto hybrid = record.hybridKey()) {
@@ -127,10 +129,11 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord const& record) {
     stored.id = id;
     if (!derived) stored.keptBlockHashes = record.logicalBlockHashes;
     stored.publishedHashDigest = hashDigest(record.logicalBlockHashes);
-    lru_.push_back(id);
-    auto lruPosition = std::prev(lru_.end());
+    // The node waits in parked_ until everything else is in place; placeAtBack then splices it (no allocation).
+    parked_.push_back(id);
+    auto lruPosition = std::prev(parked_.end());
     try {
-        auto [it, inserted] = records_.emplace(id, Entry{std::move(stored), lruPosition});
+        auto [it, inserted] = records_.emplace(id, Entry{std::move(stored), lruPosition, 0, priority, false});
         (void)inserted;
         try {
             if (hybrid) {
@@ -156,10 +159,13 @@ RecordInsertResult CacheRecordStore::insert(CacheRecord const& record) {
             throw;
         }
     } catch (...) {
-        lru_.erase(lruPosition);
+        parked_.erase(lruPosition);
         throw;
     }
     ++nextId_;
+    Entry& e = records_.find(id)->second;
+    e.stamp = ++tick_;
+    placeAtBack(e);
     return {id, true};
 }
 
@@ -211,10 +217,112 @@ std::optional<RecordId> CacheRecordStore::leastRecent() const noexcept {
     return lru_.front();
 }
 
-void CacheRecordStore::touch(RecordId id) {
-    Entry& e = entry(id, "touch");
-    lru_.splice(lru_.end(), lru_, e.lruPosition);
+void CacheRecordStore::touch(RecordId id) { makeMostRecent(entry(id, "touch")); }
+
+void CacheRecordStore::makeMostRecent(Entry& e) {
+    e.stamp = ++tick_;
+    if (!e.listed) return;  // a pinned record: it keeps its recency for when it is listed again
+    Bucket const& b = buckets_[static_cast<size_t>(e.priority)];
+    if (b.last == e.lruPosition) return;  // already the bucket's most recent
+    leaveBucket(e);
+    placeAtBack(e);
 }
+
+int32_t CacheRecordStore::priority(RecordId id) const {
+    return const_cast<CacheRecordStore*>(this)->entry(id, "priority").priority;
+}
+
+bool CacheRecordStore::isListed(RecordId id) const {
+    return const_cast<CacheRecordStore*>(this)->entry(id, "isListed").listed;
+}
+
+void CacheRecordStore::setPriority(RecordId id, int32_t priority) {
+    Entry& e = entry(id, "setPriority");
+    if (priority < kMinRetentionPriority || priority > kMaxRetentionPriority)
+        throw ContractError("CacheRecordStore::setPriority: priority " + std::to_string(priority) +
+                            " is outside 0..100");
+    if (priority == e.priority) return;
+    if (!e.listed) {
+        e.priority = priority;
+        return;
+    }
+    leaveBucket(e);
+    e.priority = priority;
+    placeByRecency(e);
+}
+
+void CacheRecordStore::unlist(RecordId id) {
+    Entry& e = entry(id, "unlist");
+    if (!e.listed) return;
+    leaveBucket(e);
+    parked_.splice(parked_.end(), lru_, e.lruPosition);
+    e.listed = false;
+}
+
+void CacheRecordStore::relist(RecordId id) {
+    Entry& e = entry(id, "relist");
+    if (!e.listed) placeByRecency(e);
+}
+
+std::list<RecordId>::iterator CacheRecordStore::bucketEnd(int32_t priority) {
+    // The first record of the lowest non-empty bucket above `priority`, or the end.
+    for (int word = (priority + 1) / 64; word < 2; ++word) {
+        uint64_t bits = nonEmpty_[word];
+        if (word == (priority + 1) / 64) bits &= ~uint64_t{0} << ((priority + 1) % 64);
+        if (bits != 0) return buckets_[static_cast<size_t>(word * 64 + __builtin_ctzll(bits))].first;
+    }
+    return lru_.end();
+}
+
+void CacheRecordStore::leaveBucket(Entry& e) noexcept {
+    Bucket& b = buckets_[static_cast<size_t>(e.priority)];
+    if (--b.count == 0) {
+        nonEmpty_[e.priority / 64] &= ~(uint64_t{1} << (e.priority % 64));
+        return;
+    }
+    if (b.first == e.lruPosition) b.first = std::next(e.lruPosition);
+    if (b.last == e.lruPosition) b.last = std::prev(e.lruPosition);
+}
+
+void CacheRecordStore::placeBefore(Entry& e, std::list<RecordId>::iterator pos, bool front, bool back) noexcept {
+    lru_.splice(pos, e.listed ? lru_ : parked_, e.lruPosition);  // the node (and its iterator) moves as it is
+    e.listed = true;
+    Bucket& b = buckets_[static_cast<size_t>(e.priority)];
+    if (b.count++ == 0) {
+        b.first = b.last = e.lruPosition;
+        nonEmpty_[e.priority / 64] |= uint64_t{1} << (e.priority % 64);
+        return;
+    }
+    if (front) b.first = e.lruPosition;
+    if (back) b.last = e.lruPosition;
+}
+
+void CacheRecordStore::placeAtBack(Entry& e) noexcept { placeBefore(e, bucketEnd(e.priority), false, true); }
+
+void CacheRecordStore::placeByRecency(Entry& e) {
+    Bucket const& b = buckets_[static_cast<size_t>(e.priority)];
+    if (b.count == 0 || stampOf(*b.last) < e.stamp) {
+        placeAtBack(e);
+        return;
+    }
+    // Walk in from both ends at once: the cost is twice the distance to the nearer end.
+    auto forward = b.first;
+    auto backward = b.last;
+    for (;;) {
+        if (stampOf(*forward) > e.stamp) {
+            placeBefore(e, forward, forward == b.first, false);
+            return;
+        }
+        if (stampOf(*backward) < e.stamp) {
+            placeBefore(e, std::next(backward), false, backward == b.last);
+            return;
+        }
+        ++forward;
+        --backward;
+    }
+}
+
+uint64_t CacheRecordStore::stampOf(RecordId id) const { return records_.find(id)->second.stamp; }
 
 void CacheRecordStore::setDraftState(RecordId id, std::vector<PageId> draftPagePath) {
     Entry& e = entry(id, "setDraftState");
@@ -230,7 +338,7 @@ void CacheRecordStore::setDraftState(RecordId id, std::vector<PageId> draftPageP
     for (PageId page : draftPagePath)
         if (page < 0) throw ContractError("CacheRecordStore::setDraftState: negative draft page id");
     e.record.draftPagePath = std::move(draftPagePath);
-    lru_.splice(lru_.end(), lru_, e.lruPosition);
+    makeMostRecent(e);
 }
 
 StoredRecord CacheRecordStore::erase(RecordId id) {
@@ -239,7 +347,12 @@ StoredRecord CacheRecordStore::erase(RecordId id) {
     std::optional<CacheRecordKey> const anchorKey =
         e.record.isHybrid() ? std::optional<CacheRecordKey>(anchorOf(e.record)) : std::nullopt;
     StoredRecord record = std::move(e.record);
-    lru_.erase(e.lruPosition);
+    if (e.listed) {
+        leaveBucket(e);
+        lru_.erase(e.lruPosition);
+    } else {
+        parked_.erase(e.lruPosition);
+    }
     if (auto hybrid = record.hybridKey()) {
         checkpointIndex(record.isHybridMtp()).erase(*hybrid);
         auto it = hybridLengths_.find(hybrid->exactLength);
@@ -302,15 +415,46 @@ CacheRecordStore::TrimmedTail CacheRecordStore::trimTail(RecordId id, int32_t ke
 }
 
 void CacheRecordStore::checkInvariants() const {
-    if (lru_.size() != records_.size())
-        throw InvariantError("CacheRecordStore: LRU holds " + std::to_string(lru_.size()) + " ids for " +
-                             std::to_string(records_.size()) + " records");
+    if (lru_.size() + parked_.size() != records_.size())
+        throw InvariantError("CacheRecordStore: LRU holds " + std::to_string(lru_.size()) + " ids and " +
+                             std::to_string(parked_.size()) + " are unlisted for " + std::to_string(records_.size()) +
+                             " records");
+    // The eviction order: priority buckets ascending, each least recent first, and each bucket's bookkeeping.
+    std::array<uint32_t, kRetentionPriorityCount> counts{};
+    int32_t lastPriority = -1;
+    uint64_t lastStamp = 0;
     for (auto it = lru_.begin(); it != lru_.end(); ++it) {
         auto rec = records_.find(*it);
         if (rec == records_.end())
             throw InvariantError("CacheRecordStore: LRU holds unknown record " + std::to_string(*it));
-        if (rec->second.lruPosition != it)
+        Entry const& e = rec->second;
+        if (e.lruPosition != it || !e.listed)
             throw InvariantError("CacheRecordStore: record " + std::to_string(*it) + " is in the LRU twice");
+        if (e.stamp > tick_ || e.priority < lastPriority || (e.priority == lastPriority && e.stamp <= lastStamp))
+            throw InvariantError("CacheRecordStore: record " + std::to_string(*it) + " (priority " +
+                                 std::to_string(e.priority) + ") is out of eviction order");
+        Bucket const& b = buckets_[static_cast<size_t>(e.priority)];
+        if (counts[static_cast<size_t>(e.priority)]++ == 0 && b.first != it)
+            throw InvariantError("CacheRecordStore: priority " + std::to_string(e.priority) + "'s first record is not " +
+                                 std::to_string(*it));
+        if (std::next(it) == lru_.end() || records_.find(*std::next(it))->second.priority != e.priority)
+            if (b.last != it)
+                throw InvariantError("CacheRecordStore: priority " + std::to_string(e.priority) +
+                                     "'s last record is not " + std::to_string(*it));
+        lastPriority = e.priority;
+        lastStamp = e.stamp;
+    }
+    for (int32_t p = 0; p < kRetentionPriorityCount; ++p) {
+        bool const bit = (nonEmpty_[p / 64] >> (p % 64)) & 1;
+        if (buckets_[static_cast<size_t>(p)].count != counts[static_cast<size_t>(p)] || bit != (counts[static_cast<size_t>(p)] > 0))
+            throw InvariantError("CacheRecordStore: priority " + std::to_string(p) + " counts " +
+                                 std::to_string(buckets_[static_cast<size_t>(p)].count) + " records, the LRU holds " +
+                                 std::to_string(counts[static_cast<size_t>(p)]));
+    }
+    for (auto it = parked_.begin(); it != parked_.end(); ++it) {
+        auto rec = records_.find(*it);
+        if (rec == records_.end() || rec->second.listed || rec->second.lruPosition != it)
+            throw InvariantError("CacheRecordStore: unlisted record " + std::to_string(*it) + " is misfiled");
     }
     size_t hybrids = 0, mtps = 0;
     std::map<int32_t, int32_t, std::greater<int32_t>> lengths;
@@ -381,7 +525,7 @@ size_t CacheRecordStore::memoryBytes() const noexcept {
     size_t bytes = exactIndex_.memoryBytes() + hybridIndex_.memoryBytes() + mtpIndex_.memoryBytes();
     bytes += records_.bucket_count() * sizeof(void*);
     bytes += records_.size() * (sizeof(std::pair<RecordId const, Entry>) + kNodeOverhead);
-    bytes += lru_.size() * (sizeof(RecordId) + kNodeOverhead);
+    bytes += (lru_.size() + parked_.size()) * (sizeof(RecordId) + kNodeOverhead);
     bytes += hybridLengths_.size() * (sizeof(std::pair<int32_t const, int32_t>) + 4 * sizeof(void*) + 16);
     bytes += hybridAnchors_.bucket_count() * sizeof(void*);
     for (auto const& [anchor, lengths] : hybridAnchors_)

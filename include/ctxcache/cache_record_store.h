@@ -7,7 +7,9 @@
 // Invariants: every record is in exactly one key index (plain hybrid checkpoints in the hybrid index, Hybrid+MTP
 //             checkpoints in the MTP index, the others in the exact-key index; so a plain and an MTP checkpoint
 //             of one exact prefix may coexist and neither is ever found as the other) and exactly once in the LRU list
-//             (least recent at the front); ids start at 1 and increase. The store does not enforce maxRecords: the
+//             (least recent at the front) or, unlisted (pinned), outside it; the LRU is ordered by priority bucket
+//             (0 first), then by recency (each record's stamp, strictly increasing within a bucket), and each
+//             bucket's first/last/count describe its run; ids start at 1 and increase. The store does not enforce maxRecords: the
 //             manager does (one transient extra is allowed while a publication commits). With a hash source:
 //             while a record holds base page p, the source maps p to the record's logical hash at that block
 //             (the manager keeps a canonical mapping while its page holds a cache reference), and a record keeps
@@ -26,6 +28,7 @@
 // Threading:  single writer, no internal locks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -35,6 +38,7 @@
 
 #include "ctxcache/cache_record.h"
 #include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/retention.h"
 
 namespace ctxcache {
 
@@ -50,10 +54,10 @@ public:
     CacheRecordStore(CacheRecordStore&&) = delete;
     CacheRecordStore& operator=(CacheRecordStore&&) = delete;
 
-    // Assigns the next id and inserts as MRU. An exact duplicate (same hybrid key and kind for a hybrid record,
-    // same exact key otherwise) is only touched and returned with inserted = false. Copies the record's paths
-    // (and its hashes only where they cannot be derived).
-    RecordInsertResult insert(CacheRecord const& record);
+    // Assigns the next id and inserts as the most recent of its priority bucket. An exact duplicate (same hybrid
+    // key and kind for a hybrid record, same exact key otherwise) is only touched and returned with inserted =
+    // false (its priority unchanged). Copies the record's paths (and its hashes only where they cannot be derived).
+    RecordInsertResult insert(CacheRecord const& record, int32_t priority = kDefaultRetentionPriority);
     std::optional<RecordId> find(CacheRecordKey const& key) const;
     // A plain hybrid (or pure-recurrent) checkpoint; never an MTP one.
     std::optional<RecordId> findHybrid(HybridCheckpointKey const& key) const;
@@ -101,8 +105,18 @@ public:
     };
     TrimmedTail trimTail(RecordId id, int32_t keepBlocks);
 
-    // Least recent first. The list is the store's own: valid until the next mutation.
+    // The eviction order of the listed records: priority buckets ascending (0 first), least recent first within
+    // one. With every record at one priority it is plain record LRU. The list is the store's own: valid until the
+    // next mutation.
     std::list<RecordId> const& lru() const noexcept { return lru_; }
+    // A record's bucket. setPriority moves it to another bucket at its place by recency there (a touch's stamp).
+    int32_t priority(RecordId id) const;
+    void setPriority(RecordId id, int32_t priority);
+    // Unlisted (pinned) records are outside the eviction order (leastRecent and lru() never show them); a touch
+    // still renews their recency, and relist puts them back at their place by it.
+    void unlist(RecordId id);
+    void relist(RecordId id);
+    bool isListed(RecordId id) const;
     std::vector<RecordId> lruToMru() const { return {lru_.begin(), lru_.end()}; }
     std::optional<RecordId> leastRecent() const noexcept;
     size_t size() const noexcept { return records_.size(); }
@@ -120,9 +134,24 @@ public:
 private:
     struct Entry {
         StoredRecord record;
-        std::list<RecordId>::iterator lruPosition;
+        std::list<RecordId>::iterator lruPosition;  // in lru_ when listed, else in parked_
+        uint64_t stamp = 0;                          // recency: the tick of its insert or last touch
+        int32_t priority = kDefaultRetentionPriority;
+        bool listed = true;
+    };
+    // One priority's run of lru_: its first and last record (valid while count > 0).
+    struct Bucket {
+        std::list<RecordId>::iterator first, last;
+        uint32_t count = 0;
     };
     Entry& entry(RecordId id, char const* operation);
+    void makeMostRecent(Entry& e);
+    std::list<RecordId>::iterator bucketEnd(int32_t priority);
+    void leaveBucket(Entry& e) noexcept;  // the node stays where it is; only the bookkeeping forgets it
+    void placeBefore(Entry& e, std::list<RecordId>::iterator pos, bool front, bool back) noexcept;
+    void placeAtBack(Entry& e) noexcept;
+    void placeByRecency(Entry& e);
+    uint64_t stampOf(RecordId id) const;
     // Where a hybrid checkpoint hangs off its prompt's block chain: its last full block (or the chain root).
     CacheRecordKey anchorOf(StoredRecord const& record) const;
 
@@ -141,6 +170,10 @@ private:
     // (hash of the checkpoint's last full block or the chain root, full-block count) -> exact lengths.
     std::unordered_map<CacheRecordKey, std::vector<int32_t>, CacheRecordKeyHasher> hybridAnchors_;
     std::list<RecordId> lru_;
+    std::list<RecordId> parked_;  // unlisted records (and a new one while it is inserted)
+    std::array<Bucket, kRetentionPriorityCount> buckets_{};
+    uint64_t nonEmpty_[2] = {0, 0};  // bit p: bucket p holds a record
+    uint64_t tick_ = 0;
 };
 
 }  // namespace ctxcache

@@ -69,6 +69,7 @@
 #include "ctxcache/kv_events.h"
 #include "ctxcache/resource_pools.h"
 #include "ctxcache/retention.h"
+#include "ctxcache/retention_table.h"
 #include "ctxcache/reuse_plan.h"
 #include "ctxcache/types.h"
 
@@ -349,6 +350,22 @@ private:
     KvEventLog events_;  // this call's events, or all pending ones without a sink
     std::shared_ptr<KvEventSink> eventSink_;
     std::vector<size_t> stagedStores_;  // blocks the running publication mapped canonically, in order
+
+    // Retention: the records' ranges, expiries and pins (retention_table.h), the clock and the pin budget.
+    RetentionTable retention_;
+    RetentionMetrics retentionMetrics_;
+    bool clockDriven_ = false;
+    int64_t drivenNowNs_ = 0;
+    double pinBudget_ = 0.0;
+    int64_t nowNs() const noexcept;
+    // The record's rank under this manager's policy at nowNs (its bucket in the store).
+    int32_t rankOf(StoredRecord const& record, int64_t nowNs) const noexcept;
+    // Re-ranks records whose ranges expired and releases pins whose duration ended, up to nowNs.
+    void applyExpiries(int64_t nowNs);
+    void applyExpiriesIfDue();
+    // Stores a publication's spec on its record (a new one: set; an existing one: merged) and ranks it.
+    void retain(RecordId id, RetentionSpec const* spec, bool existing);
+    void dropPin(RecordId id);  // releases the pin's holds; the record goes back to its bucket
 };
 
 }  // namespace ctxcache

@@ -40,6 +40,10 @@ typedef struct ctxc_retention_spec {
     int32_t reserved; /* 0 */
 } ctxc_retention_spec_t;
 
+/* Fills a spec with the defaults: no range, decode at the default priority with no duration, prompt_token_count
+ * -1, struct_size set. */
+CTXC_API void ctxc_retention_spec_init(ctxc_retention_spec_t *spec);
+
 /* The lease's later publications carry `spec` (copied; NULL: back to the default). A bad spec (a priority outside
  * 0..100, a negative start, an end not after its start, a negative duration other than
  * CTXC_RETENTION_NO_DURATION, more than 64 ranges) is CTXC_E_CONTRACT with nothing changed. */

@@ -1,0 +1,59 @@
+// RetentionTable: per-record ranges, pins and their expiry schedule. Contract: include/ctxcache/retention_table.h.
+#include "ctxcache/retention_table.h"
+
+#include <utility>
+
+namespace ctxcache {
+
+void RetentionTable::schedule(RecordId id, RetentionBlockRanges const& ranges, int64_t nowNs) {
+    for (RetentionBlockRange const& r : ranges)
+        if (r.expiresAtNs != kRetentionNever && r.expiresAtNs > nowNs) due_.push({r.expiresAtNs, id, false});
+}
+
+void RetentionTable::set(RecordId id, RetentionBlockRanges ranges, int64_t nowNs) {
+    if (ranges.empty()) {
+        ranges_.erase(id);
+        return;
+    }
+    schedule(id, ranges, nowNs);
+    ranges_[id] = std::move(ranges);
+}
+
+void RetentionTable::merge(RecordId id, RetentionBlockRanges const& more, int64_t nowNs) {
+    if (more.empty()) return;
+    RetentionBlockRanges& ranges = ranges_[id];
+    mergeRetentionBlockRanges(ranges, more, nowNs);
+    schedule(id, more, nowNs);
+    if (ranges.empty()) ranges_.erase(id);
+}
+
+void RetentionTable::clip(RecordId id, int32_t keepBlocks) {
+    auto it = ranges_.find(id);
+    if (it == ranges_.end()) return;
+    clipRetentionBlockRanges(it->second, keepBlocks);
+    if (it->second.empty()) ranges_.erase(it);
+}
+
+int32_t RetentionTable::pinHolders(ResourceId const& id) const noexcept {
+    int32_t const* n = pinHolders_.find(id);
+    return n ? *n : 0;
+}
+
+void RetentionTable::count(ResourceId const& id, int delta) {
+    auto [n, inserted] = pinHolders_.tryEmplace(id, 0);
+    if (inserted) ++pinnedDistinct_.at(id.type);
+    *n += delta;
+    if (*n == 0) {
+        pinHolders_.erase(id);
+        --pinnedDistinct_.at(id.type);
+    }
+}
+
+size_t RetentionTable::memoryBytes() const noexcept {
+    constexpr size_t kNode = 64;  // an unordered_map node with its bucket, roughly
+    size_t bytes = pinHolders_.memoryBytes() + due_.size() * sizeof(Due) + pins_.size() * kNode;
+    for (auto const& [id, ranges] : ranges_) bytes += kNode + ranges.capacity() * sizeof(RetentionBlockRange);
+    return bytes;
+}
+
+}  // namespace ctxcache
