@@ -127,14 +127,29 @@ void ContextCacheManager::releaseLease(LeaseState& s) noexcept {
 
 void ContextCacheManager::makeRoom(ResourceDemand const& demand, std::optional<RecordId> protectedRecord) {
     if (pools_.canAllocate(demand)) return;
-    if (protectedRecord && !records_.contains(*protectedRecord)) protectedRecord.reset();
+    applyExpiriesIfDue();
+    if (protectedRecord && (!records_.contains(*protectedRecord) || !records_.isListed(*protectedRecord)))
+        protectedRecord.reset();  // gone, or pinned (never a victim)
     RecordId const last = protectedRecord.value_or(kNoRecord);  // kNoRecord is never a stored id
-    // One step of EvictionPlanner::plan's walk, applied: true once the pools can allocate.
+    // One step of EvictionPlanner::plan's walk, applied: true once the pools can allocate. The walk reads the
+    // store's eviction order (priority buckets, LRU within each). Under kRecordLruTrim a record ranks by its last
+    // block, and a step may cut only its tail at or below that rank: when that tail is not enough, it is cut, the
+    // record re-ranks by its new last block (a later bucket) and the walk goes on.
     auto step = [&](RecordId id) {
         if (evictionPolicy_ == EvictionPolicy::kRecordLruTrim) {
-            if (std::optional<int32_t> keep = EvictionPlanner::trimPoint(demand, pools_, records_, records_.get(id))) {
+            StoredRecord const& record = records_.get(id);
+            int32_t const blocks = static_cast<int32_t>(record.basePagePath.size());
+            int32_t minKeep = 1;
+            if (RetentionBlockRanges const* ranges = retention_.find(id); ranges && !record.isHybrid())
+                minKeep = std::max(1, retentionTailStart(*ranges, blocks, records_.priority(id), rankedAtNs_));
+            if (std::optional<int32_t> keep = EvictionPlanner::trimPoint(demand, pools_, records_, record, minKeep)) {
                 trimRecord(RecordTrim{id, *keep});
                 return true;
+            }
+            if (minKeep > 1 && minKeep < blocks &&
+                !records_.find({records_.logicalHash(record, static_cast<size_t>(minKeep - 1)), minKeep})) {
+                trimRecord(RecordTrim{id, minKeep});
+                return pools_.canAllocate(demand);
             }
         }
         evictOne(id);
@@ -147,7 +162,7 @@ void ContextCacheManager::makeRoom(ResourceDemand const& demand, std::optional<R
         if (victim == lru.end()) break;
         done = step(*victim);
     }
-    if (!done && last != kNoRecord) done = step(last);
+    while (!done && last != kNoRecord && records_.contains(last)) done = step(last);
     // Unreachable while the reclaimable counts are exact (canAllocateOnceReclaimed promised the room).
     if (!done || !pools_.canAllocate(demand))
         throw InvariantError("ContextCacheManager: evicting every record fell short of the reclaimable count");
@@ -167,6 +182,9 @@ void ContextCacheManager::clear() {
     EventCall const call(*this);
     suppressRemovals_ = true;
     try {
+        std::vector<RecordId> pinned;
+        retention_.forEachPin([&](RecordId id, int64_t) { pinned.push_back(id); });
+        for (RecordId id : pinned) dropPin(id);
         while (std::optional<RecordId> victim = records_.leastRecent()) evictOne(*victim);
     } catch (...) {
         suppressRemovals_ = false;
@@ -183,6 +201,9 @@ void ContextCacheManager::clear() {
 
 void ContextCacheManager::evictOne(RecordId id) {
     // An EAGLE record's draft boundaries are keyed by its canonical base pages, which it still holds here.
+    dropPin(id);  // an explicit eviction of a pinned record ends its pin
+    ++retentionMetrics_.evictedRecordsByPriority[records_.priority(id)];
+    retention_.erase(id);
     StoredRecord const record = records_.erase(id);
     if (record.hasEagleDraftPath()) draftIndex_.erase(id, record.basePagePath);
     bool const report = beginRemovals(record.basePagePath.size());
@@ -250,7 +271,13 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
     // The store validates and cuts first (throwing with nothing changed); nothing after it allocates or throws
     // on a consistent state. O(blocks cut).
     bool const paired = records_.get(trim.record).hasDraftPath();
+    int32_t const rank = records_.priority(trim.record);
     CacheRecordStore::TrimmedTail const tail = records_.trimTail(trim.record, trim.keepBlocks);
+    ++retentionMetrics_.trimmedRecordsByPriority[rank];
+    if (retention_.find(trim.record)) {  // the cut ranges go; the record re-ranks by what is left
+        retention_.clip(trim.record, trim.keepBlocks);
+        records_.setPriority(trim.record, rankOf(records_.get(trim.record), rankedAtNs_));
+    }
     if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.basePages.data(), tail.basePages.size());
     bool const report = beginRemovals(tail.basePages.size());
     releaseBasePages(tail.basePages, 0);
@@ -542,12 +569,15 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(char const* op
 
 PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped,
                                                 int32_t publishedBlocks, BlockTokenSpan tokens,
-                                                KvEventKeys const& keys) {
+                                                KvEventKeys const& keys, RetentionSpec const* retention) {
     // `record` is the full form (every logical hash): the store keeps it compact, and the draft index and the
     // BlockStored events read the hashes from here.
     // The record-limit victim is chosen before the commit: the LRU head as it stands now.
     std::optional<RecordId> limitVictim;
-    if (maxRecords_ > 0 && records_.size() >= static_cast<size_t>(maxRecords_)) limitVictim = records_.leastRecent();
+    if (maxRecords_ > 0 && records_.size() >= static_cast<size_t>(maxRecords_)) {
+        applyExpiriesIfDue();
+        limitVictim = records_.leastRecent();  // the lowest priority's least recent (pinned records are unlisted)
+    }
 
     size_t refsAdded = 0;
     RecordId id = kNoRecord;
@@ -581,6 +611,7 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     }
 
     if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens, keys);  // before the record-limit removals
+    retain(id, retention, false);
     PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};
     if (maxRecords_ == 0) evictOne(id);
     else if (limitVictim) evictOne(*limitVictim);
@@ -612,6 +643,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
                          str(static_cast<int64_t>(s.draftPages.size())) + " draft pages");
     checkMatchedPrefix(op, hashes, count, s.matchedHashes);
     checkEventTokens(op, tokens, request.eventKeys, count);
+    if (request.retention) validateRetentionSpec(op, *request.retention);
     if (s.specReplayDependency) {
         SpecReplayDependency const& dep = *s.specReplayDependency;
         if (count < static_cast<size_t>(dep.pathBlockCount))
@@ -628,6 +660,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
         StoredRecord const& record = records_.get(*existing);
         if (!spec || record.hasDraftPath()) {
             records_.touch(*existing);
+            retain(*existing, request.retention, true);
             return PublishResult{PublishStatus::kExistingRecord, *existing, record.basePagePath, published};
         }
         // Draft upgrade: a base-only record gains this producer's draft path (and becomes MRU). Index first
@@ -647,6 +680,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
             throw;
         }
         records_.setDraftState(*existing, std::move(upgraded.draftPagePath));
+        retain(*existing, request.retention, true);
         return PublishResult{PublishStatus::kPublished, *existing, records_.get(*existing).basePagePath, published};
     }
 
@@ -656,7 +690,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
     record.logicalBlockHashes.assign(hashes.begin(), hashes.begin() + published);
     record.basePagePath = projectCanonicalBasePath(op, hashes, count, s.basePages, s.matchedHashes.size(), newlyMapped);
     if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
-    return commitRecord(std::move(record), newlyMapped, published, tokens, request.eventKeys);
+    return commitRecord(std::move(record), newlyMapped, published, tokens, request.eventKeys, request.retention);
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {
@@ -694,10 +728,12 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Hybri
             op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
     checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
     if (s.hybridHasAttention) checkEventTokens(op, tokens, request.eventKeys, fullBlocks);
+    if (request.retention) validateRetentionSpec(op, *request.retention);
 
     int32_t const publishedBlocks = s.hybridHasAttention ? static_cast<int32_t>(fullBlocks) : 0;
     if (std::optional<RecordId> existing = records_.findHybrid(checkpoint)) {
         records_.touch(*existing);
+        retain(*existing, request.retention, true);
         return PublishResult{PublishStatus::kExistingRecord, *existing, records_.get(*existing).basePagePath,
                              publishedBlocks};
     }
@@ -711,7 +747,8 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Hybri
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys,
+                        request.retention);
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request) {
@@ -752,10 +789,12 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Hy
             op, "partial-KV snapshot slot " + str(*snapshots.partialKvSnapshotSlot) + " is not reserved by this lease");
     checkMatchedPrefix(op, hashes, fullBlocks, s.matchedHashes);
     checkEventTokens(op, tokens, request.eventKeys, fullBlocks);
+    if (request.retention) validateRetentionSpec(op, *request.retention);
 
     int32_t const publishedBlocks = static_cast<int32_t>(fullBlocks);
     if (std::optional<RecordId> existing = records_.findHybridMtp(checkpoint)) {
         records_.touch(*existing);
+        retain(*existing, request.retention, true);
         return PublishResult{PublishStatus::kExistingRecord, *existing, records_.get(*existing).basePagePath,
                              publishedBlocks};
     }
@@ -770,7 +809,8 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Hy
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
     record.hybridMtpCheckpoint = true;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys,
+                        request.retention);
 }
 
 }  // namespace ctxcache

@@ -77,7 +77,7 @@ void simulateVictim(StoredRecord const& record, SimulatedCacheCounts& counts, Re
 std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, ResourcePools const& pools,
                                            CacheRecordStore const& records, StoredRecord const& record,
                                            std::vector<RecordId> const& victims, SimulatedCacheCounts& counts,
-                                           ResourceDemand& reclaimed, bool countVictim) {
+                                           ResourceDemand& reclaimed, bool countVictim, size_t minKeep = 1) {
     size_t const n = record.basePagePath.size();
     if (record.isHybrid() || n < 2) {
         simulateVictim(record, counts, reclaimed);
@@ -92,11 +92,11 @@ std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, Resourc
     int32_t const draftMissing = missing(ResourceType::kDraftKvPage);
     bool const paired = record.hasDraftPath();
     size_t keptFrom = n;  // blocks [keptFrom, n) are dropped
-    for (size_t keep = n - 1; keep >= 1; --keep) {
+    for (size_t keep = n - 1; keep >= minKeep; --keep) {
         simulateBlock(record, keep, paired, counts, reclaimed);
         keptFrom = keep;
         if (!othersMet || reclaimed.baseKvPages < baseMissing || reclaimed.draftKvPages < draftMissing) {
-            int64_t const left = static_cast<int64_t>(keep) - 1;  // blocks [1, keep) may still be dropped
+            int64_t const left = static_cast<int64_t>(keep - minKeep);  // blocks [minKeep, keep) may still go
             if (!countVictim && (!othersMet || reclaimed.baseKvPages + left < baseMissing ||
                                  reclaimed.draftKvPages + (paired ? left : 0) < draftMissing))
                 return std::nullopt;
@@ -116,13 +116,16 @@ std::optional<int32_t> simulateTrimOrEvict(ResourceDemand const& demand, Resourc
 }  // namespace
 
 std::optional<int32_t> EvictionPlanner::trimPoint(ResourceDemand const& demand, ResourcePools const& pools,
-                                                  CacheRecordStore const& records, StoredRecord const& record) {
+                                                  CacheRecordStore const& records, StoredRecord const& record,
+                                                  int32_t minKeep) {
     if (!demand.isNonNegative()) throw ContractError("EvictionPlanner::trimPoint: demand must be non-negative");
+    if (minKeep < 1) throw ContractError("EvictionPlanner::trimPoint: minKeep must be at least 1");
     size_t const n = record.basePagePath.size();
-    if (record.isHybrid() || n < 2) return std::nullopt;
+    if (record.isHybrid() || n < 2 || static_cast<size_t>(minKeep) >= n) return std::nullopt;
     SimulatedCacheCounts counts(pools);
     ResourceDemand reclaimed;
-    return simulateTrimOrEvict(demand, pools, records, record, {}, counts, reclaimed, false);
+    return simulateTrimOrEvict(demand, pools, records, record, {}, counts, reclaimed, false,
+                               static_cast<size_t>(minKeep));
 }
 
 char const* toString(EvictionPolicy policy) noexcept {

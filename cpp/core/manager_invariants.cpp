@@ -5,6 +5,7 @@
 // Threading: the manager's (read-only; no writer may run concurrently).
 #include "ctxcache/context_cache_manager.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,47 @@ void ContextCacheManager::checkInvariants() const {
         throw InvariantError("live lease count " + str(static_cast<int64_t>(liveLeases_)) +
                              " != " + str(static_cast<int64_t>(leases)));
 
+    // Pins hold like leases: one active ref per resource of each pinned record.
+    size_t pinned = 0;
+    retention_.forEachPin([&](RecordId id, int64_t) {
+        ++pinned;
+        if (!records_.contains(id))
+            throw InvariantError("pinned record " + str(static_cast<int64_t>(id)) + " does not exist");
+        if (records_.isListed(id))
+            throw InvariantError("pinned record " + str(static_cast<int64_t>(id)) + " is in the eviction order");
+        std::string const holder = "the pin of record " + str(static_cast<int64_t>(id));
+        for (ResourceId const& rid : records_.get(id).resources()) {
+            count(active, rid, holder);
+            if (retention_.pinHolders(rid) <= 0)
+                throw InvariantError(holder + " is not counted on " + toString(rid.type) + " " + str(rid.index));
+        }
+    });
+    if (maxRecords_ > 0 && pinned > 0 && pinned >= static_cast<size_t>(maxRecords_))
+        throw InvariantError(str(static_cast<int64_t>(pinned)) + " pinned records leave no slot below maxRecords " +
+                             str(maxRecords_));
+    for (ResourceType type : kAllResourceTypes)
+        if (retention_.pinnedCount(type) > static_cast<int32_t>(std::floor(pinBudget_ * pools_.capacity(type))))
+            throw InvariantError(std::string("pins hold ") + str(retention_.pinnedCount(type)) + " " + toString(type) +
+                                 " ids, beyond the budget");
+
     size_t pairedBoundaries = 0;
     records_.forEach([&](StoredRecord const& stored) {
+        // Retention: unpinned records are listed, and every record sits in the bucket its ranges give it at the
+        // ranking time (all expiries up to it applied).
+        if (!retention_.isPinned(stored.id) && !records_.isListed(stored.id))
+            throw InvariantError("record " + str(static_cast<int64_t>(stored.id)) + " is unlisted but not pinned");
+        if (records_.priority(stored.id) != rankOf(stored, rankedAtNs_))
+            throw InvariantError("record " + str(static_cast<int64_t>(stored.id)) + " is in priority bucket " +
+                                 str(records_.priority(stored.id)) + ", its retention ranks it " +
+                                 str(rankOf(stored, rankedAtNs_)));
+        if (RetentionBlockRanges const* ranges = retention_.find(stored.id))
+            for (RetentionBlockRange const& r : *ranges)
+                if (r.firstBlock < 0 || r.firstBlock >= r.endBlock || r.endBlock > stored.key.fullBlockCount ||
+                    r.priority < kMinRetentionPriority || r.priority > kMaxRetentionPriority ||
+                    (r.expiresAtNs != kRetentionNever && r.expiresAtNs > rankedAtNs_ &&
+                     retention_.nextDue() > r.expiresAtNs))
+                    throw InvariantError("record " + str(static_cast<int64_t>(stored.id)) +
+                                         " has a retention range outside its blocks, its priorities or its schedule");
         // Derived hashes come from the base index; each must map back to the very page it came from.
         CacheRecord const record = records_.materialize(stored);
         std::string const holder = "record " + str(static_cast<int64_t>(record.id));
@@ -114,7 +154,7 @@ void ContextCacheManager::checkInvariants() const {
 
 size_t ContextCacheManager::metadataBytes() const noexcept {
     return sizeof(*this) + pools_.memoryBytes() + baseIndex_.memoryBytes() + draftIndex_.memoryBytes() +
-           records_.memoryBytes();
+           records_.memoryBytes() + retention_.memoryBytes();
 }
 
 }  // namespace ctxcache

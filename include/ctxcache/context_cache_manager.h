@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -309,7 +310,7 @@ private:
                                                  std::vector<PageId> const& producerPages, size_t matchedBlocks,
                                                  std::vector<PageId>& newlyMapped);
     PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks,
-                               BlockTokenSpan tokens, KvEventKeys const& keys);
+                               BlockTokenSpan tokens, KvEventKeys const& keys, RetentionSpec const* retention);
     void checkEventTokens(char const* operation, BlockTokenSpan tokens, KvEventKeys const& keys, size_t blocks) const;
     void emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens, KvEventKeys const& keys) noexcept;
     void eventFailed() noexcept;
@@ -357,7 +358,10 @@ private:
     bool clockDriven_ = false;
     int64_t drivenNowNs_ = 0;
     double pinBudget_ = 0.0;
+    int64_t rankedAtNs_ = std::numeric_limits<int64_t>::min();  // every record is ranked as of this time
     int64_t nowNs() const noexcept;
+    // Reads the clock, applies the expiries due by then and makes it the ranking time; returns it.
+    int64_t advanceRetentionClock();
     // The record's rank under this manager's policy at nowNs (its bucket in the store).
     int32_t rankOf(StoredRecord const& record, int64_t nowNs) const noexcept;
     // Re-ranks records whose ranges expired and releases pins whose duration ended, up to nowNs.

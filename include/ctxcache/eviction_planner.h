@@ -60,8 +60,10 @@ public:
     // (what a caller evicting as it goes needs): the blocks `record` keeps (>= 1) when trimming its tail meets the
     // demand and its shorter key is free; nullopt when it must be evicted whole. O(blocks dropped): the walk stops
     // as soon as the blocks left could not meet the demand (after one block when even all but the first could not).
+    // minKeep (>= 1) bounds the cut: blocks [0, minKeep) stay (the manager's retention keeps a higher-priority head).
     static std::optional<int32_t> trimPoint(ResourceDemand const& demand, ResourcePools const& pools,
-                                            CacheRecordStore const& records, StoredRecord const& record);
+                                            CacheRecordStore const& records, StoredRecord const& record,
+                                            int32_t minKeep = 1);
 };
 
 char const* toString(EvictionPolicy policy) noexcept;

@@ -21,6 +21,7 @@
 // Threading:  plain values; no shared state.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
