@@ -117,7 +117,12 @@ public:
     void unlist(RecordId id);
     void relist(RecordId id);
     bool isListed(RecordId id) const;
-    std::vector<RecordId> lruToMru() const { return {lru_.begin(), lru_.end()}; }
+    // Every record: the eviction order (lru()), then the unlisted (pinned) ones, which are never victims.
+    std::vector<RecordId> lruToMru() const {
+        std::vector<RecordId> ids(lru_.begin(), lru_.end());
+        ids.insert(ids.end(), parked_.begin(), parked_.end());
+        return ids;
+    }
     std::optional<RecordId> leastRecent() const noexcept;
     size_t size() const noexcept { return records_.size(); }
     int32_t maxRecords() const noexcept { return maxRecords_; }
