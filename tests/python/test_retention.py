@@ -50,6 +50,9 @@ def test_a_priority_90_system_prompt_survives_a_flood_that_evicts_everything_els
         assert s in m.records and pages(m, s) == [0, 1, 2]
         assert [r in m.records for r in flood] == [False] * 16 + [True] * 4
         assert m.retention_metrics.evicted_records_by_priority == {35: 16}
+        text = ctxcache.metrics_text(m)
+        assert 'ctxcache_evicted_records_by_priority_total{priority="35"} 16' in text.splitlines()
+        assert 'ctxcache_evicted_records_by_priority_total{priority="90"}' not in text
         h = to_hashes(SYSTEM + [5, 6, 7, 8])
         with m.acquire_vanilla(h, 12).lease as lease:
             assert [int(p) for p in lease.base_pages[:2]] == [0, 1]
