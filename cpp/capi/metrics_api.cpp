@@ -58,7 +58,7 @@ char const* resourceLabel(ResourceType type) {
 // Retention (include/ctxcache/retention.h): evictions and trims by the record's rank, for the priorities that
 // occurred (the default's sample always), the clock's expiries and the pins.
 void retentionMetrics(PrometheusText& out, RetentionMetrics const& r) {
-    auto byPriority = [&](char const* name, char const* help, uint64_t const (&counts)[kRetentionPriorityCount]) {
+    auto byPriority = [&](char const* name, char const* help, uint64_t const(&counts)[kRetentionPriorityCount]) {
         out.family(name, "counter", help);
         for (int32_t p = 0; p < kRetentionPriorityCount; ++p)
             if (counts[p] != 0 || p == kDefaultRetentionPriority)
@@ -71,8 +71,7 @@ void retentionMetrics(PrometheusText& out, RetentionMetrics const& r) {
                r.trimmedRecordsByPriority);
     out.single("ctxcache_retention_expiries_total", "counter",
                "Records whose retention rank changed because a range's duration ended.", r.retentionExpiries);
-    out.single("ctxcache_pin_expiries_total", "counter", "Pins released because their duration ended.",
-               r.pinExpiries);
+    out.single("ctxcache_pin_expiries_total", "counter", "Pins released because their duration ended.", r.pinExpiries);
     out.single("ctxcache_pins_refused_total", "counter", "Pins the pin budget refused.", r.pinsRefused);
     out.single("ctxcache_pinned_records", "gauge", "Records pinned now.", r.pinnedRecords);
     out.single("ctxcache_pinned_base_pages", "gauge", "Distinct base KV pages pinned records hold now.",

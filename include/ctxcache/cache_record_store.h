@@ -9,9 +9,9 @@
 //             of one exact prefix may coexist and neither is ever found as the other) and exactly once in the LRU list
 //             (least recent at the front) or, unlisted (pinned), outside it; the LRU is ordered by priority bucket
 //             (0 first), then by recency (each record's stamp, strictly increasing within a bucket), and each
-//             bucket's first/last/count describe its run; ids start at 1 and increase. The store does not enforce maxRecords: the
-//             manager does (one transient extra is allowed while a publication commits). With a hash source:
-//             while a record holds base page p, the source maps p to the record's logical hash at that block
+//             bucket's first/last/count describe its run; ids start at 1 and increase. The store does not enforce
+//             maxRecords: the manager does (one transient extra is allowed while a publication commits). With a hash
+//             source: while a record holds base page p, the source maps p to the record's logical hash at that block
 //             (the manager keeps a canonical mapping while its page holds a cache reference), and a record keeps
 //             its hashes exactly when it has no base path. checkInvariants checks every block: each record
 //             keeps a 64-bit digest of the hashes it was inserted with (publishedHashDigest, updated by trimTail)

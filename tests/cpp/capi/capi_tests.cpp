@@ -1162,8 +1162,7 @@ uint64_t serveRetained(ctxc_manager_t* m, std::vector<ctxc_hash128_t> const& has
     if (!lease) return 0;
     EXPECT_EQ(ctxc_lease_set_retention(lease, spec), CTXC_OK) << ctxc_last_error();
     ctxc_publish_result_t p = publishResult();
-    EXPECT_EQ(ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), static_cast<int32_t>(hashes.size()) * 4,
-                                   &p),
+    EXPECT_EQ(ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), static_cast<int32_t>(hashes.size()) * 4, &p),
               CTXC_OK)
         << ctxc_last_error();
     EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
