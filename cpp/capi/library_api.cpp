@@ -28,6 +28,7 @@ static_assert(sizeof(ctxc_sim_request_t) == 56);
 static_assert(sizeof(ctxc_kv_event_t) == 80);
 static_assert(sizeof(ctxc_kv_event_extra_key_t) == 32);
 static_assert(sizeof(ctxc_kv_event_media_t) == 32);
+static_assert(sizeof(ctxc_retention_range_t) == 24);
 // The reuse plan can still grow: it is the last member of the acquire result, whose struct_size covers it.
 static_assert(offsetof(ctxc_acquire_result_t, plan) + sizeof(ctxc_reuse_plan_t) == sizeof(ctxc_acquire_result_t));
 
@@ -89,6 +90,9 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_hybrid_checkpoint_key_t),
         CTXC_SIZEOF_ENTRY(ctxc_publish_result_t),
         CTXC_SIZEOF_ENTRY(ctxc_manager_metrics_t),
+        CTXC_SIZEOF_ENTRY(ctxc_retention_range_t),
+        CTXC_SIZEOF_ENTRY(ctxc_retention_spec_t),
+        CTXC_SIZEOF_ENTRY(ctxc_retention_metrics_t),
         CTXC_SIZEOF_ENTRY(ctxc_record_view_t),
         CTXC_SIZEOF_ENTRY(ctxc_lease_info_t),
         CTXC_SIZEOF_ENTRY(ctxc_device_backend_options_t),

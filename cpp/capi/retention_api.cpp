@@ -1,5 +1,7 @@
 // C ABI: retention specs on leases, the manager's retention clock, pins and retention metrics
 // (include/ctxcache/c/retention.h). Every call is in its manager's single-writer family.
+#include "ctxcache/c/retention.h"
+
 #include <cmath>
 #include <string>
 

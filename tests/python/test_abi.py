@@ -155,6 +155,10 @@ SINGLE_CONSTANTS = {
     "CTXC_STATUS_COUNT": None,
     "CTXC_DEFAULT_HASH_CHUNKS": device.DEFAULT_HASH_CHUNKS,
     "CTXC_INHERIT_LOOKUP_POLICY": None,  # Request.lookup_policy = None
+    "CTXC_RETENTION_DEFAULT_PRIORITY": ctxcache.retention.DEFAULT_PRIORITY,
+    "CTXC_RETENTION_MAX_PRIORITY": ctxcache.retention.MAX_PRIORITY,
+    "CTXC_RETENTION_OPEN_END": None,  # RetentionRange.token_end = None
+    "CTXC_RETENTION_NO_DURATION": None,  # RetentionRange.duration = None
 }
 
 
@@ -175,6 +179,8 @@ def test_every_library_constant_belongs_to_a_mirrored_group():
     assert unmirrored == []
     assert lib.CTXC_OK == SINGLE_CONSTANTS["CTXC_OK"]
     assert lib.CTXC_DEFAULT_HASH_CHUNKS == SINGLE_CONSTANTS["CTXC_DEFAULT_HASH_CHUNKS"]
+    assert lib.CTXC_RETENTION_DEFAULT_PRIORITY == SINGLE_CONSTANTS["CTXC_RETENTION_DEFAULT_PRIORITY"]
+    assert lib.CTXC_RETENTION_MAX_PRIORITY == SINGLE_CONSTANTS["CTXC_RETENTION_MAX_PRIORITY"]
 
 
 def test_ok_status_raises_nothing():
@@ -249,7 +255,7 @@ FROZEN_STRUCTS = {
     "ctxc_hybrid_candidate_t", "ctxc_hybrid_snapshot_reservation_t", "ctxc_hybrid_checkpoint_key_t",
     "ctxc_kv_layer_shape_t", "ctxc_reuse_plan_t", "ctxc_resident_ref_t", "ctxc_kv_headroom_t", "ctxc_media_item_t",
     "ctxc_sequence_request_t", "ctxc_tensor_view_t", "ctxc_sim_request_t", "ctxc_kv_event_t",
-    "ctxc_kv_event_extra_key_t", "ctxc_kv_event_media_t",
+    "ctxc_kv_event_extra_key_t", "ctxc_kv_event_media_t", "ctxc_retention_range_t",
 }
 
 

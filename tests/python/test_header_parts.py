@@ -36,9 +36,9 @@ def _declared(part: str) -> list[str]:
 
 
 def test_the_parts_are_the_ones_the_issues_name():
-    # Issue 25's twelve, and metrics (issue 30).
+    # Issue 25's twelve, metrics (issue 30) and retention (issue 29).
     assert PARTS == sorted(["library", "hash", "manager", "lease", "kv_events", "device", "dense_kv", "dlpack",
-                            "runtime", "swa", "sim", "debug", "metrics"])
+                            "runtime", "swa", "sim", "debug", "metrics", "retention"])
 
 
 def test_the_umbrella_includes_every_part_and_declares_nothing():
