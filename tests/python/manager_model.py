@@ -1,17 +1,30 @@
 """A pure-Python model of ContextCacheManager's observable behaviour, written from the reference semantics.
 
 It is a second, deliberately naive implementation (dicts, lists, linear scans) of the pools (refcounts and FIFO
-free lists), the canonical base index, the record store with its LRU, the draft path index, the read-only
-eviction planner, the four reuse planners (vanilla, hybrid, Hybrid+MTP, spec) and every manager operation.
+free lists), the canonical base index, the record store with its eviction order, the draft path index, the
+eviction walk (a record at a time, as makeRoom applies it), the four reuse planners (vanilla, hybrid, Hybrid+MTP,
+spec) and every manager operation.
 The stateful test drives the real manager and this model with the same operations and compares everything
 observable after each step, so any divergence in plans, page ids, free-list order, recency, eviction victims or
 metrics is caught.
+
+Retention (issue 29) is modelled from the same semantics, naively: each record keeps its block ranges
+[first, end, priority, expiry] and a stored rank (its bucket) and a recency stamp; the eviction order is the listed
+records sorted by (rank, stamp), the pinned ones after it in the order they were pinned. Block b's effective
+priority is the highest among the live ranges covering it (35 if none); a record ranks by its last block under
+lru-trim (non-hybrid), by its best block otherwise. Under lru-trim a walk may cut only a record's tail at or
+below its rank: when that is not enough, it is cut anyway (down to the high head), the record re-ranks and the walk
+goes on. Pins are active refs on the record's resources, within a budget of distinct ids per pool. The clock is the
+driven one (nanoseconds); expiries re-rank every record at set_time, and a pin whose expiry has come (a duration
+of 0 makes one due at once) is released at the next point where the library reads its clock (set_time, pin, a
+publication's retention, a commit at the record limit, an eviction).
 
 Broken contracts raise ModelContractError where the library raises ctxcache.ContractError.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -22,6 +35,9 @@ CHECKPOINT_MODES = (HYBRID, HYBRID_MTP)  # leases that reserve, restore and reti
 DRAFT_MODES = (SPEC, HYBRID_MTP)         # leases that hold draft pages (and grow with grow_spec)
 PUBLISHED, EXISTING_RECORD = range(2)
 ACQUIRED, INSUFFICIENT_CAPACITY = range(2)
+DEFAULT_PRIORITY = 35
+NEVER = 2**63 - 1            # an expiry that never comes (kRetentionNever)
+MAX_RANGES = 64
 
 
 class ModelContractError(Exception):
@@ -30,6 +46,52 @@ class ModelContractError(Exception):
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def duration_ns(seconds) -> int | None:
+    """As ctxcache.retention.duration_ns: seconds to nanoseconds; None (no duration) stays None."""
+    return None if seconds is None else int(round(seconds * 1e9))
+
+
+def expiry_after(now: int, duration: int | None) -> int:
+    return NEVER if duration is None else min(now + duration, NEVER)
+
+
+def spec_is_default(spec) -> bool:
+    return not spec.ranges and (spec.prompt_token_count is None or (
+        spec.decode_priority == DEFAULT_PRIORITY and spec.decode_duration is None))
+
+
+def block_ranges(spec, page_size: int, blocks: int, now: int) -> list[list[int]]:
+    """A spec (anything shaped as ctxcache.RetentionSpec) as [first block, end block, priority, expiry] ranges of a
+    record of `blocks` blocks published at `now`: each token range [start, end) covers blocks [start // P,
+    ceil(end / P)) clipped to the record, empty ones dropped; an open end is the prompt's end; decode tokens (at or
+    past prompt_token_count) take the decode priority when it says anything."""
+    out: list[list[int]] = []
+    if spec_is_default(spec) or blocks <= 0:
+        return out
+    total = blocks * page_size
+    prompt = total if spec.prompt_token_count is None else min(spec.prompt_token_count, total)
+
+    def add(start, end, priority, seconds):
+        if end <= start:
+            return
+        first, last = start // page_size, min(blocks, ceil_div(end, page_size))
+        if first < last:
+            out.append([first, last, priority, expiry_after(now, duration_ns(seconds))])
+
+    for r in spec.ranges:
+        end = prompt if r.token_end is None else min(r.token_end, total)
+        add(r.token_start, end, r.priority, r.duration)
+    if spec.prompt_token_count is not None and (spec.decode_priority != DEFAULT_PRIORITY
+                                                or spec.decode_duration is not None):
+        add(prompt, total, spec.decode_priority, spec.decode_duration)
+    return out
+
+
+def block_priority(ranges, block: int, now: int) -> int:
+    live = [p for first, end, p, expiry in ranges if first <= block < end and expiry > now]
+    return max(live) if live else DEFAULT_PRIORITY
 
 
 def cold_kind(n: int) -> int:
@@ -94,6 +156,9 @@ class Record:
     partial: int | None = None
     exact_length: int | None = None
     mtp: bool = False  # a Hybrid+MTP checkpoint: in its own key index, never in the (EAGLE) draft index
+    ranges: list = field(default_factory=list)  # retention: [first block, end block, priority, expiry]
+    priority: int = DEFAULT_PRIORITY             # its bucket: the rank as of the last (re)ranking
+    stamp: int = 0                               # recency: the tick of its insert or last touch
 
     def resources(self):
         out = [(BASE, p) for p in self.base] + [(DRAFT, p) for p in self.draft]
@@ -157,24 +222,46 @@ class Model:
         self.exact: dict = {}       # (terminal, count) -> id
         self.hybrid: dict = {}      # (digest, length) -> id (plain hybrid checkpoints)
         self.mtp: dict = {}         # (digest, length) -> id (Hybrid+MTP checkpoints; the same key may be in both)
-        self.lru: list[int] = []
         self.draft_index: dict = {}  # hash -> [(record, count)]
         self.next_id = 1
         self.metrics = [0, 0, 0, 0, 0, 0, 0]  # evicted, base, draft, recurrent, partial, trimmed records, blocks
+        # Retention: the recency tick, the driven clock (ns; None until set), the pins (record -> [expiry, the
+        # resources it holds an active ref on], in the order they were pinned) and the pin budget.
+        self.tick = 0
+        self.now: int | None = None
+        self.pins: dict[int, list] = {}
+        self.pin_budget = 0.0
+        self.evicted_by_priority: dict[int, int] = {}
+        self.trimmed_by_priority: dict[int, int] = {}
+        self.retention_expiries = 0
+        self.pin_expiries = 0
+        self.pins_refused = 0
+        self.low_tail_trims = 0  # lru-trim cuts down to a high head that did not meet the demand alone (coverage)
 
     def _checkpoints(self, mtp: bool) -> dict:
         return self.mtp if mtp else self.hybrid
 
     # ---- records --------------------------------------------------------------------------------------------
+    def eviction_order(self) -> list[int]:
+        """The listed (unpinned) records by (rank, recency): the order eviction walks."""
+        return sorted((rid for rid in self.records if rid not in self.pins),
+                      key=lambda rid: (self.records[rid].priority, self.records[rid].stamp))
+
+    @property
+    def lru(self) -> list[int]:
+        """What records.lru() lists: the eviction order, then the pinned records in the order they were pinned."""
+        return self.eviction_order() + list(self.pins)
+
     def touch(self, rid):
-        self.lru.remove(rid)
-        self.lru.append(rid)
+        self.tick += 1
+        self.records[rid].stamp = self.tick
 
     def evict(self, rid):
         if rid not in self.records:
             raise ModelContractError(f"no record {rid}")
+        self._drop_pin(rid)  # an explicit eviction of a pinned record ends its pin
         r = self.records.pop(rid)
-        self.lru.remove(rid)
+        self.evicted_by_priority[r.priority] = self.evicted_by_priority.get(r.priority, 0) + 1
         if r.hybrid_key is not None:
             del self._checkpoints(r.mtp)[r.hybrid_key]
         else:
@@ -211,8 +298,10 @@ class Model:
                 self.metrics[2] += 1
 
     def trim(self, rid, keep):
-        """lru-trim: the record keeps its first `keep` blocks (its LRU position too)."""
+        """lru-trim: the record keeps its first `keep` blocks (its recency too; its ranges are clipped to them and
+        it re-ranks by what is left)."""
         r = self.records[rid]
+        self.trimmed_by_priority[r.priority] = self.trimmed_by_priority.get(r.priority, 0) + 1
         del self.exact[(r.terminal, r.full_block_count)]
         if r.in_draft_index:
             for i, h in enumerate(r.hashes[keep:]):
@@ -223,70 +312,204 @@ class Model:
         r.hashes, r.base, r.draft = r.hashes[:keep], r.base[:keep], r.draft[:keep]
         r.terminal, r.full_block_count = r.hashes[-1], keep
         self.exact[(r.terminal, keep)] = rid
+        if r.ranges:
+            r.ranges = [[first, min(end, keep), p, e] for first, end, p, e in r.ranges if first < min(end, keep)]
+            r.priority = self.rank(r)
         self._release_pages(tail_base, tail_draft)
         self.metrics[5] += 1
         self.metrics[6] += len(tail_base)
 
-    def plan_eviction(self, demand, protected=None):
-        """(victims, trim) where trim is (record, blocks kept) or None; None when infeasible."""
-        pools = self.pools
-        if pools.can_allocate(demand):
-            return [], None
+    # ---- retention ----------------------------------------------------------------------------------------------
+    def _now(self) -> int:
+        assert self.now is not None, "the model runs on the driven clock only: set_time first"
+        return self.now
+
+    def rank(self, r: Record) -> int:
+        """The record's eviction rank now: its last block's priority under lru-trim (not a hybrid record), else its
+        best block's; the default without ranges (or blocks)."""
+        if not r.ranges:
+            return DEFAULT_PRIORITY
+        blocks, now = r.full_block_count, self._now()
+        if self.policy == "lru-trim" and r.exact_length is None and blocks >= 1:
+            return block_priority(r.ranges, blocks - 1, now)
+        return max((block_priority(r.ranges, b, now) for b in range(blocks)), default=DEFAULT_PRIORITY)
+
+    def tail_start(self, r: Record, blocks: int, priority: int) -> int:
+        """The first block of the longest suffix of blocks whose effective priorities are all <= priority."""
+        start = blocks
+        while start > 0 and block_priority(r.ranges, start - 1, self._now()) <= priority:
+            start -= 1
+        return start
+
+    def _advance(self):
+        """Where the library reads its clock: pins whose expiry has come end; a record whose rank changed (a range
+        expired) moves to its new bucket, at its place by recency."""
+        now = self._now()
+        for rid, (expiry, _) in list(self.pins.items()):
+            if expiry <= now:
+                self._drop_pin(rid)
+                self.pin_expiries += 1
+        for r in self.records.values():
+            rank = self.rank(r)
+            if rank != r.priority:
+                r.priority = rank
+                self.retention_expiries += 1
+
+    def set_time(self, now_ns: int):
+        if self.now is not None and now_ns < self.now:
+            raise ModelContractError("the clock never runs backwards")
+        self.now = now_ns
+        self._advance()
+
+    def retain(self, rid, spec, existing: bool):
+        """A publication's spec: a new record takes its ranges; an existing one (a duplicate, a draft upgrade) merges
+        them (its expired ranges go; an equal range keeps the later expiry); either re-ranks. None or a default spec
+        changes nothing."""
+        if spec is None or spec_is_default(spec) or rid not in self.records:
+            return
+        self._advance()
+        now = self._now()
+        r = self.records[rid]
+        more = block_ranges(spec, self.P, r.full_block_count, now)
+        if not existing:
+            r.ranges = more
+        elif more:
+            ranges = [x for x in r.ranges if x[3] > now]
+            for m in more:
+                if m[3] <= now:
+                    continue
+                same = [x for x in ranges if x[:3] == m[:3]]
+                if same:
+                    same[0][3] = max(same[0][3], m[3])
+                elif len(ranges) <= MAX_RANGES:
+                    ranges.append(list(m))
+            r.ranges = ranges
+        r.priority = self.rank(r)
+
+    def _pinned_count(self, t: int) -> int:
+        return len({i for _, resources in self.pins.values() for (u, i) in resources if u == t})
+
+    def set_pin_budget(self, fraction: float):
         for t in range(4):
-            if len(pools.free[t]) + pools.reclaimable(t) < demand[t]:
-                return None
-        order = [r for r in self.lru if r != protected]
-        if protected is not None and protected in self.records:
-            order.append(protected)
-        counts: dict = {}
-        reclaimed = [0, 0, 0, 0]
-        victims: list[int] = []
+            if self._pinned_count(t) > math.floor(fraction * self.pools.capacity[t]):
+                raise ModelContractError("pinned records hold more than the budget allows")
+        self.pin_budget = fraction
 
-        def drop(t, i):
-            c = counts.get((t, i), pools.cache[t][i]) - 1
-            counts[(t, i)] = c
-            if c == 0 and pools.active[t][i] == 0:
-                reclaimed[t] += 1
+    def pin(self, rid, duration: int | None):
+        """Pins are active refs on every resource of the record; the record leaves the eviction order. Pinning a
+        pinned record only resets its expiry. Refused (counted) when the pins would leave fewer than two record
+        slots, or hold more distinct ids of a pool than floor(budget * capacity)."""
+        if rid not in self.records:
+            raise ModelContractError(f"no record {rid}")
+        self._advance()
+        expiry = expiry_after(self._now(), duration)
+        if rid in self.pins:
+            self.pins[rid][0] = expiry
+            return
+        if self.max_records == 0 or len(self.pins) + 1 >= self.max_records:
+            self.pins_refused += 1
+            raise ModelContractError("pinned records would leave no record slot to evict")
+        resources = self.records[rid].resources()
+        for t in range(4):
+            held = {i for _, res in self.pins.values() for (u, i) in res if u == t}
+            fresh = {i for (u, i) in resources if u == t} - held
+            if fresh and len(held) + len(fresh) > math.floor(self.pin_budget * self.pools.capacity[t]):
+                self.pins_refused += 1
+                raise ModelContractError("the pin budget is exceeded")
+        for t, i in resources:
+            self.pools.add_active(t, i)
+        self.pins[rid] = [expiry, resources]
 
-        def enough():
-            return all(len(pools.free[t]) + reclaimed[t] >= demand[t] for t in range(4))
+    def unpin(self, rid):
+        if rid not in self.records:
+            raise ModelContractError(f"no record {rid}")
+        if rid not in self.pins:
+            raise ModelContractError(f"record {rid} is not pinned")
+        self._drop_pin(rid)
 
-        for rid in order:
-            r = self.records[rid]
-            if self.policy == "lru-trim" and r.exact_length is None and len(r.base) >= 2:
-                kept_from = len(r.base)  # blocks [kept_from, n) are dropped
-                for keep in range(len(r.base) - 1, 0, -1):
-                    drop(BASE, r.base[keep])
-                    if r.draft:
-                        drop(DRAFT, r.draft[keep])
-                    kept_from = keep
-                    if not enough():
-                        continue
-                    holder = self.exact.get((r.hashes[keep - 1], keep))
-                    if holder is None or holder in victims:
-                        return victims, (rid, keep)
-                    break  # a record that stays already ends there: this one goes whole
-                for i in range(kept_from):
-                    drop(BASE, r.base[i])
-                    if r.draft:
-                        drop(DRAFT, r.draft[i])
-            else:
-                for t, i in r.resources():
-                    drop(t, i)
-            victims.append(rid)
-            if enough():
-                return victims, None
-        raise AssertionError("model: evicting everything fell short")
+    def _drop_pin(self, rid):
+        """The pin's refs go and the record is listed again (at its place by rank and recency)."""
+        if rid not in self.pins:
+            return
+        _, resources = self.pins.pop(rid)
+        for t, i in resources:
+            self.pools.release_active(t, i)
+
+    def clear(self, live_leases: int):
+        if live_leases:
+            raise ModelContractError("leases are live")
+        for rid in list(self.pins):
+            self._drop_pin(rid)
+        while self.records:
+            self.evict(self.eviction_order()[0])
+
+    def retention_metrics(self):
+        """As ctxcache's RetentionMetrics fields, in order."""
+        return (dict(self.evicted_by_priority), dict(self.trimmed_by_priority), self.retention_expiries,
+                self.pin_expiries, self.pins_refused, len(self.pins), self._pinned_count(BASE))
+
+    # ---- eviction -------------------------------------------------------------------------------------------------
+    def trim_point(self, demand, r: Record, min_keep: int):
+        """lru-trim: the most blocks (>= min_keep) the record can keep with its cut tail meeting the demand and its
+        shorter key free; None when no such cut exists (or another record already ends there)."""
+        pools, n = self.pools, len(r.base)
+        if r.exact_length is not None or n < 2 or min_keep >= n:
+            return None
+        missing = [demand[t] - len(pools.free[t]) for t in range(4)]
+        if missing[RECURRENT] > 0 or missing[PARTIAL] > 0:
+            return None
+        reclaimed = [0, 0]
+        for keep in range(n - 1, min_keep - 1, -1):
+            for t, path in ((BASE, r.base), (DRAFT, r.draft)):
+                if path and pools.cache[t][path[keep]] == 1 and pools.active[t][path[keep]] == 0:
+                    reclaimed[t] += 1
+            if reclaimed[BASE] < missing[BASE] or reclaimed[DRAFT] < missing[DRAFT]:
+                continue
+            if (r.hashes[keep - 1], keep) not in self.exact:
+                return keep
+            break  # a record that stays already ends there: this one goes whole
+        return None
+
+    def _evict_step(self, rid, demand) -> bool:
+        """One record of the walk, applied: trimmed or evicted. True once the pools can allocate."""
+        r = self.records[rid]
+        if self.policy == "lru-trim":
+            blocks = len(r.base)
+            min_keep = 1
+            if r.ranges and r.exact_length is None:  # only the tail at or below its rank may go
+                min_keep = max(1, self.tail_start(r, blocks, r.priority))
+            keep = self.trim_point(demand, r, min_keep)
+            if keep is not None:
+                self.trim(rid, keep)
+                return True
+            if 1 < min_keep < blocks and (r.hashes[min_keep - 1], min_keep) not in self.exact:
+                self.low_tail_trims += 1
+                self.trim(rid, min_keep)  # its low tail goes; it re-ranks by its new last block, the walk goes on
+                return self.pools.can_allocate(demand)
+        self.evict(rid)
+        return self.pools.can_allocate(demand)
 
     def evict_for(self, demand, protected=None) -> bool:
-        plan = self.plan_eviction(demand, protected)
-        if plan is None:
-            return False
-        victims, trim = plan
-        for rid in victims:
-            self.evict(rid)
-        if trim is not None:
-            self.trim(*trim)
+        """Makes room for `demand`: False (nothing changed) when even every reclaimable resource is short; else walks
+        the eviction order front to back (the protected hit record last), one record at a time."""
+        pools = self.pools
+        if pools.can_allocate(demand):
+            return True
+        for t in range(4):
+            if len(pools.free[t]) + pools.reclaimable(t) < demand[t]:
+                return False
+        self._advance()
+        if protected is not None and (protected not in self.records or protected in self.pins):
+            protected = None  # gone, or pinned (never a victim)
+        done = False
+        while not done:
+            order = [rid for rid in self.eviction_order() if rid != protected]
+            if not order:
+                break
+            done = self._evict_step(order[0], demand)
+        while not done and protected is not None and protected in self.records:
+            done = self._evict_step(protected, demand)
+        assert done, "model: evicting everything fell short"
         return True
 
     # ---- planning ---------------------------------------------------------------------------------------------
@@ -552,14 +775,18 @@ class Model:
             raise
         return canonical
 
-    def _commit(self, record: Record, published: int):
-        victim = self.lru[0] if self.max_records > 0 and len(self.records) >= self.max_records and self.lru else None
+    def _commit(self, record: Record, published: int, retention=None):
+        victim = None
+        if self.max_records > 0 and len(self.records) >= self.max_records:
+            self._advance()
+            order = self.eviction_order()  # the lowest rank's least recent (pinned records are not in it)
+            victim = order[0] if order else None
         for t, i in record.resources():
             self.pools.add_cache(t, i)
         record.id = self.next_id
         self.next_id += 1
         self.records[record.id] = record
-        self.lru.append(record.id)
+        self.touch(record.id)
         if record.hybrid_key is not None:
             self._checkpoints(record.mtp)[record.hybrid_key] = record.id
         else:
@@ -568,13 +795,14 @@ class Model:
             for i, h in enumerate(record.hashes):
                 self.draft_index.setdefault(h, []).append((record.id, i + 1))
         canonical = list(record.base)
+        self.retain(record.id, retention, existing=False)
         if self.max_records == 0:
             self.evict(record.id)
         elif victim is not None:
             self.evict(victim)
         return PUBLISHED, (record.id if record.id in self.records else None), canonical, published
 
-    def publish(self, lease: Lease, hashes, resident: int):
+    def publish(self, lease: Lease, hashes, resident: int, retention=None):
         if lease.mode in CHECKPOINT_MODES:
             raise ModelContractError("hybrid or Hybrid+MTP lease")
         spec = lease.mode == SPEC
@@ -592,6 +820,7 @@ class Model:
             r = self.records[rid]
             if not spec or r.draft:
                 self.touch(rid)
+                self.retain(rid, retention, existing=True)
                 return EXISTING_RECORD, rid, list(r.base), count
             r.draft = list(lease.draft[:count])
             for p in r.draft:
@@ -599,13 +828,14 @@ class Model:
             for i, h in enumerate(r.hashes):
                 self.draft_index.setdefault(h, []).append((rid, i + 1))
             self.touch(rid)
+            self.retain(rid, retention, existing=True)
             return PUBLISHED, rid, list(r.base), count
         canonical = self._project(hashes, count, lease.base)
         record = Record(0, hashes[count - 1], count, list(hashes[:count]), canonical,
                         list(lease.draft[:count]) if spec else [])
-        return self._commit(record, count)
+        return self._commit(record, count, retention)
 
-    def publish_hybrid(self, lease: Lease, hashes, digest, length, reservation):
+    def publish_hybrid(self, lease: Lease, hashes, digest, length, reservation, retention=None):
         if lease.mode != HYBRID:
             raise ModelContractError("needs hybrid lease")
         if length <= 0:
@@ -626,12 +856,13 @@ class Model:
         if key in self.hybrid:
             rid = self.hybrid[key]
             self.touch(rid)
+            self.retain(rid, retention, existing=True)
             return EXISTING_RECORD, rid, list(self.records[rid].base), published
         base = self._project(hashes, fb, lease.base) if lease.has_attention else []
         record = Record(0, digest, fb, list(hashes), base, [], r, p, length)
-        return self._commit(record, published)
+        return self._commit(record, published, retention)
 
-    def publish_hybrid_mtp(self, lease: Lease, hashes, digest, length, reservation):
+    def publish_hybrid_mtp(self, lease: Lease, hashes, digest, length, reservation, retention=None):
         if lease.mode != HYBRID_MTP:
             raise ModelContractError("needs a Hybrid+MTP lease")
         if length < 1:
@@ -651,10 +882,11 @@ class Model:
         if key in self.mtp:
             rid = self.mtp[key]
             self.touch(rid)
+            self.retain(rid, retention, existing=True)
             return EXISTING_RECORD, rid, list(self.records[rid].base), fb
         base = self._project(hashes, fb, lease.base)
         record = Record(0, digest, fb, list(hashes), base, list(lease.draft[:fb]), r, p, length, mtp=True)
-        return self._commit(record, fb)
+        return self._commit(record, fb, retention)
 
     def hybrid_candidate_lengths_for(self, n, hashes):
         """Lengths whose checkpoint's last full block (or the chain root) is the prompt's block at that count."""

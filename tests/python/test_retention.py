@@ -167,3 +167,27 @@ def test_the_clock_never_runs_backwards():
             m.set_retention_time(9.5)
         with pytest.raises(ctxcache.ArgumentTypeError):
             m.set_retention_time("soon")
+
+
+@pytest.mark.xfail(strict=True, raises=(ctxcache.InvariantError, ctxcache.ContractError),
+                   reason="a draft upgrade of a pinned record is not pinned: unpin drops holds it never took")
+def test_a_draft_upgrade_of_a_pinned_record_keeps_the_pin_consistent():
+    """Found by the model-based test (test_manager_stateful.py, SKIP_PINNED_DRAFT_UPGRADE). A spec lease that
+    publishes the exact key of a pinned base-only record gives it a draft path (the draft upgrade); the pin took
+    its active refs and counted its ids when the record had none. check_invariants then reports "the pin of record
+    1 is not counted on draft KV page 0", and unpin (evict_record, clear, a pin's expiry) drops a hold on every
+    resource the record has now: a ContractError from releaseActiveRef halfway through the unpin, or, while the
+    spec lease is still live, its draft refs taken, so that releasing the lease aborts the process."""
+    with ctxcache.ContextCacheManager(PAGE, ctxcache.ResourceDemand(base_kv_pages=16, draft_kv_pages=16), 8) as m:
+        m.set_pin_budget(1.0)
+        s = serve(m, SYSTEM)
+        m.pin_record(s)
+        h = to_hashes(SYSTEM)
+        with m.acquire_spec(h, len(SYSTEM)).lease as lease:
+            upgraded = m.publish(lease, h, len(SYSTEM))
+        assert (upgraded.status, upgraded.record) == (ctxcache.PublishStatus.PUBLISHED, s)
+        assert len(m.records[s].draft_page_path) == 2
+        m.check_invariants()
+        m.unpin_record(s)
+        m.check_invariants()
+        drain_and_check(m)
