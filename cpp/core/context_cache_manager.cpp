@@ -658,7 +658,9 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
     CacheRecordKey const key{hashes[count - 1], published};
     if (std::optional<RecordId> existing = records_.find(key)) {
         StoredRecord const& record = records_.get(*existing);
-        if (!spec || record.hasDraftPath()) {
+        // A pinned record is frozen: it holds exactly what it held when pinned (its pin's holds and the budget
+        // count those resources), so a spec lease's publication of its key does not upgrade it with a draft path.
+        if (!spec || record.hasDraftPath() || retention_.isPinned(*existing)) {
             records_.touch(*existing);
             retain(*existing, request.retention, true);
             return PublishResult{PublishStatus::kExistingRecord, *existing, record.basePagePath, published};

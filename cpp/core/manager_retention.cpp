@@ -118,9 +118,7 @@ void ContextCacheManager::pinRecord(RecordId id, int64_t durationNs) {
     if (durationNs < 0 && durationNs != kNoRetentionDuration)
         contract(op, "duration " + str(durationNs) + " ns is negative (-1 for none)");
     int64_t const now = advanceRetentionClock();
-    int64_t const expiry = durationNs == kNoRetentionDuration
-                               ? kRetentionNever
-                               : (durationNs >= kRetentionNever - now ? kRetentionNever : now + durationNs);
+    int64_t const expiry = retentionExpiry(now, durationNs);
     std::vector<ResourceId> const resources = records_.get(id).resources();
     if (retention_.isPinned(id)) {
         retention_.pin(id, resources, expiry);  // only the duration changes

@@ -24,12 +24,6 @@ void checkDuration(char const* operation, std::string const& where, int64_t dura
         refuse(operation, where + " duration " + std::to_string(duration) + " ns is negative");
 }
 
-int64_t expiryAfter(int64_t nowNs, int64_t durationNs) noexcept {
-    if (durationNs == kNoRetentionDuration) return kRetentionNever;
-    if (durationNs >= kRetentionNever - nowNs) return kRetentionNever;  // saturates: a duration past the clock
-    return nowNs + durationNs;
-}
-
 int32_t blockOf(int64_t token, int32_t pageSize) noexcept { return static_cast<int32_t>(token / pageSize); }
 
 // Blocks [first, end) that tokens [tokenStart, tokenEnd) overlap, clipped to [0, blockCount).
@@ -96,13 +90,19 @@ RetentionBlockRanges retentionBlockRanges(RetentionSpec const& spec, int32_t pag
     out.reserve(spec.ranges.size() + 1);
     for (RetentionRange const& r : spec.ranges) {
         int64_t const end = r.tokenEnd == kRetentionOpenEnd ? prompt : std::min<int64_t>(r.tokenEnd, total);
-        addRange(out, r.tokenStart, end, pageSize, blockCount, r.priority, expiryAfter(nowNs, r.durationNs));
+        addRange(out, r.tokenStart, end, pageSize, blockCount, r.priority, retentionExpiry(nowNs, r.durationNs));
     }
     if (spec.promptTokenCount >= 0 &&
         (spec.decodePriority != kDefaultRetentionPriority || spec.decodeDurationNs != kNoRetentionDuration))
         addRange(out, prompt, total, pageSize, blockCount, spec.decodePriority,
-                 expiryAfter(nowNs, spec.decodeDurationNs));
+                 retentionExpiry(nowNs, spec.decodeDurationNs));
     return out;
+}
+
+int64_t retentionExpiry(int64_t nowNs, int64_t durationNs) noexcept {
+    if (durationNs < 0) return kRetentionNever;                          // kNoRetentionDuration
+    if (nowNs > kRetentionNever - durationNs) return kRetentionNever;    // saturates (durationNs >= 0: no overflow)
+    return nowNs + durationNs;
 }
 
 int32_t blockRetentionPriority(RetentionBlockRanges const& ranges, int32_t block, int64_t nowNs) noexcept {

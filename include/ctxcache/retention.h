@@ -80,6 +80,9 @@ using RetentionBlockRanges = std::vector<RetentionBlockRange>;
 // decode range in block units, clipped, empty ones dropped. Empty for a default spec.
 RetentionBlockRanges retentionBlockRanges(RetentionSpec const& spec, int32_t pageSize, int32_t blockCount,
                                           int64_t nowNs);
+// The expiry of a duration (>= 0, or kNoRetentionDuration: kRetentionNever) begun at nowNs (any int64): saturates at
+// kRetentionNever, never overflows.
+int64_t retentionExpiry(int64_t nowNs, int64_t durationNs) noexcept;
 // The effective priority of block `block` at nowNs.
 int32_t blockRetentionPriority(RetentionBlockRanges const& ranges, int32_t block, int64_t nowNs) noexcept;
 // The highest effective priority over blocks [0, blockCount) at nowNs (the default for no ranges).

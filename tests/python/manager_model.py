@@ -818,7 +818,7 @@ class Model:
         if key in self.exact:
             rid = self.exact[key]
             r = self.records[rid]
-            if not spec or r.draft:
+            if not spec or r.draft or rid in self.pins:  # a pinned record is frozen: no draft upgrade
                 self.touch(rid)
                 self.retain(rid, retention, existing=True)
                 return EXISTING_RECORD, rid, list(r.base), count

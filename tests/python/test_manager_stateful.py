@@ -45,10 +45,10 @@ _trims_per_trimming_example: list[int] = []  # trims applied in each lru-trim ex
 # expiry, a pin held, a pin ended by its duration, a pin refused, a record evicted (or, under lru-trim, trimmed) at
 # a priority other than the default, a low tail cut down to a high head that did not meet the demand alone.
 _retention_coverage: list[dict[str, bool]] = []
-# A spec lease's publication onto a pinned base-only record (a draft upgrade) breaks the pin's bookkeeping in the
-# library (test_retention.py: test_a_draft_upgrade_of_a_pinned_record_keeps_the_pin_consistent): until it is fixed
-# the machine skips that one call, and the model does not say what it should do.
-SKIP_PINNED_DRAFT_UPGRADE = True
+# A spec lease's publication onto a pinned base-only record once broke the pin's bookkeeping (the draft upgrade
+# added resources the pin did not hold; test_retention.py keeps the case). A pinned record is now frozen: the
+# publication answers EXISTING_RECORD without the upgrade, in the library and the model alike. True would skip it.
+SKIP_PINNED_DRAFT_UPGRADE = False
 SEQUENCE_LENGTH = 16
 
 _rng = np.random.default_rng(20261129)

@@ -169,25 +169,28 @@ def test_the_clock_never_runs_backwards():
             m.set_retention_time("soon")
 
 
-@pytest.mark.xfail(strict=True, raises=(ctxcache.InvariantError, ctxcache.ContractError),
-                   reason="a draft upgrade of a pinned record is not pinned: unpin drops holds it never took")
-def test_a_draft_upgrade_of_a_pinned_record_keeps_the_pin_consistent():
-    """Found by the model-based test (test_manager_stateful.py, SKIP_PINNED_DRAFT_UPGRADE). A spec lease that
-    publishes the exact key of a pinned base-only record gives it a draft path (the draft upgrade); the pin took
-    its active refs and counted its ids when the record had none. check_invariants then reports "the pin of record
-    1 is not counted on draft KV page 0", and unpin (evict_record, clear, a pin's expiry) drops a hold on every
-    resource the record has now: a ContractError from releaseActiveRef halfway through the unpin, or, while the
-    spec lease is still live, its draft refs taken, so that releasing the lease aborts the process."""
+@pytest.mark.parametrize("release_first", [True, False])
+def test_a_spec_publication_of_a_pinned_record_leaves_it_as_pinned(release_first):
+    """Found by the model-based test (test_manager_stateful.py). A spec lease that published the exact key of a
+    pinned base-only record used to give it a draft path (the draft upgrade) that the pin never held: check_invariants
+    then failed, unpin dropped holds it never took (a ContractError halfway through), and with the spec lease still
+    live its draft refs were taken, so releasing the lease aborted the process. A pinned record is frozen: the
+    publication is EXISTING_RECORD without the upgrade, and the pin stays consistent."""
     with ctxcache.ContextCacheManager(PAGE, ctxcache.ResourceDemand(base_kv_pages=16, draft_kv_pages=16), 8) as m:
         m.set_pin_budget(1.0)
         s = serve(m, SYSTEM)
         m.pin_record(s)
         h = to_hashes(SYSTEM)
-        with m.acquire_spec(h, len(SYSTEM)).lease as lease:
-            upgraded = m.publish(lease, h, len(SYSTEM))
-        assert (upgraded.status, upgraded.record) == (ctxcache.PublishStatus.PUBLISHED, s)
-        assert len(m.records[s].draft_page_path) == 2
+        lease = m.acquire_spec(h, len(SYSTEM)).lease
+        published = m.publish(lease, h, len(SYSTEM))
+        assert (published.status, published.record) == (ctxcache.PublishStatus.EXISTING_RECORD, s)
+        assert len(m.records[s].draft_page_path) == 0
         m.check_invariants()
+        if release_first:
+            lease.release()
         m.unpin_record(s)
         m.check_invariants()
+        if not release_first:
+            lease.release()
+        lease.close()
         drain_and_check(m)

@@ -3,6 +3,7 @@
 // hard pins within a budget, and an explicit default spec that changes nothing. Exact pages and records throughout.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "ctxcache/context_cache_manager.h"
@@ -61,6 +62,15 @@ TEST(RetentionSpec, TokenRangesBecomeTheBlocksTheyOverlap) {
     // After the duration, block 2 falls back to the default.
     EXPECT_EQ(blockRetentionPriority(r, 2, 100 + 5 * kSecond), kDefaultRetentionPriority);
     EXPECT_EQ(nextRetentionExpiry(r, 100 + 5 * kSecond), kRetentionNever);
+}
+
+TEST(RetentionSpec, ExpiriesSaturateInsteadOfOverflowing) {
+    EXPECT_EQ(retentionExpiry(5, 10), 15);
+    EXPECT_EQ(retentionExpiry(-5'000'000'000, 1), -4'999'999'999);
+    EXPECT_EQ(retentionExpiry(kRetentionNever - 3, 10), kRetentionNever);
+    EXPECT_EQ(retentionExpiry(-1'000'000'000, kRetentionNever), kRetentionNever - 1'000'000'000);  // the fuzzer's
+    EXPECT_EQ(retentionExpiry(std::numeric_limits<int64_t>::min(), kRetentionNever), -1);
+    EXPECT_EQ(retentionExpiry(7, kNoRetentionDuration), kRetentionNever);
 }
 
 TEST(RetentionSpec, BadSpecsAreRefusedNamingTheField) {
