@@ -84,6 +84,7 @@ from .manager import (
     ReusePlan,
     SpecReplayDependency,
 )
+from .retention import RetentionRange, RetentionSpec
 
 __version__ = "0.1.0"
 CacheRequestLease = Lease
@@ -164,6 +165,7 @@ __all__ = [
     "KvEventStatus", "KvEventType", "KvExtraKeyKind", "PublisherStats",
     "encode_kv_events", "events", "publisher_available",
     "MetricsCollector", "metrics", "metrics_text",
+    "RetentionRange", "RetentionSpec",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ConcurrentUseError", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",

@@ -22,6 +22,7 @@ from ..enums import (
     SequenceStatus,
 )
 from ..errors import ArgumentTypeError, ConcurrentUseError, InvalidArgumentError
+from ..retention import c_retention_spec
 from .types import (
     ContextCacheMetrics,
     DecodingContext,
@@ -153,6 +154,16 @@ def _fill_sequence(c: Any, request: Any, name: str, keep: list[Any]) -> None:
     c.media, c.media_count = _media_items(request.media, name, keep)
     c.lookup_policy = _INHERIT if request.lookup_policy is None else _enum(
         LookupPolicy, request.lookup_policy, f"{name}.lookup_policy")
+    c.retention = c_retention_spec(request.retention, keep)
+
+
+def _time_ns(seconds: Any, name: str = "seconds") -> int:
+    """A retention clock reading in seconds (int or float, any origin) as int64 nanoseconds."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ArgumentTypeError(f"{name} must be a number of seconds, got {type(seconds).__name__}")
+    if not -9.2e9 <= seconds <= 9.2e9:  # int64 nanoseconds hold about 292 years either way (NaN fails too)
+        raise InvalidArgumentError(f"{name} must be in [-9.2e9, 9.2e9] seconds, got {seconds}")
+    return int(round(seconds * 1e9))
 
 
 def _c_context(context: Any, keep: list[Any]) -> Any:

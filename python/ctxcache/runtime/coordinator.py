@@ -29,6 +29,7 @@ from ._marshal import (
     _enum,
     _metrics,
     _register_synchronizer,
+    _time_ns,
 )
 from .types import ContextCacheMetrics, SpecReuseContract, Synchronizer
 
@@ -139,6 +140,12 @@ class ContextCacheCoordinator(KvEventSource, Handle):
         AllBlocksCleared). :class:`ctxcache.ContractError` (nothing changed) while requests are active or
         quarantined."""
         check(lib.ctxc_coordinator_clear(self._live()))
+
+    def set_retention_time(self, seconds: float) -> None:
+        """Drive the retention clock of the coordinator's manager (seconds, any origin, never backwards:
+        :class:`ctxcache.ContractError`, nothing changed) instead of the steady clock: a retention range's duration
+        ends, and its blocks fall back to the default priority, when this clock passes it."""
+        check(lib.ctxc_coordinator_set_retention_time(self._live(), _time_ns(seconds)))
 
     def __repr__(self) -> str:
         if self.closed:
