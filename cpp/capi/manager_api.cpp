@@ -178,21 +178,20 @@ ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_le
             requireNonNegative(p.residentStateLength, "resident_state_length");
             tokens = inputTokens(tokenIds, tokenCount);
             keys = inputEventKeys(eventKeys, media);
-            fillPublishResult(
-                l,
-                m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens, keys,
-                                             l.retention ? &*l.retention : nullptr}),
-                out);
+            fillPublishResult(l,
+                              m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens,
+                                                           keys, l.retention ? &*l.retention : nullptr}),
+                              out);
             return;
         }
         if (!p.checkpoint) invalidArgument("checkpoint is NULL");
         if (!p.snapshots) invalidArgument("snapshots is NULL");
         HybridCheckpointKey const key{toHash(p.checkpoint->exact_prefix_digest), p.checkpoint->exact_length};
-        fillPublishResult(l,
-                          (m.manager.get()->*p.checkpointed)(
-                              l.lease, {inputHashes(hashes, count), key, toReservation(*p.snapshots), tokens, keys,
-                                        l.retention ? &*l.retention : nullptr}),
-                          out);
+        fillPublishResult(
+            l,
+            (m.manager.get()->*p.checkpointed)(l.lease, {inputHashes(hashes, count), key, toReservation(*p.snapshots),
+                                                         tokens, keys, l.retention ? &*l.retention : nullptr}),
+            out);
     });
 }
 

@@ -55,6 +55,29 @@ char const* resourceLabel(ResourceType type) {
     return "unknown";
 }
 
+// Retention (include/ctxcache/retention.h): evictions and trims by the record's rank, for the priorities that
+// occurred (the default's sample always), the clock's expiries and the pins.
+void retentionMetrics(PrometheusText& out, RetentionMetrics const& r) {
+    auto byPriority = [&](char const* name, char const* help, uint64_t const(&counts)[kRetentionPriorityCount]) {
+        out.family(name, "counter", help);
+        for (int32_t p = 0; p < kRetentionPriorityCount; ++p)
+            if (counts[p] != 0 || p == kDefaultRetentionPriority)
+                out.sample(name, counts[p], "priority=\"" + std::to_string(p) + "\"");
+    };
+    byPriority("ctxcache_evicted_records_by_priority_total",
+               "Records evicted whole, by their retention rank then (0..100, 35 the default).",
+               r.evictedRecordsByPriority);
+    byPriority("ctxcache_trimmed_records_by_priority_total", "Trims applied, by the rank they cut under.",
+               r.trimmedRecordsByPriority);
+    out.single("ctxcache_retention_expiries_total", "counter",
+               "Records whose retention rank changed because a range's duration ended.", r.retentionExpiries);
+    out.single("ctxcache_pin_expiries_total", "counter", "Pins released because their duration ended.", r.pinExpiries);
+    out.single("ctxcache_pins_refused_total", "counter", "Pins the pin budget refused.", r.pinsRefused);
+    out.single("ctxcache_pinned_records", "gauge", "Records pinned now.", r.pinnedRecords);
+    out.single("ctxcache_pinned_base_pages", "gauge", "Distinct base KV pages pinned records hold now.",
+               r.pinnedBasePages);
+}
+
 void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
     ContextCacheManagerMetrics const& c = m.metrics();
     out.single("ctxcache_prefix_cache_queries_total", "counter",
@@ -101,6 +124,7 @@ void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
     out.single("ctxcache_kv_events_pending", "gauge", "KV events waiting for a drain.", m.pendingKvEventCount());
     out.single("ctxcache_kv_events_lost_total", "counter",
                "KV events dropped beyond the pending limit (replaced by one AllBlocksCleared).", m.lostKvEvents());
+    retentionMetrics(out, m.retentionMetrics());
 }
 
 void publisherMetrics(PrometheusText& out, KvEventPublisher const& p) {

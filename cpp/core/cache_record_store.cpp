@@ -435,8 +435,8 @@ void CacheRecordStore::checkInvariants() const {
                                  std::to_string(e.priority) + ") is out of eviction order");
         Bucket const& b = buckets_[static_cast<size_t>(e.priority)];
         if (counts[static_cast<size_t>(e.priority)]++ == 0 && b.first != it)
-            throw InvariantError("CacheRecordStore: priority " + std::to_string(e.priority) + "'s first record is not " +
-                                 std::to_string(*it));
+            throw InvariantError("CacheRecordStore: priority " + std::to_string(e.priority) +
+                                 "'s first record is not " + std::to_string(*it));
         if (std::next(it) == lru_.end() || records_.find(*std::next(it))->second.priority != e.priority)
             if (b.last != it)
                 throw InvariantError("CacheRecordStore: priority " + std::to_string(e.priority) +
@@ -446,7 +446,8 @@ void CacheRecordStore::checkInvariants() const {
     }
     for (int32_t p = 0; p < kRetentionPriorityCount; ++p) {
         bool const bit = (nonEmpty_[p / 64] >> (p % 64)) & 1;
-        if (buckets_[static_cast<size_t>(p)].count != counts[static_cast<size_t>(p)] || bit != (counts[static_cast<size_t>(p)] > 0))
+        if (buckets_[static_cast<size_t>(p)].count != counts[static_cast<size_t>(p)] ||
+            bit != (counts[static_cast<size_t>(p)] > 0))
             throw InvariantError("CacheRecordStore: priority " + std::to_string(p) + " counts " +
                                  std::to_string(buckets_[static_cast<size_t>(p)].count) + " records, the LRU holds " +
                                  std::to_string(counts[static_cast<size_t>(p)]));

@@ -568,8 +568,8 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(char const* op
 }
 
 PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped,
-                                                int32_t publishedBlocks, BlockTokenSpan tokens,
-                                                KvEventKeys const& keys, RetentionSpec const* retention) {
+                                                int32_t publishedBlocks, BlockTokenSpan tokens, KvEventKeys const& keys,
+                                                RetentionSpec const* retention) {
     // `record` is the full form (every logical hash): the store keeps it compact, and the draft index and the
     // BlockStored events read the hashes from here.
     // The record-limit victim is chosen before the commit: the LRU head as it stands now.
@@ -747,8 +747,7 @@ PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, Hybri
     record.recurrentSnapshotSlot = snapshots.recurrentSnapshotSlot;
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys,
-                        request.retention);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys, request.retention);
 }
 
 PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, HybridPublishRequest const& request) {
@@ -809,8 +808,7 @@ PublishResult ContextCacheManager::publishHybridMtp(CacheRequestLease& lease, Hy
     record.partialKvSnapshotSlot = snapshots.partialKvSnapshotSlot;
     record.exactCheckpointLength = length;
     record.hybridMtpCheckpoint = true;
-    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys,
-                        request.retention);
+    return commitRecord(std::move(record), newlyMapped, publishedBlocks, tokens, request.eventKeys, request.retention);
 }
 
 }  // namespace ctxcache

@@ -47,19 +47,16 @@ void ContextCacheManager::applyExpiriesIfDue() {
 }
 
 void ContextCacheManager::applyExpiries(int64_t now) {
-    retention_.popDue(
-        now,
-        [&](RecordId id) {
-            if (!records_.contains(id)) return;
-            int32_t const rank = rankOf(records_.get(id), now);
-            if (rank == records_.priority(id)) return;
-            records_.setPriority(id, rank);
-            ++retentionMetrics_.retentionExpiries;
-        },
-        [&](RecordId id) {
-            dropPin(id);
-            ++retentionMetrics_.pinExpiries;
-        });
+    retention_.popDue(now, [&](RecordId id) {
+        if (!records_.contains(id)) return;
+        int32_t const rank = rankOf(records_.get(id), now);
+        if (rank == records_.priority(id)) return;
+        records_.setPriority(id, rank);
+        ++retentionMetrics_.retentionExpiries;
+    }, [&](RecordId id) {
+        dropPin(id);
+        ++retentionMetrics_.pinExpiries;
+    });
 }
 
 void ContextCacheManager::setRetentionTime(int64_t nowNsValue) {
@@ -103,8 +100,8 @@ void ContextCacheManager::setPinBudget(double fraction) {
         int32_t const allowed = static_cast<int32_t>(std::floor(fraction * pools_.capacity(type)));
         if (retention_.pinnedCount(type) > allowed)
             contract("setPinBudget", std::string("pinned records hold ") + str(retention_.pinnedCount(type)) + " " +
-                                         toString(type) + " ids, more than the " + str(allowed) +
-                                         " a budget of " + std::to_string(fraction) + " allows: unpin first");
+                                         toString(type) + " ids, more than the " + str(allowed) + " a budget of " +
+                                         std::to_string(fraction) + " allows: unpin first");
     }
     pinBudget_ = fraction;
 }
@@ -121,9 +118,9 @@ void ContextCacheManager::pinRecord(RecordId id, int64_t durationNs) {
     if (durationNs < 0 && durationNs != kNoRetentionDuration)
         contract(op, "duration " + str(durationNs) + " ns is negative (-1 for none)");
     int64_t const now = advanceRetentionClock();
-    int64_t const expiry =
-        durationNs == kNoRetentionDuration ? kRetentionNever
-                                           : (durationNs >= kRetentionNever - now ? kRetentionNever : now + durationNs);
+    int64_t const expiry = durationNs == kNoRetentionDuration
+                               ? kRetentionNever
+                               : (durationNs >= kRetentionNever - now ? kRetentionNever : now + durationNs);
     std::vector<ResourceId> const resources = records_.get(id).resources();
     if (retention_.isPinned(id)) {
         retention_.pin(id, resources, expiry);  // only the duration changes
@@ -134,8 +131,8 @@ void ContextCacheManager::pinRecord(RecordId id, int64_t durationNs) {
         contract(op, "record " + str(static_cast<int64_t>(id)) + " cannot be pinned: " + why);
     };
     if (maxRecords_ == 0 || retention_.pinnedRecords() + 1 >= static_cast<size_t>(maxRecords_))
-        refuse("pinned records would leave no record slot to evict (" + str(static_cast<int64_t>(retention_.pinnedRecords())) +
-               " pinned, maxRecords " + str(maxRecords_) + ")");
+        refuse("pinned records would leave no record slot to evict (" +
+               str(static_cast<int64_t>(retention_.pinnedRecords())) + " pinned, maxRecords " + str(maxRecords_) + ")");
     ResourceDemand const fresh = retention_.unpinnedAmong(resources);
     for (ResourceType type : kAllResourceTypes) {
         if (fresh.get(type) == 0) continue;

@@ -73,7 +73,8 @@ void validateRetentionSpec(char const* operation, RetentionSpec const& spec) {
     for (size_t i = 0; i < spec.ranges.size(); ++i) {
         RetentionRange const& r = spec.ranges[i];
         std::string const where = "range " + std::to_string(i);
-        if (r.tokenStart < 0) refuse(operation, where + " starts at a negative token (" + std::to_string(r.tokenStart) + ")");
+        if (r.tokenStart < 0)
+            refuse(operation, where + " starts at a negative token (" + std::to_string(r.tokenStart) + ")");
         if (r.tokenEnd != kRetentionOpenEnd && r.tokenEnd <= r.tokenStart)
             refuse(operation, where + " ends at token " + std::to_string(r.tokenEnd) + ", not after its start " +
                                   std::to_string(r.tokenStart) + " (-1 for an open end)");

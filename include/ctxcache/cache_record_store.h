@@ -9,9 +9,9 @@
 //             of one exact prefix may coexist and neither is ever found as the other) and exactly once in the LRU list
 //             (least recent at the front) or, unlisted (pinned), outside it; the LRU is ordered by priority bucket
 //             (0 first), then by recency (each record's stamp, strictly increasing within a bucket), and each
-//             bucket's first/last/count describe its run; ids start at 1 and increase. The store does not enforce maxRecords: the
-//             manager does (one transient extra is allowed while a publication commits). With a hash source:
-//             while a record holds base page p, the source maps p to the record's logical hash at that block
+//             bucket's first/last/count describe its run; ids start at 1 and increase. The store does not enforce
+//             maxRecords: the manager does (one transient extra is allowed while a publication commits). With a hash
+//             source: while a record holds base page p, the source maps p to the record's logical hash at that block
 //             (the manager keeps a canonical mapping while its page holds a cache reference), and a record keeps
 //             its hashes exactly when it has no base path. checkInvariants checks every block: each record
 //             keeps a 64-bit digest of the hashes it was inserted with (publishedHashDigest, updated by trimTail)
@@ -117,7 +117,12 @@ public:
     void unlist(RecordId id);
     void relist(RecordId id);
     bool isListed(RecordId id) const;
-    std::vector<RecordId> lruToMru() const { return {lru_.begin(), lru_.end()}; }
+    // Every record: the eviction order (lru()), then the unlisted (pinned) ones, which are never victims.
+    std::vector<RecordId> lruToMru() const {
+        std::vector<RecordId> ids(lru_.begin(), lru_.end());
+        ids.insert(ids.end(), parked_.begin(), parked_.end());
+        return ids;
+    }
     std::optional<RecordId> leastRecent() const noexcept;
     size_t size() const noexcept { return records_.size(); }
     int32_t maxRecords() const noexcept { return maxRecords_; }

@@ -152,9 +152,9 @@ struct RetentionMetrics {
     uint64_t evictedRecordsByPriority[kRetentionPriorityCount] = {};  // a record's rank when it was evicted
     uint64_t trimmedRecordsByPriority[kRetentionPriorityCount] = {};  // the rank under which a trim cut it
     uint64_t retentionExpiries = 0;  // records whose rank fell because a range's duration ended
-    uint64_t pinExpiries = 0;        // pins released because their duration ended
-    uint64_t pinsRefused = 0;        // pins the budget refused
-    uint64_t pinnedRecords = 0;      // gauges: records pinned now, and the distinct base pages they hold
+    uint64_t pinExpiries = 0;  // pins released because their duration ended
+    uint64_t pinsRefused = 0;  // pins the budget refused
+    uint64_t pinnedRecords = 0;  // gauges: records pinned now, and the distinct base pages they hold
     uint64_t pinnedBasePages = 0;
 };
 

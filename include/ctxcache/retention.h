@@ -54,9 +54,8 @@ struct RetentionSpec {
 
     // True when the spec says nothing beyond the default (no range, decode at the default with no duration).
     bool isDefault() const noexcept {
-        return ranges.empty() &&
-               (promptTokenCount < 0 ||
-                (decodePriority == kDefaultRetentionPriority && decodeDurationNs == kNoRetentionDuration));
+        return ranges.empty() && (promptTokenCount < 0 || (decodePriority == kDefaultRetentionPriority &&
+                                                           decodeDurationNs == kNoRetentionDuration));
     }
 };
 

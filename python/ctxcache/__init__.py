@@ -81,6 +81,7 @@ from .manager import (
     PublishResult,
     ResourceDemand,
     ResourceId,
+    RetentionMetrics,
     ReusePlan,
     SpecReplayDependency,
 )
@@ -165,7 +166,7 @@ __all__ = [
     "KvEventStatus", "KvEventType", "KvExtraKeyKind", "PublisherStats",
     "encode_kv_events", "events", "publisher_available",
     "MetricsCollector", "metrics", "metrics_text",
-    "RetentionRange", "RetentionSpec",
+    "RetentionMetrics", "RetentionRange", "RetentionSpec", "retention",
     "AcquireResult", "AcquireStatus", "ArgumentTypeError", "BlockKeyExtras", "BufferTooSmallError", "CHAIN_ROOT",
     "CacheRecord", "CacheRequestLease", "ConcurrentUseError", "ContextCacheLookupPolicy", "ContextCacheManager", "ContractError", "DType", "EvictionPolicy",
     "DeviceBackend", "DeviceError", "DraftPathMatch", "Error", "HEADER_ABI_VERSION", "HashAlgorithm", "Hasher",

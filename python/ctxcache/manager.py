@@ -8,7 +8,7 @@ use raises InvalidHandleError) and raises LeasesOutstandingError.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from .enums import (
 )
 from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
 from .events import KvEventSource
+from .retention import RetentionSpec, c_retention_spec, duration_ns
 
 _NULL = ffi.NULL
 
@@ -100,6 +101,20 @@ class ManagerMetrics:
     trimmed_blocks: int = 0  # blocks those trims took off their records
     prefix_cache_queries: int = 0  # prompt tokens of the acquires that succeeded reading the cache
     prefix_cache_hits: int = 0  # the tokens those acquires skip (reuse_token_length): hits / queries
+
+
+@dataclass(frozen=True)
+class RetentionMetrics:
+    """What eviction took at which priority (records by their rank then; only priorities that occurred), and the
+    retention clock's and the pins' counts (``pinned_*`` are gauges)."""
+
+    evicted_records_by_priority: dict[int, int]
+    trimmed_records_by_priority: dict[int, int]
+    retention_expiries: int
+    pin_expiries: int
+    pins_refused: int
+    pinned_records: int
+    pinned_base_pages: int
 
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
@@ -442,7 +457,8 @@ class Records:
         return int(out[0])
 
     def lru(self) -> list[int]:
-        """Record ids, least recently used first."""
+        """Record ids in eviction order (priority buckets ascending, least recently used first within one), then
+        the pinned records (never evicted while pinned)."""
         return [int(x) for x in self._manager._two_call(
             lambda buf, cap, n: lib.ctxc_debug_manager_records_lru(self._manager._live(), buf, cap, n), "uint64_t", np.uint64)]
 
@@ -813,11 +829,16 @@ class ContextCacheManager(KvEventSource, Resource):
                              out.published_base_full_block_count)
 
     def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int,
-                tokens: Any = None, event_keys: KvEventKeys | None = None) -> PublishResult:
+                tokens: Any = None, event_keys: KvEventKeys | None = None,
+                retention: RetentionSpec | None = None) -> PublishResult:
         """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record. ``tokens``
         (the prompt's token ids, at least the published blocks'): required once KV events are on.
         ``event_keys``: the request's LoRA adapter and media items, which its BlockStored events name
-        (``lora_name``, ``extra_keys``); read only while events are on."""
+        (``lora_name``, ``extra_keys``); read only while events are on. ``retention``: how long the record should
+        stay (:class:`ctxcache.RetentionSpec`; None: the default priority, plain LRU)."""
+        if retention is not None:
+            return self._retained(lease, retention, lambda: self.publish(lease, full_block_hashes,
+                                                                         resident_state_length, tokens, event_keys))
         if type(lease) is not Lease and not isinstance(lease, Lease):  # _lease_handle(lease), inline
             raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
         family = lease._family
@@ -869,20 +890,38 @@ class ContextCacheManager(KvEventSource, Resource):
 
     def publish_hybrid(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
                        snapshots: HybridSnapshotReservation, tokens: Any = None,
-                       event_keys: KvEventKeys | None = None) -> PublishResult:
+                       event_keys: KvEventKeys | None = None,
+                       retention: RetentionSpec | None = None) -> PublishResult:
         """Publish one captured exact checkpoint (its floor(exact_length / page_size) full-block hashes).
-        ``tokens`` and ``event_keys`` as for :meth:`publish`."""
-        return self._publish_checkpoint(lib.ctxc_manager_publish_hybrid_with_tokens, lease, full_block_hashes,
-                                        checkpoint, snapshots, tokens, event_keys)
+        ``tokens``, ``event_keys`` and ``retention`` as for :meth:`publish`."""
+        return self._retained(lease, retention, lambda: self._publish_checkpoint(
+            lib.ctxc_manager_publish_hybrid_with_tokens, lease, full_block_hashes, checkpoint, snapshots, tokens,
+            event_keys))
 
     def publish_hybrid_mtp(self, lease: Lease, full_block_hashes: Any, checkpoint: HybridCheckpointKey,
                            snapshots: HybridSnapshotReservation, tokens: Any = None,
-                           event_keys: KvEventKeys | None = None) -> PublishResult:
+                           event_keys: KvEventKeys | None = None,
+                           retention: RetentionSpec | None = None) -> PublishResult:
         """Publish one captured Hybrid+MTP checkpoint of exact length E >= 1: its floor((E - 1) / page_size)
         full-block hashes, and both snapshot slots reserved by this lease. The record keeps base and an equally
-        long draft path. ``tokens`` and ``event_keys`` as for :meth:`publish`."""
-        return self._publish_checkpoint(lib.ctxc_manager_publish_hybrid_mtp_with_tokens, lease, full_block_hashes,
-                                        checkpoint, snapshots, tokens, event_keys)
+        long draft path. ``tokens``, ``event_keys`` and ``retention`` as for :meth:`publish`."""
+        return self._retained(lease, retention, lambda: self._publish_checkpoint(
+            lib.ctxc_manager_publish_hybrid_mtp_with_tokens, lease, full_block_hashes, checkpoint, snapshots,
+            tokens, event_keys))
+
+    def _retained(self, lease: Lease, retention: RetentionSpec | None,
+                  publish: Callable[[], PublishResult]) -> PublishResult:
+        """``publish()`` with ``retention`` on the lease for that one call (ctxc_lease_set_retention, then back
+        to the default)."""
+        if retention is None:
+            return publish()
+        handle = self._lease_handle(lease)
+        keep: list[Any] = []
+        check(lib.ctxc_lease_set_retention(handle, c_retention_spec(retention, keep)))
+        try:
+            return publish()
+        finally:
+            lib.ctxc_lease_set_retention(handle, _NULL)
 
     def _publish_checkpoint(self, function: Any, lease: Lease, full_block_hashes: Any,
                             checkpoint: HybridCheckpointKey, snapshots: HybridSnapshotReservation,
@@ -899,6 +938,51 @@ class ContextCacheManager(KvEventSource, Resource):
 
     def evict_record(self, record_id: int) -> None:
         check(lib.ctxc_manager_evict_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1)))
+
+    # -- retention (ctxcache.retention, docs/RETENTION.md) -----------------------------------------------------
+    def set_retention_time(self, seconds: float) -> None:
+        """Drive the retention clock (seconds, any origin, never backwards) from now on instead of the steady
+        clock, applying the expiries it reaches: a replay drives it from its trace, a test step by step."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not abs(seconds) <= 9.2e9:
+            raise (ArgumentTypeError if not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+                   else InvalidArgumentError)(f"seconds must be a number in [-9.2e9, 9.2e9], got {seconds!r}")
+        check(lib.ctxc_manager_set_retention_time(self._live(), int(round(seconds * 1e9))))
+
+    def record_priority(self, record_id: int) -> int:
+        """The record's eviction rank now, 0..100 (the lowest goes first, LRU within one)."""
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_manager_record_priority(self._live(), _arrays.integer(record_id, "record_id",
+                                                                             maximum=2**64 - 1), out))
+        return int(out[0])
+
+    def set_pin_budget(self, fraction: float) -> None:
+        """The fraction of each pool pinned records may hold (0, the default, refuses every pin)."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise ArgumentTypeError(f"fraction must be a number, got {type(fraction).__name__}")
+        if not 0.0 <= fraction <= 1.0:
+            raise InvalidArgumentError(f"fraction must be in [0, 1], got {fraction}")
+        check(lib.ctxc_manager_set_pin_budget(self._live(), float(fraction)))
+
+    def pin_record(self, record_id: int, duration: float | None = None) -> None:
+        """Keep the record resident until :meth:`unpin_record` or for ``duration`` seconds. Past the budget:
+        :class:`ctxcache.ContractError` naming the pool and the numbers, nothing changed."""
+        ns = duration_ns(duration, "duration")
+        check(lib.ctxc_manager_pin_record(self._live(), _arrays.integer(record_id, "record_id", maximum=2**64 - 1),
+                                          ns))
+
+    def unpin_record(self, record_id: int) -> None:
+        check(lib.ctxc_manager_unpin_record(self._live(), _arrays.integer(record_id, "record_id",
+                                                                          maximum=2**64 - 1)))
+
+    @property
+    def retention_metrics(self) -> RetentionMetrics:
+        m = new_output("ctxc_retention_metrics_t")
+        check(lib.ctxc_manager_retention_metrics(self._live(), m))
+        return RetentionMetrics(
+            {p: int(n) for p, n in enumerate(m.evicted_records_by_priority) if n},
+            {p: int(n) for p, n in enumerate(m.trimmed_records_by_priority) if n},
+            int(m.retention_expiries), int(m.pin_expiries), int(m.pins_refused), int(m.pinned_records),
+            int(m.pinned_base_pages))
 
     def clear(self) -> None:
         """A prefix-cache reset: evict every record, so no lookup finds anything afterwards (with KV events on: one

@@ -100,7 +100,7 @@ def test_the_names_are_docs_metrics_table() -> None:
             elif line and not line.startswith("#"):
                 name = re.match(r"[a-z_]+", line).group(0)  # type: ignore[union-attr]
                 assert name in written, line  # every sample belongs to a declared family
-                assert re.fullmatch(r"[a-z_]+(\{[a-z_]+=\"[a-z_]+\"(,[a-z_]+=\"[a-z_]+\")*\})? \d+", line), line
+                assert re.fullmatch(r"[a-z_]+(\{[a-z_]+=\"[a-z_0-9]+\"(,[a-z_]+=\"[a-z_0-9]+\")*\})? \d+", line), line
     for name, kind in written.items():
         assert (kind == "counter") == name.endswith("_total"), name
     expected = documented if ctxcache.publisher_available() else {

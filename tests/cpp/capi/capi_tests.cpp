@@ -1144,3 +1144,108 @@ TEST(CApi, HybridMtpBadCallsChangeNothing) {
 }
 
 }  // namespace
+
+// ---- retention (include/ctxcache/c/retention.h) ----------------------------------------------------------
+
+namespace {
+
+int32_t recordPriority(ctxc_manager_t const* m, uint64_t record) {
+    int32_t priority = -1;
+    EXPECT_EQ(ctxc_manager_record_priority(m, record, &priority), CTXC_OK) << ctxc_last_error();
+    return priority;
+}
+
+uint64_t serveRetained(ctxc_manager_t* m, std::vector<ctxc_hash128_t> const& hashes,
+                       ctxc_retention_spec_t const* spec) {
+    ctxc_lease_t* lease = acquire(m, hashes, static_cast<int32_t>(hashes.size()) * 4);
+    EXPECT_NE(lease, nullptr);
+    if (!lease) return 0;
+    EXPECT_EQ(ctxc_lease_set_retention(lease, spec), CTXC_OK) << ctxc_last_error();
+    ctxc_publish_result_t p = publishResult();
+    EXPECT_EQ(ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), static_cast<int32_t>(hashes.size()) * 4, &p),
+              CTXC_OK)
+        << ctxc_last_error();
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    return p.record;
+}
+
+}  // namespace
+
+TEST(CApiRetention, ALeasesSpecRanksItsRecordAndEvictionTakesTheLowestPriorityFirst) {
+    ctxc_manager_t* m = makeManager(4, {6, 0, 0, 0}, 8);
+    ASSERT_EQ(ctxc_manager_set_retention_time(m, 0), CTXC_OK);
+    ctxc_retention_range_t const range{0, CTXC_RETENTION_OPEN_END, 90, 0, 10'000'000'000};  // 90 for 10 s
+    ctxc_retention_spec_t spec;
+    ctxc_retention_spec_init(&spec);
+    EXPECT_EQ(spec.decode_priority, CTXC_RETENTION_DEFAULT_PRIORITY);
+    EXPECT_EQ(spec.prompt_token_count, -1);
+    spec.ranges = &range;
+    spec.range_count = 1;
+    uint64_t const kept = serveRetained(m, {H(1), H(2)}, &spec);
+    uint64_t const plain = serveRetained(m, {H(11), H(12)}, nullptr);
+    EXPECT_EQ(recordPriority(m, kept), 90);
+    EXPECT_EQ(recordPriority(m, plain), CTXC_RETENTION_DEFAULT_PRIORITY);
+    // Two more pages: the default record goes although it is the more recent.
+    serveRetained(m, {H(21), H(22), H(23), H(24)}, nullptr);
+    size_t count = 0;
+    uint64_t lru[4] = {};
+    ASSERT_EQ(ctxc_debug_manager_records_lru(m, lru, 4, &count), CTXC_OK);
+    ASSERT_EQ(count, 2u);
+    EXPECT_EQ(lru[1], kept);  // the priority-90 bucket comes last
+    ctxc_retention_metrics_t metrics{sizeof(ctxc_retention_metrics_t)};
+    ASSERT_EQ(ctxc_manager_retention_metrics(m, &metrics), CTXC_OK);
+    EXPECT_EQ(metrics.evicted_records_by_priority[CTXC_RETENTION_DEFAULT_PRIORITY], 1u);
+    EXPECT_EQ(metrics.evicted_records_by_priority[90], 0u);
+    // The duration ends: the record falls to the default priority.
+    ASSERT_EQ(ctxc_manager_set_retention_time(m, 10'000'000'000), CTXC_OK);
+    EXPECT_EQ(recordPriority(m, kept), CTXC_RETENTION_DEFAULT_PRIORITY);
+    ASSERT_EQ(ctxc_manager_retention_metrics(m, &metrics), CTXC_OK);
+    EXPECT_EQ(metrics.retention_expiries, 1u);
+    EXPECT_EQ(ctxc_manager_set_retention_time(m, 5), CTXC_E_CONTRACT);  // never backwards
+    EXPECT_TRUE(lastErrorFrom("ctxc_manager_set_retention_time"));
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
+TEST(CApiRetention, BadSpecsAndPinsPastTheBudgetAreRefusedWithNothingChanged) {
+    ctxc_manager_t* m = makeManager(4, {8, 0, 0, 0}, 8);
+    ctxc_lease_t* lease = acquire(m, {H(1), H(2)}, 8);
+    ASSERT_NE(lease, nullptr);
+    std::string const before = observe(m);
+    ctxc_retention_spec_t spec;
+    ctxc_retention_spec_init(&spec);
+    ctxc_retention_range_t range{0, 4, 101, 0, CTXC_RETENTION_NO_DURATION};
+    spec.ranges = &range;
+    spec.range_count = 1;
+    EXPECT_EQ(ctxc_lease_set_retention(lease, &spec), CTXC_E_CONTRACT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("priority 101"), std::string::npos) << ctxc_last_error();
+    range = {8, 4, 50, 0, CTXC_RETENTION_NO_DURATION};
+    EXPECT_EQ(ctxc_lease_set_retention(lease, &spec), CTXC_E_CONTRACT);
+    range = {0, 4, 50, 0, -7};
+    EXPECT_EQ(ctxc_lease_set_retention(lease, &spec), CTXC_E_CONTRACT);
+    spec.ranges = nullptr;
+    EXPECT_EQ(ctxc_lease_set_retention(lease, &spec), CTXC_E_INVALID_ARGUMENT);
+    spec.range_count = 0;
+    spec.struct_size = 4;
+    EXPECT_EQ(ctxc_lease_set_retention(lease, &spec), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_lease_set_retention(nullptr, nullptr), CTXC_E_INVALID_HANDLE);
+    EXPECT_EQ(observe(m), before);
+    ctxc_publish_result_t p = publishResult();
+    std::vector<ctxc_hash128_t> const hashes{H(1), H(2)};
+    ASSERT_EQ(ctxc_manager_publish(m, lease, hashes.data(), 2, 8, &p), CTXC_OK);
+    EXPECT_EQ(recordPriority(m, p.record), CTXC_RETENTION_DEFAULT_PRIORITY);  // the refused specs never applied
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+
+    EXPECT_EQ(ctxc_manager_pin_record(m, p.record, CTXC_RETENTION_NO_DURATION), CTXC_E_CONTRACT);  // budget 0
+    EXPECT_EQ(ctxc_manager_set_pin_budget(m, 1.5), CTXC_E_INVALID_ARGUMENT);
+    ASSERT_EQ(ctxc_manager_set_pin_budget(m, 0.25), CTXC_OK);  // 2 of 8 pages
+    ASSERT_EQ(ctxc_manager_pin_record(m, p.record, CTXC_RETENTION_NO_DURATION), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(refs(m, 0), std::make_pair(1, 1));  // the pin holds like a lease
+    uint64_t const other = serveRetained(m, {H(5)}, nullptr);
+    EXPECT_EQ(ctxc_manager_pin_record(m, other, CTXC_RETENTION_NO_DURATION), CTXC_E_CONTRACT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("allows 2"), std::string::npos) << ctxc_last_error();
+    EXPECT_EQ(ctxc_manager_pin_record(m, 99, CTXC_RETENTION_NO_DURATION), CTXC_E_CONTRACT);
+    EXPECT_EQ(ctxc_manager_unpin_record(m, other), CTXC_E_CONTRACT);
+    ASSERT_EQ(ctxc_manager_unpin_record(m, p.record), CTXC_OK);
+    EXPECT_EQ(refs(m, 0), std::make_pair(0, 1));
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
