@@ -40,10 +40,10 @@ from .device import BackendKind, DType
 from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError
 from .events import KvEventSource
-from .manager import eviction_policy_of
+from .manager import RetentionMetrics, eviction_policy_of
 from .retention import RetentionSpec, c_retention_spec
 from .runtime import ContextCacheMetrics, MediaItem
-from .runtime._marshal import _media_items, _metrics, _time_ns
+from .runtime._marshal import _media_items, _metrics, _retention_metrics, _time_ns
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",
            "SimSpeculative"]
@@ -276,6 +276,13 @@ class ReferenceEngine(KvEventSource, Handle):
     def check_invariants(self) -> None:
         """The coordinator's and the manager's invariants, and that no request is live (InvariantError)."""
         check(lib.ctxc_sim_engine_check_invariants(self._live()))
+
+    @property
+    def retention_metrics(self) -> RetentionMetrics:
+        """What eviction took at which priority in the engine's coordinator, and its expiries and pins."""
+        out = new_output("ctxc_retention_metrics_t")
+        check(lib.ctxc_sim_engine_retention_metrics(self._live(), out))
+        return _retention_metrics(out)
 
     def set_retention_time(self, seconds: float) -> None:
         """Drive the retention clock of the engine's coordinator (seconds, any origin, never backwards:

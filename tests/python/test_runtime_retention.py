@@ -88,6 +88,7 @@ def test_a_retained_system_prompt_survives_a_flood_that_plain_lru_evicts(world, 
     assert world.serve(SYSTEM + [1, 2], retention) == 0
     world.flood()
     assert world.coordinator.metrics.evicted_records == 2
+    assert world.coordinator.retention_metrics.evicted_records_by_priority == {35: 2}
     assert world.serve(SYSTEM + [7, 7]) == reused
 
 
@@ -100,6 +101,7 @@ def test_the_coordinators_clock_ends_a_range_at_its_duration(world, now, reused)
     world.coordinator.set_retention_time(now)
     world.flood()
     assert world.serve(SYSTEM + [7, 7]) == reused
+    assert world.coordinator.retention_metrics.retention_expiries == (1 if now > 1.5 else 0)
     with pytest.raises(ContractError, match="backwards"):
         world.coordinator.set_retention_time(now - 0.1)
 
@@ -139,6 +141,7 @@ def test_the_reference_engine_carries_retention_and_arrivals_byte_exact(retain, 
     starts, evicted_records, engine = _engine_run(retain)
     with engine:
         assert starts == [0] * 9 + [last_start] and evicted_records == evicted
+        assert engine.retention_metrics.evicted_records_by_priority == {35: evicted}
         engine.set_retention_time(1e-5)  # the last arrival: the clock stands there (never backwards)
         with pytest.raises(ContractError, match="backwards"):
             engine.set_retention_time(9e-6)

@@ -22,6 +22,7 @@ from ..enums import (
     SequenceStatus,
 )
 from ..errors import ArgumentTypeError, ConcurrentUseError, InvalidArgumentError
+from ..manager import RetentionMetrics
 from ..retention import c_retention_spec
 from .types import (
     ContextCacheMetrics,
@@ -51,6 +52,15 @@ def _metrics(c: Any) -> ContextCacheMetrics:
             values[name] = int(getattr(c, name))
     return ContextCacheMetrics(**values)
 
+
+
+def _retention_metrics(m: Any) -> RetentionMetrics:
+    """A ctxc_retention_metrics_t as the manager's RetentionMetrics (priorities that occurred only)."""
+    return RetentionMetrics(
+        {p: int(n) for p, n in enumerate(m.evicted_records_by_priority) if n},
+        {p: int(n) for p, n in enumerate(m.trimmed_records_by_priority) if n},
+        int(m.retention_expiries), int(m.pin_expiries), int(m.pins_refused), int(m.pinned_records),
+        int(m.pinned_base_pages))
 
 
 def _swa_state(out: Any) -> SwaState:

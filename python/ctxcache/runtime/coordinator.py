@@ -21,7 +21,7 @@ from ..enums import (
 )
 from ..errors import ArgumentTypeError
 from ..events import KvEventSource
-from ..manager import eviction_policy_of
+from ..manager import RetentionMetrics, eviction_policy_of
 from ._marshal import (
     _create_synchronized,
     _destroy_coordinator,
@@ -29,6 +29,7 @@ from ._marshal import (
     _enum,
     _metrics,
     _register_synchronizer,
+    _retention_metrics,
     _time_ns,
 )
 from .types import ContextCacheMetrics, SpecReuseContract, Synchronizer
@@ -140,6 +141,13 @@ class ContextCacheCoordinator(KvEventSource, Handle):
         AllBlocksCleared). :class:`ctxcache.ContractError` (nothing changed) while requests are active or
         quarantined."""
         check(lib.ctxc_coordinator_clear(self._live()))
+
+    @property
+    def retention_metrics(self) -> RetentionMetrics:
+        """What eviction took at which priority in the coordinator's manager, and its expiries and pins."""
+        out = new_output("ctxc_retention_metrics_t")
+        check(lib.ctxc_coordinator_retention_metrics(self._live(), out))
+        return _retention_metrics(out)
 
     def set_retention_time(self, seconds: float) -> None:
         """Drive the retention clock of the coordinator's manager (seconds, any origin, never backwards:
