@@ -611,6 +611,30 @@ TEST(ReferenceEngine, RetainedSystemPromptOutlivesAFloodByteExact) {
     }
 }
 
+// Joiners carry their spec too: two founders (maxBatch 2), then two requests join in flight; each publishes its
+// prompt with blocks 0-1 (the shared 32 tokens) at a priority of its own, so every record ranks at its request's.
+TEST(ReferenceEngine, JoinersCarryTheirRetentionSpecs) {
+    ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
+    c.maxBatch = 2;
+    c.commitPolicy = runtime::ContextCacheCommitPolicy::kPrefillStateOnly;
+    ReferenceEngine engine(c);
+    std::vector<int32_t> const system = iota(32, 1);
+    std::vector<EngineRequest> reqs;
+    for (int32_t i = 0; i < 4; ++i) {
+        reqs.push_back(request(concat(system, iota(17, 100 * (i + 1))), i == 0 ? 12 : 2));
+        reqs.back().retention.ranges.push_back({32, kRetentionOpenEnd, 60 + i, kNoRetentionDuration});
+    }
+    std::vector<EngineOutput> const out = serveAndCompare(engine, reqs);
+    EXPECT_FALSE(out[0].joined);
+    EXPECT_TRUE(out[2].joined && out[3].joined);
+    ContextCacheManager const& m = engine.coordinator().manager();
+    std::vector<int32_t> priorities;
+    for (RecordId id : m.records().lruToMru()) priorities.push_back(m.recordPriority(id));
+    std::sort(priorities.begin(), priorities.end());
+    // 49 tokens: 3 full blocks, the third (tokens 32..47) in each request's own range [32, 49).
+    EXPECT_EQ(priorities, (std::vector<int32_t>{60, 61, 62, 63}));
+}
+
 TEST(ReferenceEngine, BadRetentionSpecIsRefusedBeforeServing) {
     ReferenceEngine engine(configFor(DeploymentKind::kAttention));
     EngineRequest bad = request(iota(20), 2);
