@@ -124,6 +124,19 @@ def test_the_text_report_has_the_priority_table_only_with_the_option(capsys):
     assert lines[header + 3].split() == ["35", "79,359", "53,856", "20,770", "38.57%"]
 
 
+def test_a_trace_without_system_prompts_says_nothing_was_retained(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 10 * i, "input_length": 600, "output_length": 4,
+                                         "hash_ids": [1, 2 + i]}) + "\n" for i in range(3)))
+    text = _replay(capsys, [str(trace), "--retain-system-prompts", "90", "--bookkeeping-only", "--no-progress",
+                            "--capacity-tokens", "4096"])
+    assert "(no request of this workload opens with a shared system prompt: nothing was retained)" in text
+    r = json.loads(_replay(capsys, [str(trace), "--retain-system-prompts", "90", "--bookkeeping-only",
+                                    "--no-progress", "--capacity-tokens", "4096", "--json"]))
+    assert r["reuse_by_priority"] == {"35": {"prompt_tokens": 1800, "unbounded_reusable_tokens": 1024,
+                                             "reused_tokens": 1024}}
+
+
 def test_sweep_draws_the_curve_without_retention_beside_it(tmp_path, capsys):
     code = replay.sweep_main(["--points", "8", "--out-dir", str(tmp_path), "--json", "--no-progress",
                               "--no-optimum", "--retain-system-prompts", "90", "--policy", "lru-trim"])

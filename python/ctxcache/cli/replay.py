@@ -703,6 +703,8 @@ def format_report(r: dict[str, Any]) -> str:
                             if v["unbounded_reusable_tokens"] else "-")
                            for p, v in r["reuse_by_priority"].items()],
                           header=("priority", "prompt tokens", "unbounded reusable", "reused", "of unbounded")))
+        if str(retained["priority"]) not in r["reuse_by_priority"]:
+            out.append("(no request of this workload opens with a shared system prompt: nothing was retained)")
         out.append(f"evicted records by their rank: {evicted or 'none'}; "
                    f"retention expiries {rm.get('retention_expiries', 0):,}")
         out.append("")
