@@ -35,9 +35,14 @@
 //   publishHybridMtp only. The record keeps base and an equally long draft path through the E-1 boundary.
 // Recency: hybrid, Hybrid+MTP and spec hits are touched at acquire; plain base-block hits touch nothing; an
 //   exact duplicate publication touches the existing record; capacity and record-limit eviction are strict
-//   record LRU. Under EvictionPolicy::kRecordLruTrim (opt-in at construction) capacity eviction may instead
-//   trim the last record it reaches down to a shorter prefix (eviction_planner.h); the record-limit victim is
-//   always evicted whole.
+//   record LRU within a retention priority, the lowest priority first (retention.h, docs/RETENTION.md: a
+//   publication's RetentionSpec ranks its record, by its best block under record LRU and by its last block under
+//   lru-trim; with no spec every record is at the default priority and eviction is plain record LRU). Under
+//   EvictionPolicy::kRecordLruTrim (opt-in at construction) capacity eviction may instead trim the last record it
+//   reaches down to a shorter prefix (eviction_planner.h), never below a tail of higher priority than its rank (a
+//   low tail that is not enough is cut and the record re-ranks); the record-limit victim is always evicted whole.
+//   Pinned records (pinRecord) are outside the order and hold their resources like a lease; every record's rank
+//   is as of the last time the retention clock was read, with every expiry up to it applied.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims. Memory: metadata for the ids
 //   handed out so far (at least the first kEagerMetadataIds of each pool, allocated at construction), never for

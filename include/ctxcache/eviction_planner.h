@@ -18,7 +18,10 @@
 //                    outlives its unshared tail.
 //
 // The manager applies the same walk one record at a time (trimPoint is its kRecordLruTrim step): once earlier
-// victims are really evicted, each step needs only its own record's simulation.
+// victims are really evicted, each step needs only its own record's simulation. The walk is the store's order,
+// which puts lower retention priorities first (retention.h); with retention ranges under kRecordLruTrim the
+// manager's step also keeps a record's higher-priority head (trimPoint's minKeep) and may cut a low tail and
+// re-rank the record before going on, which plan() does not simulate: plan() is exact for records without ranges.
 //
 // Cost:       O(1) when the pools already satisfy the demand or when even evicting every record could not
 //             (ResourcePools::reclaimableCount is exact); otherwise proportional to the resources of the victims

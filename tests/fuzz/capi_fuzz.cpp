@@ -193,8 +193,59 @@ private:
         if (lease) leases_.push_back(LeaseSlot{lease, index, true, {}});
     }
 
+    // Retention: a lease's spec (sometimes malformed), the driven clock (sometimes backwards), the pin budget,
+    // pins and unpins of arbitrary ids; a refused call changes nothing, and every later check holds.
+    void retention() {
+        ctxc_manager_t* m = managerArg();
+        switch (in_.ConsumeIntegralInRange<int>(0, 4)) {
+            case 0: {
+                ctxc_lease_t* l = leaseArg();
+                std::vector<ctxc_retention_range_t> ranges(in_.ConsumeIntegralInRange<size_t>(0, 3));
+                for (ctxc_retention_range_t& r : ranges)
+                    r = {in_.ConsumeIntegralInRange<int32_t>(-1, 24), in_.ConsumeIntegralInRange<int32_t>(-2, 24),
+                         in_.ConsumeIntegralInRange<int32_t>(-1, 101), 0,
+                         in_.ConsumeIntegralInRange<int64_t>(-2, 4'000'000'000)};
+                ctxc_retention_spec_t spec;
+                ctxc_retention_spec_init(&spec);
+                spec.ranges = in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : ranges.data();
+                spec.range_count = ranges.size();
+                spec.decode_priority = in_.ConsumeIntegralInRange<int32_t>(-1, 101);
+                spec.prompt_token_count = in_.ConsumeIntegralInRange<int32_t>(-2, 24);
+                checkStatus(ctxc_lease_set_retention(l, in_.ConsumeIntegralInRange<int>(0, 7) == 0 ? nullptr : &spec));
+                break;
+            }
+            case 1: {
+                int64_t const now = clock_ + in_.ConsumeIntegralInRange<int64_t>(-1'000'000'000, 3'000'000'000);
+                mutating(m, [&](bool&) { return ctxc_manager_set_retention_time(m, now); });
+                if (now > clock_) clock_ = now;
+                break;
+            }
+            case 2: {
+                double const fraction = in_.ConsumeIntegralInRange<int>(-1, 5) / 4.0;
+                mutating(m, [&](bool&) { return ctxc_manager_set_pin_budget(m, fraction); });
+                break;
+            }
+            case 3: {
+                uint64_t const id = in_.ConsumeIntegralInRange<uint64_t>(0, 12);
+                int64_t const duration = in_.ConsumeIntegralInRange<int64_t>(-2, 4'000'000'000);
+                mutating(m, [&](bool&) { return ctxc_manager_pin_record(m, id, duration); });
+                break;
+            }
+            default: {
+                uint64_t const id = in_.ConsumeIntegralInRange<uint64_t>(0, 12);
+                mutating(m, [&](bool&) { return ctxc_manager_unpin_record(m, id); });
+                int32_t priority = 0;
+                checkStatus(ctxc_manager_record_priority(m, id, &priority));
+                ctxc_retention_metrics_t metrics{sizeof metrics};
+                checkStatus(ctxc_manager_retention_metrics(m, &metrics));
+                break;
+            }
+        }
+    }
+
     void one() {
-        switch (in_.ConsumeIntegralInRange<int>(0, 21)) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 22)) {
+            case 22: retention(); break;
             case 0: {  // create
                 int const i = in_.ConsumeIntegralInRange<int>(0, 1);
                 if (managers_[static_cast<size_t>(i)].live) break;
@@ -525,6 +576,7 @@ private:
     std::array<ManagerSlot, 2> managers_{};
     std::array<int32_t, 2> pageSize_{{1, 1}};
     std::vector<LeaseSlot> leases_;
+    int64_t clock_ = 0;  // the latest retention time set (a manager refuses going back; the fuzzer tries)
 };
 
 }  // namespace

@@ -3,7 +3,7 @@
 //   bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
 //                 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K]
 //                 [--key STRING] [--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim]
-//                 [--cold [--cold-bytes B]]
+//                 [--cold [--cold-bytes B]] [--retention none|default|mixed]
 //
 // Prints one JSON object on stdout: {"path": "c++", ..., "results": [one object per page size and mode, page
 // sizes outer, modes inner in the order vanilla, hybrid, spec]}. --mode is repeatable (or comma separated);
@@ -190,6 +190,33 @@ struct ColdLoop {
     }
 };
 
+// ---- retention (--retention none|default|mixed; C++ only, not mirrored by `ctxcache bench`) ---------------------
+// none: publications carry no spec (the headline). default: every publication carries an explicit default spec
+// (one range at priority 35 over the whole prompt: the retention code runs and must decide as plain LRU). mixed:
+// request i's spec is one of four by a hash of i: its first 512 tokens at 90 (a shared system prompt), a
+// priority-0 tail past token 512, everything at 60, or none. No durations: the figures must repeat pass to pass.
+enum class RetentionMix { kNone, kDefault, kMixed };
+RetentionMix gRetention = RetentionMix::kNone;
+
+RetentionSpec const* retentionFor(size_t request) {
+    static RetentionSpec const explicitDefault{{{0, kRetentionOpenEnd, kDefaultRetentionPriority,
+                                                 kNoRetentionDuration}}};
+    static RetentionSpec const mixed[3] = {
+        RetentionSpec{{{0, 512, 90, kNoRetentionDuration}}},
+        RetentionSpec{{{512, kRetentionOpenEnd, 0, kNoRetentionDuration}}},
+        RetentionSpec{{{0, kRetentionOpenEnd, 60, kNoRetentionDuration}}},
+    };
+    switch (gRetention) {
+        case RetentionMix::kNone: return nullptr;
+        case RetentionMix::kDefault: return &explicitDefault;
+        case RetentionMix::kMixed: {
+            size_t const pick = static_cast<size_t>((request * 0x9E3779B97F4A7C15ull) >> 62);  // 0..3
+            return pick < 3 ? &mixed[pick] : nullptr;
+        }
+    }
+    return nullptr;
+}
+
 // ---- the replay -------------------------------------------------------------------------------------------
 
 using Clock = std::chrono::steady_clock;
@@ -326,7 +353,9 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
         int32_t published = 0;
         PublishStatus status = PublishStatus::kPublished;
         if (!h.empty()) {
-            PublishResult const result = manager.publish(lease, {h, n});
+            PublishRequest request{h, n};
+            request.retention = retentionFor(i);
+            PublishResult const result = manager.publish(lease, request);
             published = result.publishedBaseFullBlockCount;
             status = result.status;
         }
@@ -614,7 +643,8 @@ int main(int argc, char** argv) {
     char const* const usage =
         "bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]... "
         "[--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] "
-        "[--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim] [--cold [--cold-bytes B]]";
+        "[--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim] [--cold [--cold-bytes B]] "
+        "[--retention none|default|mixed]";
     for (int i = 1; i < argc; ++i) {
         std::string const a = argv[i];
         auto value = [&]() -> std::string {
@@ -650,6 +680,13 @@ int main(int argc, char** argv) {
                      : name == "lru-trim" ? EvictionPolicy::kRecordLruTrim
                                           : (fail("unknown eviction policy \"" + name + "\" (lru or lru-trim)"),
                                              EvictionPolicy::kRecordLru);
+        } else if (a == "--retention") {
+            std::string const name = value();
+            gRetention = name == "none"      ? RetentionMix::kNone
+                         : name == "default" ? RetentionMix::kDefault
+                         : name == "mixed"   ? RetentionMix::kMixed
+                                             : (fail("unknown --retention \"" + name + "\" (none, default or mixed)"),
+                                                RetentionMix::kNone);
         } else if (a == "-h" || a == "--help") {
             std::puts(usage);
             return 0;
@@ -787,6 +824,9 @@ int main(int argc, char** argv) {
             j.num("page_size", static_cast<int64_t>(pageSize));
             j.str("mode", modeName(mode));
             j.str("eviction_policy", toString(policy));
+            j.str("retention", gRetention == RetentionMix::kNone      ? "none"
+                               : gRetention == RetentionMix::kDefault ? "default"
+                                                                      : "mixed");
             j.str("loop", coldMode ? "cold" : "hot");
             if (coldMode) j.num("cold_bytes", coldBytes);
             j.num("repeat", static_cast<int64_t>(repeat));
