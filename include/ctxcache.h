@@ -42,7 +42,8 @@
  *     ctxc_hybrid_checkpoint_key_t, ctxc_kv_layer_shape_t, ctxc_resident_ref_t, ctxc_kv_headroom_t,
  *     ctxc_media_item_t, ctxc_sequence_request_t, ctxc_tensor_view_t, and ctxc_reuse_plan_t, the last member of
  *     ctxc_acquire_result_t whose struct_size covers it) are frozen: their size is static_asserted in the
- *     library and a change to them is a new type.
+ *     library and a change to them is a new type, or a new CTXC_ABI_VERSION (a binding checks it at load), as
+ *     for ctxc_sequence_request_t's retention in version 4.
  *   - The calls of ctxcache/c/debug.h, named ctxc_debug_*, read internal state for tests and checkers
  *     (reference counts, free lists, records, indexes, the device copy of a page table). A runtime needs none of
  *     them; they may cost O(state) and may change with CTXC_ABI_VERSION like any other call.

@@ -22,9 +22,9 @@ static_assert(sizeof(ctxc_reuse_plan_t) == 120);
 static_assert(sizeof(ctxc_resident_ref_t) == 16);
 static_assert(sizeof(ctxc_kv_headroom_t) == 8);
 static_assert(sizeof(ctxc_media_item_t) == 32);
-static_assert(sizeof(ctxc_sequence_request_t) == 56);
+static_assert(sizeof(ctxc_sequence_request_t) == 64);  // 56 before CTXC_ABI_VERSION 4 (retention)
 static_assert(sizeof(ctxc_tensor_view_t) == 32);
-static_assert(sizeof(ctxc_sim_request_t) == 56);
+static_assert(sizeof(ctxc_sim_request_t) == 72);  // 56 before CTXC_ABI_VERSION 4 (retention, arrival)
 static_assert(sizeof(ctxc_kv_event_t) == 80);
 static_assert(sizeof(ctxc_kv_event_extra_key_t) == 32);
 static_assert(sizeof(ctxc_kv_event_media_t) == 32);

@@ -23,6 +23,7 @@
 #include "device_handles.h"
 #include "handle_table.h"
 #include "handles.h"
+#include "retention_support.h"
 #include "runtime_conversions.h"
 #include "swa_handles.h"
 
@@ -150,6 +151,7 @@ SequenceRequest sequenceOf(ctxc_sequence_request_t const& s, std::string const& 
     out.media = mediaItemsOf(s.media, s.media_count, where);
     if (s.lookup_policy != CTXC_INHERIT_LOOKUP_POLICY)
         out.lookupPolicy = lookupPolicy(s.lookup_policy, (where + ".lookup_policy").c_str());
+    if (s.retention) out.retention = toRetentionSpec(*s.retention, (where + ".retention").c_str());
     return out;
 }
 
@@ -299,6 +301,20 @@ std::vector<MediaItem> ctxcache::capi::mediaItemsOf(ctxc_media_item_t const* ite
         out.push_back(std::move(media));
     }
     return out;
+}
+
+void ctxcache::capi::fillRetentionMetrics(RetentionMetrics const& m, ctxc_retention_metrics_t& out) {
+    static_assert(sizeof out.evicted_records_by_priority / sizeof out.evicted_records_by_priority[0] ==
+                  kRetentionPriorityCount);
+    for (int32_t p = 0; p < kRetentionPriorityCount; ++p) {
+        out.evicted_records_by_priority[p] = m.evictedRecordsByPriority[p];
+        out.trimmed_records_by_priority[p] = m.trimmedRecordsByPriority[p];
+    }
+    out.retention_expiries = m.retentionExpiries;
+    out.pin_expiries = m.pinExpiries;
+    out.pins_refused = m.pinsRefused;
+    out.pinned_records = m.pinnedRecords;
+    out.pinned_base_pages = m.pinnedBasePages;
 }
 
 void ctxcache::capi::fillMetrics(runtime::ContextCacheMetrics const& m, ctxc_context_cache_metrics_t& out) {
@@ -481,6 +497,18 @@ CTXC_API ctxc_status_t ctxc_coordinator_check_invariants(const ctxc_coordinator_
 
 CTXC_API ctxc_status_t ctxc_coordinator_clear(ctxc_coordinator_t* coordinator) {
     return guard(__func__, [&] { requireCoordinator(coordinator).coordinator->clear(); });
+}
+
+CTXC_API ctxc_status_t ctxc_coordinator_retention_metrics(const ctxc_coordinator_t* coordinator,
+                                                          ctxc_retention_metrics_t* out_metrics) {
+    return guard(__func__, [&] {
+        ctxc_retention_metrics_t& out = requireSized(out_metrics, "out_metrics");
+        fillRetentionMetrics(requireCoordinator(coordinator).coordinator->manager().retentionMetrics(), out);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_coordinator_set_retention_time(ctxc_coordinator_t* coordinator, int64_t now_ns) {
+    return guard(__func__, [&] { requireCoordinator(coordinator).coordinator->setRetentionTime(now_ns); });
 }
 
 // ---- requests ---------------------------------------------------------------------------------------------
@@ -718,7 +746,7 @@ CTXC_API ctxc_status_t ctxc_kv_request_admit_sequence(ctxc_kv_request_t* request
         std::vector<int32_t> const mediaTokenIds = int32s(media_token_ids, media_token_id_count, "media_token_ids");
         int32_t start = 0;
         ContextCacheRequest::AdmitSequenceStatus const admitted = r.request->admitSequence(
-            s.tokenIds, s.loraName, h, start, residentOf(*resident), nullptr, mediaTokenIds, s.media);
+            s.tokenIds, s.loraName, h, start, residentOf(*resident), nullptr, mediaTokenIds, s.media, &s.retention);
         status = static_cast<int32_t>(admitted);
         if (admitted == ContextCacheRequest::AdmitSequenceStatus::kAdmitted) prefillStart = start;
         if (admitted == ContextCacheRequest::AdmitSequenceStatus::kFailed)

@@ -1,5 +1,6 @@
-// Conversions the runtime's C ABI and the reference engine's share: the metrics struct, and a sequence's media
-// items (validated the same way wherever a caller passes them).
+// Conversions the runtime's C ABI and the reference engine's share: the metrics structs (the coordinator's, and
+// the retention outcomes of its manager), and a sequence's media items (validated the same way wherever a caller
+// passes them).
 #pragma once
 
 #include <cstddef>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "ctxcache.h"
+#include "ctxcache/context_cache_manager.h"
 #include "ctxcache/runtime/context_cache_metrics.h"
 #include "ctxcache/runtime/runtime_types.h"
 
@@ -14,6 +16,8 @@ namespace ctxcache::capi {
 
 // Every field of `m` into `out` (whose struct_size the caller has checked).
 void fillMetrics(runtime::ContextCacheMetrics const& m, ctxc_context_cache_metrics_t& out);
+// Every field of the manager's retention metrics into `out` (struct_size checked by the caller).
+void fillRetentionMetrics(RetentionMetrics const& m, ctxc_retention_metrics_t& out);
 
 // `count` C media items as the runtime's; `where` names the owner in messages (CTXC_E_INVALID_ARGUMENT on a NULL
 // array, NULL bytes, a negative span or an unknown modality).

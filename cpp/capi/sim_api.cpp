@@ -1,4 +1,5 @@
-// The reference engine's C ABI: create/destroy, serve into a results object, stats, invariants, drain.
+// The reference engine's C ABI: create/destroy, serve into a results object (requests with their retention and
+// arrival times), stats, invariants, drain, the retention clock.
 // Contract of every function: include/ctxcache/c/sim.h.
 #include "ctxcache/c/sim.h"
 
@@ -12,6 +13,7 @@
 #include "ctxcache/sim/reference_engine.h"
 #include "handle_table.h"
 #include "handles.h"
+#include "retention_support.h"
 #include "runtime_conversions.h"
 
 namespace ctxcache::capi {
@@ -78,6 +80,8 @@ std::vector<sim::EngineRequest> toRequests(ctxc_sim_request_t const* requests, s
         e.seatingFailures = r.seating_failures;
         if (r.lora) e.lora = r.lora;
         e.media = mediaItemsOf(r.media, r.media_count, where);
+        if (r.retention) e.retention = toRetentionSpec(*r.retention, (where + ".retention").c_str());
+        if (r.arrival_ns) e.arrivalNs = *r.arrival_ns;
     }
     return out;
 }
@@ -249,6 +253,18 @@ CTXC_API ctxc_status_t ctxc_sim_engine_drain(ctxc_sim_engine_t* engine, int32_t*
         full = requireEngine(engine).drainAndCheckPoolsFull(&why) ? 1 : 0;
         if (!full) setLastError("ctxc_sim_engine_drain", why.c_str());
     });
+}
+
+CTXC_API ctxc_status_t ctxc_sim_engine_retention_metrics(const ctxc_sim_engine_t* engine,
+                                                         ctxc_retention_metrics_t* out_metrics) {
+    return guard(__func__, [&] {
+        ctxc_retention_metrics_t& out = requireSized(out_metrics, "out_metrics");
+        fillRetentionMetrics(requireEngine(engine).coordinator().manager().retentionMetrics(), out);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_sim_engine_set_retention_time(ctxc_sim_engine_t* engine, int64_t now_ns) {
+    return guard(__func__, [&] { requireEngine(engine).setRetentionTime(now_ns); });
 }
 
 CTXC_API ctxc_status_t ctxc_sim_results_count(const ctxc_sim_results_t* results, size_t* out_count) {

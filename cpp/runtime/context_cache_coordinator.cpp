@@ -507,6 +507,8 @@ void ContextCacheCoordinator::clear() {
     manager_.clear();
 }
 
+void ContextCacheCoordinator::setRetentionTime(int64_t nowNs) { manager_.setRetentionTime(nowNs); }
+
 void ContextCacheCoordinator::checkInvariants() const {
     manager_.checkInvariants();
     auto fail = [](std::string const& why) { throw InvariantError("ContextCacheCoordinator: " + why); };

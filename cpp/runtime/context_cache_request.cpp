@@ -21,8 +21,10 @@ constexpr ctxcache::detail::ContractScope contract{"ContextCacheRequest"};
 ContextCacheSequenceAdmission ContextCacheRequest::makeAdmission(ContextCacheCoordinator const& coordinator,
                                                                  SequenceRequest const& sequence, ResidentRef resident,
                                                                  std::vector<int32_t> const& mediaTokenIds) {
-    return admissionOf(coordinator, sequence.tokenIds, sequence.loraName, sequence.media, sequence.lookupPolicy,
-                       resident, mediaTokenIds);
+    ContextCacheSequenceAdmission a = admissionOf(coordinator, sequence.tokenIds, sequence.loraName, sequence.media,
+                                                  sequence.lookupPolicy, resident, mediaTokenIds);
+    a.retention = &sequence.retention;  // a view, like the tokens: the coordinator keeps its own copy
+    return a;
 }
 
 ContextCacheSequenceAdmission ContextCacheRequest::admissionOf(
@@ -236,10 +238,11 @@ bool ContextCacheRequest::finish() { return check(coordinator_->finish(handle_),
 ContextCacheRequest::AdmitSequenceStatus ContextCacheRequest::admitSequence(
     std::vector<int32_t> const& tokenIds, std::string const& loraWeightsName, DecodingKvHeadroom const& headroom,
     int32_t& prefillStart, ResidentRef resident, StreamHandle stream, std::vector<int32_t> const& mediaTokenIds,
-    std::vector<MediaItem> const& media) {
+    std::vector<MediaItem> const& media, RetentionSpec const* retention) {
     (void)stream;  // the request's stream (begin) orders every step
-    ContextCacheSequenceAdmission const admission =
+    ContextCacheSequenceAdmission admission =
         admissionOf(*coordinator_, tokenIds, loraWeightsName, media, std::nullopt, resident, mediaTokenIds);
+    admission.retention = retention;
     ContextCacheCoordinator::AdmitSequenceResult r = coordinator_->admitSequence(handle_, admission, headroom);
     if (r.status == AdmitSequenceStatus::kAdmitted) prefillStart = r.prefillStart;
     else lastError_ = "Context-cache admitSequence failed: " + r.failure;

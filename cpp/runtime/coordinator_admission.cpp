@@ -16,7 +16,8 @@ namespace ctxcache::runtime {
 
 namespace {
 
-// Validates one sequence admission (throws ContractError); returns the effective lookup policy.
+// Validates one sequence admission (throws ContractError, its retention spec included); returns the effective
+// lookup policy.
 ContextCacheLookupPolicy validateSequence(char const* op, ContextCacheSequenceAdmission const& a, size_t index,
                                           int32_t maxBatch, ContextCacheLookupPolicy batchPolicy) {
     std::string const where = "sequences[" + str(static_cast<int64_t>(index)) + "]";
@@ -37,6 +38,15 @@ ContextCacheLookupPolicy validateSequence(char const* op, ContextCacheSequenceAd
                 contract(op, where + " eventIdentity names a media item ending at " +
                                  str(last.firstToken + last.tokenCount) + ", beyond the " +
                                  str(static_cast<int64_t>(a.tokenIds.size)) + "-token prompt");
+        }
+    }
+    if (a.retention) {
+        if (a.retention->promptTokenCount >= -1) {
+            validateRetentionSpec(op, *a.retention);
+        } else {  // promptTokenCount is the coordinator's to set: only the rest is checked
+            RetentionSpec spec = *a.retention;
+            spec.promptTokenCount = -1;
+            validateRetentionSpec(op, spec);
         }
     }
     ContextCacheLookupPolicy const policy = a.lookupPolicy.value_or(batchPolicy);
@@ -168,6 +178,12 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
     seq.extras = a.keyExtras;
     seq.eventIdentity = a.eventIdentity;
     seq.inputLength = n;
+    if (a.retention) {
+        // The one copy (validated by validateSequence); every publication of the sequence points at it.
+        RetentionSpec spec = *a.retention;
+        spec.promptTokenCount = n;
+        if (!spec.isDefault()) seq.retention = std::move(spec);
+    }
     capacity = false;
 
     // Page-table coverage of the first step: n + headroom.

@@ -2,7 +2,8 @@
 // state and partial-KV snapshots, setting the device KV lengths to the reuse lengths, staging hybrid checkpoint
 // captures, and publishing at prefill end (base blocks, staged checkpoints, EAGLE endpoints frozen until the
 // first completed round); the Hybrid+MTP endpoint (capture, one synchronisation, paired publication) and the
-// boundary hidden row's restore. publishBase and publishStaged also serve decode-end publication.
+// boundary hidden row's restore. publishBase and publishStaged also serve decode-end publication. Every
+// publication carries the sequence's retention (SequenceState::retention, set at admission).
 // Contract: include/ctxcache/runtime/context_cache_coordinator.h (preparePrefill, enqueuePrefillCaptures,
 // finalizePrefillPublication, publishHybridMtpEndpoint, restoreHybridMtpBoundaryHidden).
 // Threading: the coordinator's single-writer contract; publishHybridMtpEndpoint synchronises the request's
@@ -154,7 +155,8 @@ void ContextCacheCoordinator::publishBase(SequenceState& seq, int32_t length) {
     extendHashes(seq, hasher_, pageSize_, length);
     ++counters_.publicationAttempts;
     PublishResult const r = manager_.publish(
-        seq.lease, {{seq.hashes.data(), static_cast<size_t>(blocks)}, length, seq.tokens, seq.eventKeys()});
+        seq.lease,
+        {{seq.hashes.data(), static_cast<size_t>(blocks)}, length, seq.tokens, seq.eventKeys(), seq.retentionSpec()});
     if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
     else ++counters_.existingPublications;
     ++counters_.publishedEndpoints;
@@ -174,7 +176,8 @@ void ContextCacheCoordinator::publishStaged(SequenceState& seq) {
                                                                    {staged.digest, staged.length},
                                                                    staged.reservation,
                                                                    seq.tokens,
-                                                                   seq.eventKeys()});
+                                                                   seq.eventKeys(),
+                                                                   seq.retentionSpec()});
         if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
         else ++counters_.existingPublications;
         ++counters_.publishedEndpoints;
@@ -317,7 +320,8 @@ ContextCacheCoordinatorStatus ContextCacheCoordinator::publishHybridMtpEndpoint(
                                                                       {staged.digest, staged.length},
                                                                       staged.reservation,
                                                                       seq.tokens,
-                                                                      seq.eventKeys()});
+                                                                      seq.eventKeys(),
+                                                                      seq.retentionSpec()});
         if (r.status == PublishStatus::kPublished) ++counters_.committedPublications;
         else ++counters_.existingPublications;
         ++counters_.publishedEndpoints;

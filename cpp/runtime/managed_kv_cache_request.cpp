@@ -203,10 +203,11 @@ bool ManagedKVCacheRequest::finish() {
 ContextCacheRequest::AdmitSequenceStatus ManagedKVCacheRequest::admitSequence(
     std::vector<int32_t> const& tokenIds, std::string const& loraWeightsName, DecodingKvHeadroom const& headroom,
     int32_t& prefillStart, ResidentRef resident, StreamHandle stream, std::vector<int32_t> const& mediaTokenIds,
-    std::vector<MediaItem> const& media) {
+    std::vector<MediaItem> const& media, RetentionSpec const* retention) {
     ContextCacheRequest* c = context();
     if (!c) return ContextCacheRequest::AdmitSequenceStatus::kFailed;  // backstop: SWA has no live admission
-    return c->admitSequence(tokenIds, loraWeightsName, headroom, prefillStart, resident, stream, mediaTokenIds, media);
+    return c->admitSequence(tokenIds, loraWeightsName, headroom, prefillStart, resident, stream, mediaTokenIds, media,
+                            retention);
 }
 
 bool ManagedKVCacheRequest::finalizeSequenceAdmission(int32_t slot, int32_t const& lookaheadToken,

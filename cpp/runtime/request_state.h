@@ -30,6 +30,9 @@ struct SequenceState {
     BlockKeyExtras extras;
     std::shared_ptr<KvEventIdentity const> eventIdentity;  // LoRA name and media items for BlockStored, or null
     std::vector<BlockHash> hashes;     // full-block chain over tokens, extended lazily
+    // The admission's retention with promptTokenCount = inputLength, copied once at admission; null for the
+    // default (every publication then passes null: plain LRU, today's path).
+    std::optional<RetentionSpec> retention;
     int32_t inputLength = 0;
     int32_t committed = 0;
     int32_t common = 0;
@@ -47,6 +50,7 @@ struct SequenceState {
     std::optional<int32_t> frozenEndpoint;   // EAGLE prefill endpoint awaiting its first completed round
 
     KvEventKeys eventKeys() const noexcept { return eventIdentity ? eventIdentity->keys() : KvEventKeys{}; }
+    RetentionSpec const* retentionSpec() const noexcept { return retention ? &*retention : nullptr; }
 };
 
 struct ContextCacheCoordinator::RequestState {

@@ -276,8 +276,18 @@ void ReferenceEngine::validate(std::vector<EngineRequest> const& requests) const
             if (m.tokenCount <= 0 || m.firstToken < 0 ||
                 static_cast<int64_t>(m.firstToken) + m.tokenCount > static_cast<int64_t>(r.tokens.size()))
                 contract(where + " has a media span outside its prompt");
+        validateRetentionSpec(("ReferenceEngine: " + where + ".retention").c_str(), r.retention);
     }
 }
+
+void ReferenceEngine::arrive(EngineRequest const& request) {
+    if (!request.arrivalNs || !coordinator_) return;
+    ContextCacheManager const& m = coordinator_->manager();
+    if (!m.retentionClockDriven() || *request.arrivalNs > m.retentionTime())
+        coordinator_->setRetentionTime(*request.arrivalNs);
+}
+
+void ReferenceEngine::setRetentionTime(int64_t nowNs) { coordinator().setRetentionTime(nowNs); }
 
 // ---- kernels ----------------------------------------------------------------------------------------------
 

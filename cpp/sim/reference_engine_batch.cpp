@@ -76,11 +76,13 @@ private:
             size_t const index = queue_.back();
             queue_.pop_back();
             EngineRequest const& r = requests_[index];
+            engine_.arrive(r);
             std::unique_ptr<Row> row = engine_.newRow(index, r, engine_.takeResident());
             runtime::SequenceRequest sr;
             sr.tokenIds = r.tokens;
             sr.loraName = r.lora;
             sr.media = r.media;
+            sr.retention = r.retention;
             if (!config_.reuse) sr.lookupPolicy = ContextCacheLookupPolicy::kBypass;
             generation_.sequences.push_back(std::move(sr));
             context_.residentRefs.push_back(row->resident);
@@ -217,10 +219,11 @@ private:
             EngineRequest const& req = requests_[index];
             ResidentRef const resident = engine_.takeResident();
             int32_t start = 0;
+            if (config_.reuse) engine_.arrive(req);
             runtime::ContextCacheRequest::AdmitSequenceStatus const status =
-                config_.reuse
-                    ? request_->admitSequence(req.tokens, req.lora, headroom_, start, resident, nullptr, {}, req.media)
-                    : runtime::ContextCacheRequest::AdmitSequenceStatus::kFailed;
+                config_.reuse ? request_->admitSequence(req.tokens, req.lora, headroom_, start, resident, nullptr, {},
+                                                        req.media, &req.retention)
+                              : runtime::ContextCacheRequest::AdmitSequenceStatus::kFailed;
             if (status != runtime::ContextCacheRequest::AdmitSequenceStatus::kAdmitted) {
                 engine_.releaseResident(resident);
                 if (status == runtime::ContextCacheRequest::AdmitSequenceStatus::kNoCapacity)

@@ -40,9 +40,10 @@ from .device import BackendKind, DType
 from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError
 from .events import KvEventSource
-from .manager import eviction_policy_of
+from .manager import RetentionMetrics, eviction_policy_of
+from .retention import RetentionSpec, c_retention_spec
 from .runtime import ContextCacheMetrics, MediaItem
-from .runtime._marshal import _media_items, _metrics
+from .runtime._marshal import _media_items, _metrics, _retention_metrics, _time_ns
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",
            "SimSpeculative"]
@@ -56,6 +57,10 @@ class Request:
     cancel_after: int | None = None  # cancelled once it has generated this many tokens
     fail_after: int | None = None  # fails (an engine error) once it has generated this many tokens
     seating_failures: int = 0  # as an in-flight joiner, its first this many seatings fail and are retracted
+    retention: RetentionSpec | None = None  # what its publications carry (None: the default, plain LRU)
+    # Seconds: the engine drives the retention clock to it as the request is seated, never backwards (None: leaves
+    # the clock alone).
+    arrival: float | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +223,11 @@ class ReferenceEngine(KvEventSource, Handle):
                 keep.append(lora)
                 c.lora = lora
             c.media, c.media_count = _media_items(request.media, f"requests[{i}]", keep)
+            c.retention = c_retention_spec(request.retention, keep)
+            if request.arrival is not None:
+                arrival = ffi.new("int64_t *", _time_ns(request.arrival, f"requests[{i}].arrival"))
+                keep.append(arrival)
+                c.arrival_ns = arrival
         results_out = ffi.new("ctxc_sim_results_t **")
         handle = self._live()
         self._call_interruptibly(
@@ -266,6 +276,18 @@ class ReferenceEngine(KvEventSource, Handle):
     def check_invariants(self) -> None:
         """The coordinator's and the manager's invariants, and that no request is live (InvariantError)."""
         check(lib.ctxc_sim_engine_check_invariants(self._live()))
+
+    @property
+    def retention_metrics(self) -> RetentionMetrics:
+        """What eviction took at which priority in the engine's coordinator, and its expiries and pins."""
+        out = new_output("ctxc_retention_metrics_t")
+        check(lib.ctxc_sim_engine_retention_metrics(self._live(), out))
+        return _retention_metrics(out)
+
+    def set_retention_time(self, seconds: float) -> None:
+        """Drive the retention clock of the engine's coordinator (seconds, any origin, never backwards:
+        :class:`ctxcache.ContractError`; a sliding-window engine has no coordinator: ContractError too)."""
+        check(lib.ctxc_sim_engine_set_retention_time(self._live(), _time_ns(seconds)))
 
     def drain(self) -> bool:
         """Evict every record; True when every pool is full again (nothing leaked)."""

@@ -41,7 +41,7 @@ pytest_plugins = ["pytester"]
 
 def test_abi_version_of_library_matches_header():
     declared = int(re.search(r"#define\s+CTXC_ABI_VERSION\s+(\d+)", HEADER_TEXT).group(1))
-    assert declared == 3
+    assert declared == 4
     assert ctxcache.HEADER_ABI_VERSION == declared
     assert ctxcache.abi_version() == declared
     assert lib.ctxc_abi_version() == declared

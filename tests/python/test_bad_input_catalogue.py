@@ -581,6 +581,7 @@ def test_page_table_rows_may_be_permuted(dev):
 
 # ---- the runtime layer's bad inputs (coordinator and requests) ---------------------------------------------------
 
+from ctxcache.retention import RetentionRange, RetentionSpec  # noqa: E402
 from ctxcache.runtime import (  # noqa: E402
     ContextCacheCoordinator,
     DecodingContext,
@@ -590,6 +591,7 @@ from ctxcache.runtime import (  # noqa: E402
     Request,
     ResidentRef,
     SpecReuseContract,
+    _marshal,  # noqa: E402
 )
 
 RUNNING = ctxcache.SequenceStatus.RUNNING
@@ -699,6 +701,28 @@ def _admit(w: Rt, slot: int, epoch: int, request=None):
     return (request or w.request).admit_sequence(Request([40, 41, 42]), ResidentRef(slot, epoch))
 
 
+def _c_begin_with_retention(w: Rt, priority: int):
+    """ctxc_kv_request_begin with a C retention spec the Python layer would have refused (a range at `priority`)."""
+    tokens = ffi.new("int32_t[]", [1, 2, 3])
+    seq = ffi.new("ctxc_sequence_request_t *")
+    seq.token_ids, seq.token_count, seq.lookup_policy = tokens, 3, lib.CTXC_INHERIT_LOOKUP_POLICY
+    rng = ffi.new("ctxc_retention_range_t *")
+    rng.token_start, rng.token_end, rng.priority, rng.duration_ns = 0, 2, priority, -1
+    spec = ffi.new("ctxc_retention_spec_t *")
+    lib.ctxc_retention_spec_init(spec)
+    spec.ranges, spec.range_count = rng, 1
+    seq.retention = spec
+    keep: list = []
+    context = _marshal._c_context(_rt_context([[1, 2, 3]], [ResidentRef(3, 1)]), keep)
+    options = ffi.new("ctxc_kv_request_options_t *")
+    lib.ctxc_kv_request_options_init(options)
+    check(lib.ctxc_kv_request_begin(w.coordinator._live(), seq, 1, context, options, ffi.new("ctxc_kv_request_t **")))
+
+
+def _retained(priority=90, token_end=2, duration=None):
+    return Request([1, 2, 3], retention=RetentionSpec(ranges=(RetentionRange(0, token_end, priority, duration),)))
+
+
 RUNTIME_CATALOGUE: dict[str, list] = {
     "null_handle": [
         case("rt_begin_on_no_coordinator", ArgumentTypeError,
@@ -803,12 +827,35 @@ RUNTIME_CATALOGUE: dict[str, list] = {
         case("rt_negative_headroom", InvalidArgumentError, r"headroom->base_extra_tokens is negative \(-1\)",
              lambda w: w.request.prepare_decode_step(w.context, Headroom(-1, 0))),
     ],
+    "retention_specs_and_clock": [
+        case("rt_retention_priority_above_100", InvalidArgumentError,
+             r"retention.ranges\[0\].priority must be in \[0, 100\], got 101",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [_retained(101)],
+                                                   _rt_context([[1, 2, 3]], [ResidentRef(3, 1)]))),
+        case("rt_retention_end_before_start", InvalidArgumentError, r"ends at 0, not after its start 0|must be in",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [_retained(token_end=0)],
+                                                   _rt_context([[1, 2, 3]], [ResidentRef(3, 1)]))),
+        case("rt_retention_negative_duration", InvalidArgumentError, r"duration must be in \[0, 9.2e9\] seconds",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [_retained(duration=-1.0)],
+                                                   _rt_context([[1, 2, 3]], [ResidentRef(3, 1)]))),
+        case("rt_retention_not_a_spec", ArgumentTypeError, "retention must be a RetentionSpec or None, got dict",
+             lambda w: ManagedKVCacheRequest.begin(w.coordinator, [Request([1, 2, 3], retention={"priority": 90})],
+                                                   _rt_context([[1, 2, 3]], [ResidentRef(3, 1)]))),
+        case("rt_c_retention_priority_above_100", ContractError,
+             r"ctxc_kv_request_begin: .*priority 101 is outside 0..100", lambda w: _c_begin_with_retention(w, 101)),
+        case("rt_joiner_retention_priority_negative", InvalidArgumentError, r"must be in \[0, 100\], got -1",
+             lambda w: w.request.admit_sequence(_retained(-1), ResidentRef(2, 5))),
+        case("rt_retention_time_not_a_number", ArgumentTypeError, "seconds must be a number of seconds, got str",
+             lambda w: w.coordinator.set_retention_time("soon")),
+        case("rt_retention_time_nan", InvalidArgumentError, r"seconds must be in \[-9.2e9, 9.2e9\] seconds, got nan",
+             lambda w: w.coordinator.set_retention_time(float("nan"))),
+    ],
 }
 RUNTIME_CASES = [c for cases in RUNTIME_CATALOGUE.values() for c in cases]
 
 
 def test_every_runtime_bad_input_is_catalogued():
-    assert len(RUNTIME_CATALOGUE) == 11 and all(RUNTIME_CATALOGUE.values())
+    assert len(RUNTIME_CATALOGUE) == 12 and all(RUNTIME_CATALOGUE.values())
     assert len(RUNTIME_CASES) >= 30
     ids = [p.id for p in RUNTIME_CASES]
     assert len(ids) == len(set(ids))

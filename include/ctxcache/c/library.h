@@ -18,7 +18,7 @@ extern "C" {
 #define CTXC_API
 #endif
 
-#define CTXC_ABI_VERSION 3
+#define CTXC_ABI_VERSION 4
 
 typedef enum ctxc_status {
     CTXC_OK = 0,

@@ -7,6 +7,7 @@
 
 #include "ctxcache/c/device.h"
 #include "ctxcache/c/manager.h"
+#include "ctxcache/c/retention.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,7 +96,8 @@ typedef struct ctxc_media_item {
     int32_t reserved;
 } ctxc_media_item_t;
 
-/* Frozen: one sequence of a generation request. */
+/* Frozen (its size is part of CTXC_ABI_VERSION: retention came with version 4): one sequence of a generation
+ * request. */
 typedef struct ctxc_sequence_request {
     const int32_t *token_ids;
     size_t token_count;
@@ -105,6 +107,12 @@ typedef struct ctxc_sequence_request {
     size_t media_count;
     int32_t lookup_policy; /* CTXC_INHERIT_LOOKUP_POLICY (the request's) or CTXC_LOOKUP_* */
     int32_t reserved;
+    /* NULL: the default (plain LRU). Else what every publication of the sequence carries (retention.h; read during
+     * the call, the coordinator keeps a copy): its ranges over the prompt, and decode_priority for the tokens
+     * generated in decode (prompt_token_count is set to the prompt's length by the coordinator). A bad spec is
+     * CTXC_E_CONTRACT (a malformed struct CTXC_E_INVALID_ARGUMENT) with nothing admitted. The bounded-SWA backend
+     * publishes nothing, so there it has no effect. */
+    const ctxc_retention_spec_t *retention;
 } ctxc_sequence_request_t;
 
 /* Frozen: a non-owning view of device (or host) bytes. device: -1 = host memory, else a CUDA ordinal. */
@@ -277,6 +285,12 @@ CTXC_API ctxc_status_t ctxc_coordinator_check_invariants(const ctxc_coordinator_
 /* A prefix-cache reset: every record evicted, so no later request reuses what was cached before (with KV events
  * on: one AllBlocksCleared). CTXC_E_CONTRACT (nothing changed) while requests are active or quarantined. */
 CTXC_API ctxc_status_t ctxc_coordinator_clear(ctxc_coordinator_t *coordinator);
+/* Drives the retention clock of the coordinator's manager (as ctxc_manager_set_retention_time: nanoseconds, any
+ * origin, never backwards: CTXC_E_CONTRACT, nothing changed) instead of the steady clock. */
+CTXC_API ctxc_status_t ctxc_coordinator_set_retention_time(ctxc_coordinator_t *coordinator, int64_t now_ns);
+/* The retention outcomes of the coordinator's manager (as ctxc_manager_retention_metrics). */
+CTXC_API ctxc_status_t ctxc_coordinator_retention_metrics(const ctxc_coordinator_t *coordinator,
+                                                          ctxc_retention_metrics_t *out_metrics);
 
 CTXC_API void ctxc_decoding_context_init(ctxc_decoding_context_t *context);
 CTXC_API void ctxc_kv_request_options_init(ctxc_kv_request_options_t *options);

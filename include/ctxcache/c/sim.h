@@ -73,6 +73,13 @@ typedef struct ctxc_sim_request {
     size_t media_count;
     int32_t fail_after; /* >= 1: fails (an engine error) once it generated this many tokens; <= 0: never */
     int32_t seating_failures; /* as an in-flight joiner, its first this many seatings fail and are retracted */
+    /* NULL: the default; else what its publications carry (as ctxc_sequence_request_t::retention; a bad spec is
+     * CTXC_E_CONTRACT before anything is served). Since CTXC_ABI_VERSION 4. */
+    const ctxc_retention_spec_t *retention;
+    /* NULL: leaves the retention clock alone; else the engine drives it to *arrival_ns (nanoseconds) as the
+     * request is seated, never backwards (a request seated again after a preemption or fault, or one arriving
+     * earlier than the clock, leaves it where it is). Since CTXC_ABI_VERSION 4. */
+    const int64_t *arrival_ns;
 } ctxc_sim_request_t;
 
 typedef struct ctxc_sim_output {
@@ -122,6 +129,13 @@ CTXC_API ctxc_status_t ctxc_sim_engine_peak_pages_per_sequence(const ctxc_sim_en
 /* Evict every record, then *out_full = 1 when every pool is full again (else 0, and ctxc_last_error() says which
  * pool is not). */
 CTXC_API ctxc_status_t ctxc_sim_engine_drain(ctxc_sim_engine_t *engine, int32_t *out_full);
+/* Drives the retention clock of the engine's coordinator (as ctxc_coordinator_set_retention_time: never backwards,
+ * CTXC_E_CONTRACT; CTXC_E_CONTRACT too for a sliding-window engine, which has no coordinator). */
+CTXC_API ctxc_status_t ctxc_sim_engine_set_retention_time(ctxc_sim_engine_t *engine, int64_t now_ns);
+/* The retention outcomes of the engine's coordinator's manager (as ctxc_manager_retention_metrics;
+ * CTXC_E_CONTRACT for a sliding-window engine). */
+CTXC_API ctxc_status_t ctxc_sim_engine_retention_metrics(const ctxc_sim_engine_t *engine,
+                                                         ctxc_retention_metrics_t *out_metrics);
 
 CTXC_API ctxc_status_t ctxc_sim_results_count(const ctxc_sim_results_t *results, size_t *out_count);
 CTXC_API ctxc_status_t ctxc_sim_results_output(const ctxc_sim_results_t *results, size_t index,

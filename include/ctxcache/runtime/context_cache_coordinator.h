@@ -15,7 +15,9 @@
 //   - a resident slot belongs to at most one live sequence; its page-table row lists exactly its lease's pages
 //     (base, and draft for a speculative lease); rows of free slots are empty;
 //   - per sequence: committed <= token history; committed, common length and published block count only grow;
-//     publication covers only complete blocks up to the committed (or common) boundary;
+//     publication covers only complete blocks up to the committed (or common) boundary; every publication of a
+//     sequence carries the retention it was admitted with (promptTokenCount = its prompt length), kept once per
+//     sequence;
 //   - a request whose synchronisation failed is quarantined: its leases stay pinned (the device may still read
 //     them) and new admissions get kPoisoned, until shutdown() synchronises successfully.
 // Errors: a broken contract (a step out of order, malformed advances, a bad resident ref, a map that reorders
@@ -89,6 +91,11 @@ struct ContextCacheSequenceAdmission {
     std::shared_ptr<KvEventIdentity const> eventIdentity;
     ResidentRef resident;
     std::optional<ContextCacheLookupPolicy> lookupPolicy;
+    // The sequence's retention (read during the admission, validated there: ContractError before anything is
+    // held; the coordinator keeps its one copy). null: the default. Every publication of the sequence carries it
+    // with promptTokenCount = the prompt's length (whatever it says), so tokens published at decode end take its
+    // decodePriority.
+    RetentionSpec const* retention = nullptr;
 };
 
 struct ContextCacheBatchAdmission {
@@ -256,6 +263,9 @@ public:
     // A prefix-cache reset (ContextCacheManager::clear): afterwards no request reuses anything cached before it.
     // Refused while requests are active or quarantined (ContractError, nothing changed).
     void clear();
+    // Drives the manager's retention clock (ContextCacheManager::setRetentionTime: nanoseconds, never backwards,
+    // ContractError otherwise) instead of the steady clock; the expiries it reaches apply at once.
+    void setRetentionTime(int64_t nowNs);
     ContextCacheMetrics metrics() const;
     ContextCacheManager& manager() noexcept { return manager_; }
     ContextCacheManager const& manager() const noexcept { return manager_; }

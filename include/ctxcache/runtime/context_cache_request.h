@@ -57,7 +57,8 @@ public:
     AdmitSequenceStatus admitSequence(std::vector<int32_t> const& tokenIds, std::string const& loraWeightsName,
                                       DecodingKvHeadroom const& headroom, int32_t& prefillStart, ResidentRef resident,
                                       StreamHandle stream, std::vector<int32_t> const& mediaTokenIds = {},
-                                      std::vector<MediaItem> const& media = {});
+                                      std::vector<MediaItem> const& media = {},
+                                      RetentionSpec const* retention = nullptr);
     bool finalizeSequenceAdmission(int32_t slot, int32_t const& lookaheadToken, int32_t fullInputLength);
     bool retractSequenceAdmission() noexcept;
 
@@ -73,8 +74,9 @@ public:
     ContextCacheCoordinator::RequestHandle const& handle() const noexcept { return handle_; }
 
     // One admission from a prompt (LoRA adapter key and per-position media hashes under the coordinator's
-    // hasher). It views sequence.tokenIds (no copy), so `sequence` must outlive it. ContractError on a media span
-    // outside the prompt, overlapping spans, or a span over a token that is not one of mediaTokenIds (when given).
+    // hasher). It views sequence.tokenIds and sequence.retention (no copy), so `sequence` must outlive it.
+    // ContractError on a media span outside the prompt, overlapping spans, or a span over a token that is not one of
+    // mediaTokenIds (when given).
     static ContextCacheSequenceAdmission makeAdmission(ContextCacheCoordinator const& coordinator,
                                                        SequenceRequest const& sequence, ResidentRef resident,
                                                        std::vector<int32_t> const& mediaTokenIds);

@@ -68,7 +68,8 @@ public:
                                                            DecodingKvHeadroom const& headroom, int32_t& prefillStart,
                                                            ResidentRef resident, StreamHandle stream,
                                                            std::vector<int32_t> const& mediaTokenIds = {},
-                                                           std::vector<MediaItem> const& media = {});
+                                                           std::vector<MediaItem> const& media = {},
+                                                           RetentionSpec const* retention = nullptr);
     bool finalizeSequenceAdmission(int32_t slot, int32_t const& lookaheadToken, int32_t fullInputLength);
     bool retractSequenceAdmission() noexcept;
 

@@ -4,7 +4,8 @@
 //
 //   TensorView               a pointer, a dtype, a shape and where the bytes live; never owns them.
 //   StreamHandle             an opaque stream (a cudaStream_t on CUDA), null on the CPU backend.
-//   GenerationRequest        per sequence: prompt token ids, LoRA name, media items (bytes + token positions).
+//   GenerationRequest        per sequence: prompt token ids, LoRA name, media items (bytes + token positions),
+//                            retention (which of its tokens to keep how long: ctxcache/retention.h).
 //   DecodingInferenceContext the engine's live batch: token histories, generated counts, terminal reasons,
 //                            resident refs; the adapter turns it into coordinator advances.
 //   ResidentRef              a fixed resident slot (page-table row, recurrent-state row) and its epoch; epoch 0 is
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ctxcache/retention.h"
 #include "ctxcache/reuse_plan.h"
 
 namespace ctxcache::runtime {
@@ -82,6 +84,10 @@ struct SequenceRequest {
     std::string loraName;  // empty = the base model
     std::vector<MediaItem> media;
     std::optional<ContextCacheLookupPolicy> lookupPolicy;  // per-sequence override
+    // What every publication of this sequence carries (ranges over its prompt's tokens; tokens generated in decode
+    // take decodePriority). The coordinator sets promptTokenCount to the prompt's length itself, so the value
+    // given here is ignored. Default: plain LRU.
+    RetentionSpec retention;
 };
 
 struct GenerationRequest {

@@ -37,6 +37,9 @@
 //   again from scratch later; its prompt, published at prefill end, is usually a hit then), and joiners wait
 //   until a row retires. The oldest row is never preempted and fits alone (validate), so any batch size
 //   finishes, byte-exact.
+// Retention: each request's RetentionSpec goes with its sequence (every publication of it carries the spec, its
+//   generated tokens at the decode priority); a request with an arrival time moves the retention clock to it when
+//   it is seated (founder or joiner), so eviction and expiry follow the workload's own time.
 // Interrupts: requestInterrupt() (any thread, even during serve) makes the serve that is running, or the next,
 //   stop at its next batch or decode step with InterruptedError (and consumes the request); the engine is left
 //   with no live request. A wave of one row decodes at most maxNewTokens steps between two checks.
@@ -54,6 +57,7 @@
 #include "ctxcache/block_hash.h"
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/device/dtype.h"
+#include "ctxcache/retention.h"
 #include "ctxcache/runtime/bounded_swa_kv_page_manager.h"
 #include "ctxcache/runtime/context_cache_coordinator.h"
 #include "ctxcache/runtime/managed_kv_cache_request.h"
@@ -105,6 +109,11 @@ struct EngineRequest {
     int32_t cancelAfter = -1;        // >= 1: cancelled once it has generated this many tokens
     int32_t failAfter = -1;          // >= 1: fails (an engine error) once it has generated this many tokens
     int32_t seatingFailures = 0;     // as an in-flight joiner, the first this many seatings fail (retracted)
+    RetentionSpec retention;         // what its publications carry (validated before anything is served)
+    // When set, the engine drives the retention clock (ContextCacheCoordinator::setRetentionTime) to this time,
+    // in nanoseconds, as the request is seated (never backwards: a request re-served after a preemption or a
+    // fault, or one that arrived earlier than the clock, leaves the clock where it is).
+    std::optional<int64_t> arrivalNs;
 };
 
 struct EngineOutput {
@@ -159,6 +168,10 @@ public:
     // Evicts every record; afterwards every pool must be full again (returns false, with *why, when not).
     bool drainAndCheckPoolsFull(std::string* why = nullptr);
 
+    // Drives the coordinator's retention clock (ContextCacheCoordinator::setRetentionTime; ContractError going
+    // backwards or under bounded-SWA paging, which has no coordinator).
+    void setRetentionTime(int64_t nowNs);
+
     ReferenceEngineConfig const& config() const noexcept { return config_; }
     device::DeviceBackend& backend() noexcept { return *backend_; }
     // ContractError under bounded-SWA paging (no coordinator serves it).
@@ -193,6 +206,7 @@ private:
     uint32_t salt(std::string const& lora) const;
     std::vector<uint32_t> mediaWords(EngineRequest const& request) const;
     void validate(std::vector<EngineRequest> const& requests) const;
+    void arrive(EngineRequest const& request);  // the retention clock to request.arrivalNs (see EngineRequest)
 
     ReferenceEngineConfig config_;
     std::unique_ptr<device::DeviceBackend> ownedBackend_;

@@ -64,6 +64,24 @@ def seconds_range(minimum: float, maximum: float) -> Callable[[str], float]:
     return parse
 
 
+def retention_rule(text: str) -> tuple[int, float | None]:
+    """An argparse ``type``: ``PRIORITY[:SECONDS]``, a retention priority (an integer from 0 to 100) and an
+    optional duration in seconds (a number from 0 to 9.2e9, what int64 nanoseconds hold); the error names both."""
+    allowed = "PRIORITY[:SECONDS] (PRIORITY an integer from 0 to 100, SECONDS a number from 0 to 9.2e9)"
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    head, colon, tail = text.partition(":")
+    try:
+        priority = int(head, 10)
+        seconds = float(tail) if colon else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {allowed}, got {shown!r}") from None
+    if not 0 <= priority <= 100:
+        raise argparse.ArgumentTypeError(f"priority must be an integer from 0 to 100, got {priority} in {shown!r}")
+    if seconds is not None and not 0 <= seconds <= 9.2e9:  # also NaN
+        raise argparse.ArgumentTypeError(f"seconds must be a number from 0 to 9.2e9, got {tail!r} in {shown!r}")
+    return priority, seconds
+
+
 def file_stem(text: str) -> str:
     """An argparse ``type``: a file name without its extension (no directory part, not empty, not . or ..)."""
     if not text or text in (".", "..") or "/" in text or "\0" in text:

@@ -35,6 +35,12 @@ cold runs), not the reading, the hashing, the bound or the optimum, which the wa
 99% capacities are interpolated log-linearly between the sampled point below and the first sampled point at or
 above the target (both are reported). The progress bar is drawn only on a terminal.
 
+Retention (docs/RETENTION.md): ``--retain-system-prompts PRIORITY[:SECONDS]`` gives each request's shared system
+prompt (``WorkloadRequest.system_tokens``) a range at that priority in every publication of it, in both engines;
+both drive the retention clock from the requests' arrival times (``WorkloadRequest.arrival``), never backwards.
+``reuse_by_priority`` splits each request's prompt, its unbounded-cache reuse and its reuse (all prefixes) at the
+system prompt's end: the tokens before it at PRIORITY, the rest at the default 35.
+
 The offline optimum (``ctxcache.cli.oracle``, vanilla mode with prefill-state publication; ``--no-optimum`` skips it):
 what the same capacity would reuse if eviction always removed the cached page needed farthest in the future
 (Belady), leaves of the prefix tree only, requests one at a time. No online policy can do better; the gap between
@@ -61,8 +67,18 @@ import numpy as np
 
 from ..enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
 from ..hashing import Hasher
-from ..manager import ContextCacheManager, ResourceDemand
-from .args import INT32_MAX, UINT32_MAX, OneLineParser, file_stem, int_range, seconds_range, zmq_endpoint
+from ..manager import ContextCacheManager, ResourceDemand, RetentionMetrics
+from ..retention import DEFAULT_PRIORITY, RetentionRange, RetentionSpec
+from .args import (
+    INT32_MAX,
+    UINT32_MAX,
+    OneLineParser,
+    file_stem,
+    int_range,
+    retention_rule,
+    seconds_range,
+    zmq_endpoint,
+)
 from .oracle import offline_optimum, prepare_pages
 from .workload import (
     TRACE_BLOCK,
@@ -115,6 +131,8 @@ class Settings:
     events_wait: float = 5.0  # seconds to wait for a first subscriber before replaying (ZMQ's slow joiner)
     events_linger: float = 2.0  # seconds the replay socket keeps serving after the last batch
     eviction_policy: str = "lru"  # "lru" (whole records, the reference's) or "lru-trim" (tails first)
+    # --retain-system-prompts: (priority, seconds or None) for the tokens of each request's shared system prompt
+    retain_system: tuple[int, float | None] | None = None
 
 
 @dataclass
@@ -186,6 +204,46 @@ def check_capacity(requests: Sequence[WorkloadRequest], settings: Settings, capa
             f"{need * settings.page_size} or more")
 
 
+# ---- retention (docs/RETENTION.md) ---------------------------------------------------------------------------------
+
+def retention_of(request: WorkloadRequest, settings: Settings) -> RetentionSpec | None:
+    """What the request's publications carry: with --retain-system-prompts, its shared system prompt's tokens at
+    that priority (for that many seconds); else nothing (the default, plain LRU)."""
+    if settings.retain_system is None or request.system_tokens <= 0:
+        return None
+    priority, seconds = settings.retain_system
+    return RetentionSpec(ranges=(RetentionRange(0, min(request.system_tokens, request.input_length), priority,
+                                                seconds),))
+
+
+def priority_split(request: WorkloadRequest, settings: Settings, tokens: int) -> list[tuple[int, int]]:
+    """The first ``tokens`` of the request's prompt by the priority the replay gave them: (priority, count) pairs,
+    the retained system prompt's first."""
+    spec = retention_of(request, settings)
+    if spec is None:
+        return [(DEFAULT_PRIORITY, tokens)]
+    r = spec.ranges[0]
+    head = min(tokens, r.token_end or 0)
+    return [(r.priority, head), (DEFAULT_PRIORITY, tokens - head)]
+
+
+def reuse_by_priority(requests: Sequence[WorkloadRequest], settings: Settings, reused: Sequence[int],
+                      bound: Sequence[int] | None) -> dict[str, dict[str, int | None]]:
+    """Per priority that occurs (highest first, as decimal strings): the prompt tokens at it, what an unbounded
+    cache would reuse of them (None without the bound) and what was reused."""
+    rows: dict[int, list[int | None]] = {}
+    for k, (r, used) in enumerate(zip(requests, reused)):
+        for priority, count in priority_split(r, settings, r.input_length):
+            rows.setdefault(priority, [0, 0 if bound is not None else None, 0])[0] += count  # type: ignore[operator]
+        if bound is not None:
+            for priority, count in priority_split(r, settings, bound[k]):
+                rows[priority][1] += count  # type: ignore[operator]
+        for priority, count in priority_split(r, settings, used):
+            rows[priority][2] += count  # type: ignore[operator]
+    return {str(p): {"prompt_tokens": v[0], "unbounded_reusable_tokens": v[1], "reused_tokens": v[2]}
+            for p, v in sorted(rows.items(), reverse=True)}
+
+
 # ---- the unbounded-cache upper bound -------------------------------------------------------------------------------
 
 def upper_bound(prepared: Prepared, page_size: int, mode: str = "vanilla") -> tuple[int, list[int]]:
@@ -234,6 +292,7 @@ class Measured:
     verify: dict[str, Any] | None = None
     engine_stats: dict[str, Any] | None = None
     events: dict[str, Any] | None = None  # the KV event publisher's counters
+    retention: dict[str, Any] | None = None  # the manager's retention metrics: evictions by priority, expiries
     exporter: MetricsExporter | None = None  # --metrics-port
 
 
@@ -323,6 +382,12 @@ def _kv_events(settings: Settings, cache: Any, measured: Measured) -> Iterator[b
                 measured.events["cache_blocks"] = len(index)
 
 
+def _retention_report(r: RetentionMetrics) -> dict[str, Any]:
+    return {"evicted_records_by_priority": {str(p): n for p, n in sorted(r.evicted_records_by_priority.items())},
+            "trimmed_records_by_priority": {str(p): n for p, n in sorted(r.trimmed_records_by_priority.items())},
+            "retention_expiries": r.retention_expiries}
+
+
 def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: int,
                        progress: Callable[[int], None] | None = None, measured: Measured | None = None) -> Measured:
     """The manager-only replay (see the module comment). Fills ``measured`` as it goes, so a KeyboardInterrupt
@@ -344,6 +409,7 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     ops = m.op_ns
     requests, hashes = prepared.requests, prepared.hashes
     i = 0
+    clock = -float("inf")  # the retention clock, in seconds, once an arrival has set it
     t_start = time.perf_counter()
     events = ExitStack()
     exporter = m.exporter
@@ -355,6 +421,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
             batch: list[tuple[int, Any, bool]] = []  # (request index, lease, forced cold)
             while i < len(requests) and len(batch) < settings.batch_size:
                 r, h = requests[i], hashes[i]
+                if r.arrival is not None and r.arrival > clock:  # the retention clock follows the arrivals
+                    clock = r.arrival
+                    manager.set_retention_time(clock)
                 t0 = perf()
                 result = acquire(h, r.input_length)
                 ops["acquire"].append(perf() - t0)
@@ -384,8 +453,12 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
                 h = hashes[j]
                 if not forced and h.shape[0] > 0:
                     tokens = requests[j].tokens() if with_tokens else None
+                    retention = retention_of(requests[j], settings)
                     t0 = perf()
-                    manager.publish(lease, h, requests[j].input_length, tokens=tokens)
+                    if retention is None:
+                        manager.publish(lease, h, requests[j].input_length, tokens=tokens)
+                    else:
+                        manager.publish(lease, h, requests[j].input_length, tokens=tokens, retention=retention)
                     ops["publish"].append(perf() - t0)
             for j, lease, _ in batch:  # decode: grow to hold the output
                 r = requests[j]
@@ -411,6 +484,7 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
         metrics = manager.metrics
         m.evicted_records += metrics.evicted_records
         m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+        m.retention = _retention_report(manager.retention_metrics)
         if exporter is not None:
             exporter.finish()
         events.close()
@@ -451,7 +525,8 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
         events.enter_context(_kv_events(settings, engine, m))
         for begin in range(0, len(requests), chunk):
             part = requests[begin:begin + chunk]
-            served = [sim.Request(tokens=r.tokens(), max_new_tokens=max(1, r.output_length)) for r in part]
+            served = [sim.Request(tokens=r.tokens(), max_new_tokens=max(1, r.output_length),
+                                  retention=retention_of(r, settings), arrival=r.arrival) for r in part]
             outputs = engine.serve(served, should_stop=_stop_requested)
             metrics = engine.metrics
             if settings.verify:
@@ -479,6 +554,7 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             m.forced_cold = metrics.forced_cold_sequences
             m.evicted_records = metrics.evicted_records
             m.reclaimed_pages = metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+            m.retention = _retention_report(engine.retention_metrics)
             m.matched = [-1] * len(m.reused)  # the engine reports reuse, not matched tokens, per request
             m.engine_stats = {"batches": stats.batches, "joiners": stats.joiners, "decode_steps": stats.decode_steps,
                               "capacity_retries": stats.capacity_retries, "preemptions": stats.preemptions,
@@ -540,6 +616,11 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         "full_input_rewinds": m.full_input_rewinds, "forced_cold": m.forced_cold, "rejected": m.rejected,
         "grow_failures": m.grow_failures, "evicted_records": m.evicted_records,
         "reclaimed_pages": m.reclaimed_pages,
+        "retain_system_prompts": ({"priority": settings.retain_system[0], "seconds": settings.retain_system[1]}
+                                  if settings.retain_system is not None else None),
+        "reuse_by_priority": reuse_by_priority(requests, settings, m.reused,
+                                               bound_per_request[:done] if bound_per_request is not None else None),
+        "retention_metrics": m.retention,
     }
     occ = np.asarray(m.used_pages, dtype=np.int64)
     picks = sorted({int(round(x)) for x in np.linspace(0, len(occ) - 1, min(OCCUPANCY_SAMPLES, len(occ)))}) \
@@ -607,6 +688,26 @@ def format_report(r: dict[str, Any]) -> str:
     if r["engine"] == "bookkeeping-only":
         rows += [("rejected (no capacity)", f"{r['rejected']:,}"), ("grow failures", f"{r['grow_failures']:,}")]
     out += [_table(rows), ""]
+    retained = r.get("retain_system_prompts")
+    if retained is not None:
+        seconds = retained["seconds"]
+        out.append(f"reuse by priority (system prompts at {retained['priority']}"
+                   + (f" for {seconds:g} s" if seconds is not None else "") + "):")
+        rm = r.get("retention_metrics") or {}
+        evicted = ", ".join(f"{n:,} at {p}" for p, n in sorted(rm.get("evicted_records_by_priority", {}).items(),
+                                                                  key=lambda item: -int(item[0])))
+        out.append(_table([(p, f"{v['prompt_tokens']:,}",
+                            f"{v['unbounded_reusable_tokens']:,}" if v["unbounded_reusable_tokens"] is not None
+                            else "-", f"{v['reused_tokens']:,}",
+                            pct(_ratio(v["reused_tokens"], v["unbounded_reusable_tokens"]))
+                            if v["unbounded_reusable_tokens"] else "-")
+                           for p, v in r["reuse_by_priority"].items()],
+                          header=("priority", "prompt tokens", "unbounded reusable", "reused", "of unbounded")))
+        if str(retained["priority"]) not in r["reuse_by_priority"]:
+            out.append("(no request of this workload opens with a shared system prompt: nothing was retained)")
+        out.append(f"evicted records by their rank: {evicted or 'none'}; "
+                   f"retention expiries {rm.get('retention_expiries', 0):,}")
+        out.append("")
     occ = r["occupancy"]
     out.append(f"pool occupancy over time (peak {occ['peak_pages']:,} pages, mean {occ['mean_pages']:,.0f}):")
     out.append(_table([(f"{s['requests']:,}", f"{s['pages']:,}", pct(s["fraction"]), f"{s['records']:,}")
@@ -738,6 +839,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-optimum", action="store_true",
                    help="skip the offline optimum (Belady) at the same capacity (vanilla mode, prefill state only; "
                         "a few seconds on a 4,000-request trace)")
+    p.add_argument("--retain-system-prompts", dest="retain_system", type=retention_rule, default=None,
+                   metavar="PRIORITY[:SECONDS]",
+                   help="give each request's shared system prompt (the built-in and conversation workloads know "
+                        "them) a retention range at PRIORITY, 0 to 100 (default tokens are at 35; eviction takes "
+                        "the lowest first), for SECONDS of the workload's time from each publication (default: as "
+                        "long as the record lives); the report splits reuse by priority")
     add_conversation_options(p, defaults=False)
 
 
@@ -767,7 +874,8 @@ def _settings(args: argparse.Namespace) -> Settings:
                     events=getattr(args, "events", None), events_replay=getattr(args, "events_replay", None),
                     events_topic=getattr(args, "events_topic", ""),
                     events_wait=getattr(args, "events_wait", Settings.events_wait),
-                    events_linger=getattr(args, "events_linger", Settings.events_linger))
+                    events_linger=getattr(args, "events_linger", Settings.events_linger),
+                    retain_system=getattr(args, "retain_system", None))
 
 
 def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
@@ -1019,11 +1127,16 @@ def _plot(plt: Any, png_path: Path, rows: Sequence[dict[str, Any]], reach: dict[
     reached."""
     fig, ax = plt.subplots(figsize=(8, 5))
     if rows:
+        retained = settings.retain_system
         ax.plot([r["capacity_tokens"] for r in rows], [100 * r["hit_rate"] for r in rows], "o-",
-                label=f"hit rate ({'record LRU' if not with_lru else settings.eviction_policy})")
+                label=f"hit rate ({'record LRU' if not with_lru else settings.eviction_policy}"
+                      + (f", system prompts at {retained[0]}" if retained is not None else "") + ")")
         if with_lru:
             ax.plot([r["capacity_tokens"] for r in rows], [100 * r["lru_hit_rate"] for r in rows], "^:",
                     color="tab:orange", label="hit rate (record LRU, the reference's)")
+        if settings.retain_system is not None:
+            ax.plot([r["capacity_tokens"] for r in rows], [100 * r["without_retention_hit_rate"] for r in rows], "v-.",
+                    color="tab:purple", label=f"hit rate without --retain-system-prompts ({settings.eviction_policy})")
         if with_optimum:
             ax.plot([r["capacity_tokens"] for r in rows], [100 * r["optimum_hit_rate"] for r in rows], "s--",
                     color="tab:green", label="offline optimum (Belady, knows the future)")
@@ -1090,6 +1203,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     pages = prepare_pages(prepared.requests, prepared.hashes) if with_optimum else None
     # Another policy than the reference's: its curve is drawn beside record LRU's, measured at the same points.
     baseline = dataclasses.replace(settings, eviction_policy="lru") if settings.eviction_policy != "lru" else None
+    # --retain-system-prompts: the same policy without the retention spec, measured at the same points.
+    plain = dataclasses.replace(settings, retain_system=None) if settings.retain_system is not None else None
     try:
         with _progress(len(capacities) * len(prepared.requests), "sweep", show) as step:
             for cap in capacities:  # below `minimum`, the requests that cannot fit bypass the cache (rejected)
@@ -1097,6 +1212,8 @@ def run_sweep(args: argparse.Namespace) -> int:
                 reused = sum(m.reused)
                 lru_reused = (sum(replay_bookkeeping(prepared, baseline, cap, lambda _: _check_interrupt()).reused)
                               if baseline else None)
+                plain_reused = (sum(replay_bookkeeping(prepared, plain, cap, lambda _: _check_interrupt()).reused)
+                                if plain else None)
                 optimum = (offline_optimum(pages, settings.page_size, cap, _check_interrupt).hit_rate
                            if pages is not None else None)
                 rows.append({"capacity_pages": cap, "capacity_tokens": cap * settings.page_size,
@@ -1107,7 +1224,9 @@ def run_sweep(args: argparse.Namespace) -> int:
                              "lru_hit_rate": round(_ratio(lru_reused, prompt_tokens), 6) if lru_reused is not None
                              else "",
                              "reused_tokens": reused, "rejected": m.rejected, "evicted_records": m.evicted_records,
-                             "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0)})
+                             "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0),
+                             "without_retention_hit_rate": round(_ratio(plain_reused, prompt_tokens), 6)
+                             if plain_reused is not None else ""})
     except KeyboardInterrupt:
         interrupted = True
         _interrupt_handled()
@@ -1118,7 +1237,8 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     reach = {"90": reaching(rows, 0.9 * bound_rate), "99": reaching(rows, 0.99 * bound_rate)}
     columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
-               "optimum_hit_rate", "lru_hit_rate", "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages"]
+               "optimum_hit_rate", "lru_hit_rate", "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages",
+               "without_retention_hit_rate"]
     try:
         with open(csv_path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns)
@@ -1141,6 +1261,8 @@ def run_sweep(args: argparse.Namespace) -> int:
               "interrupted_phase": (("sweeping" if len(rows) < len(capacities) else "writing the results")
                                     if interrupted else None), "mode": settings.mode,
               "eviction_policy": settings.eviction_policy,
+              "retain_system_prompts": ({"priority": settings.retain_system[0], "seconds": settings.retain_system[1]}
+                                        if settings.retain_system is not None else None),
               "page_size": settings.page_size, "max_records": settings.max_records,
               "batch_size": settings.batch_size, "requests": len(prepared.requests), "prompt_tokens": prompt_tokens,
               "distinct_prompt_tokens": prepared.distinct_pages * settings.page_size,
@@ -1166,7 +1288,8 @@ def run_sweep(args: argparse.Namespace) -> int:
                      "  [INTERRUPTED after the last capacity: figures complete]") if interrupted else ""),
                  f"  {len(prepared.requests):,} requests, {prompt_tokens:,} prompt tokens, "
                  f"{report['distinct_prompt_tokens']:,} distinct; unbounded-cache bound {bound_rate:.2%}", "",
-                 _sweep_table(rows, settings.eviction_policy, baseline is not None, with_optimum), ""]
+                 _sweep_table(rows, settings.eviction_policy, baseline is not None, with_optimum,
+                              settings.retain_system is not None), ""]
         for share in ("90", "99"):
             hit = reach[share]
             if hit is None:
@@ -1188,15 +1311,19 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _sweep_table(rows: Sequence[dict[str, Any]], policy: str, with_lru: bool, with_optimum: bool) -> str:
-    """The sweep's table: the record LRU column only beside another policy, the optimum only when computed."""
+def _sweep_table(rows: Sequence[dict[str, Any]], policy: str, with_lru: bool, with_optimum: bool,
+                 retained: bool = False) -> str:
+    """The sweep's table: the record LRU column only beside another policy, the column without retention only with
+    --retain-system-prompts, the optimum only when computed."""
     header = ["capacity tokens", "of distinct", f"hit rate ({policy})"]
+    header += ["no retention"] if retained else []
     header += ["record LRU"] if with_lru else []
     header += ["optimum"] if with_optimum else []
     header += ["of bound", "evicted records", "rejected"]
     table = []
     for r in rows:
         cells = [f"{r['capacity_tokens']:,}", f"{r['fraction_of_distinct']:.1%}", f"{r['hit_rate']:.2%}"]
+        cells += [f"{r['without_retention_hit_rate']:.2%}"] if retained else []
         cells += [f"{r['lru_hit_rate']:.2%}"] if with_lru else []
         cells += [f"{r['optimum_hit_rate']:.2%}"] if with_optimum else []
         cells += [f"{r['ratio_to_upper_bound']:.1%}", f"{r['evicted_records']:,}", f"{r['rejected']:,}"]

@@ -9,7 +9,11 @@ A workload is a sequence of :class:`WorkloadRequest` (prompt tokens on demand, t
   stably sorted by timestamp. A malformed line is a :class:`TraceError` naming the file, the line and the field.
 - The built-in workload (``builtin_workload``): generated here from a seed, so the installed command needs no data
   file: multi-turn conversations over a few shared system prompts, agent loops that re-send a growing context,
-  a few long documents asked several questions, and one-off prompts, interleaved in a seeded order.
+  a few long documents asked several questions, and one-off prompts, interleaved in a seeded order; request i
+  arrives at i * BUILTIN_INTERVAL seconds.
+- Each request says how long a shared system prompt it opens with (``system_tokens``: the built-in conversations'
+  system prompts, the conversation workload's shared whole blocks of one; 0 elsewhere) and when it arrives
+  (``arrival``, seconds: a trace's millisecond timestamp / 1000), what ``replay --retain-system-prompts`` reads.
 - The conversation workload (``conversation_trace``, ``ctxcache replay --workload conversations``, written as a
   trace by ``ctxcache workload --out FILE``): many multi-turn conversations at scale, generated as a trace (hash
   ids), so that it replays, sweeps and benchmarks exactly as a downloaded trace does. Each turn's prompt is the
@@ -27,6 +31,7 @@ Nothing here reads files other than the trace it is given (``write_trace`` write
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -37,8 +42,9 @@ import numpy as np
 
 TRACE_BLOCK = 512
 VOCAB = 32000
+BUILTIN_INTERVAL = 0.1  # seconds between two arrivals of the built-in workload (it has no timestamps of its own)
 
-__all__ = ["TRACE_BLOCK", "ConversationSpec", "TraceError", "TraceRequest", "WorkloadError", "WorkloadRequest",
+__all__ = ["BUILTIN_INTERVAL", "TRACE_BLOCK", "ConversationSpec", "TraceError", "TraceRequest", "WorkloadError", "WorkloadRequest",
            "add_conversation_options", "builtin_workload", "conversation_spec", "conversation_trace", "expand_range",
            "expand_tokens", "given_conversation_options", "read_trace", "splitmix64", "trace_workload",
            "write_trace"]
@@ -61,17 +67,21 @@ class TraceRequest:
     hash_ids: tuple[int, ...]
     line: int = 0  # where it was read (0: not from a file)
     source: str = ""  # a generated request's place in its workload ("conversation 3 turn 2"); not in the file
+    system_tokens: int = 0  # a generated request's shared system prompt (its whole blocks' tokens); not in the file
 
 
 @dataclass(frozen=True)
 class WorkloadRequest:
-    """One request of a workload: the prompt (given, or expanded from trace hash ids on demand) and its output."""
+    """One request of a workload: the prompt (given, or expanded from trace hash ids on demand), its output, the
+    shared system prompt it opens with (its length) and its arrival time."""
 
     input_length: int
     output_length: int
     source: str  # "trace line N", or the built-in stream it belongs to ("conversation 3 turn 2", ...)
     prompt: np.ndarray | None = None
     hash_ids: tuple[int, ...] = ()
+    system_tokens: int = 0  # its first tokens are this long a system prompt shared with other requests (0: none)
+    arrival: float | None = None  # seconds: when it arrives (a trace's timestamp; the built-in's nominal time)
 
     def tokens(self) -> np.ndarray:
         if self.prompt is not None:
@@ -138,7 +148,9 @@ def read_trace(path: str | os.PathLike[str], limit: int | None = None) -> list[T
 
 
 def trace_workload(requests: Sequence[TraceRequest]) -> list[WorkloadRequest]:
-    return [WorkloadRequest(r.input_length, r.output_length, r.source or f"trace line {r.line}", hash_ids=r.hash_ids)
+    """The trace's requests as a workload; a timestamp (milliseconds) is the request's arrival in seconds."""
+    return [WorkloadRequest(r.input_length, r.output_length, r.source or f"trace line {r.line}", hash_ids=r.hash_ids,
+                            system_tokens=r.system_tokens, arrival=r.timestamp / 1000.0)
             for r in requests]
 
 
@@ -188,12 +200,13 @@ def builtin_workload(seed: int = 0, scale: float = 1.0) -> list[WorkloadRequest]
     streams: list[list[WorkloadRequest]] = []
     systems = [text(256, 768) for _ in range(3)]
     for c in range(count(12)):
-        context = systems[int(rng.integers(len(systems)))]
+        system = context = systems[int(rng.integers(len(systems)))]
         turns: list[WorkloadRequest] = []
         for t in range(int(rng.integers(3, 7))):
             context = np.concatenate([context, text(16, 96)])
             out = int(rng.integers(16, 65))
-            turns.append(WorkloadRequest(context.size, out, f"conversation {c} turn {t}", prompt=context))
+            turns.append(WorkloadRequest(context.size, out, f"conversation {c} turn {t}", prompt=context,
+                                         system_tokens=system.size))
             context = np.concatenate([context, text(out, out)])  # the previous answer, re-sent next turn
         streams.append(turns)
     for a in range(count(4)):
@@ -226,7 +239,7 @@ def builtin_workload(seed: int = 0, scale: float = 1.0) -> list[WorkloadRequest]
         cursors[s] += 1
         if cursors[s] == len(streams[s]):
             live.pop(k)
-    return order
+    return [dataclasses.replace(r, arrival=i * BUILTIN_INTERVAL) for i, r in enumerate(order)]
 
 
 # ---- the conversation workload (a generated trace) ---------------------------------------------------------------
@@ -310,6 +323,7 @@ def conversation_trace(spec: ConversationSpec) -> list[TraceRequest]:
             self.number = number
             length, shared = systems[int(rng.integers(len(systems)))]
             self.ids = list(shared)
+            self.system_tokens = len(shared) * TRACE_BLOCK  # what the trace shares of it: its whole blocks
             self.length = length  # tokens of the history (what the next prompt starts with)
             self.turn = 0
 
@@ -334,7 +348,7 @@ def conversation_trace(spec: ConversationSpec) -> list[TraceRequest]:
         time_ms += float(rng.exponential(spec.interval_ms)) if spec.interval_ms else 0.0
         # line: where `write_trace` puts it (timestamps never decrease, so reading it back keeps this order)
         requests.append(TraceRequest(int(time_ms), c.length, output, tuple(c.ids), len(requests) + 1,
-                                     f"conversation {c.number} turn {c.turn}"))
+                                     f"conversation {c.number} turn {c.turn}", c.system_tokens))
         c.extend(output)  # the answer is re-sent with the next question
         c.turn += 1
         if c.turn == spec.turns:

@@ -20,6 +20,7 @@ from ..enums import (
     ReusePlanKind,
     SequenceStatus,
 )
+from ..retention import RetentionSpec
 
 Synchronizer = Callable[[Optional[int]], Any]  # Optional: the alias is evaluated at import (Python 3.9)
 
@@ -56,13 +57,16 @@ class MediaItem:
 
 @dataclass(frozen=True)
 class Request:
-    """One sequence of a generation request: prompt token ids (int32 array or ints), LoRA name, media items, and an
-    optional per-sequence lookup policy (None: the request's)."""
+    """One sequence of a generation request: prompt token ids (int32 array or ints), LoRA name, media items, an
+    optional per-sequence lookup policy (None: the request's) and its retention (None: the default, plain LRU):
+    every publication of the sequence carries it, with ``prompt_token_count`` set to the prompt's length by the
+    coordinator, so the tokens generated in decode take its ``decode_priority``."""
 
     token_ids: Any
     lora_name: str = ""
     media: Sequence[MediaItem] = ()
     lookup_policy: LookupPolicy | None = None
+    retention: RetentionSpec | None = None
 
 
 @dataclass

@@ -75,9 +75,14 @@ protected:
         return c;
     }
 
-    ctxc_status_t begin(Batch& batch, ctxc_kv_request_t** out, ctxc_kv_request_options_t const* opts = nullptr) {
+    // Every sequence carries `retention` (NULL: the default).
+    ctxc_status_t begin(Batch& batch, ctxc_kv_request_t** out, ctxc_kv_request_options_t const* opts = nullptr,
+                        ctxc_retention_spec_t const* retention = nullptr) {
         std::vector<ctxc_sequence_request_t> seqs;
-        for (auto const& t : batch.tokens) seqs.push_back(sequenceOf(t));
+        for (auto const& t : batch.tokens) {
+            seqs.push_back(sequenceOf(t));
+            seqs.back().retention = retention;
+        }
         ctxc_kv_request_options_t o;
         ctxc_kv_request_options_init(&o);
         return ctxc_kv_request_begin(coordinator, seqs.data(), seqs.size(), batch(), opts ? opts : &o, out);
@@ -731,6 +736,128 @@ TEST_F(Runtime, HybridMtpEndpointsOnAnotherDeploymentAreContractErrors) {
                    "ctxc_kv_request_publish_hybrid_mtp_endpoint", "no Hybrid+MTP reuse");
     EXPECT_REFUSED(ctxc_kv_request_restore_hybrid_mtp_boundary_hidden(request, 0, nullptr, 0), CTXC_E_INVALID_ARGUMENT,
                    "ctxc_kv_request_restore_hybrid_mtp_boundary_hidden", "base_hidden_states is NULL");
+}
+
+// ---- retention (issue 29) -----------------------------------------------------------------------------------
+
+namespace {
+
+ctxc_retention_range_t rangeOf(int32_t start, int32_t end, int32_t priority, int64_t duration = -1) {
+    ctxc_retention_range_t r{};
+    r.token_start = start;
+    r.token_end = end;
+    r.priority = priority;
+    r.duration_ns = duration;
+    return r;
+}
+
+}  // namespace
+
+// A bad spec on a sequence (a priority out of 0..100, an end not after its start, a negative duration) is
+// CTXC_E_CONTRACT with nothing admitted; a malformed struct (short struct_size, NULL ranges with a count) is
+// CTXC_E_INVALID_ARGUMENT. The same at a joiner's admission.
+TEST_F(Runtime, BadRetentionSpecsAreRefusedWithNothingChanged) {
+    Batch batch;
+    batch.add(iota(1, 10), 0, 1);
+    ctxc_retention_range_t range = rangeOf(0, 8, 101);
+    ctxc_retention_spec_t spec;
+    ctxc_retention_spec_init(&spec);
+    spec.ranges = &range;
+    spec.range_count = 1;
+    EXPECT_REFUSED(begin(batch, &request, nullptr, &spec), CTXC_E_CONTRACT, "ctxc_kv_request_begin",
+                   "priority 101 is outside 0..100");
+    EXPECT_EQ(request, nullptr);
+    range = rangeOf(4, 4, 50);
+    EXPECT_REFUSED(begin(batch, &request, nullptr, &spec), CTXC_E_CONTRACT, "ctxc_kv_request_begin",
+                   "not after its start");
+    range = rangeOf(0, 8, 50, -7);
+    EXPECT_REFUSED(begin(batch, &request, nullptr, &spec), CTXC_E_CONTRACT, "ctxc_kv_request_begin", "negative");
+    range = rangeOf(0, 8, 50);
+    spec.decode_priority = -1;
+    EXPECT_REFUSED(begin(batch, &request, nullptr, &spec), CTXC_E_CONTRACT, "ctxc_kv_request_begin", "decode");
+    spec.decode_priority = 35;
+    spec.ranges = nullptr;
+    EXPECT_REFUSED(begin(batch, &request, nullptr, &spec), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_request_begin",
+                   "sequences[0].retention->ranges");
+    spec.ranges = &range;
+    spec.struct_size = 4;
+    EXPECT_REFUSED(begin(batch, &request, nullptr, &spec), CTXC_E_INVALID_ARGUMENT, "ctxc_kv_request_begin",
+                   "sequences[0].retention");
+    EXPECT_EQ(metrics().admitted_sequences, 0u);
+    EXPECT_EQ(metrics().base_kv_pages_free, 16);
+
+    spec.struct_size = sizeof spec;
+    prefill(batch);
+    range = rangeOf(0, 8, 200);
+    std::vector<int32_t> const joiner = iota(50, 6);
+    ctxc_sequence_request_t s = sequenceOf(joiner);
+    s.retention = &spec;
+    ctxc_resident_ref_t const ref{1, 0, 1};
+    int32_t status = -1, start = -1;
+    EXPECT_REFUSED(ctxc_kv_request_admit_sequence(request, &s, &ref, nullptr, nullptr, 0, &status, &start),
+                   CTXC_E_CONTRACT, "ctxc_kv_request_admit_sequence", "priority 200");
+    EXPECT_EQ(status, CTXC_ADMIT_FAILED);
+}
+
+// A good spec reaches the records: a priority-90 prefix survives a flood of default requests that evicts two
+// records, which under plain LRU (the same requests without a spec) takes the prefix first. The retention metrics
+// of the coordinator's manager count the evictions by priority; the clock is driven through the coordinator.
+TEST_F(Runtime, RetainedPrefixSurvivesAFloodThatPlainLruEvicts) {
+    ctxc_retention_range_t const range = rangeOf(0, 8, 90);
+    ctxc_retention_spec_t spec;
+    ctxc_retention_spec_init(&spec);
+    spec.ranges = &range;
+    spec.range_count = 1;
+    uint64_t epoch = 0;
+    auto serve = [&](std::vector<int32_t> prompt, ctxc_retention_spec_t const* retention) {
+        Batch b;
+        b.add(std::move(prompt), 0, ++epoch);
+        EXPECT_EQ(begin(b, &request, nullptr, retention), CTXC_OK) << ctxc_last_error();
+        int32_t const start = prefillStarts().at(0);
+        EXPECT_EQ(ctxc_kv_request_prepare_prefill(request), CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(ctxc_kv_request_enqueue_prefill_captures(request), CTXC_OK);
+        b.sample(0, 100);
+        EXPECT_EQ(ctxc_kv_request_complete_prefill(request, b(), nullptr, 0), CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(ctxc_kv_request_finish(request), CTXC_OK);
+        EXPECT_EQ(ctxc_kv_request_destroy(request), CTXC_OK);
+        request = nullptr;
+        return start;
+    };
+    std::vector<int32_t> prefix = iota(1000, 8);
+    auto withSuffix = [&](int32_t a, int32_t b) {
+        std::vector<int32_t> p = prefix;
+        p.push_back(a);
+        p.push_back(b);
+        return p;
+    };
+    for (bool retain : {true, false}) {
+        SCOPED_TRACE(retain ? "priority 90" : "plain LRU");
+        if (!retain) {  // a fresh coordinator over the same (now empty) device objects
+            ASSERT_EQ(ctxc_coordinator_destroy(coordinator), CTXC_OK);
+            coordinator = make(CTXC_MODEL_ATTENTION_ONLY);
+            epoch = 100;
+        }
+        ASSERT_EQ(ctxc_coordinator_set_retention_time(coordinator, 1000), CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(serve(withSuffix(1, 2), retain ? &spec : nullptr), 0);
+        for (int32_t i = 0; i < 8; ++i) EXPECT_EQ(serve(iota(2000 + 100 * i, 10), nullptr), 0);
+        ctxc_retention_metrics_t rm;
+        std::memset(&rm, 0xAB, sizeof rm);
+        rm.struct_size = sizeof rm;
+        ASSERT_EQ(ctxc_coordinator_retention_metrics(coordinator, &rm), CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(rm.evicted_records_by_priority[35], 2u);
+        EXPECT_EQ(rm.evicted_records_by_priority[90], 0u);
+        EXPECT_EQ(rm.retention_expiries, 0u);
+        EXPECT_EQ(metrics().evicted_records, 2u);
+        EXPECT_EQ(serve(withSuffix(7, 7), nullptr), retain ? 8 : 0);
+    }
+    EXPECT_REFUSED(ctxc_coordinator_set_retention_time(coordinator, 999), CTXC_E_CONTRACT,
+                   "ctxc_coordinator_set_retention_time", "backwards");
+    EXPECT_TRUE(refused(ctxc_coordinator_set_retention_time(nullptr, 5), CTXC_E_INVALID_HANDLE,
+                        "ctxc_coordinator_set_retention_time", "coordinator is NULL"));
+    ctxc_retention_metrics_t rm{};
+    rm.struct_size = 8;
+    EXPECT_TRUE(refused(ctxc_coordinator_retention_metrics(coordinator, &rm), CTXC_E_INVALID_ARGUMENT,
+                        "ctxc_coordinator_retention_metrics", "out_metrics->struct_size"));
 }
 
 TEST(CApiRuntime, StatusStringsAndSizesOfTheRuntimeStructs) {

@@ -835,5 +835,184 @@ TEST(ContextCacheCoordinator, StepsRunOnTheRequestsStream) {
     ASSERT_EQ(rig.coordinator->finish(*r.request), Status::kOk);
 }
 
+// ---- retention (issue 29): a sequence's spec travels with every publication of it -------------------------------
+
+namespace {
+
+RetentionSpec keepPrefix(int32_t tokens, int32_t priority, int64_t durationNs = kNoRetentionDuration) {
+    RetentionSpec spec;
+    spec.ranges.push_back({0, tokens, priority, durationNs});
+    return spec;
+}
+
+// Every record's block ranges, sorted (the store's order is the manager's business).
+std::vector<RetentionBlockRanges> allRetention(ContextCacheManager const& m) {
+    std::vector<RetentionBlockRanges> out;
+    for (RecordId id : m.records().lruToMru()) out.push_back(m.recordRetention(id));
+    std::sort(out.begin(), out.end(), [](RetentionBlockRanges const& a, RetentionBlockRanges const& b) {
+        if (a.size() != b.size()) return a.size() < b.size();
+        return !a.empty() && a.front().endBlock < b.front().endBlock;
+    });
+    return out;
+}
+
+// Serves `prompt` (with `spec`, or the default) through prefill and finish; returns its prefill start.
+int32_t serveOnce(Rig& rig, std::vector<int32_t> prompt, RetentionSpec const* spec) {
+    ContextCacheBatchAdmission a;
+    a.sequences.push_back(rig.seq(std::move(prompt), 0));
+    a.sequences[0].retention = spec;
+    auto r = rig.coordinator->beginRequest(a, DecodingKvHeadroom{1, 0});
+    EXPECT_EQ(r.status, Status::kOk) << r.failure;
+    if (r.status != Status::kOk) return -1;
+    Handle h = std::move(*r.request);
+    int32_t const start = h.prefillStarts()[0];
+    rig.prefill(h);
+    EXPECT_EQ(rig.coordinator->finish(h), Status::kOk);
+    return start;
+}
+
+}  // namespace
+
+// Prefill end publishes the prompt's blocks with the sequence's ranges; decode end publishes prompt + generated
+// tokens, the generated ones (at or past the prompt length, which the coordinator sets whatever the caller said)
+// at the decode priority.
+TEST(ContextCacheCoordinator, RetentionTravelsWithPrefillAndDecodePublications) {
+    Rig rig;
+    RetentionSpec spec = keepPrefix(8, 90);
+    spec.decodePriority = 10;
+    spec.promptTokenCount = 3;  // ignored: the prompt is 10 tokens
+    ContextCacheBatchAdmission a;
+    a.sequences.push_back(rig.seq(iota(10), 0));
+    a.sequences[0].retention = &spec;
+    auto r = rig.coordinator->beginRequest(a, DecodingKvHeadroom{1, 0});
+    ASSERT_EQ(r.status, Status::kOk) << r.failure;
+    Handle h = std::move(*r.request);
+    spec.ranges[0].priority = 0;  // the coordinator kept its own copy at admission
+    rig.prefill(h);
+    ContextCacheManager const& m = rig.coordinator->manager();
+    ASSERT_EQ(m.records().size(), 1u);
+    EXPECT_EQ(allRetention(m), (std::vector<RetentionBlockRanges>{{{0, 2, 90, kRetentionNever}}}));
+    EXPECT_EQ(m.recordPriority(m.records().lruToMru()[0]), 90);
+    int32_t t = 8;
+    ASSERT_EQ(rig.step(h, t), Status::kOk);       // committed 11
+    ASSERT_EQ(rig.step(h, t, {0}), Status::kOk);  // committed 12: decode end publishes 3 blocks
+    EXPECT_EQ(h.sequence(0).publishedFullBlockCount, 3);
+    ASSERT_EQ(rig.coordinator->finish(h), Status::kOk);
+    // Block 2 holds prompt tokens 8, 9 (no range) and generated tokens 10, 11 (the decode range): 10.
+    EXPECT_EQ(allRetention(m),
+              (std::vector<RetentionBlockRanges>{{{0, 2, 90, kRetentionNever}},
+                                                 {{0, 2, 90, kRetentionNever}, {2, 3, 10, kRetentionNever}}}));
+    rig.coordinator->checkInvariants();
+}
+
+// The headline scenario on the coordinator: a priority-90 system prompt survives a flood of default requests that
+// evicts older ones; under plain LRU (the same requests without a spec) it is the first to go.
+TEST(ContextCacheCoordinator, RetainedSystemPromptSurvivesAFloodThatEvictsItUnderLru) {
+    std::vector<int32_t> const system = iota(8, 1000);
+    auto withSuffix = [&](std::vector<int32_t> suffix) {
+        std::vector<int32_t> p = system;
+        p.insert(p.end(), suffix.begin(), suffix.end());
+        return p;
+    };
+    RetentionSpec const retained = keepPrefix(8, 90);
+    for (bool retain : {true, false}) {
+        SCOPED_TRACE(retain ? "priority 90" : "plain LRU");
+        Rig rig;  // 16 pages of 4 tokens
+        EXPECT_EQ(serveOnce(rig, withSuffix({1, 2}), retain ? &retained : nullptr), 0);
+        // Each flood request holds 3 pages while served and leaves a 2-page record: the 7th and 8th each evict one.
+        for (int32_t i = 0; i < 8; ++i) EXPECT_EQ(serveOnce(rig, iota(10, 2000 + 100 * i), nullptr), 0);
+        ContextCacheManager const& m = rig.coordinator->manager();
+        EXPECT_EQ(m.metrics().evictedRecords, 2u);
+        EXPECT_EQ(m.retentionMetrics().evictedRecordsByPriority[kDefaultRetentionPriority], 2u);
+        EXPECT_EQ(serveOnce(rig, withSuffix({7, 7}), nullptr), retain ? 8 : 0);
+        rig.coordinator->checkInvariants();
+    }
+}
+
+// The retention clock is the manager's, driven through the coordinator: a range's duration counts from its
+// publication, and the record's rank falls back to the default when it ends. Never backwards.
+TEST(ContextCacheCoordinator, RetentionClockDrivesExpiry) {
+    Rig rig;
+    rig.coordinator->setRetentionTime(1000);
+    RetentionSpec const spec = keepPrefix(8, 90, 500);
+    EXPECT_EQ(serveOnce(rig, iota(10), &spec), 0);
+    ContextCacheManager const& m = rig.coordinator->manager();
+    ASSERT_EQ(m.records().size(), 1u);
+    RecordId const id = m.records().lruToMru()[0];
+    EXPECT_EQ(m.recordRetention(id), (RetentionBlockRanges{{0, 2, 90, 1500}}));
+    rig.coordinator->setRetentionTime(1499);
+    EXPECT_EQ(m.recordPriority(id), 90);
+    rig.coordinator->setRetentionTime(1500);
+    EXPECT_EQ(m.recordPriority(id), kDefaultRetentionPriority);
+    EXPECT_THROW(rig.coordinator->setRetentionTime(1400), ContractError);
+    EXPECT_EQ(m.retentionTime(), 1500);
+    rig.coordinator->checkInvariants();
+}
+
+// A bad spec is a ContractError at admission (a founder's or a joiner's), before anything is held.
+TEST(ContextCacheCoordinator, BadRetentionSpecIsRefusedBeforeAnythingIsHeld) {
+    Rig rig;
+    RetentionSpec bad = keepPrefix(8, 101);
+    ContextCacheBatchAdmission a;
+    a.sequences.push_back(rig.seq(iota(10), 0));
+    a.sequences[0].retention = &bad;
+    EXPECT_THROW(rig.coordinator->beginRequest(a, DecodingKvHeadroom{1, 0}), ContractError);
+    bad.ranges[0] = {4, 4, 50, kNoRetentionDuration};  // an end not after its start
+    EXPECT_THROW(rig.coordinator->beginRequest(a, DecodingKvHeadroom{1, 0}), ContractError);
+    bad.ranges[0] = {0, 8, 50, -5};  // a negative duration
+    EXPECT_THROW(rig.coordinator->beginRequest(a, DecodingKvHeadroom{1, 0}), ContractError);
+    EXPECT_EQ(rig.freeBase(), 16);
+    EXPECT_EQ(rig.coordinator->metrics().admittedSequences, 0u);
+    EXPECT_EQ(rig.coordinator->activeRequestCount(), 0);
+
+    Handle h = rig.begin({iota(9)});
+    rig.prefill(h);
+    int32_t const freeBefore = rig.freeBase();
+    ContextCacheSequenceAdmission joiner = rig.seq(iota(5, 600), 2);
+    bad.decodePriority = -1;
+    bad.ranges.clear();
+    joiner.retention = &bad;
+    EXPECT_THROW(rig.coordinator->admitSequence(h, joiner, {1, 0}), ContractError);
+    EXPECT_FALSE(h.hasPendingJoiner());
+    EXPECT_EQ(rig.freeBase(), freeBefore);
+    EXPECT_EQ(rig.coordinator->metrics().admittedSequences, 1u);
+    rig.coordinator->checkInvariants();
+}
+
+// ContextCacheRequest carries SequenceRequest::retention to the coordinator (founders and joiners).
+TEST(ContextCacheRequest, SequenceRequestRetentionReachesTheRecords) {
+    Rig rig;
+    GenerationRequest g;
+    SequenceRequest s;
+    s.tokenIds = iota(9);
+    s.retention = keepPrefix(4, 77);
+    g.sequences.push_back(s);
+    DecodingInferenceContext ctx;
+    ctx.activeBatchSize = 1;
+    ctx.residentRefs = {ResidentRef{0, ++rig.epoch}};
+    std::optional<ContextCacheRequest> req = ContextCacheRequest::begin(*rig.coordinator, g, ctx, false, {1, 0});
+    ASSERT_TRUE(req);
+    std::vector<int32_t> history = iota(9);
+    history.push_back(7);
+    ctx.tokenIds = {history};
+    ctx.rawInputLengths = {9};
+    ctx.generatedLengths = {1};
+    ctx.status = {SequenceStatus::kRunning};
+    ASSERT_TRUE(req->preparePrefill());
+    ASSERT_TRUE(req->enqueuePrefillCaptures());
+    ASSERT_TRUE(req->completePrefill(ctx, {9}));
+    RetentionSpec const joinerSpec = keepPrefix(8, 12);
+    int32_t start = -1;
+    ASSERT_EQ(
+        req->admitSequence(iota(9, 300), "", {1, 0}, start, ResidentRef{1, ++rig.epoch}, nullptr, {}, {}, &joinerSpec),
+        ContextCacheRequest::AdmitSequenceStatus::kAdmitted);
+    ASSERT_TRUE(req->finalizeSequenceAdmission(1, 7, 9));
+    ContextCacheManager const& m = rig.coordinator->manager();
+    EXPECT_EQ(allRetention(m),
+              (std::vector<RetentionBlockRanges>{{{0, 1, 77, kRetentionNever}}, {{0, 2, 12, kRetentionNever}}}));
+    ASSERT_TRUE(req->finish());
+    rig.coordinator->checkInvariants();
+}
+
 }  // namespace
 }  // namespace ctxcache::runtime

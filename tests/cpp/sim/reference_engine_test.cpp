@@ -573,5 +573,76 @@ TEST(ReferenceEngine, HybridMtpConfigurationIsChecked) {
     EXPECT_THROW(engine.serve({r}), ContractError);
 }
 
+// ---- retention (issue 29) ---------------------------------------------------------------------------------
+
+// A 32-token system prompt at priority 90 (a retention range on each request that carries it) outlives a flood
+// of default requests that needs two evictions, byte-exact; under plain LRU (no spec) it is the first evicted.
+// Each request's arrival time drives the retention clock as it is seated.
+TEST(ReferenceEngine, RetainedSystemPromptOutlivesAFloodByteExact) {
+    std::vector<int32_t> const system = iota(32, 100);
+    for (bool retain : {true, false}) {
+        SCOPED_TRACE(retain ? "priority 90" : "plain LRU");
+        ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
+        c.basePages = 16;
+        c.maxBatch = 1;
+        c.commitPolicy = runtime::ContextCacheCommitPolicy::kPrefillStateOnly;
+        ReferenceEngine engine(c);
+        std::vector<EngineRequest> requests;
+        auto add = [&](std::vector<int32_t> tokens, bool system) {
+            EngineRequest r = request(std::move(tokens));
+            if (system && retain) r.retention.ranges.push_back({0, 32, 90, kNoRetentionDuration});
+            r.arrivalNs = 1000 * static_cast<int64_t>(requests.size() + 1);
+            requests.push_back(std::move(r));
+        };
+        add(concat(system, iota(8, 7000)), true);
+        // 40 prompt tokens + 8 new: 4 pages while served, a 2-page record after: the 7th and 8th must evict.
+        for (int32_t i = 0; i < 8; ++i) add(iota(40, 10000 + 100 * i), false);
+        add(concat(system, iota(8, 8000)), true);
+        std::vector<EngineOutput> const out = serveAndCompare(engine, requests);
+        EXPECT_EQ(out.back().prefillStart, retain ? 32 : 0);
+        runtime::ContextCacheMetrics const m = engine.metrics();
+        EXPECT_EQ(m.evictedRecords, retain ? 2u : 3u);  // plain LRU also evicts the system prompt's record
+        ContextCacheManager const& manager = engine.coordinator().manager();
+        EXPECT_EQ(manager.retentionMetrics().evictedRecordsByPriority[kDefaultRetentionPriority], retain ? 2u : 3u);
+        EXPECT_TRUE(manager.retentionClockDriven());
+        EXPECT_EQ(manager.retentionTime(), 10000);  // the last request's arrival
+        engine.setRetentionTime(20000);
+        EXPECT_THROW(engine.setRetentionTime(19999), ContractError);
+    }
+}
+
+// Joiners carry their spec too: two founders (maxBatch 2), then two requests join in flight; each publishes its
+// prompt with blocks 0-1 (the shared 32 tokens) at a priority of its own, so every record ranks at its request's.
+TEST(ReferenceEngine, JoinersCarryTheirRetentionSpecs) {
+    ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
+    c.maxBatch = 2;
+    c.commitPolicy = runtime::ContextCacheCommitPolicy::kPrefillStateOnly;
+    ReferenceEngine engine(c);
+    std::vector<int32_t> const system = iota(32, 1);
+    std::vector<EngineRequest> reqs;
+    for (int32_t i = 0; i < 4; ++i) {
+        reqs.push_back(request(concat(system, iota(17, 100 * (i + 1))), i == 0 ? 12 : 2));
+        reqs.back().retention.ranges.push_back({32, kRetentionOpenEnd, 60 + i, kNoRetentionDuration});
+    }
+    std::vector<EngineOutput> const out = serveAndCompare(engine, reqs);
+    EXPECT_FALSE(out[0].joined);
+    EXPECT_TRUE(out[2].joined && out[3].joined);
+    ContextCacheManager const& m = engine.coordinator().manager();
+    std::vector<int32_t> priorities;
+    for (RecordId id : m.records().lruToMru()) priorities.push_back(m.recordPriority(id));
+    std::sort(priorities.begin(), priorities.end());
+    // 49 tokens: 3 full blocks, the third (tokens 32..47) in each request's own range [32, 49).
+    EXPECT_EQ(priorities, (std::vector<int32_t>{60, 61, 62, 63}));
+}
+
+TEST(ReferenceEngine, BadRetentionSpecIsRefusedBeforeServing) {
+    ReferenceEngine engine(configFor(DeploymentKind::kAttention));
+    EngineRequest bad = request(iota(20), 2);
+    bad.retention.ranges.push_back({0, 16, 101, kNoRetentionDuration});
+    EXPECT_THROW(engine.serve({request(iota(20, 50), 2), bad}), ContractError);
+    EXPECT_EQ(engine.metrics().admittedSequences, 0u);
+    EXPECT_EQ(engine.stats().batches, 0u);
+}
+
 }  // namespace
 }  // namespace ctxcache::sim
