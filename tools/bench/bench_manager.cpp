@@ -199,8 +199,8 @@ enum class RetentionMix { kNone, kDefault, kMixed };
 RetentionMix gRetention = RetentionMix::kNone;
 
 RetentionSpec const* retentionFor(size_t request) {
-    static RetentionSpec const explicitDefault{{{0, kRetentionOpenEnd, kDefaultRetentionPriority,
-                                                 kNoRetentionDuration}}};
+    static RetentionSpec const explicitDefault{
+        {{0, kRetentionOpenEnd, kDefaultRetentionPriority, kNoRetentionDuration}}};
     static RetentionSpec const mixed[3] = {
         RetentionSpec{{{0, 512, 90, kNoRetentionDuration}}},
         RetentionSpec{{{512, kRetentionOpenEnd, 0, kNoRetentionDuration}}},
