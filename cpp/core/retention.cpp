@@ -3,6 +3,7 @@
 #include "ctxcache/retention.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "ctxcache/errors.h"
@@ -14,14 +15,20 @@ void refuse(char const* operation, std::string const& what) {
     throw ContractError(std::string(operation) + ": retention " + what);
 }
 
-void checkPriority(char const* operation, std::string const& where, int32_t priority) {
-    if (priority < kMinRetentionPriority || priority > kMaxRetentionPriority)
-        refuse(operation, where + " priority " + std::to_string(priority) + " is outside 0..100");
+bool badPriority(int32_t priority) { return priority < kMinRetentionPriority || priority > kMaxRetentionPriority; }
+bool badDuration(int64_t duration) { return duration < 0 && duration != kNoRetentionDuration; }
+
+// The checks' messages are built only when one fails: a valid spec allocates nothing here.
+void checkPriority(char const* operation, char const* where, size_t index, int32_t priority) {
+    if (badPriority(priority))
+        refuse(operation, where + (index == SIZE_MAX ? "" : " " + std::to_string(index)) + " priority " +
+                              std::to_string(priority) + " is outside 0..100");
 }
 
-void checkDuration(char const* operation, std::string const& where, int64_t duration) {
-    if (duration < 0 && duration != kNoRetentionDuration)
-        refuse(operation, where + " duration " + std::to_string(duration) + " ns is negative");
+void checkDuration(char const* operation, char const* where, size_t index, int64_t duration) {
+    if (badDuration(duration))
+        refuse(operation, where + (index == SIZE_MAX ? "" : " " + std::to_string(index)) + " duration " +
+                              std::to_string(duration) + " ns is negative");
 }
 
 int32_t blockOf(int64_t token, int32_t pageSize) noexcept { return static_cast<int32_t>(token / pageSize); }
@@ -66,17 +73,17 @@ void validateRetentionSpec(char const* operation, RetentionSpec const& spec) {
                               std::to_string(kMaxRetentionRanges) + ")");
     for (size_t i = 0; i < spec.ranges.size(); ++i) {
         RetentionRange const& r = spec.ranges[i];
-        std::string const where = "range " + std::to_string(i);
         if (r.tokenStart < 0)
-            refuse(operation, where + " starts at a negative token (" + std::to_string(r.tokenStart) + ")");
+            refuse(operation,
+                   "range " + std::to_string(i) + " starts at a negative token (" + std::to_string(r.tokenStart) + ")");
         if (r.tokenEnd != kRetentionOpenEnd && r.tokenEnd <= r.tokenStart)
-            refuse(operation, where + " ends at token " + std::to_string(r.tokenEnd) + ", not after its start " +
-                                  std::to_string(r.tokenStart) + " (-1 for an open end)");
-        checkPriority(operation, where, r.priority);
-        checkDuration(operation, where, r.durationNs);
+            refuse(operation, "range " + std::to_string(i) + " ends at token " + std::to_string(r.tokenEnd) +
+                                  ", not after its start " + std::to_string(r.tokenStart) + " (-1 for an open end)");
+        checkPriority(operation, "range", i, r.priority);
+        checkDuration(operation, "range", i, r.durationNs);
     }
-    checkPriority(operation, "decode", spec.decodePriority);
-    checkDuration(operation, "decode", spec.decodeDurationNs);
+    checkPriority(operation, "decode", SIZE_MAX, spec.decodePriority);
+    checkDuration(operation, "decode", SIZE_MAX, spec.decodeDurationNs);
     if (spec.promptTokenCount < -1)
         refuse(operation, "promptTokenCount " + std::to_string(spec.promptTokenCount) + " is below -1");
 }

@@ -52,10 +52,14 @@ struct RetentionSpec {
     // publication is prompt.
     int32_t promptTokenCount = -1;
 
-    // True when the spec says nothing beyond the default (no range, decode at the default with no duration).
+    // True when the spec says nothing beyond the default: every range (if any) at the default priority for good
+    // (such a range cannot change any block's priority: covered or not, a block is at the default), and decode at
+    // the default with no duration. Such a spec is stored as nothing, so it costs what no spec costs.
     bool isDefault() const noexcept {
-        return ranges.empty() && (promptTokenCount < 0 || (decodePriority == kDefaultRetentionPriority &&
-                                                           decodeDurationNs == kNoRetentionDuration));
+        for (RetentionRange const& r : ranges)
+            if (r.priority != kDefaultRetentionPriority || r.durationNs != kNoRetentionDuration) return false;
+        return promptTokenCount < 0 ||
+               (decodePriority == kDefaultRetentionPriority && decodeDurationNs == kNoRetentionDuration);
     }
 };
 

@@ -58,7 +58,11 @@ def expiry_after(now: int, duration: int | None) -> int:
 
 
 def spec_is_default(spec) -> bool:
-    return not spec.ranges and (spec.prompt_token_count is None or (
+    """Says nothing beyond the default: every range at the default priority for good (it cannot change a block:
+    covered or not, it is at the default) and decode at the default with no duration."""
+    if any(r.priority != DEFAULT_PRIORITY or r.duration is not None for r in spec.ranges):
+        return False
+    return (spec.prompt_token_count is None or (
         spec.decode_priority == DEFAULT_PRIORITY and spec.decode_duration is None))
 
 

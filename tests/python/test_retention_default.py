@@ -1,6 +1,6 @@
 """With the default retention spec, every eviction decision is plain LRU's (issue 29): the built-in workload and the
 public synthetic trace served through one manager whose publications carry no spec and one whose publications
-carry an explicit default spec (one range at priority 35 over the whole prompt, so the retention code runs), under
+carry a spec that ranks as the default (priority 35 over the whole prompt for 10^6 s, stored on every record), under
 both policies and a capacity that evicts heavily. After every request both hold the same records in the same
 eviction order (same victims, same order, same trims), and their metrics agree.
 """
@@ -18,7 +18,10 @@ from ctxcache.cli.workload import builtin_workload, read_trace, trace_workload
 
 PAGE = 16
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
-EXPLICIT_DEFAULT = RetentionSpec([RetentionRange(0, None, ctxcache.retention.DEFAULT_PRIORITY)])
+# At the default priority for longer than any run: stored on every record (the retention code runs: block ranges,
+# expiries scheduled, ranks computed), yet every rank stays the default's. (A 35 range without a duration is the
+# default itself, stored as nothing.)
+EXPLICIT_DEFAULT = RetentionSpec([RetentionRange(0, None, ctxcache.retention.DEFAULT_PRIORITY, duration=1e6)])
 
 
 def distinct_blocks(prompts: list[np.ndarray]) -> int:

@@ -3,7 +3,7 @@
 //   bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]...
 //                 [--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K]
 //                 [--key STRING] [--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim]
-//                 [--cold [--cold-bytes B]] [--retention none|default|mixed]
+//                 [--cold [--cold-bytes B]] [--retention none|default|stored|mixed]
 //
 // Prints one JSON object on stdout: {"path": "c++", ..., "results": [one object per page size and mode, page
 // sizes outer, modes inner in the order vanilla, hybrid, spec]}. --mode is repeatable (or comma separated);
@@ -190,17 +190,19 @@ struct ColdLoop {
     }
 };
 
-// ---- retention (--retention none|default|mixed; C++ only, not mirrored by `ctxcache bench`) ---------------------
+// ---- retention (--retention none|default|stored|mixed; C++ only, not mirrored by `ctxcache bench`) --------------
 // none: publications carry no spec (the headline). default: every publication carries an explicit default spec
-// (one range at priority 35 over the whole prompt: the retention code runs and must decide as plain LRU). mixed:
+// (one range at priority 35 over the whole prompt, which the manager recognises as the default). stored: that range
+// for 10^6 s, so every record stores it and the ranking code runs, deciding as plain LRU. mixed:
 // request i's spec is one of four by a hash of i: its first 512 tokens at 90 (a shared system prompt), a
 // priority-0 tail past token 512, everything at 60, or none. No durations: the figures must repeat pass to pass.
-enum class RetentionMix { kNone, kDefault, kMixed };
+enum class RetentionMix { kNone, kDefault, kStored, kMixed };
 RetentionMix gRetention = RetentionMix::kNone;
 
 RetentionSpec const* retentionFor(size_t request) {
     static RetentionSpec const explicitDefault{
         {{0, kRetentionOpenEnd, kDefaultRetentionPriority, kNoRetentionDuration}}};
+    static RetentionSpec const stored{{{0, kRetentionOpenEnd, kDefaultRetentionPriority, 1'000'000'000'000'000}}};
     static RetentionSpec const mixed[3] = {
         RetentionSpec{{{0, 512, 90, kNoRetentionDuration}}},
         RetentionSpec{{{512, kRetentionOpenEnd, 0, kNoRetentionDuration}}},
@@ -209,6 +211,7 @@ RetentionSpec const* retentionFor(size_t request) {
     switch (gRetention) {
         case RetentionMix::kNone: return nullptr;
         case RetentionMix::kDefault: return &explicitDefault;
+        case RetentionMix::kStored: return &stored;
         case RetentionMix::kMixed: {
             size_t const pick = static_cast<size_t>((request * 0x9E3779B97F4A7C15ull) >> 62);  // 0..3
             return pick < 3 ? &mixed[pick] : nullptr;
@@ -644,7 +647,7 @@ int main(int argc, char** argv) {
         "bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]... "
         "[--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] "
         "[--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim] [--cold [--cold-bytes B]] "
-        "[--retention none|default|mixed]";
+        "[--retention none|default|stored|mixed]";
     for (int i = 1; i < argc; ++i) {
         std::string const a = argv[i];
         auto value = [&]() -> std::string {
@@ -682,11 +685,10 @@ int main(int argc, char** argv) {
                                              EvictionPolicy::kRecordLru);
         } else if (a == "--retention") {
             std::string const name = value();
-            gRetention = name == "none"      ? RetentionMix::kNone
-                         : name == "default" ? RetentionMix::kDefault
-                         : name == "mixed"   ? RetentionMix::kMixed
-                                             : (fail("unknown --retention \"" + name + "\" (none, default or mixed)"),
-                                                RetentionMix::kNone);
+            char const* const names[] = {"none", "default", "stored", "mixed"};
+            auto const found = std::find(std::begin(names), std::end(names), name);
+            if (found == std::end(names)) fail("unknown --retention \"" + name + "\" (none, default, stored or mixed)");
+            gRetention = static_cast<RetentionMix>(found - std::begin(names));
         } else if (a == "-h" || a == "--help") {
             std::puts(usage);
             return 0;
@@ -824,9 +826,8 @@ int main(int argc, char** argv) {
             j.num("page_size", static_cast<int64_t>(pageSize));
             j.str("mode", modeName(mode));
             j.str("eviction_policy", toString(policy));
-            j.str("retention", gRetention == RetentionMix::kNone      ? "none"
-                               : gRetention == RetentionMix::kDefault ? "default"
-                                                                      : "mixed");
+            char const* const retentionNames[] = {"none", "default", "stored", "mixed"};
+            j.str("retention", retentionNames[static_cast<int>(gRetention)]);
             j.str("loop", coldMode ? "cold" : "hot");
             if (coldMode) j.num("cold_bytes", coldBytes);
             j.num("repeat", static_cast<int64_t>(repeat));

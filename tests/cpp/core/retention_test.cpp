@@ -73,6 +73,19 @@ TEST(RetentionSpec, ExpiriesSaturateInsteadOfOverflowing) {
     EXPECT_EQ(retentionExpiry(7, kNoRetentionDuration), kRetentionNever);
 }
 
+TEST(RetentionSpec, ASpecThatCannotChangeARankIsTheDefault) {
+    EXPECT_TRUE(RetentionSpec{}.isDefault());
+    EXPECT_TRUE(rangeSpec(0, 8, kDefaultRetentionPriority).isDefault());  // stored as nothing
+    EXPECT_FALSE(rangeSpec(0, 8, kDefaultRetentionPriority, kSecond).isDefault());
+    EXPECT_FALSE(rangeSpec(0, 8, 36).isDefault());
+    RetentionSpec decode;
+    decode.promptTokenCount = 4;
+    EXPECT_TRUE(decode.isDefault());
+    decode.decodePriority = 0;
+    EXPECT_FALSE(decode.isDefault());
+    EXPECT_TRUE(retentionBlockRanges(rangeSpec(0, 8, kDefaultRetentionPriority), kPage, 4, 0).empty());
+}
+
 TEST(RetentionSpec, BadSpecsAreRefusedNamingTheField) {
     auto refused = [](RetentionSpec const& spec, char const* needle) {
         try {
@@ -281,7 +294,8 @@ TEST(RetentionEviction, AnExplicitDefaultSpecMakesEveryEvictionDecisionPlainLruM
     for (EvictionPolicy policy : {EvictionPolicy::kRecordLru, EvictionPolicy::kRecordLruTrim}) {
         ContextCacheManager plain(kPage, {40, 0, 0, 0}, 24, policy);
         ContextCacheManager explicitDefault(kPage, {40, 0, 0, 0}, 24, policy);
-        RetentionSpec const spec = rangeSpec(0, kRetentionOpenEnd, kDefaultRetentionPriority);
+        // Stored on every record (a duration), yet ranked as the default for the whole run.
+        RetentionSpec const spec = rangeSpec(0, kRetentionOpenEnd, kDefaultRetentionPriority, 1'000'000 * kSecond);
         std::mt19937 rng(7);
         for (int step = 0; step < 400; ++step) {
             // Prompts over a few shared prefixes of varying length: hits, extensions, trims and evictions.
