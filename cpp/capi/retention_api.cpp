@@ -32,6 +32,20 @@ RetentionSpec toRetentionSpec(ctxc_retention_spec_t const& c, char const* name) 
     return spec;
 }
 
+void fillRetentionMetrics(RetentionMetrics const& m, ctxc_retention_metrics_t& out) {
+    static_assert(sizeof out.evicted_records_by_priority / sizeof out.evicted_records_by_priority[0] ==
+                  kRetentionPriorityCount);
+    for (int32_t p = 0; p < kRetentionPriorityCount; ++p) {
+        out.evicted_records_by_priority[p] = m.evictedRecordsByPriority[p];
+        out.trimmed_records_by_priority[p] = m.trimmedRecordsByPriority[p];
+    }
+    out.retention_expiries = m.retentionExpiries;
+    out.pin_expiries = m.pinExpiries;
+    out.pins_refused = m.pinsRefused;
+    out.pinned_records = m.pinnedRecords;
+    out.pinned_base_pages = m.pinnedBasePages;
+}
+
 }  // namespace ctxcache::capi
 
 CTXC_API void ctxc_retention_spec_init(ctxc_retention_spec_t* spec) {
@@ -83,18 +97,7 @@ CTXC_API ctxc_status_t ctxc_manager_unpin_record(ctxc_manager_t* manager, uint64
 CTXC_API ctxc_status_t ctxc_manager_retention_metrics(const ctxc_manager_t* manager,
                                                       ctxc_retention_metrics_t* out_metrics) {
     return guard(__func__, [&] {
-        ctxc_retention_metrics_t& out = requireSized(out_metrics, "out_metrics");
-        RetentionMetrics const& m = requireManager(manager).manager->retentionMetrics();
-        static_assert(sizeof out.evicted_records_by_priority / sizeof out.evicted_records_by_priority[0] ==
-                      kRetentionPriorityCount);
-        for (int32_t p = 0; p < kRetentionPriorityCount; ++p) {
-            out.evicted_records_by_priority[p] = m.evictedRecordsByPriority[p];
-            out.trimmed_records_by_priority[p] = m.trimmedRecordsByPriority[p];
-        }
-        out.retention_expiries = m.retentionExpiries;
-        out.pin_expiries = m.pinExpiries;
-        out.pins_refused = m.pinsRefused;
-        out.pinned_records = m.pinnedRecords;
-        out.pinned_base_pages = m.pinnedBasePages;
+        fillRetentionMetrics(requireManager(manager).manager->retentionMetrics(),
+                             requireSized(out_metrics, "out_metrics"));
     });
 }

@@ -303,20 +303,6 @@ std::vector<MediaItem> ctxcache::capi::mediaItemsOf(ctxc_media_item_t const* ite
     return out;
 }
 
-void ctxcache::capi::fillRetentionMetrics(RetentionMetrics const& m, ctxc_retention_metrics_t& out) {
-    static_assert(sizeof out.evicted_records_by_priority / sizeof out.evicted_records_by_priority[0] ==
-                  kRetentionPriorityCount);
-    for (int32_t p = 0; p < kRetentionPriorityCount; ++p) {
-        out.evicted_records_by_priority[p] = m.evictedRecordsByPriority[p];
-        out.trimmed_records_by_priority[p] = m.trimmedRecordsByPriority[p];
-    }
-    out.retention_expiries = m.retentionExpiries;
-    out.pin_expiries = m.pinExpiries;
-    out.pins_refused = m.pinsRefused;
-    out.pinned_records = m.pinnedRecords;
-    out.pinned_base_pages = m.pinnedBasePages;
-}
-
 void ctxcache::capi::fillMetrics(runtime::ContextCacheMetrics const& m, ctxc_context_cache_metrics_t& out) {
     out.admitted_sequences = m.admittedSequences;
     out.hit_sequences = m.hitSequences;

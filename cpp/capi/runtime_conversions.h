@@ -16,8 +16,6 @@ namespace ctxcache::capi {
 
 // Every field of `m` into `out` (whose struct_size the caller has checked).
 void fillMetrics(runtime::ContextCacheMetrics const& m, ctxc_context_cache_metrics_t& out);
-// Every field of the manager's retention metrics into `out` (struct_size checked by the caller).
-void fillRetentionMetrics(RetentionMetrics const& m, ctxc_retention_metrics_t& out);
 
 // `count` C media items as the runtime's; `where` names the owner in messages (CTXC_E_INVALID_ARGUMENT on a NULL
 // array, NULL bytes, a negative span or an unknown modality).
