@@ -81,11 +81,10 @@ from .manager import (
     PublishResult,
     ResourceDemand,
     ResourceId,
-    RetentionMetrics,
     ReusePlan,
     SpecReplayDependency,
 )
-from .retention import RetentionRange, RetentionSpec
+from .retention import RetentionMetrics, RetentionRange, RetentionSpec
 
 __version__ = "0.1.0"
 CacheRequestLease = Lease

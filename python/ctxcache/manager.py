@@ -31,7 +31,7 @@ from .enums import (
 )
 from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
 from .events import KvEventSource
-from .retention import RetentionSpec, c_retention_spec, duration_ns
+from .retention import RetentionMetrics, RetentionSpec, c_retention_spec, clock_ns, duration_ns, retention_metrics_of
 
 _NULL = ffi.NULL
 
@@ -101,20 +101,6 @@ class ManagerMetrics:
     trimmed_blocks: int = 0  # blocks those trims took off their records
     prefix_cache_queries: int = 0  # prompt tokens of the acquires that succeeded reading the cache
     prefix_cache_hits: int = 0  # the tokens those acquires skip (reuse_token_length): hits / queries
-
-
-@dataclass(frozen=True)
-class RetentionMetrics:
-    """What eviction took at which priority (records by their rank then; only priorities that occurred), and the
-    retention clock's and the pins' counts (``pinned_*`` are gauges)."""
-
-    evicted_records_by_priority: dict[int, int]
-    trimmed_records_by_priority: dict[int, int]
-    retention_expiries: int
-    pin_expiries: int
-    pins_refused: int
-    pinned_records: int
-    pinned_base_pages: int
 
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
@@ -943,10 +929,7 @@ class ContextCacheManager(KvEventSource, Resource):
     def set_retention_time(self, seconds: float) -> None:
         """Drive the retention clock (seconds, any origin, never backwards) from now on instead of the steady
         clock, applying the expiries it reaches: a replay drives it from its trace, a test step by step."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not abs(seconds) <= 9.2e9:
-            raise (ArgumentTypeError if not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
-                   else InvalidArgumentError)(f"seconds must be a number in [-9.2e9, 9.2e9], got {seconds!r}")
-        check(lib.ctxc_manager_set_retention_time(self._live(), int(round(seconds * 1e9))))
+        check(lib.ctxc_manager_set_retention_time(self._live(), clock_ns(seconds)))
 
     def record_priority(self, record_id: int) -> int:
         """The record's eviction rank now, 0..100 (the lowest goes first, LRU within one)."""
@@ -978,11 +961,7 @@ class ContextCacheManager(KvEventSource, Resource):
     def retention_metrics(self) -> RetentionMetrics:
         m = new_output("ctxc_retention_metrics_t")
         check(lib.ctxc_manager_retention_metrics(self._live(), m))
-        return RetentionMetrics(
-            {p: int(n) for p, n in enumerate(m.evicted_records_by_priority) if n},
-            {p: int(n) for p, n in enumerate(m.trimmed_records_by_priority) if n},
-            int(m.retention_expiries), int(m.pin_expiries), int(m.pins_refused), int(m.pinned_records),
-            int(m.pinned_base_pages))
+        return retention_metrics_of(m)
 
     def clear(self) -> None:
         """A prefix-cache reset: evict every record, so no lookup finds anything afterwards (with KV events on: one

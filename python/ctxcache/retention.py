@@ -43,6 +43,29 @@ class RetentionSpec:
     prompt_token_count: int | None = None
 
 
+@dataclass(frozen=True)
+class RetentionMetrics:
+    """What eviction took at which priority (records by their rank then; only priorities that occurred), and the
+    retention clock's and the pins' counts (``pinned_*`` are gauges)."""
+
+    evicted_records_by_priority: dict[int, int]
+    trimmed_records_by_priority: dict[int, int]
+    retention_expiries: int
+    pin_expiries: int
+    pins_refused: int
+    pinned_records: int
+    pinned_base_pages: int
+
+
+def retention_metrics_of(m: Any) -> RetentionMetrics:
+    """A filled ``ctxc_retention_metrics_t`` (a manager's, coordinator's or sim engine's) as RetentionMetrics."""
+    return RetentionMetrics(
+        {p: int(n) for p, n in enumerate(m.evicted_records_by_priority) if n},
+        {p: int(n) for p, n in enumerate(m.trimmed_records_by_priority) if n},
+        int(m.retention_expiries), int(m.pin_expiries), int(m.pins_refused), int(m.pinned_records),
+        int(m.pinned_base_pages))
+
+
 def _int(value: Any, name: str, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -60,6 +83,15 @@ def duration_ns(value: Any, name: str) -> int:
     if not 0 <= value <= 9.2e9:  # int64 nanoseconds hold about 292 years
         raise InvalidArgumentError(f"{name} must be in [0, 9.2e9] seconds, got {value}")
     return int(round(value * 1e9))
+
+
+def clock_ns(seconds: Any, name: str = "seconds") -> int:
+    """A retention clock reading in seconds (int or float, any origin) as int64 nanoseconds."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ArgumentTypeError(f"{name} must be a number of seconds, got {type(seconds).__name__}")
+    if not -9.2e9 <= seconds <= 9.2e9:  # int64 nanoseconds hold about 292 years either way (NaN fails too)
+        raise InvalidArgumentError(f"{name} must be in [-9.2e9, 9.2e9] seconds, got {seconds}")
+    return int(round(seconds * 1e9))
 
 
 def c_retention_spec(spec: RetentionSpec | None, keep: list[Any]) -> Any:

@@ -40,10 +40,10 @@ from .device import BackendKind, DType
 from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
 from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError
 from .events import KvEventSource
-from .manager import RetentionMetrics, eviction_policy_of
-from .retention import RetentionSpec, c_retention_spec
+from .manager import eviction_policy_of
+from .retention import RetentionMetrics, RetentionSpec, c_retention_spec, clock_ns, retention_metrics_of
 from .runtime import ContextCacheMetrics, MediaItem
-from .runtime._marshal import _media_items, _metrics, _retention_metrics, _time_ns
+from .runtime._marshal import _media_items, _metrics
 
 __all__ = ["ContextCacheMetrics", "EngineStats", "MediaItem", "Output", "ReferenceEngine", "Request", "SimDeployment",
            "SimSpeculative"]
@@ -225,7 +225,7 @@ class ReferenceEngine(KvEventSource, Handle):
             c.media, c.media_count = _media_items(request.media, f"requests[{i}]", keep)
             c.retention = c_retention_spec(request.retention, keep)
             if request.arrival is not None:
-                arrival = ffi.new("int64_t *", _time_ns(request.arrival, f"requests[{i}].arrival"))
+                arrival = ffi.new("int64_t *", clock_ns(request.arrival, f"requests[{i}].arrival"))
                 keep.append(arrival)
                 c.arrival_ns = arrival
         results_out = ffi.new("ctxc_sim_results_t **")
@@ -282,12 +282,12 @@ class ReferenceEngine(KvEventSource, Handle):
         """What eviction took at which priority in the engine's coordinator, and its expiries and pins."""
         out = new_output("ctxc_retention_metrics_t")
         check(lib.ctxc_sim_engine_retention_metrics(self._live(), out))
-        return _retention_metrics(out)
+        return retention_metrics_of(out)
 
     def set_retention_time(self, seconds: float) -> None:
         """Drive the retention clock of the engine's coordinator (seconds, any origin, never backwards:
         :class:`ctxcache.ContractError`; a sliding-window engine has no coordinator: ContractError too)."""
-        check(lib.ctxc_sim_engine_set_retention_time(self._live(), _time_ns(seconds)))
+        check(lib.ctxc_sim_engine_set_retention_time(self._live(), clock_ns(seconds)))
 
     def drain(self) -> bool:
         """Evict every record; True when every pool is full again (nothing leaked)."""

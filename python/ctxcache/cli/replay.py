@@ -67,8 +67,8 @@ import numpy as np
 
 from ..enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
 from ..hashing import Hasher
-from ..manager import ContextCacheManager, ResourceDemand, RetentionMetrics
-from ..retention import DEFAULT_PRIORITY, RetentionRange, RetentionSpec
+from ..manager import ContextCacheManager, ResourceDemand
+from ..retention import DEFAULT_PRIORITY, RetentionMetrics, RetentionRange, RetentionSpec
 from .args import (
     INT32_MAX,
     UINT32_MAX,

@@ -22,7 +22,6 @@ from ..enums import (
     SequenceStatus,
 )
 from ..errors import ArgumentTypeError, ConcurrentUseError, InvalidArgumentError
-from ..manager import RetentionMetrics
 from ..retention import c_retention_spec
 from .types import (
     ContextCacheMetrics,
@@ -52,15 +51,6 @@ def _metrics(c: Any) -> ContextCacheMetrics:
             values[name] = int(getattr(c, name))
     return ContextCacheMetrics(**values)
 
-
-
-def _retention_metrics(m: Any) -> RetentionMetrics:
-    """A ctxc_retention_metrics_t as the manager's RetentionMetrics (priorities that occurred only)."""
-    return RetentionMetrics(
-        {p: int(n) for p, n in enumerate(m.evicted_records_by_priority) if n},
-        {p: int(n) for p, n in enumerate(m.trimmed_records_by_priority) if n},
-        int(m.retention_expiries), int(m.pin_expiries), int(m.pins_refused), int(m.pinned_records),
-        int(m.pinned_base_pages))
 
 
 def _swa_state(out: Any) -> SwaState:
@@ -165,15 +155,6 @@ def _fill_sequence(c: Any, request: Any, name: str, keep: list[Any]) -> None:
     c.lookup_policy = _INHERIT if request.lookup_policy is None else _enum(
         LookupPolicy, request.lookup_policy, f"{name}.lookup_policy")
     c.retention = c_retention_spec(request.retention, keep)
-
-
-def _time_ns(seconds: Any, name: str = "seconds") -> int:
-    """A retention clock reading in seconds (int or float, any origin) as int64 nanoseconds."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise ArgumentTypeError(f"{name} must be a number of seconds, got {type(seconds).__name__}")
-    if not -9.2e9 <= seconds <= 9.2e9:  # int64 nanoseconds hold about 292 years either way (NaN fails too)
-        raise InvalidArgumentError(f"{name} must be in [-9.2e9, 9.2e9] seconds, got {seconds}")
-    return int(round(seconds * 1e9))
 
 
 def _c_context(context: Any, keep: list[Any]) -> Any:

@@ -21,7 +21,8 @@ from ..enums import (
 )
 from ..errors import ArgumentTypeError
 from ..events import KvEventSource
-from ..manager import RetentionMetrics, eviction_policy_of
+from ..manager import eviction_policy_of
+from ..retention import RetentionMetrics, clock_ns, retention_metrics_of
 from ._marshal import (
     _create_synchronized,
     _destroy_coordinator,
@@ -29,8 +30,6 @@ from ._marshal import (
     _enum,
     _metrics,
     _register_synchronizer,
-    _retention_metrics,
-    _time_ns,
 )
 from .types import ContextCacheMetrics, SpecReuseContract, Synchronizer
 
@@ -147,13 +146,13 @@ class ContextCacheCoordinator(KvEventSource, Handle):
         """What eviction took at which priority in the coordinator's manager, and its expiries and pins."""
         out = new_output("ctxc_retention_metrics_t")
         check(lib.ctxc_coordinator_retention_metrics(self._live(), out))
-        return _retention_metrics(out)
+        return retention_metrics_of(out)
 
     def set_retention_time(self, seconds: float) -> None:
         """Drive the retention clock of the coordinator's manager (seconds, any origin, never backwards:
         :class:`ctxcache.ContractError`, nothing changed) instead of the steady clock: a retention range's duration
         ends, and its blocks fall back to the default priority, when this clock passes it."""
-        check(lib.ctxc_coordinator_set_retention_time(self._live(), _time_ns(seconds)))
+        check(lib.ctxc_coordinator_set_retention_time(self._live(), clock_ns(seconds)))
 
     def __repr__(self) -> str:
         if self.closed:
