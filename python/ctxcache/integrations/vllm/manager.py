@@ -337,7 +337,9 @@ class CtxcacheKVCacheManager:
         held = self._held.get(request.request_id)
         if held is None:
             hit = len(computed)
-            if hit * page != num_new_computed_tokens or request.num_computed_tokens:
+            # Tokens the request counts as computed before its first allocation (a disaggregated decode worker's
+            # prompt) are treated as external ones: pages of its own, cached with the rest.
+            if hit * page != num_new_computed_tokens or (hit and request.num_computed_tokens):
                 raise ContractError(f"request {request.request_id!r}: a first allocation takes the lookup's "
                                     f"{hit} blocks as {num_new_computed_tokens} computed tokens on "
                                     f"{request.num_computed_tokens} already computed")
