@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+
 class Timed:
     """The scheduler's KV cache manager, each call into it timed."""
 

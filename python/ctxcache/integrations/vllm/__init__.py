@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from types import FrameType
 from typing import Any
 
 import vllm
@@ -90,7 +91,7 @@ def fallback_reason(kv_cache_config: Any, scheduler_block_size: int, hash_block_
 def _calling_scheduler() -> Any:
     """The vLLM scheduler whose __init__ is building a manager, if that is the caller (the constructor arguments do
     not say whether a KV connector is configured; the scheduler does)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         candidate = frame.f_locals.get("self")
         if candidate is not None and hasattr(candidate, "kv_cache_config") and hasattr(candidate, "connector"):

@@ -34,18 +34,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-
-from ...enums import AcquireStatus, LookupPolicy, ResourceType
-from ...errors import ContractError
-from ...manager import ContextCacheManager, Lease, ResourceDemand
-from ...events import AllBlocksCleared as _Cleared, BlockRemoved as _Removed, BlockStored as _Stored
-
 from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks
 from vllm.v1.core.kv_cache_utils import KVCacheBlock, maybe_convert_block_hash
 from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind, get_kv_cache_spec_sliding_window
 from vllm.v1.metrics.stats import PrefixCacheStats
 from vllm.v1.request import RequestStatus
+
+from ...enums import AcquireStatus, LookupPolicy, ResourceType
+from ...errors import ContractError
+from ...events import AllBlocksCleared as _Cleared
+from ...events import BlockRemoved as _Removed
+from ...events import BlockStored as _Stored
+from ...manager import ContextCacheManager, Lease, ResourceDemand
 
 logger = logging.getLogger("ctxcache.integrations.vllm")
 
@@ -211,7 +212,7 @@ class CtxcacheKVCacheManager:
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
         self.num_kv_cache_groups = 1
         self.block_size = spec.block_size
-        self.num_gpu_blocks = kv_cache_config.num_blocks
+        self.num_gpu_blocks: int = kv_cache_config.num_blocks
         capacity = self.num_gpu_blocks - 1  # block 0 is vLLM's null block
         assert watermark >= 0.0, "watermark must be non-negative"
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
@@ -365,6 +366,7 @@ class CtxcacheKVCacheManager:
             if result.status is not AcquireStatus.ACQUIRED:
                 return None
             lease = result.lease
+            assert lease is not None  # ACQUIRED
             if result.plan.reuse_token_length != hit * page:
                 lease.release()
                 raise ContractError(f"request {request.request_id!r}: the cache reuses "
@@ -476,7 +478,8 @@ class CtxcacheKVCacheManager:
         return self.create_kv_cache_blocks((list(held.blocks),)) if held else self.empty_kv_cache_blocks
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
-        return self.get_blocks(request_id).get_block_ids()
+        ids: tuple[list[int], ...] = self.get_blocks(request_id).get_block_ids()
+        return ids
 
     def get_block_ids_for_computed_tokens(self, request_id: str, num_computed_tokens: int) -> tuple[list[int], ...]:
         (ids,) = self.get_block_ids(request_id)

@@ -14,4 +14,4 @@ def register() -> None:
 
     from . import make_kv_cache_manager
 
-    scheduler_module.KVCacheManager = make_kv_cache_manager  # type: ignore[assignment,misc]
+    scheduler_module.KVCacheManager = make_kv_cache_manager

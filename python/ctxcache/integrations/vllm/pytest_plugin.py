@@ -19,7 +19,7 @@ import vllm.v1.core.sched.scheduler as _scheduler_module
 
 from . import make_kv_cache_manager, stats
 
-_scheduler_module.KVCacheManager = make_kv_cache_manager  # type: ignore[assignment,misc]
+_scheduler_module.KVCacheManager = make_kv_cache_manager
 
 _problems: list[str] = []
 _built: list[tuple[Any, Any]] = []  # this test's (manager, scheduler), held until the test has been checked

@@ -27,11 +27,11 @@ __all__ = ["CtxcacheAsyncScheduler", "CtxcacheScheduler", "ctxcache_manager_fact
 def ctxcache_manager_factory() -> Iterator[None]:
     """Within the block, vLLM's scheduler module builds its KV cache manager with ctxcache's factory."""
     previous = _scheduler_module.KVCacheManager
-    _scheduler_module.KVCacheManager = make_kv_cache_manager  # type: ignore[assignment,misc]
+    _scheduler_module.KVCacheManager = make_kv_cache_manager
     try:
         yield
     finally:
-        _scheduler_module.KVCacheManager = previous  # type: ignore[misc]
+        _scheduler_module.KVCacheManager = previous
 
 
 class CtxcacheScheduler(Scheduler):
