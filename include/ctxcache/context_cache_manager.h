@@ -128,7 +128,8 @@ struct PublishResult {
     // Canonical base pages owned by the record. Never an active-row update recipe: the lease keeps its pages.
     std::vector<PageId> canonicalBasePages;
     int32_t publishedBaseFullBlockCount = 0;
-    std::optional<RecordId> supersededRecord = std::nullopt;  // kExtendLeaseRecord: the lease's record this one replaced
+    // kExtendLeaseRecord: the lease's record this publication replaced (superseded, not evicted).
+    std::optional<RecordId> supersededRecord = std::nullopt;
 };
 
 // What acquireVanilla with kUseCache would reuse right now (probeVanilla): the plan's kind, matched and reuse
