@@ -76,6 +76,7 @@ struct LeaseObject {
     int32_t state = CTXC_LEASE_LIVE;
     std::vector<int32_t> publishedPages;  // backs ctxc_publish_result_t::canonical_base_pages of its last publish
     std::optional<RetentionSpec> retention;  // ctxc_lease_set_retention: its publications carry it
+    PublicationGrowth growth = PublicationGrowth::kNewRecord;  // ctxc_lease_set_publication_growth
 };
 
 struct HasherObject {

@@ -1,6 +1,8 @@
 // C ABI of include/ctxcache/c/lease.h: leases.
 #include "ctxcache/c/lease.h"
 
+#include <string>
+
 #include "api_support.h"
 #include "handles.h"
 
@@ -34,6 +36,18 @@ CTXC_API ctxc_status_t ctxc_lease_base_pages(const ctxc_lease_t* lease, const in
 
 CTXC_API ctxc_status_t ctxc_lease_draft_pages(const ctxc_lease_t* lease, const int32_t** out_pages, size_t* out_count) {
     return guard(__func__, [&] { pagesView(lease, out_pages, out_count, &CacheRequestLease::draftPages); });
+}
+
+CTXC_API ctxc_status_t ctxc_lease_set_publication_growth(ctxc_lease_t* lease, int32_t growth) {
+    return guard(__func__, [&] {
+        LeaseObject& l = requireLiveLease(lease, nullptr);
+        if (growth != CTXC_PUBLICATION_GROWTH_NEW_RECORD && growth != CTXC_PUBLICATION_GROWTH_EXTEND_LEASE_RECORD)
+            invalidArgument("growth " + std::to_string(growth) + " is not a CTXC_PUBLICATION_GROWTH_* value");
+        if (growth == CTXC_PUBLICATION_GROWTH_EXTEND_LEASE_RECORD && l.lease.mode() != ReusePlanMode::kVanilla)
+            throw ContractError(std::string("a lease's publications grow one record only on a vanilla lease, got a ") +
+                                toString(l.lease.mode()) + " lease");
+        l.growth = static_cast<PublicationGrowth>(growth);
+    });
 }
 
 CTXC_API ctxc_status_t ctxc_lease_info(const ctxc_lease_t* lease, ctxc_lease_info_t* out_info) {

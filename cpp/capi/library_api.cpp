@@ -84,6 +84,7 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_kv_event_publisher_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_event_publisher_stats_t),
         CTXC_SIZEOF_ENTRY(ctxc_reuse_plan_t),
+        CTXC_SIZEOF_ENTRY(ctxc_reuse_probe_t),
         CTXC_SIZEOF_ENTRY(ctxc_acquire_result_t),
         CTXC_SIZEOF_ENTRY(ctxc_hybrid_candidate_t),
         CTXC_SIZEOF_ENTRY(ctxc_hybrid_snapshot_reservation_t),

@@ -180,7 +180,7 @@ ctxc_status_t publishWith(char const* function, ctxc_manager_t* manager, ctxc_le
             keys = inputEventKeys(eventKeys, media);
             fillPublishResult(l,
                               m.manager->publish(l.lease, {inputHashes(hashes, count), p.residentStateLength, tokens,
-                                                           keys, l.retention ? &*l.retention : nullptr}),
+                                                           keys, l.retention ? &*l.retention : nullptr, l.growth}),
                               out);
             return;
         }
@@ -286,6 +286,22 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_spec(ctxc_manager_t* manager, const 
     return acquireWith(__func__, manager, input_token_count, lookup_policy, out_result, out_lease,
                        [&](ContextCacheManager& m, ContextCacheLookupPolicy policy) {
         return m.acquireSpec(inputHashes(hashes, count), input_token_count, policy);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_probe_vanilla(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
+                                                  size_t count, int32_t input_token_count, int32_t* out_pages,
+                                                  size_t out_capacity, ctxc_reuse_probe_t* out_probe) {
+    return guard(__func__, [&] {
+        ctxc_reuse_probe_t& out = requireSized(out_probe, "out_probe");
+        ManagerObject& m = requireManager(manager);
+        requireNonNegative(input_token_count, "input_token_count");
+        ReuseProbe const probe = m.manager->probeVanilla(inputHashes(hashes, count), input_token_count);
+        out.kind = static_cast<int32_t>(probe.kind);
+        out.matched_token_length = probe.matchedTokenLength;
+        out.reuse_token_length = probe.reuseTokenLength;
+        out.page_count = probe.pages.size();
+        return copyOut(probe.pages, out_pages, out_capacity, &out.page_count, "out_pages", "pages");
     });
 }
 
@@ -473,6 +489,15 @@ CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t* manager, i
         ResourceType const type = resourceType(resource_type, "resource_type");
         if (out_free) *out_free = pools.freeCount(type);
         if (out_capacity) *out_capacity = pools.capacity(type);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_acquirable_count(const ctxc_manager_t* manager, int32_t resource_type,
+                                                     int32_t* out_count) {
+    return guard(__func__, [&] {
+        int32_t& out = requireOut(out_count, "out_count");
+        ResourcePools const& pools = requireManager(manager).manager->pools();
+        out = pools.acquirableCount(resourceType(resource_type, "resource_type"));
     });
 }
 

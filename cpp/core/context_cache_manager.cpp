@@ -321,6 +321,17 @@ AcquireResult ContextCacheManager::acquireHybridMtp(std::vector<HybridCheckpoint
                    coverage, inputTokenCount, lookupPolicy);
 }
 
+ReuseProbe ContextCacheManager::probeVanilla(BlockHashSpan hashes, int32_t inputTokenCount) const {
+    // acquireVanilla's own checks and rule (matchVanillaPrefix), and nothing else: const, no clock, no events.
+    validateReusePlanInput("probeVanilla", hashes, inputTokenCount, pageSize_);
+    ReuseProbe probe;
+    VanillaPrefixMatch const match = matchVanillaPrefix(hashes, inputTokenCount, pageSize_, baseIndex_, probe.pages);
+    probe.kind = match.kind;
+    probe.matchedTokenLength = match.matchedBlocks * pageSize_;
+    probe.reuseTokenLength = match.boundBlocks * pageSize_;
+    return probe;
+}
+
 std::vector<int32_t> ContextCacheManager::hybridCandidateLengths(int32_t inputTokenCount) const {
     if (inputTokenCount < 0)
         contract("hybridCandidateLengths", "inputTokenCount is negative (" + str(inputTokenCount) + ")");
@@ -569,12 +580,13 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(char const* op
 
 PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped,
                                                 int32_t publishedBlocks, BlockTokenSpan tokens, KvEventKeys const& keys,
-                                                RetentionSpec const* retention) {
+                                                RetentionSpec const* retention, std::optional<RecordId> superseded) {
     // `record` is the full form (every logical hash): the store keeps it compact, and the draft index and the
     // BlockStored events read the hashes from here.
-    // The record-limit victim is chosen before the commit: the LRU head as it stands now.
+    // The record-limit victim is chosen before the commit: the LRU head as it stands now. A superseded record
+    // leaves in its place, so the count does not grow and no victim is needed.
     std::optional<RecordId> limitVictim;
-    if (maxRecords_ > 0 && records_.size() >= static_cast<size_t>(maxRecords_)) {
+    if (maxRecords_ > 0 && !superseded && records_.size() >= static_cast<size_t>(maxRecords_)) {
         applyExpiriesIfDue();
         limitVictim = records_.leastRecent();  // the lowest priority's least recent (pinned records are unlisted)
     }
@@ -613,6 +625,10 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens, keys);  // before the record-limit removals
     retain(id, retention, false);
     PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};
+    if (superseded) {
+        supersede(*superseded, id);
+        result.supersededRecord = superseded;
+    }
     if (maxRecords_ == 0) evictOne(id);
     else if (limitVictim) evictOne(*limitVictim);
     if (!records_.contains(id)) result.record.reset();
@@ -629,6 +645,10 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
     if (s.mode == ReusePlanMode::kHybrid) contract(op, "a hybrid lease publishes with publishHybrid");
     if (s.mode == ReusePlanMode::kHybridMtp) contract(op, "a Hybrid+MTP lease publishes with publishHybridMtp");
     bool const spec = s.mode == ReusePlanMode::kSpec;
+    bool const grow = request.growth == PublicationGrowth::kExtendLeaseRecord;
+    if (!grow && request.growth != PublicationGrowth::kNewRecord)
+        contract(op, "unknown publication growth " + str(static_cast<int32_t>(request.growth)));
+    if (grow && spec) contract(op, "growth (kExtendLeaseRecord) is for vanilla leases, got a spec lease");
     if (residentStateLength < 0) contract(op, "residentStateLength is negative (" + str(residentStateLength) + ")");
     if (!hashes.empty() && !hashes.data) contract(op, "fullBlockHashes is null");
     size_t const count = std::min(hashes.size, static_cast<size_t>(residentStateLength / pageSize_));
@@ -656,6 +676,8 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
 
     int32_t const published = static_cast<int32_t>(count);
     CacheRecordKey const key{hashes[count - 1], published};
+    // Everything is validated: from here a growing publication may supersede the lease's own record.
+    std::optional<RecordId> superseded = grow ? extendableLeaseRecord(s, hashes, count) : std::nullopt;
     if (std::optional<RecordId> existing = records_.find(key)) {
         StoredRecord const& record = records_.get(*existing);
         // A pinned record is frozen: it holds exactly what it held when pinned (its pin's holds and the budget
@@ -663,7 +685,13 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
         if (!spec || record.hasDraftPath() || retention_.isPinned(*existing)) {
             records_.touch(*existing);
             retain(*existing, request.retention, true);
-            return PublishResult{PublishStatus::kExistingRecord, *existing, record.basePagePath, published};
+            PublishResult result{PublishStatus::kExistingRecord, *existing, record.basePagePath, published};
+            if (superseded && extendsBasePath(*superseded, record.basePagePath)) {
+                supersede(*superseded, *existing);  // the existing record holds R's path: R goes, the count falls
+                result.supersededRecord = superseded;
+                s.ownRecord = kNoRecord;  // a record the lease met is never its own
+            }
+            return result;
         }
         // Draft upgrade: a base-only record gains this producer's draft path (and becomes MRU). Index first
         // (strong guarantee), then refs (undone on failure), then the record itself (cannot fail).
@@ -692,7 +720,49 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
     record.logicalBlockHashes.assign(hashes.begin(), hashes.begin() + published);
     record.basePagePath = projectCanonicalBasePath(op, hashes, count, s.basePages, s.matchedHashes.size(), newlyMapped);
     if (spec) record.draftPagePath.assign(s.draftPages.begin(), s.draftPages.begin() + published);
-    return commitRecord(std::move(record), newlyMapped, published, tokens, request.eventKeys, request.retention);
+    // R's pages are the canonical pages of its hashes, so a prefix path projects onto them (checked, not assumed:
+    // removing R must never unmap or free a page).
+    if (superseded && !extendsBasePath(*superseded, record.basePagePath)) superseded.reset();
+    PublishResult result = commitRecord(std::move(record), newlyMapped, published, tokens, request.eventKeys,
+                                        request.retention, superseded);
+    if (!spec) s.ownRecord = result.record.value_or(kNoRecord);
+    return result;
+}
+
+std::optional<RecordId> ContextCacheManager::extendableLeaseRecord(LeaseState const& s, BlockHashSpan hashes,
+                                                                   size_t count) const {
+    RecordId const id = s.ownRecord;
+    if (id == kNoRecord || !records_.contains(id) || retention_.isPinned(id)) return std::nullopt;
+    StoredRecord const& r = records_.get(id);
+    size_t const blocks = static_cast<size_t>(r.key.fullBlockCount);
+    if (r.isHybrid() || r.hasDraftPath() || blocks == 0 || blocks >= count || r.basePagePath.size() != blocks)
+        return std::nullopt;
+    if (r.key.terminalHash != hashes[blocks - 1]) return std::nullopt;  // diverged: not a prefix of this path
+    return id;
+}
+
+bool ContextCacheManager::extendsBasePath(RecordId old, std::vector<PageId> const& successorPath) const {
+    std::vector<PageId> const& path = records_.get(old).basePagePath;
+    return path.size() < successorPath.size() && std::equal(path.begin(), path.end(), successorPath.begin());
+}
+
+void ContextCacheManager::supersede(RecordId old, RecordId successor) {
+    // Retention first (it may allocate; nothing is removed yet): R's ranges the successor's do not dominate join
+    // them as an existing-record publication's would, and the successor re-ranks.
+    if (RetentionBlockRanges const* ranges = retention_.find(old)) {
+        RetentionBlockRanges const* mine = retention_.find(successor);
+        RetentionBlockRanges const inherited =
+            mine ? undominatedRetentionBlockRanges(*ranges, *mine) : RetentionBlockRanges(*ranges);
+        if (!inherited.empty()) {
+            int64_t const now = advanceRetentionClock();
+            retention_.merge(successor, inherited, now);
+            records_.setPriority(successor, rankOf(records_.get(successor), now));
+        }
+    }
+    // Then the record: its pages keep the successor's cache references, so none is unmapped, freed or reported.
+    retention_.erase(old);
+    StoredRecord const gone = records_.erase(old);
+    for (PageId page : gone.basePagePath) pools_.releaseCacheRef({ResourceType::kBaseKvPage, page});
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {

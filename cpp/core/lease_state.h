@@ -25,6 +25,10 @@ struct CacheRequestLease::State {
     std::optional<int32_t> recurrentBinding;
     std::optional<int32_t> partialBinding;
     std::vector<ResourceId> reservedSnapshots;
+    // A vanilla lease's own record: the one its last publication created or grew (PublicationGrowth), or
+    // kNoRecord. Only an id: it may have been evicted, trimmed or superseded since, so every use re-validates it
+    // (RecordIds are never reused, so a live id is still that record).
+    RecordId ownRecord = kNoRecord;
 };
 
 // Leases that own snapshot reservations and restored snapshot bindings.

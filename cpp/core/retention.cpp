@@ -166,4 +166,17 @@ void mergeRetentionBlockRanges(RetentionBlockRanges& ranges, RetentionBlockRange
     }
 }
 
+RetentionBlockRanges undominatedRetentionBlockRanges(RetentionBlockRanges const& older,
+                                                     RetentionBlockRanges const& newer) {
+    RetentionBlockRanges out;
+    for (RetentionBlockRange const& r : older) {
+        bool const dominated = std::any_of(newer.begin(), newer.end(), [&](RetentionBlockRange const& n) {
+            return n.firstBlock <= r.firstBlock && n.endBlock >= r.endBlock && n.priority >= r.priority &&
+                   n.expiresAtNs >= r.expiresAtNs;
+        });
+        if (!dominated) out.push_back(r);
+    }
+    return out;
+}
+
 }  // namespace ctxcache

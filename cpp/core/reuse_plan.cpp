@@ -17,12 +17,7 @@ namespace {
 int32_t ceilDiv(int32_t a, int32_t b) { return static_cast<int32_t>((static_cast<int64_t>(a) + b - 1) / b); }
 
 void validateCommon(char const* planner, BlockHashSpan hashes, int32_t n, int32_t pageSize) {
-    if (pageSize <= 0) throw ContractError(std::string(planner) + ": pageSize must be positive");
-    if (n < 0) throw ContractError(std::string(planner) + ": inputTokenCount is negative (" + std::to_string(n) + ")");
-    if (hashes.size > static_cast<size_t>(n / pageSize))
-        throw ContractError(std::string(planner) + ": " + std::to_string(hashes.size) + " full-block hashes for " +
-                            std::to_string(n) + " tokens (at most " + std::to_string(n / pageSize) + " at page size " +
-                            std::to_string(pageSize) + ")");
+    validateReusePlanInput(planner, hashes, n, pageSize);
 }
 
 // Nothing reused: every input page private. An empty input (n == 0) has nothing to reuse or allocate and is
@@ -58,6 +53,36 @@ bool logicalPrefixEquals(CacheRecordStore const& records, StoredRecord const& re
 
 }  // namespace
 
+void validateReusePlanInput(char const* planner, BlockHashSpan hashes, int32_t n, int32_t pageSize) {
+    if (pageSize <= 0) throw ContractError(std::string(planner) + ": pageSize must be positive");
+    if (n < 0) throw ContractError(std::string(planner) + ": inputTokenCount is negative (" + std::to_string(n) + ")");
+    if (hashes.size > static_cast<size_t>(n / pageSize))
+        throw ContractError(std::string(planner) + ": " + std::to_string(hashes.size) + " full-block hashes for " +
+                            std::to_string(n) + " tokens (at most " + std::to_string(n / pageSize) + " at page size " +
+                            std::to_string(pageSize) + ")");
+    if (hashes.size > 0 && !hashes.data) throw ContractError(std::string(planner) + ": fullBlockHashes is null");
+}
+
+VanillaPrefixMatch matchVanillaPrefix(BlockHashSpan hashes, int32_t n, int32_t pageSize, BaseBlockIndex const& index,
+                                      std::vector<PageId>& pages) {
+    VanillaPrefixMatch match;
+    if (n == 0) {
+        match.kind = ReusePlanKind::kStandard;
+        return match;
+    }
+    int32_t const total = ceilDiv(n, pageSize);
+    match.matchedBlocks = static_cast<int32_t>(index.lookupPrefixInto(hashes.data, hashes.size, pages));
+    match.boundBlocks = match.matchedBlocks;
+    if (n % pageSize == 0 && match.matchedBlocks == total) {
+        match.boundBlocks = match.matchedBlocks - 1;  // recompute the last page so the last token's logits exist
+        pages.pop_back();
+        match.kind = ReusePlanKind::kFullInputRewind;
+    } else if (match.matchedBlocks > 0) {
+        match.kind = ReusePlanKind::kStandard;
+    }
+    return match;
+}
+
 char const* toString(ReusePlanKind kind) noexcept {
     switch (kind) {
         case ReusePlanKind::kStandard: return "standard";
@@ -84,16 +109,10 @@ ReusePlan makeVanillaReusePlan(BlockHashSpan hashes, int32_t n, int32_t pageSize
     if (n == 0 || lookupPolicy == ContextCacheLookupPolicy::kBypass) return plan;
 
     int32_t const total = ceilDiv(n, pageSize);
-    int32_t const matched =
-        static_cast<int32_t>(index.lookupPrefixInto(hashes.data, hashes.size, plan.basePageBindings));
-    int32_t bound = matched;
-    if (n % pageSize == 0 && matched == total) {
-        bound = matched - 1;  // recompute the last page so the last token's logits exist
-        plan.basePageBindings.pop_back();
-        plan.kind = ReusePlanKind::kFullInputRewind;
-    } else if (matched > 0) {
-        plan.kind = ReusePlanKind::kStandard;
-    }
+    VanillaPrefixMatch const match = matchVanillaPrefix(hashes, n, pageSize, index, plan.basePageBindings);
+    int32_t const matched = match.matchedBlocks;
+    int32_t const bound = match.boundBlocks;
+    plan.kind = match.kind;
     plan.matchedTokenLength = matched * pageSize;
     plan.reuseTokenLength = bound * pageSize;
     plan.matchedBlockHashes.assign(hashes.begin(), hashes.begin() + bound);

@@ -43,6 +43,19 @@
 //   low tail that is not enough is cut and the record re-ranks); the record-limit victim is always evicted whole.
 //   Pinned records (pinRecord) are outside the order and hold their resources like a lease; every record's rank
 //   is as of the last time the retention clock was read, with every expiry up to it applied.
+// Growing publication (PublishRequest::growth, opt-in; vanilla leases only, else ContractError): a lease remembers
+//   its own record, the one its last publication created or grew (an existing record it met, kExistingRecord, is
+//   never its own). With kExtendLeaseRecord, when that record R is alive, unpinned, base-only, shorter than the N
+//   published blocks and its last hash is hashes[R's count - 1] (its path is a prefix of this one), the result is
+//   one record of N blocks and R is gone: the new record (or the existing exact one, kExistingRecord) is
+//   committed, then R is removed as superseded in the same call, before any record-limit eviction (the count does
+//   not grow; no other record is evicted for it). Superseding is not eviction: no metrics, no BlockRemoved (R's
+//   pages stay cached and indexed through its successor; BlockStored for the newly mapped blocks only, as
+//   always). The result is MRU. Retention: the publication's spec applies as usual and R's ranges join the
+//   successor's by the existing-record merge, less those a successor range dominates (same or wider blocks, at a
+//   priority at least as high, lasting at least as long). Otherwise (no own record, R gone, pinned, longer,
+//   diverged) the publication creates a record as with kNewRecord. RecordIds are never reused, so the lease
+//   keeps R's id and re-validates it at use; nothing dangles.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims. Memory: metadata for the ids
 //   handed out so far (at least the first kEagerMetadataIds of each pool, allocated at construction), never for
@@ -91,6 +104,11 @@ struct AcquireResult {
     ReusePlan plan;
 };
 
+// What a vanilla lease's publication does with the record its earlier publication made (see "Growing
+// publication" above): kNewRecord (the default, the reference's) adds a record per longer publication, nested
+// records; kExtendLeaseRecord replaces the lease's own record R by the longer one (R superseded, not evicted).
+enum class PublicationGrowth : uint8_t { kNewRecord = 0, kExtendLeaseRecord = 1 };
+
 // What a publication names, as views of the caller's arrays (read during the call, never kept; a vector converts,
 // so `PublishRequest{hashes, length}` works as before and no copy is made at the C ABI).
 struct PublishRequest {
@@ -101,6 +119,7 @@ struct PublishRequest {
     BlockTokenSpan tokenIds;  // the prompt's tokens (at least the published blocks'): needed with events on
     KvEventKeys eventKeys;    // the prompt's LoRA adapter and media items, for BlockStored (read with events on)
     RetentionSpec const* retention = nullptr;  // how long the record should stay (retention.h); null: the default
+    PublicationGrowth growth = PublicationGrowth::kNewRecord;  // kExtendLeaseRecord: vanilla leases only
 };
 
 struct PublishResult {
@@ -109,6 +128,17 @@ struct PublishResult {
     // Canonical base pages owned by the record. Never an active-row update recipe: the lease keeps its pages.
     std::vector<PageId> canonicalBasePages;
     int32_t publishedBaseFullBlockCount = 0;
+    // kExtendLeaseRecord: the lease's record this publication replaced (superseded, not evicted).
+    std::optional<RecordId> supersededRecord = std::nullopt;
+};
+
+// What acquireVanilla with kUseCache would reuse right now (probeVanilla): the plan's kind, matched and reuse
+// lengths, and the canonical pages it would bind (reuseTokenLength / pageSize of them, in block order).
+struct ReuseProbe {
+    ReusePlanKind kind = ReusePlanKind::kNoReusablePrefix;
+    int32_t matchedTokenLength = 0;  // as ReusePlan::matchedTokenLength (before the full-input rewind)
+    int32_t reuseTokenLength = 0;    // as ReusePlan::reuseTokenLength
+    std::vector<PageId> pages;       // as ReusePlan::basePageBindings
 };
 
 // The fewest pages a new lease must hold (shared prefix + private), so that a runtime's first step fits without
@@ -182,6 +212,11 @@ public:
                                 BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, bool hasAttention,
                                 ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache,
                                 PageCoverage coverage = {});
+    // A lookup without side effects (TensorRT-LLM's probe_reuse): what acquireVanilla(hashes, n, kUseCache) would
+    // reuse if it ran now, by the same rule (matchVanillaPrefix), so it equals the plan of an acquire that follows
+    // with nothing in between. Changes nothing: no recency, no metrics, no events, no pins, no clock read.
+    // Validation as acquireVanilla (ContractError). O(blocks matched + 1).
+    ReuseProbe probeVanilla(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount) const;
     std::vector<int32_t> hybridCandidateLengths(int32_t inputTokenCount) const;
     // Only the stored lengths below inputTokenCount whose checkpoint hangs off this prompt's own block chain (its
     // last full block is one of the prompt's): the candidates worth a digest. O(prompt blocks + results).
@@ -214,7 +249,7 @@ public:
     void retireHybridSnapshotReservation(CacheRequestLease& lease, HybridSnapshotReservation const& reservation);
 
     // With events on, request.tokenIds must hold at least (published blocks) * pageSize tokens (ContractError,
-    // nothing changed); without, it is ignored.
+    // nothing changed); without, it is ignored. request.growth kExtendLeaseRecord: see "Growing publication".
     PublishResult publish(CacheRequestLease& lease, PublishRequest const& request);
     PublishResult publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request);
     // A Hybrid+MTP checkpoint at exact length E >= 1 (kHybridMtp lease): fullBlockHashes are its
@@ -314,8 +349,19 @@ private:
     std::vector<PageId> projectCanonicalBasePath(char const* operation, BlockHashSpan hashes, size_t count,
                                                  std::vector<PageId> const& producerPages, size_t matchedBlocks,
                                                  std::vector<PageId>& newlyMapped);
+    // superseded: the lease's record the new one replaces (kExtendLeaseRecord): removed after the commit, in
+    // place of a record-limit victim (the count does not grow).
     PublishResult commitRecord(CacheRecord record, std::vector<PageId> const& newlyMapped, int32_t publishedBlocks,
-                               BlockTokenSpan tokens, KvEventKeys const& keys, RetentionSpec const* retention);
+                               BlockTokenSpan tokens, KvEventKeys const& keys, RetentionSpec const* retention,
+                               std::optional<RecordId> superseded = std::nullopt);
+    // The lease's own record, when a publication of `count` blocks of `hashes` may supersede it: alive, unpinned,
+    // a plain base record (no draft path) of fewer blocks whose last hash is hashes[its count - 1]. O(1).
+    std::optional<RecordId> extendableLeaseRecord(LeaseState const& s, BlockHashSpan hashes, size_t count) const;
+    // Whether the successor's base path starts with the old record's (so removing the old one unmaps nothing).
+    bool extendsBasePath(RecordId old, std::vector<PageId> const& successorPath) const;
+    // Removes `old`, which `successor` (holding every page of it) replaces: no eviction (no metrics, no events,
+    // no page freed or unmapped); its retention ranges that the successor's do not dominate join the successor's.
+    void supersede(RecordId old, RecordId successor);
     void checkEventTokens(char const* operation, BlockTokenSpan tokens, KvEventKeys const& keys, size_t blocks) const;
     void emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens, KvEventKeys const& keys) noexcept;
     void eventFailed() noexcept;

@@ -115,6 +115,13 @@ public:
     int32_t issuedCount(ResourceType type) const noexcept { return pools_[index(type)].issued; }
     int32_t capacity(ResourceType type) const noexcept { return pools_[index(type)].capacity; }
     int32_t reclaimableCount(ResourceType type) const noexcept { return pools_[index(type)].reclaimable; }
+    // What an acquire (or grow) could obtain of one type right now: the free ids plus the reclaimable ones, which
+    // eviction would free. Ids pinned records or leases hold (active refs) are not counted. An acquire's hit pins
+    // its shared pages first, so a hit on reclaimable pages lowers what is left for its private pages. O(1).
+    int32_t acquirableCount(ResourceType type) const noexcept {
+        Pool const& pool = pools_[index(type)];
+        return pool.freeCount + pool.reclaimable;  // <= capacity: no overflow
+    }
     ResourceDemand capacities() const noexcept;
     bool canAllocate(ResourceDemand const& demand) const noexcept;
     // Whether `demand` fits in the free ids plus the reclaimable ones: what evicting every record would free, so

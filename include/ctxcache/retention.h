@@ -102,5 +102,10 @@ void clipRetentionBlockRanges(RetentionBlockRanges& ranges, int32_t keepBlocks);
 // Adds `more` (a later publication of the same record) to `ranges`: a range equal in blocks and priority keeps the
 // later expiry; ranges that have expired by nowNs are dropped (they no longer count).
 void mergeRetentionBlockRanges(RetentionBlockRanges& ranges, RetentionBlockRanges const& more, int64_t nowNs);
+// The ranges of `older` that no range of `newer` dominates (covers at least its blocks, at a priority at least as
+// high, expiring no earlier): what a record superseded by a longer one (PublicationGrowth) still adds to its
+// successor's ranges, so a lease that republishes with one spec does not pile up ranges. O(older x newer).
+RetentionBlockRanges undominatedRetentionBlockRanges(RetentionBlockRanges const& older,
+                                                     RetentionBlockRanges const& newer);
 
 }  // namespace ctxcache

@@ -80,6 +80,24 @@ ReusePlan makeVanillaReusePlan(BlockHashSpan inputFullBlockHashes, int32_t input
                                BaseBlockIndex const& index,
                                ContextCacheLookupPolicy lookupPolicy = ContextCacheLookupPolicy::kUseCache);
 
+// The checks every planner starts with (n >= 0, pageSize > 0, at most floor(n / pageSize) hashes): ContractError
+// naming `caller`.
+void validateReusePlanInput(char const* caller, BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount,
+                            int32_t pageSize);
+
+// The vanilla rule alone, what makeVanillaReusePlan's lookup decides (ContextCacheManager::probeVanilla shares it,
+// so a probe and the plan of the acquire after it cannot disagree): the longest indexed prefix (matchedBlocks),
+// the pages bound (boundBlocks: one less when a page-aligned input is entirely cached, kFullInputRewind), those
+// pages appended to `pages`. The caller has validated the input (validateReusePlanInput); n == 0 matches nothing
+// (kStandard). Reads the index only. O(matched blocks + 1).
+struct VanillaPrefixMatch {
+    ReusePlanKind kind = ReusePlanKind::kNoReusablePrefix;
+    int32_t matchedBlocks = 0;
+    int32_t boundBlocks = 0;
+};
+VanillaPrefixMatch matchVanillaPrefix(BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
+                                      BaseBlockIndex const& index, std::vector<PageId>& pages);
+
 ReusePlan makeHybridReusePlan(std::vector<HybridCheckpointCandidate> const& candidates,
                               BlockHashSpan inputFullBlockHashes, int32_t inputTokenCount, int32_t pageSize,
                               bool hasAttention, CacheRecordStore const& records,

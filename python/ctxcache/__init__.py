@@ -31,6 +31,7 @@ from .enums import (
     LookupPolicy,
     MediaModality,
     ModelStateKind,
+    PublicationGrowth,
     PublishStatus,
     ResourceType,
     ReusePlanKind,
@@ -82,6 +83,7 @@ from .manager import (
     ResourceDemand,
     ResourceId,
     ReusePlan,
+    ReuseProbe,
     SpecReplayDependency,
 )
 from .retention import RetentionMetrics, RetentionRange, RetentionSpec
@@ -173,8 +175,8 @@ __all__ = [
     "InterruptedCallError",
     "InvalidArgumentError", "InvalidHandleError", "InvariantError", "KvLengths", "KvPagePool", "KvPageTable", "Lease",
     "LeaseState", "LeasesOutstandingError", "LookupPolicy", "ManagerMetrics", "MediaSpanKey", "OutOfMemoryError",
-    "PublishResult", "PublishStatus", "ResidentState", "ResourceDemand", "ResourceId", "ResourceType", "ReusePlan",
-    "ReusePlanKind", "ReusePlanMode", "SnapshotStorage", "SpecReplayDependency", "SpecReplayMode", "StatePart",
+    "PublicationGrowth", "PublishResult", "PublishStatus", "ResidentState", "ResourceDemand", "ResourceId",
+    "ResourceType", "ReusePlan", "ReuseProbe", "ReusePlanKind", "ReusePlanMode", "SnapshotStorage", "SpecReplayDependency", "SpecReplayMode", "StatePart",
     "UnsupportedError", "abi_version", "cuda_compiled", "cuda_device_count", "device", "enums", "errors", "ffi",
     "hash_block", "hash_exact_prefix", "hash_full_blocks", "hash_opaque_identity", "hashing", "lib", "manager",
 ]

@@ -70,6 +70,14 @@ class PublishStatus(IntEnum):
     EXISTING_RECORD = 1
 
 
+class PublicationGrowth(IntEnum):
+    """What a vanilla lease's later publication does with its own record (``publish(..., extend_record=...)``):
+    add a nested record (the default) or grow the lease's record into the longer one."""
+
+    NEW_RECORD = 0
+    EXTEND_LEASE_RECORD = 1
+
+
 class HashAlgorithm(IntEnum):
     SHA256 = 0
     FNV1A128 = 1

@@ -23,6 +23,7 @@ from .enums import (
     EvictionPolicy,
     LeaseState,
     LookupPolicy,
+    PublicationGrowth,
     PublishStatus,
     ResourceType,
     ReusePlanKind,
@@ -105,6 +106,7 @@ class ManagerMetrics:
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
 _PUBLISH_STATUSES = tuple(PublishStatus)
+_PLAN_KINDS = tuple(ReusePlanKind)
 _ACQUIRED = AcquireStatus.ACQUIRED
 _NDARRAY = _arrays._NDARRAY
 _UINT64 = _arrays._UINT64
@@ -113,6 +115,7 @@ _HASHES = _arrays._HASHES
 _USE_CACHE = LookupPolicy.USE_CACHE
 INT32_MAX = _arrays.INT32_MAX
 _acquire_vanilla = lib.ctxc_manager_acquire_vanilla
+_probe_vanilla = lib.ctxc_manager_probe_vanilla
 _grow_base_pages = lib.ctxc_manager_grow_base_pages
 _publish = lib.ctxc_manager_publish
 _publish_with_tokens = lib.ctxc_manager_publish_with_tokens
@@ -124,6 +127,8 @@ _OK_OUT = ffi.typeof("int32_t *")
 _ACQUIRE_RESULT_TEMPLATE = new_cdata(_ACQUIRE_RESULT, [ffi.sizeof("ctxc_acquire_result_t")])
 _ACQUIRE_RESULT_INIT = _ACQUIRE_RESULT_TEMPLATE[0]
 _INT32 = _arrays._INT32
+_INT32S = _arrays._INT32S
+_empty = np.empty
 _frombuffer = np.frombuffer
 _new_object = object.__new__
 _buffer = ffi.buffer
@@ -255,6 +260,33 @@ class PublishResult:
                 f"{self.published_base_full_block_count})")
 
 
+class ReuseProbe:
+    """What :meth:`ContextCacheManager.acquire_vanilla` (``LookupPolicy.USE_CACHE``) would reuse right now, from
+    :meth:`ContextCacheManager.probe_vanilla`: the plan's kind, its matched and reuse lengths, and the canonical pages
+    it would bind (read-only int32, ``reuse_token_length // page_size`` of them, in block order)."""
+
+    __slots__ = ("kind", "matched_token_length", "reuse_token_length", "pages")
+
+    def __init__(self, kind: ReusePlanKind, matched_token_length: int, reuse_token_length: int,
+                 pages: np.ndarray) -> None:
+        # ContextCacheManager.probe_vanilla fills its result with this body inline: keep the two alike.
+        self.kind = kind
+        self.matched_token_length = matched_token_length
+        self.reuse_token_length = reuse_token_length
+        self.pages = pages
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ReuseProbe) and (self.kind, self.matched_token_length, self.reuse_token_length)
+                == (other.kind, other.matched_token_length, other.reuse_token_length)
+                and np.array_equal(self.pages, other.pages))
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose (it defines __eq__)
+
+    def __repr__(self) -> str:
+        return (f"ReuseProbe(kind={self.kind.name}, matched_token_length={self.matched_token_length}, "
+                f"reuse_token_length={self.reuse_token_length}, pages={list(self.pages)})")
+
+
 @dataclass(frozen=True)
 class CacheRecord:
     id: int
@@ -272,7 +304,7 @@ class CacheRecord:
 class Lease(Resource):
     """One request's pins and page bindings. Release it (or use it as a context manager) when done."""
 
-    __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "_family", "__weakref__")
+    __slots__ = ("_manager", "_handle", "_base_pages", "_draft_pages", "_family", "_grows", "__weakref__")
     _destroy = staticmethod(lib.ctxc_lease_destroy)
     _what = "lease"
     _closed = "was destroyed"
@@ -285,6 +317,7 @@ class Lease(Resource):
         family.members += 1
         self._base_pages: np.ndarray | None = None
         self._draft_pages: np.ndarray | None = None
+        self._grows = False  # what ctxc_lease_set_publication_growth last set (publish's extend_record)
 
     _live_handle = Resource._live  # the lease's name for the handle protocol's _live()
 
@@ -387,6 +420,13 @@ class Pools:
 
     def free_count(self, resource_type: Any) -> int:
         return self._counts(resource_type)[0]
+
+    def acquirable_count(self, resource_type: Any) -> int:
+        """The ids of one type an acquire or grow could obtain now: the free ones plus those eviction would free
+        (cached by unpinned records and held by no lease). An acquire's hit pins its shared pages first."""
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_manager_acquirable_count(self._manager._live(), _resource_type(resource_type), out))
+        return int(out[0])
 
     def capacity(self, resource_type: Any) -> int:
         return self._counts(resource_type)[1]
@@ -579,8 +619,8 @@ class ContextCacheManager(KvEventSource, Resource):
     ``eviction_policy`` is an :class:`EvictionPolicy` or its label (``"lru"``, the default, or ``"lru-trim"``).
     """
 
-    __slots__ = ("_handle", "_lease_outs", "_publish_outs", "_ok_outs", "_family", "_kv_publisher", "page_size",
-                 "eviction_policy", "__weakref__")
+    __slots__ = ("_handle", "_lease_outs", "_publish_outs", "_ok_outs", "_probe_outs", "_family", "_kv_publisher",
+                 "page_size", "eviction_policy", "__weakref__")
     _destroy = staticmethod(lib.ctxc_manager_destroy)
     _rank = 1  # destroyed after its leases when both wait in the family
     _what = "manager"
@@ -614,6 +654,7 @@ class ContextCacheManager(KvEventSource, Resource):
         self._lease_outs = [new_cdata(_LEASE_OUT)]
         self._publish_outs = [new_output("ctxc_publish_result_t")]
         self._ok_outs = [new_cdata(_OK_OUT)]
+        self._probe_outs = [new_output("ctxc_reuse_probe_t")]
 
     # Views are made on demand and hold the manager; the manager holds none of them (no reference cycle, so
     # dropping a manager frees it by reference counting, never in the cyclic collector: see _resource.py).
@@ -678,6 +719,7 @@ class ContextCacheManager(KvEventSource, Resource):
             lease._family = family
             family.members += 1
             lease._base_pages = lease._draft_pages = None
+            lease._grows = False
             acquired = _new_object(AcquireResult)
             acquired.status = _ACQUIRED
             acquired.lease = lease
@@ -685,6 +727,48 @@ class ContextCacheManager(KvEventSource, Resource):
             return acquired
         outs.append(lease_out)
         return AcquireResult(_ACQUIRE_STATUSES[result.status], None, result)
+
+    def probe_vanilla(self, full_block_hashes: Any, input_token_count: int) -> ReuseProbe:
+        """What :meth:`acquire_vanilla` with ``LookupPolicy.USE_CACHE`` would reuse if called now (the same rule,
+        so an acquire that follows with nothing in between reports the same plan), changing nothing: no recency,
+        metrics, events or pins (TensorRT-LLM's probe_reuse). Arguments as for the acquire."""
+        h = full_block_hashes  # (acquire_vanilla's fast paths, inline)
+        if (type(h) is _NDARRAY and h.dtype is _UINT64 and h.strides == _HASH_STRIDES
+                and (shape := h.shape)[1] == 2 and shape[0] <= INT32_MAX):
+            count = shape[0]
+            hashes = from_buffer_cdata(_HASHES, h, False) if count else _NULL
+        else:
+            hashes, count = _arrays.hashes(h)
+        n = (input_token_count if type(input_token_count) is int and 0 <= input_token_count <= INT32_MAX
+             else _arrays.integer(input_token_count, "input_token_count"))
+        family = self._family  # _live(), inline
+        if family.pending or orphans:
+            drain(family)
+        handle = self._handle
+        if handle == _NULL:
+            raise InvalidHandleError("manager is closed")
+        pages = _empty(count, _INT32)  # the probe binds at most one page per hash
+        outs = self._probe_outs
+        try:
+            out = outs.pop()
+        except IndexError:  # another thread holds it
+            out = new_output("ctxc_reuse_probe_t")
+        status = _probe_vanilla(handle, hashes, count, n, from_buffer_cdata(_INT32S, pages, True) if count else _NULL,
+                                count, out)
+        if status:
+            outs.append(out)
+            check(status)
+        bound = out.page_count
+        if bound != count:
+            pages = pages[:bound]
+        pages.flags.writeable = False
+        probe = _new_object(ReuseProbe)  # ReuseProbe.__init__, inline
+        probe.kind = _PLAN_KINDS[out.kind]
+        probe.matched_token_length = out.matched_token_length
+        probe.reuse_token_length = out.reuse_token_length
+        probe.pages = pages
+        outs.append(out)
+        return probe
 
     def acquire_hybrid(self, candidates: Sequence[HybridCheckpointCandidate], full_block_hashes: Any,
                        input_token_count: int, has_attention: bool,
@@ -816,15 +900,19 @@ class ContextCacheManager(KvEventSource, Resource):
 
     def publish(self, lease: Lease, full_block_hashes: Any, resident_state_length: int,
                 tokens: Any = None, event_keys: KvEventKeys | None = None,
-                retention: RetentionSpec | None = None) -> PublishResult:
+                retention: RetentionSpec | None = None, extend_record: bool = False) -> PublishResult:
         """Publish the lease's first min(len(hashes), resident // page_size) blocks as one record. ``tokens``
         (the prompt's token ids, at least the published blocks'): required once KV events are on.
         ``event_keys``: the request's LoRA adapter and media items, which its BlockStored events name
         (``lora_name``, ``extra_keys``); read only while events are on. ``retention``: how long the record should
-        stay (:class:`ctxcache.RetentionSpec`; None: the default priority, plain LRU)."""
+        stay (:class:`ctxcache.RetentionSpec`; None: the default priority, plain LRU). ``extend_record`` (vanilla
+        leases only, else ContractError): grow the lease's own record, the one its last publication created or
+        grew, into this longer one instead of adding a nested record (it is superseded: no eviction, no metrics,
+        no BlockRemoved); a chunked prefill that publishes every chunk keeps one record."""
         if retention is not None:
             return self._retained(lease, retention, lambda: self.publish(lease, full_block_hashes,
-                                                                         resident_state_length, tokens, event_keys))
+                                                                         resident_state_length, tokens, event_keys,
+                                                                         extend_record=extend_record))
         if type(lease) is not Lease and not isinstance(lease, Lease):  # _lease_handle(lease), inline
             raise ArgumentTypeError(f"lease must be a Lease, got {type(lease).__name__}")
         family = lease._family
@@ -833,6 +921,8 @@ class ContextCacheManager(KvEventSource, Resource):
         handle = lease._handle
         if handle == _NULL:
             raise InvalidHandleError("lease was destroyed")
+        if extend_record is not lease._grows:  # the lease's growth changes (rare: the default costs this test only)
+            self._set_growth(lease, handle, extend_record)
         h = full_block_hashes
         if (type(h) is _NDARRAY and h.dtype is _UINT64 and h.strides == _HASH_STRIDES
                 and (shape := h.shape)[1] == 2 and shape[0] <= INT32_MAX):
@@ -894,6 +984,15 @@ class ContextCacheManager(KvEventSource, Resource):
         return self._retained(lease, retention, lambda: self._publish_checkpoint(
             lib.ctxc_manager_publish_hybrid_mtp_with_tokens, lease, full_block_hashes, checkpoint, snapshots,
             tokens, event_keys))
+
+    @staticmethod
+    def _set_growth(lease: Lease, handle: Any, extend_record: Any) -> None:
+        """ctxc_lease_set_publication_growth to what ``extend_record`` asks, remembered on the lease."""
+        grows = _arrays.boolean(extend_record, "extend_record")
+        if grows is not lease._grows:
+            growth = PublicationGrowth.EXTEND_LEASE_RECORD if grows else PublicationGrowth.NEW_RECORD
+            check(lib.ctxc_lease_set_publication_growth(handle, growth))
+            lease._grows = grows
 
     def _retained(self, lease: Lease, retention: RetentionSpec | None,
                   publish: Callable[[], PublishResult]) -> PublishResult:

@@ -129,6 +129,7 @@ ENUM_GROUPS = {
     "CTXC_SPEC_REPLAY_": enums.SpecReplayMode,
     "CTXC_ACQUIRE_": enums.AcquireStatus,
     "CTXC_PUBLISH_": enums.PublishStatus,
+    "CTXC_PUBLICATION_GROWTH_": enums.PublicationGrowth,
     "CTXC_HASH_": enums.HashAlgorithm,
     "CTXC_LEASE_": enums.LeaseState,
     "CTXC_BACKEND_": device.BackendKind,

@@ -10,6 +10,10 @@ extern "C" {
 #endif
 
 enum { CTXC_LEASE_LIVE = 0, CTXC_LEASE_RELEASED = 1, CTXC_LEASE_ORPHANED = 2 };
+/* What a vanilla lease's later publication does with the record its earlier one made: a new (nested) record each
+ * time (the default), or one record that grows: the lease's own record is replaced by the longer one (superseded:
+ * no eviction, no metrics, no BlockRemoved; docs/ENGINES.md, "Driving the manager from your own scheduler"). */
+enum { CTXC_PUBLICATION_GROWTH_NEW_RECORD = 0, CTXC_PUBLICATION_GROWTH_EXTEND_LEASE_RECORD = 1 };
 
 /* ---- leases ---------------------------------------------------------------------------------------------- */
 
@@ -30,6 +34,9 @@ typedef struct ctxc_lease_info {
  * changes this lease (grow, release, destroy) or its manager's destruction. */
 CTXC_API ctxc_status_t ctxc_lease_base_pages(const ctxc_lease_t *lease, const int32_t **out_pages, size_t *out_count);
 CTXC_API ctxc_status_t ctxc_lease_draft_pages(const ctxc_lease_t *lease, const int32_t **out_pages, size_t *out_count);
+/* The lease's later publications (ctxc_manager_publish*) grow as `growth` says (CTXC_PUBLICATION_GROWTH_*, else
+ * CTXC_E_INVALID_ARGUMENT). EXTEND_LEASE_RECORD needs a vanilla lease (CTXC_E_CONTRACT, nothing changed). */
+CTXC_API ctxc_status_t ctxc_lease_set_publication_growth(ctxc_lease_t *lease, int32_t growth);
 /* Works on live, released and orphaned leases (state says which); fails only on an invalid handle. */
 CTXC_API ctxc_status_t ctxc_lease_info(const ctxc_lease_t *lease, ctxc_lease_info_t *out_info);
 /* Drop every active reference the lease holds; the handle stays until ctxc_lease_destroy. A second release is

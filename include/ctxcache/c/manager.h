@@ -119,6 +119,16 @@ typedef struct ctxc_manager_metrics {
     uint64_t prefix_cache_hits;    /* the tokens those acquires skip (reuse_token_length): hits / queries */
 } ctxc_manager_metrics_t;
 
+/* What ctxc_manager_acquire_vanilla with CTXC_LOOKUP_USE_CACHE would reuse right now (ctxc_manager_probe_vanilla):
+ * the kind, lengths and bound page count its plan would report. */
+typedef struct ctxc_reuse_probe {
+    uint32_t struct_size;
+    int32_t kind; /* CTXC_PLAN_* */
+    int32_t matched_token_length; /* what the cache holds of this prompt, before the full-input rewind */
+    int32_t reuse_token_length; /* where the acquire's prefill would start */
+    size_t page_count; /* reuse_token_length / page_size: the canonical pages it would bind */
+} ctxc_reuse_probe_t;
+
 CTXC_API void ctxc_manager_options_init(ctxc_manager_options_t *options);
 CTXC_API ctxc_status_t ctxc_manager_create(const ctxc_manager_options_t *options, ctxc_manager_t **out_manager);
 /* Destroys the manager (NULL is a no-op). If leases are still alive they are orphaned (every later use reports
@@ -158,6 +168,16 @@ CTXC_API ctxc_status_t ctxc_manager_acquire_hybrid_mtp(ctxc_manager_t *manager,
                                                        size_t candidate_count, const ctxc_hash128_t *hashes,
                                                        size_t count, int32_t input_token_count, int32_t lookup_policy,
                                                        ctxc_acquire_result_t *out_result, ctxc_lease_t **out_lease);
+/* A lookup without side effects: what ctxc_manager_acquire_vanilla(hashes, count, input_token_count,
+ * CTXC_LOOKUP_USE_CACHE) would reuse if called now, by the same rule (a page-aligned input entirely cached reuses
+ * one page less), so it equals the plan of an acquire that follows with nothing in between. Changes nothing (no
+ * recency, metrics, events, pins or clock read). *out_probe is filled and its page_count canonical pages (in block
+ * order, page_count <= count: a buffer of `count` entries always suffices) go to out_pages; when out_capacity is
+ * smaller, CTXC_E_BUFFER_TOO_SMALL with *out_probe filled and no page written (out_pages NULL with capacity 0 is
+ * the size query). Arguments as for the acquire (CTXC_E_CONTRACT for too many hashes). O(blocks matched + 1). */
+CTXC_API ctxc_status_t ctxc_manager_probe_vanilla(const ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
+                                                  size_t count, int32_t input_token_count, int32_t *out_pages,
+                                                  size_t out_capacity, ctxc_reuse_probe_t *out_probe);
 /* Stored hybrid checkpoint lengths (plain and Hybrid+MTP) below input_token_count, longest first. Two-call
  * pattern. */
 CTXC_API ctxc_status_t ctxc_manager_hybrid_candidate_lengths(const ctxc_manager_t *manager, int32_t input_token_count,
@@ -219,6 +239,11 @@ CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t *manager, ctxc_
 CTXC_API ctxc_status_t ctxc_manager_page_size(const ctxc_manager_t *manager, int32_t *out_page_size);
 CTXC_API ctxc_status_t ctxc_manager_pool_counts(const ctxc_manager_t *manager, int32_t resource_type, int32_t *out_free,
                                                 int32_t *out_capacity);
+/* The ids of one CTXC_RESOURCE_* an acquire or grow could obtain right now: the free ones plus those eviction
+ * would free (cached by unpinned records, held by no lease). Pinned records and leases hold theirs (not counted);
+ * an acquire's hit pins its shared pages first, which then no longer count. */
+CTXC_API ctxc_status_t ctxc_manager_acquirable_count(const ctxc_manager_t *manager, int32_t resource_type,
+                                                     int32_t *out_count);
 CTXC_API ctxc_status_t ctxc_manager_record_count(const ctxc_manager_t *manager, size_t *out_count);
 /* Entries (block hashes) in the base block index. */
 CTXC_API ctxc_status_t ctxc_manager_base_index_size(const ctxc_manager_t *manager, size_t *out_size);

@@ -1249,3 +1249,145 @@ TEST(CApiRetention, BadSpecsAndPinsPastTheBudgetAreRefusedWithNothingChanged) {
     EXPECT_EQ(refs(m, 0), std::make_pair(0, 1));
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
 }
+
+// ---- for a scheduler-driven adapter (vLLM): probe, acquirable count, growing publication -------------------------
+
+namespace {
+
+uint64_t recordCount(ctxc_manager_t const* m) {
+    size_t count = 0;
+    EXPECT_EQ(ctxc_manager_record_count(m, &count), CTXC_OK);
+    return count;
+}
+
+}  // namespace
+
+TEST(CApiAdapter, AProbeEqualsTheFollowingAcquireAndChangesNothing) {
+    ctxc_manager_t* m = makeManager(4, {8, 0, 0, 0}, 8);
+    std::vector<ctxc_hash128_t> const prompt{H(1), H(2), H(3)};
+    ctxc_lease_t* first = acquire(m, prompt, 12);
+    ctxc_publish_result_t p = publishResult();
+    ASSERT_EQ(ctxc_manager_publish(m, first, prompt.data(), 3, 12, &p), CTXC_OK);
+    ASSERT_EQ(ctxc_lease_destroy(first), CTXC_OK);
+
+    std::string const before = observe(m);
+    ctxc_manager_metrics_t metrics{sizeof(ctxc_manager_metrics_t)};
+    ASSERT_EQ(ctxc_manager_metrics(m, &metrics), CTXC_OK);
+    ctxc_reuse_probe_t probe{sizeof(ctxc_reuse_probe_t)};
+    std::vector<int32_t> pages(3, -7);
+    ASSERT_EQ(ctxc_manager_probe_vanilla(m, prompt.data(), 3, 12, pages.data(), pages.size(), &probe), CTXC_OK)
+        << ctxc_last_error();
+    EXPECT_EQ(probe.kind, CTXC_PLAN_FULL_INPUT_REWIND);
+    EXPECT_EQ(probe.matched_token_length, 12);
+    EXPECT_EQ(probe.reuse_token_length, 8);
+    ASSERT_EQ(probe.page_count, 2u);
+    EXPECT_EQ(pages, (std::vector<int32_t>{0, 1, -7}));
+    EXPECT_EQ(observe(m), before);
+    ctxc_manager_metrics_t after{sizeof(ctxc_manager_metrics_t)};
+    ASSERT_EQ(ctxc_manager_metrics(m, &after), CTXC_OK);
+    EXPECT_EQ(after.prefix_cache_queries, metrics.prefix_cache_queries);
+
+    // The size query, and a short buffer: the probe is filled, no page written.
+    ctxc_reuse_probe_t sized{sizeof(ctxc_reuse_probe_t)};
+    EXPECT_EQ(ctxc_manager_probe_vanilla(m, prompt.data(), 3, 13, nullptr, 0, &sized), CTXC_E_BUFFER_TOO_SMALL);
+    EXPECT_EQ(sized.page_count, 3u);
+    EXPECT_EQ(sized.reuse_token_length, 12);
+    int32_t one = -7;
+    EXPECT_EQ(ctxc_manager_probe_vanilla(m, prompt.data(), 3, 13, &one, 1, &sized), CTXC_E_BUFFER_TOO_SMALL);
+    EXPECT_EQ(one, -7);
+    // Bad arguments: as for the acquire.
+    EXPECT_EQ(ctxc_manager_probe_vanilla(m, prompt.data(), 3, 11, pages.data(), 3, &probe), CTXC_E_CONTRACT);
+    EXPECT_EQ(ctxc_manager_probe_vanilla(m, nullptr, 3, 12, pages.data(), 3, &probe), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_probe_vanilla(m, prompt.data(), 3, -1, pages.data(), 3, &probe), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_probe_vanilla(m, prompt.data(), 3, 12, pages.data(), 3, nullptr), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_probe_vanilla(nullptr, prompt.data(), 3, 12, pages.data(), 3, &probe),
+              CTXC_E_INVALID_HANDLE);
+    EXPECT_TRUE(lastErrorFrom("ctxc_manager_probe_vanilla"));
+    EXPECT_EQ(observe(m), before);
+
+    ctxc_acquire_result_t r = acquireResult();
+    ctxc_lease_t* lease = acquire(m, prompt, 12, &r);
+    ASSERT_NE(lease, nullptr);
+    EXPECT_EQ(r.plan.kind, probe.kind);
+    EXPECT_EQ(r.plan.reuse_token_length, probe.reuse_token_length);
+    EXPECT_EQ(r.plan.matched_token_length, probe.matched_token_length);
+    std::vector<int32_t> const leased = leasePages(lease);
+    EXPECT_EQ(std::vector<int32_t>(leased.begin(), leased.begin() + 2), (std::vector<int32_t>{0, 1}));
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
+TEST(CApiAdapter, AcquirableCountIsFreePlusReclaimable) {
+    ctxc_manager_t* m = makeManager(4, {10, 0, 0, 0}, 8);
+    std::vector<ctxc_hash128_t> const cached{H(1), H(2), H(3)};
+    ctxc_lease_t* producer = acquire(m, cached, 12);
+    ctxc_publish_result_t p = publishResult();
+    ASSERT_EQ(ctxc_manager_publish(m, producer, cached.data(), 3, 12, &p), CTXC_OK);
+    ASSERT_EQ(ctxc_lease_destroy(producer), CTXC_OK);
+    ctxc_lease_t* live = acquire(m, {}, 8);  // 2 pages held
+    ASSERT_NE(live, nullptr);
+    int32_t acquirable = -1;
+    ASSERT_EQ(ctxc_manager_acquirable_count(m, CTXC_RESOURCE_BASE_KV_PAGE, &acquirable), CTXC_OK);
+    EXPECT_EQ(acquirable, 8);  // 5 free + 3 cached
+    std::string const before = observe(m);
+    ctxc_acquire_result_t r = acquireResult();
+    ctxc_lease_t* lease = nullptr;
+    ASSERT_EQ(ctxc_manager_acquire_vanilla(m, nullptr, 0, 9 * 4, CTXC_LOOKUP_BYPASS, &r, &lease), CTXC_OK);
+    EXPECT_EQ(r.status, CTXC_ACQUIRE_INSUFFICIENT_CAPACITY);
+    EXPECT_EQ(observe(m), before);
+    ASSERT_EQ(ctxc_manager_acquire_vanilla(m, nullptr, 0, 8 * 4, CTXC_LOOKUP_BYPASS, &r, &lease), CTXC_OK);
+    EXPECT_EQ(r.status, CTXC_ACQUIRE_ACQUIRED);
+    ASSERT_EQ(ctxc_manager_acquirable_count(m, CTXC_RESOURCE_BASE_KV_PAGE, &acquirable), CTXC_OK);
+    EXPECT_EQ(acquirable, 0);
+    EXPECT_EQ(ctxc_manager_acquirable_count(m, 4, &acquirable), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_acquirable_count(m, CTXC_RESOURCE_BASE_KV_PAGE, nullptr), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    EXPECT_EQ(ctxc_lease_destroy(live), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
+TEST(CApiAdapter, ALeaseWithGrowthKeepsOneRecord) {
+    for (int32_t growth : {CTXC_PUBLICATION_GROWTH_EXTEND_LEASE_RECORD, CTXC_PUBLICATION_GROWTH_NEW_RECORD}) {
+        ctxc_manager_t* m = makeManager(4, {8, 0, 0, 0}, 8);
+        std::vector<ctxc_hash128_t> const prompt{H(1), H(2), H(3), H(4), H(5)};
+        ctxc_lease_t* lease = acquire(m, prompt, 20);
+        ASSERT_NE(lease, nullptr);
+        ASSERT_EQ(ctxc_lease_set_publication_growth(lease, growth), CTXC_OK) << ctxc_last_error();
+        for (int32_t blocks : {1, 3, 5}) {
+            ctxc_publish_result_t p = publishResult();
+            ASSERT_EQ(ctxc_manager_publish(m, lease, prompt.data(), prompt.size(), blocks * 4, &p), CTXC_OK)
+                << ctxc_last_error();
+            EXPECT_EQ(p.status, CTXC_PUBLISH_PUBLISHED);
+            EXPECT_EQ(p.canonical_base_page_count, static_cast<size_t>(blocks));
+        }
+        bool const grows = growth == CTXC_PUBLICATION_GROWTH_EXTEND_LEASE_RECORD;
+        EXPECT_EQ(recordCount(m), grows ? 1u : 3u);
+        EXPECT_EQ(refs(m, 0), std::make_pair(1, grows ? 1 : 3));
+        ctxc_manager_metrics_t metrics{sizeof(ctxc_manager_metrics_t)};
+        ASSERT_EQ(ctxc_manager_metrics(m, &metrics), CTXC_OK);
+        EXPECT_EQ(metrics.evicted_records, 0u);
+        EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK) << ctxc_last_error();
+        EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+        EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+    }
+}
+
+TEST(CApiAdapter, GrowthIsForVanillaLeasesAndKnownValues) {
+    ctxc_manager_t* m = makeManager(4, {8, 8, 0, 0}, 8);
+    std::vector<ctxc_hash128_t> const prompt{H(1), H(2)};
+    ctxc_acquire_result_t r = acquireResult();
+    ctxc_lease_t* spec = nullptr;
+    ASSERT_EQ(ctxc_manager_acquire_spec(m, prompt.data(), 2, 9, CTXC_LOOKUP_USE_CACHE, &r, &spec), CTXC_OK);
+    EXPECT_EQ(ctxc_lease_set_publication_growth(spec, CTXC_PUBLICATION_GROWTH_EXTEND_LEASE_RECORD), CTXC_E_CONTRACT);
+    EXPECT_TRUE(lastErrorFrom("ctxc_lease_set_publication_growth"));
+    EXPECT_EQ(ctxc_lease_set_publication_growth(spec, CTXC_PUBLICATION_GROWTH_NEW_RECORD), CTXC_OK);
+    EXPECT_EQ(ctxc_lease_set_publication_growth(spec, 2), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_lease_set_publication_growth(nullptr, 0), CTXC_E_INVALID_HANDLE);
+    // The refused setting never applied: the spec lease publishes nested records as before.
+    ctxc_publish_result_t p = publishResult();
+    ASSERT_EQ(ctxc_manager_publish(m, spec, prompt.data(), 2, 4, &p), CTXC_OK);
+    ASSERT_EQ(ctxc_manager_publish(m, spec, prompt.data(), 2, 8, &p), CTXC_OK);
+    EXPECT_EQ(recordCount(m), 2u);
+    EXPECT_EQ(ctxc_lease_destroy(spec), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
