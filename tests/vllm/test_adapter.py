@@ -104,13 +104,13 @@ def test_one_record_per_request_grows_through_prefill_and_decode() -> None:
     assert manager.allocate_slots(r, 12).get_block_ids()[0] == [3, 4, 5]  # 18 tokens: 5 blocks
     step(r, 12)
     assert len(manager.cache.records) == 1
-    record = manager.cache.records[manager.cache.records.lru[0]]
+    record = manager.cache.records[manager.cache.records.lru()[0]]
     assert record.base_page_path.tolist() == [0, 1, 2, 3]  # 4 full blocks, one record
     r.append_output_token_ids([7, 7])  # 20 tokens: the 5th block fills
     assert manager.allocate_slots(r, 2) is not None
     step(r, 2)
     assert len(manager.cache.records) == 1
-    assert manager.cache.records[manager.cache.records.lru[0]].base_page_path.tolist() == [0, 1, 2, 3, 4]
+    assert manager.cache.records[manager.cache.records.lru()[0]].base_page_path.tolist() == [0, 1, 2, 3, 4]
     assert manager.estimate_cached_tokens(r) == 20
     manager.free(r)
     manager.check_invariants()

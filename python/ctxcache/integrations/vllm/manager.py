@@ -250,7 +250,7 @@ class CtxcacheKVCacheManager:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
     def _acquirable(self) -> int:
-        return self.cache.pools.acquirable_count(_BASE)
+        return int(self.cache.pools.acquirable_count(_BASE))
 
     @property
     def usage(self) -> float:
