@@ -227,3 +227,22 @@ def test_pressure_keeps_the_adapter_consistent() -> None:
         manager.check_invariants()
         assert 0.0 <= manager.usage <= 1.0
     assert manager.cache.pools.free_count(ResourceType.BASE_KV_PAGE) <= 23
+
+
+def test_preempted_request_reacquires_its_own_published_blocks() -> None:
+    manager = build("ctxcache", 16)
+    r = request("a", list(range(14)))
+    admit(manager, r)
+    step(r, 14)
+    assert manager.estimate_cached_tokens(r) == 12
+    manager.free(r)  # preemption: vLLM frees the request and resets its progress
+    r.num_computed_tokens = 0
+    r.num_preemptions += 1
+    assert manager.cache.live_lease_count == 0
+    computed, new = admit(manager, r)
+    assert computed == 12 and len(new.get_block_ids()[0]) == 1  # the three published blocks hit, one page is new
+    assert manager.get_block_ids("a")[0][:3] == [1, 2, 3]
+    stats = manager.make_prefix_cache_stats()
+    assert stats.preempted_requests == 1 and stats.preempted_hits == 12
+    manager.free(r)
+    manager.check_invariants()
