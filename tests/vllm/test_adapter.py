@@ -246,3 +246,35 @@ def test_preempted_request_reacquires_its_own_published_blocks() -> None:
     assert stats.preempted_requests == 1 and stats.preempted_hits == 12
     manager.free(r)
     manager.check_invariants()
+
+
+def test_pytest_plugin_reports_a_lease_its_scheduler_no_longer_holds() -> None:
+    import vllm.v1.core.sched.scheduler as scheduler_module
+
+    from ctxcache.integrations.vllm import pytest_plugin
+    from ctxcache.integrations.vllm.scheduler import ctxcache_manager_factory
+
+    assert scheduler_module.KVCacheManager is make_kv_cache_manager  # the plugin swapped the scheduler's name
+    scheduler_module.KVCacheManager = KVCacheManager
+    with ctxcache_manager_factory():
+        assert scheduler_module.KVCacheManager is make_kv_cache_manager
+    assert scheduler_module.KVCacheManager is KVCacheManager  # only while a ctxcache scheduler is built
+
+    class Scheduler:  # what the plugin reads of a scheduler
+        def __init__(self) -> None:
+            self.requests: dict[str, Request] = {}
+            self.deferred_frees: list[tuple[int, list[object]]] = []
+
+    manager = build("ctxcache", 16)
+    scheduler = Scheduler()
+    r = request("held", list(range(6)))
+    scheduler.requests["held"] = r
+    admit(manager, r)
+    before = len(pytest_plugin._problems)
+    pytest_plugin._check("t::running", manager, scheduler)  # a running request keeps its lease: fine
+    assert len(pytest_plugin._problems) == before
+    del scheduler.requests["held"]  # the scheduler forgot it, the lease is still live: reported
+    pytest_plugin._check("t::leak", manager, scheduler)
+    assert len(pytest_plugin._problems) == before + 1 and "held" in pytest_plugin._problems[-1]
+    del pytest_plugin._problems[before:]
+    manager.free(r)
