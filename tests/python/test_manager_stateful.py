@@ -207,17 +207,6 @@ class ManagerMachine(RuleBasedStateMachine):
             assert list(real.lease.base_pages) == model_lease.base
             assert list(real.lease.draft_pages) == model_lease.draft
 
-    def probe(self, hashes, model_hashes, length):
-        """probe_vanilla is the model's vanilla plan (the acquire's rule) and changes nothing: the metrics here, the
-        whole state by state_agrees after the step (the model does not probe). No draw: the examples are the same."""
-        before = self.manager.metrics
-        probe = self.manager.probe_vanilla(hashes, length)
-        plan = self.model.plan_vanilla(model_hashes, length, False)
-        assert (int(probe.kind), probe.matched_token_length, probe.reuse_token_length, list(probe.pages)) == (
-            plan.kind, plan.matched, plan.reuse, list(plan.base_bindings))
-        assert self.manager.metrics == before
-        return probe
-
     def live_entry(self, index):
         live = [e for e in self.leases if e[1].live]
         return live[index % len(live)] if live else None
@@ -235,11 +224,8 @@ class ManagerMachine(RuleBasedStateMachine):
         model_hashes = as_tuples(hashes)
         policy = LookupPolicy.BYPASS if bypass else LookupPolicy.USE_CACHE
         if kind == "vanilla":
-            probed = self.probe(hashes, model_hashes, length)
             real = self.manager.acquire_vanilla(hashes, length, policy)
             plan = self.model.plan_vanilla(model_hashes, length, bypass)
-            if not bypass and real.lease is not None:  # the acquire after the probe binds what it said
-                assert list(real.lease.base_pages[:len(probed.pages)]) == list(probed.pages)
         elif kind == "spec":
             real = self.manager.acquire_spec(hashes, length, policy)
             plan = self.model.plan_spec(model_hashes, length, bypass)
