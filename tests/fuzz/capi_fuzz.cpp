@@ -243,8 +243,55 @@ private:
         }
     }
 
+    // What an engine's scheduler adds (vLLM's adapter): the side-effect-free probe (it must change nothing, bind at
+    // most one page per hash and report its pages consistently), the acquirable count, a lease's publication growth
+    // (any value; a refused one changes nothing), after which the ordinary publish cases extend its record.
+    void adapter() {
+        int index = 0;
+        ctxc_manager_t* m = managerArg(&index);
+        switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
+            case 0: {
+                std::vector<ctxc_hash128_t> h = hashes(6);
+                int32_t n = smallCount();
+                if (in_.ConsumeBool() && n >= 0 && n < 1000)
+                    n = static_cast<int32_t>(h.size()) * pageSize_[static_cast<size_t>(index)] +
+                        in_.ConsumeIntegralInRange<int32_t>(0, 3);
+                std::vector<int32_t> pages(in_.ConsumeIntegralInRange<size_t>(0, 7), -7);
+                ctxc_reuse_probe_t probe{};
+                probe.struct_size = in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? 4 : sizeof(probe);
+                bool const live = liveManager(m);
+                Observed const before = live ? observe(m) : Observed{};
+                ctxc_status_t const s = ctxc_manager_probe_vanilla(
+                    m, in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : h.data(), h.size(), n,
+                    pages.empty() ? nullptr : pages.data(), pages.size(), &probe);
+                checkStatus(s);
+                if (live && !(observe(m) == before)) fail("the probe changed the state", s);
+                if (s == CTXC_OK && (probe.page_count > h.size() || probe.page_count > pages.size()))
+                    fail("the probe reported more pages than hashes or than the buffer holds", s);
+                if (s == CTXC_OK)
+                    for (size_t i = 0; i < probe.page_count; ++i)
+                        if (pages[i] < 0) fail("the probe reported a page it did not write", s);
+                break;
+            }
+            case 1: {
+                int32_t count = -1;
+                ctxc_status_t const s = ctxc_manager_acquirable_count(m, in_.ConsumeIntegralInRange<int32_t>(-1, 4),
+                                                                      in_.ConsumeBool() ? &count : nullptr);
+                checkStatus(s);
+                if (s == CTXC_OK && count < 0) fail("a negative acquirable count", s);
+                break;
+            }
+            default: {
+                ctxc_lease_t* l = leaseArg();
+                checkStatus(ctxc_lease_set_publication_growth(l, in_.ConsumeIntegralInRange<int32_t>(-1, 2)));
+                break;
+            }
+        }
+    }
+
     void one() {
-        switch (in_.ConsumeIntegralInRange<int>(0, 22)) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 23)) {
+            case 23: adapter(); break;
             case 22: retention(); break;
             case 0: {  // create
                 int const i = in_.ConsumeIntegralInRange<int>(0, 1);
