@@ -230,21 +230,19 @@ class CtxcacheKVCacheManager:
             self.cache.drain_kv_events()  # the AllBlocksCleared that opens a stream: vLLM's pool starts empty
         self.block_pool = _BlockPool(self)
         self.coordinator = _Coordinator(self, spec)
-        self._blocks: list[KVCacheBlock | None] = [None] * self.num_gpu_blocks
+        # One vLLM block object per page, made once (as vLLM's block pool does): block i is page i - 1.
+        self._blocks = [KVCacheBlock(i) for i in range(self.num_gpu_blocks)]
         self._held: dict[str, _Held] = {}
         self._popped: dict[tuple[int, ...], Lease] = {}  # pop_blocks_for_free's leases, by their block ids
         self._event_hashes: dict[int, Any] = {}  # ctxcache event hash -> vLLM block hash (events on)
 
     # -- blocks ---------------------------------------------------------------------------------------------------
     def _block(self, page: int) -> KVCacheBlock:
-        block_id = page + 1
-        block = self._blocks[block_id]
-        if block is None:
-            block = self._blocks[block_id] = KVCacheBlock(block_id)
-        return block
+        return self._blocks[page + 1]
 
     def _blocks_of(self, pages: Any) -> list[KVCacheBlock]:
-        return [self._block(p) for p in pages.tolist()]
+        blocks = self._blocks
+        return [blocks[b] for b in (pages + 1).tolist()]
 
     def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
@@ -406,17 +404,19 @@ class CtxcacheKVCacheManager:
         count = min(num_tokens // self.block_size, len(request.block_hashes), len(held.blocks))
         if count <= held.published:
             return
-        if len(held.keys) < count:
-            held.keys = block_keys(request.block_hashes)
+        known = len(held.keys)
+        if known < count:  # the request's hashes only grow: convert the new ones
+            more = block_keys(request.block_hashes[known:])
+            held.keys = np.concatenate((held.keys, more)) if known else more
         keys = held.keys[:count]
         tokens = None
         if self.enable_kv_cache_events:
             tokens = np.asarray(request.all_token_ids[:count * self.block_size], dtype=np.int32)
             # Every block of the path, not only the new ones: an earlier block evicted meanwhile is stored again.
-            known = self._event_hashes
+            names = self._event_hashes
             for key, vllm_hash in zip(keys[:, 1].tolist(), request.block_hashes[:count]):
-                if key not in known:
-                    known[key] = vllm_hash
+                if key not in names:
+                    names[key] = vllm_hash
         self.cache.publish(held.lease, keys, count * self.block_size, tokens=tokens, extend_record=True)
         held.published = count
 
