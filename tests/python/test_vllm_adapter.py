@@ -79,5 +79,15 @@ def test_vllms_scheduler_tests_pass_with_ctxcache(vllm_env: dict[str, Any]) -> N
     assert "check failed" not in output, output[-6000:]
 
 
+def test_the_general_plugin_does_nothing_without_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM loads every installed ``vllm.general_plugins`` entry point in each of its processes: ctxcache's must import
+    nothing of vLLM's (this environment has no vLLM) and change nothing unless CTXCACHE_VLLM=1."""
+    monkeypatch.delenv("CTXCACHE_VLLM", raising=False)
+    from ctxcache.integrations import vllm_plugin
+
+    vllm_plugin.register()
+    assert "vllm" not in sys.modules and "ctxcache.integrations.vllm" not in sys.modules
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))

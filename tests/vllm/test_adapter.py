@@ -278,3 +278,17 @@ def test_pytest_plugin_reports_a_lease_its_scheduler_no_longer_holds() -> None:
     assert len(pytest_plugin._problems) == before + 1 and "held" in pytest_plugin._problems[-1]
     del pytest_plugin._problems[before:]
     manager.free(r)
+
+
+def test_the_general_plugin_swaps_the_schedulers_manager_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm.v1.core.sched.scheduler as scheduler_module
+
+    from ctxcache.integrations import vllm_plugin
+
+    monkeypatch.setattr(scheduler_module, "KVCacheManager", KVCacheManager)
+    monkeypatch.delenv("CTXCACHE_VLLM", raising=False)
+    vllm_plugin.register()
+    assert scheduler_module.KVCacheManager is KVCacheManager
+    monkeypatch.setenv("CTXCACHE_VLLM", "1")
+    vllm_plugin.register()
+    assert scheduler_module.KVCacheManager is make_kv_cache_manager
