@@ -333,6 +333,8 @@ class CtxcacheKVCacheManager:
         main_tokens = total_computed + num_new_tokens
         slot_tokens = min(main_tokens + num_lookahead_tokens, self.max_model_len)
         watermark = (self.watermark_blocks if has_scheduled_reqs and request.status in _ADMISSION else 0)
+        # full_sequence_must_fit: the pages the whole sequence needs must be there now (0: not asked).
+        full_pages = cdiv(min(request.num_tokens, self.max_model_len), page) if full_sequence_must_fit else 0
         held = self._held.get(request.request_id)
         if held is None:
             hit = len(computed)
@@ -347,15 +349,12 @@ class CtxcacheKVCacheManager:
                 # vLLM's admission: the new pages plus the hit's pages no request holds (reusing them takes them
                 # from the free count), plus the watermark, within the free count less the reserved blocks. The
                 # hit's pages are only counted one by one when the bound with all of them does not fit.
-                need = max(new_pages, max(cdiv(min(request.num_tokens, self.max_model_len), page) - hit, 0)
-                           if full_sequence_must_fit else 0)
+                need = max(new_pages, full_pages - hit)
                 available = self._acquirable()
                 if need + hit + watermark > available - reserved_blocks:
                     unheld = self._unheld(computed)
-                    if full_sequence_must_fit:
-                        full = cdiv(min(request.num_tokens, self.max_model_len), page)
-                        if max(full - hit, 0) + unheld + watermark > available:
-                            return None
+                    if full_sequence_must_fit and max(full_pages - hit, 0) + unheld + watermark > available:
+                        return None
                     if new_pages + unheld + watermark > available - reserved_blocks:
                         return None
             keys = block_keys(request.block_hashes[:hit]) if hit else _NO_KEYS
@@ -378,10 +377,8 @@ class CtxcacheKVCacheManager:
         else:
             extra = cdiv(slot_tokens, page) - len(held.blocks)
             new_blocks = []
-            if full_sequence_must_fit:
-                full = cdiv(min(request.num_tokens, self.max_model_len), page)
-                if max(full - len(held.blocks), 0) + watermark > self._acquirable():
-                    return None
+            if full_sequence_must_fit and max(full_pages - len(held.blocks), 0) + watermark > self._acquirable():
+                return None
             if extra > 0:
                 if (watermark or reserved_blocks) and extra + watermark > self._acquirable() - reserved_blocks:
                     return None
@@ -455,10 +452,10 @@ class CtxcacheKVCacheManager:
         pages = {b - 1 for b in block_ids if b > 0}
         if not pages:
             return
-        cache = self.cache
-        for record_id in list(cache.records):
-            if pages.intersection(cache.records[record_id].base_page_path.tolist()):
-                cache.evict_record(record_id)
+        records = self.cache.records
+        for record_id in list(records):
+            if pages.intersection(records[record_id].base_page_path.tolist()):
+                self.cache.evict_record(record_id)
 
     def reset_prefix_cache(self) -> bool:
         if self.cache.live_lease_count:
