@@ -1265,10 +1265,7 @@ uint64_t recordCount(ctxc_manager_t const* m) {
 TEST(CApiAdapter, AProbeEqualsTheFollowingAcquireAndChangesNothing) {
     ctxc_manager_t* m = makeManager(4, {8, 0, 0, 0}, 8);
     std::vector<ctxc_hash128_t> const prompt{H(1), H(2), H(3)};
-    ctxc_lease_t* first = acquire(m, prompt, 12);
-    ctxc_publish_result_t p = publishResult();
-    ASSERT_EQ(ctxc_manager_publish(m, first, prompt.data(), 3, 12, &p), CTXC_OK);
-    ASSERT_EQ(ctxc_lease_destroy(first), CTXC_OK);
+    ASSERT_NE(publishAll(m, prompt, 12), 0u);
 
     std::string const before = observe(m);
     ctxc_manager_metrics_t metrics{sizeof(ctxc_manager_metrics_t)};
@@ -1320,10 +1317,7 @@ TEST(CApiAdapter, AProbeEqualsTheFollowingAcquireAndChangesNothing) {
 TEST(CApiAdapter, AcquirableCountIsFreePlusReclaimable) {
     ctxc_manager_t* m = makeManager(4, {10, 0, 0, 0}, 8);
     std::vector<ctxc_hash128_t> const cached{H(1), H(2), H(3)};
-    ctxc_lease_t* producer = acquire(m, cached, 12);
-    ctxc_publish_result_t p = publishResult();
-    ASSERT_EQ(ctxc_manager_publish(m, producer, cached.data(), 3, 12, &p), CTXC_OK);
-    ASSERT_EQ(ctxc_lease_destroy(producer), CTXC_OK);
+    ASSERT_NE(publishAll(m, cached, 12), 0u);
     ctxc_lease_t* live = acquire(m, {}, 8);  // 2 pages held
     ASSERT_NE(live, nullptr);
     int32_t acquirable = -1;
