@@ -227,7 +227,44 @@ void ContextCacheManager::evictOne(RecordId id) {
     ++metrics_.evictedRecords;
 }
 
+void ContextCacheManager::setBaseBlockObserver(BaseBlockObserver* observer) {
+    if (observer && observer_ && observer != observer_)
+        throw ContractError("setBaseBlockObserver: the manager already has an observer; detach it (null) first");
+    observer_ = observer;
+}
+
+void ContextCacheManager::notifyStored(std::vector<BlockHash> const& hashes,
+                                       std::vector<PageId> const& pages) noexcept {
+    if (stagedStores_.empty()) return;
+    try {  // an observer that cannot be told loses this publication's blocks (reuse, never state)
+        observedHashes_.clear();
+        observedPages_.clear();
+        observedHashes_.reserve(stagedStores_.size());
+        observedPages_.reserve(stagedStores_.size());
+    } catch (...) {
+        return;
+    }
+    for (size_t i : stagedStores_) {
+        if (i >= hashes.size() || i >= pages.size()) continue;
+        observedHashes_.push_back(hashes[i]);
+        observedPages_.push_back(pages[i]);
+    }
+    if (!observedHashes_.empty())
+        observer_->blocksStored(observedHashes_.data(), observedPages_.data(), observedHashes_.size());
+    observedHashes_.clear();
+    observedPages_.clear();
+}
+
 void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from) {
+    observingRemovals_ = false;
+    if (observer_ && !suppressRemovals_ && pages.size() > from) {
+        try {  // an observer that cannot be told loses these removals (reuse, never state)
+            observedHashes_.reserve(pages.size() - from);
+            observedPages_.reserve(pages.size() - from);
+            observingRemovals_ = true;
+        } catch (...) {
+        }
+    }
     // Pipelined: a page's reverse entry is requested 2d pages ahead, the home slot of its hash d pages ahead, so
     // the forward-table miss of erasePage overlaps the work on earlier pages.
     constexpr size_t kAhead = 8;
@@ -243,15 +280,28 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
         }
         ResourcePools::RefCounts const left = pools_.releaseCacheRef({ResourceType::kBaseKvPage, pages[i]});
         if (left.cache == 0) {
-            if (reportingRemovals_) {  // capacity reserved by beginRemovals: cannot throw
-                if (std::optional<BlockHash> const hash = baseIndex_.hashOfPage(pages[i]))
-                    events_.addRemoved(kvEventBlockHash(*hash));
+            if (reportingRemovals_ || observingRemovals_) {
+                if (std::optional<BlockHash> const hash = baseIndex_.hashOfPage(pages[i])) {
+                    // capacities reserved by beginRemovals and above: cannot throw
+                    if (reportingRemovals_) events_.addRemoved(kvEventBlockHash(*hash));
+                    if (observingRemovals_) {
+                        observedHashes_.push_back(*hash);
+                        observedPages_.push_back(pages[i]);
+                    }
+                }
             }
             baseIndex_.erasePage(pages[i]);
             if (left.active == 0) ++metrics_.reclaimedBaseKvPages;
         }
     }
     reportingRemovals_ = false;
+    if (observingRemovals_) {
+        observingRemovals_ = false;
+        if (!observedHashes_.empty())
+            observer_->blocksRemoved(observedHashes_.data(), observedPages_.data(), observedHashes_.size());
+        observedHashes_.clear();
+        observedPages_.clear();
+    }
 }
 
 bool ContextCacheManager::beginRemovals(size_t maxBlocks) noexcept {
@@ -535,7 +585,7 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(char const* op
     canonical.reserve(count);
     newlyMapped.reserve(count);
     stagedStores_.clear();
-    if (eventsEnabled_) stagedStores_.reserve(count);
+    if (eventsEnabled_ || observer_) stagedStores_.reserve(count);
     auto undo = [&]() noexcept {
         for (PageId page : newlyMapped) baseIndex_.erasePage(page);
         newlyMapped.clear();
@@ -568,7 +618,7 @@ std::vector<PageId> ContextCacheManager::projectCanonicalBasePath(char const* op
             canonical.push_back(r->canonicalPage);
             if (r->inserted) {
                 newlyMapped.push_back(producerPages[i]);
-                if (eventsEnabled_) stagedStores_.push_back(i);  // reserved: cannot throw
+                if (eventsEnabled_ || observer_) stagedStores_.push_back(i);  // reserved: cannot throw
             }
         }
     } catch (...) {
@@ -622,7 +672,9 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         throw;
     }
 
+    if (observer_) notifyStored(record.logicalBlockHashes, record.basePagePath);
     if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens, keys);  // before the record-limit removals
+    else stagedStores_.clear();
     retain(id, retention, false);
     PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};
     if (superseded) {

@@ -80,6 +80,7 @@
 #include <vector>
 
 #include "ctxcache/base_block_index.h"
+#include "ctxcache/base_block_observer.h"
 #include "ctxcache/block_hash.h"
 #include "ctxcache/cache_record_store.h"
 #include "ctxcache/cache_request_lease.h"
@@ -307,6 +308,12 @@ public:
     size_t pendingKvEventCount() const noexcept { return events_.size(); }
     uint64_t lostKvEvents() const noexcept { return lostKvEvents_; }
 
+    // The observer told of blocks stored and removed (base_block_observer.h), or null: not owned, it must stay
+    // alive until replaced or detached (null). One at a time: setting a second while one is set is a
+    // ContractError (nothing changed) unless it is null. Independent of the event stream.
+    void setBaseBlockObserver(BaseBlockObserver* observer);
+    BaseBlockObserver* baseBlockObserver() const noexcept { return observer_; }
+
     ResourcePools const& pools() const noexcept { return pools_; }
     BaseBlockIndex const& baseIndex() const noexcept { return baseIndex_; }
     DraftPathIndex const& draftIndex() const noexcept { return draftIndex_; }
@@ -402,6 +409,11 @@ private:
     KvEventLog events_;  // this call's events, or all pending ones without a sink
     std::shared_ptr<KvEventSink> eventSink_;
     std::vector<size_t> stagedStores_;  // blocks the running publication mapped canonically, in order
+    BaseBlockObserver* observer_ = nullptr;
+    std::vector<BlockHash> observedHashes_;  // the running notification's blocks (capacity kept)
+    std::vector<PageId> observedPages_;
+    bool observingRemovals_ = false;  // the running releaseBasePages collects removals for the observer
+    void notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages) noexcept;
 
     // Retention: the records' ranges, expiries and pins (retention_table.h), the clock and the pin budget.
     RetentionTable retention_;
