@@ -1,0 +1,356 @@
+// The host tier's bookkeeping (issue 26): HostTierIndex's slots, states, pins and LRU against a naive model, every
+// refusal leaving the state as it was; the manager's BaseBlockObserver (blocks stored at publication, removed at
+// eviction, nothing at clear()); and HostTier on a manager: write-through and write-back, an extension after the
+// device hit that never covers the last token, blocks never written twice, and the tier's LRU dropping leaves
+// before roots. Invariants are checked after every step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <random>
+
+#include "ctxcache/context_cache_manager.h"
+#include "ctxcache/errors.h"
+#include "ctxcache/tier/host_tier.h"
+#include "ctxcache/tier/host_tier_index.h"
+#include "support/test_support.h"
+
+namespace ctxcache::tier {
+namespace {
+
+using test::H;
+using test::Hs;
+
+std::vector<int32_t> reserve(HostTierIndex& index, std::vector<BlockHash> const& hashes) {
+    std::vector<int32_t> slots;
+    index.reserveWrites(hashes.data(), hashes.size(), slots);
+    return slots;
+}
+
+void writeNow(HostTierIndex& index, std::vector<BlockHash> const& hashes) {
+    std::vector<int32_t> slots = reserve(index, hashes);
+    slots.erase(std::remove(slots.begin(), slots.end(), HostTierIndex::kNoSlot), slots.end());
+    index.completeWrites(slots.data(), slots.size());
+    index.checkInvariants();
+}
+
+size_t run(HostTierIndex const& index, std::vector<BlockHash> const& hashes) {
+    return index.residentRun(hashes.data(), hashes.size());
+}
+
+TEST(HostTierIndex, RefusesANonPositiveCapacity) {
+    EXPECT_THROW(HostTierIndex(0), ContractError);
+    EXPECT_THROW(HostTierIndex(-3), ContractError);
+}
+
+TEST(HostTierIndex, WritingBlocksAreHeldButInvisibleUntilTheirCopyCompletes) {
+    HostTierIndex index(4);
+    std::vector<BlockHash> const abc = Hs({1, 2, 3});
+    std::vector<int32_t> slots = reserve(index, abc);
+    EXPECT_EQ(slots, (std::vector<int32_t>{0, 1, 2}));
+    EXPECT_EQ(index.writingCount(), 3u);
+    EXPECT_EQ(run(index, abc), 0u);                                         // not visible yet
+    EXPECT_EQ(reserve(index, abc), (std::vector<int32_t>(3, HostTierIndex::kNoSlot)));  // not written twice
+    index.completeWrites(slots.data(), 2);                                  // blocks 1 and 2 arrived
+    index.checkInvariants();
+    EXPECT_EQ(run(index, abc), 2u);
+    index.abortWrites(slots.data() + 2, 1);  // block 3's copy failed
+    index.checkInvariants();
+    EXPECT_EQ(index.find(H(3)), HostTierIndex::kNoSlot);
+    EXPECT_EQ(index.state(2), HostSlotState::kFree);
+    EXPECT_EQ(reserve(index, Hs({3})), (std::vector<int32_t>{2}));  // the freed slot is taken again
+}
+
+TEST(HostTierIndex, DropsTheLeastRecentUnpinnedBlockForRoom) {
+    HostTierIndex index(3);
+    writeNow(index, Hs({1, 2, 3}));  // LRU: 1 2 3
+    std::vector<int32_t> pinned;
+    ASSERT_EQ(index.pinRun(Hs({1}).data(), 1, pinned), 1u);  // 1 is being loaded
+    std::vector<BlockHash> dropped;
+    std::vector<int32_t> slots;
+    ASSERT_EQ(index.reserveWrites(Hs({4}).data(), 1, slots, &dropped), 1u);
+    EXPECT_EQ(dropped, Hs({2}));  // 1 is pinned: 2 is the least recent unpinned block
+    EXPECT_EQ(index.counters().droppedBlocks, 1u);
+    index.completeWrites(slots.data(), 1);
+    index.unpin(pinned.data(), pinned.size());  // 1 becomes the most recent: LRU 3 4 1
+    index.checkInvariants();
+    dropped.clear();
+    ASSERT_EQ(index.reserveWrites(Hs({5, 6}).data(), 2, slots, &dropped), 2u);
+    EXPECT_EQ(dropped, Hs({3, 4}));
+    index.checkInvariants();
+    // Every slot pinned or writing: nothing can be had; the write stops, the state is unchanged.
+    pinned.clear();
+    ASSERT_EQ(index.pinRun(Hs({1}).data(), 1, pinned), 1u);
+    std::vector<int32_t> more;
+    EXPECT_EQ(index.reserveWrites(Hs({7}).data(), 1, more), 0u);
+    EXPECT_EQ(more, (std::vector<int32_t>{HostTierIndex::kNoSlot}));
+    EXPECT_EQ(index.writingCount(), 2u);
+    EXPECT_EQ(index.residentCount(), 1u);
+}
+
+TEST(HostTierIndex, RefusalsChangeNothing) {
+    HostTierIndex index(4);
+    writeNow(index, Hs({1, 2}));
+    std::vector<int32_t> writing = reserve(index, Hs({3}));
+    std::vector<int32_t> pinned;
+    index.pinRun(Hs({1}).data(), 1, pinned);
+    int32_t const one = pinned[0];
+    int32_t const two = index.find(H(2));
+    // Unpinning a slot more often than it is pinned, or an unpinned slot: nothing unpinned.
+    std::vector<int32_t> const twice{one, one};
+    EXPECT_THROW(index.unpin(twice.data(), 2), ContractError);
+    EXPECT_EQ(index.pins(one), 1);
+    std::vector<int32_t> const mixed{one, two};
+    EXPECT_THROW(index.unpin(mixed.data(), 2), ContractError);
+    EXPECT_EQ(index.pins(one), 1);
+    std::vector<int32_t> const outOfRange{99};
+    EXPECT_THROW(index.unpin(outOfRange.data(), 1), ContractError);
+    // Completing or aborting a slot that is not writing, or one listed twice: nothing changed.
+    std::vector<int32_t> const notWriting{writing[0], two};
+    EXPECT_THROW(index.completeWrites(notWriting.data(), 2), ContractError);
+    EXPECT_EQ(index.state(writing[0]), HostSlotState::kWriting);
+    std::vector<int32_t> const dup{writing[0], writing[0]};
+    EXPECT_THROW(index.abortWrites(dup.data(), 2), ContractError);
+    EXPECT_EQ(index.state(writing[0]), HostSlotState::kWriting);
+    EXPECT_THROW(index.state(-1), ContractError);
+    EXPECT_THROW(index.residentRun(nullptr, 2), ContractError);
+    index.checkInvariants();
+    EXPECT_EQ(index.residentCount(), 2u);
+    EXPECT_EQ(index.writingCount(), 1u);
+    EXPECT_EQ(index.pinnedCount(), 1u);
+}
+
+TEST(HostTierIndex, InvalidateAndClearDropOnlyUnpinnedResidentBlocks) {
+    HostTierIndex index(8);
+    writeNow(index, Hs({1, 2, 3}));
+    std::vector<int32_t> writing = reserve(index, Hs({4}));
+    std::vector<int32_t> pinned;
+    index.pinRun(Hs({1}).data(), 1, pinned);
+    EXPECT_FALSE(index.invalidate(H(1)));  // pinned
+    EXPECT_FALSE(index.invalidate(H(4)));  // writing
+    EXPECT_TRUE(index.invalidate(H(2)));
+    EXPECT_FALSE(index.invalidate(H(2)));
+    std::vector<BlockHash> dropped;
+    index.clear(&dropped);
+    EXPECT_EQ(dropped, Hs({3}));
+    index.checkInvariants();
+    EXPECT_EQ(index.residentCount(), 1u);  // 1, pinned
+    EXPECT_EQ(index.writingCount(), 1u);
+    EXPECT_EQ(index.counters().invalidatedBlocks, 2u);
+}
+
+// A naive model: resident blocks in LRU order (a deque), writing blocks, pins per block.
+TEST(HostTierIndex, AgreesWithANaiveModelOverRandomOperations) {
+    std::mt19937 rng(26);
+    constexpr int32_t kCapacity = 6;
+    HostTierIndex index(kCapacity);
+    std::deque<uint64_t> lru;  // resident and unpinned, least recent first
+    std::map<uint64_t, int> pins;  // resident blocks with pins
+    std::map<uint64_t, int32_t> writing;
+    auto used = [&] { return lru.size() + pins.size() + writing.size(); };
+    for (int step = 0; step < 20000; ++step) {
+        int const op = static_cast<int>(rng() % 5);
+        uint64_t const block = rng() % 12;
+        if (op == 0) {  // reserve one
+            std::vector<int32_t> slots;
+            std::vector<BlockHash> dropped;
+            size_t const n = index.reserveWrites(Hs({block}).data(), 1, slots, &dropped);
+            bool const held =
+                std::find(lru.begin(), lru.end(), block) != lru.end() || pins.count(block) || writing.count(block);
+            if (held) {
+                EXPECT_EQ(n, 0u);
+                EXPECT_TRUE(dropped.empty());
+            } else if (used() < static_cast<size_t>(kCapacity)) {
+                ASSERT_EQ(n, 1u);
+                EXPECT_TRUE(dropped.empty());
+                writing[block] = slots[0];
+            } else if (!lru.empty()) {
+                ASSERT_EQ(n, 1u);
+                ASSERT_EQ(dropped, Hs({lru.front()}));
+                lru.pop_front();
+                writing[block] = slots[0];
+            } else {
+                EXPECT_EQ(n, 0u);
+            }
+        } else if (op == 1 && !writing.empty()) {  // complete or abort one
+            auto it = writing.begin();
+            std::advance(it, static_cast<long>(rng() % writing.size()));
+            int32_t const slot = it->second;
+            if (rng() % 4 == 0) {
+                index.abortWrites(&slot, 1);
+            } else {
+                index.completeWrites(&slot, 1);
+                lru.push_back(it->first);
+            }
+            writing.erase(it);
+        } else if (op == 2) {  // pin the run [block, block + 1]
+            std::vector<int32_t> slots;
+            size_t const n = index.pinRun(Hs({block, block + 1}).data(), 2, slots);
+            size_t expect = 0;
+            for (uint64_t b : {block, block + 1}) {
+                bool const resident = std::find(lru.begin(), lru.end(), b) != lru.end() || pins.count(b);
+                if (!resident) break;
+                ++expect;
+            }
+            ASSERT_EQ(n, expect);
+            for (size_t i = 0; i < n; ++i) {
+                uint64_t const b = block + i;
+                auto at = std::find(lru.begin(), lru.end(), b);
+                if (at != lru.end()) lru.erase(at);
+                ++pins[b];
+            }
+        } else if (op == 3 && !pins.empty()) {  // unpin one
+            auto it = pins.begin();
+            std::advance(it, static_cast<long>(rng() % pins.size()));
+            int32_t const slot = index.find(H(it->first));
+            index.unpin(&slot, 1);
+            if (--it->second == 0) {
+                lru.push_back(it->first);
+                pins.erase(it);
+            }
+        } else if (op == 4) {
+            bool const dropped = index.invalidate(H(block));
+            auto at = std::find(lru.begin(), lru.end(), block);
+            EXPECT_EQ(dropped, at != lru.end());
+            if (at != lru.end()) lru.erase(at);
+        }
+        index.checkInvariants();
+        ASSERT_EQ(index.residentCount(), lru.size() + pins.size()) << "step " << step;
+        ASSERT_EQ(index.writingCount(), writing.size());
+        ASSERT_EQ(index.pinnedCount(), pins.size());
+    }
+}
+
+// ---- the manager's observer -------------------------------------------------------------------------------------
+
+struct Recorder final : BaseBlockObserver {
+    std::vector<std::pair<BlockHash, PageId>> stored, removed;
+    void blocksStored(BlockHash const* h, PageId const* p, size_t n) noexcept override {
+        for (size_t i = 0; i < n; ++i) stored.emplace_back(h[i], p[i]);
+    }
+    void blocksRemoved(BlockHash const* h, PageId const* p, size_t n) noexcept override {
+        for (size_t i = 0; i < n; ++i) removed.emplace_back(h[i], p[i]);
+    }
+};
+
+constexpr int32_t kPage = 4;
+
+// Acquires `hashes` (a prompt of hashes.size() * kPage + extra tokens) and publishes them; returns the pages.
+std::vector<PageId> publishPrompt(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t extra = 1) {
+    int32_t const tokens = static_cast<int32_t>(hashes.size()) * kPage + extra;
+    AcquireResult r = m.acquireVanilla(hashes, tokens);
+    EXPECT_EQ(r.status, AcquireStatus::kAcquired);
+    if (!r.lease) return {};
+    PublishResult const p = m.publish(*r.lease, PublishRequest{hashes, tokens});
+    EXPECT_EQ(p.status, PublishStatus::kPublished);
+    return {r.lease->basePages().begin(), r.lease->basePages().begin() + static_cast<std::ptrdiff_t>(hashes.size())};
+}
+
+TEST(BaseBlockObserver, HearsNewlyCanonicalBlocksAndEvictionsButNotAReset) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    Recorder rec;
+    m.setBaseBlockObserver(&rec);
+    Recorder other;
+    EXPECT_THROW(m.setBaseBlockObserver(&other), ContractError);  // one at a time
+    std::vector<PageId> const first = publishPrompt(m, Hs({1, 2}));
+    ASSERT_EQ(rec.stored.size(), 2u);
+    EXPECT_EQ(rec.stored[0], std::make_pair(H(1), first[0]));
+    EXPECT_EQ(rec.stored[1], std::make_pair(H(2), first[1]));
+    publishPrompt(m, Hs({1, 2, 3}));  // blocks 1 and 2 are already canonical: only 3 is new
+    ASSERT_EQ(rec.stored.size(), 3u);
+    EXPECT_EQ(rec.stored[2].first, H(3));
+    EXPECT_TRUE(rec.removed.empty());
+    // 6 pages, 3 cached: a cold prompt of 5 blocks (+1 token: 6 pages) evicts both records; the removed blocks come
+    // with the pages that held them, in path order.
+    publishPrompt(m, Hs({7, 8, 9, 10, 11}));
+    ASSERT_EQ(rec.removed.size(), 3u);
+    auto const byLo = [](BlockHash const& x, BlockHash const& y) { return x.lo < y.lo; };
+    std::vector<BlockHash> removedHashes;
+    for (auto const& [h, p] : rec.removed) removedHashes.push_back(h);
+    std::sort(removedHashes.begin(), removedHashes.end(), byLo);
+    std::vector<BlockHash> expect = Hs({1, 2, 3});
+    std::sort(expect.begin(), expect.end(), byLo);
+    EXPECT_EQ(removedHashes, expect);
+    m.checkInvariants();
+    size_t const removedBefore = rec.removed.size();
+    m.clear();  // a reset is not an eviction
+    EXPECT_EQ(rec.removed.size(), removedBefore);
+    m.setBaseBlockObserver(nullptr);
+    publishPrompt(m, Hs({20}));
+    EXPECT_EQ(rec.stored.size(), 3u + 5u);  // detached: the last publication is not heard
+}
+
+// ---- HostTier on a manager --------------------------------------------------------------------------------------
+
+TEST(HostTier, WriteBackKeepsEvictedBlocksAndExtendsTheDeviceHit) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    HostTier tier(m, {16, HostWritePolicy::kWriteBack});
+    EXPECT_THROW(HostTier(m, {16, HostWritePolicy::kWriteBack}), ContractError);  // the manager has its tier
+    std::vector<BlockHash> const a = Hs({1, 2, 3});
+    publishPrompt(m, a);
+    EXPECT_EQ(tier.index().residentCount(), 0u);  // write-back: nothing until the device drops them
+    publishPrompt(m, Hs({7, 8, 9, 10, 11}));      // evicts a's record
+    EXPECT_EQ(tier.index().residentCount(), 3u);
+    EXPECT_EQ(tier.metrics().writtenBlocks, 3u);
+    tier.checkInvariants();
+    // The device holds none of a now; the tier supplies all three blocks of a 13-token prompt...
+    EXPECT_EQ(m.probeVanilla(a, 13).matchedTokenLength, 0);
+    EXPECT_EQ(tier.extendHit(a, 13, 0), 3);
+    // ...but never the last token: a 12-token prompt (page-aligned) keeps its last block for the prefill.
+    EXPECT_EQ(tier.extendHit(a, 12, 0), 2);
+    // After a device hit of one block the tier adds the rest; a device hit of all of them leaves nothing.
+    EXPECT_EQ(tier.extendHit(a, 13, 1), 2);
+    EXPECT_EQ(tier.extendHit(a, 13, 3), 0);
+    EXPECT_EQ(tier.extendHit(Hs({1, 5, 3}), 13, 0), 1);  // the run ends at the first block the tier lacks
+    EXPECT_EQ(tier.metrics().extendCalls, 5u);
+    EXPECT_EQ(tier.metrics().loadedBlocks, 3u + 2u + 2u + 1u);
+    EXPECT_EQ(tier.metrics().hitRequests, 4u);
+    EXPECT_THROW(tier.extendHit(a, 13, 4), ContractError);  // more device blocks than the prompt has
+    EXPECT_THROW(tier.extendHit(a, -1, 0), ContractError);
+    tier.checkInvariants();
+}
+
+TEST(HostTier, WriteThroughWritesAtPublicationAndNeverTwice) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    HostTier tier(m, {16, HostWritePolicy::kWriteThrough});
+    publishPrompt(m, Hs({1, 2, 3}));
+    EXPECT_EQ(tier.index().residentCount(), 3u);
+    publishPrompt(m, Hs({7, 8, 9, 10, 11}));  // evicts 1..3 from the device: the tier already has them
+    EXPECT_EQ(tier.metrics().writtenBlocks, 8u);
+    EXPECT_EQ(tier.extendHit(Hs({1, 2, 3}), 13, 0), 3);
+    // The device recomputes 1..3 from the tier's copy and publishes them again: the tier does not write them again.
+    publishPrompt(m, Hs({1, 2, 3}));
+    EXPECT_EQ(tier.metrics().writtenBlocks, 8u);
+    EXPECT_EQ(tier.metrics().skippedWrites, 3u);  // newly canonical on the device, already in the tier
+    tier.checkInvariants();
+}
+
+TEST(HostTier, ItsLruDropsLeavesBeforeRootsAndCountsIt) {
+    ContextCacheManager m(kPage, {64, 0, 0, 0}, 64);
+    HostTier tier(m, {4, HostWritePolicy::kWriteThrough});
+    publishPrompt(m, Hs({1, 2, 3}));  // written leaf first: 3 is the least recent, 1 the most
+    publishPrompt(m, Hs({5, 6}));     // needs one slot beyond the four: block 3 goes
+    EXPECT_EQ(tier.metrics().droppedBlocks, 1u);
+    EXPECT_EQ(tier.index().find(H(3)), HostTierIndex::kNoSlot);
+    EXPECT_EQ(tier.extendHit(Hs({1, 2, 3}), 13, 0), 2);
+    tier.clear();
+    EXPECT_EQ(tier.index().residentCount(), 0u);
+    tier.checkInvariants();
+}
+
+TEST(HostTier, DetachesFromItsManagerWhenDestroyed) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    {
+        HostTier tier(m, {4, HostWritePolicy::kWriteThrough});
+        EXPECT_EQ(m.baseBlockObserver(), &tier);
+    }
+    EXPECT_EQ(m.baseBlockObserver(), nullptr);
+    publishPrompt(m, Hs({1}));  // nothing observes: no dangling call
+    HostTier again(m, {4, HostWritePolicy::kWriteBack});
+    EXPECT_THROW(HostTier(m, {0, HostWritePolicy::kWriteBack}), ContractError);
+    EXPECT_THROW(HostTier(m, {4, static_cast<HostWritePolicy>(7)}), ContractError);
+}
+
+}  // namespace
+}  // namespace ctxcache::tier
