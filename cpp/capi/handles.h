@@ -20,6 +20,7 @@
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/kv_events.h"
+#include "ctxcache/tier/host_tier.h"
 #include "handle_table.h"
 
 namespace ctxcache {
@@ -67,6 +68,7 @@ struct ManagerObject {
     RecordViewHashes recordViewHashes;  // backs ctxc_record_view_t::logical_block_hashes
     KvEventsDrain kvEvents;
     std::unordered_set<void const*> leases;  // handles of this manager's leases not yet destroyed
+    std::unique_ptr<tier::HostTier> hostTier;  // after `manager`: destroyed (detached) first
 };
 
 struct LeaseObject {

@@ -1,0 +1,68 @@
+/* ctxcache C ABI: a host-memory tier beside a manager (docs/TIERS.md), so that a block the device evicted comes
+ * back as a copy instead of a recomputation. A manager has at most one tier, attached to it and destroyed with it
+ * (or detached); the tier's calls take the manager's handle and belong to the manager's single-writer family.
+ * This version keeps the tier's bookkeeping (which blocks it holds, its LRU): a bookkeeping-only replay sizes a
+ * tier on a trace. Base-KV blocks of attention models only; speculative and hybrid acquires are not extended. */
+#ifndef CTXCACHE_C_HOST_TIER_H
+#define CTXCACHE_C_HOST_TIER_H
+
+#include "ctxcache/c/library.h"
+#include "ctxcache/c/hash.h"
+#include "ctxcache/c/manager.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* When blocks are written to the tier: every block a publication makes canonical (write-through), or every block
+ * the device's eviction drops (write-back, the default: the tier then holds what the device no longer does). */
+enum { CTXC_HOST_WRITE_THROUGH = 0, CTXC_HOST_WRITE_BACK = 1 };
+
+typedef struct ctxc_host_tier_options {
+    uint32_t struct_size;
+    int32_t capacity_pages; /* > 0: host slots, one page of every attention layer each */
+    int32_t write_policy;   /* CTXC_HOST_WRITE_* (default CTXC_HOST_WRITE_BACK) */
+} ctxc_host_tier_options_t;
+
+typedef struct ctxc_host_tier_metrics {
+    uint32_t struct_size;
+    int32_t capacity_pages;
+    uint64_t resident_blocks;  /* blocks the tier holds now */
+    uint64_t writing_blocks;   /* blocks whose copy to the tier is in flight */
+    uint64_t pinned_blocks;    /* held blocks being loaded */
+    uint64_t extend_calls;     /* extensions asked for */
+    uint64_t hit_requests;     /* extensions that loaded at least one block */
+    uint64_t loaded_blocks;    /* blocks loaded from the tier */
+    uint64_t written_blocks;   /* blocks written to the tier */
+    uint64_t skipped_writes;   /* blocks offered that the tier already held (not written again) */
+    uint64_t refused_writes;   /* blocks offered that found no slot */
+    uint64_t dropped_blocks;   /* blocks the tier dropped to make room */
+    uint64_t failed_loads;     /* blocks whose load failed */
+    uint64_t metadata_bytes;
+} ctxc_host_tier_metrics_t;
+
+CTXC_API void ctxc_host_tier_options_init(ctxc_host_tier_options_t *options);
+/* Attaches a tier to `manager`. CTXC_E_INVALID_ARGUMENT for a non-positive capacity or an unknown policy;
+ * CTXC_E_CONTRACT when the manager already has a tier. */
+CTXC_API ctxc_status_t ctxc_manager_attach_host_tier(ctxc_manager_t *manager, const ctxc_host_tier_options_t *options);
+/* Detaches and destroys the manager's tier (what it held is gone). No tier: CTXC_OK, nothing done. */
+CTXC_API ctxc_status_t ctxc_manager_detach_host_tier(ctxc_manager_t *manager);
+/* The blocks the tier adds to a device hit of `device_blocks` blocks of a prompt of input_token_count tokens whose
+ * full blocks hash to hashes[0..count): the longest run from hashes[device_blocks] the tier holds, never covering
+ * the prompt's last token. Bookkeeping: the load is done when this returns. *out_loaded_blocks = the run's
+ * length. CTXC_E_CONTRACT without a tier. */
+CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit(ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
+                                                         size_t count, int32_t input_token_count,
+                                                         int32_t device_blocks, int32_t *out_loaded_blocks);
+/* Drops every block the tier holds (a manager's reset does not). */
+CTXC_API ctxc_status_t ctxc_manager_host_tier_clear(ctxc_manager_t *manager);
+/* *out_attached = 1 when the manager has a tier; then *out_metrics is filled (out_metrics may be NULL). */
+CTXC_API ctxc_status_t ctxc_manager_host_tier_metrics(const ctxc_manager_t *manager, int32_t *out_attached,
+                                                      ctxc_host_tier_metrics_t *out_metrics);
+CTXC_API ctxc_status_t ctxc_manager_host_tier_check_invariants(const ctxc_manager_t *manager);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTXCACHE_C_HOST_TIER_H */

@@ -1,0 +1,140 @@
+// The host tier through the C ABI only (include/ctxcache/c/host_tier.h): attach, write-back of what the device
+// evicts, an extension after the device hit, metrics, detach; bad arguments answered with a status and a message
+// and nothing changed; a manager destroyed with its tier attached takes the tier with it (the sanitizer run proves
+// nothing leaks or dangles).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ctxcache.h"
+
+namespace {
+
+ctxc_hash128_t H(uint64_t n) { return ctxc_hash128_t{0x7E4000000000000ull | n, 0x1234000000000000ull ^ n}; }
+
+std::vector<ctxc_hash128_t> Hs(uint64_t first, size_t n) {
+    std::vector<ctxc_hash128_t> out;
+    for (size_t i = 0; i < n; ++i) out.push_back(H(first + i));
+    return out;
+}
+
+ctxc_manager_t* makeManager(int32_t pages) {
+    ctxc_manager_options_t options;
+    ctxc_manager_options_init(&options);
+    options.page_size = 4;
+    options.capacities.base_kv_pages = pages;
+    options.max_records = 8;
+    ctxc_manager_t* m = nullptr;
+    EXPECT_EQ(ctxc_manager_create(&options, &m), CTXC_OK) << ctxc_last_error();
+    return m;
+}
+
+// Acquire, publish and destroy a prompt of hashes.size() full blocks and one more token.
+void publishPrompt(ctxc_manager_t* m, std::vector<ctxc_hash128_t> const& hashes) {
+    int32_t const tokens = static_cast<int32_t>(hashes.size()) * 4 + 1;
+    ctxc_acquire_result_t r;
+    std::memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    ctxc_lease_t* lease = nullptr;
+    ASSERT_EQ(ctxc_manager_acquire_vanilla(m, hashes.data(), hashes.size(), tokens, CTXC_LOOKUP_USE_CACHE, &r, &lease),
+              CTXC_OK)
+        << ctxc_last_error();
+    ASSERT_NE(lease, nullptr);
+    ctxc_publish_result_t p;
+    std::memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    ASSERT_EQ(ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), tokens, &p), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(ctxc_lease_destroy(lease), CTXC_OK) << ctxc_last_error();
+}
+
+ctxc_host_tier_metrics_t metrics(ctxc_manager_t const* m, int32_t* attached = nullptr) {
+    ctxc_host_tier_metrics_t out;
+    std::memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    int32_t flag = -1;
+    EXPECT_EQ(ctxc_manager_host_tier_metrics(m, &flag, &out), CTXC_OK) << ctxc_last_error();
+    if (attached) *attached = flag;
+    return out;
+}
+
+TEST(CApiHostTier, WriteBackThenExtendThenDetach) {
+    ctxc_manager_t* m = makeManager(6);
+    int32_t attached = -1;
+    metrics(m, &attached);
+    EXPECT_EQ(attached, 0);
+    ctxc_host_tier_options_t options;
+    ctxc_host_tier_options_init(&options);
+    EXPECT_EQ(options.write_policy, CTXC_HOST_WRITE_BACK);
+    options.capacity_pages = 16;
+    ASSERT_EQ(ctxc_manager_attach_host_tier(m, &options), CTXC_OK) << ctxc_last_error();
+    std::vector<ctxc_hash128_t> const a = Hs(1, 3);
+    publishPrompt(m, a);
+    publishPrompt(m, Hs(10, 5));  // evicts a: written back to the tier
+    ctxc_host_tier_metrics_t x = metrics(m, &attached);
+    EXPECT_EQ(attached, 1);
+    EXPECT_EQ(x.capacity_pages, 16);
+    EXPECT_EQ(x.resident_blocks, 3u);
+    EXPECT_EQ(x.written_blocks, 3u);
+    int32_t loaded = -1;
+    ASSERT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 13, 0, &loaded), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(loaded, 3);
+    ASSERT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 12, 1, &loaded), CTXC_OK);
+    EXPECT_EQ(loaded, 1);  // blocks 1 and 2 after the device's one; the page-aligned prompt keeps its last
+    EXPECT_EQ(ctxc_manager_host_tier_check_invariants(m), CTXC_OK) << ctxc_last_error();
+    x = metrics(m);
+    EXPECT_EQ(x.loaded_blocks, 4u);
+    EXPECT_EQ(x.extend_calls, 2u);
+    EXPECT_GT(x.metadata_bytes, 0u);
+    ASSERT_EQ(ctxc_manager_host_tier_clear(m), CTXC_OK);
+    EXPECT_EQ(metrics(m).resident_blocks, 0u);
+    ASSERT_EQ(ctxc_manager_detach_host_tier(m), CTXC_OK);
+    metrics(m, &attached);
+    EXPECT_EQ(attached, 0);
+    EXPECT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 13, 0, &loaded), CTXC_E_CONTRACT);
+    EXPECT_EQ(loaded, 0);
+    EXPECT_NE(std::string(ctxc_last_error()).find("no host tier"), std::string::npos);
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
+TEST(CApiHostTier, BadArgumentsChangeNothing) {
+    ctxc_manager_t* m = makeManager(6);
+    ctxc_host_tier_options_t options;
+    ctxc_host_tier_options_init(&options);
+    options.capacity_pages = 0;
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, &options), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("capacity_pages"), std::string::npos);
+    options.capacity_pages = 8;
+    options.write_policy = 9;
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, &options), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("write_policy"), std::string::npos);
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, nullptr), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_attach_host_tier(nullptr, &options), CTXC_E_INVALID_HANDLE);
+    int32_t attached = -1;
+    metrics(m, &attached);
+    EXPECT_EQ(attached, 0);
+    options.write_policy = CTXC_HOST_WRITE_THROUGH;
+    ASSERT_EQ(ctxc_manager_attach_host_tier(m, &options), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, &options), CTXC_E_CONTRACT);  // one per manager
+    publishPrompt(m, Hs(1, 2));
+    ctxc_host_tier_metrics_t const before = metrics(m);
+    std::vector<ctxc_hash128_t> const a = Hs(1, 2);
+    int32_t loaded = -1;
+    EXPECT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 9, 3, &loaded), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), -1, 0, &loaded), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_host_tier_extend_hit(m, nullptr, 2, 9, 0, &loaded), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 9, 0, nullptr), CTXC_E_INVALID_ARGUMENT);
+    ctxc_host_tier_metrics_t small;
+    std::memset(&small, 0, sizeof small);
+    small.struct_size = 4;
+    EXPECT_EQ(ctxc_manager_host_tier_metrics(m, &attached, &small), CTXC_E_INVALID_ARGUMENT);
+    ctxc_host_tier_metrics_t const after = metrics(m);
+    EXPECT_EQ(std::memcmp(&before, &after, sizeof before), 0);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);  // the tier goes with its manager
+    EXPECT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 9, 0, &loaded), CTXC_E_INVALID_HANDLE);
+    EXPECT_EQ(ctxc_manager_host_tier_metrics(m, &attached, nullptr), CTXC_E_INVALID_HANDLE);
+}
+
+}  // namespace
