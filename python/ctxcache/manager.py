@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, _resource
+from . import host_tier as _host_tier
 from ._event_keys import KvEventKeys, c_event_keys
 from ._ffi import check, ffi, from_buffer_cdata, lib, new_cdata, new_output
 from ._resource import Family, Resource, drain, orphans
@@ -32,6 +33,7 @@ from .enums import (
 )
 from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
 from .events import KvEventSource
+from .host_tier import HostTier
 from .retention import RetentionMetrics, RetentionSpec, c_retention_spec, clock_ns, duration_ns, retention_metrics_of
 
 _NULL = ffi.NULL
@@ -1092,6 +1094,21 @@ class ContextCacheManager(KvEventSource, Resource):
     def check_invariants(self) -> None:
         """Raise InvariantError describing the first inconsistency in the whole state."""
         check(lib.ctxc_manager_check_invariants(self._live()))
+
+    def attach_host_tier(self, capacity_pages: int, write_policy: Any = "back") -> HostTier:
+        """Attaches a host-memory tier of ``capacity_pages`` slots (ctxcache.host_tier): ``write_policy``
+        ``"back"`` (blocks the device evicts, the default) or ``"through"`` (blocks each publication makes
+        canonical), or a HostWritePolicy. ContractError when one is attached. Returns its view."""
+        return _host_tier.attach(self, capacity_pages, write_policy)
+
+    def detach_host_tier(self) -> None:
+        """Detaches and destroys the host tier (what it held is gone); nothing when there is none."""
+        check(lib.ctxc_manager_detach_host_tier(self._live()))
+
+    @property
+    def host_tier(self) -> HostTier | None:
+        """The attached host tier's view, or None."""
+        return _host_tier.attached(self)
 
     def _two_call(self, call: Any, ctype: str, dtype: Any) -> np.ndarray:
         count = ffi.new("size_t *")

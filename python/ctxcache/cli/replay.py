@@ -133,6 +133,8 @@ class Settings:
     eviction_policy: str = "lru"  # "lru" (whole records, the reference's) or "lru-trim" (tails first)
     # --retain-system-prompts: (priority, seconds or None) for the tokens of each request's shared system prompt
     retain_system: tuple[int, float | None] | None = None
+    host_tier_pages: int = 0  # a host-memory tier beside the device pool (bookkeeping only for now)
+    host_write: str = "back"  # "back" (at eviction) or "through" (at publication)
 
 
 @dataclass
@@ -276,6 +278,7 @@ class Measured:
     engine: str
     capacity_pages: int
     reused: list[int] = field(default_factory=list)
+    reused_host: list[int] = field(default_factory=list)  # of reused: the tokens the host tier supplied
     matched: list[int] = field(default_factory=list)
     used_pages: list[int] = field(default_factory=list)  # base pool pages held after each request (or chunk)
     used_at: list[int] = field(default_factory=list)  # requests done at each sample
@@ -293,6 +296,7 @@ class Measured:
     engine_stats: dict[str, Any] | None = None
     events: dict[str, Any] | None = None  # the KV event publisher's counters
     retention: dict[str, Any] | None = None  # the manager's retention metrics: evictions by priority, expiries
+    host_tier: dict[str, Any] | None = None  # the host tier's metrics
     exporter: MetricsExporter | None = None  # --metrics-port
 
 
@@ -400,6 +404,13 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     m = measured if measured is not None else Measured("bookkeeping-only", capacity_pages)
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
     manager = ContextCacheManager(page_size, capacities, settings.max_records, settings.eviction_policy)
+    tier = None
+    if settings.host_tier_pages > 0:
+        if spec:
+            raise SettingsError("--host-tier-pages: the host tier holds base-KV pages only; an EAGLE hit needs its "
+                                "draft path too (use --mode vanilla)")
+        tier = manager.attach_host_tier(settings.host_tier_pages, settings.host_write)
+    extend = tier.extend_hit if tier is not None else None
     acquire = manager.acquire_spec if spec else manager.acquire_vanilla
     pools = manager.pools
     perf = time.perf_counter_ns
@@ -439,11 +450,18 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
                         break
                     m.rejected += 1
                     m.reused.append(0)
+                    m.reused_host.append(0)
                     m.matched.append(0)
                     i += 1
                     continue
                 plan = result.plan
-                m.reused.append(plan.reuse_token_length)
+                loaded = 0
+                if extend is not None and not forced:  # the blocks after the device hit the host tier holds
+                    t0 = perf()
+                    loaded = extend(h, r.input_length, plan.reuse_token_length // page_size) * page_size
+                    ops["acquire"][-1] += perf() - t0
+                m.reused.append(plan.reuse_token_length + loaded)
+                m.reused_host.append(loaded)
                 m.matched.append(plan.matched_token_length)
                 m.full_input_rewinds += plan.kind == rewind
                 m.forced_cold += forced
@@ -485,6 +503,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
         m.evicted_records += metrics.evicted_records
         m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
         m.retention = _retention_report(manager.retention_metrics)
+        if tier is not None:
+            m.host_tier = dataclasses.asdict(tier.metrics)
+            m.host_tier["write_policy"] = settings.host_write
         if exporter is not None:
             exporter.finish()
         events.close()
@@ -498,6 +519,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     and a partial report between chunks); with settings.verify, compare with a cold run."""
     from .. import sim
 
+    if settings.host_tier_pages > 0:
+        raise SettingsError("--host-tier-pages: the full engine's host tier (bytes copied to and from host memory) "
+                            "is not built yet; add --bookkeeping-only to size a tier on this workload")
     m = measured if measured is not None else Measured("full", capacity_pages)
     pool_bytes = capacity_pages * settings.page_size * _BYTES_PER_TOKEN * (2 if settings.mode == "spec" else 1)
     if pool_bytes > FULL_MODE_MAX_POOL_BYTES:
@@ -608,6 +632,8 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         "requests": done, "requests_in_workload": len(prepared.requests), "prompt_tokens": prompt_tokens,
         "distinct_prompt_tokens": prepared.distinct_pages * settings.page_size,
         "reused_tokens": reused, "hit_rate": round(_ratio(reused, prompt_tokens), 6),
+        "reused_tokens_device": reused - sum(m.reused_host[:done]), "reused_tokens_host": sum(m.reused_host[:done]),
+        "host_tier_pages": settings.host_tier_pages,
         "requests_with_reuse": sum(1 for x in m.reused if x > 0),
         "upper_bound_reused_tokens": bound,
         "upper_bound_hit_rate": round(_ratio(bound, prompt_tokens), 6) if bound is not None else None,
@@ -621,6 +647,7 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         "reuse_by_priority": reuse_by_priority(requests, settings, m.reused,
                                                bound_per_request[:done] if bound_per_request is not None else None),
         "retention_metrics": m.retention,
+        "host_tier": m.host_tier,
     }
     occ = np.asarray(m.used_pages, dtype=np.int64)
     picks = sorted({int(round(x)) for x in np.linspace(0, len(occ) - 1, min(OCCUPANCY_SAMPLES, len(occ)))}) \
@@ -674,7 +701,9 @@ def format_report(r: dict[str, Any]) -> str:
     bound = r["upper_bound_hit_rate"]
     rows = [("requests", f"{r['requests']:,}" + (f" of {r['requests_in_workload']:,}" if r["interrupted"] else "")),
             ("prompt tokens", f"{r['prompt_tokens']:,}"),
-            ("reused tokens", f"{r['reused_tokens']:,}"),
+            ("reused tokens", f"{r['reused_tokens']:,}"
+             + (f" (device {r['reused_tokens_device']:,}, host tier {r['reused_tokens_host']:,})"
+                if r.get("host_tier") else "")),
             ("hit rate", pct(r["hit_rate"])),
             ("unbounded-cache upper bound", pct(bound) if bound is not None else "-"),
             ("offline optimum (this capacity)",
@@ -688,6 +717,13 @@ def format_report(r: dict[str, Any]) -> str:
     if r["engine"] == "bookkeeping-only":
         rows += [("rejected (no capacity)", f"{r['rejected']:,}"), ("grow failures", f"{r['grow_failures']:,}")]
     out += [_table(rows), ""]
+    ht = r.get("host_tier")
+    if ht:
+        out.append(f"host tier: {ht['capacity_pages']:,} pages, write-{ht['write_policy']}: "
+                   f"{ht['written_blocks']:,} blocks written ({ht['skipped_writes']:,} already held), "
+                   f"{ht['loaded_blocks']:,} loaded by {ht['hit_requests']:,} requests, {ht['dropped_blocks']:,} "
+                   f"dropped for room, {ht['resident_blocks']:,} held at the end (bookkeeping: no bytes moved)")
+        out.append("")
     retained = r.get("retain_system_prompts")
     if retained is not None:
         seconds = retained["seconds"]
@@ -807,6 +843,7 @@ def _progress(total: int, desc: str, enabled: bool) -> Iterator[Callable[[int], 
 # ---- the commands --------------------------------------------------------------------------------------------------
 
 _POSITIVE_INT32 = int_range(1, INT32_MAX)
+_NON_NEGATIVE_INT32 = int_range(0, INT32_MAX)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -857,6 +894,12 @@ def _add_replay_only(p: argparse.ArgumentParser) -> None:
                      help="base pool capacity in tokens (rounded down to pages; default: half the workload's "
                           "distinct prompt tokens)")
     p.add_argument("--bookkeeping-only", action="store_true", help="the manager alone: no bytes, no engine")
+    p.add_argument("--host-tier-pages", type=_NON_NEGATIVE_INT32, default=0, metavar="N",
+                   help="a host-memory tier of N pages beside the device pool: evicted blocks come back as copies "
+                        "(docs/TIERS.md; --bookkeeping-only and vanilla mode for now; default 0: none)")
+    p.add_argument("--host-write", choices=("back", "through"), default="back",
+                   help="with --host-tier-pages: write blocks to the tier when the device evicts them (back, the "
+                        "default) or when a publication makes them canonical (through)")
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu",
                    help="full engine backend: cpu (default), cuda (needs a usable device), or auto (cuda when a "
                         "device is usable, else cpu)")
@@ -875,7 +918,9 @@ def _settings(args: argparse.Namespace) -> Settings:
                     events_topic=getattr(args, "events_topic", ""),
                     events_wait=getattr(args, "events_wait", Settings.events_wait),
                     events_linger=getattr(args, "events_linger", Settings.events_linger),
-                    retain_system=getattr(args, "retain_system", None))
+                    retain_system=getattr(args, "retain_system", None),
+                    host_tier_pages=getattr(args, "host_tier_pages", 0),
+                    host_write=getattr(args, "host_write", "back"))
 
 
 def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
@@ -925,8 +970,9 @@ def _capacity(args: argparse.Namespace, prepared: Prepared, settings: Settings) 
 
 
 def _optimum_applies(settings: Settings, args: argparse.Namespace) -> bool:
-    """The offline optimum models the bookkeeping-only replay of vanilla reuse with prefill-state publication."""
-    if getattr(args, "no_optimum", False) or settings.mode != "vanilla":
+    """The offline optimum models the bookkeeping-only replay of vanilla reuse with prefill-state publication, on
+    the device alone (not with a host tier)."""
+    if getattr(args, "no_optimum", False) or settings.mode != "vanilla" or settings.host_tier_pages > 0:
         return False
     return settings.bookkeeping_only or settings.commit_policy == "prefill_state_only"
 

@@ -1,0 +1,120 @@
+"""A manager's host-memory tier (docs/TIERS.md): blocks the device evicted (write-back) or published
+(write-through) are kept in host memory, and an acquire's device hit is extended by the blocks the tier holds
+after it, loaded instead of recomputed.
+
+``ContextCacheManager.attach_host_tier(capacity_pages)`` attaches one and returns a :class:`HostTier` view; the
+view holds its manager, the manager never holds the view (no cycle), and the tier itself lives and dies with the
+manager (or ``detach_host_tier()``). This version keeps the tier's bookkeeping: a bookkeeping-only replay sizes a
+tier on a trace. Base-KV blocks of attention models only; speculative and hybrid acquires are not extended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+from . import _arrays
+from ._ffi import check, ffi, lib, new_output
+from .errors import ContractError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .manager import ContextCacheManager
+
+
+class HostWritePolicy(IntEnum):
+    """When blocks are written to the tier: at publication (every newly canonical block) or at eviction (every
+    block the device drops; the default: the tier holds what the device no longer does)."""
+
+    WRITE_THROUGH = 0
+    WRITE_BACK = 1
+
+    @property
+    def label(self) -> str:
+        return "through" if self is HostWritePolicy.WRITE_THROUGH else "back"
+
+    @classmethod
+    def parse(cls, value: Any) -> HostWritePolicy:
+        """A policy from itself, its value or its label (``"through"``, ``"back"``)."""
+        if isinstance(value, str):
+            for p in cls:
+                if value == p.label:
+                    return p
+            raise ValueError(f"host write policy must be 'through' or 'back' (got {value!r})")
+        return cls(value)
+
+
+@dataclass(frozen=True)
+class HostTierMetrics:
+    capacity_pages: int
+    resident_blocks: int
+    writing_blocks: int
+    pinned_blocks: int
+    extend_calls: int
+    hit_requests: int
+    loaded_blocks: int
+    written_blocks: int
+    skipped_writes: int
+    refused_writes: int
+    dropped_blocks: int
+    failed_loads: int
+    metadata_bytes: int
+
+
+_METRIC_FIELDS = tuple(HostTierMetrics.__dataclass_fields__)
+
+
+class HostTier:
+    """The host tier attached to ``manager`` (see the module comment). Calls raise InvalidHandleError once the
+    manager is closed and ContractError once the tier was detached."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: ContextCacheManager) -> None:
+        self._manager = manager
+
+    def extend_hit(self, full_block_hashes: Any, input_token_count: int, device_blocks: int) -> int:
+        """The blocks the tier adds to a device hit of ``device_blocks`` blocks of a prompt of
+        ``input_token_count`` tokens whose full blocks hash to ``full_block_hashes``: the longest run after the
+        device hit the tier holds, never covering the prompt's last token (loaded now: bookkeeping)."""
+        hashes, count = _arrays.hashes(full_block_hashes)
+        n = _arrays.integer(input_token_count, "input_token_count")
+        d = _arrays.integer(device_blocks, "device_blocks")
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_manager_host_tier_extend_hit(self._manager._live(), hashes, count, n, d, out))
+        return int(out[0])
+
+    @property
+    def metrics(self) -> HostTierMetrics:
+        attached = ffi.new("int32_t *")
+        out = new_output("ctxc_host_tier_metrics_t")
+        check(lib.ctxc_manager_host_tier_metrics(self._manager._live(), attached, out))
+        if not attached[0]:
+            raise ContractError("the manager has no host tier (it was detached)")
+        return HostTierMetrics(*(int(getattr(out, f)) for f in _METRIC_FIELDS))
+
+    def clear(self) -> None:
+        """Drops every block the tier holds (the manager's clear() does not)."""
+        check(lib.ctxc_manager_host_tier_clear(self._manager._live()))
+
+    def check_invariants(self) -> None:
+        check(lib.ctxc_manager_host_tier_check_invariants(self._manager._live()))
+
+
+def attach(manager: ContextCacheManager, capacity_pages: int,
+           write_policy: Any = HostWritePolicy.WRITE_BACK) -> HostTier:
+    options = ffi.new("ctxc_host_tier_options_t *")
+    lib.ctxc_host_tier_options_init(options)
+    options.capacity_pages = _arrays.integer(capacity_pages, "capacity_pages")
+    try:
+        options.write_policy = int(HostWritePolicy.parse(write_policy))
+    except ValueError as e:
+        raise InvalidArgumentError(str(e)) from None
+    check(lib.ctxc_manager_attach_host_tier(manager._live(), options))
+    return HostTier(manager)
+
+
+def attached(manager: ContextCacheManager) -> HostTier | None:
+    flag = ffi.new("int32_t *")
+    check(lib.ctxc_manager_host_tier_metrics(manager._live(), flag, ffi.NULL))
+    return HostTier(manager) if flag[0] else None

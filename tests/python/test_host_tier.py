@@ -1,0 +1,143 @@
+"""The host-memory tier (issue 26), bookkeeping through Python and in ``ctxcache replay``: a manager's tier is
+attached, observed and detached; write-back keeps what the device evicts and write-through what it publishes; an
+extension after the device hit loads what the tier holds and never the prompt's last token; bad arguments are
+typed errors that change nothing; and the replay splits its reuse by tier, reusing strictly more than the device
+alone and, with a tier as large as the workload, everything an unbounded cache would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ctxcache
+from ctxcache import AcquireStatus, ContractError, HostWritePolicy, InvalidArgumentError, InvalidHandleError
+from ctxcache.cli import replay
+from test_replay import _run, conversations  # noqa: F401  (the fixture)
+
+from conftest import to_hashes
+
+PAGE = 4
+
+
+def publish(manager, tokens):
+    h = to_hashes(tokens, PAGE)
+    result = manager.acquire_vanilla(h, len(tokens))
+    assert result.status == AcquireStatus.ACQUIRED
+    with result.lease as lease:
+        manager.publish(lease, h, len(tokens))
+    return h
+
+
+def test_write_back_keeps_what_the_device_evicts_and_extends_the_next_hit(make_manager):
+    m = make_manager(page_size=PAGE, base_kv_pages=6, max_records=8)
+    tier = m.attach_host_tier(16)
+    assert m.host_tier is not None and tier.metrics.capacity_pages == 16
+    a = publish(m, list(range(13)))  # 3 full blocks + 1 token
+    assert tier.metrics.resident_blocks == 0  # write-back: nothing until the device drops them
+    publish(m, list(range(100, 121)))  # 5 blocks + 1 token: the device must evict a's record
+    metrics = tier.metrics
+    assert (metrics.resident_blocks, metrics.written_blocks) == (3, 3)
+    assert m.probe_vanilla(a, 13).reuse_token_length == 0  # the device has none of a...
+    assert tier.extend_hit(a, 13, 0) == 3  # ...the tier has all of it
+    assert tier.extend_hit(a, 12, 0) == 2  # a page-aligned prompt keeps its last block for the prefill
+    assert tier.extend_hit(a, 13, 2) == 1
+    metrics = tier.metrics
+    assert (metrics.extend_calls, metrics.hit_requests, metrics.loaded_blocks) == (3, 3, 6)
+    tier.check_invariants()
+    m.check_invariants()
+
+
+def test_write_through_writes_at_publication_and_never_twice(make_manager):
+    m = make_manager(page_size=PAGE, base_kv_pages=6, max_records=8)
+    tier = m.attach_host_tier(16, "through")
+    a = publish(m, list(range(13)))
+    assert tier.metrics.written_blocks == 3
+    publish(m, list(range(100, 121)))  # evicts a: the tier already holds it
+    assert tier.metrics.written_blocks == 8
+    assert tier.extend_hit(a, 13, 0) == 3
+    publish(m, list(range(13)))  # a, recomputed on the device: newly canonical there, already in the tier
+    metrics = tier.metrics
+    assert (metrics.written_blocks, metrics.skipped_writes) == (8, 3)
+    tier.clear()
+    assert tier.metrics.resident_blocks == 0
+    tier.check_invariants()
+
+
+def test_bad_arguments_are_typed_errors_that_change_nothing(make_manager):
+    m = make_manager(page_size=PAGE, base_kv_pages=6)
+    with pytest.raises(InvalidArgumentError):
+        m.attach_host_tier(0)
+    with pytest.raises(InvalidArgumentError):
+        m.attach_host_tier(8, "sideways")
+    assert m.host_tier is None
+    tier = m.attach_host_tier(8, HostWritePolicy.WRITE_THROUGH)
+    with pytest.raises(ContractError):
+        m.attach_host_tier(8)  # one tier per manager
+    a = publish(m, list(range(13)))
+    before = tier.metrics
+    with pytest.raises(InvalidArgumentError):
+        tier.extend_hit(a, 13, 4)  # more device blocks than the prompt has
+    with pytest.raises(InvalidArgumentError):
+        tier.extend_hit(a, -1, 0)
+    with pytest.raises(InvalidArgumentError):
+        tier.extend_hit(np.zeros((2, 3), dtype=np.uint64), 13, 0)
+    assert tier.metrics == before
+    m.detach_host_tier()
+    m.detach_host_tier()  # nothing attached: nothing done
+    assert m.host_tier is None
+    with pytest.raises(ContractError):
+        tier.extend_hit(a, 13, 0)  # the view outlived its tier
+    with pytest.raises(ContractError):
+        tier.metrics
+
+
+def test_the_tier_dies_with_its_manager_and_its_view_reports_it():
+    m = ctxcache.ContextCacheManager(PAGE, ctxcache.ResourceDemand(base_kv_pages=6), 8)
+    tier = m.attach_host_tier(8)
+    publish(m, list(range(13)))
+    m.close()
+    with pytest.raises(InvalidHandleError):
+        tier.metrics
+
+
+# ---- ctxcache replay --host-tier-pages -------------------------------------------------------------------------
+
+
+def _replay(capsys, path, *extra):
+    code, out, err = _run(capsys, replay.replay_main, [str(path), "--bookkeeping-only", "--json", "--no-progress",
+                                                        "--no-optimum", *extra])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_replay_splits_reuse_by_tier_and_reuses_more_than_the_device_alone(capsys, conversations):  # noqa: F811
+    alone = _replay(capsys, conversations, "--base-pages", "400")
+    assert alone["reused_tokens_host"] == 0 and alone["host_tier"] is None
+    for write in ("back", "through"):
+        tiered = _replay(capsys, conversations, "--base-pages", "400", "--host-tier-pages", "4000",
+                         "--host-write", write)
+        assert tiered["reused_tokens"] == tiered["reused_tokens_device"] + tiered["reused_tokens_host"]
+        assert tiered["reused_tokens_host"] > 0
+        assert tiered["reused_tokens"] > alone["reused_tokens"]
+        # A tier that holds the whole workload: everything an unbounded cache would reuse.
+        assert tiered["reused_tokens"] == tiered["upper_bound_reused_tokens"]
+        ht = tiered["host_tier"]
+        assert ht["write_policy"] == write and ht["loaded_blocks"] * 16 == tiered["reused_tokens_host"]
+        assert ht["resident_blocks"] <= 4000
+
+
+def test_replay_refuses_a_tier_it_cannot_serve_with_one_line(capsys, conversations):  # noqa: F811
+    for argv, words in ((["--host-tier-pages", "100"], "--bookkeeping-only"),
+                        (["--host-tier-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft path"),
+                        (["--host-tier-pages", "-1", "--bookkeeping-only"], "--host-tier-pages"),
+                        (["--host-tier-pages", "8", "--host-write", "sideways", "--bookkeeping-only"],
+                         "--host-write")):
+        try:
+            code, out, err = _run(capsys, replay.replay_main, [str(conversations), "--no-progress", *argv])
+        except SystemExit as e:  # argparse's refusals
+            code, err = e.code, capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and words in err, (argv, err)
