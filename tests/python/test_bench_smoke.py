@@ -58,6 +58,7 @@ def test_bench_figures_are_self_consistent(trace, page_size):
     r = bench.run_page_size(requests, page_size, repeat=2)
 
     assert r["requests"] == 50 and r["capacity_pages"] == r["distinct_blocks"] // 2 * (512 // page_size)
+    assert r["retention"] == "none"  # the C++ half names its --retention; tools/bench_manager compares the two
     assert r["acquired"] + r["insufficient_capacity"] == r["requests"]
     assert r["insufficient_capacity"] == 0 and r["grow_failures"] == 0
     assert r["manager_calls"] == 2 * r["acquired"] + r["grow_calls"] + r["publish_calls"]

@@ -734,8 +734,9 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
             hybrid_candidates: int, eviction_policy: str = "lru", cold_bytes: int | None = None) -> dict[str, Any]:
     """One mode's result: the same keys, in the same order, as the C++ benchmark prints."""
     hybrid, spec = mode == "hybrid", mode == "spec"
+    # retention: the C++ benchmark's --retention (none by default); this half publishes without specs.
     res: dict[str, Any] = {"page_size": page_size, "mode": mode, "eviction_policy": eviction_policy,
-                           "loop": "hot" if cold_bytes is None else "cold"}
+                           "retention": "none", "loop": "hot" if cold_bytes is None else "cold"}
     if cold_bytes is not None:
         res["cold_bytes"] = cold_bytes
     res.update({"repeat": repeat, "requests": run["requests"], "distinct_blocks": distinct,

@@ -89,6 +89,26 @@ TEST(HostTierIndex, DropsTheLeastRecentUnpinnedBlockForRoom) {
     EXPECT_EQ(index.residentCount(), 1u);
 }
 
+TEST(HostTierIndex, TouchAndDemoteMoveOnlyResidentUnpinnedBlocks) {
+    HostTierIndex index(3);
+    writeNow(index, Hs({1, 2, 3}));  // LRU: 1 2 3
+    index.touch(index.find(H(1)));   // 2 3 1
+    index.demote(index.find(H(3)));  // 3 2 1
+    std::vector<int32_t> pinned;
+    index.pinRun(Hs({2}).data(), 1, pinned);
+    index.touch(pinned[0]);  // pinned: off the list, unchanged
+    index.demote(pinned[0]);
+    index.checkInvariants();
+    std::vector<BlockHash> dropped;
+    std::vector<int32_t> slots;
+    ASSERT_EQ(index.reserveWrites(Hs({4, 5}).data(), 2, slots, &dropped), 2u);
+    EXPECT_EQ(dropped, Hs({3, 1}));  // 2 is pinned
+    index.touch(slots[0]);  // writing: unchanged
+    EXPECT_EQ(index.state(slots[0]), HostSlotState::kWriting);
+    EXPECT_THROW(index.touch(7), ContractError);
+    index.checkInvariants();
+}
+
 TEST(HostTierIndex, RefusalsChangeNothing) {
     HostTierIndex index(4);
     writeNow(index, Hs({1, 2}));
