@@ -5,6 +5,8 @@
 // with ONE cudaMemcpyAsync, records the slot's event and launches its kernel, which reads the table. The device
 // table is single: the next op's upload is stream-ordered after this op's kernel. Both are sized once at
 // construction (BackendOptions::maxTableBytes), so no op allocates.
+// Host memory: allocateHost is cudaHostAlloc(Portable | Mapped), zeroed on the host; ops address host memory by
+// its mapped device pointer (doMapHost: pinned and mapped memory only). Pinning failure is OutOfMemoryError.
 // Errors: a failing CUDA call throws DeviceError naming the call; construction failures release what was made.
 // Streams: stream_ is the stream in use: the caller's (options.stream or setStream) or ownStream_, which the
 // backend creates (at construction, or at the first setStream(nullptr) of a backend built on a caller's stream)
@@ -13,11 +15,14 @@
 // current on the calling thread.
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/device/device_error.h"
+#include "ctxcache/errors.h"
 #include "device_kernels.cuh"
 
 namespace ctxcache::device {
@@ -91,6 +96,68 @@ protected:
             check(status, "cudaMemsetAsync(new allocation)");
         }
         return pointer;
+    }
+
+    void* doAllocateHost(size_t bytes) override {
+        select();
+        void* pointer = nullptr;
+        cudaError_t const status = cudaHostAlloc(&pointer, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
+        if (status != cudaSuccess || !pointer) {
+            cudaGetLastError();
+            throw OutOfMemoryError(describeAllocationFailure(
+                std::string("cuda backend: pinned host memory (cudaHostAlloc: ") + cudaGetErrorName(status) + ")",
+                bytes));
+        }
+        if (reinterpret_cast<uintptr_t>(pointer) % kHostAlignment != 0) {
+            cudaFreeHost(pointer);
+            throw DeviceError("CUDA cudaHostAlloc returned memory that is not " + std::to_string(kHostAlignment) +
+                              "-byte aligned");
+        }
+        std::memset(pointer, 0, bytes);
+        return pointer;
+    }
+
+    void doDeallocateHost(void* pointer) noexcept override {
+        cudaSetDevice(options().device);
+        cudaStreamSynchronize(stream_);  // stream-ordered copies may still use it
+        cudaFreeHost(pointer);
+        cudaGetLastError();
+    }
+
+    // Pinned and mapped over its whole range: both ends are host memory the runtime maps, at device addresses
+    // exactly bytes - 1 apart (one mapping).
+    void* doMapHost(void* data, size_t bytes, std::string* why) const override {
+        auto mappedAt = [&](void const* p, cudaPointerAttributes& a) -> bool {
+            a = cudaPointerAttributes{};
+            if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+                cudaGetLastError();
+                *why = "is not memory the CUDA runtime knows";
+                return false;
+            }
+            if (a.type != cudaMemoryTypeHost) {
+                *why = "is not pinned host memory (cudaMemoryType " + std::to_string(int(a.type)) +
+                       "): allocate it with cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable) or pin it "
+                       "with cudaHostRegister(cudaHostRegisterMapped | cudaHostRegisterPortable)";
+                return false;
+            }
+            if (!a.devicePointer) {
+                *why =
+                    "is pinned but not mapped into the device's address space (cudaHostAllocMapped / "
+                    "cudaHostRegisterMapped)";
+                return false;
+            }
+            return true;
+        };
+        cudaSetDevice(options().device);
+        cudaPointerAttributes first{}, last{};
+        unsigned char const* end = static_cast<unsigned char const*>(data) + bytes - 1;
+        if (!mappedAt(data, first) || !mappedAt(end, last)) return nullptr;
+        if (static_cast<unsigned char*>(last.devicePointer) - static_cast<unsigned char*>(first.devicePointer) !=
+            static_cast<ptrdiff_t>(bytes - 1)) {
+            *why = "of " + std::to_string(bytes) + " bytes is not one pinned, mapped allocation";
+            return nullptr;
+        }
+        return first.devicePointer;
     }
 
     void doSetStream(void* stream) override {
@@ -230,6 +297,19 @@ protected:
               "cudaMemcpyAsync(hash partials)");
         ++counters_.transfers;
         check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(hashChunks)");
+    }
+
+    void doCopyHostPages(HostPageCopy const& c) override {
+        select();
+        Table t = beginTable();
+        size_t const layerOffset = t.append(c.layers, static_cast<size_t>(c.numLayers) * sizeof(HostPageLayer));
+        size_t const pairOffset = t.append(c.pairs, static_cast<size_t>(c.count) * sizeof(HostPagePair));
+        unsigned char* device = upload(t);
+        HostPageCopy k = c;
+        k.layers = reinterpret_cast<HostPageLayer const*>(device + layerOffset);
+        k.pairs = reinterpret_cast<HostPagePair const*>(device + pairOffset);
+        kernels::launchCopyHostPages(k, static_cast<uint64_t>(c.count) * c.chunksPerPage, maxBlocks(), stream_);
+        launched("copyHostPages");
     }
 
 private:

@@ -2,6 +2,16 @@
 // same layout.h math, so the two produce identical bytes. All are memory-bound: 16-byte accesses whenever source
 // and destination are co-aligned, several independent loads in flight per thread before the first store.
 //
+// Host page copies (copyHostPagesKernel, a host tier's pool <-> pinned slot transfers) are a kernel too, not
+// cudaMemcpyBatchAsync (CUDA 12.8+): one launch covers every page x layer x K/V from a table of 32 bytes per layer
+// + 8 per page, where the batch call takes three host arrays of 2 * layers * pages entries (pointers and sizes, plus
+// attributes) the driver walks per call and splits into per-copy copy-engine work, small copies of one page half
+// each (16-64 KiB on typical models) that keep the copy engines below their bandwidth; the kernel keeps 16-byte
+// accesses in flight from every SM instead and is one code path with the CPU twin and the emulation suite. Its
+// signature also changed between CUDA 12.8 and 13 (failIdx dropped). The price: SM time during a transfer, and
+// pinned host memory must be mapped (HostBuffer does that). bench_kernels holds it to >= 80% of a plain pinned
+// cudaMemcpyAsync of the same bytes.
+//
 // Threading: each kernel owns the bytes its descriptors name; concurrent launches on other streams touching the
 // same bytes are the caller's race.
 #include "device_kernels.cuh"
@@ -95,6 +105,29 @@ __global__ void __launch_bounds__(kThreads) copySpansKernel(SpanCopy const* span
         uint64_t const n = span.bytes - begin < kSpanChunkBytes ? span.bytes - begin : kSpanChunkBytes;
         blockCopyBytes(static_cast<unsigned char*>(span.dst) + begin,
                        span.src ? static_cast<unsigned char const*>(span.src) + begin : nullptr, n);
+    }
+}
+
+// Pool pages <-> host slots: the work is count * chunksPerPage chunks of at most kSpanChunkBytes (a page pair's
+// chunks run layer by layer, K then V, each half cut into 16 KiB chunks); blocks stride over the chunks, each copying
+// one chunk block-wide (16-byte accesses when pool and slot addresses are co-aligned). The host side is mapped
+// pinned memory, so the loads (from host) or stores (to host) cross PCIe from the SMs directly.
+__global__ void __launch_bounds__(kThreads) copyHostPagesKernel(HostPageCopy c, uint64_t totalChunks) {
+    bool const toHost = c.direction == static_cast<int32_t>(HostCopyDirection::kToHost);
+    for (uint64_t chunk = blockIdx.x; chunk < totalChunks; chunk += gridDim.x) {
+        uint64_t const item = chunk / c.chunksPerPage;
+        uint64_t const within = chunk - item * c.chunksPerPage;
+        HostPageLayer const layer = c.layers[hostLayerOfChunk(c.layers, c.numLayers, within)];
+        uint64_t const perHalf = (layer.pageBytes + kSpanChunkBytes - 1) / kSpanChunkBytes;
+        uint64_t const local = within - layer.firstChunk;
+        int32_t const half = local >= perHalf ? 1 : 0;
+        uint64_t const begin = (local - static_cast<uint64_t>(half) * perHalf) * kSpanChunkBytes;
+        uint64_t const n = layer.pageBytes - begin < kSpanChunkBytes ? layer.pageBytes - begin : kSpanChunkBytes;
+        HostPagePair const pair = c.pairs[item];
+        unsigned char* page = hostCopyPoolPage(layer, c.numPages, pair.page, half) + begin;
+        unsigned char* slot = hostCopySlotPage(c, layer, pair.slot, half) + begin;
+        if (toHost) blockCopyBytes(slot, page, n);
+        else blockCopyBytes(page, slot, n);
     }
 }
 
@@ -394,6 +427,10 @@ int blocksFor(uint64_t work, int perBlock, int maxBlocks) {
 
 void launchCopySpans(SpanCopy const* spans, int32_t count, uint64_t totalChunks, int maxBlocks, cudaStream_t stream) {
     CTXC_LAUNCH(copySpansKernel, blocksFor(totalChunks, 1, maxBlocks), kThreads, stream)(spans, count, totalChunks);
+}
+
+void launchCopyHostPages(HostPageCopy const& copy, uint64_t totalChunks, int maxBlocks, cudaStream_t stream) {
+    CTXC_LAUNCH(copyHostPagesKernel, blocksFor(totalChunks, 1, maxBlocks), kThreads, stream)(copy, totalChunks);
 }
 
 uint32_t compactUnitBytes(void const* base, uint64_t rowBytes) { return unitOf(base, rowBytes); }

@@ -16,6 +16,10 @@ inline constexpr int kThreads = 256;
 // Copy or zero every span; grid = min(totalChunks, maxBlocks) blocks striding over the chunks.
 void launchCopySpans(SpanCopy const* spans, int32_t count, uint64_t totalChunks, int maxBlocks, cudaStream_t stream);
 
+// Pool pages <-> host slots (copy.layers and copy.pairs in device memory, copy.host mapped host memory);
+// totalChunks = count * chunksPerPage; grid = min(totalChunks, maxBlocks) blocks striding over the chunks.
+void launchCopyHostPages(HostPageCopy const& copy, uint64_t totalChunks, int maxBlocks, cudaStream_t stream);
+
 // Bytes per access of a tensor's compaction (16, 4 or 1: the widest that base and rowBytes are aligned to).
 uint32_t compactUnitBytes(void const* base, uint64_t rowBytes);
 // In-place order-preserving compaction; maxColumns = max over tensors of rowBytes / compactUnitBytes.

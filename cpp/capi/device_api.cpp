@@ -1,15 +1,17 @@
-// C ABI of include/ctxcache/c/device.h: device backends, buffers, KV pools, page tables, KV lengths, resident
-// recurrent state, snapshot storage, the generic device operations (compaction, execution-row rebasing, chunked
-// hashing) and the device views of them. Dense K/V gather and scatter are dense_kv_api.cpp's; the page table's
-// introspection is debug_api.cpp's.
+// C ABI of include/ctxcache/c/device.h: device backends, buffers, host buffers, KV pools (and their host copies), page
+// tables, KV lengths, resident recurrent state, snapshot storage, the generic device operations (compaction,
+// execution-row rebasing, chunked hashing) and the device views of them. Dense K/V gather and scatter are
+// dense_kv_api.cpp's; the page table's introspection is debug_api.cpp's.
 #include "ctxcache/c/device.h"
 
+#include <cstring>
 #include <vector>
 
 #include "api_support.h"
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/chunked_hash.h"
 #include "ctxcache/device/device_error.h"
+#include "ctxcache/device/kv_host_copy.h"
 #include "device_handles.h"
 
 using namespace ctxcache;
@@ -116,6 +118,35 @@ unsigned char* window(BufferObject& b, size_t offset, size_t bytes, char const* 
     return b.buffer->bytes() + offset;
 }
 
+// The host slot layout of a call: the host buffer's object (of the pool's backend) and the checked struct.
+HostSlotLayout slotLayout(HostBufferObject const& host, ctxc_host_slot_layout_t const* layout) {
+    ctxc_host_slot_layout_t const& l = requireSized(layout, "layout");
+    requireNonNegative(l.slot_count, "layout->slot_count");
+    return HostSlotLayout{host.buffer.get(), l.slot_bytes, l.payload_offset, l.slot_count};
+}
+
+template <class Pool>
+void copyPages(Pool* pool, int32_t const* pages, int32_t const* hostSlots, size_t count, ctxc_host_buffer_t const* host,
+               ctxc_host_slot_layout_t const* layout, bool toHost) {
+    KvPoolObject& p = requireObject(kvPools(), pool, "pool");
+    HostBufferObject& h = requireObject(hostBuffers(), host, "host");
+    requireArray(pages, count, "pages");
+    requireArray(hostSlots, count, "host_slots");
+    HostSlotLayout const l = slotLayout(h, layout);
+    if (h.backend != p.backend) throw ContractError("host: the host buffer and the pool must share one backend");
+    if (toHost) copyPagesToHost(*p.pool, pages, hostSlots, l, static_cast<int32_t>(count));
+    else copyPagesFromHost(*p.pool, pages, hostSlots, l, static_cast<int32_t>(count));
+}
+
+// [offset, offset + bytes) of a host buffer, or CTXC_E_CONTRACT when it does not fit.
+unsigned char* hostWindow(HostBufferObject const& h, size_t offset, size_t bytes, char const* name) {
+    size_t const size = h.buffer->size();
+    if (offset > size || bytes > size - offset)
+        throw ContractError(std::string(name) + ": [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                            ") is outside the host buffer's " + std::to_string(size) + " bytes");
+    return h.buffer->bytes() + offset;
+}
+
 }  // namespace
 
 static_assert(int{CTXC_ELEMENT_FP16} == int{CTXC_DTYPE_FP16} && int{CTXC_ELEMENT_BF16} == int{CTXC_DTYPE_BF16} &&
@@ -189,6 +220,11 @@ CTXC_API ctxc_status_t ctxc_device_backend_allocated_bytes(const ctxc_device_bac
     return getInto(__func__, out_bytes, "out_bytes", [&] { return backendOf(backend)->allocatedBytes(); });
 }
 
+CTXC_API ctxc_status_t ctxc_device_backend_allocated_host_bytes(const ctxc_device_backend_t* backend,
+                                                                size_t* out_bytes) {
+    return getInto(__func__, out_bytes, "out_bytes", [&] { return backendOf(backend)->allocatedHostBytes(); });
+}
+
 CTXC_API ctxc_status_t ctxc_device_backend_set_stream(ctxc_device_backend_t* backend, void* stream) {
     return guard(__func__, [&] { backendOf(backend)->setStream(stream); });
 }
@@ -250,6 +286,67 @@ CTXC_API ctxc_status_t ctxc_device_buffer_view(const ctxc_device_buffer_t* buffe
         BufferObject const& b = requireObject(deviceBuffers(), buffer, "buffer");
         fillView(out_view, *b.backend, CTXC_ELEMENT_UINT8, b.buffer->data(), {static_cast<int64_t>(b.buffer->size())},
                  !b.buffer->owning());
+    });
+}
+
+// ---- host buffers ---------------------------------------------------------------------------------------------
+
+CTXC_API void ctxc_host_buffer_options_init(ctxc_host_buffer_options_t* options) {
+    if (!initSized(options)) return;
+}
+
+CTXC_API ctxc_status_t ctxc_host_buffer_create(ctxc_device_backend_t* backend,
+                                               const ctxc_host_buffer_options_t* options,
+                                               ctxc_host_buffer_t** out_buffer) {
+    return guard(__func__, [&] {
+        createOnBackend(hostBuffers(), backend, options, out_buffer, "out_buffer",
+                        [](DeviceBackend& b, ctxc_host_buffer_options_t const& o) {
+            auto object = std::make_unique<HostBufferObject>();
+            if (o.external_data || o.external_bytes) {
+                if (o.external_bytes < o.bytes)
+                    invalidArgument("options->external_bytes " + std::to_string(o.external_bytes) +
+                                    " is less than options->bytes " + std::to_string(o.bytes));
+                object->buffer = std::make_shared<HostBuffer>(
+                    HostBuffer::external(b, ExternalMemory{o.external_data, o.bytes}, "ctxc_host_buffer_create"));
+            } else {
+                object->buffer = std::make_shared<HostBuffer>(b, o.bytes);
+            }
+            return object;
+        });
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_host_buffer_destroy(ctxc_host_buffer_t* buffer) {
+    return guard(__func__, [&] { destroyObject(hostBuffers(), buffer, "buffer"); });
+}
+
+CTXC_API ctxc_status_t ctxc_host_buffer_size(const ctxc_host_buffer_t* buffer, size_t* out_bytes) {
+    return getInto(__func__, out_bytes, "out_bytes",
+                   [&] { return requireObject(hostBuffers(), buffer, "buffer").buffer->size(); });
+}
+
+CTXC_API ctxc_status_t ctxc_host_buffer_data(const ctxc_host_buffer_t* buffer, void** out_data) {
+    return getInto(__func__, out_data, "out_data",
+                   [&] { return requireObject(hostBuffers(), buffer, "buffer").buffer->data(); });
+}
+
+CTXC_API ctxc_status_t ctxc_host_buffer_write(ctxc_host_buffer_t* buffer, size_t offset, const void* src, size_t size) {
+    return guard(__func__, [&] {
+        HostBufferObject& h = requireObject(hostBuffers(), buffer, "buffer");
+        requireBytes(src, size, "src");
+        unsigned char* dst = hostWindow(h, offset, size, "ctxc_host_buffer_write");
+        h.backend->synchronize();  // no copy still reads or writes these bytes
+        if (size > 0) std::memcpy(dst, src, size);
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_host_buffer_read(const ctxc_host_buffer_t* buffer, size_t offset, void* dst, size_t size) {
+    return guard(__func__, [&] {
+        HostBufferObject& h = requireObject(hostBuffers(), buffer, "buffer");
+        requireBytes(dst, size, "dst");
+        unsigned char const* src = hostWindow(h, offset, size, "ctxc_host_buffer_read");
+        h.backend->synchronize();  // every copy into these bytes has landed
+        if (size > 0) std::memcpy(dst, src, size);
     });
 }
 
@@ -331,6 +428,29 @@ CTXC_API ctxc_status_t ctxc_kv_pool_read_pages(const ctxc_kv_pool_t* pool, int32
         requireBytes(dst, size, "dst");
         p.pool->readPages(layer, first_flat_page, page_count, dst, size);
     });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_host_payload_bytes(const ctxc_kv_pool_t* pool, size_t* out_bytes) {
+    return getInto(__func__, out_bytes, "out_bytes",
+                   [&] { return hostSlotPayloadBytes(*requireObject(kvPools(), pool, "pool").pool); });
+}
+
+CTXC_API void ctxc_host_slot_layout_init(ctxc_host_slot_layout_t* layout) {
+    if (!initSized(layout)) return;
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_copy_pages_to_host(const ctxc_kv_pool_t* pool, const int32_t* pages,
+                                                       const int32_t* host_slots, size_t count,
+                                                       ctxc_host_buffer_t* host,
+                                                       const ctxc_host_slot_layout_t* layout) {
+    return guard(__func__, [&] { copyPages(pool, pages, host_slots, count, host, layout, true); });
+}
+
+CTXC_API ctxc_status_t ctxc_kv_pool_copy_pages_from_host(ctxc_kv_pool_t* pool, const int32_t* pages,
+                                                         const int32_t* host_slots, size_t count,
+                                                         const ctxc_host_buffer_t* host,
+                                                         const ctxc_host_slot_layout_t* layout) {
+    return guard(__func__, [&] { copyPages(pool, pages, host_slots, count, host, layout, false); });
 }
 
 // ---- page tables ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// The objects behind the device layer's C handles (tags 0xC4..0xCA) and their checked lookups.
+// The objects behind the device layer's C handles (tags 0xC4..0xCA, 0xCF) and their checked lookups.
 //
 // Every object holds a shared_ptr to its backend (declared first, so it is destroyed last) and to whatever it
 // was built from, so handles may be destroyed in any order: the device memory goes away with the last owner.
@@ -16,6 +16,7 @@
 #include "api_support.h"
 #include "call_family.h"
 #include "ctxcache/device/device_backend.h"
+#include "ctxcache/device/host_buffer.h"
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/device/kv_page_table.h"
@@ -36,6 +37,12 @@ struct BufferObject {
     std::shared_ptr<CallFamily> family;  // its backend's
     std::shared_ptr<device::DeviceBackend> backend;
     std::shared_ptr<device::DeviceBuffer> buffer;
+};
+
+struct HostBufferObject {
+    std::shared_ptr<CallFamily> family;  // its backend's
+    std::shared_ptr<device::DeviceBackend> backend;
+    std::shared_ptr<device::HostBuffer> buffer;
 };
 
 struct KvPoolObject {
@@ -78,6 +85,7 @@ inline auto& pageTables() { return handleTable<PageTableObject, 0xC7>(); }
 inline auto& kvLengths() { return handleTable<KvLengthsObject, 0xC8>(); }
 inline auto& residentStates() { return handleTable<ResidentStateObject, 0xC9>(); }
 inline auto& snapshotStorages() { return handleTable<SnapshotStorageObject, 0xCA>(); }
+inline auto& hostBuffers() { return handleTable<HostBufferObject, 0xCF>(); }
 
 // The backend a handle names, or CTXC_E_INVALID_HANDLE.
 inline std::shared_ptr<device::DeviceBackend> const& backendOf(ctxc_device_backend_t const* handle) {

@@ -2,6 +2,9 @@
 // layout.h math the CUDA kernels use. It is the oracle the CUDA backend is compared to byte for byte, so it is
 // written for obviousness, not speed.
 //
+// Host memory (allocateHost) is plain page-aligned memory, the same as its "device memory": every host address
+// is its own kernel address (mapHost).
+//
 // Ordering: every op completes before it returns (synchronize() is a no-op). Counts one "kernel" per op so that
 // launch-count expectations read the same on both backends.
 #include <cstdint>
@@ -24,20 +27,14 @@ public:
     void* stream() const noexcept override { return stream_; }
 
 protected:
-    // Zeroed memory from calloc, which takes large blocks as fresh zero pages from the kernel without writing
-    // them: a pool costs resident memory only for the pages written (a huge pool no longer touches every byte
-    // at construction). Aligned to 256 bytes by hand; the raw pointer sits just before the aligned one.
-    void* doAllocate(size_t bytes) override {
-        constexpr size_t kAlign = 256;
-        if (bytes > SIZE_MAX - kAlign - sizeof(void*))
-            throw OutOfMemoryError(describeAllocationFailure("cpu backend", bytes));
-        void* raw = std::calloc(1, bytes + kAlign + sizeof(void*));
-        if (!raw) throw OutOfMemoryError(describeAllocationFailure("cpu backend", bytes));
-        uintptr_t const aligned = (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + kAlign - 1) & ~(kAlign - 1);
-        reinterpret_cast<void**>(aligned)[-1] = raw;
-        return reinterpret_cast<void*>(aligned);
-    }
+    // 256-byte aligned, zeroed (alignedCalloc); host memory the same, page-aligned.
+    void* doAllocate(size_t bytes) override { return alignedCalloc(bytes, 256, "cpu backend"); }
     void doDeallocate(void* pointer) noexcept override { std::free(static_cast<void**>(pointer)[-1]); }
+    void* doAllocateHost(size_t bytes) override {
+        return alignedCalloc(bytes, kHostAlignment, "cpu backend: host memory");
+    }
+    void doDeallocateHost(void* pointer) noexcept override { std::free(static_cast<void**>(pointer)[-1]); }
+    void* doMapHost(void* data, size_t, std::string*) const override { return data; }
     void doUpload(void* dst, void const* src, size_t bytes) override { std::memmove(dst, src, bytes); }
     void doDownload(void* dst, void const* src, size_t bytes) override { std::memmove(dst, src, bytes); }
     void doCopy(void* dst, void const* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
@@ -143,6 +140,24 @@ protected:
         }
     }
 
+    // Page by page, layer by layer, K then V: one memcpy per page half, in the slot layout of layout.h.
+    void doCopyHostPages(HostPageCopy const& c) override {
+        ++counters_.kernels;
+        bool const toHost = c.direction == static_cast<int32_t>(HostCopyDirection::kToHost);
+        for (int32_t i = 0; i < c.count; ++i) {
+            HostPagePair const pair = c.pairs[i];
+            for (int32_t l = 0; l < c.numLayers; ++l) {
+                HostPageLayer const& layer = c.layers[l];
+                for (int32_t half = 0; half < 2; ++half) {
+                    unsigned char* page = hostCopyPoolPage(layer, c.numPages, pair.page, half);
+                    unsigned char* slot = hostCopySlotPage(c, layer, pair.slot, half);
+                    if (toHost) std::memcpy(slot, page, layer.pageBytes);
+                    else std::memcpy(page, slot, layer.pageBytes);
+                }
+            }
+        }
+    }
+
     void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) override {
         ++counters_.kernels;
         auto const bytes = static_cast<unsigned char const*>(data);
@@ -155,6 +170,18 @@ protected:
     }
 
 private:
+    // Zeroed memory from calloc, which takes large blocks as fresh zero pages from the kernel without writing
+    // them: a pool costs resident memory only for the pages written (a huge pool no longer touches every byte
+    // at construction). Aligned by hand; the raw pointer sits just before the aligned one.
+    static void* alignedCalloc(size_t bytes, size_t align, char const* what) {
+        if (bytes > SIZE_MAX - align - sizeof(void*)) throw OutOfMemoryError(describeAllocationFailure(what, bytes));
+        void* raw = std::calloc(1, bytes + align + sizeof(void*));
+        if (!raw) throw OutOfMemoryError(describeAllocationFailure(what, bytes));
+        uintptr_t const aligned = (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + align - 1) & ~(align - 1);
+        reinterpret_cast<void**>(aligned)[-1] = raw;
+        return reinterpret_cast<void*>(aligned);
+    }
+
     void* stream_ = nullptr;
 };
 

@@ -55,6 +55,33 @@ void DeviceBackend::deallocate(void* pointer, size_t bytes) noexcept {
     }
 }
 
+void* DeviceBackend::allocateHost(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    void* pointer = doAllocateHost(bytes);
+    allocatedHostBytes_.fetch_add(bytes, std::memory_order_relaxed);
+    return pointer;
+}
+
+void DeviceBackend::deallocateHost(void* pointer, size_t bytes) noexcept {
+    if (!pointer) return;
+    doDeallocateHost(pointer);
+    size_t current = allocatedHostBytes_.load(std::memory_order_relaxed);
+    while (!allocatedHostBytes_.compare_exchange_weak(current, current - std::min(bytes, current),
+                                                      std::memory_order_relaxed)) {
+    }
+}
+
+void* DeviceBackend::mapHost(void* data, size_t bytes, char const* what) const {
+    if (bytes == 0) return nullptr;
+    if (!data)
+        throw ExternalMemoryError(std::string(what) + ": host memory is NULL but " + std::to_string(bytes) +
+                                  " bytes are needed");
+    std::string why;
+    void* mapped = doMapHost(data, bytes, &why);
+    if (!mapped) throw ExternalMemoryError(std::string(what) + ": host memory " + why);
+    return mapped;
+}
+
 void DeviceBackend::setStream(void* stream) { doSetStream(stream); }
 
 void DeviceBackend::checkExternal(void const* data, size_t bytes, char const* what) const {
@@ -206,6 +233,76 @@ void DeviceBackend::scatterPagedKv(PagedKvScatter const& s) {
     if (s.batch == 0 || s.seqLen == 0) return;
     if (!s.pool || !s.pageTable || !s.kIn || !s.vIn) fail(op, "null pool, page table or input");
     doScatterPagedKv(s);
+}
+
+void DeviceBackend::copyHostPages(HostPageCopyRequest const& r) {
+    if (r.direction != HostCopyDirection::kToHost && r.direction != HostCopyDirection::kFromHost)
+        fail("copyHostPages", "unknown direction " + std::to_string(static_cast<int32_t>(r.direction)));
+    bool const toHost = r.direction == HostCopyDirection::kToHost;
+    char const* op = toHost ? "copyPagesToHost" : "copyPagesFromHost";
+    if (r.count < 0) fail(op, "count is negative (" + std::to_string(r.count) + ")");
+    if (r.count > 0 && (!r.pages || !r.slots))
+        fail(op, "pages or hostSlots is null with a count of " + std::to_string(r.count));
+    if (r.numLayers <= 0 || !r.layers) fail(op, "the pool has no layers");
+    if (r.numPages <= 0) fail(op, "numPages must be positive (got " + std::to_string(r.numPages) + ")");
+    if (r.slotCount < 0) fail(op, "slotCount is negative (" + std::to_string(r.slotCount) + ")");
+    if (!r.host) fail(op, "the host base is null");
+    requireTable(op, static_cast<size_t>(r.numLayers) * sizeof(HostPageLayer) + 16 +
+                         static_cast<size_t>(r.count) * sizeof(HostPagePair));
+    uint64_t slotEnd = 0;  // where the previous layer's V page ends within a slot
+    for (int32_t l = 0; l < r.numLayers; ++l) {
+        HostPageLayer const& layer = r.layers[l];
+        std::string const name = "layer " + std::to_string(l);
+        if (!layer.pool) fail(op, name + " has a null pool");
+        if (layer.pageBytes == 0) fail(op, name + " has empty pages");
+        if (layer.slotOffset < slotEnd)
+            fail(op, name + " starts at slot byte " + std::to_string(layer.slotOffset) +
+                         ", inside the layer before it (which ends at " + std::to_string(slotEnd) + ")");
+        if (layer.pageBytes > r.slotBytes / 2 || layer.slotOffset > r.slotBytes - 2 * layer.pageBytes)
+            fail(op, name + "'s K and V pages (2 x " + std::to_string(layer.pageBytes) + " bytes at " +
+                         std::to_string(layer.slotOffset) + ") do not fit a slot of " + std::to_string(r.slotBytes) +
+                         " bytes");
+        slotEnd = layer.slotOffset + 2 * layer.pageBytes;
+    }
+    for (int32_t i = 0; i < r.count; ++i) {
+        if (r.pages[i] < 0 || r.pages[i] >= r.numPages)
+            fail(op, "pages[" + std::to_string(i) + "] = " + std::to_string(r.pages[i]) + " is outside [0, " +
+                         std::to_string(r.numPages) + ")");
+        if (r.slots[i] < 0 || r.slots[i] >= r.slotCount)
+            fail(op, "hostSlots[" + std::to_string(i) + "] = " + std::to_string(r.slots[i]) + " is outside [0, " +
+                         std::to_string(r.slotCount) + ")");
+    }
+    // No destination twice: two writes of one page or slot in one launch would race.
+    int32_t const* destinations = toHost ? r.slots : r.pages;
+    hostIdScratch_.assign(destinations, destinations + r.count);
+    std::sort(hostIdScratch_.begin(), hostIdScratch_.end());
+    auto const twice = std::adjacent_find(hostIdScratch_.begin(), hostIdScratch_.end());
+    if (twice != hostIdScratch_.end())
+        fail(op, std::string(toHost ? "host slot " : "page ") + std::to_string(*twice) +
+                     " is a destination twice (in " + (toHost ? "hostSlots" : "pages") + ")");
+    if (r.count == 0) return;
+
+    hostLayerScratch_.assign(r.layers, r.layers + r.numLayers);
+    uint64_t chunks = 0;
+    for (HostPageLayer& layer : hostLayerScratch_) {
+        layer.firstChunk = chunks;
+        chunks += 2 * ((layer.pageBytes + kSpanChunkBytes - 1) / kSpanChunkBytes);
+    }
+    hostPairScratch_.resize(static_cast<size_t>(r.count));
+    for (int32_t i = 0; i < r.count; ++i)
+        hostPairScratch_[static_cast<size_t>(i)] = HostPagePair{r.pages[i], r.slots[i]};
+    HostPageCopy copy{};
+    copy.layers = hostLayerScratch_.data();
+    copy.pairs = hostPairScratch_.data();
+    copy.host = r.host;
+    copy.slotBytes = r.slotBytes;
+    copy.chunksPerPage = chunks;
+    copy.numLayers = r.numLayers;
+    copy.count = r.count;
+    copy.numPages = r.numPages;
+    copy.slotCount = r.slotCount;
+    copy.direction = static_cast<int32_t>(r.direction);
+    doCopyHostPages(copy);
 }
 
 void DeviceBackend::hashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) {

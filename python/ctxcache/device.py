@@ -17,6 +17,11 @@ gives its bit patterns. Objects can also be built over memory the engine already
 array, an object with ``__cuda_array_interface__``, or an ``(address, nbytes)`` tuple, kept alive by the object),
 and :meth:`Backend.set_stream` runs every later operation on the engine's stream.
 
+Host tier: a :class:`HostBuffer` is host memory the backend's copies reach (pinned and mapped on CUDA);
+:meth:`KvPagePool.copy_pages_to_host` and :meth:`KvPagePool.copy_pages_from_host` move whole pages (every layer's K
+and V) between a pool and its slots in one launch: slot s at ``s * slot_bytes``, a caller header of
+``payload_offset`` bytes, then layer by layer the K page bytes and the V page bytes (``pool.host_payload_bytes``).
+
 Dense K/V: :func:`scatter_kv` writes one layer's K and V (numpy arrays or DLPack tensors such as torch's, read in
 place; token-major ``[batch, seq, kv_heads, head_dim]`` or head-major ``[batch, kv_heads, seq, head_dim]``) into
 the pages a page table maps, K and V in one launch; :func:`gather_kv_into` reads them back into arrays of the
@@ -333,6 +338,11 @@ class Backend(Handle):
     def allocated_bytes(self) -> int:
         return _size_out(lib.ctxc_device_backend_allocated_bytes, self._live())
 
+    @property
+    def allocated_host_bytes(self) -> int:
+        """Bytes of the host buffers allocated on this backend (counted apart from device bytes)."""
+        return _size_out(lib.ctxc_device_backend_allocated_host_bytes, self._live())
+
     def set_stream(self, stream: Any) -> None:
         """Run every later operation on ``stream``: CUDA, a cudaStream_t as an int (``torch.cuda.Stream.cuda_stream``,
         ``cupy.cuda.Stream.ptr``) or an object with one of those attributes; None = the backend's own stream. The work
@@ -414,6 +424,62 @@ class DeviceBuffer(Handle):
             raise ContractError(f"read: [{offset}, +{count * dtype.itemsize}) is outside the buffer's {size} bytes")
         array, pointer = _out(count * dtype.itemsize, dtype)
         check(lib.ctxc_device_buffer_read(self._live(), offset, pointer, array.nbytes))
+        return array
+
+
+class HostBuffer(Handle):
+    """Host memory for a host tier's KV slots: zero-filled and page-aligned, pinned and mapped on CUDA so the
+    backend's copies reach it directly; plain memory on the CPU backend. ``external``: a window of ``nbytes`` on the
+    engine's own host memory (a numpy array or an ``(address, nbytes)`` tuple; on CUDA it must be pinned and
+    mapped), not zeroed, kept alive by the buffer."""
+
+    _destroy = staticmethod(lib.ctxc_host_buffer_destroy)
+    _what = "host buffer"
+
+    def __init__(self, backend: Backend, nbytes: int, *, external: Any = None):
+        nbytes = _arrays.integer(nbytes, "nbytes", maximum=2**62)
+        options = ffi.new("ctxc_host_buffer_options_t *")
+        lib.ctxc_host_buffer_options_init(options)
+        options.bytes = nbytes
+        _set_external(options, external, "external")
+        out = ffi.new("ctxc_host_buffer_t **")
+        check(lib.ctxc_host_buffer_create(_handle(backend, Backend, "backend"), options, out))
+        super().__init__(out[0], (backend, external))
+        self.backend = backend
+
+    @property
+    def nbytes(self) -> int:
+        return _size_out(lib.ctxc_host_buffer_size, self._live())
+
+    @property
+    def address(self) -> int:
+        """The host address of the bytes (0 when empty); read or write them only after ``backend.synchronize()``."""
+        out = ffi.new("void **")
+        check(lib.ctxc_host_buffer_data(self._live(), out))
+        return int(ffi.cast("uintptr_t", out[0]))
+
+    def write(self, array: np.ndarray, offset: int = 0) -> None:
+        """Copy a C-contiguous array's bytes to [offset, offset + array.nbytes), after the backend's earlier work."""
+        if not isinstance(array, np.ndarray):
+            raise ArgumentTypeError(f"array must be a numpy array, got {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            raise ArgumentTypeError("array must be C-contiguous (use np.ascontiguousarray)")
+        offset = _arrays.integer(offset, "offset", maximum=2**62)
+        check(lib.ctxc_host_buffer_write(self._live(), offset, _in(array), array.nbytes))
+
+    def read(self, dtype: Any = np.uint8, count: int | None = None, offset: int = 0) -> np.ndarray:
+        """A copy of ``count`` elements of ``dtype`` from byte ``offset`` (default: the rest), after the backend's
+        earlier work (every copy into the buffer has landed)."""
+        dtype = np.dtype(dtype)
+        offset = _arrays.integer(offset, "offset", maximum=2**62)
+        size = self.nbytes
+        if count is None:
+            count = max(size - offset, 0) // dtype.itemsize
+        count = _arrays.integer(count, "count", maximum=2**62)
+        if offset + count * dtype.itemsize > size:  # before the output array is allocated
+            raise ContractError(f"read: [{offset}, +{count * dtype.itemsize}) is outside the host buffer's {size} bytes")
+        array, pointer = _out(count * dtype.itemsize, dtype)
+        check(lib.ctxc_host_buffer_read(self._live(), offset, pointer, array.nbytes))
         return array
 
 
@@ -514,6 +580,44 @@ class KvPagePool(Handle):
         pointer = _NULL if array.nbytes == 0 else ffi.cast("const void *", array.address)
         check(lib.ctxc_kv_pool_write_pages(self._live(), layer, _arrays.integer(first_flat_page, "first_flat_page", minimum=None),
                                            array.nbytes // page_bytes, pointer, array.nbytes))
+
+    @property
+    def host_payload_bytes(self) -> int:
+        """Bytes of one host slot's payload: for every layer, its K page bytes then its V page bytes."""
+        return _size_out(lib.ctxc_kv_pool_host_payload_bytes, self._live())
+
+    def _copy_host(self, fn: Any, pages: Any, host: HostBuffer, host_slots: Any, slot_bytes: int,
+                   payload_offset: int, slot_count: int | None) -> None:
+        page_ids = _arrays.int32_array(pages, "pages")
+        slot_ids = _arrays.int32_array(host_slots, "host_slots")
+        if page_ids.size != slot_ids.size:
+            raise InvalidArgumentError(f"pages and host_slots differ in length ({page_ids.size} and {slot_ids.size})")
+        host_handle = _handle(host, HostBuffer, "host")
+        layout = ffi.new("ctxc_host_slot_layout_t *")
+        lib.ctxc_host_slot_layout_init(layout)
+        layout.slot_bytes = _arrays.integer(slot_bytes, "slot_bytes", maximum=2**62)
+        layout.payload_offset = _arrays.integer(payload_offset, "payload_offset", maximum=2**62)
+        if slot_count is None:
+            slot_count = min(host.nbytes // layout.slot_bytes, 2**31 - 1) if layout.slot_bytes else 0
+        layout.slot_count = _arrays.integer(slot_count, "slot_count", minimum=None)
+        check(fn(self._live(), _arrays.int32_pointer(page_ids), _arrays.int32_pointer(slot_ids), page_ids.size,
+                 host_handle, layout))
+
+    def copy_pages_to_host(self, pages: Any, host: HostBuffer, host_slots: Any, *, slot_bytes: int,
+                           payload_offset: int = 0, slot_count: int | None = None) -> None:
+        """Page ``pages[i]`` (every layer, K and V) into slot ``host_slots[i]`` of ``host``, in one launch (on CUDA
+        asynchronous: ``host.read`` waits for it). Slot s starts at byte ``s * slot_bytes``; its first
+        ``payload_offset`` bytes are the caller's header, never touched. ``slot_count`` defaults to as many slots as
+        ``host`` holds. A page id, slot or layout out of range, or a slot twice, is ContractError (nothing copied)."""
+        self._copy_host(lib.ctxc_kv_pool_copy_pages_to_host, pages, host, host_slots, slot_bytes, payload_offset,
+                        slot_count)
+
+    def copy_pages_from_host(self, pages: Any, host: HostBuffer, host_slots: Any, *, slot_bytes: int,
+                             payload_offset: int = 0, slot_count: int | None = None) -> None:
+        """Slot ``host_slots[i]`` of ``host`` into page ``pages[i]``: the inverse of :meth:`copy_pages_to_host`,
+        with no page twice."""
+        self._copy_host(lib.ctxc_kv_pool_copy_pages_from_host, pages, host, host_slots, slot_bytes, payload_offset,
+                        slot_count)
 
     def read_pages(self, layer: int, first_flat_page: int, count: int) -> np.ndarray:
         """(count, page_size, kv_heads, head_dim) array of the pool's numpy dtype."""
@@ -1080,6 +1184,7 @@ __all__ = [
     "DeviceBuffer",
     "DeviceView",
     "Element",
+    "HostBuffer",
     "KvLengths",
     "KvPagePool",
     "KvLayout",

@@ -154,6 +154,27 @@ def view_of_a_closed_pool(w: Dev) -> device.DeviceView:
     return view
 
 
+def host_slots(w: Dev, slots: int = 2) -> tuple[device.HostBuffer, int]:
+    """A patterned host buffer of `slots` payload-only slots of the world's pool, and the slot size."""
+    slot_bytes = w.pool.host_payload_bytes
+    host = device.HostBuffer(w.backend, slots * slot_bytes)
+    host.write(pattern(slots * slot_bytes, 77))
+    return host, slot_bytes
+
+
+def host_copy(w: Dev, to_host: bool, pages, slots, **layout):
+    """A pool <-> host copy that must be refused: the host bytes must not change either."""
+    host, slot_bytes = host_slots(w)
+    before = host.read()
+    layout.setdefault("slot_bytes", slot_bytes)
+    try:
+        copy = w.pool.copy_pages_to_host if to_host else w.pool.copy_pages_from_host
+        copy(pages, host, slots, **layout)
+    finally:
+        assert np.array_equal(host.read(), before), "a refused copy changed the host slots"
+        host.close()
+
+
 def raw_page_bytes(handle):
     out = ffi.new("size_t *")
     check(lib.ctxc_kv_pool_page_bytes(handle, 0, out))
@@ -403,6 +424,10 @@ CATALOGUE: dict[str, dict[str, list]] = {
                  lambda w: w.table.compact_rows([0, 0, -1], 1)),
             case("lengths_destination_out_of_range", ContractError, r"oldToNew\[1\] = 5 is outside \[-1, 2\)",
                  lambda w: w.lengths.compact([0, 5, -1], 2)),
+            case("host_copy_twice_into_page_1", ContractError, "page 1 is a destination twice",
+                 lambda w: host_copy(w, False, [1, 1], [0, 1])),
+            case("host_copy_twice_into_slot_0", ContractError, "host slot 0 is a destination twice",
+                 lambda w: host_copy(w, True, [1, 2], [0, 0])),
         ],
     },
     "page_id_out_of_range": {
@@ -433,6 +458,12 @@ CATALOGUE: dict[str, dict[str, list]] = {
                  lambda w: w.storage.capture(batch_slot=3, recurrent_slot=0)),
             case("region_slot_beyond_the_storage", ContractError, r"slot 2 is outside \[0, 2\)",
                  lambda w: w.storage.read_region(StatePart.PARTIAL_KV, 0, 2)),
+            case("host_copy_page_beyond_the_pool", ContractError, r"pages\[1\] = 4 is outside \[0, 4\)",
+                 lambda w: host_copy(w, False, [0, 4], [0, 1])),
+            case("host_copy_slot_beyond_the_layout", ContractError, r"hostSlots\[0\] = 2 is outside \[0, 2\)",
+                 lambda w: host_copy(w, False, [0], [2])),
+            case("host_copy_more_slots_than_the_buffer_holds", ContractError, "3 slots of",
+                 lambda w: host_copy(w, False, [0], [0], slot_count=3)),
         ],
     },
     "zero_capacity": {

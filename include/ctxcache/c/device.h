@@ -1,6 +1,7 @@
-/* ctxcache C ABI: the device layer: backends (CPU and CUDA), buffers, KV page pools, page tables, KV lengths,
- * resident recurrent state, snapshot storage, batch compaction and chunked hashing, and the device
- * views of them. A backend and everything built on it are one single-writer family. */
+/* ctxcache C ABI: the device layer: backends (CPU and CUDA), buffers, host buffers, KV page pools and their
+ * batched copies to and from host slots, page tables, KV lengths, resident recurrent state, snapshot storage, batch
+ * compaction and chunked hashing, and the device views of them. A backend and everything built on it are one
+ * single-writer family. */
 #ifndef CTXCACHE_C_DEVICE_H
 #define CTXCACHE_C_DEVICE_H
 
@@ -22,7 +23,9 @@ extern "C" {
  * (the external_* option fields: never freed, zeroed or written at creation, so its bytes are the object's
  * initial contents; a NULL pointer, a misalignment or too few bytes is CTXC_E_INVALID_ARGUMENT, nothing
  * created); no operation allocates device memory. Every stream-ordered call runs on the backend's stream, which
- * may be the caller's (ctxc_device_backend_set_stream).
+ * may be the caller's (ctxc_device_backend_set_stream). A host tier keeps KV in host buffers (pinned and mapped on
+ * CUDA): ctxc_kv_pool_copy_pages_to_host and _from_host move whole pages, every layer's K and V, between a pool and
+ * the buffer's slots in one launch.
  *
  * Errors (the table in ctxcache.h applies): an invalid geometry, an out-of-range id, slot, page or byte range, an
  * overlapping or reordering compaction map and a dtype the operation cannot take are CTXC_E_CONTRACT (nothing
@@ -46,6 +49,7 @@ enum { CTXC_DEFAULT_HASH_CHUNKS = 2048 };
 
 typedef struct ctxc_device_backend ctxc_device_backend_t;
 typedef struct ctxc_device_buffer ctxc_device_buffer_t;
+typedef struct ctxc_host_buffer ctxc_host_buffer_t;
 typedef struct ctxc_kv_pool ctxc_kv_pool_t;
 typedef struct ctxc_kv_page_table ctxc_kv_page_table_t;
 typedef struct ctxc_kv_lengths ctxc_kv_lengths_t;
@@ -182,6 +186,30 @@ typedef struct ctxc_device_buffer_options {
     size_t external_bytes;
 } ctxc_device_buffer_options_t;
 
+/* Host memory for a host tier's KV slots: zero-filled and 4096-byte aligned, pinned, portable and mapped on CUDA
+ * (cudaHostAlloc), so the backend's copies address it directly; plain memory on the CPU backend. */
+typedef struct ctxc_host_buffer_options {
+    uint32_t struct_size;
+    uint32_t reserved;
+    size_t bytes;                 /* size of the zero-filled buffer (default 0) */
+    /* A window of `bytes` on host memory the engine owns (external_bytes >= bytes): not owned, never freed, zeroed
+     * or written at creation. CUDA: it must be pinned and mapped (cudaHostAlloc(cudaHostAllocMapped) or
+     * cudaHostRegister(..., cudaHostRegisterMapped)), else CTXC_E_INVALID_ARGUMENT. NULL (default) = allocate. */
+    void *external_data;
+    size_t external_bytes;
+} ctxc_host_buffer_options_t;
+
+/* Host slots of a host buffer ("page-first"): slot s starts at the buffer's data + s * slot_bytes; its first
+ * payload_offset bytes are the caller's header (never touched by the copies), then for each layer l in order the
+ * K page bytes of layer l followed by its V page bytes (ctxc_kv_pool_page_bytes each): ctxc_kv_pool_host_payload_bytes
+ * in all. slot_bytes >= payload_offset + payload bytes; slot_count * slot_bytes <= the buffer's size. */
+typedef struct ctxc_host_slot_layout {
+    uint32_t struct_size;
+    int32_t slot_count;
+    size_t slot_bytes;
+    size_t payload_offset;
+} ctxc_host_slot_layout_t;
+
 /* A [max_batch, 2, max_pages_per_seq] int32 page table (K ids, then V ids = K + num_pages; -1 unused). */
 typedef struct ctxc_kv_page_table_options {
     uint32_t struct_size;
@@ -223,6 +251,10 @@ CTXC_API ctxc_status_t ctxc_device_backend_set_stream(ctxc_device_backend_t *bac
 /* The stream in use: CUDA, the cudaStream_t (the backend's own unless set); CPU, the last value set (NULL). */
 CTXC_API ctxc_status_t ctxc_device_backend_stream(const ctxc_device_backend_t *backend, void **out_stream);
 
+/* Host bytes allocated on the backend by its host buffers (external memory not counted), apart from device bytes. */
+CTXC_API ctxc_status_t ctxc_device_backend_allocated_host_bytes(const ctxc_device_backend_t *backend,
+                                                                size_t *out_bytes);
+
 /* A plain zero-filled device buffer (inputs and outputs of the generic operations). */
 CTXC_API void ctxc_device_buffer_options_init(ctxc_device_buffer_options_t *options);
 CTXC_API ctxc_status_t ctxc_device_buffer_create(ctxc_device_backend_t *backend,
@@ -237,6 +269,21 @@ CTXC_API ctxc_status_t ctxc_device_buffer_read(const ctxc_device_buffer_t *buffe
                                                size_t size);
 /* The buffer: UINT8 [bytes]. */
 CTXC_API ctxc_status_t ctxc_device_buffer_view(const ctxc_device_buffer_t *buffer, ctxc_device_view_t *out_view);
+
+/* Host buffers (ctxc_host_buffer_options_t). CTXC_E_NO_MEMORY (naming the bytes) when the memory cannot be had. */
+CTXC_API void ctxc_host_buffer_options_init(ctxc_host_buffer_options_t *options);
+CTXC_API ctxc_status_t ctxc_host_buffer_create(ctxc_device_backend_t *backend,
+                                               const ctxc_host_buffer_options_t *options,
+                                               ctxc_host_buffer_t **out_buffer);
+CTXC_API ctxc_status_t ctxc_host_buffer_destroy(ctxc_host_buffer_t *buffer);
+CTXC_API ctxc_status_t ctxc_host_buffer_size(const ctxc_host_buffer_t *buffer, size_t *out_bytes);
+/* The host address of the buffer (NULL when empty): the caller may read and write it between copies, after
+ * ctxc_device_backend_synchronize (the copies are asynchronous on CUDA). */
+CTXC_API ctxc_status_t ctxc_host_buffer_data(const ctxc_host_buffer_t *buffer, void **out_data);
+/* Copies [offset, offset + size) of the buffer in or out, after synchronising the backend (so they see every copy
+ * issued before them); the range must lie inside the buffer. */
+CTXC_API ctxc_status_t ctxc_host_buffer_write(ctxc_host_buffer_t *buffer, size_t offset, const void *src, size_t size);
+CTXC_API ctxc_status_t ctxc_host_buffer_read(const ctxc_host_buffer_t *buffer, size_t offset, void *dst, size_t size);
 
 CTXC_API void ctxc_kv_pool_options_init(ctxc_kv_pool_options_t *options);
 CTXC_API ctxc_status_t ctxc_kv_pool_create(ctxc_device_backend_t *backend, const ctxc_kv_pool_options_t *options,
@@ -258,6 +305,22 @@ CTXC_API ctxc_status_t ctxc_kv_pool_write_pages(ctxc_kv_pool_t *pool, int32_t la
                                                 int32_t page_count, const void *src, size_t size);
 CTXC_API ctxc_status_t ctxc_kv_pool_read_pages(const ctxc_kv_pool_t *pool, int32_t layer, int32_t first_flat_page,
                                                int32_t page_count, void *dst, size_t size);
+
+/* The payload of one host slot (ctxc_host_slot_layout_t): sum over layers of 2 * page bytes. */
+CTXC_API ctxc_status_t ctxc_kv_pool_host_payload_bytes(const ctxc_kv_pool_t *pool, size_t *out_bytes);
+CTXC_API void ctxc_host_slot_layout_init(ctxc_host_slot_layout_t *layout);
+/* Page pages[i] (every layer, K and V) into slot host_slots[i] of `host`, i < count, in ONE launch on the backend's
+ * stream (asynchronous on CUDA: synchronise before reading the slots). Page ids in [0, num_pages), slots in
+ * [0, layout->slot_count), no slot twice, a host buffer of the pool's backend, a layout that fits it: else
+ * CTXC_E_CONTRACT (a NULL array with count > 0: CTXC_E_INVALID_ARGUMENT), nothing enqueued. */
+CTXC_API ctxc_status_t ctxc_kv_pool_copy_pages_to_host(const ctxc_kv_pool_t *pool, const int32_t *pages,
+                                                       const int32_t *host_slots, size_t count,
+                                                       ctxc_host_buffer_t *host, const ctxc_host_slot_layout_t *layout);
+/* Slot host_slots[i] of `host` into page pages[i], i < count: the same checks, with no page twice. */
+CTXC_API ctxc_status_t ctxc_kv_pool_copy_pages_from_host(ctxc_kv_pool_t *pool, const int32_t *pages,
+                                                         const int32_t *host_slots, size_t count,
+                                                         const ctxc_host_buffer_t *host,
+                                                         const ctxc_host_slot_layout_t *layout);
 
 /* A page table of at most INT32_MAX entries (see ctxc_kv_page_table_options_t). The host table is the truth;
  * ctxc_kv_page_table_upload copies the rows changed since the last upload. */

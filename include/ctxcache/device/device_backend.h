@@ -6,11 +6,13 @@
 //             sees them, so both backends accept and reject exactly the same calls (ContractError, state unchanged).
 //             Each op is ONE kernel launch, preceded on CUDA by at most one host-to-device copy of its descriptor
 //             table into a device table sized at construction (BackendOptions::maxTableBytes). No op allocates
-//             device memory; allocate() is for constructing storage objects only.
+//             device memory; allocate() and allocateHost() are for constructing storage objects only.
+//             allocatedBytes() counts device bytes, allocatedHostBytes() host bytes (a host tier's slots), apart.
 // Ordering:   operations are stream-ordered on the backend's stream (CUDA) or complete on return (CPU). upload()
 //             lets the caller reuse its source on return; download() and hashChunks() wait for the work before
 //             them. setStream() moves every later op onto the caller's stream. Device pointers passed to ops come
-//             from this backend's allocate() or are external memory of its device (ExternalMemory).
+//             from this backend's allocate() or are external memory of its device (ExternalMemory); the host
+//             pointer of copyHostPages() is mapHost()'s answer (HostBuffer::deviceData()).
 // Cost:       the front does O(descriptors) host work per op; kernels are memory-bound.
 // Threading:  single writer: the caller serialises every call on one backend and the storage built on it.
 #pragma once
@@ -53,6 +55,24 @@ struct ExternalMemory {
 // The alignment external memory of pools, resident state, snapshot slabs and buffers needs (what cudaMalloc
 // gives); page tables and KV lengths need only int32 alignment.
 inline constexpr size_t kExternalAlignment = 256;
+// The alignment of allocateHost() (a host page).
+inline constexpr size_t kHostAlignment = 4096;
+
+// One copyHostPages() call: pages[i] of a pool <-> slot slots[i] of host memory laid out as layout.h's host slots,
+// every layer (layers[0, numLayers): each layer's pool array, page bytes and slot offset; firstChunk is ignored, the
+// front computes it), K and V.
+struct HostPageCopyRequest {
+    HostCopyDirection direction = HostCopyDirection::kToHost;
+    HostPageLayer const* layers = nullptr;
+    int32_t numLayers = 0;
+    int32_t numPages = 0;  // K pages of the pool
+    int32_t const* pages = nullptr;
+    int32_t const* slots = nullptr;
+    int32_t count = 0;
+    void* host = nullptr;  // slot 0 as the backend addresses it (mapHost())
+    uint64_t slotBytes = 0;
+    int32_t slotCount = 0;  // slots [0, slotCount)
+};
 
 // What the backend submitted, for tests ("capture is one launch") and the benchmark (launches per operation).
 // kernels: kernel launches (the CPU backend counts one per op); transfers: copies and memsets, table uploads
@@ -74,6 +94,8 @@ public:
     LaunchCounters counters() const noexcept { return counters_; }
     // Bytes allocate() handed out and not yet deallocated (external memory is not counted).
     size_t allocatedBytes() const noexcept { return allocatedBytes_.load(std::memory_order_relaxed); }
+    // Bytes allocateHost() handed out and not yet deallocated (external host memory is not counted).
+    size_t allocatedHostBytes() const noexcept { return allocatedHostBytes_.load(std::memory_order_relaxed); }
     // "cpu", or the CUDA device's name, compute capability and multiprocessor count.
     virtual std::string description() const = 0;
     // Descriptors of one op that fit the table: e.g. SpanCopy entries.
@@ -98,6 +120,19 @@ public:
     // memory of its device, when the runtime can tell).
     void checkExternal(void const* data, size_t bytes, char const* what) const;
 
+    // ---- host memory (a host tier's slots): construction time only ----
+    // Zero-filled, kHostAlignment-aligned host memory this backend's ops can address: CUDA, pinned, portable and
+    // mapped (cudaHostAlloc(cudaHostAllocPortable | cudaHostAllocMapped)), so kernels reach it through UVA; CPU,
+    // plain memory. 0 bytes -> nullptr. OutOfMemoryError (naming the bytes) when the memory cannot be had.
+    void* allocateHost(size_t bytes);
+    // Safe from any thread, like deallocate(). CUDA: waits for the backend's stream first.
+    void deallocateHost(void* pointer, size_t bytes) noexcept;
+    // The address this backend's kernels use for host memory [data, data + bytes): CPU, data; CUDA, its mapped
+    // device pointer (memory of allocateHost(), or pinned and mapped by the caller: cudaHostAlloc(...Mapped) or
+    // cudaHostRegister(...Mapped)). ExternalMemoryError naming `what` when the backend cannot address all of it
+    // (CUDA: pageable or unmapped memory). bytes == 0 -> nullptr.
+    void* mapHost(void* data, size_t bytes, char const* what) const;
+
     // ---- transfers ----
     void upload(void* dst, void const* src, size_t bytes);    // host -> device
     void download(void* dst, void const* src, size_t bytes);  // device -> host (synchronous)
@@ -120,6 +155,11 @@ public:
     // Dense K and V into the pool's pages through the page table (one launch for both halves). The front checks
     // geometry, dtype and layout only; kv_scatter.h checks the table entries the write touches.
     void scatterPagedKv(PagedKvScatter const& params);
+    // Pages of a pool to or from host slots, every layer, K and V, in one launch. The front checks every pair
+    // (page ids in [0, numPages), slots in [0, slotCount), no destination twice: a page in kFromHost, a slot in
+    // kToHost), the layers (pool and host non-null, positive page bytes, each layer's K and V inside the slot, layers
+    // in slot order without overlap) and the table size; count == 0 validates and enqueues nothing.
+    void copyHostPages(HostPageCopyRequest const& request);
     // Plain 128-bit FNV-1a of each of numChunks chunks of a device buffer (layout.h chunking) into
     // hostPartials[numChunks]. Synchronous.
     void hashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials);
@@ -149,6 +189,12 @@ protected:
     virtual void doGatherPagedKv(PagedKvGather const& params) = 0;
     virtual void doScatterPagedKv(PagedKvScatter const& params) = 0;
     virtual void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) = 0;
+    // copy.layers carry firstChunk, copy.chunksPerPage is set; count > 0.
+    virtual void doCopyHostPages(HostPageCopy const& copy) = 0;
+    virtual void* doAllocateHost(size_t bytes) = 0;
+    virtual void doDeallocateHost(void* pointer) noexcept = 0;
+    // The kernels' address of [data, data + bytes) (bytes > 0), or nullptr with *why set.
+    virtual void* doMapHost(void* data, size_t bytes, std::string* why) const = 0;
     virtual void doSetStream(void* stream) = 0;
     // Empty when the memory is usable; otherwise why not.
     virtual std::string doCheckExternal(void const*, size_t) const { return {}; }
@@ -161,7 +207,13 @@ private:
     BackendKind kind_;
     BackendOptions options_;
     std::atomic<size_t> allocatedBytes_{0};
+    std::atomic<size_t> allocatedHostBytes_{0};
     std::vector<SpanCopy> spanScratch_;  // copySpans' table with firstChunk filled; capacity fixed at construction
+    // copyHostPages' layers with firstChunk, its pairs, and its destinations sorted for the duplicate check: host
+    // vectors that grow to the largest call and are reused.
+    std::vector<HostPageLayer> hostLayerScratch_;
+    std::vector<HostPagePair> hostPairScratch_;
+    std::vector<int32_t> hostIdScratch_;
 };
 
 // A device allocation owned by its backend (which must outlive it), or a non-owning window on external memory

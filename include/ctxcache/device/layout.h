@@ -15,9 +15,12 @@
 //                               code such as Hugging Face's reads, so no transpose copy is needed)
 //   Partial-KV snapshot layer   [2, pageSize, kvHeads, headDim] per slot: the first validTokens tokens of a K
 //                               page, then (at pageSize*kvHeads*headDim) those of its V page.
+//   Host slot ("page-first")    bytes; slot s at hostBase + s * slotBytes: [0, payloadOffset) the caller's header
+//                               (never touched), then for layer l = 0..L-1 in order the K page bytes of layer l,
+//                               then its V page bytes (pageBytes(l) each); the rest of the slot is never touched.
 //
-// POD descriptors (SpanCopy, CompactTensor, RowMove, PagedKvGather, PagedKvScatter) are built on the host and read by
-// kernels. Threading: pure functions and plain structs.
+// POD descriptors (SpanCopy, CompactTensor, RowMove, PagedKvGather, PagedKvScatter, HostPageCopy) are built on the
+// host and read by kernels. Threading: pure functions and plain structs.
 #pragma once
 
 #include <cstddef>
@@ -111,6 +114,35 @@ struct PagedKvScatter {
     int32_t layout;  // DenseKvLayout
 };
 
+// Pages of a KV pool copied to or from host slots (the host slot layout above), every layer, K and V, in one
+// launch. The backend's front fills firstChunk and chunksPerPage and packs the layers and pairs into its table.
+struct HostPageLayer {
+    void* pool;            // the layer's [2, numPages, ...] array: K page p at pool + p * pageBytes, V page at
+                           // pool + (p + numPages) * pageBytes
+    uint64_t pageBytes;    // one K (or V) page
+    uint64_t slotOffset;   // where the layer's K page starts within a slot (its V page follows at + pageBytes)
+    uint64_t firstChunk;   // sum over earlier layers of 2 * ceil(pageBytes / kSpanChunkBytes)
+};
+// pages[i] of the pool <-> slot slots[i] of the host.
+struct HostPagePair {
+    int32_t page;
+    int32_t slot;
+};
+enum class HostCopyDirection : int32_t { kToHost = 0, kFromHost = 1 };
+struct HostPageCopy {
+    HostPageLayer const* layers;
+    HostPagePair const* pairs;
+    void* host;              // slot 0, as the backend's kernels address it (CUDA: a mapped pinned pointer)
+    uint64_t slotBytes;
+    uint64_t chunksPerPage;  // sum over layers of 2 * ceil(pageBytes / kSpanChunkBytes)
+    int32_t numLayers;
+    int32_t count;           // pairs
+    int32_t numPages;        // K pages of the pool
+    int32_t slotCount;       // slots [0, slotCount) at host
+    int32_t direction;       // HostCopyDirection
+    int32_t reserved;
+};
+
 // ---- element sizes (dtype.h's dtypeSize, callable from device code) --------------------------------------------
 
 CTXC_HD uint32_t dtypeBytes(int32_t dtype) {
@@ -184,6 +216,29 @@ CTXC_HD int32_t spanOfChunk(SpanCopy const* spans, int32_t count, uint64_t chunk
         else hi = mid - 1;
     }
     return lo;
+}
+
+// The layer whose chunk range holds chunk `within` of a page pair: layers[l].firstChunk <= within <
+// layers[l+1].firstChunk.
+CTXC_HD int32_t hostLayerOfChunk(HostPageLayer const* layers, int32_t numLayers, uint64_t within) {
+    int32_t lo = 0, hi = numLayers - 1;
+    while (lo < hi) {
+        int32_t const mid = (lo + hi + 1) / 2;
+        if (layers[mid].firstChunk <= within) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Half `half` (0 = K, 1 = V) of page `page` of a layer, and its place in slot `slot`.
+CTXC_HD unsigned char* hostCopyPoolPage(HostPageLayer const& layer, int32_t numPages, int32_t page, int32_t half) {
+    return static_cast<unsigned char*>(layer.pool) +
+           (static_cast<uint64_t>(page) + static_cast<uint64_t>(half) * static_cast<uint64_t>(numPages)) *
+               layer.pageBytes;
+}
+CTXC_HD unsigned char* hostCopySlotPage(HostPageCopy const& c, HostPageLayer const& layer, int32_t slot, int32_t half) {
+    return static_cast<unsigned char*>(c.host) + static_cast<uint64_t>(slot) * c.slotBytes + layer.slotOffset +
+           static_cast<uint64_t>(half) * layer.pageBytes;
 }
 
 // ---- bit casts -------------------------------------------------------------------------------------------------

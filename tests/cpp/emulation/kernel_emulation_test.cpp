@@ -307,3 +307,69 @@ TEST(KernelEmulation, HashChunksMatchTheHostChunking) {
         }
     }
 }
+
+// The host page copy kernel, striding 3 blocks over chunks of layers whose pages are 16-byte multiples, odd sizes
+// and several chunks long, with the host slots at every co-alignment with the pool: both directions against the CPU
+// twin over the same arena ([pool layers | host slots]).
+TEST(KernelEmulation, HostPageCopiesMatchTheCpuTwinInBothDirections) {
+    uint64_t const pageBytes[] = {kSpanChunkBytes + 48, 37, 256};
+    int32_t const numPages = 3;
+    uint64_t poolBytes = 0;
+    for (uint64_t pb : pageBytes) poolBytes += 2 * numPages * pb;
+    uint64_t const header = 12, payload = 2 * (pageBytes[0] + pageBytes[1] + pageBytes[2]);
+    uint64_t const slotBytes = header + payload + 4;
+    int32_t const slotCount = 3;
+    for (size_t hostShift : {size_t{0}, size_t{4}, size_t{5}}) {
+        size_t const hostAt = poolBytes + hostShift;  // the slots' misalignment relative to the pool
+        Bytes const initial = randomBytes(hostAt + slotCount * slotBytes, static_cast<uint32_t>(hostShift + 9));
+        int32_t const pages[] = {2, 0};
+        int32_t const slots[] = {0, 2};
+        for (HostCopyDirection direction : {HostCopyDirection::kToHost, HostCopyDirection::kFromHost}) {
+            auto layersOver = [&](unsigned char* base) {
+                std::vector<HostPageLayer> layers;
+                uint64_t at = 0, slotOffset = header, chunk = 0;
+                for (uint64_t pb : pageBytes) {
+                    layers.push_back(HostPageLayer{base + at, pb, slotOffset, chunk});
+                    at += 2 * numPages * pb;
+                    slotOffset += 2 * pb;
+                    chunk += 2 * ((pb + kSpanChunkBytes - 1) / kSpanChunkBytes);
+                }
+                return std::make_pair(layers, chunk);
+            };
+            Bytes const expected = oracle(initial, 0, [&](DeviceBackend& b, unsigned char* base) {
+                auto layers = layersOver(base).first;
+                HostPageCopyRequest r;
+                r.direction = direction;
+                r.layers = layers.data();
+                r.numLayers = 3;
+                r.numPages = numPages;
+                r.pages = pages;
+                r.slots = slots;
+                r.count = 2;
+                r.host = base + hostAt;
+                r.slotBytes = slotBytes;
+                r.slotCount = slotCount;
+                b.copyHostPages(r);
+            });
+            Arena arena(initial.size());
+            std::memcpy(arena.data(), initial.data(), initial.size());
+            auto [layers, chunksPerPage] = layersOver(arena.data());
+            HostPagePair const pairs[] = {{pages[0], slots[0]}, {pages[1], slots[1]}};
+            HostPageCopy copy{};
+            copy.layers = layers.data();
+            copy.pairs = pairs;
+            copy.host = arena.data() + hostAt;
+            copy.slotBytes = slotBytes;
+            copy.chunksPerPage = chunksPerPage;
+            copy.numLayers = 3;
+            copy.count = 2;
+            copy.numPages = numPages;
+            copy.slotCount = slotCount;
+            copy.direction = static_cast<int32_t>(direction);
+            emulated_kernels::launchCopyHostPages(copy, 2 * chunksPerPage, 3, nullptr);
+            EXPECT_EQ(Bytes(arena.data(), arena.data() + initial.size()), expected)
+                << "shift " << hostShift << " direction " << static_cast<int32_t>(direction);
+            EXPECT_NE(expected, initial);
+        }
+    }
+}

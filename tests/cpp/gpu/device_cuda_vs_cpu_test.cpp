@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -14,7 +15,9 @@
 #include "ctxcache/device/batch_compaction.h"
 #include "ctxcache/device/chunked_hash.h"
 #include "ctxcache/device/device_error.h"
+#include "ctxcache/device/host_buffer.h"
 #include "ctxcache/device/kv_gather.h"
+#include "ctxcache/device/kv_host_copy.h"
 #include "ctxcache/device/kv_lengths.h"
 #include "ctxcache/device/kv_scatter.h"
 #include "ctxcache/device/snapshot_storage.h"
@@ -434,4 +437,76 @@ TEST_F(CudaVsCpu, APoolOverEngineDeviceMemoryMatchesAndUsesItInPlace) {
     void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(host.data()) + 255) / 256 * 256);
     EXPECT_THROW(KvPagePool(*cuda, g, ExternalMemory{aligned, KvPagePool::requiredBytes(g)}), ExternalMemoryError);
 #endif
+}
+
+// Pool pages <-> pinned host slots: CUDA's one launch (plus one table upload) writes exactly the CPU twin's bytes,
+// headers and untouched slots included, for layers whose pages are not 16-byte multiples, span several 16 KiB
+// chunks, and sit at offsets of every co-alignment within the slot.
+TEST_F(CudaVsCpu, HostPageCopiesMatchTheCpuTwinByteForByte) {
+    KvPoolGeometry g;
+    g.numPages = 7;
+    g.pageSize = 16;
+    g.dtype = DType::kFp16;
+    g.layers = {{8, 128}, {3, 5}, {1, 12}, {2, 64}};  // pages of 32768, 480, 384 and 4096 bytes
+    size_t const header = 40;                         // payload 8-byte but not 16-byte aligned in the slot
+    Bytes hosts[2], pools[2];
+    for (int i = 0; i < 2; ++i) {
+        DeviceBackend& b = backend(i);
+        KvPagePool pool(b, g);
+        fillPool(pool, 50);
+        size_t const slotBytes = header + hostSlotPayloadBytes(pool) + 24;
+        HostBuffer host(b, 5 * slotBytes);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(host.data()) % kHostAlignment, 0u);
+        EXPECT_EQ(b.allocatedHostBytes(), host.size());
+        Bytes const initial = randomBytes(host.size(), 60);
+        std::memcpy(host.data(), initial.data(), initial.size());
+        HostSlotLayout const layout{&host, slotBytes, header, 5};
+        int32_t const pages[] = {6, 0, 3};
+        int32_t const slots[] = {2, 4, 0};
+        LaunchCounters const before = b.counters();
+        copyPagesToHost(pool, pages, slots, layout, 3);
+        b.synchronize();
+        EXPECT_EQ(b.counters().kernels, before.kernels + 1);
+        if (i == 1) EXPECT_EQ(b.counters().transfers, before.transfers + 1);  // the descriptor table
+        hosts[i] = Bytes(host.bytes(), host.bytes() + host.size());
+        // Back: slot 2 (page 6) into page 1, slot 0 (page 3) into page 6, slot 1 (random bytes) into page 4.
+        int32_t const back[] = {1, 6, 4};
+        int32_t const from[] = {2, 0, 1};
+        copyPagesFromHost(pool, back, from, layout, 3);
+        b.synchronize();
+        for (int32_t layer = 0; layer < pool.numLayers(); ++layer) {
+            Bytes const bytes = readPool(pool, layer);
+            pools[i].insert(pools[i].end(), bytes.begin(), bytes.end());
+        }
+    }
+    EXPECT_EQ(hosts[1], hosts[0]);
+    EXPECT_EQ(pools[1], pools[0]);
+}
+
+// Engine host memory: pinned and mapped memory (here another backend's HostBuffer) is accepted and copied into in
+// place; ordinary pageable memory is refused on CUDA before anything is enqueued.
+TEST_F(CudaVsCpu, HostSlotsOverEnginePinnedMemoryAreUsedInPlace) {
+    KvPagePool pool(*cuda, KvPoolGeometry{4, 8, DType::kBf16, {{2, 16}}});
+    fillPool(pool, 9);
+    size_t const slotBytes = hostSlotPayloadBytes(pool);
+    std::unique_ptr<DeviceBackend> engineSide = makeCuda();
+    HostBuffer engine(*engineSide, 2 * slotBytes);
+    size_t const allocatedBefore = cuda->allocatedHostBytes();
+    HostBuffer window = HostBuffer::external(*cuda, ExternalMemory{engine.data(), engine.size()}, "engine slots");
+    EXPECT_FALSE(window.owning());
+    EXPECT_EQ(cuda->allocatedHostBytes(), allocatedBefore);
+    int32_t const page[] = {3};
+    int32_t const slot[] = {1};
+    copyPagesToHost(pool, page, slot, HostSlotLayout{&window, slotBytes, 0, 2}, 1);
+    cuda->synchronize();
+    Bytes const layer = readPool(pool, 0);
+    size_t const pageBytes = pool.pageBytes(0);
+    Bytes expected(layer.begin() + static_cast<long>(3 * pageBytes), layer.begin() + static_cast<long>(4 * pageBytes));
+    expected.insert(expected.end(), layer.begin() + static_cast<long>(7 * pageBytes),
+                    layer.begin() + static_cast<long>(8 * pageBytes));
+    EXPECT_EQ(Bytes(engine.bytes() + slotBytes, engine.bytes() + 2 * slotBytes), expected);
+    EXPECT_EQ(Bytes(engine.bytes(), engine.bytes() + slotBytes), Bytes(slotBytes, 0));
+    Bytes pageable(slotBytes);
+    EXPECT_THROW(HostBuffer::external(*cuda, ExternalMemory{pageable.data(), pageable.size()}, "pageable"),
+                 ExternalMemoryError);
 }

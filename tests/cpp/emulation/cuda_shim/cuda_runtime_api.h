@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -134,6 +135,8 @@ struct cudaDeviceProp {
 inline constexpr unsigned cudaStreamNonBlocking = 1;
 inline constexpr unsigned cudaEventDisableTiming = 2;
 inline constexpr unsigned cudaHostAllocDefault = 0;
+inline constexpr unsigned cudaHostAllocPortable = 1;
+inline constexpr unsigned cudaHostAllocMapped = 2;
 
 inline char const* cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 inline char const* cudaGetErrorString(cudaError_t) { return "emulated CUDA error"; }
@@ -177,8 +180,27 @@ inline cudaError_t cudaFree(void* p) {
     ::operator delete(p, std::align_val_t{256});
     return cudaSuccess;
 }
-inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
-inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+// Pinned host memory: garbage like cudaMalloc's, page-aligned like the driver's, and remembered so that
+// cudaPointerGetAttributes calls it host memory mapped at its own address (UVA).
+namespace emu {
+inline std::mutex hostMutex;
+inline std::map<uintptr_t, size_t> hostAllocations;  // begin -> bytes
+}  // namespace emu
+inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+    *p = ::operator new(bytes, std::align_val_t{4096});
+    std::memset(*p, 0x5A, bytes);
+    std::lock_guard<std::mutex> lock(emu::hostMutex);
+    emu::hostAllocations[reinterpret_cast<uintptr_t>(*p)] = bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaFreeHost(void* p) {
+    {
+        std::lock_guard<std::mutex> lock(emu::hostMutex);
+        emu::hostAllocations.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    ::operator delete(p, std::align_val_t{4096});
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
     std::memset(p, value, bytes);
     return cudaSuccess;
@@ -187,11 +209,20 @@ inline cudaError_t cudaMemcpyAsync(void* dst, void const* src, size_t bytes, cud
     std::memmove(dst, src, bytes);
     return cudaSuccess;
 }
-// Every pointer is "device memory of device 0" (the stand-in's device memory is host memory), so external memory
-// is accepted as on a real device.
-inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, void const*) {
+// A pointer inside a cudaHostAlloc block is mapped pinned host memory (device pointer = host pointer, as under
+// UVA); every other pointer is "device memory of device 0" (the stand-in's device memory is host memory), so
+// external memory is accepted as on a real device.
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, void const* p) {
     *a = cudaPointerAttributes{};
     a->type = cudaMemoryTypeDevice;
+    auto const address = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(emu::hostMutex);
+    auto it = emu::hostAllocations.upper_bound(address);
+    if (it != emu::hostAllocations.begin() && address < (--it)->first + it->second) {
+        a->type = cudaMemoryTypeHost;
+        a->hostPointer = const_cast<void*>(p);
+        a->devicePointer = const_cast<void*>(p);
+    }
     return cudaSuccess;
 }
 
