@@ -1,6 +1,7 @@
-// HostTier (bookkeeping): the manager's observer writes blocks into the index (reserve, then complete at once),
-// extendHit pins the run after the device hit and releases it at once. Full contract:
-// include/ctxcache/tier/host_tier.h.
+// HostTier: the manager's observer writes blocks into the index (reserve; with storage, write the headers, copy the
+// pages to their slots and wait; then complete, or abort when the copy failed); an extension pins the run after the
+// device hit (with storage: checks each slot's header, copies the slots into the lease's pages and waits), then
+// unpins it and demotes the loaded blocks. Full contract: include/ctxcache/tier/host_tier.h.
 
 #include "ctxcache/tier/host_tier.h"
 
@@ -13,6 +14,7 @@
 namespace ctxcache::tier {
 
 namespace {
+
 HostTierConfig validated(HostTierConfig const& config) {
     if (config.capacityPages <= 0)
         throw ContractError("HostTier: capacityPages must be positive (got " + std::to_string(config.capacityPages) +
@@ -21,10 +23,53 @@ HostTierConfig validated(HostTierConfig const& config) {
         throw ContractError("HostTier: unknown write policy " + std::to_string(static_cast<int>(config.writePolicy)));
     return config;
 }
+
+uint64_t fnv(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+        h ^= (v >> (8 * i)) & 0xffu;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
 }  // namespace
 
-HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config)
-    : manager_(&manager), config_(validated(config)), index_(config.capacityPages) {
+size_t HostTier::slotBytes(device::KvPagePool const& pool) {
+    size_t const bytes = kHeaderBytes + device::hostSlotPayloadBytes(pool);
+    return (bytes + 255) / 256 * 256;
+}
+
+uint64_t HostTier::layoutDigest(device::KvPagePool const& pool) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, static_cast<uint64_t>(pool.pageSize()));
+    h = fnv(h, static_cast<uint64_t>(pool.dtype()));
+    h = fnv(h, static_cast<uint64_t>(pool.numLayers()));
+    for (device::KvLayerShape const& l : pool.geometry().layers) {
+        h = fnv(h, static_cast<uint64_t>(l.kvHeads));
+        h = fnv(h, static_cast<uint64_t>(l.headDim));
+    }
+    return h;
+}
+
+HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, HostTierStorage storage)
+    : manager_(&manager), config_(validated(config)), index_(config.capacityPages), storage_(std::move(storage)) {
+    if (storage_.pool) {
+        device::KvPagePool const& pool = *storage_.pool;
+        if (pool.pageSize() != manager.pageSize())
+            throw ContractError("HostTier: the pool's page size (" + std::to_string(pool.pageSize()) +
+                                ") is not the manager's (" + std::to_string(manager.pageSize()) + ")");
+        slotBytes_ = slotBytes(pool);
+        payloadBytes_ = device::hostSlotPayloadBytes(pool);
+        layoutDigest_ = layoutDigest(pool);
+        size_t const needed = slotBytes_ * static_cast<size_t>(config_.capacityPages);
+        if (!storage_.memory || storage_.memory->size() < needed)
+            throw ContractError("HostTier: the storage's memory must hold " + std::to_string(config_.capacityPages) +
+                                " slots of " + std::to_string(slotBytes_) + " bytes (" + std::to_string(needed) +
+                                " bytes; it has " + std::to_string(storage_.memory ? storage_.memory->size() : 0) +
+                                ")");
+        if (storage_.memory->backend() != &pool.backend())
+            throw ContractError("HostTier: the storage's memory belongs to another backend than its pool");
+    }
     if (manager.baseBlockObserver() != nullptr)
         throw ContractError("HostTier: the manager already has a base block observer (another tier?)");
     manager.setBaseBlockObserver(this);
@@ -34,48 +79,161 @@ HostTier::~HostTier() {
     if (manager_->baseBlockObserver() == this) manager_->setBaseBlockObserver(nullptr);
 }
 
-int32_t HostTier::extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
-    if (hashes.size > 0 && !hashes.data) throw ContractError("HostTier::extendHit: hashes is null");
+device::HostSlotLayout HostTier::layout() const noexcept {
+    return device::HostSlotLayout{storage_.memory, slotBytes_, kHeaderBytes, config_.capacityPages};
+}
+
+HostSlotHeader* HostTier::header(int32_t slot) const noexcept {
+    return reinterpret_cast<HostSlotHeader*>(storage_.memory->bytes() + static_cast<size_t>(slot) * slotBytes_);
+}
+
+bool HostTier::synchronize() noexcept {
+    try {
+        if (storage_.synchronize) return storage_.synchronize();
+        storage_.pool->backend().synchronize();
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
+size_t HostTier::pinExtension(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks,
+                              char const* operation) {
+    if (hashes.size > 0 && !hashes.data)
+        throw ContractError(std::string("HostTier::") + operation + ": hashes is null");
     if (inputTokenCount < 0 || deviceBlocks < 0)
-        throw ContractError("HostTier::extendHit: negative inputTokenCount (" + std::to_string(inputTokenCount) +
-                            ") or deviceBlocks (" + std::to_string(deviceBlocks) + ")");
+        throw ContractError(std::string("HostTier::") + operation + ": negative inputTokenCount (" +
+                            std::to_string(inputTokenCount) + ") or deviceBlocks (" + std::to_string(deviceBlocks) +
+                            ")");
     if (static_cast<size_t>(deviceBlocks) > hashes.size)
-        throw ContractError("HostTier::extendHit: deviceBlocks (" + std::to_string(deviceBlocks) +
+        throw ContractError(std::string("HostTier::") + operation + ": deviceBlocks (" + std::to_string(deviceBlocks) +
                             ") is more than the prompt's " + std::to_string(hashes.size) + " full blocks");
     ++metrics_.extendCalls;
+    scratch_.clear();
     int64_t const page = manager_->pageSize();
     // Blocks whose end stays below the last token: (deviceBlocks + n) * page <= inputTokenCount - 1.
     int64_t const keepLast = inputTokenCount > 0 ? (int64_t{inputTokenCount} - 1) / page : 0;
     int64_t const room = std::min<int64_t>(keepLast, static_cast<int64_t>(hashes.size)) - deviceBlocks;
     if (room <= 0) return 0;
-    scratch_.clear();
-    size_t const n = index_.pinRun(hashes.data + deviceBlocks, static_cast<size_t>(room), scratch_);
-    if (n == 0) return 0;
-    index_.unpin(scratch_.data(), scratch_.size());  // bookkeeping: the load is done
+    return index_.pinRun(hashes.data + deviceBlocks, static_cast<size_t>(room), scratch_);
+}
+
+void HostTier::finishLoad(size_t loaded) noexcept {
+    try {
+        index_.unpin(scratch_.data(), scratch_.size());  // every slot was pinned by pinExtension: cannot fail
+    } catch (...) {
+    }
     // The loaded blocks are on the device now (their pages are published with the request's prompt): the tier's
     // copies are duplicates, the first to go when it needs room (leaf first), until the device drops the blocks
     // again and a write-back makes them the most recent. Together, device and tier hold about as many distinct
     // blocks as one cache of their summed capacity.
-    for (int32_t slot : scratch_) index_.demote(slot);
-    ++metrics_.hitRequests;
-    metrics_.loadedBlocks += n;
+    for (size_t i = 0; i < loaded; ++i) index_.demote(scratch_[i]);
+    if (loaded > 0) {
+        ++metrics_.hitRequests;
+        metrics_.loadedBlocks += loaded;
+    }
+}
+
+int32_t HostTier::extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
+    if (holdsBytes())
+        throw ContractError("HostTier::extendHit: this tier holds bytes; a load must copy them (loadHit)");
+    size_t const n = pinExtension(hashes, inputTokenCount, deviceBlocks, "extendHit");
+    finishLoad(n);  // bookkeeping: the load is done
     return static_cast<int32_t>(n);
+}
+
+int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, PageId const* leasePages,
+                          size_t leasePageCount) {
+    if (!holdsBytes()) throw ContractError("HostTier::loadHit: this tier keeps no bytes (extendHit)");
+    if (leasePageCount > 0 && !leasePages) throw ContractError("HostTier::loadHit: leasePages is null");
+    size_t n = pinExtension(hashes, inputTokenCount, deviceBlocks, "loadHit");
+    if (n == 0) return 0;
+    size_t const first = static_cast<size_t>(deviceBlocks);
+    if (leasePageCount < first + n) {
+        finishLoad(0);
+        throw ContractError("HostTier::loadHit: the lease has " + std::to_string(leasePageCount) +
+                            " pages; the hit needs " + std::to_string(first + n));
+    }
+    // A slot whose header does not name its block (it changed under us) ends the run there.
+    size_t good = 0;
+    for (; good < n; ++good) {
+        HostSlotHeader const& h = *header(scratch_[good]);
+        BlockHash const& want = hashes.data[first + good];
+        if (h.magic != HostSlotHeader::kMagic || h.layoutDigest != layoutDigest_ || h.hashHi != want.hi ||
+            h.hashLo != want.lo || h.tokens != manager_->pageSize())
+            break;
+    }
+    metrics_.failedLoads += n - good;
+    // The slot that failed its check is dropped once unpinned (its bytes are not trusted); the blocks after it
+    // stay, unloaded.
+    auto dropBad = [&] {
+        if (good < n) index_.invalidate(hashes.data[first + good]);
+    };
+    if (good == 0) {
+        finishLoad(0);
+        dropBad();
+        return 0;
+    }
+    bool ok = false;
+    try {
+        device::copyPagesFromHost(*storage_.pool, leasePages + first, scratch_.data(), layout(),
+                                  static_cast<int32_t>(good));
+        ok = synchronize();
+    } catch (...) {
+        ok = false;
+    }
+    if (!ok) {
+        metrics_.failedLoads += good;
+        finishLoad(0);
+        return 0;
+    }
+    metrics_.bytesToDevice += good * payloadBytes_;
+    finishLoad(good);
+    dropBad();
+    return static_cast<int32_t>(good);
 }
 
 void HostTier::clear() { index_.clear(); }
 
-void HostTier::write(BlockHash const* hashes, size_t count) noexcept {
+void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count) noexcept {
     try {
         uint64_t const droppedBefore = index_.counters().droppedBlocks;
         size_t const reserved = index_.reserveWrites(hashes, count, scratch_);
         metrics_.droppedBlocks += index_.counters().droppedBlocks - droppedBefore;
+        if (holdsBytes() && reserved > 0) {
+            copySlots_.clear();
+            copyPages_.clear();
+            for (size_t i = 0; i < count; ++i) {
+                if (scratch_[i] == HostTierIndex::kNoSlot) continue;
+                *header(scratch_[i]) = HostSlotHeader{HostSlotHeader::kMagic, layoutDigest_, hashes[i].hi, hashes[i].lo,
+                                                      manager_->pageSize()};
+                copySlots_.push_back(scratch_[i]);
+                copyPages_.push_back(pages[i]);
+            }
+            bool ok = false;
+            try {
+                device::copyPagesToHost(*storage_.pool, copyPages_.data(), copySlots_.data(), layout(),
+                                        static_cast<int32_t>(copySlots_.size()));
+                ok = synchronize();
+            } catch (...) {
+                ok = false;
+            }
+            if (!ok) {  // nothing becomes visible: the slots go back, the blocks are not in the tier
+                for (int32_t slot : copySlots_) *header(slot) = HostSlotHeader{};
+                index_.abortWrites(copySlots_.data(), copySlots_.size());
+                metrics_.failedWrites += reserved;
+                for (size_t i = 0; i < count; ++i) scratch_[i] = HostTierIndex::kNoSlot;
+                return;
+            }
+            metrics_.bytesToHost += reserved * payloadBytes_;
+        }
         // Leaf first, so that a chain's root ends the most recent and is dropped last (a block is of no use without
         // the blocks before it). A block the tier already holds is not copied again; it becomes the most recent
         // as a written one would (write-back: the device just dropped it, so the tier's copy is the only one).
         size_t held = 0;
         for (size_t i = count; i-- > 0;) {
             if (scratch_[i] != HostTierIndex::kNoSlot) {
-                index_.completeWrites(&scratch_[i], 1);  // bookkeeping: the copy is done
+                index_.completeWrites(&scratch_[i], 1);
             } else if (int32_t const slot = index_.find(hashes[i]); slot != HostTierIndex::kNoSlot) {
                 ++held;
                 index_.touch(slot);
@@ -91,12 +249,12 @@ void HostTier::write(BlockHash const* hashes, size_t count) noexcept {
     }
 }
 
-void HostTier::blocksStored(BlockHash const* hashes, PageId const*, size_t count) noexcept {
-    if (config_.writePolicy == HostWritePolicy::kWriteThrough) write(hashes, count);
+void HostTier::blocksStored(BlockHash const* hashes, PageId const* pages, size_t count) noexcept {
+    if (config_.writePolicy == HostWritePolicy::kWriteThrough) write(hashes, pages, count);
 }
 
-void HostTier::blocksRemoved(BlockHash const* hashes, PageId const*, size_t count) noexcept {
-    if (config_.writePolicy == HostWritePolicy::kWriteBack) write(hashes, count);
+void HostTier::blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count) noexcept {
+    if (config_.writePolicy == HostWritePolicy::kWriteBack) write(hashes, pages, count);
 }
 
 }  // namespace ctxcache::tier

@@ -1,32 +1,48 @@
 // HostTier: a host-memory tier beside one ContextCacheManager, so that a block the device evicted comes back as a
 // copy instead of a recomputation (issue 26). It observes the manager's canonical base index (BaseBlockObserver):
-// with write-through, every block a publication makes canonical is written to the tier; with write-back, every
-// block eviction removes from the device is. An acquire's device hit is then extended by the tier: the blocks
-// after the device's longest chain that the tier holds, in order, are loaded into the lease's own fresh pages and
-// the prefill starts after them; at publication those pages become canonical like any computed page.
+// with write-back (the default), every block eviction removes from the device is written to the tier; with
+// write-through, every block a publication makes canonical is. An acquire's device hit is then extended by the
+// tier: the blocks after the device's longest chain that the tier holds, in order, are loaded into the lease's own
+// fresh pages and the prefill starts after them; at publication those pages become canonical like any computed
+// page.
 //
-// This version keeps the tier's bookkeeping only (no bytes: bookkeeping-only replays size a tier on a trace);
-// writes complete when they are made and loads when they are taken. Base-KV blocks of attention models only:
-// draft pages and recurrent checkpoints stay on the device (an EAGLE lease needs its draft path, a hybrid one its
-// checkpoint, and neither is in the tier), so speculative and hybrid acquires are not extended.
+// Two modes. Bookkeeping (no storage): no bytes; writes complete when they are made and extendHit's loads when
+// they are taken (a bookkeeping-only replay sizes a tier on a trace). Bytes (a HostTierStorage): every slot holds
+// one page of every layer of the base pool (device/kv_host_copy.h's page-first payload) after a header naming its
+// block (hash, the pool's layout digest, tokens); writes copy the pages to their slots and wait for the copies
+// before the blocks become visible; loadHit copies the run's slots into the lease's pages and waits, after checking
+// each slot's header (a slot that does not name its block ends the run: a shorter hit, never wrong bytes); a copy
+// or synchronisation that fails loses the writes (nothing becomes visible) or the whole load (no block loaded).
+// Base-KV blocks of attention models only: draft pages and recurrent checkpoints stay on the device (an EAGLE
+// lease needs its draft path, a hybrid one its checkpoint, and neither is in the tier), so speculative and hybrid
+// acquires are not extended.
 //
 // Invariants: the index's (host_tier_index.h); a block is in the tier at most once (a block already held is not
-//             written again); an extension never covers the prompt's last token (the prefill must produce its
-//             logits: the rule of the device's full-input rewind) and never starts before the device hit's end.
-// Errors:     a non-positive capacity, an unknown write policy, a manager that already has an observer,
-//             negative or inconsistent extension arguments: ContractError, nothing changed.
-// Cost:       an extension O(blocks looked up); a write O(1) per block (an index insert, perhaps dropping the
-//             least recent block). Memory: the index's.
+//             written again); a resident slot's header names its block and its payload holds the bytes its page had
+//             when the block was written; an extension never covers the prompt's last token (the prefill must
+//             produce its logits: the rule of the device's full-input rewind) and never starts before the device
+//             hit's end.
+// Errors:     a non-positive capacity, an unknown write policy, a manager that already has an observer, storage
+//             whose memory cannot hold capacityPages slots of the pool, negative or inconsistent extension
+//             arguments, extendHit with storage (loads must copy: loadHit) or loadHit without: ContractError,
+//             nothing changed. A failed device copy is not an error: it costs reuse (counted).
+// Cost:       an extension O(blocks looked up) (+ one batched copy and one synchronisation with storage); a write
+//             O(1) per block (an index insert, perhaps dropping the least recent block; + one batched copy and one
+//             synchronisation per publication or evicted record with storage). Memory: the index's.
 // Threading:  single writer: the manager's thread, as the manager (the tier is called inside its calls).
 //             Destroy the tier before its manager (the destructor detaches it).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ctxcache/base_block_observer.h"
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
+#include "ctxcache/device/host_buffer.h"
+#include "ctxcache/device/kv_host_copy.h"
+#include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/tier/host_tier_index.h"
 
 namespace ctxcache::tier {
@@ -42,6 +58,24 @@ struct HostTierConfig {
     HostWritePolicy writePolicy = HostWritePolicy::kWriteBack;
 };
 
+// Where a tier's bytes live (HostTier's bytes mode). All on one backend; they must outlive the tier.
+struct HostTierStorage {
+    device::KvPagePool* pool = nullptr;      // the base pool whose pages the tier copies (the manager's page ids)
+    device::HostBuffer const* memory = nullptr;  // >= capacityPages * HostTier::slotBytes(*pool) bytes
+    // Waits for the copies enqueued on the pool's backend; false when they failed. Empty: backend.synchronize().
+    std::function<bool()> synchronize;
+};
+
+// The header at the start of every slot (bytes mode): which block the payload holds.
+struct HostSlotHeader {
+    static constexpr uint64_t kMagic = 0x31524549545f5843ull;  // "CX_TIER1"
+    uint64_t magic = 0;
+    uint64_t layoutDigest = 0;  // HostTier::layoutDigest of the pool the payload came from
+    uint64_t hashHi = 0;
+    uint64_t hashLo = 0;
+    int64_t tokens = 0;  // the page's tokens (the pool's page size)
+};
+
 struct HostTierMetrics {
     uint64_t extendCalls = 0;     // extensions asked for
     uint64_t hitRequests = 0;     // extensions that loaded at least one block
@@ -51,12 +85,24 @@ struct HostTierMetrics {
     uint64_t refusedWrites = 0;   // blocks offered that found no slot (every slot pinned or being written)
     uint64_t droppedBlocks = 0;   // blocks the tier dropped to make room (its evictions)
     uint64_t failedLoads = 0;     // blocks whose load failed (the hit ended before them)
+    uint64_t failedWrites = 0;    // blocks whose copy to the tier failed (not written)
+    uint64_t bytesToHost = 0;     // bytes copied device -> host (payloads)
+    uint64_t bytesToDevice = 0;   // bytes copied host -> device (payloads)
 };
 
 class HostTier final : public BaseBlockObserver {
 public:
-    // Attaches to `manager` as its base block observer (ContractError when it has one).
-    HostTier(ContextCacheManager& manager, HostTierConfig const& config);
+    static constexpr size_t kHeaderBytes = 256;  // a slot's header area (the payload starts 256-byte aligned)
+
+    // Attaches to `manager` as its base block observer (ContractError when it has one). Without storage.pool: the
+    // bookkeeping mode; with it, the bytes mode (storage.memory must hold capacityPages slots).
+    HostTier(ContextCacheManager& manager, HostTierConfig const& config, HostTierStorage storage = {});
+    // One slot of `pool`: the header area, then the payload, rounded up to 256 bytes.
+    static size_t slotBytes(device::KvPagePool const& pool);
+    // A digest of the pool's page layout (page size, dtype, every layer's heads and head dim): a slot written from
+    // one layout is never loaded into another.
+    static uint64_t layoutDigest(device::KvPagePool const& pool);
+    bool holdsBytes() const noexcept { return storage_.pool != nullptr; }
     ~HostTier() override;
     HostTier(HostTier const&) = delete;
     HostTier& operator=(HostTier const&) = delete;
@@ -70,6 +116,11 @@ public:
     // the prefill keeps the prompt's last token. Bookkeeping: the load happens now (the blocks become the most
     // recent); returns the number of blocks loaded (0 when the tier holds none).
     int32_t extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks);
+    // The bytes mode's extension: the same run, copied from its slots into leasePages[deviceBlocks ..] (the lease's
+    // own fresh pages: leasePageCount must cover the run), and waited for. Returns the blocks loaded: the run up to
+    // the first slot whose header does not name its block; 0 when a copy failed.
+    int32_t loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, PageId const* leasePages,
+                    size_t leasePageCount);
     // Drops every block the tier holds.
     void clear();
 
@@ -80,13 +131,24 @@ public:
     void blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count) noexcept override;
 
 private:
-    void write(BlockHash const* hashes, size_t count) noexcept;
+    void write(BlockHash const* hashes, PageId const* pages, size_t count) noexcept;
+    // The run after the device hit, pinned (scratch_ holds its slots); 0 when there is none.
+    size_t pinExtension(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, char const* operation);
+    void finishLoad(size_t loaded) noexcept;  // unpins scratch_'s slots, demotes the loaded ones
+    bool synchronize() noexcept;
+    HostSlotHeader* header(int32_t slot) const noexcept;
+    device::HostSlotLayout layout() const noexcept;
 
     ContextCacheManager* manager_;
     HostTierConfig config_;
     HostTierIndex index_;
     HostTierMetrics metrics_;
+    HostTierStorage storage_;
+    size_t slotBytes_ = 0;
+    size_t payloadBytes_ = 0;
+    uint64_t layoutDigest_ = 0;
     std::vector<int32_t> scratch_;  // slots of the running write or load (capacity kept)
+    std::vector<int32_t> copySlots_, copyPages_;  // the running copy's pairs (capacity kept)
 };
 
 }  // namespace ctxcache::tier

@@ -11,6 +11,9 @@
 #include <random>
 
 #include "ctxcache/context_cache_manager.h"
+#include "ctxcache/device/device_backend.h"
+#include "ctxcache/device/host_buffer.h"
+#include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/errors.h"
 #include "ctxcache/tier/host_tier.h"
 #include "ctxcache/tier/host_tier_index.h"
@@ -370,6 +373,118 @@ TEST(HostTier, DetachesFromItsManagerWhenDestroyed) {
     HostTier again(m, {4, HostWritePolicy::kWriteBack});
     EXPECT_THROW(HostTier(m, {0, HostWritePolicy::kWriteBack}), ContractError);
     EXPECT_THROW(HostTier(m, {4, static_cast<HostWritePolicy>(7)}), ContractError);
+}
+
+// ---- the bytes mode ---------------------------------------------------------------------------------------------
+
+// A CPU pool of 6 pages (2 layers of different shapes) whose page p, layer l, K or V holds bytes derived from
+// (p, l, kv) so that every copy can be checked byte for byte.
+struct BytesFixture {
+    std::unique_ptr<device::DeviceBackend> backend = device::createCpuBackend();
+    device::KvPagePool pool{*backend, device::KvPoolGeometry{6, kPage, device::DType::kFp16, {{2, 4}, {1, 8}}}};
+    std::vector<std::vector<uint8_t>> original;  // per layer: the whole layer's bytes as filled
+
+    BytesFixture() {
+        for (int32_t l = 0; l < pool.numLayers(); ++l) {
+            std::vector<uint8_t> bytes(pool.layerBytes(l));
+            for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + l * 31 + 1);
+            pool.writePages(l, 0, 12, bytes.data(), bytes.size());
+            original.push_back(bytes);
+        }
+    }
+    // Page p's bytes (every layer, K then V), as it is now, and as it was filled for page q.
+    std::vector<uint8_t> page(PageId p) const {
+        std::vector<uint8_t> out;
+        for (int32_t l = 0; l < pool.numLayers(); ++l)
+            for (int32_t kv = 0; kv < 2; ++kv) {
+                std::vector<uint8_t> b(pool.pageBytes(l));
+                pool.readPages(l, p + kv * 6, 1, b.data(), b.size());
+                out.insert(out.end(), b.begin(), b.end());
+            }
+        return out;
+    }
+    std::vector<uint8_t> filled(PageId q) const {
+        std::vector<uint8_t> out;
+        for (int32_t l = 0; l < pool.numLayers(); ++l)
+            for (int32_t kv = 0; kv < 2; ++kv) {
+                size_t const pb = pool.pageBytes(l);
+                auto first = original[static_cast<size_t>(l)].begin() + static_cast<std::ptrdiff_t>((q + kv * 6) * pb);
+                out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(pb));
+            }
+        return out;
+    }
+};
+
+TEST(HostTierBytes, EvictedPagesComeBackByteForByteAndAChangedSlotEndsTheHit) {
+    BytesFixture f;
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    size_t const slot = HostTier::slotBytes(f.pool);
+    EXPECT_EQ(slot % 256, 0u);
+    device::HostBuffer memory(*f.backend, 8 * slot);
+    HostTier tier(m, {8, HostWritePolicy::kWriteBack}, HostTierStorage{&f.pool, &memory, {}});
+    EXPECT_TRUE(tier.holdsBytes());
+    std::vector<BlockHash> const a = Hs({1, 2, 3});
+    std::vector<PageId> const aPages = publishPrompt(m, a);  // the pages hold their filled bytes
+    publishPrompt(m, Hs({7, 8, 9, 10, 11}));                   // evicts a: copied to the tier
+    EXPECT_EQ(tier.metrics().writtenBlocks, 3u);
+    EXPECT_EQ(tier.metrics().bytesToHost, 3 * device::hostSlotPayloadBytes(f.pool));
+    // Scribble over every page of the pool: what comes back comes from the tier.
+    for (int32_t l = 0; l < f.pool.numLayers(); ++l) {
+        std::vector<uint8_t> zeros(f.pool.layerBytes(l), 0xEE);
+        f.pool.writePages(l, 0, 12, zeros.data(), zeros.size());
+    }
+    AcquireResult r = m.acquireVanilla(a, 13);
+    ASSERT_EQ(r.status, AcquireStatus::kAcquired);
+    EXPECT_EQ(r.plan.reuseTokenLength, 0);
+    std::vector<PageId> const& lease = r.lease->basePages();
+    EXPECT_THROW(tier.extendHit(a, 13, 0), ContractError);  // a tier with bytes loads by copying
+    EXPECT_EQ(tier.loadHit(a, 13, 0, lease.data(), lease.size()), 3);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(f.page(lease[i]), f.filled(aPages[i])) << "block " << i;
+    EXPECT_EQ(tier.metrics().bytesToDevice, 3 * device::hostSlotPayloadBytes(f.pool));
+    // A slot whose header no longer names its block (it changed under us) ends the hit before it.
+    int32_t const second = tier.index().find(H(2));
+    ASSERT_NE(second, HostTierIndex::kNoSlot);
+    reinterpret_cast<HostSlotHeader*>(memory.bytes() + static_cast<size_t>(second) * slot)->hashLo ^= 1;
+    EXPECT_EQ(tier.loadHit(a, 13, 0, lease.data(), lease.size()), 1);
+    EXPECT_EQ(tier.metrics().failedLoads, 2u);
+    EXPECT_EQ(tier.index().find(H(2)), HostTierIndex::kNoSlot);  // dropped: its bytes are not trusted
+    EXPECT_THROW(tier.loadHit(a, 13, 0, lease.data(), 0), ContractError);  // the lease lacks pages for the run
+    r.lease.reset();
+    tier.checkInvariants();
+    m.checkInvariants();
+}
+
+TEST(HostTierBytes, AFailedCopyLosesTheBlocksNeverTheState) {
+    BytesFixture f;
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    device::HostBuffer memory(*f.backend, 8 * HostTier::slotBytes(f.pool));
+    bool fail = true;
+    HostTier tier(m, {8, HostWritePolicy::kWriteThrough}, HostTierStorage{&f.pool, &memory, [&] { return !fail; }});
+    std::vector<BlockHash> const a = Hs({1, 2, 3});
+    publishPrompt(m, a);  // the write-through copy's synchronisation fails: nothing is written
+    EXPECT_EQ(tier.metrics().failedWrites, 3u);
+    EXPECT_EQ(tier.index().residentCount(), 0u);
+    EXPECT_EQ(tier.index().writingCount(), 0u);
+    fail = false;
+    publishPrompt(m, Hs({5}));
+    EXPECT_EQ(tier.index().residentCount(), 1u);
+    fail = true;
+    AcquireResult r = m.acquireVanilla(Hs({5, 6}), 9);
+    ASSERT_EQ(r.status, AcquireStatus::kAcquired);
+    std::vector<PageId> const& lease = r.lease->basePages();
+    EXPECT_EQ(tier.loadHit(Hs({5, 6}), 9, 1, lease.data(), lease.size()), 0);  // the device already has 5
+    r.lease.reset();
+    // Too little memory for the slots, or memory of another backend: refused.
+    device::HostBuffer small(*f.backend, 100);
+    ContextCacheManager other(kPage, {6, 0, 0, 0}, 8);
+    EXPECT_THROW(HostTier(other, {8, HostWritePolicy::kWriteBack}, HostTierStorage{&f.pool, &small, {}}),
+                 ContractError);
+    auto otherBackend = device::createCpuBackend();
+    device::HostBuffer foreign(*otherBackend, 8 * HostTier::slotBytes(f.pool));
+    EXPECT_THROW(HostTier(other, {8, HostWritePolicy::kWriteBack}, HostTierStorage{&f.pool, &foreign, {}}),
+                 ContractError);
+    EXPECT_EQ(other.baseBlockObserver(), nullptr);
+    tier.checkInvariants();
 }
 
 }  // namespace
