@@ -275,6 +275,23 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
             }
         };
     }
+    if (config.hostTierPages < 0)
+        contract("ContextCacheCoordinator", "hostTierPages must be >= 0 (got " + str(config.hostTierPages) + ")");
+    if (config.hostTierPages > 0) {
+        if (!resources_.basePool || !profile_.hasAttention())
+            contract("ContextCacheCoordinator", "a host tier needs an attention deployment with a base pool");
+        device::HostBuffer const* memory = resources_.hostTierMemory;
+        if (!memory) {
+            size_t const bytes =
+                tier::HostTier::slotBytes(*resources_.basePool) * static_cast<size_t>(config.hostTierPages);
+            hostMemory_.emplace(*backend_, bytes);
+            memory = &*hostMemory_;
+        }
+        tier::HostTierStorage storage{resources_.basePool, memory,
+                                      [this] { return syncStream(backend_ ? backend_->stream() : nullptr); }};
+        hostTier_ = std::make_unique<tier::HostTier>(
+            manager_, tier::HostTierConfig{config.hostTierPages, config.hostWritePolicy}, std::move(storage));
+    }
 }
 
 ContextCacheCoordinator::~ContextCacheCoordinator() {
@@ -496,6 +513,16 @@ ContextCacheMetrics ContextCacheCoordinator::metrics() const {
     m.reclaimedDraftKvPages = e.reclaimedDraftKvPages;
     m.reclaimedRecurrentSnapshots = e.reclaimedRecurrentSnapshots;
     m.reclaimedPartialKvSnapshots = e.reclaimedPartialKvSnapshots;
+    if (hostTier_) {
+        tier::HostTierMetrics const& h = hostTier_->metrics();
+        m.hostResidentBlocks = hostTier_->index().residentCount();
+        m.hostWrittenBlocks = h.writtenBlocks;
+        m.hostDroppedBlocks = h.droppedBlocks;
+        m.hostFailedLoads = h.failedLoads;
+        m.hostFailedWrites = h.failedWrites;
+        m.hostBytesToHost = h.bytesToHost;
+        m.hostBytesToDevice = h.bytesToDevice;
+    }
     return m;
 }
 

@@ -259,6 +259,16 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
     seq.kind = r.plan.kind;
     seq.hadReplay = r.plan.specReplayMode == SpecReplayMode::kFullPage;
     seq.mediaAware = hasMedia;
+    // The host tier extends a vanilla attention hit: the blocks after it that the tier holds are copied into the
+    // lease's own pages now, and the prefill starts after them.
+    if (hostTier_ && !seq.bypass && !hasMedia && !pagedSpec && !profile_.usesCheckpointReuse() &&
+        seq.reuse % pageSize_ == 0) {
+        std::vector<PageId> const& pages = seq.lease.basePages();
+        int32_t const loaded = hostTier_->loadHit({seq.hashes.data(), seq.hashes.size()}, n, seq.reuse / pageSize_,
+                                                  pages.data(), pages.size());
+        seq.reuse += loaded * pageSize_;
+        counters_.hostLoadedTokens += static_cast<uint64_t>(loaded) * static_cast<uint64_t>(pageSize_);
+    }
     return true;
 }
 

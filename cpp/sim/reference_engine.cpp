@@ -161,6 +161,8 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
     runtime::ContextCacheConfig cc;
     cc.maxRecords = c.maxRecords;
     cc.evictionPolicy = c.evictionPolicy;
+    cc.hostTierPages = c.hostTierPages;
+    cc.hostWritePolicy = c.hostWritePolicy;
     cc.maxBatch = c.maxBatch;
     cc.pageSize = c.deployment == DeploymentKind::kRecurrent ? c.pageSize : 0;
     cc.hashAlgorithm = c.hashAlgorithm;
@@ -417,6 +419,7 @@ void ReferenceEngine::checkInterrupt() {
 std::vector<EngineOutput> ReferenceEngine::coldReference(std::vector<EngineRequest> const& requests) const {
     ReferenceEngineConfig cold = config_;
     cold.reuse = false;
+    cold.hostTierPages = 0;  // a cold run reuses nothing, from any tier
     cold.swaPaging = false;  // the full history: what a window must reproduce
     cold.syncFailureRate = 0.0;
     ReferenceEngine engine(cold);

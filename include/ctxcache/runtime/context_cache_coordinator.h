@@ -48,6 +48,7 @@
 #include "ctxcache/runtime/context_cache_metrics.h"
 #include "ctxcache/runtime/deployment_profile.h"
 #include "ctxcache/runtime/runtime_types.h"
+#include "ctxcache/tier/host_tier.h"
 
 namespace ctxcache::runtime {
 
@@ -63,6 +64,13 @@ struct ContextCacheConfig {
     HashAlgorithm hashAlgorithm = HashAlgorithm::kSha256;
     std::string hashKey;     // optional secret of the keyed SHA-256 chain
     EvictionPolicy evictionPolicy = EvictionPolicy::kRecordLru;  // the manager's capacity eviction
+    // A host-memory tier of this many pages beside the base pool (0: none; tier/host_tier.h): blocks the device
+    // evicts (write-back) or publishes (write-through) are copied to host memory, and a vanilla attention
+    // sequence's hit is extended by the blocks it holds, copied into the sequence's own pages at admission (its
+    // prefill start moves past them). Needs an attention pool; speculative, hybrid and media-bearing sequences are
+    // not extended. Its memory: resources.hostTierMemory, or pinned host memory the coordinator allocates.
+    int32_t hostTierPages = 0;
+    tier::HostWritePolicy hostWritePolicy = tier::HostWritePolicy::kWriteBack;
 };
 
 // The device objects the coordinator drives; all on one backend, all outliving the coordinator. What a
@@ -77,6 +85,9 @@ struct ContextCachePhysicalResources {
     device::KvLengths* draftLengths = nullptr;
     device::ResidentState* residentState = nullptr;
     device::SnapshotStorage* snapshots = nullptr;
+    // The host tier's slots (config.hostTierPages * tier::HostTier::slotBytes(*basePool) bytes, of the base pool's
+    // backend), or null: the coordinator allocates them.
+    device::HostBuffer const* hostTierMemory = nullptr;
 };
 
 struct ContextCacheSequenceAdmission {
@@ -269,6 +280,7 @@ public:
     ContextCacheMetrics metrics() const;
     ContextCacheManager& manager() noexcept { return manager_; }
     ContextCacheManager const& manager() const noexcept { return manager_; }
+    tier::HostTier const* hostTier() const noexcept { return hostTier_.get(); }
     ContextCacheDeploymentProfile const& profile() const noexcept { return profile_; }
     ContextCacheConfig const& config() const noexcept { return config_; }
     BlockHasher const& hasher() const noexcept { return hasher_; }
@@ -320,6 +332,9 @@ private:
     int32_t pageSize_ = 0;
     BlockHasher hasher_;
     ContextCacheManager manager_;
+    // After the manager: destroyed (detached) before it.
+    std::optional<device::HostBuffer> hostMemory_;  // the tier's slots when the resources bring none
+    std::unique_ptr<tier::HostTier> hostTier_;
     ContextCacheMetrics counters_;
     std::vector<uint64_t> residentEpochs_;  // per slot: epoch of its live sequence (0 = free)
     std::vector<uint64_t> lastEpochs_;      // per slot: the highest epoch ever admitted

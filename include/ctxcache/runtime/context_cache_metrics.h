@@ -48,6 +48,16 @@ struct ContextCacheMetrics {
     uint64_t reclaimedDraftKvPages = 0;
     uint64_t reclaimedRecurrentSnapshots = 0;
     uint64_t reclaimedPartialKvSnapshots = 0;
+    // The host tier (ContextCacheConfig::hostTierPages; all 0 without one): prompt tokens loaded from it instead
+    // of computed, its blocks now, and its counters (tier/host_tier.h).
+    uint64_t hostLoadedTokens = 0;
+    uint64_t hostResidentBlocks = 0;
+    uint64_t hostWrittenBlocks = 0;
+    uint64_t hostDroppedBlocks = 0;
+    uint64_t hostFailedLoads = 0;
+    uint64_t hostFailedWrites = 0;
+    uint64_t hostBytesToHost = 0;
+    uint64_t hostBytesToDevice = 0;
 };
 
 }  // namespace ctxcache::runtime

@@ -99,6 +99,10 @@ struct ReferenceEngineConfig {
     bool swaPaging = true;             // with W > 0: false keeps the full history (the windowed cold truth)
     double syncFailureRate = 0.0;      // probability that one synchronisation fails (fault injection)
     uint32_t faultSeed = 1;
+    // A host-memory tier of this many pages beside the base pool (attention deployments; the coordinator's
+    // ContextCacheConfig::hostTierPages): evicted blocks come back as copies. 0: none.
+    int32_t hostTierPages = 0;
+    tier::HostWritePolicy hostWritePolicy = tier::HostWritePolicy::kWriteBack;
 };
 
 struct EngineRequest {
