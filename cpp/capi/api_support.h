@@ -104,6 +104,14 @@ inline void requireNonNegative(int64_t value, char const* name) {
 }
 
 // A CTXC_EVICTION_* value as the core's policy.
+// A CTXC_HOST_WRITE_* value (tier::HostWritePolicy's numbering), or CTXC_E_INVALID_ARGUMENT naming `name`.
+template <class Policy>
+Policy hostWritePolicyAs(int32_t value, char const* name) {
+    if (value != 0 && value != 1)
+        invalidArgument(std::string(name) + " must be a CTXC_HOST_WRITE_* value (got " + std::to_string(value) + ")");
+    return static_cast<Policy>(value);
+}
+
 inline EvictionPolicy evictionPolicyOf(int32_t value, char const* name) {
     if (value != static_cast<int32_t>(EvictionPolicy::kRecordLru) &&
         value != static_cast<int32_t>(EvictionPolicy::kRecordLruTrim))

@@ -33,11 +33,9 @@ CTXC_API ctxc_status_t ctxc_manager_attach_host_tier(ctxc_manager_t* manager, co
         ctxc_host_tier_options_t const& o = requireSized(options, "options");
         if (o.capacity_pages <= 0)
             invalidArgument("options->capacity_pages must be positive (got " + std::to_string(o.capacity_pages) + ")");
-        if (o.write_policy != CTXC_HOST_WRITE_THROUGH && o.write_policy != CTXC_HOST_WRITE_BACK)
-            invalidArgument("options->write_policy must be a CTXC_HOST_WRITE_* value (got " +
-                            std::to_string(o.write_policy) + ")");
+        auto const policy = hostWritePolicyAs<tier::HostWritePolicy>(o.write_policy, "options->write_policy");
         if (m.hostTier) throw ContractError("the manager already has a host tier; detach it first");
-        tier::HostTierConfig const config{o.capacity_pages, static_cast<tier::HostWritePolicy>(o.write_policy)};
+        tier::HostTierConfig const config{o.capacity_pages, policy};
         m.hostTier = std::make_unique<tier::HostTier>(*m.manager, config);
     });
 }

@@ -339,6 +339,14 @@ void ctxcache::capi::fillMetrics(runtime::ContextCacheMetrics const& m, ctxc_con
     out.reclaimed_draft_kv_pages = m.reclaimedDraftKvPages;
     out.reclaimed_recurrent_snapshots = m.reclaimedRecurrentSnapshots;
     out.reclaimed_partial_kv_snapshots = m.reclaimedPartialKvSnapshots;
+    out.host_loaded_tokens = m.hostLoadedTokens;
+    out.host_resident_blocks = m.hostResidentBlocks;
+    out.host_written_blocks = m.hostWrittenBlocks;
+    out.host_dropped_blocks = m.hostDroppedBlocks;
+    out.host_failed_loads = m.hostFailedLoads;
+    out.host_failed_writes = m.hostFailedWrites;
+    out.host_bytes_to_host = m.hostBytesToHost;
+    out.host_bytes_to_device = m.hostBytesToDevice;
 }
 
 extern "C" {
@@ -358,6 +366,7 @@ CTXC_API void ctxc_coordinator_options_init(ctxc_coordinator_options_t* options)
     options->model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
     options->owns_paged_spec_state = spec.ownsPagedSpecState ? 1 : 0;
     options->future_dependency_tokens = spec.futureDependencyTokens;
+    options->host_write_policy = CTXC_HOST_WRITE_BACK;
 }
 
 CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_t* resources,
@@ -375,6 +384,10 @@ CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_
         ContextCacheConfig config;
         config.maxRecords = o.max_records;
         config.evictionPolicy = evictionPolicyOf(o.eviction_policy, "options->eviction_policy");
+        requireNonNegative(o.host_tier_pages, "options->host_tier_pages");
+        config.hostTierPages = o.host_tier_pages;
+        config.hostWritePolicy =
+            hostWritePolicyAs<tier::HostWritePolicy>(o.host_write_policy, "options->host_write_policy");
         config.maxBatch = o.max_batch;
         config.pageSize = o.page_size;
         config.hashAlgorithm =

@@ -117,6 +117,7 @@ CTXC_API void ctxc_sim_engine_options_init(ctxc_sim_engine_options_t* options) {
     options->sync_failure_rate = 0.0;
     options->sliding_window = d.slidingWindow;
     options->speculative = CTXC_SIM_SPECULATIVE_NONE;
+    options->host_write_policy = CTXC_HOST_WRITE_BACK;
 }
 
 CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* options,
@@ -163,6 +164,9 @@ CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* o
         c.syncFailureRate = o.sync_failure_rate;
         c.slidingWindow = o.sliding_window;
         c.speculative = static_cast<sim::SpeculativeKind>(o.speculative);
+        requireNonNegative(o.host_tier_pages, "options->host_tier_pages");
+        c.hostTierPages = o.host_tier_pages;
+        c.hostWritePolicy = hostWritePolicyAs<tier::HostWritePolicy>(o.host_write_policy, "options->host_write_policy");
         auto object = std::make_unique<SimEngineObject>();
         try {
             object->engine = std::make_unique<sim::ReferenceEngine>(c);

@@ -38,8 +38,9 @@ from ._ffi import check, ffi, lib, new_output
 from ._resource import Handle
 from .device import BackendKind, DType
 from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, SimSpeculative
-from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError
+from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError, InvalidArgumentError
 from .events import KvEventSource
+from .host_tier import HostWritePolicy
 from .manager import eviction_policy_of
 from .retention import RetentionMetrics, RetentionSpec, c_retention_spec, clock_ns, retention_metrics_of
 from .runtime import ContextCacheMetrics, MediaItem
@@ -100,6 +101,9 @@ class ReferenceEngine(KvEventSource, Handle):
     the bounded sliding-window backend; ``serve(..., cold=True)`` then keeps the full history.
     ``speculative="mtp"`` (hybrid): Hybrid+MTP, a model whose MTP head's draft at p reads the base hidden row of p;
     requests are served one at a time and ``commit_policy`` defaults to prefill-state-only (the only one allowed).
+    ``host_tier_pages=N`` (attention): a host-memory tier of N pages beside the KV pool (``host_write`` "back", the
+    default, or "through"; docs/TIERS.md): evicted blocks come back as copies, and ``metrics.host_loaded_tokens``
+    counts the prompt tokens loaded from it.
     """
 
     _destroy = staticmethod(lib.ctxc_sim_engine_destroy)
@@ -112,7 +116,8 @@ class ReferenceEngine(KvEventSource, Handle):
                  reuse: bool = True, commit_policy: Any = None,
                  hash_algorithm: Any = HashAlgorithm.SHA256, sync_failure_rate: float = 0.0,
                  fault_seed: int = 1, sliding_window: int = 0, speculative: Any = None,
-                 eviction_policy: Any = EvictionPolicy.RECORD_LRU) -> None:
+                 eviction_policy: Any = EvictionPolicy.RECORD_LRU, host_tier_pages: int = 0,
+                 host_write: Any = "back") -> None:
         o = new_output("ctxc_sim_engine_options_t")
         lib.ctxc_sim_engine_options_init(o)
         o.deployment = _arrays.enum_member(SimDeployment, deployment, "deployment")
@@ -120,6 +125,11 @@ class ReferenceEngine(KvEventSource, Handle):
         o.base_pages = _arrays.integer(base_pages, "base_pages", minimum=None)
         o.max_records = _arrays.integer(max_records, "max_records", minimum=None)
         o.eviction_policy = eviction_policy_of(eviction_policy)
+        o.host_tier_pages = _arrays.integer(host_tier_pages, "host_tier_pages", minimum=None)
+        try:
+            o.host_write_policy = int(HostWritePolicy.parse(host_write))
+        except ValueError as e:
+            raise InvalidArgumentError(str(e)) from None
         o.max_batch = _arrays.integer(max_batch, "max_batch", minimum=None)
         o.max_pages_per_sequence = _arrays.integer(max_pages_per_sequence, "max_pages_per_sequence", minimum=None)
         o.snapshot_slots = _arrays.integer(snapshot_slots, "snapshot_slots", minimum=None)

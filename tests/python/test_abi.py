@@ -149,6 +149,7 @@ ENUM_GROUPS = {
     "CTXC_SCALAR_": enums.ScalarType,
     "CTXC_SIM_DEPLOYMENT_": enums.SimDeployment,
     "CTXC_SIM_SPECULATIVE_": enums.SimSpeculative,
+    "CTXC_HOST_WRITE_": ctxcache.HostWritePolicy,
 }
 # Constants that are no enum member, each with the Python name that mirrors it (None: nothing to mirror).
 SINGLE_CONSTANTS = {

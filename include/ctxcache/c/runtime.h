@@ -155,6 +155,12 @@ typedef struct ctxc_coordinator_options {
     int32_t eviction_policy; /* CTXC_EVICTION_* (default CTXC_EVICTION_RECORD_LRU) */
     ctxc_synchronize_fn synchronize; /* NULL = synchronise the backend */
     void *synchronize_user;
+    /* >= 0: a host-memory tier of this many pages beside the base pool (0: none; docs/TIERS.md): blocks the device
+     * evicts (write-back) or publishes (write-through) are copied to pinned host memory the coordinator allocates,
+     * and a vanilla attention sequence's hit is extended by the blocks it holds (its prefill start moves past
+     * them). Options from ctxc_coordinator_options_init (or zeroed) have none. */
+    int32_t host_tier_pages;
+    int32_t host_write_policy; /* CTXC_HOST_WRITE_BACK (default) or CTXC_HOST_WRITE_THROUGH */
 } ctxc_coordinator_options_t;
 
 /* Every field of the runtime's ContextCacheMetrics: cumulative counters, then occupancy now. */
@@ -196,6 +202,15 @@ typedef struct ctxc_context_cache_metrics {
     uint64_t reclaimed_draft_kv_pages;
     uint64_t reclaimed_recurrent_snapshots;
     uint64_t reclaimed_partial_kv_snapshots;
+    /* The host tier (all 0 without one): prompt tokens loaded from it, its blocks now, and its counters. */
+    uint64_t host_loaded_tokens;
+    uint64_t host_resident_blocks;
+    uint64_t host_written_blocks;
+    uint64_t host_dropped_blocks;
+    uint64_t host_failed_loads;
+    uint64_t host_failed_writes;
+    uint64_t host_bytes_to_host;
+    uint64_t host_bytes_to_device;
 } ctxc_context_cache_metrics_t;
 
 typedef struct ctxc_coordinator_info {

@@ -136,6 +136,15 @@ class ContextCacheMetrics:
     reclaimed_draft_kv_pages: int
     reclaimed_recurrent_snapshots: int
     reclaimed_partial_kv_snapshots: int
+    # The host tier (0 without one): prompt tokens loaded from it, its blocks now, its counters.
+    host_loaded_tokens: int
+    host_resident_blocks: int
+    host_written_blocks: int
+    host_dropped_blocks: int
+    host_failed_loads: int
+    host_failed_writes: int
+    host_bytes_to_host: int
+    host_bytes_to_device: int
 
 
 
