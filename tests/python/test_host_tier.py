@@ -1,8 +1,9 @@
-"""The host-memory tier (issue 26), bookkeeping through Python and in ``ctxcache replay``: a manager's tier is
+"""The host-memory tier (issue 26) through Python and in ``ctxcache replay``: a manager's tier (bookkeeping) is
 attached, observed and detached; write-back keeps what the device evicts and write-through what it publishes; an
 extension after the device hit loads what the tier holds and never the prompt's last token; bad arguments are
-typed errors that change nothing; and the replay splits its reuse by tier, reusing strictly more than the device
-alone and, with a tier as large as the workload, everything an unbounded cache would.
+typed errors that change nothing; the reference engine with a tier (bytes copied to host memory and back) matches
+a cold run byte for byte; and the replay splits its reuse by tier, in both modes reusing strictly more than the
+device alone and, with a tier as large as the workload, everything an unbounded cache would.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import ctxcache
-from ctxcache import AcquireStatus, ContractError, HostWritePolicy, InvalidArgumentError, InvalidHandleError
+from ctxcache import AcquireStatus, ContractError, HostWritePolicy, InvalidArgumentError, InvalidHandleError, sim
 from ctxcache.cli import replay
 from test_replay import _run, conversations  # noqa: F401  (the fixture)
 
@@ -130,7 +131,7 @@ def test_replay_splits_reuse_by_tier_and_reuses_more_than_the_device_alone(capsy
 
 
 def test_replay_refuses_a_tier_it_cannot_serve_with_one_line(capsys, conversations):  # noqa: F811
-    for argv, words in ((["--host-tier-pages", "100"], "--bookkeeping-only"),
+    for argv, words in ((["--host-tier-pages", "100", "--mode", "spec"], "--mode vanilla"),
                         (["--host-tier-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft path"),
                         (["--host-tier-pages", "-1", "--bookkeeping-only"], "--host-tier-pages"),
                         (["--host-tier-pages", "8", "--host-write", "sideways", "--bookkeeping-only"],
@@ -141,3 +142,46 @@ def test_replay_refuses_a_tier_it_cannot_serve_with_one_line(capsys, conversatio
             code, err = e.code, capsys.readouterr().err
         assert code == 2, (argv, err)
         assert len(err.strip().splitlines()) == 1 and words in err, (argv, err)
+
+
+@pytest.mark.parametrize("write", ["back", "through"])
+def test_full_replay_with_a_tier_is_byte_exact_and_reuses_what_the_device_evicted(capsys, conversations, write):  # noqa: F811
+    def full(*extra):
+        code, out, err = _run(capsys, replay.replay_main, [str(conversations), "--json", "--no-progress", "--verify",
+                                                            "--base-pages", "400", *extra])
+        assert code == 0, err
+        return json.loads(out)
+
+    alone = full()
+    tiered = full("--host-tier-pages", "4000", "--host-write", write)
+    for r in (alone, tiered):
+        assert r["engine"] == "full" and r["verify"]["verdict"] == "byte-exact" and r["verify"]["checked"] == 66
+    assert tiered["reused_tokens"] == tiered["reused_tokens_device"] + tiered["reused_tokens_host"]
+    assert tiered["reused_tokens_host"] > 0 and tiered["reused_tokens"] > alone["reused_tokens"]
+    ht = tiered["host_tier"]
+    assert ht["write_policy"] == write and ht["failed_loads"] == ht["failed_writes"] == 0
+    assert ht["loaded_blocks"] * 16 == tiered["reused_tokens_host"]
+    assert ht["bytes_to_device"] == ht["loaded_blocks"] * (ht["bytes_to_host"] // ht["written_blocks"])
+
+
+def test_the_reference_engine_loads_an_evicted_prefix_from_its_tier():
+    prefix = list(range(7000, 7100))
+    flood = [list(range(20000 + 1000 * f, 20150 + 1000 * f)) for f in range(6)]
+    follow = prefix + [90000 + i for i in range(5)]
+    starts = {}
+    for pages in (0, 64):
+        with sim.ReferenceEngine("attention", page_size=16, base_pages=32, max_batch=1,
+                                 host_tier_pages=pages) as engine:
+            for tokens in [prefix, *flood, follow]:
+                request = sim.Request(tokens=tokens, max_new_tokens=4)
+                warm = engine.serve([request])[0]
+                cold = engine.cold_reference([request])[0]
+                assert np.array_equal(warm.generated, cold.generated) and warm.state_digest == cold.state_digest
+            starts[pages] = warm.prefill_start
+            assert engine.metrics.host_loaded_tokens == (96 if pages else 0)
+            engine.check_invariants()
+    assert starts == {0: 0, 64: 96}
+    with pytest.raises(InvalidArgumentError):
+        sim.ReferenceEngine("attention", host_tier_pages=-1)
+    with pytest.raises(InvalidArgumentError):
+        sim.ReferenceEngine("attention", host_tier_pages=8, host_write="sideways")

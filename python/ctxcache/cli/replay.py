@@ -133,7 +133,7 @@ class Settings:
     eviction_policy: str = "lru"  # "lru" (whole records, the reference's) or "lru-trim" (tails first)
     # --retain-system-prompts: (priority, seconds or None) for the tokens of each request's shared system prompt
     retain_system: tuple[int, float | None] | None = None
-    host_tier_pages: int = 0  # a host-memory tier beside the device pool (bookkeeping only for now)
+    host_tier_pages: int = 0  # a host-memory tier beside the device pool (vanilla mode)
     host_write: str = "back"  # "back" (at eviction) or "through" (at publication)
 
 
@@ -519,9 +519,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     and a partial report between chunks); with settings.verify, compare with a cold run."""
     from .. import sim
 
-    if settings.host_tier_pages > 0:
-        raise SettingsError("--host-tier-pages: the full engine's host tier (bytes copied to and from host memory) "
-                            "is not built yet; add --bookkeeping-only to size a tier on this workload")
+    if settings.host_tier_pages > 0 and settings.mode != "vanilla":
+        raise SettingsError("--host-tier-pages: the host tier holds base-KV pages of attention models; "
+                            f"--mode {settings.mode} keeps state it does not hold (use --mode vanilla)")
     m = measured if measured is not None else Measured("full", capacity_pages)
     pool_bytes = capacity_pages * settings.page_size * _BYTES_PER_TOKEN * (2 if settings.mode == "spec" else 1)
     if pool_bytes > FULL_MODE_MAX_POOL_BYTES:
@@ -536,7 +536,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
         max_records=settings.max_records, max_batch=max_batch, max_pages_per_sequence=widest,
         snapshot_slots=max(64, 2 * max_batch), backend=settings.backend, seed=settings.seed,
         commit_policy=CommitPolicy[settings.commit_policy.upper()],
-        hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()], eviction_policy=settings.eviction_policy)
+        hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()], eviction_policy=settings.eviction_policy,
+        host_tier_pages=settings.host_tier_pages, host_write=settings.host_write)
+    host_loaded = 0  # the engine's host-loaded tokens so far
     chunk = settings.batch_size * max(1, 16 // settings.batch_size)
     checked = mismatches = 0
     first_mismatch: str | None = None
@@ -561,6 +563,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                         mismatches += 1
                         first_mismatch = first_mismatch or r.source
             m.reused.extend(o.prefill_start for o in outputs)
+            # The tier's share per chunk (the engine counts it in total): on the chunk's first request.
+            m.reused_host.extend([metrics.host_loaded_tokens - host_loaded] + [0] * (len(outputs) - 1))
+            host_loaded = metrics.host_loaded_tokens
             m.used_pages.append(capacity_pages - metrics.base_kv_pages.free)
             m.used_at.append(begin + len(part))
             m.records.append(metrics.current_records)
@@ -579,6 +584,15 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             m.evicted_records = metrics.evicted_records
             m.reclaimed_pages = metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
             m.retention = _retention_report(engine.retention_metrics)
+            if settings.host_tier_pages > 0:
+                m.host_tier = {"capacity_pages": settings.host_tier_pages, "write_policy": settings.host_write,
+                               "resident_blocks": metrics.host_resident_blocks,
+                               "written_blocks": metrics.host_written_blocks,
+                               "loaded_blocks": metrics.host_loaded_tokens // settings.page_size,
+                               "dropped_blocks": metrics.host_dropped_blocks,
+                               "failed_loads": metrics.host_failed_loads, "failed_writes": metrics.host_failed_writes,
+                               "bytes_to_host": metrics.host_bytes_to_host,
+                               "bytes_to_device": metrics.host_bytes_to_device}
             m.matched = [-1] * len(m.reused)  # the engine reports reuse, not matched tokens, per request
             m.engine_stats = {"batches": stats.batches, "joiners": stats.joiners, "decode_steps": stats.decode_steps,
                               "capacity_retries": stats.capacity_retries, "preemptions": stats.preemptions,
@@ -719,10 +733,16 @@ def format_report(r: dict[str, Any]) -> str:
     out += [_table(rows), ""]
     ht = r.get("host_tier")
     if ht:
+        moved = ("bookkeeping: no bytes moved" if "bytes_to_host" not in ht else
+                 f"{ht['bytes_to_host'] / 2**20:,.1f} MiB copied to host, {ht['bytes_to_device'] / 2**20:,.1f} MiB "
+                 f"back, {ht['failed_loads']:,} failed loads, {ht['failed_writes']:,} failed writes")
         out.append(f"host tier: {ht['capacity_pages']:,} pages, write-{ht['write_policy']}: "
-                   f"{ht['written_blocks']:,} blocks written ({ht['skipped_writes']:,} already held), "
-                   f"{ht['loaded_blocks']:,} loaded by {ht['hit_requests']:,} requests, {ht['dropped_blocks']:,} "
-                   f"dropped for room, {ht['resident_blocks']:,} held at the end (bookkeeping: no bytes moved)")
+                   f"{ht['written_blocks']:,} blocks written"
+                   + (f" ({ht['skipped_writes']:,} already held)" if "skipped_writes" in ht else "")
+                   + f", {ht['loaded_blocks']:,} loaded"
+                   + (f" by {ht['hit_requests']:,} requests" if "hit_requests" in ht else "")
+                   + f", {ht['dropped_blocks']:,} dropped for room, {ht['resident_blocks']:,} held at the end "
+                   f"({moved})")
         out.append("")
     retained = r.get("retain_system_prompts")
     if retained is not None:
@@ -896,7 +916,7 @@ def _add_replay_only(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bookkeeping-only", action="store_true", help="the manager alone: no bytes, no engine")
     p.add_argument("--host-tier-pages", type=_NON_NEGATIVE_INT32, default=0, metavar="N",
                    help="a host-memory tier of N pages beside the device pool: evicted blocks come back as copies "
-                        "(docs/TIERS.md; --bookkeeping-only and vanilla mode for now; default 0: none)")
+                        "(docs/TIERS.md; vanilla mode; default 0: none)")
     p.add_argument("--host-write", choices=("back", "through"), default="back",
                    help="with --host-tier-pages: write blocks to the tier when the device evicts them (back, the "
                         "default) or when a publication makes them canonical (through)")
