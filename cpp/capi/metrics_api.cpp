@@ -12,6 +12,7 @@
 #include "ctxcache.h"
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/events/kv_event_publisher.h"
+#include "ctxcache/tier/host_tier.h"
 #include "handles.h"
 
 using namespace ctxcache;
@@ -111,11 +112,40 @@ void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
         {"ctxcache_pool_reclaimable", "Ids eviction could free now (cached, held by no lease), by tier and resource.",
          &ResourcePools::reclaimableCount},
     };
+    // The host tier (tier/host_tier.h), when one observes this manager: its slots as a pool of base KV pages.
+    auto const* host = dynamic_cast<tier::HostTier const*>(m.baseBlockObserver());
+    uint64_t hostPool[3] = {0, 0, 0};  // capacity, free, reclaimable (held and not being loaded)
+    if (host) {
+        tier::HostTierIndex const& index = host->index();
+        hostPool[0] = static_cast<uint64_t>(host->config().capacityPages);
+        hostPool[1] = hostPool[0] - index.residentCount() - index.writingCount();
+        hostPool[2] = index.residentCount() - index.pinnedCount();
+    }
+    int gauge = 0;
     for (Gauge const& g : gauges) {
         out.family(g.name, "gauge", g.help);
         for (ResourceType type : kAllResourceTypes)
             out.sample(g.name, static_cast<uint64_t>(std::max(0, (pools.*g.read)(type))),
                        std::string("tier=\"device\",resource=\"") + resourceLabel(type) + "\"");
+        if (host) out.sample(g.name, hostPool[gauge], "tier=\"host\",resource=\"base_kv_page\"");
+        ++gauge;
+    }
+    if (host) {
+        tier::HostTierMetrics const& h = host->metrics();
+        out.single("ctxcache_host_tier_loaded_blocks_total", "counter",
+                   "Blocks loaded from the host tier into a request's pages instead of computed.", h.loadedBlocks);
+        out.single("ctxcache_host_tier_written_blocks_total", "counter",
+                   "Blocks written to the host tier (evicted with write-back, published with write-through).",
+                   h.writtenBlocks);
+        out.single("ctxcache_host_tier_dropped_blocks_total", "counter",
+                   "Blocks the host tier dropped to make room (its evictions).", h.droppedBlocks);
+        out.single("ctxcache_host_tier_failed_loads_total", "counter",
+                   "Blocks a load could not bring back (a failed copy, a slot that changed).", h.failedLoads);
+        out.single("ctxcache_host_tier_failed_writes_total", "counter",
+                   "Blocks whose copy to the host tier failed (not written).", h.failedWrites);
+        out.family("ctxcache_host_tier_bytes_total", "counter", "Payload bytes copied, by direction.");
+        out.sample("ctxcache_host_tier_bytes_total", h.bytesToHost, "direction=\"to_host\"");
+        out.sample("ctxcache_host_tier_bytes_total", h.bytesToDevice, "direction=\"to_device\"");
     }
     out.single("ctxcache_records", "gauge", "Records stored (published prefixes and checkpoints).", m.records().size());
     out.single("ctxcache_live_leases", "gauge", "Leases alive (requests holding pages).", m.liveLeaseCount());

@@ -26,12 +26,12 @@ class HostWritePolicy(IntEnum):
     """When blocks are written to the tier: at publication (every newly canonical block) or at eviction (every
     block the device drops; the default: the tier holds what the device no longer does)."""
 
-    WRITE_THROUGH = 0
-    WRITE_BACK = 1
+    THROUGH = 0
+    BACK = 1
 
     @property
     def label(self) -> str:
-        return "through" if self is HostWritePolicy.WRITE_THROUGH else "back"
+        return "through" if self is HostWritePolicy.THROUGH else "back"
 
     @classmethod
     def parse(cls, value: Any) -> HostWritePolicy:
@@ -102,7 +102,7 @@ class HostTier:
 
 
 def attach(manager: ContextCacheManager, capacity_pages: int,
-           write_policy: Any = HostWritePolicy.WRITE_BACK) -> HostTier:
+           write_policy: Any = HostWritePolicy.BACK) -> HostTier:
     options = ffi.new("ctxc_host_tier_options_t *")
     lib.ctxc_host_tier_options_init(options)
     options.capacity_pages = _arrays.integer(capacity_pages, "capacity_pages")

@@ -47,6 +47,14 @@ def test_write_back_keeps_what_the_device_evicts_and_extends_the_next_hit(make_m
     assert tier.extend_hit(a, 13, 2) == 1
     metrics = tier.metrics
     assert (metrics.extend_calls, metrics.hit_requests, metrics.loaded_blocks) == (3, 3, 6)
+    # The scrape says the same (docs/METRICS.md): counters, and the tier's slots as a pool of tier "host".
+    text = ctxcache.metrics_text(m)
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert int(samples["ctxcache_host_tier_loaded_blocks_total"]) == 6
+    assert int(samples["ctxcache_host_tier_written_blocks_total"]) == 3
+    assert int(samples['ctxcache_pool_capacity{tier="host",resource="base_kv_page"}']) == 16
+    assert int(samples['ctxcache_pool_free{tier="host",resource="base_kv_page"}']) == 13
+    assert int(samples['ctxcache_host_tier_bytes_total{direction="to_host"}']) == 0  # bookkeeping: no bytes
     tier.check_invariants()
     m.check_invariants()
 
@@ -74,7 +82,7 @@ def test_bad_arguments_are_typed_errors_that_change_nothing(make_manager):
     with pytest.raises(InvalidArgumentError):
         m.attach_host_tier(8, "sideways")
     assert m.host_tier is None
-    tier = m.attach_host_tier(8, HostWritePolicy.WRITE_THROUGH)
+    tier = m.attach_host_tier(8, HostWritePolicy.THROUGH)
     with pytest.raises(ContractError):
         m.attach_host_tier(8)  # one tier per manager
     a = publish(m, list(range(13)))
