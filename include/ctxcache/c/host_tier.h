@@ -6,8 +6,8 @@
 #ifndef CTXCACHE_C_HOST_TIER_H
 #define CTXCACHE_C_HOST_TIER_H
 
-#include "ctxcache/c/library.h"
 #include "ctxcache/c/hash.h"
+#include "ctxcache/c/library.h"
 #include "ctxcache/c/manager.h"
 
 #ifdef __cplusplus
@@ -52,8 +52,8 @@ CTXC_API ctxc_status_t ctxc_manager_detach_host_tier(ctxc_manager_t *manager);
  * the prompt's last token. Bookkeeping: the load is done when this returns. *out_loaded_blocks = the run's
  * length. CTXC_E_CONTRACT without a tier. */
 CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit(ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
-                                                         size_t count, int32_t input_token_count,
-                                                         int32_t device_blocks, int32_t *out_loaded_blocks);
+                                                         size_t count, int32_t input_token_count, int32_t device_blocks,
+                                                         int32_t *out_loaded_blocks);
 /* Drops every block the tier holds (a manager's reset does not). */
 CTXC_API ctxc_status_t ctxc_manager_host_tier_clear(ctxc_manager_t *manager);
 /* *out_attached = 1 when the manager has a tier; then *out_metrics is filled (out_metrics may be NULL). */
