@@ -59,7 +59,10 @@ int32_t HostTierIndex::pins(int32_t slot) const {
 size_t HostTierIndex::residentRun(BlockHash const* hashes, size_t count, std::vector<int32_t>* slots) const {
     if (count > 0 && !hashes) throw ContractError("HostTierIndex::residentRun: hashes is null");
     size_t n = 0;
+    constexpr size_t kAhead = 8;
+    for (size_t i = 0; i < std::min(count, kAhead); ++i) bySlotHash_.prefetch(hashes[i]);
     for (; n < count; ++n) {
+        if (n + kAhead < count) bySlotHash_.prefetch(hashes[n + kAhead]);
         int32_t const slot = find(hashes[n]);
         if (slot == kNoSlot || at(slot).state != HostSlotState::kResident) break;
         if (slots) slots->push_back(slot);
@@ -196,7 +199,12 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     // The map's room first (a rehash that fails changes nothing), then one slot per new block.
     bySlotHash_.reserve(std::min(bySlotHash_.size() + count, static_cast<size_t>(capacity_)));
     size_t reserved = 0;
+    // The map's home slots a few blocks ahead, and the next victim's: a write is a few probes into a large map.
+    constexpr size_t kAhead = 8;
+    for (size_t i = 0; i < std::min(count, kAhead); ++i) bySlotHash_.prefetch(hashes[i]);
     for (size_t i = 0; i < count; ++i) {
+        if (i + kAhead < count) bySlotHash_.prefetch(hashes[i + kAhead]);
+        if (lruHead_ != kNoSlot) bySlotHash_.prefetch(at(lruHead_).hash);
         if (bySlotHash_.contains(hashes[i])) continue;  // resident, or its copy is in flight
         int32_t const slot = takeSlot(dropped);
         if (slot == kNoSlot) break;

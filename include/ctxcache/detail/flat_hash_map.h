@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "ctxcache/detail/prefetch.h"
+
 namespace ctxcache::detail {
 
 inline uint64_t mixHash(uint64_t h) noexcept {  // murmur3 fmix64: spreads synthetic (small) keys
@@ -50,6 +52,10 @@ public:
     }
     Value const* find(Key const& key) const noexcept { return const_cast<FlatHashMap*>(this)->find(key); }
     bool contains(Key const& key) const noexcept { return find(key) != nullptr; }
+    // A hint that `key` is about to be looked up, inserted or erased: starts loading its home slot.
+    void prefetch(Key const& key) const noexcept {
+        if (!slots_.empty()) prefetchForRead(&slots_[home(key)]);
+    }
 
     // Inserts (key, value) unless key is present. Returns the stored value and whether it was inserted.
     std::pair<Value*, bool> tryEmplace(Key const& key, Value const& value) {
