@@ -193,3 +193,15 @@ def test_the_reference_engine_loads_an_evicted_prefix_from_its_tier():
         sim.ReferenceEngine("attention", host_tier_pages=-1)
     with pytest.raises(InvalidArgumentError):
         sim.ReferenceEngine("attention", host_tier_pages=8, host_write="sideways")
+
+
+def test_sweep_puts_the_same_tier_beside_every_capacity(capsys, conversations, tmp_path):  # noqa: F811
+    code, out, err = _run(capsys, replay.sweep_main, [str(conversations), "--host-tier-pages", "2000", "--points", "8",
+                                                      "--no-progress", "--json", "--out-dir", str(tmp_path)])
+    assert code == 0, err
+    points = json.loads(out)["points"]
+    assert len(points) == 8 and all(p["host_tier_pages"] == 2000 for p in points)
+    assert any(p["reused_tokens_host"] > 0 for p in points)
+    assert all(p["reused_tokens_host"] <= p["reused_tokens"] for p in points)
+    header = next(tmp_path.glob("*.csv")).read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["host_tier_pages", "reused_tokens_host"]

@@ -902,6 +902,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "them) a retention range at PRIORITY, 0 to 100 (default tokens are at 35; eviction takes "
                         "the lowest first), for SECONDS of the workload's time from each publication (default: as "
                         "long as the record lives); the report splits reuse by priority")
+    p.add_argument("--host-tier-pages", type=_NON_NEGATIVE_INT32, default=0, metavar="N",
+                   help="a host-memory tier of N pages beside the device pool: evicted blocks come back as copies "
+                        "(docs/TIERS.md; vanilla mode; sweep: the same tier beside every device capacity; default 0: none)")
+    p.add_argument("--host-write", choices=("back", "through"), default="back",
+                   help="with --host-tier-pages: write blocks to the tier when the device evicts them (back, the "
+                        "default) or when a publication makes them canonical (through)")
     add_conversation_options(p, defaults=False)
 
 
@@ -914,12 +920,6 @@ def _add_replay_only(p: argparse.ArgumentParser) -> None:
                      help="base pool capacity in tokens (rounded down to pages; default: half the workload's "
                           "distinct prompt tokens)")
     p.add_argument("--bookkeeping-only", action="store_true", help="the manager alone: no bytes, no engine")
-    p.add_argument("--host-tier-pages", type=_NON_NEGATIVE_INT32, default=0, metavar="N",
-                   help="a host-memory tier of N pages beside the device pool: evicted blocks come back as copies "
-                        "(docs/TIERS.md; vanilla mode; default 0: none)")
-    p.add_argument("--host-write", choices=("back", "through"), default="back",
-                   help="with --host-tier-pages: write blocks to the tier when the device evicts them (back, the "
-                        "default) or when a publication makes them canonical (through)")
     p.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="cpu",
                    help="full engine backend: cpu (default), cuda (needs a usable device), or auto (cuda when a "
                         "device is usable, else cpu)")
@@ -1292,7 +1292,9 @@ def run_sweep(args: argparse.Namespace) -> int:
                              "reused_tokens": reused, "rejected": m.rejected, "evicted_records": m.evicted_records,
                              "reclaimed_pages": m.reclaimed_pages, "peak_pages": max(m.used_pages, default=0),
                              "without_retention_hit_rate": round(_ratio(plain_reused, prompt_tokens), 6)
-                             if plain_reused is not None else ""})
+                             if plain_reused is not None else "",
+                             "host_tier_pages": settings.host_tier_pages,
+                             "reused_tokens_host": sum(m.reused_host)})
     except KeyboardInterrupt:
         interrupted = True
         _interrupt_handled()
@@ -1304,7 +1306,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     reach = {"90": reaching(rows, 0.9 * bound_rate), "99": reaching(rows, 0.99 * bound_rate)}
     columns = ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate", "ratio_to_upper_bound",
                "optimum_hit_rate", "lru_hit_rate", "reused_tokens", "rejected", "evicted_records", "reclaimed_pages", "peak_pages",
-               "without_retention_hit_rate"]
+               "without_retention_hit_rate", "host_tier_pages", "reused_tokens_host"]
     try:
         with open(csv_path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns)
