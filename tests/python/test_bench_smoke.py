@@ -210,3 +210,15 @@ def test_cold_loop_refuses_hybrid_and_a_tiny_sweep(trace):
 def test_default_cold_bytes_is_twice_the_last_level_cache():
     llc = bench.last_level_cache_bytes()
     assert bench.default_cold_bytes() == 2 * (llc or 32 << 20)
+
+
+def test_bench_with_a_host_tier_reuses_more_and_says_how_much(trace):
+    requests = bench.load_trace(trace)
+    alone, = bench.run_modes(requests, 16, ["vanilla"], capacity_blocks=4, repeat=1, upper_bound=False)
+    tiered, = bench.run_modes(requests, 16, ["vanilla"], capacity_blocks=4, repeat=1, upper_bound=False,
+                              host_tier_pages=4000)
+    assert "reused_tokens_host" not in alone
+    assert tiered["host_tier_pages"] == 4000
+    assert tiered["host_written_blocks"] > 0 and tiered["reused_tokens_host"] > 0
+    assert tiered["reused_tokens"] > alone["reused_tokens"]
+    assert tiered["reused_tokens_host"] % 16 == 0 and tiered["reused_tokens_host"] <= tiered["reused_tokens"]

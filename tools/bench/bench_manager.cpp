@@ -96,6 +96,7 @@
 
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
+#include "ctxcache/tier/host_tier.h"
 #include "mooncake_trace.h"
 
 using namespace ctxcache;
@@ -198,6 +199,9 @@ struct ColdLoop {
 // priority-0 tail past token 512, everything at 60, or none. No durations: the figures must repeat pass to pass.
 enum class RetentionMix { kNone, kDefault, kStored, kMixed };
 RetentionMix gRetention = RetentionMix::kNone;
+// --host-tier-pages N (vanilla): a host tier (write-back, bookkeeping) whose extension of each hit is timed with the
+// acquire (docs/TIERS.md), as `ctxcache bench --host-tier-pages` does.
+int32_t gHostTierPages = 0;
 
 RetentionSpec const* retentionFor(size_t request) {
     static RetentionSpec const explicitDefault{
@@ -240,6 +244,9 @@ struct Replay {
     int64_t managerCalls = 0;
     int64_t inputTokens = 0;
     int64_t reusedTokens = 0;
+    int64_t hostReusedTokens = 0;  // of reusedTokens: loaded from the host tier (--host-tier-pages)
+    uint64_t hostWrittenBlocks = 0;
+    uint64_t hostDroppedBlocks = 0;
     int64_t matchedTokens = 0;
     int64_t pagesTouched = 0;
     int64_t leasePages = 0;
@@ -294,6 +301,10 @@ void finishReplay(ContextCacheManager const& manager, Replay& out) {
     out.recordBytes = static_cast<int64_t>(manager.records().memoryBytes());
     out.peakMetadataBytes = std::max(out.peakMetadataBytes, out.metadataBytes);
     out.metrics = manager.metrics();
+    if (auto const* host = dynamic_cast<tier::HostTier const*>(manager.baseBlockObserver())) {
+        out.hostWrittenBlocks = host->metrics().writtenBlocks;
+        out.hostDroppedBlocks = host->metrics().droppedBlocks;
+    }
 }
 
 // One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
@@ -306,6 +317,9 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
     capacities.baseKvPages = capacityPages;
     capacities.draftKvPages = spec ? capacityPages : 0;
     ContextCacheManager manager(pageSize, capacities, maxRecords, policy);
+    std::unique_ptr<tier::HostTier> hostTier;  // after the manager: destroyed (detached) first
+    if (gHostTierPages > 0 && !spec)
+        hostTier = std::make_unique<tier::HostTier>(manager, tier::HostTierConfig{gHostTierPages});
     Replay out;
     out.capacityPages = capacityPages;
     out.draftCapacityPages = capacities.draftKvPages;
@@ -332,6 +346,8 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
 
         Clock::time_point const t0 = Clock::now();
         AcquireResult acquired = spec ? manager.acquireSpec(h, n) : manager.acquireVanilla(h, n);
+        int32_t const loaded =
+            hostTier && acquired.lease ? hostTier->extendHit(h, n, acquired.plan.reuseTokenLength / pageSize) : 0;
         Clock::time_point const tAcquired = Clock::now();
         out.acquireNs[i] = ns(t0, tAcquired);
         out.opNs[0] += out.acquireNs[i];
@@ -374,7 +390,8 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
         ReusePlan const& plan = acquired.plan;
         ++out.acquired;
         out.managerCalls += 2;  // acquire + release
-        out.reusedTokens += plan.reuseTokenLength;
+        out.reusedTokens += plan.reuseTokenLength + static_cast<int64_t>(loaded) * pageSize;
+        out.hostReusedTokens += static_cast<int64_t>(loaded) * pageSize;
         out.matchedTokens += plan.matchedTokenLength;
         if (spec) {
             if (plan.matchedTokenLength > 0 && plan.reuseTokenLength != plan.matchedTokenLength - pageSize)
@@ -647,7 +664,7 @@ int main(int argc, char** argv) {
         "bench_manager [--trace PATH] [--requests N] [--page-size P]... [--mode vanilla|hybrid|spec]... "
         "[--capacity-blocks B] [--max-records R] [--snapshot-slots S] [--hybrid-candidates K] [--key STRING] "
         "[--repeat K] [--no-upper-bound] [--eviction-policy lru|lru-trim] [--cold [--cold-bytes B]] "
-        "[--retention none|default|stored|mixed]";
+        "[--retention none|default|stored|mixed] [--host-tier-pages N]";
     for (int i = 1; i < argc; ++i) {
         std::string const a = argv[i];
         auto value = [&]() -> std::string {
@@ -683,6 +700,10 @@ int main(int argc, char** argv) {
                      : name == "lru-trim" ? EvictionPolicy::kRecordLruTrim
                                           : (fail("unknown eviction policy \"" + name + "\" (lru or lru-trim)"),
                                              EvictionPolicy::kRecordLru);
+        } else if (a == "--host-tier-pages") {
+            long long const pages = std::stoll(value());
+            if (pages < 0 || pages > INT32_MAX) fail("--host-tier-pages must be in [0, 2^31 - 1]");
+            gHostTierPages = static_cast<int32_t>(pages);
         } else if (a == "--retention") {
             std::string const name = value();
             char const* const names[] = {"none", "default", "stored", "mixed"};
@@ -830,6 +851,8 @@ int main(int argc, char** argv) {
             j.str("retention", retentionNames[static_cast<int>(gRetention)]);
             j.str("loop", coldMode ? "cold" : "hot");
             if (coldMode) j.num("cold_bytes", coldBytes);
+            if (gHostTierPages > 0 && mode == Mode::kVanilla)
+                j.num("host_tier_pages", static_cast<int64_t>(gHostTierPages));
             j.num("repeat", static_cast<int64_t>(repeat));
             j.num("requests", run.requests);
             j.num("distinct_blocks", distinctBlocks);
@@ -871,6 +894,11 @@ int main(int argc, char** argv) {
             j.num("matched_tokens", run.matchedTokens);
             if (mode != Mode::kVanilla) j.num("hits", run.hits);
             if (mode == Mode::kSpec) j.num("replayed_pages", run.replayedPages);
+            if (gHostTierPages > 0 && mode == Mode::kVanilla) {
+                j.num("reused_tokens_host", run.hostReusedTokens);
+                j.num("host_written_blocks", run.hostWrittenBlocks);
+                j.num("host_dropped_blocks", run.hostDroppedBlocks);
+            }
             j.real("hit_rate", ratio(static_cast<double>(run.reusedTokens), static_cast<double>(run.inputTokens)));
             if (upperBound) {
                 j.num("upper_bound_reused_tokens", bound.reusedTokens);

@@ -283,13 +283,15 @@ def _finish(manager: ContextCacheManager, out: dict[str, Any], capacities: Resou
 
 def _replay_paged(requests: Sequence[Request], hashes: list[np.ndarray], page_size: int, capacity_pages: int,
                   max_records: int, sample_peak: bool, spec: bool, eviction_policy: str = "lru",
-                  cold: ColdLoop | None = None) -> dict[str, Any]:
+                  cold: ColdLoop | None = None, host_tier_pages: int = 0) -> dict[str, Any]:
     """One pass of acquire / grow / publish / release: vanilla, or EAGLE spec with a draft pool as large as the base
     pool (both grown alike). Only the manager calls are timed. ``cold``: the cache-cold loop, each request's tokens
     expanded (untimed) and hashed (timed apart, into ``cold.hash_ns``; the hashes stored in ``hashes[i]``) in the
     loop, and a cache sweep between two requests."""
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
     manager = ContextCacheManager(page_size, capacities, max_records, eviction_policy)
+    # A host tier (write-back, bookkeeping; vanilla only) extends each hit; its call is timed with the acquire.
+    extend = manager.attach_host_tier(host_tier_pages).extend_hit if host_tier_pages > 0 and not spec else None
     pools = 2 if spec else 1
     acquire = manager.acquire_spec if spec else manager.acquire_vanilla
     perf = time.perf_counter_ns
@@ -327,6 +329,8 @@ def _replay_paged(requests: Sequence[Request], hashes: list[np.ndarray], page_si
 
             t0 = perf()
             result = acquire(h, n_in)
+            loaded = (extend(h, n_in, result.plan.reuse_token_length // page_size)
+                      if extend is not None and result.lease is not None else 0)
             t_acquired = perf()
             acquire_ns[i] = t_acquired - t0
             op_ns[0] += t_acquired - t0
@@ -362,8 +366,10 @@ def _replay_paged(requests: Sequence[Request], hashes: list[np.ndarray], page_si
             out["input_tokens"] += n_in
             out["acquired"] += 1
             out["manager_calls"] += 2
-            out["reused_tokens"] += reused
+            out["reused_tokens"] += reused + loaded * page_size
             out["matched_tokens"] += matched
+            if extend is not None:
+                out["reused_tokens_host"] = out.get("reused_tokens_host", 0) + loaded * page_size
             if spec:
                 if matched > 0 and reused != matched - page_size:
                     raise AssertionError("a spec hit must replay exactly its boundary page")
@@ -397,6 +403,10 @@ def _replay_paged(requests: Sequence[Request], hashes: list[np.ndarray], page_si
                 peak = max(peak, manager.metadata_bytes)
 
         _finish(manager, out, capacities, peak)
+        if extend is not None:
+            host = manager.host_tier.metrics  # type: ignore[union-attr]
+            out.setdefault("reused_tokens_host", 0)
+            out.update(host_written_blocks=host.written_blocks, host_dropped_blocks=host.dropped_blocks)
         if spec:
             out["draft_capacity_pages"] = capacity_pages
         out["request_ns"] = request_ns
@@ -415,10 +425,10 @@ def _nearest_rank_us(ns: Sequence[int], q: float) -> float:
 
 def replay_vanilla(requests: Sequence[Request], hashes: list[np.ndarray], page_size: int, capacity_pages: int,
                    max_records: int, sample_peak: bool = True, eviction_policy: str = "lru",
-                   cold: ColdLoop | None = None) -> dict[str, Any]:
+                   cold: ColdLoop | None = None, host_tier_pages: int = 0) -> dict[str, Any]:
     """One pass of acquire / grow / publish / release over every request. Only the manager calls are timed."""
     return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=False,
-                         eviction_policy=eviction_policy, cold=cold)
+                         eviction_policy=eviction_policy, cold=cold, host_tier_pages=host_tier_pages)
 
 
 def _chained_digest(hasher: Hasher, hashes: np.ndarray, length: int, page_size: int, tail: np.ndarray) -> Any:
@@ -613,7 +623,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
               capacity_blocks: int | None = None, max_records: int = DEFAULT_MAX_RECORDS, key: str = DEFAULT_KEY,
               repeat: int = 5, upper_bound: bool = True, snapshot_slots: int | None = None,
               hybrid_candidates: int = DEFAULT_HYBRID_CANDIDATES, eviction_policy: str = "lru",
-              cold_bytes: int | None = None) -> list[dict[str, Any]]:
+              cold_bytes: int | None = None, host_tier_pages: int = 0) -> list[dict[str, Any]]:
     """The benchmark at one page size: one hashing phase, then per mode (in the order vanilla, hybrid, spec) the
     bounded replay and the upper-bound replay; one result dict per mode. ``cold_bytes``: the cache-cold loop
     instead (vanilla and spec; no hashing phase, each request hashed in its mode's loop, a sweep of that many
@@ -687,7 +697,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                 loop = cold if check else None  # the upper bound replays the cold loop's hashes, hot
                 if mode == "vanilla":
                     return replay_vanilla(requests, hashes, page_size, base_pages, max_records, sample_peak,
-                                          eviction_policy, loop)
+                                          eviction_policy, loop, host_tier_pages)
                 if mode == "spec":
                     return replay_spec(requests, hashes, page_size, base_pages, max_records, sample_peak,
                                        eviction_policy, loop)
@@ -722,7 +732,8 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                                    sum_hi=sum_hi, sum_lo=sum_lo, hash_ns=hash_ns, hot_hash_ns=hot_hash_ns,
                                    bound_capacity=bound_capacity,
                                    bound_slots=bound_slots, hybrid_candidates=hybrid_candidates,
-                                   eviction_policy=eviction_policy, cold_bytes=cold_bytes))
+                                   eviction_policy=eviction_policy, cold_bytes=cold_bytes,
+                                   host_tier_pages=host_tier_pages if mode == "vanilla" else 0))
     finally:
         hasher.close()
     return results
@@ -731,7 +742,8 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
 def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, page_size: int, repeat: int, distinct: int,
             trace_blocks: int, capacity_blocks: int, max_records: int, hashed_tokens: int, hashed_blocks: int,
             sum_hi: int, sum_lo: int, hash_ns: int, hot_hash_ns: int, bound_capacity: int, bound_slots: int,
-            hybrid_candidates: int, eviction_policy: str = "lru", cold_bytes: int | None = None) -> dict[str, Any]:
+            hybrid_candidates: int, eviction_policy: str = "lru", cold_bytes: int | None = None,
+            host_tier_pages: int = 0) -> dict[str, Any]:
     """One mode's result: the same keys, in the same order, as the C++ benchmark prints."""
     hybrid, spec = mode == "hybrid", mode == "spec"
     # retention: the C++ benchmark's --retention (none by default); this half publishes without specs.
@@ -739,6 +751,8 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
                            "retention": "none", "loop": "hot" if cold_bytes is None else "cold"}
     if cold_bytes is not None:
         res["cold_bytes"] = cold_bytes
+    if host_tier_pages:
+        res["host_tier_pages"] = host_tier_pages
     res.update({"repeat": repeat, "requests": run["requests"], "distinct_blocks": distinct,
                 "trace_blocks": trace_blocks, "capacity_blocks": capacity_blocks,
                 "capacity_pages": run["capacity_pages"]})
@@ -765,6 +779,9 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
         res["hits"] = run["hits"]
     if spec:
         res["replayed_pages"] = run["replayed_pages"]
+    if "reused_tokens_host" in run:
+        for k in ("reused_tokens_host", "host_written_blocks", "host_dropped_blocks"):
+            res[k] = run[k]
     res["hit_rate"] = _sig(_ratio(run["reused_tokens"], run["input_tokens"]))
     if bound is not None:
         res["upper_bound_reused_tokens"] = bound["reused_tokens"]
@@ -894,6 +911,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-upper-bound", action="store_true", help="skip the unbounded-cache replay")
     parser.add_argument("--eviction-policy", choices=("lru", "lru-trim"), default="lru",
                         help="the manager's capacity eviction (default lru, the reference's whole-record LRU)")
+    parser.add_argument("--host-tier-pages", type=int_range(0, INT32_MAX), default=0, metavar="N",
+                        help="vanilla: a host tier of N pages (write-back, bookkeeping) beside the pool; its "
+                             "extension of each hit is timed with the acquire (docs/TIERS.md)")
     parser.add_argument("--cold", action="store_true",
                         help="the cache-cold loop: each request expanded, hashed and served on its own, a sweep of "
                              "--cold-bytes between two requests (vanilla and spec, default both; --repeat 1)")
@@ -942,7 +962,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  max_records=args.max_records, key=args.key, repeat=args.repeat,
                                  upper_bound=not args.no_upper_bound, snapshot_slots=args.snapshot_slots,
                                  hybrid_candidates=args.hybrid_candidates, eviction_policy=args.eviction_policy,
-                                 cold_bytes=cold_bytes)
+                                 cold_bytes=cold_bytes, host_tier_pages=args.host_tier_pages)
     except KeyboardInterrupt:
         interrupted = True
     print(json.dumps({"path": "python", "trace": str(trace), "hash": "sha256-keyed", "interrupted": interrupted,
