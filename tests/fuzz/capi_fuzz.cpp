@@ -81,6 +81,17 @@ public:
                 if (m.live) {
                     ctxc_status_t const s = ctxc_manager_check_invariants(m.handle);
                     if (s != CTXC_OK) fail("invariants broken", s);
+                    int32_t attached = 0;
+                    ctxc_host_tier_metrics_t tier{};
+                    tier.struct_size = sizeof tier;
+                    if (ctxc_manager_host_tier_metrics(m.handle, &attached, &tier) != CTXC_OK)
+                        fail("the host tier's metrics of a live manager", CTXC_E_INTERNAL);
+                    if (attached) {
+                        ctxc_status_t const t = ctxc_manager_host_tier_check_invariants(m.handle);
+                        if (t != CTXC_OK) fail("host tier invariants broken", t);
+                        if (tier.resident_blocks + tier.writing_blocks > static_cast<uint64_t>(tier.capacity_pages))
+                            fail("the host tier holds more blocks than its capacity", CTXC_OK);
+                    }
                 }
         }
         teardown();
@@ -289,8 +300,43 @@ private:
         }
     }
 
+    // A host tier beside a manager (bookkeeping): attach with any options, extend hits with any arguments (the
+    // manager's state must not change: the tier only reads its hashes), clear, detach; the per-step check covers
+    // its invariants and capacity, and the manager's destruction takes it along.
+    void hostTier() {
+        ctxc_manager_t* m = managerArg();
+        switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
+            case 0: {
+                ctxc_host_tier_options_t o;
+                ctxc_host_tier_options_init(&o);
+                o.capacity_pages = in_.ConsumeBool() ? in_.ConsumeIntegralInRange<int32_t>(1, 12) : smallCount();
+                o.write_policy = in_.ConsumeIntegralInRange<int32_t>(-1, 2);
+                checkStatus(ctxc_manager_attach_host_tier(m, in_.ConsumeIntegralInRange<int>(0, 15) ? &o : nullptr));
+                break;
+            }
+            case 1: {
+                std::vector<ctxc_hash128_t> h = hashes(6);
+                int32_t loaded = -1;
+                bool const live = liveManager(m);
+                Observed const before = live ? observe(m) : Observed{};
+                ctxc_status_t const s = ctxc_manager_host_tier_extend_hit(
+                    m, in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : h.data(), h.size(), smallCount(),
+                    in_.ConsumeIntegralInRange<int32_t>(-1, 7),
+                    in_.ConsumeIntegralInRange<int>(0, 15) ? &loaded : nullptr);
+                checkStatus(s);
+                if (live && !(observe(m) == before)) fail("extending a hit changed the manager", s);
+                if (s == CTXC_OK && (loaded < 0 || static_cast<size_t>(loaded) > h.size()))
+                    fail("an extension loaded more blocks than the prompt has", s);
+                break;
+            }
+            case 2: checkStatus(ctxc_manager_host_tier_clear(m)); break;
+            default: checkStatus(ctxc_manager_detach_host_tier(m)); break;
+        }
+    }
+
     void one() {
-        switch (in_.ConsumeIntegralInRange<int>(0, 23)) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 24)) {
+            case 24: hostTier(); break;
             case 23: adapter(); break;
             case 22: retention(); break;
             case 0: {  // create

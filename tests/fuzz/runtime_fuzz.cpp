@@ -162,6 +162,10 @@ private:
         o.eviction_policy = in_.ConsumeBool() ? CTXC_EVICTION_RECORD_LRU_TRIM : CTXC_EVICTION_RECORD_LRU;
         o.hash_algorithm = in_.ConsumeBool() ? CTXC_HASH_FNV1A128 : CTXC_HASH_SHA256;
         o.synchronize = synchronize;
+        if (in_.ConsumeBool()) {  // a host tier (its copies and synchronisations on every eviction and hit)
+            o.host_tier_pages = in_.ConsumeIntegralInRange<int32_t>(0, 6);
+            o.host_write_policy = in_.ConsumeBool() ? CTXC_HOST_WRITE_THROUGH : CTXC_HOST_WRITE_BACK;
+        }
         if (in_.ConsumeIntegralInRange<int>(0, 15) == 0) o.model_state_kind = CTXC_MODEL_HYBRID;  // refused
         ctxc_status_t const s = ctxc_coordinator_create(&r, &o, &coordinator_);
         checkStatus(s);
