@@ -206,9 +206,8 @@ void ContextCacheManager::evictOne(RecordId id) {
     retention_.erase(id);
     StoredRecord const record = records_.erase(id);
     if (record.hasEagleDraftPath()) draftIndex_.erase(id, record.basePagePath);
-    bool const report = beginRemovals(record.basePagePath.size());
+    beginRemovals(record.basePagePath.size());  // the BlockRemoved event releaseBasePages fills and closes
     releaseBasePages(record.basePagePath, 0);
-    if (report) events_.endRemoved();
     pools_.forEachPrefetched(ResourceType::kDraftKvPage, record.draftPagePath.data(), record.draftPagePath.size(),
                              [this](ResourceId const& rid) {
         ResourcePools::RefCounts const left = pools_.releaseCacheRef(rid);
@@ -233,26 +232,65 @@ void ContextCacheManager::setBaseBlockObserver(BaseBlockObserver* observer) {
     observer_ = observer;
 }
 
-void ContextCacheManager::notifyStored(std::vector<BlockHash> const& hashes,
-                                       std::vector<PageId> const& pages) noexcept {
-    if (stagedStores_.empty()) return;
-    try {  // an observer that cannot be told loses this publication's blocks (reuse, never state)
-        observedHashes_.clear();
-        observedPages_.clear();
-        observedHashes_.reserve(stagedStores_.size());
-        observedPages_.reserve(stagedStores_.size());
-    } catch (...) {
-        return;
+void ContextCacheManager::notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages,
+                                       BlockTokenSpan tokens) noexcept {
+    // One call per run of consecutive staged blocks, with the block before it (canonical: the run's parent).
+    size_t const page = static_cast<size_t>(pageSize_);
+    for (size_t run = 0; run < stagedStores_.size();) {
+        size_t end = run + 1;
+        while (end < stagedStores_.size() && stagedStores_[end] == stagedStores_[end - 1] + 1) ++end;
+        size_t const first = stagedStores_[run];
+        size_t const count = end - run;
+        if (first + count <= hashes.size() && first + count <= pages.size()) {
+            bool const withTokens = tokens.data != nullptr && (first + count) * page <= tokens.size;
+            observer_->blocksStored(hashes.data() + first, pages.data() + first, count, first == 0,
+                                    first > 0 ? &hashes[first - 1] : nullptr,
+                                    withTokens ? tokens.data + first * page : nullptr);
+        }
+        run = end;
     }
-    for (size_t i : stagedStores_) {
-        if (i >= hashes.size() || i >= pages.size()) continue;
-        observedHashes_.push_back(hashes[i]);
-        observedPages_.push_back(pages[i]);
+}
+
+void ContextCacheManager::notifyRemoved(std::vector<PageId> const& pages) noexcept {
+    // One call per run of consecutive path blocks; a run's parent is the block before it, still canonical.
+    for (size_t run = 0; run < observedHashes_.size();) {
+        size_t end = run + 1;
+        while (end < observedHashes_.size() && observedPositions_[end] == observedPositions_[end - 1] + 1) ++end;
+        size_t const first = observedPositions_[run];
+        std::optional<BlockHash> parent;
+        if (first > 0 && first - 1 < pages.size()) parent = baseIndex_.hashOfPage(pages[first - 1]);
+        observer_->blocksRemoved(observedHashes_.data() + run, observedPages_.data() + run, end - run, first == 0,
+                                 parent ? &*parent : nullptr);
+        run = end;
     }
-    if (!observedHashes_.empty())
-        observer_->blocksStored(observedHashes_.data(), observedPages_.data(), observedHashes_.size());
     observedHashes_.clear();
     observedPages_.clear();
+    observedPositions_.clear();
+}
+
+void ContextCacheManager::reportTierStored(BlockHash const* hashes, size_t count, BlockHash const* parent,
+                                           int32_t const* tokens) noexcept {
+    if (!eventsEnabled_ || count == 0 || !hashes || !tokens) return;
+    EventCall const call(*this);
+    try {
+        events_.appendStored(hashes, count, parent != nullptr, parent ? kvEventBlockHash(*parent) : 0, tokens,
+                             count * static_cast<size_t>(pageSize_), {}, 0, KvEventMedium::kHost);
+    } catch (...) {
+        eventFailed();
+    }
+}
+
+void ContextCacheManager::reportTierRemoved(BlockHash const* hashes, size_t count) noexcept {
+    if (!eventsEnabled_ || count == 0 || !hashes) return;
+    EventCall const call(*this);
+    try {
+        events_.beginRemoved(count, KvEventMedium::kHost);
+    } catch (...) {
+        eventFailed();
+        return;
+    }
+    for (size_t i = 0; i < count; ++i) events_.addRemoved(kvEventBlockHash(hashes[i]));
+    events_.endRemoved();
 }
 
 void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from) {
@@ -261,6 +299,7 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
         try {  // an observer that cannot be told loses these removals (reuse, never state)
             observedHashes_.reserve(pages.size() - from);
             observedPages_.reserve(pages.size() - from);
+            observedPositions_.reserve(pages.size() - from);
             observingRemovals_ = true;
         } catch (...) {
         }
@@ -287,6 +326,7 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
                     if (observingRemovals_) {
                         observedHashes_.push_back(*hash);
                         observedPages_.push_back(pages[i]);
+                        observedPositions_.push_back(i);
                     }
                 }
             }
@@ -294,13 +334,12 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
             if (left.active == 0) ++metrics_.reclaimedBaseKvPages;
         }
     }
+    // The manager's BlockRemoved first (a tier's events about the same blocks follow it in the stream).
+    if (reportingRemovals_) events_.endRemoved();
     reportingRemovals_ = false;
     if (observingRemovals_) {
         observingRemovals_ = false;
-        if (!observedHashes_.empty())
-            observer_->blocksRemoved(observedHashes_.data(), observedPages_.data(), observedHashes_.size());
-        observedHashes_.clear();
-        observedPages_.clear();
+        notifyRemoved(pages);
     }
 }
 
@@ -329,9 +368,8 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
         records_.setPriority(trim.record, rankOf(records_.get(trim.record), rankedAtNs_));
     }
     if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.basePages.data(), tail.basePages.size());
-    bool const report = beginRemovals(tail.basePages.size());
+    beginRemovals(tail.basePages.size());  // the BlockRemoved event releaseBasePages fills and closes
     releaseBasePages(tail.basePages, 0);
-    if (report) events_.endRemoved();
     for (PageId page : tail.draftPages) {
         ResourceId const rid{ResourceType::kDraftKvPage, page};
         pools_.releaseCacheRef(rid);
@@ -672,9 +710,10 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
         throw;
     }
 
-    if (observer_) notifyStored(record.logicalBlockHashes, record.basePagePath);
+    // The manager's BlockStored first, then its observer (a tier's events about the same blocks follow it).
     if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens, keys);  // before the record-limit removals
-    else stagedStores_.clear();
+    if (observer_) notifyStored(record.logicalBlockHashes, record.basePagePath, tokens);
+    stagedStores_.clear();
     retain(id, retention, false);
     PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};
     if (superseded) {

@@ -48,9 +48,10 @@ void KvEventLog::reserveFor(size_t count, size_t tokenCount, size_t chars, size_
 }
 
 void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
-                              int32_t const* tokens, size_t tokenCount, KvEventKeys const& keys,
-                              int64_t firstPosition) {
+                              int32_t const* tokens, size_t tokenCount, KvEventKeys const& keys, int64_t firstPosition,
+                              KvEventMedium medium) {
     KvEvent event = header(KvEventType::kBlockStored, hasParent, parentBlockHash, count, tokenCount);
+    event.medium = medium;
     int64_t const page = blockSize;
     int64_t const end = firstPosition + static_cast<int64_t>(count) * page;
     // The media items that overlap [firstPosition, end): sorted and disjoint, so they are one run [m0, m1).
@@ -105,11 +106,12 @@ void KvEventLog::appendStored(BlockHash const* blockHashes, size_t count, bool h
     events_.push_back(event);
 }
 
-void KvEventLog::beginRemoved(size_t capacity) {
+void KvEventLog::beginRemoved(size_t capacity, KvEventMedium medium) {
     makeRoom(events_, 1);
     makeRoom(hashes_, capacity);
     KvEvent event;
     event.type = KvEventType::kBlockRemoved;
+    event.medium = medium;
     event.firstHash = hashes_.size();
     event.firstToken = tokens_.size();
     events_.push_back(event);

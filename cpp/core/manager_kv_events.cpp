@@ -89,7 +89,7 @@ void ContextCacheManager::emitStored(std::vector<BlockHash> const& hashes, Block
     } catch (...) {
         eventFailed();
     }
-    stagedStores_.clear();
+    // stagedStores_ stays for the observer; commitRecord clears it.
 }
 
 void ContextCacheManager::eventFailed() noexcept {

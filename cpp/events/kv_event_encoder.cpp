@@ -87,7 +87,11 @@ void packExtraKeys(Packer& pk, KvEventLog const& log, KvEvent const& e) {
     }
 }
 
-void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string const& medium, bool map) {
+std::string const kHostMedium = "CPU";
+
+void packEvent(Packer& pk, KvEventLog const& log, KvEvent const& e, std::string const& deviceMedium, bool map) {
+    // The manager's own events carry the publisher's medium; a host tier's say CPU.
+    std::string const& medium = e.medium == KvEventMedium::kHost ? kHostMedium : deviceMedium;
     switch (e.type) {
         case KvEventType::kBlockStored:
             openEvent(pk, map, e.extraKeyCount > 0 ? 9 : 8);

@@ -313,6 +313,13 @@ public:
     // ContractError (nothing changed) unless it is null. Independent of the event stream.
     void setBaseBlockObserver(BaseBlockObserver* observer);
     BaseBlockObserver* baseBlockObserver() const noexcept { return observer_; }
+    // What a tier beside the manager reports on the manager's event stream (medium kHost; nothing while events are
+    // off): blocks it now holds (root-first, pageSize tokens each, parent = the block before the first, if any)
+    // and blocks it dropped. Inside a manager call (an observer) they leave with that call's events; outside,
+    // at once. A failure to record them is the stream's usual loss (an AllBlocksCleared), never a throw.
+    void reportTierStored(BlockHash const* hashes, size_t count, BlockHash const* parent,
+                          int32_t const* tokens) noexcept;
+    void reportTierRemoved(BlockHash const* hashes, size_t count) noexcept;
 
     ResourcePools const& pools() const noexcept { return pools_; }
     BaseBlockIndex const& baseIndex() const noexcept { return baseIndex_; }
@@ -412,8 +419,13 @@ private:
     BaseBlockObserver* observer_ = nullptr;
     std::vector<BlockHash> observedHashes_;  // the running notification's blocks (capacity kept)
     std::vector<PageId> observedPages_;
+    std::vector<int32_t> observedTokens_;
+    std::vector<size_t> observedPositions_;  // the running removal's path index of each observed block
     bool observingRemovals_ = false;  // the running releaseBasePages collects removals for the observer
-    void notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages) noexcept;
+    void notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages,
+                      BlockTokenSpan tokens) noexcept;
+    // The observer hears observedHashes_ (path indices observedPositions_ of `pages`) in runs, then forgets them.
+    void notifyRemoved(std::vector<PageId> const& pages) noexcept;
 
     // Retention: the records' ranges, expiries and pins (retention_table.h), the clock and the pin budget.
     RetentionTable retention_;

@@ -36,6 +36,10 @@ namespace ctxcache {
 
 // Values are part of the C ABI (ctxc_kv_event_type_t).
 enum class KvEventType : uint8_t { kBlockStored = 0, kBlockRemoved = 1, kAllBlocksCleared = 2 };
+// Where an event's blocks live (vLLM's "medium"): the device pool (the manager's own events; a publisher writes its
+// configured medium, "GPU" by default) or a host tier beside it ("CPU"). Values are part of the C ABI
+// (CTXC_KV_MEDIUM_*).
+enum class KvEventMedium : uint8_t { kDevice = 0, kHost = 1 };
 
 // The 64-bit block identity a router sees (see the file comment).
 inline constexpr uint64_t kvEventBlockHash(Hash128 const& hash) noexcept { return hash.lo; }
@@ -108,6 +112,7 @@ struct KvEventExtraKeyValue {
 
 struct KvEvent {
     KvEventType type = KvEventType::kAllBlocksCleared;
+    KvEventMedium medium = KvEventMedium::kDevice;
     bool hasParent = false;
     uint64_t parentBlockHash = 0;
     size_t firstHash = 0;  // into KvEventLog::hashes()
@@ -126,11 +131,11 @@ public:
     // caller: checkKvEventKeys) gives each block its extra keys; the first block starts at prompt position
     // firstPosition and each holds blockSize tokens.
     void appendStored(BlockHash const* blockHashes, size_t count, bool hasParent, uint64_t parentBlockHash,
-                      int32_t const* tokens, size_t tokenCount, KvEventKeys const& keys = {},
-                      int64_t firstPosition = 0);
+                      int32_t const* tokens, size_t tokenCount, KvEventKeys const& keys = {}, int64_t firstPosition = 0,
+                      KvEventMedium medium = KvEventMedium::kDevice);
     // Opens a BlockRemoved event with room for `capacity` hashes; addRemoved appends up to that many hashes
     // root-first without allocating (one event per evicted or trimmed record).
-    void beginRemoved(size_t capacity = 0);
+    void beginRemoved(size_t capacity = 0, KvEventMedium medium = KvEventMedium::kDevice);
     void addRemoved(uint64_t blockHash) noexcept {
         hashes_.push_back(blockHash);
         ++events_.back().hashCount;
