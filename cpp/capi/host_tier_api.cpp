@@ -60,6 +60,22 @@ CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit(ctxc_manager_t* manager
     });
 }
 
+CTXC_API ctxc_status_t ctxc_manager_host_tier_probe_hit(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
+                                                        size_t count, int32_t input_token_count, int32_t device_blocks,
+                                                        int32_t* out_loaded_blocks) {
+    return guard(__func__, [&] {
+        requireOut(out_loaded_blocks, "out_loaded_blocks") = 0;
+        ManagerObject& m = requireManager(manager);
+        BlockHashSpan const span = inputHashes(hashes, count);
+        requireNonNegative(input_token_count, "input_token_count");
+        requireNonNegative(device_blocks, "device_blocks");
+        if (static_cast<size_t>(device_blocks) > count)
+            invalidArgument("device_blocks (" + std::to_string(device_blocks) + ") exceeds the hash count (" +
+                            std::to_string(count) + ")");
+        *out_loaded_blocks = requireTier(m).probeHit(span, input_token_count, device_blocks);
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_manager_host_tier_clear(ctxc_manager_t* manager) {
     return guard(__func__, [&] { requireTier(requireManager(manager)).clear(); });
 }

@@ -134,6 +134,17 @@ void HostTier::finishLoad(size_t loaded) noexcept {
     }
 }
 
+int32_t HostTier::probeHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) const {
+    if (hashes.size > 0 && !hashes.data) throw ContractError("HostTier::probeHit: hashes is null");
+    if (inputTokenCount < 0 || deviceBlocks < 0 || static_cast<size_t>(deviceBlocks) > hashes.size)
+        throw ContractError("HostTier::probeHit: negative counts, or more device blocks than the prompt has");
+    int64_t const page = manager_->pageSize();
+    int64_t const keepLast = inputTokenCount > 0 ? (int64_t{inputTokenCount} - 1) / page : 0;
+    int64_t const room = std::min<int64_t>(keepLast, static_cast<int64_t>(hashes.size)) - deviceBlocks;
+    if (room <= 0) return 0;
+    return static_cast<int32_t>(index_.residentRun(hashes.data + deviceBlocks, static_cast<size_t>(room)));
+}
+
 int32_t HostTier::extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
     if (holdsBytes())
         throw ContractError("HostTier::extendHit: this tier holds bytes; a load must copy them (loadHit)");
@@ -166,8 +177,18 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     metrics_.failedLoads += n - good;
     // The slot that failed its check is dropped once unpinned (its bytes are not trusted); the blocks after it
     // stay, unloaded.
-    auto dropBad = [&] {
-        if (good < n) index_.invalidate(hashes.data[first + good]);
+    auto dropBad = [&]() noexcept {
+        if (good >= n) return;
+        BlockHash const bad = hashes.data[first + good];
+        int32_t const slot = index_.find(bad);
+        if (slot == HostTierIndex::kNoSlot || !index_.invalidate(bad)) return;
+        try {
+            droppedHashes_.assign(1, bad);
+            droppedSlots_.assign(1, slot);
+        } catch (...) {
+            return;
+        }
+        reportDropped(droppedHashes_, droppedSlots_);
     };
     if (good == 0) {
         finishLoad(0);
@@ -193,13 +214,69 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     return static_cast<int32_t>(good);
 }
 
-void HostTier::clear() { index_.clear(); }
+void HostTier::clear() {
+    droppedHashes_.clear();
+    droppedSlots_.clear();
+    index_.clear(&droppedHashes_, &droppedSlots_);
+    reportDropped(droppedHashes_, droppedSlots_);
+}
 
-void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count) noexcept {
+int32_t const* HostTier::tokensOfPage(PageId page) const noexcept {
+    size_t const p = static_cast<size_t>(page);
+    if (page < 0 || p >= pageKnown_.size() || !pageKnown_[p]) return nullptr;
+    return pageTokens_.data() + p * static_cast<size_t>(manager_->pageSize());
+}
+
+void HostTier::rememberTokens(PageId const* pages, size_t count, int32_t const* tokens) noexcept {
+    size_t const page = static_cast<size_t>(manager_->pageSize());
+    try {
+        for (size_t i = 0; i < count; ++i) {
+            if (pages[i] < 0) continue;
+            size_t const p = static_cast<size_t>(pages[i]);
+            if (p >= pageKnown_.size()) {
+                size_t const grown = std::max(p + 1, pageKnown_.size() * 2);
+                pageTokens_.resize(grown * page);
+                pageKnown_.resize(grown, 0);
+            }
+            std::copy(tokens + i * page, tokens + (i + 1) * page,
+                      pageTokens_.begin() + static_cast<std::ptrdiff_t>(p * page));
+            pageKnown_[p] = 1;
+        }
+    } catch (...) {
+        // Out of memory: those blocks' events are not reported (a router under-counts the tier, never over-counts).
+    }
+}
+
+void HostTier::forgetTokens(PageId const* pages, size_t count) noexcept {
+    for (size_t i = 0; i < count; ++i)
+        if (pages[i] >= 0 && static_cast<size_t>(pages[i]) < pageKnown_.size())
+            pageKnown_[static_cast<size_t>(pages[i])] = 0;
+}
+
+void HostTier::reportDropped(std::vector<BlockHash> const& hashes, std::vector<int32_t> const& slots) noexcept {
+    eventHashes_.clear();
+    for (size_t i = 0; i < hashes.size() && i < slots.size(); ++i) {
+        size_t const slot = static_cast<size_t>(slots[i]);
+        if (slot >= reported_.size() || !reported_[slot]) continue;
+        reported_[slot] = 0;
+        try {
+            eventHashes_.push_back(hashes[i]);
+        } catch (...) {
+        }
+    }
+    if (!eventHashes_.empty()) manager_->reportTierRemoved(eventHashes_.data(), eventHashes_.size());
+    eventHashes_.clear();
+}
+
+void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
+                     bool onDevice) noexcept {
     try {
         uint64_t const droppedBefore = index_.counters().droppedBlocks;
-        size_t const reserved = index_.reserveWrites(hashes, count, scratch_);
+        droppedHashes_.clear();
+        droppedSlots_.clear();
+        size_t const reserved = index_.reserveWrites(hashes, count, scratch_, &droppedHashes_, &droppedSlots_);
         metrics_.droppedBlocks += index_.counters().droppedBlocks - droppedBefore;
+        reportDropped(droppedHashes_, droppedSlots_);
         if (holdsBytes() && reserved > 0) {
             copySlots_.clear();
             copyPages_.clear();
@@ -222,7 +299,6 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count)
                 for (int32_t slot : copySlots_) *header(slot) = HostSlotHeader{};
                 index_.abortWrites(copySlots_.data(), copySlots_.size());
                 metrics_.failedWrites += reserved;
-                for (size_t i = 0; i < count; ++i) scratch_[i] = HostTierIndex::kNoSlot;
                 return;
             }
             metrics_.bytesToHost += reserved * payloadBytes_;
@@ -242,19 +318,59 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count)
         metrics_.writtenBlocks += reserved;
         metrics_.skippedWrites += held;
         metrics_.refusedWrites += count - reserved - held;
+        if (manager_->kvEventsEnabled()) reportStored(hashes, pages, count, root, parent, onDevice);
     } catch (...) {
-        // Out of memory for the index: the blocks are not written (reuse lost, nothing inconsistent: the index's
-        // calls are all-or-nothing).
+        // Out of memory for the index or the events' scratch: the blocks not written (or not reported) cost reuse
+        // (or a router's view of the tier), never a state the index does not check.
         metrics_.refusedWrites += count;
     }
 }
 
-void HostTier::blocksStored(BlockHash const* hashes, PageId const* pages, size_t count) noexcept {
-    if (config_.writePolicy == HostWritePolicy::kWriteThrough) write(hashes, pages, count);
+void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
+                            BlockHash const* parent, bool onDevice) {
+    // Runs of blocks just written whose tokens are known and whose predecessor a router knows (the path's root, a
+    // block on the device, or one this tier reported): one BlockStored (medium host) per run, root-first.
+    if (reported_.size() < static_cast<size_t>(config_.capacityPages))
+        reported_.resize(static_cast<size_t>(config_.capacityPages), 0);
+    size_t const page = static_cast<size_t>(manager_->pageSize());
+    bool known = root || parent != nullptr;  // whether a router knows the block before j
+    size_t runStart = 0;
+    eventHashes_.clear();
+    eventTokens_.clear();
+    auto flush = [&] {
+        if (eventHashes_.empty()) return;
+        BlockHash const* before = runStart > 0 ? &hashes[runStart - 1] : (root ? nullptr : parent);
+        manager_->reportTierStored(eventHashes_.data(), eventHashes_.size(), before, eventTokens_.data());
+        eventHashes_.clear();
+        eventTokens_.clear();
+    };
+    for (size_t j = 0; j < count; ++j) {
+        int32_t const slot = scratch_[j];
+        int32_t const* tokens = tokensOfPage(pages[j]);
+        if (slot != HostTierIndex::kNoSlot && tokens && known) {
+            if (eventHashes_.empty()) runStart = j;
+            eventHashes_.push_back(hashes[j]);
+            eventTokens_.insert(eventTokens_.end(), tokens, tokens + page);
+            reported_[static_cast<size_t>(slot)] = 1;
+            continue;
+        }
+        flush();
+        int32_t const held = slot == HostTierIndex::kNoSlot ? index_.find(hashes[j]) : HostTierIndex::kNoSlot;
+        known = onDevice || (held != HostTierIndex::kNoSlot && reported_[static_cast<size_t>(held)]);
+    }
+    flush();
 }
 
-void HostTier::blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count) noexcept {
-    if (config_.writePolicy == HostWritePolicy::kWriteBack) write(hashes, pages, count);
+void HostTier::blocksStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
+                            BlockHash const* parent, int32_t const* tokens) noexcept {
+    if (tokens && manager_->kvEventsEnabled()) rememberTokens(pages, count, tokens);
+    if (config_.writePolicy == HostWritePolicy::kWriteThrough) write(hashes, pages, count, root, parent, true);
+}
+
+void HostTier::blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
+                             BlockHash const* parent) noexcept {
+    if (config_.writePolicy == HostWritePolicy::kWriteBack) write(hashes, pages, count, root, parent, false);
+    forgetTokens(pages, count);
 }
 
 }  // namespace ctxcache::tier

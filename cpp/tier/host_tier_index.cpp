@@ -152,7 +152,7 @@ void HostTierIndex::unpin(int32_t const* slots, size_t count) {
     }
 }
 
-int32_t HostTierIndex::takeSlot(std::vector<BlockHash>* dropped) {
+int32_t HostTierIndex::takeSlot(std::vector<BlockHash>* dropped, std::vector<int32_t>* droppedSlots) {
     if (freeHead_ != kNoSlot) {
         int32_t const slot = freeHead_;
         freeHead_ = at(slot).next;
@@ -177,6 +177,14 @@ int32_t HostTierIndex::takeSlot(std::vector<BlockHash>* dropped) {
     if (lruHead_ == kNoSlot) return kNoSlot;  // every used slot is pinned or writing
     int32_t const victim = lruHead_;
     if (dropped) dropped->push_back(at(victim).hash);  // before any change: may throw
+    if (droppedSlots) {
+        try {
+            droppedSlots->push_back(victim);
+        } catch (...) {
+            if (dropped) dropped->pop_back();
+            throw;
+        }
+    }
     lruUnlink(victim);
     bySlotHash_.erase(at(victim).hash);
     at(victim) = Slot{};
@@ -193,7 +201,7 @@ void HostTierIndex::freeSlot(int32_t slot) noexcept {
 }
 
 size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::vector<int32_t>& slots,
-                                    std::vector<BlockHash>* dropped) {
+                                    std::vector<BlockHash>* dropped, std::vector<int32_t>* droppedSlots) {
     if (count > 0 && !hashes) throw ContractError("HostTierIndex::reserveWrites: hashes is null");
     slots.assign(count, kNoSlot);
     // The map's room first (a rehash that fails changes nothing), then one slot per new block.
@@ -202,21 +210,32 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     // The map's home slots a few blocks ahead, and the next victim's: a write is a few probes into a large map.
     constexpr size_t kAhead = 8;
     for (size_t i = 0; i < std::min(count, kAhead); ++i) bySlotHash_.prefetch(hashes[i]);
-    for (size_t i = 0; i < count; ++i) {
-        if (i + kAhead < count) bySlotHash_.prefetch(hashes[i + kAhead]);
-        if (lruHead_ != kNoSlot) bySlotHash_.prefetch(at(lruHead_).hash);
-        if (bySlotHash_.contains(hashes[i])) continue;  // resident, or its copy is in flight
-        int32_t const slot = takeSlot(dropped);
-        if (slot == kNoSlot) break;
-        Slot& s = at(slot);
-        s.hash = hashes[i];
-        s.state = HostSlotState::kWriting;
-        s.pins = 0;
-        s.prev = s.next = kNoSlot;
-        bySlotHash_.tryEmplace(hashes[i], slot);  // room reserved above: cannot grow
-        ++writing_;
-        slots[i] = slot;
-        ++reserved;
+    try {
+        for (size_t i = 0; i < count; ++i) {
+            if (i + kAhead < count) bySlotHash_.prefetch(hashes[i + kAhead]);
+            if (lruHead_ != kNoSlot) bySlotHash_.prefetch(at(lruHead_).hash);
+            if (bySlotHash_.contains(hashes[i])) continue;  // resident, or its copy is in flight
+            int32_t const slot = takeSlot(dropped, droppedSlots);
+            if (slot == kNoSlot) break;
+            Slot& s = at(slot);
+            s.hash = hashes[i];
+            s.state = HostSlotState::kWriting;
+            s.pins = 0;
+            s.prev = s.next = kNoSlot;
+            bySlotHash_.tryEmplace(hashes[i], slot);  // room reserved above: cannot grow
+            ++writing_;
+            slots[i] = slot;
+            ++reserved;
+        }
+    } catch (...) {  // the slots reserved so far go back; nothing else is undone (drops are drops)
+        for (size_t k = 0; k < count; ++k)
+            if (slots[k] != kNoSlot) {
+                bySlotHash_.erase(hashes[k]);
+                freeSlot(slots[k]);
+                --writing_;
+                slots[k] = kNoSlot;
+            }
+        throw;
     }
     return reserved;
 }
@@ -265,11 +284,13 @@ bool HostTierIndex::invalidate(BlockHash const& hash) {
     return true;
 }
 
-void HostTierIndex::clear(std::vector<BlockHash>* dropped) {
+void HostTierIndex::clear(std::vector<BlockHash>* dropped, std::vector<int32_t>* droppedSlots) {
     if (dropped) dropped->reserve(dropped->size() + resident_ - pinned_);
+    if (droppedSlots) droppedSlots->reserve(droppedSlots->size() + resident_ - pinned_);
     while (lruHead_ != kNoSlot) {
         int32_t const slot = lruHead_;
         if (dropped) dropped->push_back(at(slot).hash);
+        if (droppedSlots) droppedSlots->push_back(slot);
         lruUnlink(slot);
         bySlotHash_.erase(at(slot).hash);
         freeSlot(slot);

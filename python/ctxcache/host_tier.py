@@ -84,6 +84,15 @@ class HostTier:
         check(lib.ctxc_manager_host_tier_extend_hit(self._manager._live(), hashes, count, n, d, out))
         return int(out[0])
 
+    def probe_hit(self, full_block_hashes: Any, input_token_count: int, device_blocks: int) -> int:
+        """What :meth:`extend_hit` would answer now, changing nothing (no load, no recency, no metrics)."""
+        hashes, count = _arrays.hashes(full_block_hashes)
+        n = _arrays.integer(input_token_count, "input_token_count")
+        d = _arrays.integer(device_blocks, "device_blocks")
+        out = ffi.new("int32_t *")
+        check(lib.ctxc_manager_host_tier_probe_hit(self._manager._live(), hashes, count, n, d, out))
+        return int(out[0])
+
     @property
     def metrics(self) -> HostTierMetrics:
         attached = ffi.new("int32_t *")

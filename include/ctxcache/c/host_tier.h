@@ -54,6 +54,10 @@ CTXC_API ctxc_status_t ctxc_manager_detach_host_tier(ctxc_manager_t *manager);
 CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit(ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
                                                          size_t count, int32_t input_token_count, int32_t device_blocks,
                                                          int32_t *out_loaded_blocks);
+/* What ctxc_manager_host_tier_extend_hit would answer now, changing nothing (no load, no recency, no metrics). */
+CTXC_API ctxc_status_t ctxc_manager_host_tier_probe_hit(const ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
+                                                        size_t count, int32_t input_token_count, int32_t device_blocks,
+                                                        int32_t *out_loaded_blocks);
 /* Drops every block the tier holds (a manager's reset does not). */
 CTXC_API ctxc_status_t ctxc_manager_host_tier_clear(ctxc_manager_t *manager);
 /* *out_attached = 1 when the manager has a tier; then *out_metrics is filled (out_metrics may be NULL). */

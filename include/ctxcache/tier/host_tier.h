@@ -116,6 +116,8 @@ public:
     // the prefill keeps the prompt's last token. Bookkeeping: the load happens now (the blocks become the most
     // recent); returns the number of blocks loaded (0 when the tier holds none).
     int32_t extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks);
+    // The same run's length, changing nothing (no load, no recency, no metrics): what extendHit would load now.
+    int32_t probeHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) const;
     // The bytes mode's extension: the same run, copied from its slots into leasePages[deviceBlocks ..] (the lease's
     // own fresh pages: leasePageCount must cover the run), and waited for. Returns the blocks loaded: the run up to
     // the first slot whose header does not name its block; 0 when a copy failed.
@@ -127,11 +129,24 @@ public:
     void checkInvariants() const { index_.checkInvariants(); }
     size_t memoryBytes() const noexcept { return sizeof(*this) + index_.memoryBytes() + scratch_.capacity() * 4; }
 
-    void blocksStored(BlockHash const* hashes, PageId const* pages, size_t count) noexcept override;
-    void blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count) noexcept override;
+    void blocksStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
+                      int32_t const* tokens) noexcept override;
+    void blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
+                       BlockHash const* parent) noexcept override;
 
 private:
-    void write(BlockHash const* hashes, PageId const* pages, size_t count) noexcept;
+    // A run of a path's blocks (pages[i] holds hashes[i]; what precedes it: root / parent), with their tokens when
+    // known (blockTokens[i]: pageSize tokens, or null) for the KV events. `onDevice`: the blocks stay canonical on
+    // the device (write-through), so a router knows each of them whether or not the tier reports it.
+    void write(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
+               bool onDevice) noexcept;
+    // KV events (medium host) for what the tier now holds and dropped, when the manager's stream is on.
+    void reportStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
+                      bool onDevice);
+    void reportDropped(std::vector<BlockHash> const& hashes, std::vector<int32_t> const& slots) noexcept;
+    int32_t const* tokensOfPage(PageId page) const noexcept;
+    void rememberTokens(PageId const* pages, size_t count, int32_t const* tokens) noexcept;
+    void forgetTokens(PageId const* pages, size_t count) noexcept;
     // The run after the device hit, pinned (scratch_ holds its slots); 0 when there is none.
     size_t pinExtension(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, char const* operation);
     void finishLoad(size_t loaded) noexcept;  // unpins scratch_'s slots, demotes the loaded ones
@@ -149,6 +164,14 @@ private:
     uint64_t layoutDigest_ = 0;
     std::vector<int32_t> scratch_;  // slots of the running write or load (capacity kept)
     std::vector<int32_t> copySlots_, copyPages_;  // the running copy's pairs (capacity kept)
+    // KV events (only while the manager's stream is on): each device page's tokens since its block was published
+    // (a write-back needs them when the device drops the block), whether each slot's block was reported, and the
+    // running call's scratch.
+    std::vector<int32_t> pageTokens_;
+    std::vector<uint8_t> pageKnown_;
+    std::vector<uint8_t> reported_;
+    std::vector<BlockHash> droppedHashes_, eventHashes_;
+    std::vector<int32_t> droppedSlots_, eventTokens_;
 };
 
 }  // namespace ctxcache::tier

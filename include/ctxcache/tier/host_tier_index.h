@@ -68,9 +68,11 @@ public:
     // Reserves a slot for each hash that is neither resident nor being written, in order, making room by dropping
     // the least recent unpinned resident blocks; stops at the first hash for which no slot can be had (every
     // slot pinned or writing). slots[i] is the reserved slot of hashes[i] or kNoSlot (skipped: already held, or
-    // after the stop); returns the number reserved. Dropped blocks are appended to `dropped` when given.
+    // after the stop); returns the number reserved. Dropped blocks are appended to `dropped` (and the slots they
+    // held to `droppedSlots`) when given. An allocation failure midway gives the slots reserved so far back (the
+    // blocks dropped stay dropped) and throws.
     size_t reserveWrites(BlockHash const* hashes, size_t count, std::vector<int32_t>& slots,
-                         std::vector<BlockHash>* dropped = nullptr);
+                         std::vector<BlockHash>* dropped = nullptr, std::vector<int32_t>* droppedSlots = nullptr);
     // Writing -> resident (most recent, in order): the blocks' copies completed. Every slot must be writing.
     void completeWrites(int32_t const* slots, size_t count);
     // Writing -> free, the hash unindexed: the copies failed or were abandoned. Every slot must be writing.
@@ -82,7 +84,7 @@ public:
     // Drops a resident, unpinned block (a slot whose bytes can no longer be trusted). Returns whether one was.
     bool invalidate(BlockHash const& hash);
     // Drops every resident unpinned block; writing and pinned slots stay. Appends the dropped hashes when given.
-    void clear(std::vector<BlockHash>* dropped = nullptr);
+    void clear(std::vector<BlockHash>* dropped = nullptr, std::vector<int32_t>* droppedSlots = nullptr);
 
     size_t memoryBytes() const noexcept;
     // Throws InvariantError describing the first violation found. O(slots ever used).
@@ -105,7 +107,7 @@ private:
     void lruUnlink(int32_t slot) noexcept;
     // A free slot (the free list's, a never-used one, or the least recent resident one, dropped): kNoSlot when
     // none can be had. May grow slots_ (OutOfMemoryError before anything changed).
-    int32_t takeSlot(std::vector<BlockHash>* dropped);
+    int32_t takeSlot(std::vector<BlockHash>* dropped, std::vector<int32_t>* droppedSlots);
     void freeSlot(int32_t slot) noexcept;
     void markWriting(int32_t const* slots, size_t count, HostSlotState mark, char const* operation);
 

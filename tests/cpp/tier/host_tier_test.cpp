@@ -247,17 +247,25 @@ TEST(HostTierIndex, AgreesWithANaiveModelOverRandomOperations) {
 
 // ---- the manager's observer -------------------------------------------------------------------------------------
 
+constexpr int32_t kPage = 4;
+
 struct Recorder final : BaseBlockObserver {
     std::vector<std::pair<BlockHash, PageId>> stored, removed;
-    void blocksStored(BlockHash const* h, PageId const* p, size_t n) noexcept override {
+    // Per call: its root flag and parent (none: a zero hash).
+    std::vector<std::pair<bool, BlockHash>> storedRuns, removedRuns;
+    std::vector<int32_t> tokens;
+    void blocksStored(BlockHash const* h, PageId const* p, size_t n, bool root, BlockHash const* parent,
+                      int32_t const* t) noexcept override {
         for (size_t i = 0; i < n; ++i) stored.emplace_back(h[i], p[i]);
+        storedRuns.emplace_back(root, parent ? *parent : BlockHash{});
+        if (t) tokens.insert(tokens.end(), t, t + n * kPage);
     }
-    void blocksRemoved(BlockHash const* h, PageId const* p, size_t n) noexcept override {
+    void blocksRemoved(BlockHash const* h, PageId const* p, size_t n, bool root,
+                       BlockHash const* parent) noexcept override {
         for (size_t i = 0; i < n; ++i) removed.emplace_back(h[i], p[i]);
+        removedRuns.emplace_back(root, parent ? *parent : BlockHash{});
     }
 };
-
-constexpr int32_t kPage = 4;
 
 // Acquires `hashes` (a prompt of hashes.size() * kPage + extra tokens) and publishes them; returns the pages.
 std::vector<PageId> publishPrompt(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t extra = 1) {
@@ -283,6 +291,11 @@ TEST(BaseBlockObserver, HearsNewlyCanonicalBlocksAndEvictionsButNotAReset) {
     publishPrompt(m, Hs({1, 2, 3}));  // blocks 1 and 2 are already canonical: only 3 is new
     ASSERT_EQ(rec.stored.size(), 3u);
     EXPECT_EQ(rec.stored[2].first, H(3));
+    // One call per run: {1, 2} from the root, {3} after block 2.
+    ASSERT_EQ(rec.storedRuns.size(), 2u);
+    EXPECT_EQ(rec.storedRuns[0], std::make_pair(true, BlockHash{}));
+    EXPECT_EQ(rec.storedRuns[1], std::make_pair(false, H(2)));
+    EXPECT_TRUE(rec.tokens.empty());  // the publications carried no tokens
     EXPECT_TRUE(rec.removed.empty());
     // 6 pages, 3 cached: a cold prompt of 5 blocks (+1 token: 6 pages) evicts both records; the removed blocks come
     // with the pages that held them, in path order.
@@ -485,6 +498,81 @@ TEST(HostTierBytes, AFailedCopyLosesTheBlocksNeverTheState) {
                  ContractError);
     EXPECT_EQ(other.baseBlockObserver(), nullptr);
     tier.checkInvariants();
+}
+
+}  // namespace
+}  // namespace ctxcache::tier
+
+namespace ctxcache::tier {
+namespace {
+
+std::vector<int32_t> tokensFrom(int32_t first, int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = first + i;
+    return t;
+}
+
+void publishWithTokens(ContextCacheManager& m, std::vector<BlockHash> const& hashes,
+                       std::vector<int32_t> const& tokens) {
+    int32_t const n = static_cast<int32_t>(tokens.size());
+    AcquireResult r = m.acquireVanilla(hashes, n);
+    ASSERT_EQ(r.status, AcquireStatus::kAcquired);
+    PublishRequest request{hashes, n};
+    request.tokenIds = tokens;
+    ASSERT_EQ(m.publish(*r.lease, request).status, PublishStatus::kPublished);
+}
+
+std::vector<uint64_t> hashesOf(KvEventLog const& log, KvEvent const& e) {
+    return {log.hashes().begin() + static_cast<std::ptrdiff_t>(e.firstHash),
+            log.hashes().begin() + static_cast<std::ptrdiff_t>(e.firstHash + e.hashCount)};
+}
+
+TEST(HostTierEvents, TheTiersBlocksAreReportedAsHostMediumAfterTheDevicesOwnEvents) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    m.enableKvEvents();
+    HostTier tier(m, {4, HostWritePolicy::kWriteBack});
+    KvEventLog log;
+    m.drainKvEvents(log);  // AllBlocksCleared
+    std::vector<int32_t> const a = tokensFrom(100, 13);
+    publishWithTokens(m, Hs({1, 2, 3}), a);
+    publishWithTokens(m, Hs({7, 8, 9, 10, 11}), tokensFrom(500, 21));  // evicts a: written back
+    m.drainKvEvents(log);
+    std::vector<KvEvent> const& events = log.events();
+    // GPU stored a, GPU removed a (leaf-first), CPU stored a (root-first, a's tokens), GPU stored b.
+    ASSERT_EQ(events.size(), 4u);
+    EXPECT_EQ(events[0].type, KvEventType::kBlockStored);
+    EXPECT_EQ(events[0].medium, KvEventMedium::kDevice);
+    EXPECT_EQ(events[1].type, KvEventType::kBlockRemoved);
+    EXPECT_EQ(events[1].medium, KvEventMedium::kDevice);
+    KvEvent const& host = events[2];
+    EXPECT_EQ(host.type, KvEventType::kBlockStored);
+    EXPECT_EQ(host.medium, KvEventMedium::kHost);
+    EXPECT_FALSE(host.hasParent);
+    EXPECT_EQ(hashesOf(log, host),
+              (std::vector<uint64_t>{kvEventBlockHash(H(1)), kvEventBlockHash(H(2)), kvEventBlockHash(H(3))}));
+    ASSERT_EQ(host.tokenCount, 12u);
+    EXPECT_EQ(std::vector<int32_t>(log.tokens().begin() + static_cast<std::ptrdiff_t>(host.firstToken),
+                                   log.tokens().begin() + static_cast<std::ptrdiff_t>(host.firstToken + 12)),
+              std::vector<int32_t>(a.begin(), a.begin() + 12));
+    EXPECT_EQ(events[3].medium, KvEventMedium::kDevice);
+    // A prompt sharing a's first block: evicting b writes b's five blocks; the 4-slot tier drops a's (leaf first)
+    // and reports each drop.
+    publishWithTokens(m, Hs({1, 20}), tokensFrom(100, 9));
+    m.drainKvEvents(log);
+    size_t hostRemoved = 0, hostStored = 0;
+    for (KvEvent const& e : log.events()) {
+        if (e.medium != KvEventMedium::kHost) continue;
+        if (e.type == KvEventType::kBlockRemoved) hostRemoved += e.hashCount;
+        if (e.type == KvEventType::kBlockStored) hostStored += e.hashCount;
+    }
+    EXPECT_EQ(tier.metrics().droppedBlocks, hostRemoved);
+    EXPECT_GT(hostRemoved, 0u);
+    EXPECT_EQ(hostStored, tier.metrics().writtenBlocks - 3);
+    tier.checkInvariants();
+    // Events off: the tier reports nothing, and a publication without tokens gives it nothing to report.
+    m.disableKvEvents();
+    publishWithTokens(m, Hs({30}), tokensFrom(900, 5));
+    EXPECT_EQ(m.pendingKvEventCount(), 0u);
 }
 
 }  // namespace
