@@ -34,6 +34,7 @@ struct KvEventsDrain {
     KvEventLog drained;
     std::vector<ctxc_kv_event_t> views;
     std::vector<ctxc_kv_event_extra_key_t> keyViews;  // every event's extra keys, in the log's order
+    std::vector<uint8_t> media;  // every event's CTXC_KV_MEDIUM_*
 };
 
 // The manager behind a `cache` argument of the ctxc_kv_events_* calls, and where its drains live.

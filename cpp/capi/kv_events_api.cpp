@@ -66,6 +66,18 @@ CTXC_API ctxc_status_t ctxc_kv_events_disable(void* cache) {
     return guard(__func__, [&] { requireCache(cache).manager->disableKvEvents(); });
 }
 
+CTXC_API ctxc_status_t ctxc_kv_events_drained_media(const void* cache, const uint8_t** out_media, size_t* out_count) {
+    return guard(__func__, [&] {
+        const uint8_t*& media = requireOut(out_media, "out_media");
+        size_t& count = requireOut(out_count, "out_count");
+        media = nullptr;
+        count = 0;
+        KvEventsDrain const& d = *requireCache(cache).drain;
+        media = d.media.data();
+        count = d.media.size();
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_kv_events_drain(void* cache, const ctxc_kv_event_t** out_events, size_t* out_count,
                                             int32_t* out_block_size) {
     return guard(__func__, [&] {
@@ -79,9 +91,12 @@ CTXC_API ctxc_status_t ctxc_kv_events_drain(void* cache, const ctxc_kv_event_t**
         // text moves by copy).
         d.views.clear();
         d.keyViews.clear();
+        d.media.clear();
         t.manager->drainKvEvents(d.drained);
         KvEventLog const& log = d.drained;
         d.views.reserve(log.size());
+        d.media.reserve(log.size());
+        for (KvEvent const& e : log.events()) d.media.push_back(static_cast<uint8_t>(e.medium));
         d.keyViews.reserve(log.extraKeys().size());
         for (KvEventExtraKey const& k : log.extraKeys()) {
             std::string_view const text = log.text(k);

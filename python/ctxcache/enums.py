@@ -180,3 +180,11 @@ class KvExtraKeyKind(IntEnum):
 
     LORA_NAME = 0
     MEDIA = 1
+
+
+class KvEventMedium(IntEnum):
+    """Where an event's blocks live (ctxc_kv_events_drained_media): the device pool ("GPU" on the wire) or a host
+    tier ("CPU"). Python's drained events carry it as their ``medium`` string."""
+
+    DEVICE = 0
+    HOST = 1

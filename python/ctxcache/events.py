@@ -40,11 +40,13 @@ class BlockStored:
     block_size: int
     lora_name: str | None = None
     extra_keys: list[tuple[Any, ...] | None] | None = None
+    medium: str = "GPU"  # where the blocks live: "GPU" (the device pool) or "CPU" (a host tier)
 
 
 @dataclass(frozen=True)
 class BlockRemoved:
     block_hashes: list[int]
+    medium: str = "GPU"
 
 
 @dataclass(frozen=True)
@@ -210,18 +212,22 @@ class KvEventSource:
         count = ffi.new("size_t *")
         block_size = ffi.new("int32_t *")
         check(lib.ctxc_kv_events_drain(self._live(), events, count, block_size))
+        media = ffi.new("const uint8_t **")
+        media_count = ffi.new("size_t *")
+        check(lib.ctxc_kv_events_drained_media(self._live(), media, media_count))
         out: list[KvEvent] = []
         size = int(block_size[0])
         for i in range(count[0]):
             e = events[0][i]
+            medium = "CPU" if i < media_count[0] and media[0][i] == int(lib.CTXC_KV_MEDIUM_HOST) else "GPU"
             hashes = [int(h) for h in ffi.unpack(e.block_hashes, e.block_hash_count)] if e.block_hash_count else []
             if e.type == KvEventType.BLOCK_STORED:
                 tokens = [int(t) for t in ffi.unpack(e.token_ids, e.token_count)] if e.token_count else []
                 lora, extra = stored_keys(e)
                 out.append(BlockStored(hashes, int(e.parent_block_hash) if e.has_parent else None, tokens, size,
-                                       lora, extra))
+                                       lora, extra, medium))
             elif e.type == KvEventType.BLOCK_REMOVED:
-                out.append(BlockRemoved(hashes))
+                out.append(BlockRemoved(hashes, medium))
             else:
                 out.append(AllBlocksCleared())
         return out

@@ -146,6 +146,7 @@ ENUM_GROUPS = {
     "CTXC_MEDIA_": enums.MediaModality,
     "CTXC_KV_EVENT_": enums.KvEventType,
     "CTXC_KV_EXTRA_KEY_": enums.KvExtraKeyKind,
+    "CTXC_KV_MEDIUM_": enums.KvEventMedium,
     "CTXC_SCALAR_": enums.ScalarType,
     "CTXC_SIM_DEPLOYMENT_": enums.SimDeployment,
     "CTXC_SIM_SPECULATIVE_": enums.SimSpeculative,

@@ -205,3 +205,30 @@ def test_sweep_puts_the_same_tier_beside_every_capacity(capsys, conversations, t
     assert all(p["reused_tokens_host"] <= p["reused_tokens"] for p in points)
     header = next(tmp_path.glob("*.csv")).read_text().splitlines()[0].split(",")
     assert header[-2:] == ["host_tier_pages", "reused_tokens_host"]
+
+
+def test_drained_events_name_the_tiers_blocks_cpu(make_manager):
+    m = make_manager(page_size=PAGE, base_kv_pages=6, max_records=8)
+    m.enable_kv_events()
+    tier = m.attach_host_tier(16)
+    m.drain_kv_events()  # AllBlocksCleared
+    a = list(range(13))
+    h = to_hashes(a, PAGE)
+    with m.acquire_vanilla(h, 13).lease as lease:
+        m.publish(lease, h, 13, tokens=a)
+    stored_on_device = m.drain_kv_events()
+    assert [e.medium for e in stored_on_device] == ["GPU"]
+    b = list(range(100, 121))
+    hb = to_hashes(b, PAGE)
+    with m.acquire_vanilla(hb, 21).lease as lease:  # evicts a: written back
+        m.publish(lease, hb, 21, tokens=b)
+    events = m.drain_kv_events()
+    assert [(type(e).__name__, e.medium) for e in events] == [
+        ("BlockRemoved", "GPU"), ("BlockStored", "CPU"), ("BlockStored", "GPU")]
+    host = events[1]
+    assert host.block_hashes == stored_on_device[0].block_hashes and host.parent_block_hash is None
+    assert host.token_ids == a[:12]
+    assert tier.probe_hit(h, 13, 0) == 3 and tier.metrics.loaded_blocks == 0  # a probe loads nothing
+    tier.clear()  # the tier's drops are reported too
+    assert [(type(e).__name__, e.medium, len(e.block_hashes)) for e in m.drain_kv_events()] == [
+        ("BlockRemoved", "CPU", 3)]

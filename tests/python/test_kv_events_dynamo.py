@@ -20,6 +20,7 @@ import ctxcache
 SCENARIO = Path(__file__).with_name("dynamo_indexer_scenario.py")
 REPLAY_SCENARIO = Path(__file__).with_name("dynamo_replay_scenario.py")
 LORA_SCENARIO = Path(__file__).with_name("dynamo_lora_scenario.py")
+TIER_SCENARIO = Path(__file__).with_name("dynamo_tier_scenario.py")
 
 
 def _why_not() -> str | None:
@@ -101,3 +102,22 @@ def test_dynamo_keeps_two_adapters_equal_token_blocks_apart() -> None:
         assert step["router"] == step["want"], f"{name}: {step}\n{report['indexer_log_tail']}"
     assert report["dump_blocks"] == 9  # three chains of three blocks
     assert report["publisher"]["dropped_batches"] == 0
+
+
+def test_dynamo_counts_the_host_tier_in_its_cpu_tier() -> None:
+    """A manager with a 4-slot host tier (write-back) and its KV events (dynamo_tier_scenario.py): after each step
+    the real indexer's per-tier answer equals the cache's: on the GPU what the device holds, in its CPU tier the
+    device's chain extended by the tier's (the tier's blocks are reported with medium CPU after the device's
+    removal, and its drops are reported too)."""
+    done = _run(TIER_SCENARIO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    steps = report["steps"]
+    assert [s["step"] for s in steps] == ["A and B on the device", "C evicted A and B into the tier",
+                                          "D evicted C into the tier, which dropped A and B"]
+    for step in steps:
+        assert step["router"] == step["cache"], f"{step}\n{report['indexer_log_tail']}"
+    # The tier was used: A and B in the CPU tier only, then dropped; C there after D evicted it.
+    assert steps[1]["cache"]["B"] == {"gpu": 0, "cpu": 12}
+    assert steps[2]["cache"]["C"]["gpu"] == 0 and steps[2]["cache"]["C"]["cpu"] > 0
+    assert steps[2]["cache"]["A"] == {"gpu": 0, "cpu": 0} and steps[2]["tier"]["dropped_blocks"] > 0

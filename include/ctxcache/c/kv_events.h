@@ -25,6 +25,7 @@ extern "C" {
  * contract. */
 enum { CTXC_KV_EVENT_BLOCK_STORED = 0, CTXC_KV_EVENT_BLOCK_REMOVED = 1, CTXC_KV_EVENT_ALL_BLOCKS_CLEARED = 2 };
 enum { CTXC_KV_EXTRA_KEY_LORA_NAME = 0, CTXC_KV_EXTRA_KEY_MEDIA = 1 };
+enum { CTXC_KV_MEDIUM_DEVICE = 0, CTXC_KV_MEDIUM_HOST = 1 };
 
 /* One of a stored block's extra keys (vLLM's extra_keys, untagged): the LoRA adapter's name, or a media item
  * overlapping the block as (identifier, offset). A block's keys are its adapter first, then its media items in
@@ -124,6 +125,10 @@ CTXC_API ctxc_status_t ctxc_kv_events_disable(void *cache);
  * attached, nothing is pending. */
 CTXC_API ctxc_status_t ctxc_kv_events_drain(void *cache, const ctxc_kv_event_t **out_events, size_t *out_count,
                                             int32_t *out_block_size);
+/* Where the last drain's events' blocks live, one CTXC_KV_MEDIUM_* per event in the drain's order (vLLM's
+ * "medium": a manager's own events are DEVICE, a host tier's HOST; a publisher writes "GPU" and "CPU"):
+ * *out_media (*out_count entries) stays valid as the drain's events do. */
+CTXC_API ctxc_status_t ctxc_kv_events_drained_media(const void *cache, const uint8_t **out_media, size_t *out_count);
 /* Each optional: whether events are on, how many wait for a drain, how many were lost to the pending limit. */
 CTXC_API ctxc_status_t ctxc_kv_events_status(const void *cache, int32_t *out_enabled, size_t *out_pending,
                                              uint64_t *out_lost);
