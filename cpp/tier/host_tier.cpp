@@ -274,7 +274,8 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count,
         uint64_t const droppedBefore = index_.counters().droppedBlocks;
         droppedHashes_.clear();
         droppedSlots_.clear();
-        size_t const reserved = index_.reserveWrites(hashes, count, scratch_, &droppedHashes_, &droppedSlots_);
+        size_t const reserved =
+            index_.reserveWrites(hashes, count, scratch_, &droppedHashes_, &droppedSlots_, &heldScratch_);
         metrics_.droppedBlocks += index_.counters().droppedBlocks - droppedBefore;
         reportDropped(droppedHashes_, droppedSlots_);
         if (holdsBytes() && reserved > 0) {
@@ -310,8 +311,8 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count,
         for (size_t i = count; i-- > 0;) {
             if (scratch_[i] != HostTierIndex::kNoSlot) {
                 index_.completeWrites(&scratch_[i], 1);
-            } else if (int32_t const slot = index_.find(hashes[i]); slot != HostTierIndex::kNoSlot) {
-                ++held;
+            } else if (int32_t const slot = heldScratch_[i]; index_.holds(slot, hashes[i])) {
+                ++held;  // (a held block this write's own reservations dropped is not held any more)
                 index_.touch(slot);
             }
         }
@@ -355,7 +356,9 @@ void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t
             continue;
         }
         flush();
-        int32_t const held = slot == HostTierIndex::kNoSlot ? index_.find(hashes[j]) : HostTierIndex::kNoSlot;
+        int32_t const held = slot == HostTierIndex::kNoSlot && index_.holds(heldScratch_[j], hashes[j])
+                                 ? heldScratch_[j]
+                                 : HostTierIndex::kNoSlot;
         known = onDevice || (held != HostTierIndex::kNoSlot && reported_[static_cast<size_t>(held)]);
     }
     flush();

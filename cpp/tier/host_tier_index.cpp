@@ -201,9 +201,11 @@ void HostTierIndex::freeSlot(int32_t slot) noexcept {
 }
 
 size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::vector<int32_t>& slots,
-                                    std::vector<BlockHash>* dropped, std::vector<int32_t>* droppedSlots) {
+                                    std::vector<BlockHash>* dropped, std::vector<int32_t>* droppedSlots,
+                                    std::vector<int32_t>* held) {
     if (count > 0 && !hashes) throw ContractError("HostTierIndex::reserveWrites: hashes is null");
     slots.assign(count, kNoSlot);
+    if (held) held->assign(count, kNoSlot);
     // The map's room first (a rehash that fails changes nothing), then one slot per new block.
     bySlotHash_.reserve(std::min(bySlotHash_.size() + count, static_cast<size_t>(capacity_)));
     size_t reserved = 0;
@@ -214,7 +216,10 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
         for (size_t i = 0; i < count; ++i) {
             if (i + kAhead < count) bySlotHash_.prefetch(hashes[i + kAhead]);
             if (lruHead_ != kNoSlot) bySlotHash_.prefetch(at(lruHead_).hash);
-            if (bySlotHash_.contains(hashes[i])) continue;  // resident, or its copy is in flight
+            if (int32_t const* existing = bySlotHash_.find(hashes[i])) {  // resident, or its copy is in flight
+                if (held) (*held)[i] = *existing;
+                continue;
+            }
             int32_t const slot = takeSlot(dropped, droppedSlots);
             if (slot == kNoSlot) break;
             Slot& s = at(slot);

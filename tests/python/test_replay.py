@@ -220,7 +220,8 @@ def test_sweep_writes_the_plot_and_the_csv(tmp_path, capsys):
     assert len(rows) == len(r["points"]) == 8
     assert list(rows[0]) == ["capacity_pages", "capacity_tokens", "fraction_of_distinct", "hit_rate",
                              "ratio_to_upper_bound", "optimum_hit_rate", "lru_hit_rate", "reused_tokens", "rejected",
-                             "evicted_records", "reclaimed_pages", "peak_pages", "without_retention_hit_rate"]
+                             "evicted_records", "reclaimed_pages", "peak_pages", "without_retention_hit_rate",
+                             "host_tier_pages", "reused_tokens_host"]
     caps = [int(x["capacity_pages"]) for x in rows]
     assert caps == sorted(caps) and caps[-1] == r["distinct_prompt_tokens"] // 16
     assert float(rows[0]["fraction_of_distinct"]) == pytest.approx(0.01, abs=0.002)

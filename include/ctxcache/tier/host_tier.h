@@ -163,6 +163,7 @@ private:
     size_t payloadBytes_ = 0;
     uint64_t layoutDigest_ = 0;
     std::vector<int32_t> scratch_;  // slots of the running write or load (capacity kept)
+    std::vector<int32_t> heldScratch_;  // the running write's blocks the tier already held (their slots)
     std::vector<int32_t> copySlots_, copyPages_;  // the running copy's pairs (capacity kept)
     // KV events (only while the manager's stream is on): each device page's tokens since its block was published
     // (a write-back needs them when the device drops the block), whether each slot's block was reported, and the

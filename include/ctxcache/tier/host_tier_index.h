@@ -55,6 +55,11 @@ public:
     HostSlotState state(int32_t slot) const;  // ContractError when out of range
     std::optional<BlockHash> hashOfSlot(int32_t slot) const;  // none for a free slot
     int32_t pins(int32_t slot) const;
+    // Whether `slot` holds `hash` now (resident or writing); false for a slot out of range. O(1), no probe.
+    bool holds(int32_t slot, BlockHash const& hash) const noexcept {
+        return slot >= 0 && static_cast<size_t>(slot) < slots_.size() && at(slot).state != HostSlotState::kFree &&
+               at(slot).hash == hash;
+    }
 
     // The longest run hashes[0..n) of resident blocks; appends their slots to `slots` when given. No side effects.
     size_t residentRun(BlockHash const* hashes, size_t count, std::vector<int32_t>* slots = nullptr) const;
@@ -71,8 +76,10 @@ public:
     // after the stop); returns the number reserved. Dropped blocks are appended to `dropped` (and the slots they
     // held to `droppedSlots`) when given. An allocation failure midway gives the slots reserved so far back (the
     // blocks dropped stay dropped) and throws.
+    // held (when given): held[i] is the slot already holding hashes[i] (resident or writing), else kNoSlot.
     size_t reserveWrites(BlockHash const* hashes, size_t count, std::vector<int32_t>& slots,
-                         std::vector<BlockHash>* dropped = nullptr, std::vector<int32_t>* droppedSlots = nullptr);
+                         std::vector<BlockHash>* dropped = nullptr, std::vector<int32_t>* droppedSlots = nullptr,
+                         std::vector<int32_t>* held = nullptr);
     // Writing -> resident (most recent, in order): the blocks' copies completed. Every slot must be writing.
     void completeWrites(int32_t const* slots, size_t count);
     // Writing -> free, the hash unindexed: the copies failed or were abandoned. Every slot must be writing.
