@@ -18,6 +18,22 @@ tier::HostTier& requireTier(ManagerObject& m) {
     return *m.hostTier;
 }
 
+// What extend_hit and probe_hit share: the output cleared, the manager, the hashes and counts checked, then `hit`
+// on the manager's tier with the hashes.
+template <class Hit>
+int32_t tierHit(void const* manager, ctxc_hash128_t const* hashes, size_t count, int32_t inputTokenCount,
+                int32_t deviceBlocks, int32_t* outLoadedBlocks, Hit hit) {
+    requireOut(outLoadedBlocks, "out_loaded_blocks") = 0;
+    ManagerObject& m = requireManager(manager);
+    BlockHashSpan const span = inputHashes(hashes, count);
+    requireNonNegative(inputTokenCount, "input_token_count");
+    requireNonNegative(deviceBlocks, "device_blocks");
+    if (static_cast<size_t>(deviceBlocks) > count)
+        invalidArgument("device_blocks (" + std::to_string(deviceBlocks) + ") exceeds the hash count (" +
+                        std::to_string(count) + ")");
+    return hit(requireTier(m), span);
+}
+
 }  // namespace
 
 extern "C" {
@@ -48,15 +64,9 @@ CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit(ctxc_manager_t* manager
                                                          size_t count, int32_t input_token_count, int32_t device_blocks,
                                                          int32_t* out_loaded_blocks) {
     return guard(__func__, [&] {
-        requireOut(out_loaded_blocks, "out_loaded_blocks") = 0;
-        ManagerObject& m = requireManager(manager);
-        BlockHashSpan const span = inputHashes(hashes, count);
-        requireNonNegative(input_token_count, "input_token_count");
-        requireNonNegative(device_blocks, "device_blocks");
-        if (static_cast<size_t>(device_blocks) > count)
-            invalidArgument("device_blocks (" + std::to_string(device_blocks) + ") exceeds the hash count (" +
-                            std::to_string(count) + ")");
-        *out_loaded_blocks = requireTier(m).extendHit(span, input_token_count, device_blocks);
+        *out_loaded_blocks = tierHit(
+            manager, hashes, count, input_token_count, device_blocks, out_loaded_blocks,
+            [&](tier::HostTier& t, BlockHashSpan span) { return t.extendHit(span, input_token_count, device_blocks); });
     });
 }
 
@@ -64,15 +74,10 @@ CTXC_API ctxc_status_t ctxc_manager_host_tier_probe_hit(const ctxc_manager_t* ma
                                                         size_t count, int32_t input_token_count, int32_t device_blocks,
                                                         int32_t* out_loaded_blocks) {
     return guard(__func__, [&] {
-        requireOut(out_loaded_blocks, "out_loaded_blocks") = 0;
-        ManagerObject& m = requireManager(manager);
-        BlockHashSpan const span = inputHashes(hashes, count);
-        requireNonNegative(input_token_count, "input_token_count");
-        requireNonNegative(device_blocks, "device_blocks");
-        if (static_cast<size_t>(device_blocks) > count)
-            invalidArgument("device_blocks (" + std::to_string(device_blocks) + ") exceeds the hash count (" +
-                            std::to_string(count) + ")");
-        *out_loaded_blocks = requireTier(m).probeHit(span, input_token_count, device_blocks);
+        *out_loaded_blocks = tierHit(manager, hashes, count, input_token_count, device_blocks, out_loaded_blocks,
+                                     [&](tier::HostTier const& t, BlockHashSpan span) {
+            return t.probeHit(span, input_token_count, device_blocks);
+        });
     });
 }
 

@@ -97,8 +97,8 @@ bool HostTier::synchronize() noexcept {
     }
 }
 
-size_t HostTier::pinExtension(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks,
-                              char const* operation) {
+size_t HostTier::extensionRoom(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks,
+                               char const* operation) const {
     if (hashes.size > 0 && !hashes.data)
         throw ContractError(std::string("HostTier::") + operation + ": hashes is null");
     if (inputTokenCount < 0 || deviceBlocks < 0)
@@ -108,21 +108,14 @@ size_t HostTier::pinExtension(BlockHashSpan hashes, int32_t inputTokenCount, int
     if (static_cast<size_t>(deviceBlocks) > hashes.size)
         throw ContractError(std::string("HostTier::") + operation + ": deviceBlocks (" + std::to_string(deviceBlocks) +
                             ") is more than the prompt's " + std::to_string(hashes.size) + " full blocks");
-    ++metrics_.extendCalls;
-    scratch_.clear();
     int64_t const page = manager_->pageSize();
     // Blocks whose end stays below the last token: (deviceBlocks + n) * page <= inputTokenCount - 1.
     int64_t const keepLast = inputTokenCount > 0 ? (int64_t{inputTokenCount} - 1) / page : 0;
     int64_t const room = std::min<int64_t>(keepLast, static_cast<int64_t>(hashes.size)) - deviceBlocks;
-    if (room <= 0) return 0;
-    return index_.pinRun(hashes.data + deviceBlocks, static_cast<size_t>(room), scratch_);
+    return room > 0 ? static_cast<size_t>(room) : 0;
 }
 
-void HostTier::finishLoad(size_t loaded) noexcept {
-    try {
-        index_.unpin(scratch_.data(), scratch_.size());  // every slot was pinned by pinExtension: cannot fail
-    } catch (...) {
-    }
+void HostTier::recordLoad(size_t loaded) noexcept {
     // The loaded blocks are on the device now (their pages are published with the request's prompt): the tier's
     // copies are duplicates, the first to go when it needs room (leaf first), until the device drops the blocks
     // again and a write-back makes them the most recent. Together, device and tier hold about as many distinct
@@ -134,22 +127,28 @@ void HostTier::finishLoad(size_t loaded) noexcept {
     }
 }
 
+void HostTier::finishLoad(size_t loaded) noexcept {
+    try {
+        index_.unpin(scratch_.data(), scratch_.size());  // every slot was pinned by loadHit's pinRun: cannot fail
+    } catch (...) {
+    }
+    recordLoad(loaded);
+}
+
 int32_t HostTier::probeHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) const {
-    if (hashes.size > 0 && !hashes.data) throw ContractError("HostTier::probeHit: hashes is null");
-    if (inputTokenCount < 0 || deviceBlocks < 0 || static_cast<size_t>(deviceBlocks) > hashes.size)
-        throw ContractError("HostTier::probeHit: negative counts, or more device blocks than the prompt has");
-    int64_t const page = manager_->pageSize();
-    int64_t const keepLast = inputTokenCount > 0 ? (int64_t{inputTokenCount} - 1) / page : 0;
-    int64_t const room = std::min<int64_t>(keepLast, static_cast<int64_t>(hashes.size)) - deviceBlocks;
-    if (room <= 0) return 0;
-    return static_cast<int32_t>(index_.residentRun(hashes.data + deviceBlocks, static_cast<size_t>(room)));
+    size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "probeHit");
+    return static_cast<int32_t>(index_.residentRun(hashes.data + deviceBlocks, room));
 }
 
 int32_t HostTier::extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
     if (holdsBytes())
         throw ContractError("HostTier::extendHit: this tier holds bytes; a load must copy them (loadHit)");
-    size_t const n = pinExtension(hashes, inputTokenCount, deviceBlocks, "extendHit");
-    finishLoad(n);  // bookkeeping: the load is done
+    size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "extendHit");
+    ++metrics_.extendCalls;
+    scratch_.clear();
+    // Bookkeeping: the load is done as it is taken, so the run needs no pins.
+    size_t const n = index_.residentRun(hashes.data + deviceBlocks, room, &scratch_);
+    recordLoad(n);
     return static_cast<int32_t>(n);
 }
 
@@ -157,7 +156,10 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
                           size_t leasePageCount) {
     if (!holdsBytes()) throw ContractError("HostTier::loadHit: this tier keeps no bytes (extendHit)");
     if (leasePageCount > 0 && !leasePages) throw ContractError("HostTier::loadHit: leasePages is null");
-    size_t n = pinExtension(hashes, inputTokenCount, deviceBlocks, "loadHit");
+    size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "loadHit");
+    ++metrics_.extendCalls;
+    scratch_.clear();
+    size_t const n = room > 0 ? index_.pinRun(hashes.data + deviceBlocks, room, scratch_) : 0;
     if (n == 0) return 0;
     size_t const first = static_cast<size_t>(deviceBlocks);
     if (leasePageCount < first + n) {

@@ -77,20 +77,18 @@ class HostTier:
         """The blocks the tier adds to a device hit of ``device_blocks`` blocks of a prompt of
         ``input_token_count`` tokens whose full blocks hash to ``full_block_hashes``: the longest run after the
         device hit the tier holds, never covering the prompt's last token (loaded now: bookkeeping)."""
-        hashes, count = _arrays.hashes(full_block_hashes)
-        n = _arrays.integer(input_token_count, "input_token_count")
-        d = _arrays.integer(device_blocks, "device_blocks")
-        out = ffi.new("int32_t *")
-        check(lib.ctxc_manager_host_tier_extend_hit(self._manager._live(), hashes, count, n, d, out))
-        return int(out[0])
+        return self._hit(lib.ctxc_manager_host_tier_extend_hit, full_block_hashes, input_token_count, device_blocks)
 
     def probe_hit(self, full_block_hashes: Any, input_token_count: int, device_blocks: int) -> int:
         """What :meth:`extend_hit` would answer now, changing nothing (no load, no recency, no metrics)."""
+        return self._hit(lib.ctxc_manager_host_tier_probe_hit, full_block_hashes, input_token_count, device_blocks)
+
+    def _hit(self, call: Any, full_block_hashes: Any, input_token_count: int, device_blocks: int) -> int:
         hashes, count = _arrays.hashes(full_block_hashes)
         n = _arrays.integer(input_token_count, "input_token_count")
         d = _arrays.integer(device_blocks, "device_blocks")
         out = ffi.new("int32_t *")
-        check(lib.ctxc_manager_host_tier_probe_hit(self._manager._live(), hashes, count, n, d, out))
+        check(call(self._manager._live(), hashes, count, n, d, out))
         return int(out[0])
 
     @property

@@ -147,9 +147,12 @@ private:
     int32_t const* tokensOfPage(PageId page) const noexcept;
     void rememberTokens(PageId const* pages, size_t count, int32_t const* tokens) noexcept;
     void forgetTokens(PageId const* pages, size_t count) noexcept;
-    // The run after the device hit, pinned (scratch_ holds its slots); 0 when there is none.
-    size_t pinExtension(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, char const* operation);
-    void finishLoad(size_t loaded) noexcept;  // unpins scratch_'s slots, demotes the loaded ones
+    // How many blocks after the device hit an extension may look at (the prompt's last token stays for the
+    // prefill), after checking the arguments (ContractError naming `operation`).
+    size_t extensionRoom(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks,
+                         char const* operation) const;
+    void recordLoad(size_t loaded) noexcept;  // demotes scratch_'s first `loaded` slots, counts the hit
+    void finishLoad(size_t loaded) noexcept;  // unpins scratch_'s slots, then recordLoad
     bool synchronize() noexcept;
     HostSlotHeader* header(int32_t slot) const noexcept;
     device::HostSlotLayout layout() const noexcept;
