@@ -379,84 +379,33 @@ class Backend(Handle):
         return "Backend(closed)" if self.closed else f"Backend({self.kind.name.lower()})"
 
 
-class DeviceBuffer(Handle):
-    _destroy = staticmethod(lib.ctxc_device_buffer_destroy)
-    _what = "buffer"
+class _Bytes(Handle):
+    """What a device buffer and a host buffer share: bytes made by a backend (zero-filled), or a window of
+    ``nbytes`` on caller memory (``external``: not zeroed, kept alive by the object), written and read by offset.
+    A subclass names its C calls and its options type."""
 
-    def __init__(self, backend: Backend, nbytes: int, *, external: Any = None):
-        """A zero-filled buffer of ``nbytes``, or (``external``) a window of ``nbytes`` on caller memory, not zeroed."""
-        nbytes = _arrays.integer(nbytes, "nbytes", maximum=2**62)
-        options = ffi.new("ctxc_device_buffer_options_t *")
-        lib.ctxc_device_buffer_options_init(options)
-        options.bytes = nbytes
-        _set_external(options, external, "external")
-        out = ffi.new("ctxc_device_buffer_t **")
-        check(lib.ctxc_device_buffer_create(_handle(backend, Backend, "backend"), options, out))
-        super().__init__(out[0], (backend, external))
-        self.backend = backend
-
-    def view(self) -> DeviceView:
-        """The buffer's memory: uint8 [nbytes]."""
-        return _view(self, lib.ctxc_device_buffer_view, self._live())
-
-    @property
-    def nbytes(self) -> int:
-        return _size_out(lib.ctxc_device_buffer_size, self._live())
-
-    def write(self, array: np.ndarray, offset: int = 0) -> None:
-        """Copy a C-contiguous array's bytes to [offset, offset + array.nbytes)."""
-        if not isinstance(array, np.ndarray):
-            raise ArgumentTypeError(f"array must be a numpy array, got {type(array).__name__}")
-        if not array.flags.c_contiguous:
-            raise ArgumentTypeError("array must be C-contiguous (use np.ascontiguousarray)")
-        offset = _arrays.integer(offset, "offset", maximum=2**62)
-        check(lib.ctxc_device_buffer_write(self._live(), offset, _in(array), array.nbytes))
-
-    def read(self, dtype: Any = np.uint8, count: int | None = None, offset: int = 0) -> np.ndarray:
-        """``count`` elements of ``dtype`` from byte ``offset`` (default: the rest of the buffer)."""
-        dtype = np.dtype(dtype)
-        offset = _arrays.integer(offset, "offset", maximum=2**62)
-        size = self.nbytes
-        if count is None:
-            count = max(size - offset, 0) // dtype.itemsize
-        count = _arrays.integer(count, "count", maximum=2**62)
-        if offset + count * dtype.itemsize > size:  # before the output array is allocated
-            raise ContractError(f"read: [{offset}, +{count * dtype.itemsize}) is outside the buffer's {size} bytes")
-        array, pointer = _out(count * dtype.itemsize, dtype)
-        check(lib.ctxc_device_buffer_read(self._live(), offset, pointer, array.nbytes))
-        return array
-
-
-class HostBuffer(Handle):
-    """Host memory for a host tier's KV slots: zero-filled and page-aligned, pinned and mapped on CUDA so the
-    backend's copies reach it directly; plain memory on the CPU backend. ``external``: a window of ``nbytes`` on the
-    engine's own host memory (a numpy array or an ``(address, nbytes)`` tuple; on CUDA it must be pinned and
-    mapped), not zeroed, kept alive by the buffer."""
-
-    _destroy = staticmethod(lib.ctxc_host_buffer_destroy)
-    _what = "host buffer"
+    _type: str  # the C handle type
+    _options: str
+    _options_init: Any
+    _create: Any
+    _size: Any
+    _write: Any
+    _read: Any
 
     def __init__(self, backend: Backend, nbytes: int, *, external: Any = None):
         nbytes = _arrays.integer(nbytes, "nbytes", maximum=2**62)
-        options = ffi.new("ctxc_host_buffer_options_t *")
-        lib.ctxc_host_buffer_options_init(options)
+        options = ffi.new(self._options + " *")
+        self._options_init(options)
         options.bytes = nbytes
         _set_external(options, external, "external")
-        out = ffi.new("ctxc_host_buffer_t **")
-        check(lib.ctxc_host_buffer_create(_handle(backend, Backend, "backend"), options, out))
+        out = ffi.new(self._type + " **")
+        check(self._create(_handle(backend, Backend, "backend"), options, out))
         super().__init__(out[0], (backend, external))
         self.backend = backend
 
     @property
     def nbytes(self) -> int:
-        return _size_out(lib.ctxc_host_buffer_size, self._live())
-
-    @property
-    def address(self) -> int:
-        """The host address of the bytes (0 when empty); read or write them only after ``backend.synchronize()``."""
-        out = ffi.new("void **")
-        check(lib.ctxc_host_buffer_data(self._live(), out))
-        return int(ffi.cast("uintptr_t", out[0]))
+        return _size_out(self._size, self._live())
 
     def write(self, array: np.ndarray, offset: int = 0) -> None:
         """Copy a C-contiguous array's bytes to [offset, offset + array.nbytes), after the backend's earlier work."""
@@ -465,11 +414,11 @@ class HostBuffer(Handle):
         if not array.flags.c_contiguous:
             raise ArgumentTypeError("array must be C-contiguous (use np.ascontiguousarray)")
         offset = _arrays.integer(offset, "offset", maximum=2**62)
-        check(lib.ctxc_host_buffer_write(self._live(), offset, _in(array), array.nbytes))
+        check(self._write(self._live(), offset, _in(array), array.nbytes))
 
     def read(self, dtype: Any = np.uint8, count: int | None = None, offset: int = 0) -> np.ndarray:
         """A copy of ``count`` elements of ``dtype`` from byte ``offset`` (default: the rest), after the backend's
-        earlier work (every copy into the buffer has landed)."""
+        earlier work."""
         dtype = np.dtype(dtype)
         offset = _arrays.integer(offset, "offset", maximum=2**62)
         size = self.nbytes
@@ -477,10 +426,54 @@ class HostBuffer(Handle):
             count = max(size - offset, 0) // dtype.itemsize
         count = _arrays.integer(count, "count", maximum=2**62)
         if offset + count * dtype.itemsize > size:  # before the output array is allocated
-            raise ContractError(f"read: [{offset}, +{count * dtype.itemsize}) is outside the host buffer's {size} bytes")
+            raise ContractError(f"read: [{offset}, +{count * dtype.itemsize}) is outside the {self._what}'s {size} bytes")
         array, pointer = _out(count * dtype.itemsize, dtype)
-        check(lib.ctxc_host_buffer_read(self._live(), offset, pointer, array.nbytes))
+        check(self._read(self._live(), offset, pointer, array.nbytes))
         return array
+
+
+class DeviceBuffer(_Bytes):
+    """A zero-filled device buffer of ``nbytes``, or (``external``) a window of ``nbytes`` on caller memory, not
+    zeroed."""
+
+    _destroy = staticmethod(lib.ctxc_device_buffer_destroy)
+    _what = "buffer"
+    _type = "ctxc_device_buffer_t"
+    _options = "ctxc_device_buffer_options_t"
+    _options_init = staticmethod(lib.ctxc_device_buffer_options_init)
+    _create = staticmethod(lib.ctxc_device_buffer_create)
+    _size = staticmethod(lib.ctxc_device_buffer_size)
+    _write = staticmethod(lib.ctxc_device_buffer_write)
+    _read = staticmethod(lib.ctxc_device_buffer_read)
+
+    def view(self) -> DeviceView:
+        """The buffer's memory: uint8 [nbytes]."""
+        return _view(self, lib.ctxc_device_buffer_view, self._live())
+
+
+class HostBuffer(_Bytes):
+    """Host memory for a host tier's KV slots: zero-filled and page-aligned, pinned and mapped on CUDA so the
+    backend's copies reach it directly; plain memory on the CPU backend. ``external``: a window of ``nbytes`` on the
+    engine's own host memory (a numpy array or an ``(address, nbytes)`` tuple; on CUDA it must be pinned and
+    mapped), not zeroed, kept alive by the buffer. Read or write it only through :meth:`read` and :meth:`write`
+    (they wait for the backend's copies)."""
+
+    _destroy = staticmethod(lib.ctxc_host_buffer_destroy)
+    _what = "host buffer"
+    _type = "ctxc_host_buffer_t"
+    _options = "ctxc_host_buffer_options_t"
+    _options_init = staticmethod(lib.ctxc_host_buffer_options_init)
+    _create = staticmethod(lib.ctxc_host_buffer_create)
+    _size = staticmethod(lib.ctxc_host_buffer_size)
+    _write = staticmethod(lib.ctxc_host_buffer_write)
+    _read = staticmethod(lib.ctxc_host_buffer_read)
+
+    @property
+    def address(self) -> int:
+        """The host address of the bytes (0 when empty); read or write them only after ``backend.synchronize()``."""
+        out = ffi.new("void **")
+        check(lib.ctxc_host_buffer_data(self._live(), out))
+        return int(ffi.cast("uintptr_t", out[0]))
 
 
 # ---- KV pools, page tables, lengths ---------------------------------------------------------------------------
