@@ -18,41 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "capi_test_support.h"
 #include "ctxcache.h"
 #include "device_creates.h"
 
 namespace {
-
-// status == want, and ctxc_last_error() is "<function>: ..." containing `needle`.
-::testing::AssertionResult refused(ctxc_status_t got, ctxc_status_t want, char const* function, char const* needle) {
-    std::string const message = ctxc_last_error();
-    if (got != want)
-        return ::testing::AssertionFailure() << "status " << ctxc_status_string(got) << ", expected "
-                                             << ctxc_status_string(want) << " (" << message << ")";
-    std::string const prefix = std::string(function) + ": ";
-    if (message.compare(0, prefix.size(), prefix) != 0)
-        return ::testing::AssertionFailure() << "last error \"" << message << "\" is not from " << function;
-    if (message.find(needle) == std::string::npos)
-        return ::testing::AssertionFailure()
-               << "last error \"" << message << "\" does not mention \"" << needle << "\"";
-    return ::testing::AssertionSuccess();
-}
-
-std::vector<uint8_t> pattern(size_t n, unsigned seed) {
-    std::vector<uint8_t> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(seed * 37u + i * 11u + 1u);
-    return out;
-}
-
-ctxc_device_backend_t* cpuBackend(size_t maxTableBytes = 0) {
-    ctxc_device_backend_options_t o;
-    ctxc_device_backend_options_init(&o);
-    o.kind = CTXC_BACKEND_CPU;
-    if (maxTableBytes) o.max_table_bytes = maxTableBytes;
-    ctxc_device_backend_t* b = nullptr;
-    EXPECT_EQ(ctxc_device_backend_create(&o, &b), CTXC_OK) << ctxc_last_error();
-    return b;
-}
 
 ctxc_kv_pool_t* makePool(ctxc_device_backend_t* b, int32_t numPages, int32_t pageSize,
                          std::vector<ctxc_kv_layer_shape_t> const& layers, int32_t dtype = CTXC_DTYPE_FP16) {

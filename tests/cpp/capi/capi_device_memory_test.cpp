@@ -11,25 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "capi_test_support.h"
 #include "ctxcache.h"
 #include "device_creates.h"
 
 namespace {
-
-std::vector<uint8_t> pattern(size_t n, unsigned seed) {
-    std::vector<uint8_t> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(seed * 37u + i * 11u + 1u);
-    return out;
-}
-
-ctxc_device_backend_t* cpuBackend() {
-    ctxc_device_backend_options_t o;
-    ctxc_device_backend_options_init(&o);
-    o.kind = CTXC_BACKEND_CPU;
-    ctxc_device_backend_t* b = nullptr;
-    EXPECT_EQ(ctxc_device_backend_create(&o, &b), CTXC_OK) << ctxc_last_error();
-    return b;
-}
 
 size_t allocated(ctxc_device_backend_t const* b) {
     size_t n = 0;

@@ -11,40 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "capi_test_support.h"
 #include "ctxcache.h"
 
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-::testing::AssertionResult refused(ctxc_status_t got, ctxc_status_t want, char const* function, char const* needle) {
-    std::string const message = ctxc_last_error();
-    if (got != want)
-        return ::testing::AssertionFailure() << "status " << ctxc_status_string(got) << ", expected "
-                                             << ctxc_status_string(want) << " (" << message << ")";
-    std::string const prefix = std::string(function) + ": ";
-    if (message.compare(0, prefix.size(), prefix) != 0)
-        return ::testing::AssertionFailure() << "last error \"" << message << "\" is not from " << function;
-    if (message.find(needle) == std::string::npos)
-        return ::testing::AssertionFailure()
-               << "last error \"" << message << "\" does not mention \"" << needle << "\"";
-    return ::testing::AssertionSuccess();
-}
-
-Bytes pattern(size_t n, unsigned seed) {
-    Bytes out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(seed * 37u + i * 11u + 1u);
-    return out;
-}
-
-ctxc_device_backend_t* cpuBackend() {
-    ctxc_device_backend_options_t o;
-    ctxc_device_backend_options_init(&o);
-    o.kind = CTXC_BACKEND_CPU;
-    ctxc_device_backend_t* b = nullptr;
-    EXPECT_EQ(ctxc_device_backend_create(&o, &b), CTXC_OK) << ctxc_last_error();
-    return b;
-}
 
 // 4 K pages of 4 tokens, fp16; layer 0: 1 head x 2 dims (16-byte pages), layer 1: 2 heads x 2 dims (32-byte pages).
 ctxc_kv_pool_t* makePool(ctxc_device_backend_t* b) {

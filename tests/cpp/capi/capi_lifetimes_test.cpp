@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "capi_test_support.h"
 #include "cpu_kv_device.h"
 #include "ctxcache.h"
 #include "decoding_batch.h"
@@ -41,15 +42,6 @@ struct Sync {
 };
 
 int synchronizeWith(void* user, void*) { return static_cast<Sync*>(user)->fail ? 1 : 0; }
-
-ctxc_device_backend_t* cpuBackend() {
-    ctxc_device_backend_options_t bo;
-    ctxc_device_backend_options_init(&bo);
-    bo.kind = CTXC_BACKEND_CPU;
-    ctxc_device_backend_t* b = nullptr;
-    EXPECT_EQ(ctxc_device_backend_create(&bo, &b), CTXC_OK) << ctxc_last_error();
-    return b;
-}
 
 size_t allocated(ctxc_device_backend_t const* b) {
     size_t bytes = 1;

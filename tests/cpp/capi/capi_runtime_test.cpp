@@ -11,26 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "capi_test_support.h"
 #include "cpu_kv_device.h"
 #include "ctxcache.h"
 #include "decoding_batch.h"
 #include "device_creates.h"
 
 namespace {
-
-::testing::AssertionResult refused(ctxc_status_t got, ctxc_status_t want, char const* function, char const* needle) {
-    std::string const message = ctxc_last_error();
-    if (got != want)
-        return ::testing::AssertionFailure() << "status " << ctxc_status_string(got) << ", expected "
-                                             << ctxc_status_string(want) << " (" << message << ")";
-    std::string const prefix = std::string(function) + ": ";
-    if (message.compare(0, prefix.size(), prefix) != 0)
-        return ::testing::AssertionFailure() << "last error \"" << message << "\" is not from " << function;
-    if (message.find(needle) == std::string::npos)
-        return ::testing::AssertionFailure()
-               << "last error \"" << message << "\" does not mention \"" << needle << "\"";
-    return ::testing::AssertionSuccess();
-}
 
 std::vector<int32_t> iota(int32_t first, int32_t count) {
     std::vector<int32_t> out;
