@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "ctxcache/detail/prefetch.h"
 #include "ctxcache/errors.h"
 
 namespace ctxcache::tier {
@@ -36,8 +37,7 @@ void HostTierIndex::checkSlot(int32_t slot, char const* operation) const {
 }
 
 int32_t HostTierIndex::find(BlockHash const& hash) const noexcept {
-    int32_t const* slot = bySlotHash_.find(hash);
-    return slot ? *slot : kNoSlot;
+    return bySlotHash_.find(hash, [this](int32_t slot) -> BlockHash const& { return at(slot).hash; });
 }
 
 HostSlotState HostTierIndex::state(int32_t slot) const {
@@ -186,7 +186,7 @@ int32_t HostTierIndex::takeSlot(std::vector<BlockHash>* dropped, std::vector<int
         }
     }
     lruUnlink(victim);
-    bySlotHash_.erase(at(victim).hash);
+    bySlotHash_.erase(at(victim).hash, victim);
     at(victim) = Slot{};
     --resident_;
     ++counters_.droppedBlocks;
@@ -207,19 +207,55 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     slots.assign(count, kNoSlot);
     if (held) held->assign(count, kNoSlot);
     // The map's room first (a rehash that fails changes nothing), then one slot per new block.
-    bySlotHash_.reserve(std::min(bySlotHash_.size() + count, static_cast<size_t>(capacity_)));
+    size_t const room = std::min(bySlotHash_.size() + count, static_cast<size_t>(capacity_));
+    try {
+        bySlotHash_.reserve(room);
+    } catch (std::bad_alloc const&) {
+        throw OutOfMemoryError(describeAllocationFailure(
+            "HostTierIndex: the index for " + str(static_cast<int64_t>(room)) + " blocks", room * 4 * sizeof(int64_t)));
+    }
     size_t reserved = 0;
-    // The map's home slots a few blocks ahead, and the next victim's: a write is a few probes into a large map.
+    // A write is a few probes into a large map and a large slot array, so the batch is pipelined: the map's home
+    // slots of the blocks kAhead ahead, and the victims to come (they leave the LRU list from its head, in order):
+    // a cursor kVictimAhead victims ahead prefetches each one's slot, and a second one half as far ahead (whose
+    // slot has arrived by then) its map entry, so that dropping a victim waits for neither. The cursors are hints:
+    // a list that changes under them costs a useless prefetch, never a wrong answer (any slot index is in range).
     constexpr size_t kAhead = 8;
+    constexpr size_t kVictimAhead = 16;
     for (size_t i = 0; i < std::min(count, kAhead); ++i) bySlotHash_.prefetch(hashes[i]);
+    int32_t farVictim = lruHead_;  // slot prefetched
+    int32_t nearVictim = lruHead_;  // slot arrived, map entry prefetched
+    bool const evicting = slots_.size() == static_cast<size_t>(capacity_) && freeHead_ == kNoSlot;
+    if (evicting && farVictim != kNoSlot) {
+        // The first victims one after another (a few dependent loads once per batch), then one step per block.
+        for (size_t k = 0; k < std::min(count, kVictimAhead) && at(farVictim).next != kNoSlot; ++k) {
+            farVictim = at(farVictim).next;
+            detail::prefetchForRead(&at(farVictim));
+            if (k % 2 == 1) {
+                nearVictim = at(nearVictim).next;
+                bySlotHash_.prefetch(at(nearVictim).hash);
+            }
+        }
+    }
+    auto advanceVictims = [&] {
+        if (farVictim == kNoSlot || nearVictim == kNoSlot) return;
+        if (int32_t const next = at(farVictim).next; next != kNoSlot) {
+            farVictim = next;
+            detail::prefetchForRead(&at(farVictim));
+        }
+        if (int32_t const next = at(nearVictim).next; next != kNoSlot) {
+            nearVictim = next;
+            bySlotHash_.prefetch(at(nearVictim).hash);
+        }
+    };
     try {
         for (size_t i = 0; i < count; ++i) {
             if (i + kAhead < count) bySlotHash_.prefetch(hashes[i + kAhead]);
-            if (lruHead_ != kNoSlot) bySlotHash_.prefetch(at(lruHead_).hash);
-            if (int32_t const* existing = bySlotHash_.find(hashes[i])) {  // resident, or its copy is in flight
-                if (held) (*held)[i] = *existing;
+            if (int32_t const existing = find(hashes[i]); existing != kNoSlot) {  // resident, or being written
+                if (held) (*held)[i] = existing;
                 continue;
             }
+            if (evicting) advanceVictims();
             int32_t const slot = takeSlot(dropped, droppedSlots);
             if (slot == kNoSlot) break;
             Slot& s = at(slot);
@@ -227,7 +263,7 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
             s.state = HostSlotState::kWriting;
             s.pins = 0;
             s.prev = s.next = kNoSlot;
-            bySlotHash_.tryEmplace(hashes[i], slot);  // room reserved above: cannot grow
+            bySlotHash_.insert(hashes[i], slot);  // room reserved above: cannot grow
             ++writing_;
             slots[i] = slot;
             ++reserved;
@@ -235,7 +271,7 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     } catch (...) {  // the slots reserved so far go back; nothing else is undone (drops are drops)
         for (size_t k = 0; k < count; ++k)
             if (slots[k] != kNoSlot) {
-                bySlotHash_.erase(hashes[k]);
+                bySlotHash_.erase(hashes[k], slots[k]);
                 freeSlot(slots[k]);
                 --writing_;
                 slots[k] = kNoSlot;
@@ -272,7 +308,7 @@ void HostTierIndex::completeWrites(int32_t const* slots, size_t count) {
 void HostTierIndex::abortWrites(int32_t const* slots, size_t count) {
     markWriting(slots, count, HostSlotState::kFree, "abortWrites");
     for (size_t i = 0; i < count; ++i) {
-        bySlotHash_.erase(at(slots[i]).hash);
+        bySlotHash_.erase(at(slots[i]).hash, slots[i]);
         freeSlot(slots[i]);
     }
     writing_ -= count;
@@ -282,7 +318,7 @@ bool HostTierIndex::invalidate(BlockHash const& hash) {
     int32_t const slot = find(hash);
     if (slot == kNoSlot || at(slot).state != HostSlotState::kResident || at(slot).pins > 0) return false;
     lruUnlink(slot);
-    bySlotHash_.erase(hash);
+    bySlotHash_.erase(hash, slot);
     freeSlot(slot);
     --resident_;
     ++counters_.invalidatedBlocks;
@@ -297,7 +333,7 @@ void HostTierIndex::clear(std::vector<BlockHash>* dropped, std::vector<int32_t>*
         if (dropped) dropped->push_back(at(slot).hash);
         if (droppedSlots) droppedSlots->push_back(slot);
         lruUnlink(slot);
-        bySlotHash_.erase(at(slot).hash);
+        bySlotHash_.erase(at(slot).hash, slot);
         freeSlot(slot);
         --resident_;
         ++counters_.invalidatedBlocks;

@@ -14,8 +14,11 @@
 //             that is not writing, unpinning one that is not pinned): ContractError, nothing changed (batch calls
 //             check every slot first). Metadata that cannot be allocated: OutOfMemoryError, nothing changed.
 // Cost:       lookup O(1) expected per block; pin, unpin, write, complete, abort, drop O(1) per slot; room is
-//             made one least-recent slot at a time, O(1) each. Memory: a hash-map entry and 32 bytes per slot
-//             ever used (grown geometrically with use up to the capacity, never the capacity up front), so a
+//             made one least-recent slot at a time, O(1) each. A write's batch is pipelined: the index entries of
+//             the blocks a few ahead and the slots and index entries of the victims a few ahead (the LRU list's
+//             next ones) are prefetched, so a tier far larger than the CPU's caches does not wait on each. Memory:
+//             32 bytes per slot ever used and 16 to 32 of index (detail/slot_hash_index.h: 8-byte buckets at most
+//             half full), both grown geometrically with use up to the capacity, never the capacity up front, so a
 //             tier of any capacity constructs in O(1).
 // Threading:  single writer, no internal locks (the manager's contract; the tier lives beside one manager).
 #pragma once
@@ -26,7 +29,7 @@
 #include <vector>
 
 #include "ctxcache/block_hash.h"
-#include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/detail/slot_hash_index.h"
 
 namespace ctxcache::tier {
 
@@ -120,7 +123,7 @@ private:
 
     int32_t capacity_ = 0;
     std::vector<Slot> slots_;  // slots ever used: [0, slots_.size())
-    detail::FlatHashMap<BlockHash, int32_t, Hash128Hasher> bySlotHash_;
+    detail::SlotHashIndex bySlotHash_;  // hash -> slot (writing or resident); the hashes live in slots_
     int32_t lruHead_ = kNoSlot;  // least recent
     int32_t lruTail_ = kNoSlot;
     int32_t freeHead_ = kNoSlot;
