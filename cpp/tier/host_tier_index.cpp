@@ -210,11 +210,13 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     size_t const room = std::min(bySlotHash_.size() + count, static_cast<size_t>(capacity_));
     try {
         bySlotHash_.reserve(room);
+        fingerprints_.resize(count);  // scratch, its room kept between calls
     } catch (std::bad_alloc const&) {
         throw OutOfMemoryError(describeAllocationFailure(
             "HostTierIndex: the index for " + str(static_cast<int64_t>(room)) + " blocks", room * 4 * sizeof(int64_t)));
     }
     size_t reserved = 0;
+    auto hashOf = [this](int32_t slot) -> BlockHash const& { return at(slot).hash; };
     // A write is a few probes into a large map and a large slot array, so the batch is pipelined: the map's home
     // slots of the blocks kAhead ahead, and the victims to come (they leave the LRU list from its head, in order):
     // a cursor kVictimAhead victims ahead prefetches each one's slot, and a second one half as far ahead (whose
@@ -222,7 +224,8 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     // a list that changes under them costs a useless prefetch, never a wrong answer (any slot index is in range).
     constexpr size_t kAhead = 8;
     constexpr size_t kVictimAhead = 16;
-    for (size_t i = 0; i < std::min(count, kAhead); ++i) bySlotHash_.prefetch(hashes[i]);
+    for (size_t i = 0; i < count; ++i) fingerprints_[i] = detail::SlotHashIndex::fingerprint(hashes[i]);
+    for (size_t i = 0; i < std::min(count, kAhead); ++i) bySlotHash_.prefetch(fingerprints_[i]);
     int32_t farVictim = lruHead_;  // slot prefetched
     int32_t nearVictim = lruHead_;  // slot arrived, map entry prefetched
     bool const evicting = slots_.size() == static_cast<size_t>(capacity_) && freeHead_ == kNoSlot;
@@ -250,8 +253,9 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     };
     try {
         for (size_t i = 0; i < count; ++i) {
-            if (i + kAhead < count) bySlotHash_.prefetch(hashes[i + kAhead]);
-            if (int32_t const existing = find(hashes[i]); existing != kNoSlot) {  // resident, or being written
+            if (i + kAhead < count) bySlotHash_.prefetch(fingerprints_[i + kAhead]);
+            int32_t const existing = bySlotHash_.find(hashes[i], fingerprints_[i], hashOf);
+            if (existing != kNoSlot) {  // resident, or being written
                 if (held) (*held)[i] = existing;
                 continue;
             }
@@ -263,7 +267,7 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
             s.state = HostSlotState::kWriting;
             s.pins = 0;
             s.prev = s.next = kNoSlot;
-            bySlotHash_.insert(hashes[i], slot);  // room reserved above: cannot grow
+            bySlotHash_.insert(fingerprints_[i], slot);  // room reserved above: cannot grow
             ++writing_;
             slots[i] = slot;
             ++reserved;
@@ -341,7 +345,8 @@ void HostTierIndex::clear(std::vector<BlockHash>* dropped, std::vector<int32_t>*
 }
 
 size_t HostTierIndex::memoryBytes() const noexcept {
-    return sizeof(*this) + slots_.capacity() * sizeof(Slot) + bySlotHash_.memoryBytes();
+    return sizeof(*this) + slots_.capacity() * sizeof(Slot) + bySlotHash_.memoryBytes() +
+           fingerprints_.capacity() * sizeof(uint32_t);
 }
 
 void HostTierIndex::checkInvariants() const {

@@ -47,8 +47,12 @@ public:
     // only for slots whose fingerprint matches.
     template <class HashOf>
     int32_t find(Hash128 const& hash, HashOf const& hashOf) const noexcept {
+        return find(hash, fingerprint(hash), hashOf);
+    }
+    // The same with the hash's fingerprint already computed (a batch computes them in one pass).
+    template <class HashOf>
+    int32_t find(Hash128 const& hash, uint32_t fp, HashOf const& hashOf) const noexcept {
         if (size_ == 0) return kEmpty;
-        uint32_t const fp = fingerprint(hash);
         for (size_t i = fp & mask_;; i = (i + 1) & mask_) {
             Bucket const& b = buckets_[i];
             if (b.slot == kEmpty) return kEmpty;
@@ -57,14 +61,16 @@ public:
     }
 
     // A hint that `hash` is about to be found, inserted or erased: starts loading its home bucket.
-    void prefetch(Hash128 const& hash) const noexcept {
-        if (!buckets_.empty()) prefetchForRead(&buckets_[fingerprint(hash) & mask_]);
+    void prefetch(Hash128 const& hash) const noexcept { prefetch(fingerprint(hash)); }
+    void prefetch(uint32_t fp) const noexcept {
+        if (!buckets_.empty()) prefetchForRead(&buckets_[fp & mask_]);
     }
 
     // Adds slot under `hash`, which must not be indexed. Grows first when full (std::bad_alloc, nothing changed).
-    void insert(Hash128 const& hash, int32_t slot) {
+    void insert(Hash128 const& hash, int32_t slot) { insert(fingerprint(hash), slot); }
+    void insert(uint32_t fp, int32_t slot) {
         if ((size_ + 1) * 2 > buckets_.size()) rehash(buckets_.empty() ? 16 : buckets_.size() * 2);
-        place(fingerprint(hash), slot);
+        place(fp, slot);
         ++size_;
     }
 

@@ -124,6 +124,7 @@ private:
     int32_t capacity_ = 0;
     std::vector<Slot> slots_;  // slots ever used: [0, slots_.size())
     detail::SlotHashIndex bySlotHash_;  // hash -> slot (writing or resident); the hashes live in slots_
+    std::vector<uint32_t> fingerprints_;  // reserveWrites' scratch: each hash's, computed once per batch
     int32_t lruHead_ = kNoSlot;  // least recent
     int32_t lruTail_ = kNoSlot;
     int32_t freeHead_ = kNoSlot;
