@@ -243,9 +243,22 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size
                                              double timestamp, int32_t data_parallel_rank, const char* medium,
                                              int32_t array_encoding, uint8_t* out_bytes, size_t out_capacity,
                                              size_t* out_size) {
+    return ctxc_kv_events_encode_media(events, nullptr, count, block_size, timestamp, data_parallel_rank, medium,
+                                       array_encoding, out_bytes, out_capacity, out_size);
+}
+
+CTXC_API ctxc_status_t ctxc_kv_events_encode_media(const ctxc_kv_event_t* events, const uint8_t* media, size_t count,
+                                                   int32_t block_size, double timestamp, int32_t data_parallel_rank,
+                                                   const char* medium, int32_t array_encoding, uint8_t* out_bytes,
+                                                   size_t out_capacity, size_t* out_size) {
     return guard(__func__, [&] {
         requireOut(out_size, "out_size");
         requireArray(events, count, "events");
+        if (media)
+            for (size_t i = 0; i < count; ++i)
+                if (media[i] != CTXC_KV_MEDIUM_DEVICE && media[i] != CTXC_KV_MEDIUM_HOST)
+                    invalidArgument("media[" + std::to_string(i) + "] " + std::to_string(media[i]) +
+                                    " is not a CTXC_KV_MEDIUM_* value");
         if (block_size <= 0) invalidArgument("block_size must be positive (got " + std::to_string(block_size) + ")");
         if (data_parallel_rank < -1) invalidArgument("data_parallel_rank must be >= 0 or -1 (none)");
         bool const arrays = requireBool(array_encoding, "array_encoding");
@@ -282,7 +295,8 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t* events, size
             }
             log.appendEvent(static_cast<KvEventType>(e.type), hasParent, e.parent_block_hash, e.block_hashes,
                             e.block_hash_count, e.token_ids, e.token_count, {e.lora_name, e.lora_name_length},
-                            keys.data(), keys.size());
+                            keys.data(), keys.size(),
+                            media && media[i] == CTXC_KV_MEDIUM_HOST ? KvEventMedium::kHost : KvEventMedium::kDevice);
         }
         std::string payload;
         try {

@@ -138,8 +138,9 @@ void KvEventLog::appendCleared() {
 
 void KvEventLog::appendEvent(KvEventType type, bool hasParent, uint64_t parentBlockHash, uint64_t const* blockHashes,
                              size_t count, int32_t const* tokens, size_t tokenCount, std::string_view loraName,
-                             KvEventExtraKeyValue const* extraKeys, size_t extraKeyCount) {
+                             KvEventExtraKeyValue const* extraKeys, size_t extraKeyCount, KvEventMedium medium) {
     KvEvent event = header(type, hasParent, parentBlockHash, count, tokenCount);
+    event.medium = medium;
     size_t chars = loraName.size();
     for (size_t k = 0; k < extraKeyCount; ++k) chars += extraKeys[k].text.size();
     reserveFor(count, tokenCount, chars, extraKeyCount);

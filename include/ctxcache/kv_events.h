@@ -148,7 +148,8 @@ public:
     // extraKeys: in block order, each block < count (checked by the caller).
     void appendEvent(KvEventType type, bool hasParent, uint64_t parentBlockHash, uint64_t const* blockHashes,
                      size_t count, int32_t const* tokens, size_t tokenCount, std::string_view loraName = {},
-                     KvEventExtraKeyValue const* extraKeys = nullptr, size_t extraKeyCount = 0);
+                     KvEventExtraKeyValue const* extraKeys = nullptr, size_t extraKeyCount = 0,
+                     KvEventMedium medium = KvEventMedium::kDevice);
     // Moves other's events behind this log's (offsets rebased).
     void append(KvEventLog const& other);
 

@@ -22,7 +22,7 @@ from ._event_keys import KvEventKeys, KvEventMedia, set_stored_keys, stored_keys
 from ._ffi import check, ffi, lib, new_output
 from ._resource import Family, Resource
 from .enums import KvEventType
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, InvalidArgumentError
 
 _NULL = ffi.NULL
 
@@ -251,12 +251,19 @@ class KvEventSource:
 
 def encode_kv_events(events: Sequence[KvEvent], *, block_size: int, timestamp: float,
                      data_parallel_rank: int | None = None, medium: str = "GPU", array_encoding: bool = False) -> bytes:
-    """The msgpack payload a publisher sends for ``events`` (the last frame of its 3-frame message)."""
+    """The msgpack payload a publisher sends for ``events`` (the last frame of its 3-frame message). Each event
+    keeps its own medium: one on the device (``"GPU"``, as drained from a manager) is written as ``medium``, one
+    a host tier reported (``"CPU"``) as ``"CPU"``, exactly as the library's publisher sends them."""
     c_events = ffi.new("ctxc_kv_event_t[]", max(1, len(events)))
+    c_media = ffi.new("uint8_t[]", max(1, len(events)))
     keep: list[Any] = []
     for i, event in enumerate(events):
         c = c_events[i]
         hashes: list[int] = []
+        event_medium = getattr(event, "medium", "GPU")
+        if event_medium not in ("GPU", "CPU"):
+            raise InvalidArgumentError(f"events[{i}].medium must be 'GPU' or 'CPU', got {event_medium!r}")
+        c_media[i] = int(lib.CTXC_KV_MEDIUM_HOST if event_medium == "CPU" else lib.CTXC_KV_MEDIUM_DEVICE)
         if isinstance(event, BlockStored):
             c.type = KvEventType.BLOCK_STORED
             hashes = event.block_hashes
@@ -285,13 +292,13 @@ def encode_kv_events(events: Sequence[KvEvent], *, block_size: int, timestamp: f
     c_medium = ffi.new("char[]", medium.encode())
     rank = -1 if data_parallel_rank is None else _arrays.integer(data_parallel_rank, "data_parallel_rank")
     size = ffi.new("size_t *")
-    args = (c_events, len(events), _arrays.integer(block_size, "block_size"), float(timestamp), rank, c_medium,
-            int(_arrays.boolean(array_encoding, "array_encoding")))
-    status = lib.ctxc_kv_events_encode(*args, _NULL, 0, size)  # the size query (a payload is never empty)
+    args = (c_events, c_media, len(events), _arrays.integer(block_size, "block_size"), float(timestamp), rank,
+            c_medium, int(_arrays.boolean(array_encoding, "array_encoding")))
+    status = lib.ctxc_kv_events_encode_media(*args, _NULL, 0, size)  # the size query (a payload is never empty)
     if status != lib.CTXC_E_BUFFER_TOO_SMALL:
         check(status)
     buffer = ffi.new("uint8_t[]", size[0])
-    check(lib.ctxc_kv_events_encode(*args, buffer, size[0], size))
+    check(lib.ctxc_kv_events_encode_media(*args, buffer, size[0], size))
     del keep
     return bytes(ffi.buffer(buffer, size[0]))
 

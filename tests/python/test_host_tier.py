@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -232,3 +233,10 @@ def test_drained_events_name_the_tiers_blocks_cpu(make_manager):
     tier.clear()  # the tier's drops are reported too
     assert [(type(e).__name__, e.medium, len(e.block_hashes)) for e in m.drain_kv_events()] == [
         ("BlockRemoved", "CPU", 3)]
+    if ctxcache.publisher_available():
+        # Encoded as the publisher sends them: each event with its own medium, the device's as asked.
+        raw = msgspec.msgpack.decode(ctxcache.encode_kv_events(events, block_size=PAGE, timestamp=0.0, medium="HBM"))
+        assert [(e["type"], e["medium"]) for e in raw[1]] == [
+            ("BlockRemoved", "HBM"), ("BlockStored", "CPU"), ("BlockStored", "HBM")]
+        with pytest.raises(InvalidArgumentError, match=r"events\[0\]\.medium"):
+            ctxcache.encode_kv_events([ctxcache.BlockRemoved([1], "NVMe")], block_size=PAGE, timestamp=0.0)

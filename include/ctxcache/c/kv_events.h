@@ -165,6 +165,14 @@ CTXC_API ctxc_status_t ctxc_kv_events_encode(const ctxc_kv_event_t *events, size
                                              double timestamp, int32_t data_parallel_rank, const char *medium,
                                              int32_t array_encoding, uint8_t *out_bytes, size_t out_capacity,
                                              size_t *out_size);
+/* The same with each event's medium (media[i], a CTXC_KV_MEDIUM_* value, for events[i]; NULL: every event on the
+ * device, as ctxc_kv_events_encode): a device event carries `medium`, a host tier's "CPU". Events drained with
+ * ctxc_kv_events_drain and their ctxc_kv_events_drained_media encode exactly as the publisher would send them. A
+ * value outside CTXC_KV_MEDIUM_*: CTXC_E_INVALID_ARGUMENT. */
+CTXC_API ctxc_status_t ctxc_kv_events_encode_media(const ctxc_kv_event_t *events, const uint8_t *media, size_t count,
+                                                   int32_t block_size, double timestamp, int32_t data_parallel_rank,
+                                                   const char *medium, int32_t array_encoding, uint8_t *out_bytes,
+                                                   size_t out_capacity, size_t *out_size);
 
 #ifdef __cplusplus
 }

@@ -45,7 +45,13 @@ void publishPrompt(ctxc_manager_t* m, std::vector<ctxc_hash128_t> const& hashes)
     ctxc_publish_result_t p;
     std::memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
-    ASSERT_EQ(ctxc_manager_publish(m, lease, hashes.data(), hashes.size(), tokens, &p), CTXC_OK) << ctxc_last_error();
+    std::vector<int32_t> ids(static_cast<size_t>(tokens));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(hashes[0].lo % 1000 + i);
+    // With tokens (which a manager with KV events on needs; read for nothing otherwise).
+    ASSERT_EQ(ctxc_manager_publish_with_tokens(m, lease, hashes.data(), hashes.size(), tokens, ids.data(), ids.size(),
+                                               nullptr, &p),
+              CTXC_OK)
+        << ctxc_last_error();
     ASSERT_EQ(ctxc_lease_destroy(lease), CTXC_OK) << ctxc_last_error();
 }
 
@@ -135,6 +141,70 @@ TEST(CApiHostTier, BadArgumentsChangeNothing) {
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);  // the tier goes with its manager
     EXPECT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 9, 0, &loaded), CTXC_E_INVALID_HANDLE);
     EXPECT_EQ(ctxc_manager_host_tier_metrics(m, &attached, nullptr), CTXC_E_INVALID_HANDLE);
+}
+
+// Drained events encode with their own media (ctxc_kv_events_encode_media): a device event carries the medium asked
+// for, a host tier's "CPU"; ctxc_kv_events_encode writes every one as the device's; a medium that is not a
+// CTXC_KV_MEDIUM_* value is refused.
+TEST(CApiHostTier, DrainedEventsEncodeWithTheirOwnMedia) {
+    if (!ctxc_kv_event_publisher_available()) GTEST_SKIP() << "built without the ZMQ publisher (libzmq, msgpack)";
+    ctxc_manager_t* m = makeManager(6);
+    ASSERT_EQ(ctxc_kv_events_enable(m, 1000), CTXC_OK) << ctxc_last_error();
+    ctxc_host_tier_options_t options;
+    ctxc_host_tier_options_init(&options);
+    options.capacity_pages = 16;
+    ASSERT_EQ(ctxc_manager_attach_host_tier(m, &options), CTXC_OK) << ctxc_last_error();
+    publishPrompt(m, Hs(1, 3));
+    publishPrompt(m, Hs(10, 5));  // evicts the first prompt: the device removes it, the tier writes it
+    ASSERT_EQ(ctxc_manager_host_tier_clear(m), CTXC_OK) << ctxc_last_error();  // the tier removes it
+    ctxc_kv_event_t const* events = nullptr;
+    size_t count = 0;
+    ASSERT_EQ(ctxc_kv_events_drain(m, &events, &count, nullptr), CTXC_OK) << ctxc_last_error();
+    uint8_t const* media = nullptr;
+    size_t mediaCount = 0;
+    ASSERT_EQ(ctxc_kv_events_drained_media(m, &media, &mediaCount), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(mediaCount, count);
+    size_t host = 0, device = 0;
+    for (size_t i = 0; i < count; ++i) {
+        if (events[i].type == CTXC_KV_EVENT_ALL_BLOCKS_CLEARED) continue;
+        (media[i] == CTXC_KV_MEDIUM_HOST ? host : device) += 1;
+    }
+    ASSERT_GE(host, 1u);  // at least the tier's BlockRemoved
+    ASSERT_GE(device, 3u);  // two prompts stored, one removed
+    auto encode = [&](uint8_t const* with) {
+        size_t size = 0;
+        EXPECT_EQ(ctxc_kv_events_encode_media(events, with, count, 4, 0.0, -1, "HBM", 0, nullptr, 0, &size),
+                  CTXC_E_BUFFER_TOO_SMALL);
+        std::string bytes(size, '\0');
+        EXPECT_EQ(ctxc_kv_events_encode_media(events, with, count, 4, 0.0, -1, "HBM", 0,
+                                              reinterpret_cast<uint8_t*>(bytes.data()), size, &size),
+                  CTXC_OK)
+            << ctxc_last_error();
+        return bytes;
+    };
+    auto occurrences = [](std::string const& bytes, char const* fixstr3) {  // a msgpack fixstr of 3 characters
+        std::string const needle = std::string("\xa3") + fixstr3;
+        size_t n = 0;
+        for (size_t at = bytes.find(needle); at != std::string::npos; at = bytes.find(needle, at + 1)) ++n;
+        return n;
+    };
+    std::string const mixed = encode(media);
+    EXPECT_EQ(occurrences(mixed, "CPU"), host);
+    EXPECT_EQ(occurrences(mixed, "HBM"), device);
+    std::string const flat = encode(nullptr);  // as ctxc_kv_events_encode: all on the device
+    EXPECT_EQ(occurrences(flat, "CPU"), 0u);
+    EXPECT_EQ(occurrences(flat, "HBM"), host + device);
+    size_t size = 0;
+    EXPECT_EQ(ctxc_kv_events_encode(events, count, 4, 0.0, -1, "HBM", 0, nullptr, 0, &size), CTXC_E_BUFFER_TOO_SMALL);
+    EXPECT_EQ(size, flat.size());
+    std::vector<uint8_t> bad(media, media + count);
+    bad[count - 1] = 7;
+    size = 0;
+    EXPECT_EQ(ctxc_kv_events_encode_media(events, bad.data(), count, 4, 0.0, -1, "HBM", 0, nullptr, 0, &size),
+              CTXC_E_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("CTXC_KV_MEDIUM_"), std::string::npos) << ctxc_last_error();
+    EXPECT_EQ(size, 0u);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
 }
 
 }  // namespace
