@@ -333,8 +333,9 @@ void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t
                             BlockHash const* parent, bool onDevice) {
     // Runs of blocks just written whose tokens are known and whose predecessor a router knows (the path's root, a
     // block on the device, or one this tier reported): one BlockStored (medium host) per run, root-first.
-    if (reported_.size() < static_cast<size_t>(config_.capacityPages))
-        reported_.resize(static_cast<size_t>(config_.capacityPages), 0);
+    // One flag per slot ever used (grown with the index, never the capacity up front: a tier of 2^31 pages with
+    // events on must not allocate 2 GiB for its first write; the capi fuzzer's reproducer in tests/fuzz/corpus).
+    if (reported_.size() < index_.usedSlots()) reported_.resize(index_.usedSlots(), 0);
     size_t const page = static_cast<size_t>(manager_->pageSize());
     bool known = root || parent != nullptr;  // whether a router knows the block before j
     size_t runStart = 0;

@@ -52,6 +52,8 @@ public:
     size_t writingCount() const noexcept { return writing_; }
     size_t pinnedCount() const noexcept { return pinned_; }  // resident slots with at least one pin
     HostTierIndexCounters const& counters() const noexcept { return counters_; }
+    // Slots ever used: every slot index this tier has handed out is below it (metadata grows with it).
+    size_t usedSlots() const noexcept { return slots_.size(); }
 
     // The slot holding `hash` (resident or writing), or kNoSlot.
     int32_t find(BlockHash const& hash) const noexcept;

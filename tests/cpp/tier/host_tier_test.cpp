@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <climits>
 #include <random>
+#include <stdexcept>
 
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/device/device_backend.h"
@@ -573,6 +575,31 @@ TEST(HostTierEvents, TheTiersBlocksAreReportedAsHostMediumAfterTheDevicesOwnEven
     m.disableKvEvents();
     publishWithTokens(m, Hs({30}), tokensFrom(900, 5));
     EXPECT_EQ(m.pendingKvEventCount(), 0u);
+}
+
+TEST(HostTierEvents, ATierOfAnyCapacityReportsWithoutAllocatingForItsCapacity) {
+#ifdef CTXC_UNDER_ASAN
+    GTEST_SKIP() << "address-space limits and AddressSanitizer do not mix";
+#else
+    // Found by the capi fuzzer (tests/fuzz/corpus/host-tier-events-huge-capacity): with events on, the first
+    // write sized a flag per slot of the capacity, 2 GiB for a tier of 2^31 - 1 pages. The flags grow with the
+    // slots used: in 256 MiB of headroom the write-back is reported and nothing is refused.
+    EXPECT_TRUE(test::completesWithinAddressSpace(size_t{256} << 20, [] {
+        ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+        m.enableKvEvents();
+        HostTier tier(m, {INT32_MAX, HostWritePolicy::kWriteBack});
+        publishWithTokens(m, Hs({1, 2, 3}), tokensFrom(100, 13));
+        publishWithTokens(m, Hs({7, 8, 9, 10, 11}), tokensFrom(500, 21));  // evicts the first: written back
+        KvEventLog log;
+        m.drainKvEvents(log);
+        size_t hostStored = 0;
+        for (KvEvent const& e : log.events())
+            if (e.medium == KvEventMedium::kHost && e.type == KvEventType::kBlockStored) hostStored += e.hashCount;
+        if (tier.metrics().writtenBlocks != 3 || tier.metrics().refusedWrites != 0 || hostStored != 3)
+            throw std::runtime_error("the write-back was refused or not reported");
+        tier.checkInvariants();
+    }));
+#endif
 }
 
 }  // namespace
