@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <deque>
 #include <map>
-#include <climits>
 #include <random>
 #include <stdexcept>
 
