@@ -37,7 +37,11 @@ void HostTierIndex::checkSlot(int32_t slot, char const* operation) const {
 }
 
 int32_t HostTierIndex::find(BlockHash const& hash) const noexcept {
-    return bySlotHash_.find(hash, [this](int32_t slot) -> BlockHash const& { return at(slot).hash; });
+    return find(hash, detail::SlotHashIndex::fingerprint(hash));
+}
+
+int32_t HostTierIndex::find(BlockHash const& hash, uint32_t fingerprint) const noexcept {
+    return bySlotHash_.find(hash, fingerprint, [this](int32_t slot) -> BlockHash const& { return at(slot).hash; });
 }
 
 HostSlotState HostTierIndex::state(int32_t slot) const {
@@ -216,7 +220,6 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
             "HostTierIndex: the index for " + str(static_cast<int64_t>(room)) + " blocks", room * 4 * sizeof(int64_t)));
     }
     size_t reserved = 0;
-    auto hashOf = [this](int32_t slot) -> BlockHash const& { return at(slot).hash; };
     // A write is a few probes into a large map and a large slot array, so the batch is pipelined: the map's home
     // slots of the blocks kAhead ahead, and the victims to come (they leave the LRU list from its head, in order):
     // a cursor kVictimAhead victims ahead prefetches each one's slot, and a second one half as far ahead (whose
@@ -254,7 +257,7 @@ size_t HostTierIndex::reserveWrites(BlockHash const* hashes, size_t count, std::
     try {
         for (size_t i = 0; i < count; ++i) {
             if (i + kAhead < count) bySlotHash_.prefetch(fingerprints_[i + kAhead]);
-            int32_t const existing = bySlotHash_.find(hashes[i], fingerprints_[i], hashOf);
+            int32_t const existing = find(hashes[i], fingerprints_[i]);
             if (existing != kNoSlot) {  // resident, or being written
                 if (held) (*held)[i] = existing;
                 continue;

@@ -112,6 +112,7 @@ private:
     };
 
     void checkSlot(int32_t slot, char const* operation) const;
+    int32_t find(BlockHash const& hash, uint32_t fingerprint) const noexcept;  // the fingerprint already mixed
     Slot& at(int32_t slot) noexcept { return slots_[static_cast<size_t>(slot)]; }
     Slot const& at(int32_t slot) const noexcept { return slots_[static_cast<size_t>(slot)]; }
     void lruPushBack(int32_t slot) noexcept;
