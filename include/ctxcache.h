@@ -10,6 +10,7 @@
  *   ctxcache/c/kv_events.h  KV events and their ZMQ publisher
  *   ctxcache/c/metrics.h    metrics in the Prometheus text format
  *   ctxcache/c/retention.h  retention specs, the retention clock and pins
+ *   ctxcache/c/store.h      a KV store shared by several managers' tiers (bookkeeping)
  *   ctxcache/c/host_tier.h  a host-memory tier beside a manager
  *   ctxcache/c/device.h     device backends, buffers, KV pools, page tables, KV lengths, resident state, snapshots
  *   ctxcache/c/dense_kv.h   dense K/V scatter into pages and gather out of them
@@ -102,6 +103,7 @@
 #include "ctxcache/c/device.h"
 #include "ctxcache/c/dlpack.h"
 #include "ctxcache/c/hash.h"
+#include "ctxcache/c/store.h"
 #include "ctxcache/c/host_tier.h"
 #include "ctxcache/c/kv_events.h"
 #include "ctxcache/c/lease.h"

@@ -20,6 +20,7 @@
 #include "ctxcache/block_hash.h"
 #include "ctxcache/context_cache_manager.h"
 #include "ctxcache/kv_events.h"
+#include "ctxcache/tier/bookkeeping_store.h"
 #include "ctxcache/tier/host_tier.h"
 #include "handle_table.h"
 
@@ -87,9 +88,17 @@ struct HasherObject {
     BlockHasher hasher;
 };
 
+// A bookkeeping store (c/store.h): shared with the host tiers that use it, which keep it alive after its handle
+// is destroyed. Its own calls form a family; the tiers reach it under their managers' families (it locks inside).
+struct StoreObject {
+    std::shared_ptr<CallFamily> family = newFamily("bookkeeping store (its own calls)");
+    std::shared_ptr<tier::BookkeepingStore> store;
+};
+
 inline auto& managers() { return handleTable<ManagerObject, 0xC1>(); }
 inline auto& leases() { return handleTable<LeaseObject, 0xC2>(); }
 inline auto& hashers() { return handleTable<HasherObject, 0xC3>(); }
+inline auto& stores() { return handleTable<StoreObject, 0xD4>(); }
 
 ManagerObject& requireManager(void const* handle);
 

@@ -47,11 +47,14 @@ CTXC_API ctxc_status_t ctxc_manager_attach_host_tier(ctxc_manager_t* manager, co
     return guard(__func__, [&] {
         ManagerObject& m = requireManager(manager);
         ctxc_host_tier_options_t const& o = requireSized(options, "options");
-        if (o.capacity_pages <= 0)
-            invalidArgument("options->capacity_pages must be positive (got " + std::to_string(o.capacity_pages) + ")");
+        if (o.capacity_pages < 0 || (o.capacity_pages == 0 && !o.store))
+            invalidArgument("options->capacity_pages must be positive (0 only with a store; got " +
+                            std::to_string(o.capacity_pages) + ")");
         auto const policy = hostWritePolicyAs<tier::HostWritePolicy>(o.write_policy, "options->write_policy");
+        std::shared_ptr<tier::BookkeepingStore> store;
+        if (o.store) store = requireObject(stores(), o.store, "options->store").store;
         if (m.hostTier) throw ContractError("the manager already has a host tier; detach it first");
-        tier::HostTierConfig const config{o.capacity_pages, policy};
+        tier::HostTierConfig const config{o.capacity_pages, policy, std::move(store)};
         m.hostTier = std::make_unique<tier::HostTier>(*m.manager, config);
     });
 }
@@ -67,6 +70,22 @@ CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit(ctxc_manager_t* manager
         *out_loaded_blocks = tierHit(
             manager, hashes, count, input_token_count, device_blocks, out_loaded_blocks,
             [&](tier::HostTier& t, BlockHashSpan span) { return t.extendHit(span, input_token_count, device_blocks); });
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit_by_tier(ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
+                                                                 size_t count, int32_t input_token_count,
+                                                                 int32_t device_blocks, int32_t* out_host_blocks,
+                                                                 int32_t* out_store_blocks) {
+    return guard(__func__, [&] {
+        requireOut(out_store_blocks, "out_store_blocks") = 0;
+        tier::TierHit hit;
+        *out_host_blocks = tierHit(manager, hashes, count, input_token_count, device_blocks, out_host_blocks,
+                                   [&](tier::HostTier& t, BlockHashSpan span) {
+            hit = t.extendHitByTier(span, input_token_count, device_blocks);
+            return hit.hostBlocks;
+        });
+        *out_store_blocks = hit.storeBlocks;
     });
 }
 
@@ -110,6 +129,8 @@ CTXC_API ctxc_status_t ctxc_manager_host_tier_metrics(const ctxc_manager_t* mana
         o.dropped_blocks = x.droppedBlocks;
         o.failed_loads = x.failedLoads;
         o.metadata_bytes = t.memoryBytes();
+        o.store_loaded_blocks = x.storeLoadedBlocks;
+        o.store_hit_requests = x.storeHitRequests;
     });
 }
 

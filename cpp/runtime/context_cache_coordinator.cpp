@@ -290,7 +290,7 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
         tier::HostTierStorage storage{resources_.basePool, memory,
                                       [this] { return syncStream(backend_ ? backend_->stream() : nullptr); }};
         hostTier_ = std::make_unique<tier::HostTier>(
-            manager_, tier::HostTierConfig{config.hostTierPages, config.hostWritePolicy}, std::move(storage));
+            manager_, tier::HostTierConfig{config.hostTierPages, config.hostWritePolicy, nullptr}, std::move(storage));
     }
 }
 

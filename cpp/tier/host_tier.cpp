@@ -16,9 +16,9 @@ namespace ctxcache::tier {
 namespace {
 
 HostTierConfig validated(HostTierConfig const& config) {
-    if (config.capacityPages <= 0)
-        throw ContractError("HostTier: capacityPages must be positive (got " + std::to_string(config.capacityPages) +
-                            ")");
+    if (config.capacityPages < 0 || (config.capacityPages == 0 && !config.store))
+        throw ContractError("HostTier: capacityPages must be positive (0 only with a store; got " +
+                            std::to_string(config.capacityPages) + ")");
     if (config.writePolicy != HostWritePolicy::kWriteThrough && config.writePolicy != HostWritePolicy::kWriteBack)
         throw ContractError("HostTier: unknown write policy " + std::to_string(static_cast<int>(config.writePolicy)));
     return config;
@@ -53,6 +53,8 @@ uint64_t HostTier::layoutDigest(device::KvPagePool const& pool) {
 
 HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, HostTierStorage storage)
     : manager_(&manager), config_(validated(config)), index_(config.capacityPages), storage_(std::move(storage)) {
+    if (storage_.pool && config_.store)
+        throw ContractError("HostTier: a store is modelled in the bookkeeping mode only (no storage with a store)");
     if (storage_.pool) {
         device::KvPagePool const& pool = *storage_.pool;
         if (pool.pageSize() != manager.pageSize())
@@ -137,19 +139,43 @@ void HostTier::finishLoad(size_t loaded) noexcept {
 
 int32_t HostTier::probeHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) const {
     size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "probeHit");
-    return static_cast<int32_t>(index_.residentRun(hashes.data + deviceBlocks, room));
+    BlockHash const* const from = hashes.data + deviceBlocks;
+    size_t n = index_.residentRun(from, room);
+    while (config_.store && n < room) {  // the store's run from where the host's ends, then the host's again
+        size_t const fromStore = config_.store->probe(from + n, room - n);
+        if (fromStore == 0) break;
+        n += fromStore;
+        n += index_.residentRun(from + n, room - n);
+    }
+    return static_cast<int32_t>(n);
 }
 
-int32_t HostTier::extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
+TierHit HostTier::extendHitByTier(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
     if (holdsBytes())
         throw ContractError("HostTier::extendHit: this tier holds bytes; a load must copy them (loadHit)");
     size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "extendHit");
     ++metrics_.extendCalls;
     scratch_.clear();
-    // Bookkeeping: the load is done as it is taken, so the run needs no pins.
-    size_t const n = index_.residentRun(hashes.data + deviceBlocks, room, &scratch_);
-    recordLoad(n);
-    return static_cast<int32_t>(n);
+    // Bookkeeping: the load is done as it is taken, so the run needs no pins. Where the host's run ends the store's
+    // goes on, then the host's again (the store's blocks are loaded into the lease's pages like the host's and not
+    // kept in the host: the device holds them now, and a write-back gives them to the host when it drops them).
+    BlockHash const* const from = hashes.data + deviceBlocks;
+    size_t n = index_.residentRun(from, room, &scratch_);
+    size_t fromStore = 0;
+    while (config_.store && n < room) {
+        size_t const got = config_.store->get(from + n, room - n);
+        if (got == 0) break;
+        n += got;
+        fromStore += got;
+        n += index_.residentRun(from + n, room - n, &scratch_);
+    }
+    recordLoad(scratch_.size());
+    if (fromStore > 0) {
+        ++metrics_.storeHitRequests;
+        metrics_.storeLoadedBlocks += fromStore;
+        if (scratch_.empty()) ++metrics_.hitRequests;
+    }
+    return TierHit{static_cast<int32_t>(scratch_.size()), static_cast<int32_t>(fromStore)};
 }
 
 int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, PageId const* leasePages,
@@ -369,13 +395,23 @@ void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t
 
 void HostTier::blocksStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
                             BlockHash const* parent, int32_t const* tokens) noexcept {
-    if (tokens && manager_->kvEventsEnabled()) rememberTokens(pages, count, tokens);
-    if (config_.writePolicy == HostWritePolicy::kWriteThrough) write(hashes, pages, count, root, parent, true);
+    bool const hostSlots = config_.capacityPages > 0;
+    if (tokens && hostSlots && manager_->kvEventsEnabled()) rememberTokens(pages, count, tokens);
+    if (hostSlots && config_.writePolicy == HostWritePolicy::kWriteThrough)
+        write(hashes, pages, count, root, parent, true);
+    if (config_.store) {
+        try {
+            config_.store->put(hashes, count);
+        } catch (...) {
+            // Out of memory in the store: those blocks are not shared (reuse, never state).
+        }
+    }
 }
 
 void HostTier::blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
                              BlockHash const* parent) noexcept {
-    if (config_.writePolicy == HostWritePolicy::kWriteBack) write(hashes, pages, count, root, parent, false);
+    if (config_.capacityPages > 0 && config_.writePolicy == HostWritePolicy::kWriteBack)
+        write(hashes, pages, count, root, parent, false);
     forgetTokens(pages, count);
 }
 

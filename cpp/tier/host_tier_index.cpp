@@ -26,8 +26,8 @@ std::string str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 HostTierIndex::HostTierIndex(int32_t capacitySlots) : capacity_(capacitySlots) {
-    if (capacitySlots <= 0)
-        throw ContractError("HostTierIndex: capacity must be positive (got " + str(capacitySlots) + " slots)");
+    if (capacitySlots < 0)
+        throw ContractError("HostTierIndex: capacity must not be negative (got " + str(capacitySlots) + " slots)");
 }
 
 void HostTierIndex::checkSlot(int32_t slot, char const* operation) const {

@@ -9,6 +9,7 @@
 #include "ctxcache/c/hash.h"
 #include "ctxcache/c/library.h"
 #include "ctxcache/c/manager.h"
+#include "ctxcache/c/store.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,8 +21,11 @@ enum { CTXC_HOST_WRITE_THROUGH = 0, CTXC_HOST_WRITE_BACK = 1 };
 
 typedef struct ctxc_host_tier_options {
     uint32_t struct_size;
-    int32_t capacity_pages; /* > 0: host slots, one page of every attention layer each */
+    int32_t capacity_pages; /* > 0: host slots, one page of every attention layer each (0 only with a store) */
     int32_t write_policy;   /* CTXC_HOST_WRITE_* (default CTXC_HOST_WRITE_BACK) */
+    /* NULL, or a store shared with other managers' tiers (ctxcache/c/store.h): every block a publication makes
+     * canonical is put there, and an extension goes on from the host's blocks with the store's. */
+    ctxc_bookkeeping_store_t *store;
 } ctxc_host_tier_options_t;
 
 typedef struct ctxc_host_tier_metrics {
@@ -39,11 +43,14 @@ typedef struct ctxc_host_tier_metrics {
     uint64_t dropped_blocks;   /* blocks the tier dropped to make room */
     uint64_t failed_loads;     /* blocks whose load failed */
     uint64_t metadata_bytes;
+    uint64_t store_loaded_blocks; /* blocks extensions took from the store (loaded_blocks counts the host's) */
+    uint64_t store_hit_requests;  /* extensions that took at least one block from the store */
 } ctxc_host_tier_metrics_t;
 
 CTXC_API void ctxc_host_tier_options_init(ctxc_host_tier_options_t *options);
-/* Attaches a tier to `manager`. CTXC_E_INVALID_ARGUMENT for a non-positive capacity or an unknown policy;
- * CTXC_E_CONTRACT when the manager already has a tier. */
+/* Attaches a tier to `manager`. CTXC_E_INVALID_ARGUMENT for a negative capacity (or 0 without a store) or an
+ * unknown policy, CTXC_E_INVALID_HANDLE for a store that is not live; CTXC_E_CONTRACT when the manager already has
+ * a tier. */
 CTXC_API ctxc_status_t ctxc_manager_attach_host_tier(ctxc_manager_t *manager, const ctxc_host_tier_options_t *options);
 /* Detaches and destroys the manager's tier (what it held is gone). No tier: CTXC_OK, nothing done. */
 CTXC_API ctxc_status_t ctxc_manager_detach_host_tier(ctxc_manager_t *manager);
@@ -54,6 +61,12 @@ CTXC_API ctxc_status_t ctxc_manager_detach_host_tier(ctxc_manager_t *manager);
 CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit(ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
                                                          size_t count, int32_t input_token_count, int32_t device_blocks,
                                                          int32_t *out_loaded_blocks);
+/* The same extension, its blocks split by where they came from: the host's (*out_host_blocks) and the store's
+ * (*out_store_blocks): the host's run first, then the store's from where it ends, then the host's again, ... */
+CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit_by_tier(ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
+                                                                 size_t count, int32_t input_token_count,
+                                                                 int32_t device_blocks, int32_t *out_host_blocks,
+                                                                 int32_t *out_store_blocks);
 /* What ctxc_manager_host_tier_extend_hit would answer now, changing nothing (no load, no recency, no metrics). */
 CTXC_API ctxc_status_t ctxc_manager_host_tier_probe_hit(const ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
                                                         size_t count, int32_t input_token_count, int32_t device_blocks,

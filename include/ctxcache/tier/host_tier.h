@@ -22,8 +22,14 @@
 //             when the block was written; an extension never covers the prompt's last token (the prefill must
 //             produce its logits: the rule of the device's full-input rewind) and never starts before the device
 //             hit's end.
-// Errors:     a non-positive capacity, an unknown write policy, a manager that already has an observer, storage
-//             whose memory cannot hold capacityPages slots of the pool, negative or inconsistent extension
+// A shared store (BookkeepingStore, issue 27) may sit under the tier in the bookkeeping mode: blocks a publication
+// makes canonical are put there too (whatever the host's write policy: another replica can use a block as soon as
+// it is computed), and an extension continues from the host's run with the store's (and back); a tier of 0 pages
+// passes blocks to the store only.
+//
+// Errors:     a negative capacity (0 without a store), an unknown write policy, a manager that already has an
+//             observer, a store with storage (bytes and a store: not in this version), storage whose memory
+//             cannot hold capacityPages slots of the pool, negative or inconsistent extension
 //             arguments, extendHit with storage (loads must copy: loadHit) or loadHit without: ContractError,
 //             nothing changed. A failed device copy is not an error: it costs reuse (counted).
 // Cost:       an extension O(blocks looked up) (+ one batched copy and one synchronisation with storage); a write
@@ -35,6 +41,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ctxcache/base_block_observer.h"
@@ -43,6 +50,7 @@
 #include "ctxcache/device/host_buffer.h"
 #include "ctxcache/device/kv_host_copy.h"
 #include "ctxcache/device/kv_page_pool.h"
+#include "ctxcache/tier/bookkeeping_store.h"
 #include "ctxcache/tier/host_tier_index.h"
 
 namespace ctxcache::tier {
@@ -54,8 +62,19 @@ enum class HostWritePolicy : uint8_t {
 };
 
 struct HostTierConfig {
-    int32_t capacityPages = 0;
+    int32_t capacityPages = 0;  // > 0; or 0 with a store: the blocks go to the store only
     HostWritePolicy writePolicy = HostWritePolicy::kWriteBack;
+    // A store shared with other replicas' tiers (bookkeeping mode only, this version): every block a publication
+    // makes canonical is put there (blocks it lacks), and an extension goes on from the host's run with the
+    // store's. Shared ownership: the store lives while a tier or its creator holds it.
+    std::shared_ptr<BookkeepingStore> store;
+};
+
+// What one extension loaded, by tier.
+struct TierHit {
+    int32_t hostBlocks = 0;
+    int32_t storeBlocks = 0;
+    int32_t total() const noexcept { return hostBlocks + storeBlocks; }
 };
 
 // Where a tier's bytes live (HostTier's bytes mode). All on one backend; they must outlive the tier.
@@ -86,6 +105,8 @@ struct HostTierMetrics {
     uint64_t droppedBlocks = 0;   // blocks the tier dropped to make room (its evictions)
     uint64_t failedLoads = 0;     // blocks whose load failed (the hit ended before them)
     uint64_t failedWrites = 0;    // blocks whose copy to the tier failed (not written)
+    uint64_t storeLoadedBlocks = 0;   // blocks an extension took from the store (after the host's)
+    uint64_t storeHitRequests = 0;    // extensions that took at least one block from the store
     uint64_t bytesToHost = 0;     // bytes copied device -> host (payloads)
     uint64_t bytesToDevice = 0;   // bytes copied host -> device (payloads)
 };
@@ -115,9 +136,15 @@ public:
     // whose full blocks hash to `hashes`: the longest run hashes[deviceBlocks..] held by the tier, capped so that
     // the prefill keeps the prompt's last token. Bookkeeping: the load happens now (the blocks become the most
     // recent); returns the number of blocks loaded (0 when the tier holds none).
-    int32_t extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks);
+    // With a store, where the host's run ends the store's run goes on, then the host's again, and so on: the run
+    // is as long as the two tiers together make it, the host asked first at each turn.
+    int32_t extendHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
+        return extendHitByTier(hashes, inputTokenCount, deviceBlocks).total();
+    }
+    TierHit extendHitByTier(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks);
     // The same run's length, changing nothing (no load, no recency, no metrics): what extendHit would load now.
     int32_t probeHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) const;
+    BookkeepingStore* store() const noexcept { return config_.store.get(); }
     // The bytes mode's extension: the same run, copied from its slots into leasePages[deviceBlocks ..] (the lease's
     // own fresh pages: leasePageCount must cover the run), and waited for. Returns the blocks loaded: the run up to
     // the first slot whose header does not name its block; 0 when a copy failed.

@@ -10,9 +10,10 @@
 //             LRU list holds exactly the resident slots with no pin, least recent first; the free list holds
 //             exactly the free slots below the high-water mark (slots at and above it were never used); counts
 //             (resident, writing, pinned) match the slots' states.
-// Errors:     a non-positive capacity, a slot out of range or in the wrong state for the call (completing a slot
-//             that is not writing, unpinning one that is not pinned): ContractError, nothing changed (batch calls
-//             check every slot first). Metadata that cannot be allocated: OutOfMemoryError, nothing changed.
+// Errors:     a negative capacity (0 is an index that holds nothing: every write is refused), a slot out of range
+//             or in the wrong state for the call (completing a slot that is not writing, unpinning one that is not
+//             pinned): ContractError, nothing changed (batch calls check every slot first). Metadata that cannot be
+//             allocated: OutOfMemoryError, nothing changed.
 // Cost:       lookup O(1) expected per block; pin, unpin, write, complete, abort, drop O(1) per slot; room is
 //             made one least-recent slot at a time, O(1) each. A write's batch is pipelined: the index entries of
 //             the blocks a few ahead and the slots and index entries of the victims a few ahead (the LRU list's

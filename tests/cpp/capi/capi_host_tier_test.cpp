@@ -207,4 +207,112 @@ TEST(CApiHostTier, DrainedEventsEncodeWithTheirOwnMedia) {
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
 }
 
+// ---- a bookkeeping store shared by two managers (include/ctxcache/c/store.h) ------------------------------------
+
+ctxc_bookkeeping_store_t* makeStore(int32_t pages) {
+    ctxc_bookkeeping_store_options_t options;
+    ctxc_bookkeeping_store_options_init(&options);
+    options.capacity_pages = pages;
+    ctxc_bookkeeping_store_t* s = nullptr;
+    EXPECT_EQ(ctxc_bookkeeping_store_create(&options, &s), CTXC_OK) << ctxc_last_error();
+    return s;
+}
+
+ctxc_bookkeeping_store_metrics_t storeMetrics(ctxc_bookkeeping_store_t const* s) {
+    ctxc_bookkeeping_store_metrics_t out;
+    std::memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    EXPECT_EQ(ctxc_bookkeeping_store_metrics(s, &out), CTXC_OK) << ctxc_last_error();
+    return out;
+}
+
+void attachWithStore(ctxc_manager_t* m, ctxc_bookkeeping_store_t* s, int32_t pages) {
+    ctxc_host_tier_options_t options;
+    ctxc_host_tier_options_init(&options);
+    EXPECT_EQ(options.store, nullptr);
+    options.capacity_pages = pages;
+    options.store = s;
+    ASSERT_EQ(ctxc_manager_attach_host_tier(m, &options), CTXC_OK) << ctxc_last_error();
+}
+
+TEST(CApiBookkeepingStore, TwoManagersShareOneStore) {
+    ctxc_bookkeeping_store_t* s = makeStore(32);
+    ctxc_manager_t* a = makeManager(8);
+    ctxc_manager_t* b = makeManager(8);
+    attachWithStore(a, s, 0);  // no host slots: the store only
+    attachWithStore(b, s, 4);
+    std::vector<ctxc_hash128_t> const prompt = Hs(1, 3);
+    publishPrompt(a, prompt);
+    ctxc_bookkeeping_store_metrics_t m = storeMetrics(s);
+    EXPECT_EQ(m.capacity_pages, 32);
+    EXPECT_EQ(m.written_blocks, 3u);
+    EXPECT_EQ(m.resident_blocks, 3u);
+    size_t held = 0;
+    ASSERT_EQ(ctxc_bookkeeping_store_probe(s, prompt.data(), prompt.size(), &held), CTXC_OK);
+    EXPECT_EQ(held, 3u);
+    int32_t host = -1, fromStore = -1;
+    ASSERT_EQ(ctxc_manager_host_tier_extend_hit_by_tier(b, prompt.data(), prompt.size(), 13, 0, &host, &fromStore),
+              CTXC_OK)
+        << ctxc_last_error();
+    EXPECT_EQ(host, 0);
+    EXPECT_EQ(fromStore, 3);
+    int32_t loaded = -1;  // the plain call counts both tiers
+    ASSERT_EQ(ctxc_manager_host_tier_extend_hit(b, prompt.data(), prompt.size(), 13, 1, &loaded), CTXC_OK);
+    EXPECT_EQ(loaded, 2);
+    ctxc_host_tier_metrics_t const tb = metrics(b);
+    EXPECT_EQ(tb.store_loaded_blocks, 5u);
+    EXPECT_EQ(tb.store_hit_requests, 2u);
+    EXPECT_EQ(tb.loaded_blocks, 0u);
+    EXPECT_EQ(storeMetrics(s).hit_blocks, 5u);
+    EXPECT_EQ(ctxc_bookkeeping_store_check_invariants(s), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ctxc_manager_host_tier_check_invariants(b), CTXC_OK) << ctxc_last_error();
+    // The store's handle may go first: the tiers keep the store.
+    EXPECT_EQ(ctxc_bookkeeping_store_destroy(s), CTXC_OK);
+    EXPECT_EQ(ctxc_bookkeeping_store_check_invariants(s), CTXC_E_INVALID_HANDLE);
+    publishPrompt(a, Hs(20, 2));
+    ASSERT_EQ(ctxc_manager_host_tier_extend_hit_by_tier(b, Hs(20, 2).data(), 2, 9, 0, &host, &fromStore), CTXC_OK);
+    EXPECT_EQ(fromStore, 2);
+    EXPECT_EQ(ctxc_manager_destroy(a), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(b), CTXC_OK);
+}
+
+TEST(CApiBookkeepingStore, BadArgumentsAreRefusedWithNothingChanged) {
+    ctxc_bookkeeping_store_options_t options;
+    ctxc_bookkeeping_store_options_init(&options);
+    ctxc_bookkeeping_store_t* s = reinterpret_cast<ctxc_bookkeeping_store_t*>(0x1);
+    options.capacity_pages = 0;
+    EXPECT_EQ(ctxc_bookkeeping_store_create(&options, &s), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(s, nullptr);
+    EXPECT_NE(std::string(ctxc_last_error()).find("capacity_pages"), std::string::npos);
+    EXPECT_EQ(ctxc_bookkeeping_store_create(nullptr, &s), CTXC_E_INVALID_ARGUMENT);
+    s = makeStore(4);
+    size_t held = 7;
+    EXPECT_EQ(ctxc_bookkeeping_store_probe(s, nullptr, 2, &held), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_bookkeeping_store_probe(s, nullptr, 0, nullptr), CTXC_E_INVALID_ARGUMENT);
+    ctxc_bookkeeping_store_metrics_t small;
+    std::memset(&small, 0, sizeof small);
+    small.struct_size = 4;
+    EXPECT_EQ(ctxc_bookkeeping_store_metrics(s, &small), CTXC_E_INVALID_ARGUMENT);
+    ctxc_manager_t* m = makeManager(8);
+    ctxc_host_tier_options_t tier;
+    ctxc_host_tier_options_init(&tier);
+    tier.capacity_pages = 0;  // 0 pages without a store
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, &tier), CTXC_E_INVALID_ARGUMENT);
+    tier.capacity_pages = -1;
+    tier.store = s;
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, &tier), CTXC_E_INVALID_ARGUMENT);
+    tier.capacity_pages = 0;
+    tier.store = reinterpret_cast<ctxc_bookkeeping_store_t*>(0x12345600D4ull);  // not a live store
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, &tier), CTXC_E_INVALID_HANDLE);
+    int32_t attached = -1;
+    metrics(m, &attached);
+    EXPECT_EQ(attached, 0);  // nothing attached by a refusal
+    EXPECT_EQ(ctxc_bookkeeping_store_destroy(s), CTXC_OK);
+    tier.store = s;  // destroyed
+    EXPECT_EQ(ctxc_manager_attach_host_tier(m, &tier), CTXC_E_INVALID_HANDLE);
+    EXPECT_EQ(ctxc_bookkeeping_store_destroy(s), CTXC_E_INVALID_HANDLE);
+    EXPECT_EQ(ctxc_bookkeeping_store_destroy(nullptr), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+}
+
 }  // namespace

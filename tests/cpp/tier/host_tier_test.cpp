@@ -18,6 +18,7 @@
 #include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/errors.h"
 #include "ctxcache/tier/host_tier.h"
+#include "ctxcache/tier/bookkeeping_store.h"
 #include "ctxcache/tier/host_tier_index.h"
 #include "support/test_support.h"
 
@@ -44,9 +45,17 @@ size_t run(HostTierIndex const& index, std::vector<BlockHash> const& hashes) {
     return index.residentRun(hashes.data(), hashes.size());
 }
 
-TEST(HostTierIndex, RefusesANonPositiveCapacity) {
-    EXPECT_THROW(HostTierIndex(0), ContractError);
+TEST(HostTierIndex, RefusesANegativeCapacityAndAZeroCapacityHoldsNothing) {
+    EXPECT_THROW(HostTierIndex(-1), ContractError);
     EXPECT_THROW(HostTierIndex(-3), ContractError);
+    HostTierIndex empty(0);  // a tier that only passes blocks on (to a store)
+    std::vector<int32_t> slots;
+    std::vector<BlockHash> const ab = Hs({1, 2});
+    EXPECT_EQ(empty.reserveWrites(ab.data(), ab.size(), slots), 0u);
+    EXPECT_EQ(slots, (std::vector<int32_t>(2, HostTierIndex::kNoSlot)));
+    EXPECT_EQ(run(empty, ab), 0u);
+    EXPECT_EQ(empty.usedSlots(), 0u);
+    empty.checkInvariants();
 }
 
 TEST(HostTierIndex, WritingBlocksAreHeldButInvisibleUntilTheirCopyCompletes) {
@@ -388,6 +397,94 @@ TEST(HostTier, DetachesFromItsManagerWhenDestroyed) {
     HostTier again(m, {4, HostWritePolicy::kWriteBack});
     EXPECT_THROW(HostTier(m, {0, HostWritePolicy::kWriteBack}), ContractError);
     EXPECT_THROW(HostTier(m, {4, static_cast<HostWritePolicy>(7)}), ContractError);
+}
+
+// ---- a store shared by replicas (issue 27, bookkeeping) ---------------------------------------------------------
+
+HostTierConfig withStore(int32_t pages, std::shared_ptr<BookkeepingStore> store,
+                         HostWritePolicy policy = HostWritePolicy::kWriteBack) {
+    return HostTierConfig{pages, policy, std::move(store)};
+}
+
+TEST(HostTierStore, AReplicaReusesWhatAnotherPublishedThroughTheStore) {
+    auto store = std::make_shared<BookkeepingStore>(64);
+    ContextCacheManager a(kPage, {16, 0, 0, 0}, 8), b(kPage, {16, 0, 0, 0}, 8);
+    HostTier ta(a, withStore(0, store)), tb(b, withStore(0, store));  // no host slots: blocks go to the store only
+    std::vector<BlockHash> const prompt = Hs({1, 2, 3, 4});
+    publishPrompt(a, prompt);  // put at publication, whatever the host's write policy
+    EXPECT_EQ(store->metrics().writtenBlocks, 4u);
+    EXPECT_EQ(ta.index().residentCount(), 0u);
+    EXPECT_EQ(ta.metrics().refusedWrites, 0u);  // a tier of 0 pages does not try
+    // Replica b has none of it on its device: the store supplies the run (never the last token).
+    EXPECT_EQ(b.probeVanilla(prompt, 4 * kPage + 1).matchedTokenLength, 0);
+    EXPECT_EQ(tb.probeHit(prompt, 4 * kPage + 1, 0), 4);
+    TierHit const hit = tb.extendHitByTier(prompt, 4 * kPage + 1, 0);
+    EXPECT_EQ(hit.hostBlocks, 0);
+    EXPECT_EQ(hit.storeBlocks, 4);
+    EXPECT_EQ(tb.extendHit(prompt, 4 * kPage, 1), 2);  // page-aligned: the last block stays for the prefill
+    EXPECT_EQ(tb.metrics().storeLoadedBlocks, 6u);
+    EXPECT_EQ(tb.metrics().storeHitRequests, 2u);
+    EXPECT_EQ(tb.metrics().hitRequests, 2u);
+    EXPECT_EQ(tb.metrics().loadedBlocks, 0u);  // the host's own
+    EXPECT_EQ(store->metrics().hitBlocks, 6u);
+    // b publishes the prompt it loaded: the store already holds it (skipped, kept as it was).
+    publishPrompt(b, prompt);
+    EXPECT_EQ(store->metrics().writtenBlocks, 4u);
+    EXPECT_EQ(store->metrics().skippedPuts, 4u);
+    store->checkInvariants();
+    ta.checkInvariants();
+    tb.checkInvariants();
+}
+
+TEST(HostTierStore, TheRunGoesFromTheHostToTheStoreAndBack) {
+    auto store = std::make_shared<BookkeepingStore>(64);
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    HostTier tier(m, withStore(16, store));
+    std::vector<BlockHash> const other = Hs({2, 4});
+    store->put(other.data(), other.size());  // as if another replica had published them
+    publishPrompt(m, Hs({1}));
+    publishPrompt(m, Hs({9, 8, 7, 6, 5}));  // evicts {1} into the host (write-back)
+    ASSERT_EQ(tier.index().residentCount(), 1u);
+    publishPrompt(m, Hs({30, 31, 32, 33, 34}));  // evicts 9..5 into the host too
+    // 1 from the host, 2 from the store, 3 from nowhere: the run is 1, 2.
+    TierHit const hit = tier.extendHitByTier(Hs({1, 2, 3, 4}), 4 * kPage + 1, 0);
+    EXPECT_EQ(hit.hostBlocks, 1);
+    EXPECT_EQ(hit.storeBlocks, 1);
+    // The store's run goes as far as the store holds blocks (it has what this replica published: 9 too).
+    EXPECT_EQ(tier.extendHitByTier(Hs({1, 2, 9, 77}), 4 * kPage + 1, 0).storeBlocks, 2);
+    // With only {2, 4} in the store: host 1, store 2, host 9, store 4, host 8, and 77 nowhere.
+    store->clear();
+    store->put(other.data(), other.size());
+    EXPECT_EQ(tier.probeHit(Hs({1, 2, 9, 4, 8, 77}), 6 * kPage + 1, 0), 5);
+    TierHit const mixed = tier.extendHitByTier(Hs({1, 2, 9, 4, 8, 77}), 6 * kPage + 1, 0);
+    EXPECT_EQ(mixed.hostBlocks, 3);
+    EXPECT_EQ(mixed.storeBlocks, 2);
+    tier.checkInvariants();
+    store->checkInvariants();
+}
+
+TEST(HostTierStore, RefusesAStoreWithBytesAndZeroPagesWithoutAStore) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
+    EXPECT_THROW(HostTier(m, withStore(0, nullptr)), ContractError);
+    EXPECT_THROW(HostTier(m, withStore(-1, std::make_shared<BookkeepingStore>(4))), ContractError);
+    EXPECT_EQ(m.baseBlockObserver(), nullptr);  // nothing attached by a refusal
+    std::unique_ptr<device::DeviceBackend> backend = device::createCpuBackend();
+    device::KvPagePool pool{*backend, device::KvPoolGeometry{6, kPage, device::DType::kFp16, {{1, 4}}}};
+    device::HostBuffer memory(*backend, HostTier::slotBytes(pool) * 4);
+    EXPECT_THROW(HostTier(m, withStore(4, std::make_shared<BookkeepingStore>(4)), HostTierStorage{&pool, &memory, {}}),
+                 ContractError);
+    EXPECT_EQ(m.baseBlockObserver(), nullptr);
+}
+
+TEST(HostTierStore, TheStoreOutlivesItsCreatorWhileATierUsesIt) {
+    ContextCacheManager a(kPage, {16, 0, 0, 0}, 8), b(kPage, {16, 0, 0, 0}, 8);
+    auto store = std::make_shared<BookkeepingStore>(8);
+    HostTier ta(a, withStore(0, store)), tb(b, withStore(0, store));
+    std::weak_ptr<BookkeepingStore> const watch = store;
+    store.reset();  // the creator lets go: the tiers keep it
+    publishPrompt(a, Hs({1, 2}));
+    EXPECT_EQ(tb.extendHit(Hs({1, 2}), 2 * kPage + 1, 0), 2);
+    EXPECT_FALSE(watch.expired());
 }
 
 // ---- the bytes mode ---------------------------------------------------------------------------------------------
