@@ -69,7 +69,7 @@ from .hashing import (
     hash_full_blocks,
     hash_opaque_identity,
 )
-from .host_tier import HostTier, HostTierMetrics, HostWritePolicy
+from .host_tier import BookkeepingStore, BookkeepingStoreMetrics, HostTier, HostTierMetrics, HostWritePolicy
 from .manager import (
     AcquireResult,
     CacheRecord,
@@ -177,7 +177,7 @@ __all__ = [
     "InvalidArgumentError", "InvalidHandleError", "InvariantError", "KvLengths", "KvPagePool", "KvPageTable", "Lease",
     "LeaseState", "LeasesOutstandingError", "LookupPolicy", "ManagerMetrics", "MediaSpanKey", "OutOfMemoryError",
     "PublicationGrowth", "PublishResult", "PublishStatus", "ResidentState", "ResourceDemand", "ResourceId",
-    "HostTier", "HostTierMetrics", "HostWritePolicy",
+    "BookkeepingStore", "BookkeepingStoreMetrics", "HostTier", "HostTierMetrics", "HostWritePolicy",
     "ResourceType", "ReusePlan", "ReuseProbe", "ReusePlanKind", "ReusePlanMode", "SnapshotStorage", "SpecReplayDependency", "SpecReplayMode", "StatePart",
     "UnsupportedError", "abi_version", "cuda_compiled", "cuda_device_count", "device", "enums", "errors", "ffi",
     "hash_block", "hash_exact_prefix", "hash_full_blocks", "hash_opaque_identity", "hashing", "lib", "manager",

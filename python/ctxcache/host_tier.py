@@ -6,6 +6,11 @@ after it, loaded instead of recomputed.
 view holds its manager, the manager never holds the view (no cycle), and the tier itself lives and dies with the
 manager (or ``detach_host_tier()``). This version keeps the tier's bookkeeping: a bookkeeping-only replay sizes a
 tier on a trace. Base-KV blocks of attention models only; speculative and hybrid acquires are not extended.
+
+A :class:`BookkeepingStore` stands for a KV store shared by several replicas (issue 27, bookkeeping): each
+replica's tier is attached with ``store=``; every block a publication makes canonical is put there, and an
+extension goes on from the host's run with the store's (``extend_hit_by_tier`` says how many blocks came from
+each). A tier of 0 pages passes blocks to the store only.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import _arrays
 from ._ffi import check, ffi, lib, new_output
-from .errors import ContractError, InvalidArgumentError
+from ._resource import Family, Resource
+from .errors import ArgumentTypeError, ContractError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from .manager import ContextCacheManager
@@ -59,9 +65,66 @@ class HostTierMetrics:
     dropped_blocks: int
     failed_loads: int
     metadata_bytes: int
+    store_loaded_blocks: int  # blocks extensions took from the store (loaded_blocks counts the host's)
+    store_hit_requests: int  # extensions that took at least one block from the store
 
 
 _METRIC_FIELDS = tuple(HostTierMetrics.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class BookkeepingStoreMetrics:
+    capacity_pages: int
+    resident_blocks: int
+    put_calls: int
+    written_blocks: int
+    skipped_puts: int
+    refused_puts: int
+    dropped_blocks: int
+    get_calls: int
+    hit_calls: int
+    hit_blocks: int
+    metadata_bytes: int
+
+
+_STORE_METRIC_FIELDS = tuple(BookkeepingStoreMetrics.__dataclass_fields__)
+
+
+class BookkeepingStore(Resource):
+    """A KV store shared by several managers' host tiers, modelled by its bookkeeping: which blocks a store of
+    ``capacity_pages`` pages holds, dropped least recently used first (``ctxcache/c/store.h``). Safe to share
+    between managers on different threads. ``close()`` (or ``with``) releases this handle; tiers attached with it
+    keep the store until they are detached or their managers closed."""
+
+    __slots__ = ("_handle", "_family", "__weakref__")
+    _destroy = staticmethod(lib.ctxc_bookkeeping_store_destroy)
+    _what = "store"
+
+    def __init__(self, capacity_pages: int) -> None:
+        self._handle = _arrays._NULL
+        self._join(Family())
+        options = ffi.new("ctxc_bookkeeping_store_options_t *")
+        lib.ctxc_bookkeeping_store_options_init(options)
+        options.capacity_pages = _arrays.integer(capacity_pages, "capacity_pages")
+        out = ffi.new("ctxc_bookkeeping_store_t **")
+        check(lib.ctxc_bookkeeping_store_create(options, out))
+        self._handle = out[0]
+
+    def probe(self, full_block_hashes: Any) -> int:
+        """The longest run of ``full_block_hashes`` from its first the store holds, changing nothing."""
+        hashes, count = _arrays.hashes(full_block_hashes)
+        out = ffi.new("size_t *")
+        check(lib.ctxc_bookkeeping_store_probe(self._live(), hashes, count, out))
+        return int(out[0])
+
+    @property
+    def metrics(self) -> BookkeepingStoreMetrics:
+        out = new_output("ctxc_bookkeeping_store_metrics_t")
+        check(lib.ctxc_bookkeeping_store_metrics(self._live(), out))
+        return BookkeepingStoreMetrics(*(int(getattr(out, f)) for f in _STORE_METRIC_FIELDS))
+
+    def check_invariants(self) -> None:
+        check(lib.ctxc_bookkeeping_store_check_invariants(self._live()))
 
 
 class HostTier:
@@ -78,6 +141,16 @@ class HostTier:
         ``input_token_count`` tokens whose full blocks hash to ``full_block_hashes``: the longest run after the
         device hit the tier holds, never covering the prompt's last token (loaded now: bookkeeping)."""
         return self._hit(lib.ctxc_manager_host_tier_extend_hit, full_block_hashes, input_token_count, device_blocks)
+
+    def extend_hit_by_tier(self, full_block_hashes: Any, input_token_count: int,
+                           device_blocks: int) -> tuple[int, int]:
+        """:meth:`extend_hit`, its blocks split by where they came from: ``(host_blocks, store_blocks)``."""
+        hashes, count = _arrays.hashes(full_block_hashes)
+        n = _arrays.integer(input_token_count, "input_token_count")
+        d = _arrays.integer(device_blocks, "device_blocks")
+        host, store = ffi.new("int32_t *"), ffi.new("int32_t *")
+        check(lib.ctxc_manager_host_tier_extend_hit_by_tier(self._manager._live(), hashes, count, n, d, host, store))
+        return int(host[0]), int(store[0])
 
     def probe_hit(self, full_block_hashes: Any, input_token_count: int, device_blocks: int) -> int:
         """What :meth:`extend_hit` would answer now, changing nothing (no load, no recency, no metrics)."""
@@ -109,7 +182,7 @@ class HostTier:
 
 
 def attach(manager: ContextCacheManager, capacity_pages: int,
-           write_policy: Any = HostWritePolicy.BACK) -> HostTier:
+           write_policy: Any = HostWritePolicy.BACK, store: BookkeepingStore | None = None) -> HostTier:
     options = ffi.new("ctxc_host_tier_options_t *")
     lib.ctxc_host_tier_options_init(options)
     options.capacity_pages = _arrays.integer(capacity_pages, "capacity_pages")
@@ -117,6 +190,10 @@ def attach(manager: ContextCacheManager, capacity_pages: int,
         options.write_policy = int(HostWritePolicy.parse(write_policy))
     except ValueError as e:
         raise InvalidArgumentError(str(e)) from None
+    if store is not None:
+        if not isinstance(store, BookkeepingStore):
+            raise ArgumentTypeError(f"store must be a BookkeepingStore, got {type(store).__name__}")
+        options.store = store._live()
     check(lib.ctxc_manager_attach_host_tier(manager._live(), options))
     return HostTier(manager)
 

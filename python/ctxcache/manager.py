@@ -33,7 +33,7 @@ from .enums import (
 )
 from .errors import ArgumentTypeError, InvalidArgumentError, InvalidHandleError
 from .events import KvEventSource
-from .host_tier import HostTier
+from .host_tier import BookkeepingStore, HostTier
 from .retention import RetentionMetrics, RetentionSpec, c_retention_spec, clock_ns, duration_ns, retention_metrics_of
 
 _NULL = ffi.NULL
@@ -1095,11 +1095,13 @@ class ContextCacheManager(KvEventSource, Resource):
         """Raise InvariantError describing the first inconsistency in the whole state."""
         check(lib.ctxc_manager_check_invariants(self._live()))
 
-    def attach_host_tier(self, capacity_pages: int, write_policy: Any = "back") -> HostTier:
+    def attach_host_tier(self, capacity_pages: int, write_policy: Any = "back",
+                         store: BookkeepingStore | None = None) -> HostTier:
         """Attaches a host-memory tier of ``capacity_pages`` slots (ctxcache.host_tier): ``write_policy``
         ``"back"`` (blocks the device evicts, the default) or ``"through"`` (blocks each publication makes
-        canonical), or a HostWritePolicy. ContractError when one is attached. Returns its view."""
-        return _host_tier.attach(self, capacity_pages, write_policy)
+        canonical), or a HostWritePolicy; ``store``: a BookkeepingStore shared with other managers' tiers (then
+        ``capacity_pages`` may be 0). ContractError when one is attached. Returns its view."""
+        return _host_tier.attach(self, capacity_pages, write_policy, store)
 
     def detach_host_tier(self) -> None:
         """Detaches and destroys the host tier (what it held is gone); nothing when there is none."""

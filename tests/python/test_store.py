@@ -1,0 +1,113 @@
+"""A KV store shared by replicas, in its bookkeeping model (issue 27), through Python and in ``ctxcache replay``:
+two managers' tiers share one ``BookkeepingStore``, so a prompt one published is found by the other; the split of an
+extension by tier; the store outliving its Python handle while tiers use it; bad arguments as typed errors that
+change nothing; and ``replay --replicas R --store-pages N`` dealing a workload to replicas, with and without a
+store, splitting the reuse by tier and by replica.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import ctxcache
+from ctxcache import (AcquireStatus, ArgumentTypeError, BookkeepingStore, InvalidArgumentError, InvalidHandleError)
+from conftest import to_hashes
+
+PAGE = 4
+
+
+def publish(manager, tokens):
+    h = to_hashes(tokens, PAGE)
+    result = manager.acquire_vanilla(h, len(tokens))
+    assert result.status == AcquireStatus.ACQUIRED
+    with result.lease as lease:
+        manager.publish(lease, h, len(tokens))
+    return h
+
+
+def test_a_replica_reuses_what_another_published_through_the_store(make_manager):
+    with BookkeepingStore(64) as store:
+        a = make_manager(page_size=PAGE, base_kv_pages=16, max_records=8)
+        b = make_manager(page_size=PAGE, base_kv_pages=16, max_records=8)
+        ta = a.attach_host_tier(0, store=store)  # no host slots: the store only
+        tb = b.attach_host_tier(4, store=store)
+        h = publish(a, list(range(13)))  # 3 full blocks + 1 token
+        m = store.metrics
+        assert (m.capacity_pages, m.written_blocks, m.resident_blocks) == (64, 3, 3)
+        assert store.probe(h) == 3
+        assert b.probe_vanilla(h, 13).reuse_token_length == 0  # b's device has none of it...
+        assert tb.probe_hit(h, 13, 0) == 3
+        assert tb.extend_hit_by_tier(h, 13, 0) == (0, 3)  # ...the store has all of it
+        assert tb.extend_hit(h, 12, 1) == 1  # page-aligned: the last block stays for the prefill
+        t = tb.metrics
+        assert (t.store_loaded_blocks, t.store_hit_requests, t.loaded_blocks, t.hit_requests) == (4, 2, 0, 2)
+        assert ta.metrics.refused_writes == 0  # a tier of 0 pages does not try to hold blocks
+        assert store.metrics.hit_blocks == 4
+        publish(b, list(range(13)))  # b publishes what it loaded: the store keeps what it had
+        m = store.metrics
+        assert (m.written_blocks, m.skipped_puts) == (3, 3)
+        store.check_invariants()
+        tb.check_invariants()
+
+
+def test_the_store_outlives_its_handle_while_a_tier_uses_it(make_manager):
+    store = BookkeepingStore(8)
+    a = make_manager(page_size=PAGE, base_kv_pages=16, max_records=8)
+    b = make_manager(page_size=PAGE, base_kv_pages=16, max_records=8)
+    a.attach_host_tier(0, store=store)
+    tb = b.attach_host_tier(0, store=store)
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(InvalidHandleError, match="store"):
+        store.metrics
+    h = publish(a, list(range(9)))
+    assert tb.extend_hit_by_tier(h, 9, 0) == (0, 2)
+    with pytest.raises(InvalidHandleError):  # a closed store cannot be attached
+        make_manager(page_size=PAGE, base_kv_pages=4).attach_host_tier(0, store=store)
+
+
+def test_bad_arguments_are_typed_errors_that_change_nothing(make_manager):
+    with pytest.raises(InvalidArgumentError, match="capacity_pages"):
+        BookkeepingStore(0)
+    with pytest.raises((InvalidArgumentError, ArgumentTypeError)):
+        BookkeepingStore("many")
+    m = make_manager(page_size=PAGE, base_kv_pages=8)
+    with pytest.raises(InvalidArgumentError, match="0 only with a store"):
+        m.attach_host_tier(0)
+    with pytest.raises(ArgumentTypeError, match="BookkeepingStore"):
+        m.attach_host_tier(0, store=object())
+    with BookkeepingStore(4) as store:
+        with pytest.raises(InvalidArgumentError):
+            m.attach_host_tier(-1, store=store)
+        assert m.host_tier is None
+        with pytest.raises(InvalidArgumentError):
+            store.probe([[1, 2, 3]])
+        assert store.metrics.put_calls == 0
+
+
+def test_managers_on_threads_share_one_store(make_manager):
+    with BookkeepingStore(4096) as store:
+        managers = [make_manager(page_size=PAGE, base_kv_pages=64, max_records=16) for _ in range(3)]
+        for m in managers:
+            m.attach_host_tier(0, store=store)
+        errors = []
+
+        def serve(m, seed):
+            try:
+                for i in range(150):
+                    publish(m, list(range(seed * 100_000 + i * 10, seed * 100_000 + i * 10 + 9)))
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=serve, args=(m, k)) for k, m in enumerate(managers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        m = store.metrics
+        assert m.put_calls == 450 and m.written_blocks == 900  # 2 full blocks per prompt, all distinct
+        store.check_invariants()
