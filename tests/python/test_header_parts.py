@@ -36,9 +36,9 @@ def _declared(part: str) -> list[str]:
 
 
 def test_the_parts_are_the_ones_the_issues_name():
-    # Issue 25's twelve, metrics (issue 30), retention (issue 29) and the host tier (issue 26).
+    # Issue 25's twelve, metrics (issue 30), retention (issue 29), the host tier (issue 26) and the store (27).
     assert PARTS == sorted(["library", "hash", "manager", "lease", "kv_events", "device", "dense_kv", "dlpack",
-                            "runtime", "swa", "sim", "debug", "metrics", "retention", "host_tier"])
+                            "runtime", "swa", "sim", "debug", "metrics", "retention", "host_tier", "store"])
 
 
 def test_the_umbrella_includes_every_part_and_declares_nothing():

@@ -111,3 +111,78 @@ def test_managers_on_threads_share_one_store(make_manager):
         m = store.metrics
         assert m.put_calls == 450 and m.written_blocks == 900  # 2 full blocks per prompt, all distinct
         store.check_invariants()
+
+
+# ---- ctxcache replay --replicas R --store-pages N -------------------------------------------------------------------
+
+from ctxcache.cli import replay  # noqa: E402
+from test_replay import _run, conversations  # noqa: E402,F401  (the fixture)
+
+
+def _replay(capsys, path, *extra):
+    code, out, err = _run(capsys, replay.replay_main, [str(path), "--bookkeeping-only", "--json", "--no-progress",
+                                                        *extra])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_replay_deals_to_replicas_and_a_shared_store_brings_back_what_each_alone_misses(capsys, conversations):  # noqa: F811
+    one = _replay(capsys, conversations, "--base-pages", "1600")
+    assert one["replicas"] == 1 and one["per_replica"] is None and one["reused_tokens_store"] == 0
+    alone = _replay(capsys, conversations, "--base-pages", "400", "--replicas", "4")
+    rows = alone["per_replica"]
+    assert [r["requests"] for r in rows] == [17, 17, 16, 16]  # 66 requests round-robin
+    assert sum(r["reused_tokens"] for r in rows) == alone["reused_tokens"]
+    assert sum(r["prompt_tokens"] for r in rows) == alone["prompt_tokens"]
+    assert alone["store"] is None and alone["reused_tokens_store"] == 0
+    # Round-robin sends each turn to another replica than the one before: alone, they reuse far less than one cache.
+    assert alone["reused_tokens"] < one["reused_tokens"]
+    shared = _replay(capsys, conversations, "--base-pages", "400", "--replicas", "4", "--store-pages", "100000")
+    assert shared["reused_tokens"] == (shared["reused_tokens_device"] + shared["reused_tokens_host"]
+                                       + shared["reused_tokens_store"])
+    assert shared["reused_tokens_host"] == 0 and shared["reused_tokens_store"] > 0
+    assert shared["reused_tokens_device"] == alone["reused_tokens"]  # the devices cache what they did alone
+    # A store that holds the whole workload: everything an unbounded cache would reuse.
+    assert shared["reused_tokens"] == shared["upper_bound_reused_tokens"]
+    st = shared["store"]
+    assert st["hit_blocks"] * 16 == shared["reused_tokens_store"]
+    assert st["dropped_blocks"] == 0 and st["resident_blocks"] == st["written_blocks"]
+    assert sum(r["reused_tokens_store"] for r in shared["per_replica"]) == shared["reused_tokens_store"]
+    # A store smaller than the workload drops blocks and reuses less, never more.
+    small = _replay(capsys, conversations, "--base-pages", "400", "--replicas", "4", "--store-pages", "300")
+    assert small["store"]["dropped_blocks"] > 0 and small["store"]["resident_blocks"] == 300
+    assert alone["reused_tokens"] < small["reused_tokens"] < shared["reused_tokens"]
+    # With host tiers beside the devices as well, the split still sums.
+    both = _replay(capsys, conversations, "--base-pages", "400", "--replicas", "4", "--store-pages", "300",
+                   "--host-tier-pages", "800")
+    assert both["reused_tokens_host"] > 0
+    assert both["reused_tokens"] == (both["reused_tokens_device"] + both["reused_tokens_host"]
+                                     + both["reused_tokens_store"])
+    assert both["host_tier"]["capacity_pages"] == 800
+
+
+def test_replay_deals_a_conversation_to_one_replica(capsys, conversations):  # noqa: F811
+    rr = _replay(capsys, conversations, "--base-pages", "400", "--replicas", "4")
+    conv = _replay(capsys, conversations, "--base-pages", "400", "--replicas", "4", "--deal", "conversation")
+    assert conv["deal"] == "conversation"
+    # 12 conversations of 5 turns dealt 3 to each replica; conversations 0..2's rewound prompts follow them.
+    assert [r["requests"] for r in conv["per_replica"]] == [17, 17, 17, 15]
+    assert conv["reused_tokens"] > rr["reused_tokens"]  # each replica sees its conversations' earlier turns
+
+
+def test_replay_refuses_a_fleet_it_cannot_model_with_one_line(capsys, conversations):  # noqa: F811
+    for argv, words in ((["--replicas", "0", "--bookkeeping-only"], "--replicas"),
+                        (["--replicas", "2000", "--bookkeeping-only"], "--replicas"),
+                        (["--store-pages", "-5", "--bookkeeping-only"], "--store-pages"),
+                        (["--deal", "random", "--bookkeeping-only"], "--deal"),
+                        (["--replicas", "2"], "--bookkeeping-only"),
+                        (["--store-pages", "100"], "--bookkeeping-only"),
+                        (["--store-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft path"),
+                        (["--replicas", "2", "--bookkeeping-only", "--events", "tcp://127.0.0.1:5999"],
+                         "--replicas")):
+        try:
+            code, out, err = _run(capsys, replay.replay_main, [str(conversations), "--no-progress", *argv])
+        except SystemExit as e:  # argparse's refusals
+            code, err = e.code, capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and words in err, (argv, err)

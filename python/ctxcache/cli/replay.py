@@ -67,6 +67,7 @@ import numpy as np
 
 from ..enums import AcquireStatus, CommitPolicy, HashAlgorithm, LookupPolicy, ResourceType, ReusePlanKind
 from ..hashing import Hasher
+from ..host_tier import BookkeepingStore
 from ..manager import ContextCacheManager, ResourceDemand
 from ..retention import DEFAULT_PRIORITY, RetentionMetrics, RetentionRange, RetentionSpec
 from .args import (
@@ -135,6 +136,9 @@ class Settings:
     retain_system: tuple[int, float | None] | None = None
     host_tier_pages: int = 0  # a host-memory tier beside the device pool (vanilla mode)
     host_write: str = "back"  # "back" (at eviction) or "through" (at publication)
+    replicas: int = 1  # bookkeeping-only: the workload dealt to this many replicas, each with its own pool and tier
+    deal: str = "round-robin"  # how requests go to replicas: "round-robin" or "conversation"
+    store_pages: int = 0  # bookkeeping-only: a store of this many pages shared by every replica (0: none)
 
 
 @dataclass
@@ -279,6 +283,9 @@ class Measured:
     capacity_pages: int
     reused: list[int] = field(default_factory=list)
     reused_host: list[int] = field(default_factory=list)  # of reused: the tokens the host tier supplied
+    reused_store: list[int] = field(default_factory=list)  # of reused: the tokens the shared store supplied
+    replica: list[int] = field(default_factory=list)  # the replica that served each request
+    replicas: int = 1
     matched: list[int] = field(default_factory=list)
     used_pages: list[int] = field(default_factory=list)  # base pool pages held after each request (or chunk)
     used_at: list[int] = field(default_factory=list)  # requests done at each sample
@@ -296,7 +303,8 @@ class Measured:
     engine_stats: dict[str, Any] | None = None
     events: dict[str, Any] | None = None  # the KV event publisher's counters
     retention: dict[str, Any] | None = None  # the manager's retention metrics: evictions by priority, expiries
-    host_tier: dict[str, Any] | None = None  # the host tier's metrics
+    host_tier: dict[str, Any] | None = None  # the host tier's metrics (summed over replicas)
+    store: dict[str, Any] | None = None  # the shared store's metrics
     exporter: MetricsExporter | None = None  # --metrics-port
 
 
@@ -392,27 +400,62 @@ def _retention_report(r: RetentionMetrics) -> dict[str, Any]:
             "retention_expiries": r.retention_expiries}
 
 
+def deal_requests(prepared: Prepared, settings: Settings) -> list[int]:
+    """The replica of each request. ``round-robin``: request i to replica i mod R. ``conversation``: requests whose
+    first full block after their shared system prompt is the same (a conversation's turns, a trace's session) go
+    to one replica, as a prefix-aware router keeps them; the groups are dealt round-robin in the order they first
+    appear (a prompt without such a block is a group of its own)."""
+    r = settings.replicas
+    if r <= 1:
+        return [0] * len(prepared.requests)
+    if settings.deal == "round-robin":
+        return [i % r for i in range(len(prepared.requests))]
+    groups: dict[bytes, int] = {}
+    out = []
+    for i, (req, h) in enumerate(zip(prepared.requests, prepared.hashes)):
+        first = req.system_tokens // settings.page_size
+        key = h[first].tobytes() if first < h.shape[0] else i.to_bytes(8, "little") + b"own"
+        out.append(groups.setdefault(key, len(groups) % r))
+    return out
+
+
 def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: int,
                        progress: Callable[[int], None] | None = None, measured: Measured | None = None) -> Measured:
     """The manager-only replay (see the module comment). Fills ``measured`` as it goes, so a KeyboardInterrupt
-    leaves every finished request in it."""
+    leaves every finished request in it. With ``settings.replicas`` > 1 the requests are dealt to replicas (each
+    a manager of ``capacity_pages`` pages and its own host tier); with ``settings.store_pages`` every replica's
+    tier shares one store (tier.BookkeepingStore)."""
     if settings.mode == "hybrid":
         raise SettingsError("--mode hybrid needs the full engine (its checkpoints are exact-state digests); "
                             "drop --bookkeeping-only")
     spec = settings.mode == "spec"
     page_size = settings.page_size
+    n_replicas = settings.replicas
     m = measured if measured is not None else Measured("bookkeeping-only", capacity_pages)
+    m.replicas = n_replicas
+    tiered = settings.host_tier_pages > 0 or settings.store_pages > 0
+    if tiered and spec:
+        raise SettingsError("--host-tier-pages, --store-pages: the tiers hold base-KV pages only; an EAGLE hit needs "
+                            "its draft path too (use --mode vanilla)")
+    if n_replicas > 1 and (settings.events is not None or m.exporter is not None):
+        raise SettingsError("--events and --metrics-port follow one cache: not with --replicas (this version)")
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
-    manager = ContextCacheManager(page_size, capacities, settings.max_records, settings.eviction_policy)
-    tier = None
-    if settings.host_tier_pages > 0:
-        if spec:
-            raise SettingsError("--host-tier-pages: the host tier holds base-KV pages only; an EAGLE hit needs its "
-                                "draft path too (use --mode vanilla)")
-        tier = manager.attach_host_tier(settings.host_tier_pages, settings.host_write)
-    extend = tier.extend_hit if tier is not None else None
-    acquire = manager.acquire_spec if spec else manager.acquire_vanilla
-    pools = manager.pools
+    replica_of = deal_requests(prepared, settings)
+    stack = ExitStack()  # closes the store handle and every manager (their tiers with them), last opened first
+    try:
+        store = stack.enter_context(BookkeepingStore(settings.store_pages)) if settings.store_pages > 0 else None
+        managers = [stack.enter_context(ContextCacheManager(page_size, capacities, settings.max_records,
+                                                            settings.eviction_policy))
+                    for _ in range(n_replicas)]
+    except BaseException:
+        stack.close()
+        raise
+    manager = managers[0]
+    tiers = ([mg.attach_host_tier(settings.host_tier_pages, settings.host_write, store) for mg in managers]
+             if tiered else None)
+    extends = [t.extend_hit_by_tier for t in tiers] if tiers is not None else None
+    acquires = [mg.acquire_spec if spec else mg.acquire_vanilla for mg in managers]
+    pools = [mg.pools for mg in managers]
     perf = time.perf_counter_ns
     acquired_ok = AcquireStatus.ACQUIRED
     rewind = ReusePlanKind.FULL_INPUT_REWIND
@@ -432,9 +475,12 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
             batch: list[tuple[int, Any, bool]] = []  # (request index, lease, forced cold)
             while i < len(requests) and len(batch) < settings.batch_size:
                 r, h = requests[i], hashes[i]
+                rep = replica_of[i]
                 if r.arrival is not None and r.arrival > clock:  # the retention clock follows the arrivals
                     clock = r.arrival
-                    manager.set_retention_time(clock)
+                    for mg in managers:
+                        mg.set_retention_time(clock)
+                acquire = acquires[rep]
                 t0 = perf()
                 result = acquire(h, r.input_length)
                 ops["acquire"].append(perf() - t0)
@@ -451,17 +497,23 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
                     m.rejected += 1
                     m.reused.append(0)
                     m.reused_host.append(0)
+                    m.reused_store.append(0)
+                    m.replica.append(rep)
                     m.matched.append(0)
                     i += 1
                     continue
                 plan = result.plan
-                loaded = 0
-                if extend is not None and not forced:  # the blocks after the device hit the host tier holds
+                host = stored = 0
+                if extends is not None and not forced:  # the blocks after the device hit the tiers hold
                     t0 = perf()
-                    loaded = extend(h, r.input_length, plan.reuse_token_length // page_size) * page_size
+                    host, stored = extends[rep](h, r.input_length, plan.reuse_token_length // page_size)
                     ops["acquire"][-1] += perf() - t0
-                m.reused.append(plan.reuse_token_length + loaded)
-                m.reused_host.append(loaded)
+                host *= page_size
+                stored *= page_size
+                m.reused.append(plan.reuse_token_length + host + stored)
+                m.reused_host.append(host)
+                m.reused_store.append(stored)
+                m.replica.append(rep)
                 m.matched.append(plan.matched_token_length)
                 m.full_input_rewinds += plan.kind == rewind
                 m.forced_cold += forced
@@ -470,46 +522,55 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
             for j, lease, forced in batch:  # prefill end: publish the prompt
                 h = hashes[j]
                 if not forced and h.shape[0] > 0:
+                    mg = managers[replica_of[j]]
                     tokens = requests[j].tokens() if with_tokens else None
                     retention = retention_of(requests[j], settings)
                     t0 = perf()
                     if retention is None:
-                        manager.publish(lease, h, requests[j].input_length, tokens=tokens)
+                        mg.publish(lease, h, requests[j].input_length, tokens=tokens)
                     else:
-                        manager.publish(lease, h, requests[j].input_length, tokens=tokens, retention=retention)
+                        mg.publish(lease, h, requests[j].input_length, tokens=tokens, retention=retention)
                     ops["publish"].append(perf() - t0)
             for j, lease, _ in batch:  # decode: grow to hold the output
                 r = requests[j]
+                mg = managers[replica_of[j]]
                 grow = _ceil_div(r.input_length + r.output_length, page_size) - _ceil_div(r.input_length, page_size)
                 if grow > 0:
                     t0 = perf()
-                    ok = manager.grow_spec_pages(lease, grow, grow) if spec else manager.grow_base_pages(lease, grow)
+                    ok = mg.grow_spec_pages(lease, grow, grow) if spec else mg.grow_base_pages(lease, grow)
                     ops["grow"].append(perf() - t0)
                     m.grow_failures += not ok
             for _, lease, _ in batch:
                 t0 = perf()
                 lease.close()
                 ops["release"].append(perf() - t0)
-            m.used_pages.append(capacity_pages - pools.free_count(ResourceType.BASE_KV_PAGE))
+            m.used_pages.append(sum(capacity_pages - p.free_count(ResourceType.BASE_KV_PAGE) for p in pools))
             m.used_at.append(i)
-            m.records.append(len(manager.records))
+            m.records.append(sum(len(mg.records) for mg in managers))
             if exporter is not None:
                 exporter.tick()
             if progress:
                 progress(len(batch) or 1)
     finally:
-        m.manager_seconds += time.perf_counter() - t_start
-        metrics = manager.metrics
-        m.evicted_records += metrics.evicted_records
-        m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
-        m.retention = _retention_report(manager.retention_metrics)
-        if tier is not None:
-            m.host_tier = dataclasses.asdict(tier.metrics)
-            m.host_tier["write_policy"] = settings.host_write
-        if exporter is not None:
-            exporter.finish()
-        events.close()
-        manager.close()
+        try:
+            m.manager_seconds += time.perf_counter() - t_start
+            for mg in managers:
+                metrics = mg.metrics
+                m.evicted_records += metrics.evicted_records
+                m.reclaimed_pages += metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+            m.retention = _retention_report(manager.retention_metrics)
+            if tiers is not None:
+                summed = [dataclasses.asdict(t.metrics) for t in tiers]
+                m.host_tier = {k: sum(x[k] for x in summed) for k in summed[0]}
+                m.host_tier["capacity_pages"] = settings.host_tier_pages  # per replica
+                m.host_tier["write_policy"] = settings.host_write
+            if store is not None:
+                m.store = dataclasses.asdict(store.metrics)
+            if exporter is not None:
+                exporter.finish()
+            events.close()
+        finally:
+            stack.close()
     return m
 
 
@@ -519,6 +580,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     and a partial report between chunks); with settings.verify, compare with a cold run."""
     from .. import sim
 
+    if settings.replicas > 1 or settings.store_pages > 0:
+        raise SettingsError("--replicas and --store-pages model a fleet's bookkeeping: add --bookkeeping-only "
+                            "(the full engine with a store is not in this version)")
     if settings.host_tier_pages > 0 and settings.mode != "vanilla":
         raise SettingsError("--host-tier-pages: the host tier holds base-KV pages of attention models; "
                             f"--mode {settings.mode} keeps state it does not hold (use --mode vanilla)")
@@ -646,8 +710,10 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         "requests": done, "requests_in_workload": len(prepared.requests), "prompt_tokens": prompt_tokens,
         "distinct_prompt_tokens": prepared.distinct_pages * settings.page_size,
         "reused_tokens": reused, "hit_rate": round(_ratio(reused, prompt_tokens), 6),
-        "reused_tokens_device": reused - sum(m.reused_host[:done]), "reused_tokens_host": sum(m.reused_host[:done]),
-        "host_tier_pages": settings.host_tier_pages,
+        "reused_tokens_device": reused - sum(m.reused_host[:done]) - sum(m.reused_store[:done]),
+        "reused_tokens_host": sum(m.reused_host[:done]), "reused_tokens_store": sum(m.reused_store[:done]),
+        "host_tier_pages": settings.host_tier_pages, "store_pages": settings.store_pages,
+        "replicas": m.replicas, "deal": settings.deal if m.replicas > 1 else None,
         "requests_with_reuse": sum(1 for x in m.reused if x > 0),
         "upper_bound_reused_tokens": bound,
         "upper_bound_hit_rate": round(_ratio(bound, prompt_tokens), 6) if bound is not None else None,
@@ -662,6 +728,8 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
                                                bound_per_request[:done] if bound_per_request is not None else None),
         "retention_metrics": m.retention,
         "host_tier": m.host_tier,
+        "store": m.store,
+        "per_replica": _per_replica(requests, m) if m.replicas > 1 else None,
     }
     occ = np.asarray(m.used_pages, dtype=np.int64)
     picks = sorted({int(round(x)) for x in np.linspace(0, len(occ) - 1, min(OCCUPANCY_SAMPLES, len(occ)))}) \
@@ -671,7 +739,8 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
         "mean_pages": round(float(occ.mean()), 1) if len(occ) else 0.0,
         "final_pages": int(occ[-1]) if len(occ) else 0,
         "samples": [{"requests": m.used_at[k], "pages": int(occ[k]),
-                     "fraction": round(_ratio(int(occ[k]), m.capacity_pages), 4), "records": m.records[k]}
+                     "fraction": round(_ratio(int(occ[k]), m.capacity_pages * m.replicas), 4),
+                     "records": m.records[k]}
                     for k in picks]}
     if m.engine == "bookkeeping-only":
         report["latency"] = {op: _percentiles(m.op_ns[op]) for op in OPERATIONS}
@@ -690,6 +759,22 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
     report["requests_per_second"] = round(_ratio(done, replay_seconds), 1)
     report["wall_seconds"] = round(wall_seconds, 3)
     return report
+
+
+def _per_replica(requests: Sequence[WorkloadRequest], m: Measured) -> list[dict[str, Any]]:
+    """Each replica's requests, prompt tokens, reuse (by tier) and hit rate."""
+    rows = [{"requests": 0, "prompt_tokens": 0, "reused_tokens": 0, "reused_tokens_host": 0,
+             "reused_tokens_store": 0} for _ in range(m.replicas)]
+    for r, rep, reused, host, stored in zip(requests, m.replica, m.reused, m.reused_host, m.reused_store):
+        row = rows[rep]
+        row["requests"] += 1
+        row["prompt_tokens"] += r.input_length
+        row["reused_tokens"] += reused
+        row["reused_tokens_host"] += host
+        row["reused_tokens_store"] += stored
+    for row in rows:
+        row["hit_rate"] = round(_ratio(row["reused_tokens"], row["prompt_tokens"]), 6)
+    return rows
 
 
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> str:
@@ -716,7 +801,8 @@ def format_report(r: dict[str, Any]) -> str:
     rows = [("requests", f"{r['requests']:,}" + (f" of {r['requests_in_workload']:,}" if r["interrupted"] else "")),
             ("prompt tokens", f"{r['prompt_tokens']:,}"),
             ("reused tokens", f"{r['reused_tokens']:,}"
-             + (f" (device {r['reused_tokens_device']:,}, host tier {r['reused_tokens_host']:,})"
+             + (f" (device {r['reused_tokens_device']:,}, host tier {r['reused_tokens_host']:,}"
+                + (f", store {r['reused_tokens_store']:,}" if r.get("store") else "") + ")"
                 if r.get("host_tier") else "")),
             ("hit rate", pct(r["hit_rate"])),
             ("unbounded-cache upper bound", pct(bound) if bound is not None else "-"),
@@ -731,8 +817,25 @@ def format_report(r: dict[str, Any]) -> str:
     if r["engine"] == "bookkeeping-only":
         rows += [("rejected (no capacity)", f"{r['rejected']:,}"), ("grow failures", f"{r['grow_failures']:,}")]
     out += [_table(rows), ""]
+    if r.get("replicas", 1) > 1:
+        out.append(f"{r['replicas']} replicas ({r['deal']}), each {r['capacity_pages']:,} device pages"
+                   + (f" and {r['host_tier_pages']:,} host pages" if r.get("host_tier_pages") else "")
+                   + (f", one shared store of {r['store_pages']:,} pages" if r.get("store_pages") else ", no store")
+                   + ":")
+        out.append(_table([(f"replica {k}", f"{row['requests']:,}", f"{row['prompt_tokens']:,}",
+                            f"{row['reused_tokens']:,}", f"{row['reused_tokens_store']:,}", pct(row["hit_rate"]))
+                           for k, row in enumerate(r["per_replica"])],
+                          header=("", "requests", "prompt tokens", "reused", "from the store", "hit rate")))
+        out.append("")
+    st = r.get("store")
+    if st:
+        out.append(f"store: {st['capacity_pages']:,} pages (bookkeeping): {st['written_blocks']:,} blocks put "
+                   f"({st['skipped_puts']:,} already held, {st['refused_puts']:,} refused), {st['hit_blocks']:,} "
+                   f"loaded by {st['hit_calls']:,} requests, {st['dropped_blocks']:,} dropped for room, "
+                   f"{st['resident_blocks']:,} held at the end")
+        out.append("")
     ht = r.get("host_tier")
-    if ht:
+    if ht and ht.get("capacity_pages"):
         moved = ("bookkeeping: no bytes moved" if "bytes_to_host" not in ht else
                  f"{ht['bytes_to_host'] / 2**20:,.1f} MiB copied to host, {ht['bytes_to_device'] / 2**20:,.1f} MiB "
                  f"back, {ht['failed_loads']:,} failed loads, {ht['failed_writes']:,} failed writes")
@@ -925,6 +1028,17 @@ def _add_replay_only(p: argparse.ArgumentParser) -> None:
                         "device is usable, else cpu)")
     p.add_argument("--commit-policy", choices=("prefill_state_only", "including_generated_tokens"),
                    default="prefill_state_only", help="full engine: what is published (default prefill_state_only)")
+    p.add_argument("--replicas", type=int_range(1, 1024), default=1, metavar="R",
+                   help="bookkeeping-only: deal the workload to R replicas, each with the --base-pages / "
+                        "--capacity-tokens pool and --host-tier-pages tier of its own (1 to 1024; default 1)")
+    p.add_argument("--deal", choices=("round-robin", "conversation"), default="round-robin",
+                   help="with --replicas: request i to replica i mod R (round-robin, the default), or a "
+                        "conversation's requests (those whose first block after a shared system prompt is the "
+                        "same) to one replica")
+    p.add_argument("--store-pages", type=_NON_NEGATIVE_INT32, default=0, metavar="N",
+                   help="bookkeeping-only: a store of N pages shared by every replica: each block a publication "
+                        "makes canonical is put there and a hit goes on from the device and host into it "
+                        "(docs/TIERS.md; vanilla mode; default 0: none)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -940,7 +1054,9 @@ def _settings(args: argparse.Namespace) -> Settings:
                     events_linger=getattr(args, "events_linger", Settings.events_linger),
                     retain_system=getattr(args, "retain_system", None),
                     host_tier_pages=getattr(args, "host_tier_pages", 0),
-                    host_write=getattr(args, "host_write", "back"))
+                    host_write=getattr(args, "host_write", "back"),
+                    replicas=getattr(args, "replicas", 1), deal=getattr(args, "deal", "round-robin"),
+                    store_pages=getattr(args, "store_pages", 0))
 
 
 def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
@@ -992,7 +1108,8 @@ def _capacity(args: argparse.Namespace, prepared: Prepared, settings: Settings) 
 def _optimum_applies(settings: Settings, args: argparse.Namespace) -> bool:
     """The offline optimum models the bookkeeping-only replay of vanilla reuse with prefill-state publication, on
     the device alone (not with a host tier)."""
-    if getattr(args, "no_optimum", False) or settings.mode != "vanilla" or settings.host_tier_pages > 0:
+    if (getattr(args, "no_optimum", False) or settings.mode != "vanilla" or settings.host_tier_pages > 0
+            or settings.store_pages > 0 or settings.replicas > 1):
         return False
     return settings.bookkeeping_only or settings.commit_policy == "prefill_state_only"
 
