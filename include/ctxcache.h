@@ -103,7 +103,6 @@
 #include "ctxcache/c/device.h"
 #include "ctxcache/c/dlpack.h"
 #include "ctxcache/c/hash.h"
-#include "ctxcache/c/store.h"
 #include "ctxcache/c/host_tier.h"
 #include "ctxcache/c/kv_events.h"
 #include "ctxcache/c/lease.h"
@@ -112,6 +111,7 @@
 #include "ctxcache/c/retention.h"
 #include "ctxcache/c/runtime.h"
 #include "ctxcache/c/sim.h"
+#include "ctxcache/c/store.h"
 #include "ctxcache/c/swa.h"
 
 #endif /* CTXCACHE_H */

@@ -13,9 +13,7 @@ using namespace ctxcache::capi;
 
 namespace {
 
-tier::BookkeepingStore& requireStore(void const* handle) {
-    return *requireObject(stores(), handle, "store").store;
-}
+tier::BookkeepingStore& requireStore(void const* handle) { return *requireObject(stores(), handle, "store").store; }
 
 }  // namespace
 

@@ -24,8 +24,7 @@ void requireHashes(BlockHash const* hashes, size_t count, char const* operation)
 
 }  // namespace
 
-BookkeepingStore::BookkeepingStore(int32_t capacityPages)
-    : capacity_(validated(capacityPages)), index_(capacityPages) {
+BookkeepingStore::BookkeepingStore(int32_t capacityPages) : capacity_(validated(capacityPages)), index_(capacityPages) {
     metrics_.capacityPages = capacityPages;
 }
 

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-import ctxcache
-from ctxcache import (AcquireStatus, ArgumentTypeError, BookkeepingStore, InvalidArgumentError, InvalidHandleError)
+from ctxcache import AcquireStatus, ArgumentTypeError, BookkeepingStore, InvalidArgumentError, InvalidHandleError
+
 from conftest import to_hashes
 
 PAGE = 4

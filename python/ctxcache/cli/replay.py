@@ -763,8 +763,8 @@ def build_report(prepared: Prepared, settings: Settings, m: Measured, *, workloa
 
 def _per_replica(requests: Sequence[WorkloadRequest], m: Measured) -> list[dict[str, Any]]:
     """Each replica's requests, prompt tokens, reuse (by tier) and hit rate."""
-    rows = [{"requests": 0, "prompt_tokens": 0, "reused_tokens": 0, "reused_tokens_host": 0,
-             "reused_tokens_store": 0} for _ in range(m.replicas)]
+    rows: list[dict[str, Any]] = [{"requests": 0, "prompt_tokens": 0, "reused_tokens": 0, "reused_tokens_host": 0,
+                                   "reused_tokens_store": 0} for _ in range(m.replicas)]
     for r, rep, reused, host, stored in zip(requests, m.replica, m.reused, m.reused_host, m.reused_store):
         row = rows[rep]
         row["requests"] += 1

@@ -17,8 +17,8 @@
 #include "ctxcache/device/host_buffer.h"
 #include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/errors.h"
-#include "ctxcache/tier/host_tier.h"
 #include "ctxcache/tier/bookkeeping_store.h"
+#include "ctxcache/tier/host_tier.h"
 #include "ctxcache/tier/host_tier_index.h"
 #include "support/test_support.h"
 
