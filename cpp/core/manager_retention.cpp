@@ -3,6 +3,7 @@
 // Contract: include/ctxcache/context_cache_manager.h. Threading: the manager's single writer.
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "ctxcache/context_cache_manager.h"
@@ -64,9 +65,19 @@ void ContextCacheManager::setRetentionTime(int64_t nowNsValue) {
     if (clockDriven_ && nowNsValue < drivenNowNs_)
         contract("setRetentionTime", "time " + str(nowNsValue) + " ns is before the last one set (" +
                                          str(drivenNowNs_) + " ns): the clock never runs backwards");
+    if (!clockDriven_) {
+        // The steady clock's readings are another origin: every expiry recorded on it keeps the time it had left
+        // (without this, a range that had expired, its rank already applied, would be live again on a driven
+        // clock that starts lower: the capi fuzzer's reproducer in tests/fuzz/corpus).
+        int64_t const steadyNow = std::max(nowNs(), rankedAtNs_);
+        int64_t delta = 0;
+        if (__builtin_sub_overflow(nowNsValue, steadyNow, &delta))
+            delta = nowNsValue < steadyNow ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+        retention_.rebase(delta);
+        rankedAtNs_ = nowNsValue;
+    }
     clockDriven_ = true;
     drivenNowNs_ = nowNsValue;
-    rankedAtNs_ = std::min(rankedAtNs_, nowNsValue);  // the steady clock's readings are another origin
     advanceRetentionClock();
 }
 

@@ -1,6 +1,7 @@
 // RetentionTable: per-record ranges, pins and their expiry schedule. Contract: include/ctxcache/retention_table.h.
 #include "ctxcache/retention_table.h"
 
+#include <limits>
 #include <utility>
 
 namespace ctxcache {
@@ -8,6 +9,35 @@ namespace ctxcache {
 void RetentionTable::schedule(RecordId id, RetentionBlockRanges const& ranges, int64_t nowNs) {
     for (RetentionBlockRange const& r : ranges)
         if (r.expiresAtNs != kRetentionNever && r.expiresAtNs > nowNs) due_.push({r.expiresAtNs, id, false});
+}
+
+namespace {
+
+int64_t shifted(int64_t atNs, int64_t deltaNs) noexcept {
+    if (atNs == kRetentionNever) return atNs;
+    int64_t out = 0;
+    if (__builtin_add_overflow(atNs, deltaNs, &out))
+        return deltaNs > 0 ? kRetentionNever - 1 : std::numeric_limits<int64_t>::min();
+    return out == kRetentionNever ? kRetentionNever - 1 : out;
+}
+
+}  // namespace
+
+void RetentionTable::rebase(int64_t deltaNs) {
+    if (deltaNs == 0) return;
+    for (auto& [id, ranges] : ranges_)
+        for (RetentionBlockRange& r : ranges) r.expiresAtNs = shifted(r.expiresAtNs, deltaNs);
+    for (auto& [id, expiry] : pins_) expiry = shifted(expiry, deltaNs);
+    std::vector<Due> entries;
+    entries.reserve(due_.size());
+    while (!due_.empty()) {
+        entries.push_back(due_.top());
+        due_.pop();
+    }
+    for (Due& d : entries) {
+        d.atNs = shifted(d.atNs, deltaNs);
+        due_.push(d);  // capacity kept by the pops: cannot allocate
+    }
 }
 
 void RetentionTable::set(RecordId id, RetentionBlockRanges ranges, int64_t nowNs) {

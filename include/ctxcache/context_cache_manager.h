@@ -265,8 +265,9 @@ public:
     void evictRecord(RecordId id);
 
     // Retention (retention.h). Time: the steady clock, until the caller drives it: setRetentionTime switches to
-    // the caller's clock for good and applies the expiries it reaches (a time before the last one set:
-    // ContractError). retentionTime() is the time expiries are judged by.
+    // the caller's clock for good (every expiry set on the steady clock keeps the time it had left) and applies
+    // the expiries it reaches (a time before the last one set: ContractError). retentionTime() is the time expiries are
+    // judged by.
     void setRetentionTime(int64_t nowNs);
     int64_t retentionTime() const noexcept;
     bool retentionClockDriven() const noexcept { return clockDriven_; }

@@ -58,6 +58,11 @@ public:
         for (auto const& [id, expiry] : pins_) f(id, expiry);
     }
 
+    // Moves every finite expiry (ranges, pins, the schedule) by deltaNs, saturating short of kRetentionNever: the
+    // clock changed origin (the manager's switch from the steady clock to a driven one) and each expiry keeps the
+    // time it had left. O(entries log entries).
+    void rebase(int64_t deltaNs);
+
     // The earliest scheduled time (kRetentionNever when nothing is scheduled).
     int64_t nextDue() const noexcept { return due_.empty() ? kRetentionNever : due_.top().atNs; }
     // Pops every entry due at or before nowNs and calls onRanges(id) for a record whose ranges may have changed

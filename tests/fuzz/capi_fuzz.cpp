@@ -28,6 +28,17 @@ namespace {
     std::abort();
 }
 
+// CTXCACHE_FUZZ_TRACE=1: print each step's operation (and the retention calls' arguments) to stderr, to read a
+// reproducer's story.
+bool const kTrace = std::getenv("CTXCACHE_FUZZ_TRACE") != nullptr;
+#define FUZZ_TRACE(...)                        \
+    do {                                       \
+        if (kTrace) {                          \
+            std::fprintf(stderr, __VA_ARGS__); \
+            std::fputc('\n', stderr);          \
+        }                                      \
+    } while (0)
+
 void checkStatus(ctxc_status_t status) {
     if (status < CTXC_OK || status >= CTXC_STATUS_COUNT) fail("unknown status code", status);
     if (status == CTXC_E_INTERNAL || status == CTXC_E_INVARIANT || status == CTXC_E_DEVICE)
@@ -222,11 +233,19 @@ private:
                 spec.range_count = ranges.size();
                 spec.decode_priority = in_.ConsumeIntegralInRange<int32_t>(-1, 101);
                 spec.prompt_token_count = in_.ConsumeIntegralInRange<int32_t>(-2, 24);
-                checkStatus(ctxc_lease_set_retention(l, in_.ConsumeIntegralInRange<int>(0, 7) == 0 ? nullptr : &spec));
+                bool const none = in_.ConsumeIntegralInRange<int>(0, 7) == 0;
+                ctxc_status_t const st = ctxc_lease_set_retention(l, none ? nullptr : &spec);
+                FUZZ_TRACE("  lease_set_retention %s decode %d prompt %d -> %d", none ? "NULL" : "spec",
+                           spec.decode_priority, spec.prompt_token_count, st);
+                for (ctxc_retention_range_t const& r : ranges)
+                    FUZZ_TRACE("    range [%d, %d) priority %d duration %lld", r.token_start, r.token_end, r.priority,
+                               static_cast<long long>(r.duration_ns));
+                checkStatus(st);
                 break;
             }
             case 1: {
                 int64_t const now = clock_ + in_.ConsumeIntegralInRange<int64_t>(-1'000'000'000, 3'000'000'000);
+                FUZZ_TRACE("  set_retention_time %lld", static_cast<long long>(now));
                 mutating(m, [&](bool&) { return ctxc_manager_set_retention_time(m, now); });
                 if (now > clock_) clock_ = now;
                 break;
@@ -239,11 +258,14 @@ private:
             case 3: {
                 uint64_t const id = in_.ConsumeIntegralInRange<uint64_t>(0, 12);
                 int64_t const duration = in_.ConsumeIntegralInRange<int64_t>(-2, 4'000'000'000);
+                FUZZ_TRACE("  pin_record %llu for %lld", static_cast<unsigned long long>(id),
+                           static_cast<long long>(duration));
                 mutating(m, [&](bool&) { return ctxc_manager_pin_record(m, id, duration); });
                 break;
             }
             default: {
                 uint64_t const id = in_.ConsumeIntegralInRange<uint64_t>(0, 12);
+                FUZZ_TRACE("  unpin_record %llu", static_cast<unsigned long long>(id));
                 mutating(m, [&](bool&) { return ctxc_manager_unpin_record(m, id); });
                 int32_t priority = 0;
                 checkStatus(ctxc_manager_record_priority(m, id, &priority));
@@ -335,7 +357,9 @@ private:
     }
 
     void one() {
-        switch (in_.ConsumeIntegralInRange<int>(0, 24)) {
+        int const op = in_.ConsumeIntegralInRange<int>(0, 24);
+        FUZZ_TRACE("op %d", op);
+        switch (op) {
             case 24: hostTier(); break;
             case 23: adapter(); break;
             case 22: retention(); break;

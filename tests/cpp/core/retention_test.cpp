@@ -3,6 +3,10 @@
 // hard pins within a budget, and an explicit default spec that changes nothing. Exact pages and records throughout.
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include <chrono>
+
 #include <limits>
 #include <random>
 
@@ -133,6 +137,32 @@ TEST(RetentionEviction, APriority90SystemPromptSurvivesAFloodThatEvictsEverythin
     EXPECT_EQ(a.plan.reuseTokenLength, 2 * kPage);
     EXPECT_EQ(std::vector<PageId>(a.lease->basePages().begin(), a.lease->basePages().begin() + 2),
               (std::vector<PageId>{0, 1}));
+}
+
+// Found by the capi fuzzer (tests/fuzz/corpus/retention-clock-switch): a range of 7 ns set on the steady clock
+// expired and its rank was applied; a driven clock that starts far lower made it live again, so the record sat in
+// the default bucket while its ranges ranked it 81 (the invariant check failed). A switch keeps each expiry's time
+// left instead: an expired range stays expired, a running one runs on.
+TEST(RetentionClock, SwitchingToADrivenClockKeepsTheTimeEachExpiryHadLeft) {
+    ContextCacheManager m(kPage, {32, 0, 0, 0}, 64);
+    RetentionSpec const brief = rangeSpec(0, 2 * kPage, 81, 7);           // 7 ns on the steady clock
+    RetentionSpec const lasting = rangeSpec(0, 2 * kPage, 60, 3600 * kSecond);  // an hour
+    RecordId const short_ = serve(m, extend(chain(1, 2), 2, 1), &brief);
+    RecordId const long_ = serve(m, extend(chain(50, 2), 51, 1), &lasting);
+    ASSERT_NE(short_, long_);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    serve(m, chain(90, 1));  // a call after the 7 ns: the brief range's expiry is applied
+    EXPECT_EQ(m.recordPriority(short_), kDefaultRetentionPriority);
+    EXPECT_EQ(m.recordPriority(long_), 60);
+    m.setRetentionTime(2 * kSecond);  // far below the steady clock's readings
+    m.checkInvariants();
+    EXPECT_EQ(m.recordPriority(short_), kDefaultRetentionPriority);  // still expired
+    EXPECT_EQ(m.recordPriority(long_), 60);
+    m.setRetentionTime(2 * kSecond + 3500 * kSecond);  // under an hour since the publication: still running
+    EXPECT_EQ(m.recordPriority(long_), 60);
+    m.setRetentionTime(2 * kSecond + 3601 * kSecond);  // the hour is over
+    EXPECT_EQ(m.recordPriority(long_), kDefaultRetentionPriority);
+    m.checkInvariants();
 }
 
 TEST(RetentionEviction, AtItsDurationsEndTheSystemPromptIsEvictedInLruOrder) {
