@@ -1,7 +1,7 @@
 // libFuzzer target for the C ABI: the input bytes are decoded into a sequence of ctxc_* calls over up to two
-// managers and a handful of leases, including NULL, stale, foreign and made-up handles, out-of-range ids,
-// negative and huge counts, NULL arrays with non-zero counts, and hashes drawn from a tiny alphabet so that
-// prefixes really collide and get reused.
+// managers and a handful of leases (and their host tiers and a bookkeeping store they share), including NULL, stale,
+// foreign and made-up handles, out-of-range ids, negative and huge counts, NULL arrays with non-zero counts, and hashes
+// drawn from a tiny alphabet so that prefixes really collide and get reused.
 //
 // After every call the target checks, and aborts on violation:
 //   - the status is a known ctxc_status_t;
@@ -104,6 +104,15 @@ public:
                             fail("the host tier holds more blocks than its capacity", CTXC_OK);
                     }
                 }
+            if (storeLive_) {
+                ctxc_status_t const s = ctxc_bookkeeping_store_check_invariants(store_);
+                if (s != CTXC_OK) fail("store invariants broken", s);
+                ctxc_bookkeeping_store_metrics_t sm{};
+                sm.struct_size = sizeof sm;
+                if (ctxc_bookkeeping_store_metrics(store_, &sm) != CTXC_OK) fail("a live store's metrics", CTXC_OK);
+                if (sm.resident_blocks > static_cast<uint64_t>(sm.capacity_pages))
+                    fail("the store holds more blocks than its capacity", CTXC_OK);
+            }
         }
         teardown();
     }
@@ -325,9 +334,67 @@ private:
     // A host tier beside a manager (bookkeeping): attach with any options, extend hits with any arguments (the
     // manager's state must not change: the tier only reads its hashes), clear, detach; the per-step check covers
     // its invariants and capacity, and the manager's destruction takes it along.
+    // And a bookkeeping store (c/store.h) that both managers' tiers may share: created, destroyed (while tiers
+    // still use it), attached with 0 or more host pages, extended into, probed; its invariants are checked after
+    // every step while its handle lives.
+    ctxc_bookkeeping_store_t* storeArg() {
+        switch (in_.ConsumeIntegralInRange<int>(0, 7)) {
+            case 0: return nullptr;
+            case 1: return reinterpret_cast<ctxc_bookkeeping_store_t*>(managers_[0].handle);  // the wrong type
+            default: return store_;  // possibly stale
+        }
+    }
+
     void hostTier() {
         ctxc_manager_t* m = managerArg();
-        switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 6)) {
+            case 4: {
+                if (storeLive_ && in_.ConsumeBool()) {
+                    checkStatus(ctxc_bookkeeping_store_destroy(store_));  // the tiers keep it
+                    storeLive_ = false;
+                    break;
+                }
+                if (storeLive_) break;
+                ctxc_bookkeeping_store_options_t o;
+                ctxc_bookkeeping_store_options_init(&o);
+                o.capacity_pages = in_.ConsumeBool() ? in_.ConsumeIntegralInRange<int32_t>(1, 16) : smallCount();
+                ctxc_bookkeeping_store_t* created = nullptr;
+                ctxc_status_t const st = ctxc_bookkeeping_store_create(&o, &created);
+                checkStatus(st);
+                FUZZ_TRACE("  store_create %d -> %d", o.capacity_pages, st);
+                if (st == CTXC_OK) {
+                    store_ = created;
+                    storeLive_ = true;
+                }
+                break;
+            }
+            case 5: {
+                ctxc_host_tier_options_t o;
+                ctxc_host_tier_options_init(&o);
+                o.capacity_pages = in_.ConsumeIntegralInRange<int32_t>(-1, 8);
+                o.write_policy = in_.ConsumeIntegralInRange<int32_t>(0, 1);
+                o.store = storeArg();
+                checkStatus(ctxc_manager_attach_host_tier(m, &o));
+                break;
+            }
+            case 6: {
+                std::vector<ctxc_hash128_t> h = hashes(6);
+                int32_t host = -1, stored = -1;
+                bool const live = liveManager(m);
+                Observed const before = live ? observe(m) : Observed{};
+                ctxc_status_t const s = ctxc_manager_host_tier_extend_hit_by_tier(
+                    m, h.data(), h.size(), smallCount(), in_.ConsumeIntegralInRange<int32_t>(-1, 7), &host,
+                    in_.ConsumeIntegralInRange<int>(0, 15) ? &stored : nullptr);
+                checkStatus(s);
+                if (live && !(observe(m) == before)) fail("extending a hit changed the manager", s);
+                if (s == CTXC_OK && (host < 0 || stored < 0 || static_cast<size_t>(host) + stored > h.size()))
+                    fail("an extension by tier loaded more blocks than the prompt has", s);
+                size_t held = 0;
+                ctxc_status_t const p = ctxc_bookkeeping_store_probe(storeArg(), h.data(), h.size(), &held);
+                checkStatus(p);
+                if (p == CTXC_OK && held > h.size()) fail("a store probe longer than the prompt", p);
+                break;
+            }
             case 0: {
                 ctxc_host_tier_options_t o;
                 ctxc_host_tier_options_init(&o);
@@ -668,6 +735,8 @@ private:
     }
 
     void teardown() {
+        if (storeLive_ && ctxc_bookkeeping_store_destroy(store_) != CTXC_OK) fail("destroying a live store", CTXC_OK);
+        storeLive_ = false;
         for (LeaseSlot& l : leases_)
             if (l.live) checkStatus(ctxc_lease_destroy(l.handle));
         for (ManagerSlot& m : managers_) {
@@ -694,6 +763,8 @@ private:
     std::array<int32_t, 2> pageSize_{{1, 1}};
     std::vector<LeaseSlot> leases_;
     int64_t clock_ = 0;  // the latest retention time set (a manager refuses going back; the fuzzer tries)
+    ctxc_bookkeeping_store_t* store_ = nullptr;  // the last store created (stale once destroyed)
+    bool storeLive_ = false;
 };
 
 }  // namespace
