@@ -49,8 +49,7 @@ std::string storeKeyPrefix(StoreLayout const& layout) {
     if (layout.pageSize <= 0 || layout.layers <= 0)
         throw ContractError("storeKeyPrefix: page size (" + std::to_string(layout.pageSize) + ") and layers (" +
                             std::to_string(layout.layers) + ") must be positive");
-    if (layout.tpRank < 0 || layout.ppRank < 0)
-        throw ContractError("storeKeyPrefix: negative parallel rank");
+    if (layout.tpRank < 0 || layout.ppRank < 0) throw ContractError("storeKeyPrefix: negative parallel rank");
     std::string out = layout.model;
     out += "@tp_rank:" + std::to_string(layout.tpRank) + "@pp_rank:" + std::to_string(layout.ppRank);
     out += "@kv:" + layout.dtype + ":p" + std::to_string(layout.pageSize) + ":l" + std::to_string(layout.layers) + ":";

@@ -29,10 +29,10 @@ StoreLayout layout() {
 
 TEST(StoreKey, NamesTheLayoutAndTheBlockInTheMooncakeConnectorsShape) {
     std::string const prefix = storeKeyPrefix(layout());
-    EXPECT_EQ(prefix, "meta-llama/Llama-3.1-8B-Instruct@tp_rank:1@pp_rank:0@kv:bf16:p16:l32:0123456789abcdef@"
-                      "sha256-keyed@");
-    EXPECT_EQ(storeKey(prefix, BlockHash{0xAB, 0x1200000000000034ull}),
-              prefix + "00000000000000ab1200000000000034");
+    EXPECT_EQ(prefix,
+              "meta-llama/Llama-3.1-8B-Instruct@tp_rank:1@pp_rank:0@kv:bf16:p16:l32:0123456789abcdef@"
+              "sha256-keyed@");
+    EXPECT_EQ(storeKey(prefix, BlockHash{0xAB, 0x1200000000000034ull}), prefix + "00000000000000ab1200000000000034");
 }
 
 TEST(StoreKey, EveryLayoutFieldChangesTheKey) {
