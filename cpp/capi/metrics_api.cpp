@@ -146,6 +146,10 @@ void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
         out.family("ctxcache_host_tier_bytes_total", "counter", "Payload bytes copied, by direction.");
         out.sample("ctxcache_host_tier_bytes_total", h.bytesToHost, "direction=\"to_host\"");
         out.sample("ctxcache_host_tier_bytes_total", h.bytesToDevice, "direction=\"to_device\"");
+        if (host->store())  // this manager's share of a store others share too (the store's own counters are global)
+            out.single("ctxcache_host_tier_store_loaded_blocks_total", "counter",
+                       "Blocks this manager's extensions took from the store its tier shares with other replicas.",
+                       h.storeLoadedBlocks);
     }
     out.single("ctxcache_records", "gauge", "Records stored (published prefixes and checkpoints).", m.records().size());
     out.single("ctxcache_live_leases", "gauge", "Leases alive (requests holding pages).", m.liveLeaseCount());

@@ -29,9 +29,8 @@ void validate(StoreBatch const& b) {
 
 bool failedOutright(std::vector<int64_t> const& results) {
     if (results.empty()) return false;
-    return std::all_of(results.begin(), results.end(), [](int64_t r) {
-        return r == kStoreUnavailable || r == kStoreFailed || r == kStoreTimedOut;
-    });
+    return std::all_of(results.begin(), results.end(),
+                       [](int64_t r) { return r == kStoreUnavailable || r == kStoreFailed || r == kStoreTimedOut; });
 }
 
 }  // namespace
@@ -98,7 +97,8 @@ void StoreWorker::run() {
         }
         {
             std::lock_guard<std::mutex> const lock(mutex_);
-            finished_.push_back(StoreCompletion{job.ticket, std::move(job.batch), std::move(results), StoreClock::now()});
+            finished_.push_back(
+                StoreCompletion{job.ticket, std::move(job.batch), std::move(results), StoreClock::now()});
             record(finished_.back());
         }
         done_.notify_all();

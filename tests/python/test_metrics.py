@@ -87,8 +87,9 @@ def test_the_names_are_docs_metrics_table() -> None:
         if match:
             documented[match.group(1)] = match.group(2)
     written = {}
-    with ctxcache.ContextCacheManager(4, ResourceDemand(base_kv_pages=8), 8) as manager:
-        manager.attach_host_tier(8)  # its families appear only with a tier
+    with ctxcache.BookkeepingStore(8) as store, \
+            ctxcache.ContextCacheManager(4, ResourceDemand(base_kv_pages=8), 8) as manager:
+        manager.attach_host_tier(8, store=store)  # its families appear only with a tier (and a store)
         texts = [ctxcache.metrics_text(manager)]
     if ctxcache.publisher_available():
         with ctxcache.KvEventPublisher(f"ipc://{tempfile.mkdtemp()}/m") as publisher:

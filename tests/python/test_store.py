@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+import ctxcache
 from ctxcache import AcquireStatus, ArgumentTypeError, BookkeepingStore, InvalidArgumentError, InvalidHandleError
 
 from conftest import to_hashes
@@ -46,6 +47,14 @@ def test_a_replica_reuses_what_another_published_through_the_store(make_manager)
         assert (t.store_loaded_blocks, t.store_hit_requests, t.loaded_blocks, t.hit_requests) == (4, 2, 0, 2)
         assert ta.metrics.refused_writes == 0  # a tier of 0 pages does not try to hold blocks
         assert store.metrics.hit_blocks == 4
+        # The scrape names this manager's share (docs/METRICS.md); a manager without a store has no such family.
+        samples = dict(line.rsplit(" ", 1) for line in ctxcache.metrics_text(b).splitlines()
+                       if line and not line.startswith("#"))
+        assert int(samples["ctxcache_host_tier_store_loaded_blocks_total"]) == 4
+        assert int(samples['ctxcache_pool_capacity{tier="host",resource="base_kv_page"}']) == 4
+        plain = make_manager(page_size=PAGE, base_kv_pages=8)
+        plain.attach_host_tier(4)
+        assert "ctxcache_host_tier_store_loaded_blocks_total" not in ctxcache.metrics_text(plain)
         publish(b, list(range(13)))  # b publishes what it loaded: the store keeps what it had
         m = store.metrics
         assert (m.written_blocks, m.skipped_puts) == (3, 3)
