@@ -1373,9 +1373,10 @@ private:
             if (st.draftUid ? in_.ConsumeIntegralInRange<int>(0, 15) != 0 : in_.ConsumeIntegralInRange<int>(0, 15) == 0)
                 t.draft_page = index(st.draft.numPages);
             int32_t const pageSize = st.draftUid ? std::min(st.base.pageSize, st.draft.pageSize) : st.base.pageSize;
-            t.valid_tokens = in_.ConsumeIntegralInRange<int>(0, 7) == 0
-                                 ? index(pageSize + 1)
-                                 : in_.ConsumeIntegralInRange<int32_t>(1, std::max(pageSize - 1, 1));
+            int const pick = in_.ConsumeIntegralInRange<int>(0, 7);
+            t.valid_tokens = pick == 0   ? index(pageSize + 1)
+                             : pick == 1 ? pageSize  // a whole page: allowed only with a draft pool
+                                         : in_.ConsumeIntegralInRange<int32_t>(1, std::max(pageSize - 1, 1));
         }
         bool const nullTransfer = in_.ConsumeIntegralInRange<int>(0, 31) == 0;
         bool const hasRec = t.recurrent_slot != -1, hasPartial = t.partial_kv_slot != -1;
@@ -1388,7 +1389,9 @@ private:
             valid = valid && st.baseUid && st.pslots > 0 && t.partial_kv_slot >= 0 && t.partial_kv_slot < st.pslots &&
                     t.base_page >= 0 && t.base_page < st.base.numPages &&
                     (st.draftUid ? t.draft_page >= 0 && t.draft_page < st.draft.numPages : t.draft_page == -1) &&
-                    t.valid_tokens > 0 && t.valid_tokens < minPage;
+                    // A whole page only with a draft pool (Hybrid+MTP: a page-aligned checkpoint keeps its last base
+                    // page, whose draft half lags a token; snapshot_storage.cpp's fullPageAllowed).
+                    t.valid_tokens > 0 && (st.draftUid ? t.valid_tokens <= minPage : t.valid_tokens < minPage);
         char const* fn = capture ? "ctxc_snapshot_storage_capture" : "ctxc_snapshot_storage_restore";
         call(fn, valid, [&] {
             auto* h = static_cast<ctxc_snapshot_storage_t*>(a.ptr);
