@@ -128,29 +128,35 @@ void ContextCacheManager::pinRecord(RecordId id, int64_t durationNs) {
     if (!records_.contains(id)) contract(op, "no record " + str(static_cast<int64_t>(id)));
     if (durationNs < 0 && durationNs != kNoRetentionDuration)
         contract(op, "duration " + str(durationNs) + " ns is negative (-1 for none)");
+    std::vector<ResourceId> const resources = records_.get(id).resources();
+    // A new pin is refused before the clock is read, so that a refusal changes nothing (reading the clock applies
+    // the expiries it reaches). The expiries can only drop pins, so a pin that fits before them fits after.
+    if (!retention_.isPinned(id)) {
+        auto refuse = [&](std::string const& why) {
+            ++retentionMetrics_.pinsRefused;
+            contract(op, "record " + str(static_cast<int64_t>(id)) + " cannot be pinned: " + why);
+        };
+        if (maxRecords_ == 0 || retention_.pinnedRecords() + 1 >= static_cast<size_t>(maxRecords_))
+            refuse("pinned records would leave no record slot to evict (" +
+                   str(static_cast<int64_t>(retention_.pinnedRecords())) + " pinned, maxRecords " + str(maxRecords_) +
+                   ")");
+        ResourceDemand const fresh = retention_.unpinnedAmong(resources);
+        for (ResourceType type : kAllResourceTypes) {
+            if (fresh.get(type) == 0) continue;
+            int32_t const allowed = static_cast<int32_t>(std::floor(pinBudget_ * pools_.capacity(type)));
+            int64_t const needed = static_cast<int64_t>(retention_.pinnedCount(type)) + fresh.get(type);
+            if (needed > allowed)
+                refuse(std::string("pins would hold ") + str(needed) + " " + toString(type) + " ids, the budget (" +
+                       std::to_string(pinBudget_) + " of " + str(pools_.capacity(type)) + ") allows " + str(allowed));
+        }
+    }
     int64_t const now = advanceRetentionClock();
     int64_t const expiry = retentionExpiry(now, durationNs);
-    std::vector<ResourceId> const resources = records_.get(id).resources();
     if (retention_.isPinned(id)) {
         retention_.pin(id, resources, expiry);  // only the duration changes
         return;
     }
-    auto refuse = [&](std::string const& why) {
-        ++retentionMetrics_.pinsRefused;
-        contract(op, "record " + str(static_cast<int64_t>(id)) + " cannot be pinned: " + why);
-    };
-    if (maxRecords_ == 0 || retention_.pinnedRecords() + 1 >= static_cast<size_t>(maxRecords_))
-        refuse("pinned records would leave no record slot to evict (" +
-               str(static_cast<int64_t>(retention_.pinnedRecords())) + " pinned, maxRecords " + str(maxRecords_) + ")");
-    ResourceDemand const fresh = retention_.unpinnedAmong(resources);
-    for (ResourceType type : kAllResourceTypes) {
-        if (fresh.get(type) == 0) continue;
-        int32_t const allowed = static_cast<int32_t>(std::floor(pinBudget_ * pools_.capacity(type)));
-        int64_t const needed = static_cast<int64_t>(retention_.pinnedCount(type)) + fresh.get(type);
-        if (needed > allowed)
-            refuse(std::string("pins would hold ") + str(needed) + " " + toString(type) + " ids, the budget (" +
-                   std::to_string(pinBudget_) + " of " + str(pools_.capacity(type)) + ") allows " + str(allowed));
-    }
+    // Not pinned (now): a new pin, or one whose own expiry the clock just reached (it fit the budget until then).
     // Holds first (each a lease-like active ref), then the table and the listing: nothing after the holds throws
     // but an allocation, which undoes them.
     size_t held = 0;

@@ -279,7 +279,8 @@ public:
     // them. The budget bounds them: the distinct ids pinned records hold in each pool stay within
     // floor(fraction * capacity), and pinned records below maxRecords, so admission never fails for lack of what
     // pins hold beyond it. A pin past the budget is refused (ContractError naming the pool, the ids it needs and
-    // the budget; nothing changed). Pinning a pinned record again only sets its duration.
+    // the budget; nothing changed: the refusal is decided before the clock is read, so it applies no expiry either).
+    // Pinning a pinned record again only sets its duration.
     void setPinBudget(double fraction);  // 0 (the default) refuses every pin; fraction in [0, 1]
     double pinBudget() const noexcept { return pinBudget_; }
     void pinRecord(RecordId id, int64_t durationNs = kNoRetentionDuration);

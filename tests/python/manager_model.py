@@ -402,24 +402,26 @@ class Model:
     def pin(self, rid, duration: int | None):
         """Pins are active refs on every resource of the record; the record leaves the eviction order. Pinning a
         pinned record only resets its expiry. Refused (counted) when the pins would leave fewer than two record
-        slots, or hold more distinct ids of a pool than floor(budget * capacity)."""
+        slots, or hold more distinct ids of a pool than floor(budget * capacity), judged before the clock is read
+        (expiries only drop pins, so a pin that fits before them fits after)."""
         if rid not in self.records:
             raise ModelContractError(f"no record {rid}")
+        resources = self.records[rid].resources()
+        if rid not in self.pins:  # refused before the clock is read: a refusal applies no expiry
+            if self.max_records == 0 or len(self.pins) + 1 >= self.max_records:
+                self.pins_refused += 1
+                raise ModelContractError("pinned records would leave no record slot to evict")
+            for t in range(4):
+                held = {i for _, res in self.pins.values() for (u, i) in res if u == t}
+                fresh = {i for (u, i) in resources if u == t} - held
+                if fresh and len(held) + len(fresh) > math.floor(self.pin_budget * self.pools.capacity[t]):
+                    self.pins_refused += 1
+                    raise ModelContractError("the pin budget is exceeded")
         self._advance()
         expiry = expiry_after(self._now(), duration)
         if rid in self.pins:
             self.pins[rid][0] = expiry
             return
-        if self.max_records == 0 or len(self.pins) + 1 >= self.max_records:
-            self.pins_refused += 1
-            raise ModelContractError("pinned records would leave no record slot to evict")
-        resources = self.records[rid].resources()
-        for t in range(4):
-            held = {i for _, res in self.pins.values() for (u, i) in res if u == t}
-            fresh = {i for (u, i) in resources if u == t} - held
-            if fresh and len(held) + len(fresh) > math.floor(self.pin_budget * self.pools.capacity[t]):
-                self.pins_refused += 1
-                raise ModelContractError("the pin budget is exceeded")
         for t, i in resources:
             self.pools.add_active(t, i)
         self.pins[rid] = [expiry, resources]

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include <limits>
+#include <list>
 #include <random>
 
 #include "ctxcache/context_cache_manager.h"
@@ -162,6 +163,27 @@ TEST(RetentionClock, SwitchingToADrivenClockKeepsTheTimeEachExpiryHadLeft) {
     EXPECT_EQ(m.recordPriority(long_), 60);
     m.setRetentionTime(2 * kSecond + 3601 * kSecond);  // the hour is over
     EXPECT_EQ(m.recordPriority(long_), kDefaultRetentionPriority);
+    m.checkInvariants();
+}
+
+// Found by the capi fuzzer: a pin refused for the budget had first read the clock, which applied a due expiry, so a
+// refused call changed the eviction order. A refusal is now decided before the clock is read.
+TEST(RetentionClock, ARefusedPinAppliesNoExpiry) {
+    ContextCacheManager m(kPage, {32, 0, 0, 0}, 64);
+    RetentionSpec const brief = rangeSpec(0, 2 * kPage, 90, 1);  // 1 ns on the steady clock
+    RecordId const a = serve(m, extend(chain(1, 2), 2, 1), &brief);
+    RecordId const b = serve(m, extend(chain(7, 2), 8, 1));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));  // a's range is due; no call has read the clock
+    EXPECT_EQ(m.recordPriority(a), 90);
+    std::list<RecordId> const order = m.records().lru();
+    EXPECT_THROW(m.pinRecord(a), ContractError);  // the default budget (0) refuses every pin
+    EXPECT_EQ(m.recordPriority(a), 90);           // nothing applied
+    EXPECT_EQ(m.records().lru(), order);
+    EXPECT_EQ(m.retentionMetrics().pinsRefused, 1u);
+    m.setPinBudget(1.0);
+    m.pinRecord(b);  // a pin that is made reads the clock: a's expiry is applied now
+    EXPECT_EQ(m.recordPriority(a), kDefaultRetentionPriority);
+    EXPECT_TRUE(m.isPinned(b));
     m.checkInvariants();
 }
 
