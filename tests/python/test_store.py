@@ -7,26 +7,13 @@ store, splitting the reuse by tier and by replica.
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
 
 import ctxcache
-from ctxcache import AcquireStatus, ArgumentTypeError, BookkeepingStore, InvalidArgumentError, InvalidHandleError
-
-from conftest import to_hashes
-
-PAGE = 4
-
-
-def publish(manager, tokens):
-    h = to_hashes(tokens, PAGE)
-    result = manager.acquire_vanilla(h, len(tokens))
-    assert result.status == AcquireStatus.ACQUIRED
-    with result.lease as lease:
-        manager.publish(lease, h, len(tokens))
-    return h
+from ctxcache import ArgumentTypeError, BookkeepingStore, InvalidArgumentError, InvalidHandleError
+from test_host_tier import PAGE, _replay, publish
 
 
 def test_a_replica_reuses_what_another_published_through_the_store(make_manager):
@@ -126,13 +113,6 @@ def test_managers_on_threads_share_one_store(make_manager):
 
 from ctxcache.cli import replay  # noqa: E402
 from test_replay import _run, conversations  # noqa: E402,F401  (the fixture)
-
-
-def _replay(capsys, path, *extra):
-    code, out, err = _run(capsys, replay.replay_main, [str(path), "--bookkeeping-only", "--json", "--no-progress",
-                                                        *extra])
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_replay_deals_to_replicas_and_a_shared_store_brings_back_what_each_alone_misses(capsys, conversations):  # noqa: F811
