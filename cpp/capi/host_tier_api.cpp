@@ -54,7 +54,10 @@ CTXC_API ctxc_status_t ctxc_manager_attach_host_tier(ctxc_manager_t* manager, co
         std::shared_ptr<tier::BookkeepingStore> store;
         if (o.store) store = requireObject(stores(), o.store, "options->store").store;
         if (m.hostTier) throw ContractError("the manager already has a host tier; detach it first");
-        tier::HostTierConfig const config{o.capacity_pages, policy, std::move(store)};
+        tier::HostTierConfig config;
+        config.capacityPages = o.capacity_pages;
+        config.writePolicy = policy;
+        config.store = std::move(store);
         m.hostTier = std::make_unique<tier::HostTier>(*m.manager, config);
     });
 }

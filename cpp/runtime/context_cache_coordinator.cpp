@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "coordinator_internal.h"
+#include "ctxcache/device/dtype.h"
 #include "ctxcache/errors.h"
 
 namespace ctxcache::runtime {
@@ -277,6 +278,8 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
     }
     if (config.hostTierPages < 0)
         contract("ContextCacheCoordinator", "hostTierPages must be >= 0 (got " + str(config.hostTierPages) + ")");
+    if (config.hostStore.store && config.hostTierPages == 0)
+        contract("ContextCacheCoordinator", "a byte store (hostStore) needs a host tier (hostTierPages > 0)");
     if (config.hostTierPages > 0) {
         if (!resources_.basePool || !profile_.hasAttention())
             contract("ContextCacheCoordinator", "a host tier needs an attention deployment with a base pool");
@@ -289,8 +292,22 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
         }
         tier::HostTierStorage storage{resources_.basePool, memory,
                                       [this] { return syncStream(backend_ ? backend_->stream() : nullptr); }};
+        tier::StoreLinkOptions link = config.hostStore;
+        if (link.store && link.keyPrefix.empty()) {
+            device::KvPagePool const& pool = *resources_.basePool;
+            tier::StoreLayout layout;
+            layout.model = config.storeModel;
+            layout.dtype = device::dtypeName(pool.dtype());
+            layout.pageSize = pool.pageSize();
+            layout.layers = pool.numLayers();
+            layout.layoutDigest = tier::HostTier::layoutDigest(pool);
+            layout.hashAlgorithm = config.hashAlgorithm == HashAlgorithm::kFnv1a128 ? "fnv1a128" : "sha256";
+            layout.keyedHash = !config.hashKey.empty();
+            link.keyPrefix = tier::storeKeyPrefix(layout);
+        }
         hostTier_ = std::make_unique<tier::HostTier>(
-            manager_, tier::HostTierConfig{config.hostTierPages, config.hostWritePolicy, nullptr}, std::move(storage));
+            manager_, tier::HostTierConfig{config.hostTierPages, config.hostWritePolicy, nullptr, std::move(link)},
+            std::move(storage));
     }
 }
 

@@ -74,11 +74,24 @@ HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, H
     }
     if (manager.baseBlockObserver() != nullptr)
         throw ContractError("HostTier: the manager already has a base block observer (another tier?)");
+    if (StoreLinkOptions const& link = config_.storeLink; link.store) {
+        if (!storage_.pool) throw ContractError("HostTier: a byte store needs the bytes mode (storage with a pool)");
+        if (config_.store) throw ContractError("HostTier: a byte store and a bookkeeping store cannot both be given");
+        if (link.keyPrefix.empty()) throw ContractError("HostTier: a byte store needs a key prefix (storeKeyPrefix)");
+        if (link.loadDeadline.count() < 0 || link.putDeadline.count() <= 0 || link.negativeTtl.count() < 0 ||
+            link.minAskBlocks < 1 || link.knownKeysLimit == 0 ||
+            (link.policy != StoreLoadPolicy::kWait && link.policy != StoreLoadPolicy::kBestEffort))
+            throw ContractError(
+                "HostTier: a byte store's deadlines must be >= 0 (put: > 0), minAskBlocks >= 1, "
+                "knownKeysLimit > 0 and the policy known");
+        worker_ = std::make_unique<StoreWorker>(*link.store, link.worker);
+    }
     manager.setBaseBlockObserver(this);
 }
 
 HostTier::~HostTier() {
     if (manager_->baseBlockObserver() == this) manager_->setBaseBlockObserver(nullptr);
+    worker_.reset();  // first: the running batch may still read or write the slots (bounded by its deadline)
 }
 
 device::HostSlotLayout HostTier::layout() const noexcept {
@@ -129,12 +142,17 @@ void HostTier::recordLoad(size_t loaded) noexcept {
     }
 }
 
-void HostTier::finishLoad(size_t loaded) noexcept {
+void HostTier::finishLoad(size_t loaded, size_t fromStore) noexcept {
     try {
         index_.unpin(scratch_.data(), scratch_.size());  // every slot was pinned by loadHit's pinRun: cannot fail
     } catch (...) {
     }
     recordLoad(loaded);
+    if (fromStore > 0) {  // those blocks came through the host from the store: counted as the store's
+        metrics_.loadedBlocks -= fromStore;
+        metrics_.storeLoadedBlocks += fromStore;
+        ++metrics_.storeHitRequests;
+    }
 }
 
 int32_t HostTier::probeHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) const {
@@ -184,8 +202,25 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     if (leasePageCount > 0 && !leasePages) throw ContractError("HostTier::loadHit: leasePages is null");
     size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "loadHit");
     ++metrics_.extendCalls;
+    pollStore();
     scratch_.clear();
-    size_t const n = room > 0 ? index_.pinRun(hashes.data + deviceBlocks, room, scratch_) : 0;
+    BlockHash const* const from = hashes.data + deviceBlocks;
+    size_t n = room > 0 ? index_.pinRun(from, room, scratch_) : 0;
+    // Where the host's run ends, the byte store's may go on (kWait: waited for until the deadline; the blocks it
+    // validated are host blocks now, and the run goes on through them and any host blocks after them).
+    size_t hostFirst = n, fromStore = 0;
+    if (worker_ && n < room) {
+        StoreDeadline const until = StoreClock::now() + config_.storeLink.loadDeadline;
+        uint64_t const ticket = askStore(from + n, room - n, until);
+        if (ticket != 0 && config_.storeLink.policy == StoreLoadPolicy::kWait) {
+            arrived_.clear();
+            waitForStore(ticket, until);
+            size_t const more = index_.pinRun(from + n, room - n, scratch_);
+            while (fromStore < more && fromStore < arrived_.size() && arrived_[fromStore] == from[n + fromStore])
+                ++fromStore;
+            n += more;
+        }
+    }
     if (n == 0) return 0;
     size_t const first = static_cast<size_t>(deviceBlocks);
     if (leasePageCount < first + n) {
@@ -237,7 +272,7 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
         return 0;
     }
     metrics_.bytesToDevice += good * payloadBytes_;
-    finishLoad(good);
+    finishLoad(good, good > hostFirst ? std::min(good - hostFirst, fromStore) : 0);
     dropBad();
     return static_cast<int32_t>(good);
 }
@@ -299,6 +334,7 @@ void HostTier::reportDropped(std::vector<BlockHash> const& hashes, std::vector<i
 void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
                      bool onDevice) noexcept {
     try {
+        pollStore();
         uint64_t const droppedBefore = index_.counters().droppedBlocks;
         droppedHashes_.clear();
         droppedSlots_.clear();
@@ -344,6 +380,7 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count,
                 index_.touch(slot);
             }
         }
+        if (worker_ && reserved > 0) putToStore(hashes, scratch_.data(), count);
         metrics_.writtenBlocks += reserved;
         metrics_.skippedWrites += held;
         metrics_.refusedWrites += count - reserved - held;

@@ -320,7 +320,7 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
     std::unique_ptr<tier::HostTier> hostTier;  // after the manager: destroyed (detached) first
     if (gHostTierPages > 0 && !spec)
         hostTier = std::make_unique<tier::HostTier>(
-            manager, tier::HostTierConfig{gHostTierPages, tier::HostWritePolicy::kWriteBack, nullptr});
+            manager, tier::HostTierConfig{gHostTierPages, tier::HostWritePolicy::kWriteBack, nullptr, {}});
     Replay out;
     out.capacityPages = capacityPages;
     out.draftCapacityPages = capacities.draftKvPages;

@@ -71,6 +71,11 @@ struct ContextCacheConfig {
     // not extended. Its memory: resources.hostTierMemory, or pinned host memory the coordinator allocates.
     int32_t hostTierPages = 0;
     tier::HostWritePolicy hostWritePolicy = tier::HostWritePolicy::kWriteBack;
+    // A byte store shared with other replicas, under the host tier (tier/store_link.h; needs hostTierPages > 0):
+    // blocks written to the tier are put there, and a hit the host cannot extend further is asked of it. An empty
+    // keyPrefix is computed from storeModel, the base pool's layout and the hash algorithm (storeKeyPrefix).
+    tier::StoreLinkOptions hostStore;
+    std::string storeModel = "ctxcache";  // the model identity the store's keys name (replicas of one model share)
 };
 
 // The device objects the coordinator drives; all on one backend, all outliving the coordinator. What a

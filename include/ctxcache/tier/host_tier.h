@@ -26,22 +26,33 @@
 // makes canonical are put there too (whatever the host's write policy: another replica can use a block as soon as
 // it is computed), and an extension continues from the host's run with the store's (and back); a tier of 0 pages
 // passes blocks to the store only.
+// A byte store (StoreLink, store_link.h) may sit under the tier in the bytes mode: every block written to a host
+// slot is put there from its slot (pinned until the put completes), and an extension whose host run ends early asks
+// the store for the next blocks, loads the objects it holds into fresh host slots (each checked, store_object.h:
+// a rejected object is a miss, counted), and goes on through them. Store I/O runs on the tier's StoreWorker
+// thread; its completions are applied by the writer at the tier's next call (pollStore, or any write or load).
+// In a slot, the store object's 64-byte header sits right before the payload (at kStoreHeaderOffset), so an object
+// is put from, and got into, one contiguous range of its slot.
 //
 // Errors:     a negative capacity (0 without a store), an unknown write policy, a manager that already has an
-//             observer, a store with storage (bytes and a store: not in this version), storage whose memory
+//             observer, a bookkeeping store with storage or a byte store without it (or both stores, or a byte
+//             store without a key prefix or with a non-positive deadline), storage whose memory
 //             cannot hold capacityPages slots of the pool, negative or inconsistent extension
 //             arguments, extendHit with storage (loads must copy: loadHit) or loadHit without: ContractError,
 //             nothing changed. A failed device copy is not an error: it costs reuse (counted).
 // Cost:       an extension O(blocks looked up) (+ one batched copy and one synchronisation with storage); a write
 //             O(1) per block (an index insert, perhaps dropping the least recent block; + one batched copy and one
 //             synchronisation per publication or evicted record with storage). Memory: the index's.
-// Threading:  single writer: the manager's thread, as the manager (the tier is called inside its calls).
-//             Destroy the tier before its manager (the destructor detaches it).
+// Threading:  single writer: the manager's thread, as the manager (the tier is called inside its calls); with a
+//             byte store, one worker thread of the tier's own calls the store. Destroy the tier before its manager
+//             (the destructor detaches it, then stops the worker: bounded by the running batch's deadline).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ctxcache/base_block_observer.h"
@@ -52,6 +63,9 @@
 #include "ctxcache/device/kv_page_pool.h"
 #include "ctxcache/tier/bookkeeping_store.h"
 #include "ctxcache/tier/host_tier_index.h"
+#include "ctxcache/tier/store_link.h"
+#include "ctxcache/tier/store_object.h"
+#include "ctxcache/tier/store_worker.h"
 
 namespace ctxcache::tier {
 
@@ -68,6 +82,8 @@ struct HostTierConfig {
     // makes canonical is put there (blocks it lacks), and an extension goes on from the host's run with the
     // store's. Shared ownership: the store lives while a tier or its creator holds it.
     std::shared_ptr<BookkeepingStore> store;
+    // A byte store under the tier (bytes mode only; storeLink.store null: none). Not with `store`.
+    StoreLinkOptions storeLink;
 };
 
 // What one extension loaded, by tier.
@@ -114,6 +130,8 @@ struct HostTierMetrics {
 class HostTier final : public BaseBlockObserver {
 public:
     static constexpr size_t kHeaderBytes = 256;  // a slot's header area (the payload starts 256-byte aligned)
+    // Where a slot's store object begins: its StoreObjectHeader, then the payload (store_object.h).
+    static constexpr size_t kStoreHeaderOffset = kHeaderBytes - sizeof(StoreObjectHeader);
 
     // Attaches to `manager` as its base block observer (ContractError when it has one). Without storage.pool: the
     // bookkeeping mode; with it, the bytes mode (storage.memory must hold capacityPages slots).
@@ -131,6 +149,14 @@ public:
     HostTierConfig const& config() const noexcept { return config_; }
     HostTierIndex const& index() const noexcept { return index_; }
     HostTierMetrics const& metrics() const noexcept { return metrics_; }
+    bool hasByteStore() const noexcept { return worker_ != nullptr; }
+    StoreLinkMetrics const& storeLinkMetrics() const noexcept { return storeMetrics_; }
+    StoreWorkerCounters storeWorkerCounters() const;  // zeros without a byte store
+    // Applies the byte store's finished batches (puts done, objects arrived); returns how many were applied. Every
+    // write and load does this first; a runtime with idle time may call it between requests.
+    size_t pollStore();
+    // Batches sent to the byte store whose completions are not applied yet.
+    size_t storeBatchesInFlight() const noexcept { return pendingStore_.size(); }
 
     // The blocks the tier adds to a device hit of `deviceBlocks` blocks of a prompt of inputTokenCount tokens
     // whose full blocks hash to `hashes`: the longest run hashes[deviceBlocks..] held by the tier, capped so that
@@ -179,10 +205,35 @@ private:
     size_t extensionRoom(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks,
                          char const* operation) const;
     void recordLoad(size_t loaded) noexcept;  // demotes scratch_'s first `loaded` slots, counts the hit
-    void finishLoad(size_t loaded) noexcept;  // unpins scratch_'s slots, then recordLoad
+    // Unpins scratch_'s slots, then recordLoad; `fromStore` of the loaded blocks came from the byte store.
+    void finishLoad(size_t loaded, size_t fromStore = 0) noexcept;
     bool synchronize() noexcept;
     HostSlotHeader* header(int32_t slot) const noexcept;
     device::HostSlotLayout layout() const noexcept;
+
+    // The byte store's traffic (cpp/tier/host_tier_store.cpp).
+    struct PendingStoreBatch {
+        StoreOp op = StoreOp::kExist;
+        std::vector<BlockHash> hashes;
+        std::vector<int32_t> slots;  // kPut: the pinned slots; kGet: the reserved (writing) ones
+        bool waited = false;         // an extension waits for it (its arrivals count toward that extension)
+    };
+    struct BlockHashHasher {
+        size_t operator()(BlockHash const& h) const noexcept { return static_cast<size_t>(h.hi ^ (h.lo * 31)); }
+    };
+    unsigned char* slotAddress(int32_t slot) const noexcept;
+    // Puts the blocks hashes[i] just written to slots[i] (kNoSlot: skipped) that the store is not known to hold.
+    void putToStore(BlockHash const* hashes, int32_t const* slots, size_t count) noexcept;
+    // Asks the store for the leading run of hashes[0..count) not held here nor negatively cached (an existence
+    // batch; its answer starts the get), by the ask rule; returns its ticket, or 0 when nothing was asked.
+    uint64_t askStore(BlockHash const* hashes, size_t count, StoreDeadline deadline) noexcept;
+    // Applies one finished batch; returns the ticket of a get it started (an existence answer's), else 0.
+    uint64_t applyStore(StoreCompletion&& done) noexcept;
+    // kWait: waits for the ask `ticket` and the get it starts, no later than `until`.
+    void waitForStore(uint64_t ticket, StoreClock::time_point until) noexcept;
+    bool negativelyCached(BlockHash const& hash, StoreClock::time_point now) noexcept;
+    void rememberFailed(BlockHash const& hash, StoreClock::time_point now) noexcept;
+    void rememberHeld(BlockHash const& hash) noexcept;
 
     ContextCacheManager* manager_;
     HostTierConfig config_;
@@ -203,6 +254,14 @@ private:
     std::vector<uint8_t> reported_;
     std::vector<BlockHash> droppedHashes_, eventHashes_;
     std::vector<int32_t> droppedSlots_, eventTokens_;
+    // The byte store: batches in flight by ticket, the negative cache (key -> until when it is not asked), the keys
+    // the store is known to hold (not put again), the counters, and the worker (last: stopped first).
+    std::unordered_map<uint64_t, PendingStoreBatch> pendingStore_;
+    std::unordered_map<BlockHash, StoreClock::time_point, BlockHashHasher> negative_;
+    std::unordered_set<BlockHash, BlockHashHasher> knownHeld_;
+    StoreLinkMetrics storeMetrics_;
+    std::vector<BlockHash> arrived_;  // the blocks the waited-for get validated (kWait's extension counts them)
+    std::unique_ptr<StoreWorker> worker_;
 };
 
 }  // namespace ctxcache::tier

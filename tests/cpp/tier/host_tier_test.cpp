@@ -21,6 +21,7 @@
 #include "ctxcache/tier/host_tier.h"
 #include "ctxcache/tier/host_tier_index.h"
 #include "support/test_support.h"
+#include "support/tier_test_support.h"
 
 namespace ctxcache::tier {
 namespace {
@@ -258,7 +259,9 @@ TEST(HostTierIndex, AgreesWithANaiveModelOverRandomOperations) {
 
 // ---- the manager's observer -------------------------------------------------------------------------------------
 
-constexpr int32_t kPage = 4;
+using test::kPage;
+using test::publishPrompt;
+using test::BytesFixture;
 
 struct Recorder final : BaseBlockObserver {
     std::vector<std::pair<BlockHash, PageId>> stored, removed;
@@ -279,16 +282,6 @@ struct Recorder final : BaseBlockObserver {
 };
 
 // Acquires `hashes` (a prompt of hashes.size() * kPage + extra tokens) and publishes them; returns the pages.
-std::vector<PageId> publishPrompt(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t extra = 1) {
-    int32_t const tokens = static_cast<int32_t>(hashes.size()) * kPage + extra;
-    AcquireResult r = m.acquireVanilla(hashes, tokens);
-    EXPECT_EQ(r.status, AcquireStatus::kAcquired);
-    if (!r.lease) return {};
-    PublishResult const p = m.publish(*r.lease, PublishRequest{hashes, tokens});
-    EXPECT_EQ(p.status, PublishStatus::kPublished);
-    return {r.lease->basePages().begin(), r.lease->basePages().begin() + static_cast<std::ptrdiff_t>(hashes.size())};
-}
-
 TEST(BaseBlockObserver, HearsNewlyCanonicalBlocksAndEvictionsButNotAReset) {
     ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
     Recorder rec;
@@ -403,7 +396,11 @@ TEST(HostTier, DetachesFromItsManagerWhenDestroyed) {
 
 HostTierConfig withStore(int32_t pages, std::shared_ptr<BookkeepingStore> store,
                          HostWritePolicy policy = HostWritePolicy::kWriteBack) {
-    return HostTierConfig{pages, policy, std::move(store)};
+    HostTierConfig config;
+    config.capacityPages = pages;
+    config.writePolicy = policy;
+    config.store = std::move(store);
+    return config;
 }
 
 TEST(HostTierStore, AReplicaReusesWhatAnotherPublishedThroughTheStore) {
@@ -488,44 +485,6 @@ TEST(HostTierStore, TheStoreOutlivesItsCreatorWhileATierUsesIt) {
 }
 
 // ---- the bytes mode ---------------------------------------------------------------------------------------------
-
-// A CPU pool of 6 pages (2 layers of different shapes) whose page p, layer l, K or V holds bytes derived from
-// (p, l, kv) so that every copy can be checked byte for byte.
-struct BytesFixture {
-    std::unique_ptr<device::DeviceBackend> backend = device::createCpuBackend();
-    device::KvPagePool pool{*backend, device::KvPoolGeometry{6, kPage, device::DType::kFp16, {{2, 4}, {1, 8}}}};
-    std::vector<std::vector<uint8_t>> original;  // per layer: the whole layer's bytes as filled
-
-    BytesFixture() {
-        for (int32_t l = 0; l < pool.numLayers(); ++l) {
-            std::vector<uint8_t> bytes(pool.layerBytes(l));
-            for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + l * 31 + 1);
-            pool.writePages(l, 0, 12, bytes.data(), bytes.size());
-            original.push_back(bytes);
-        }
-    }
-    // Page p's bytes (every layer, K then V), as it is now, and as it was filled for page q.
-    std::vector<uint8_t> page(PageId p) const {
-        std::vector<uint8_t> out;
-        for (int32_t l = 0; l < pool.numLayers(); ++l)
-            for (int32_t kv = 0; kv < 2; ++kv) {
-                std::vector<uint8_t> b(pool.pageBytes(l));
-                pool.readPages(l, p + kv * 6, 1, b.data(), b.size());
-                out.insert(out.end(), b.begin(), b.end());
-            }
-        return out;
-    }
-    std::vector<uint8_t> filled(PageId q) const {
-        std::vector<uint8_t> out;
-        for (int32_t l = 0; l < pool.numLayers(); ++l)
-            for (int32_t kv = 0; kv < 2; ++kv) {
-                size_t const pb = pool.pageBytes(l);
-                auto first = original[static_cast<size_t>(l)].begin() + static_cast<std::ptrdiff_t>((q + kv * 6) * pb);
-                out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(pb));
-            }
-        return out;
-    }
-};
 
 TEST(HostTierBytes, EvictedPagesComeBackByteForByteAndAChangedSlotEndsTheHit) {
     BytesFixture f;
