@@ -100,6 +100,14 @@ inline auto& leases() { return handleTable<LeaseObject, 0xC2>(); }
 inline auto& hashers() { return handleTable<HasherObject, 0xC3>(); }
 inline auto& stores() { return handleTable<StoreObject, 0xD4>(); }
 
+// A byte store (c/store.h): shared with the host tiers that use it (through their coordinators' configs), which
+// keep it alive after its handle is destroyed.
+struct KvStoreObject {
+    std::shared_ptr<CallFamily> family = newFamily("kv store (its own calls)");
+    std::shared_ptr<tier::KvStore> store;
+};
+inline auto& kvStores() { return handleTable<KvStoreObject, 0xD5>(); }
+
 ManagerObject& requireManager(void const* handle);
 
 // The caller's hash array, read in place: ctxc_hash128_t and BlockHash are the same two little-endian u64.

@@ -114,6 +114,8 @@ CTXC_API size_t ctxc_sizeof(const char* type_name) {
         CTXC_SIZEOF_ENTRY(ctxc_host_tier_metrics_t),
         CTXC_SIZEOF_ENTRY(ctxc_bookkeeping_store_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_bookkeeping_store_metrics_t),
+        CTXC_SIZEOF_ENTRY(ctxc_kv_store_callbacks_t),
+        CTXC_SIZEOF_ENTRY(ctxc_store_link_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_page_table_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_kv_lengths_options_t),
         CTXC_SIZEOF_ENTRY(ctxc_resident_ref_t),

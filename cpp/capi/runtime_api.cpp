@@ -25,6 +25,7 @@
 #include "handles.h"
 #include "retention_support.h"
 #include "runtime_conversions.h"
+#include "store_link_options.h"
 #include "swa_handles.h"
 
 using namespace ctxcache;
@@ -347,6 +348,17 @@ void ctxcache::capi::fillMetrics(runtime::ContextCacheMetrics const& m, ctxc_con
     out.host_failed_writes = m.hostFailedWrites;
     out.host_bytes_to_host = m.hostBytesToHost;
     out.host_bytes_to_device = m.hostBytesToDevice;
+    out.store_loaded_tokens = m.storeLoadedTokens;
+    out.store_put_blocks = m.storePutBlocks;
+    out.store_dropped_puts = m.storeDroppedPuts;
+    out.store_failed_puts = m.storeFailedPuts;
+    out.store_asked_blocks = m.storeAskedBlocks;
+    out.store_fetched_blocks = m.storeFetchedBlocks;
+    out.store_failed_loads = m.storeFailedLoads;
+    out.store_rejected_loads = m.storeRejectedLoads;
+    out.store_late_batches = m.storeLateBatches;
+    out.store_breaker_refusals = m.storeBreakerRefusals;
+    out.store_wait_micros = m.storeWaitMicros;
 }
 
 extern "C" {
@@ -388,6 +400,10 @@ CTXC_API ctxc_status_t ctxc_coordinator_create(const ctxc_coordinator_resources_
         config.hostTierPages = o.host_tier_pages;
         config.hostWritePolicy =
             hostWritePolicyAs<tier::HostWritePolicy>(o.host_write_policy, "options->host_write_policy");
+        if (o.host_store) {
+            config.hostStore = storeLinkOptionsOf(o.host_store, "options->host_store", &config.storeModel);
+            if (o.host_tier_pages == 0) invalidArgument("options->host_store needs options->host_tier_pages > 0");
+        }
         config.maxBatch = o.max_batch;
         config.pageSize = o.page_size;
         config.hashAlgorithm =

@@ -15,6 +15,7 @@
 #include "handles.h"
 #include "retention_support.h"
 #include "runtime_conversions.h"
+#include "store_link_options.h"
 
 namespace ctxcache::capi {
 namespace {
@@ -167,6 +168,10 @@ CTXC_API ctxc_status_t ctxc_sim_engine_create(const ctxc_sim_engine_options_t* o
         requireNonNegative(o.host_tier_pages, "options->host_tier_pages");
         c.hostTierPages = o.host_tier_pages;
         c.hostWritePolicy = hostWritePolicyAs<tier::HostWritePolicy>(o.host_write_policy, "options->host_write_policy");
+        if (o.host_store) {
+            c.hostStore = storeLinkOptionsOf(o.host_store, "options->host_store", &c.storeModel);
+            if (o.host_tier_pages == 0) invalidArgument("options->host_store needs options->host_tier_pages > 0");
+        }
         auto object = std::make_unique<SimEngineObject>();
         try {
             object->engine = std::make_unique<sim::ReferenceEngine>(c);

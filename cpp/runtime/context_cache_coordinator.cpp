@@ -539,6 +539,17 @@ ContextCacheMetrics ContextCacheCoordinator::metrics() const {
         m.hostFailedWrites = h.failedWrites;
         m.hostBytesToHost = h.bytesToHost;
         m.hostBytesToDevice = h.bytesToDevice;
+        tier::StoreLinkMetrics const& l = hostTier_->storeLinkMetrics();
+        m.storePutBlocks = l.putBlocks;
+        m.storeDroppedPuts = l.droppedPuts;
+        m.storeFailedPuts = l.failedPuts;
+        m.storeAskedBlocks = l.askedBlocks;
+        m.storeFetchedBlocks = l.loadedBlocks;
+        m.storeFailedLoads = l.failedLoads;
+        m.storeRejectedLoads = l.rejectedLoads;
+        m.storeLateBatches = l.lateBatches;
+        m.storeBreakerRefusals = l.breakerRefusals;
+        m.storeWaitMicros = l.waitMicros;
     }
     return m;
 }

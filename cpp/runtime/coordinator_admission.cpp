@@ -264,10 +264,14 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
     if (hostTier_ && !seq.bypass && !hasMedia && !pagedSpec && !profile_.usesCheckpointReuse() &&
         seq.reuse % pageSize_ == 0) {
         std::vector<PageId> const& pages = seq.lease.basePages();
+        uint64_t const storeBefore = hostTier_->metrics().storeLoadedBlocks;
         int32_t const loaded = hostTier_->loadHit({seq.hashes.data(), seq.hashes.size()}, n, seq.reuse / pageSize_,
                                                   pages.data(), pages.size());
         seq.reuse += loaded * pageSize_;
-        counters_.hostLoadedTokens += static_cast<uint64_t>(loaded) * static_cast<uint64_t>(pageSize_);
+        uint64_t const fromStore = hostTier_->metrics().storeLoadedBlocks - storeBefore;
+        uint64_t const page = static_cast<uint64_t>(pageSize_);
+        counters_.hostLoadedTokens += (static_cast<uint64_t>(loaded) - fromStore) * page;
+        counters_.storeLoadedTokens += fromStore * page;
     }
     return true;
 }

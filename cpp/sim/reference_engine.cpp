@@ -163,6 +163,8 @@ ReferenceEngine::ReferenceEngine(ReferenceEngineConfig const& config) : config_(
     cc.evictionPolicy = c.evictionPolicy;
     cc.hostTierPages = c.hostTierPages;
     cc.hostWritePolicy = c.hostWritePolicy;
+    cc.hostStore = c.hostStore;
+    cc.storeModel = c.storeModel;
     cc.maxBatch = c.maxBatch;
     cc.pageSize = c.deployment == DeploymentKind::kRecurrent ? c.pageSize : 0;
     cc.hashAlgorithm = c.hashAlgorithm;
@@ -420,6 +422,7 @@ std::vector<EngineOutput> ReferenceEngine::coldReference(std::vector<EngineReque
     ReferenceEngineConfig cold = config_;
     cold.reuse = false;
     cold.hostTierPages = 0;  // a cold run reuses nothing, from any tier
+    cold.hostStore = {};
     cold.swaPaging = false;  // the full history: what a window must reproduce
     cold.syncFailureRate = 0.0;
     ReferenceEngine engine(cold);

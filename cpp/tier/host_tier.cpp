@@ -91,7 +91,10 @@ HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, H
 
 HostTier::~HostTier() {
     if (manager_->baseBlockObserver() == this) manager_->setBaseBlockObserver(nullptr);
-    worker_.reset();  // first: the running batch may still read or write the slots (bounded by its deadline)
+    // The puts still queued are flushed, for at most one put deadline (another replica may reuse them); then the
+    // worker stops (the running batch may still read or write the slots: bounded by its deadline).
+    if (worker_) (void)worker_->drain(StoreClock::now() + config_.storeLink.putDeadline);
+    worker_.reset();
 }
 
 device::HostSlotLayout HostTier::layout() const noexcept {

@@ -77,13 +77,13 @@ void HostTier::putToStore(BlockHash const* hashes, int32_t const* slots, size_t 
         // The slots stay pinned (never dropped, never rewritten) until the store has read them.
         size_t const objectBytes = sizeof(StoreObjectHeader) + payloadBytes_;
         for (size_t i = 0; i < n; ++i) {
-            if (index_.pinRun(&pending.hashes[i], 1, pending.slots) == 0) pending.slots.push_back(HostTierIndex::kNoSlot);
+            if (index_.pinRun(&pending.hashes[i], 1, pending.slots) == 0)
+                pending.slots.push_back(HostTierIndex::kNoSlot);
             int32_t const slot = pending.slots.back();
             unsigned char* object = slot == HostTierIndex::kNoSlot ? nullptr : slotAddress(slot) + kStoreHeaderOffset;
             if (object) {
-                StoreObjectHeader const h = encodeStoreObjectHeader(layoutDigest_, pending.hashes[i],
-                                                                    manager_->pageSize(), object + sizeof(h),
-                                                                    payloadBytes_);
+                StoreObjectHeader const h = encodeStoreObjectHeader(
+                    layoutDigest_, pending.hashes[i], manager_->pageSize(), object + sizeof(h), payloadBytes_);
                 std::memcpy(object, &h, sizeof(h));
             }
             batch.data.push_back(object);
@@ -295,8 +295,8 @@ void HostTier::waitForStore(uint64_t ticket, StoreClock::time_point until) noexc
         }
         ticket = applyStore(std::move(*done));
     }
-    storeMetrics_.waitMicros += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(StoreClock::now() - start).count());
+    storeMetrics_.waitMicros +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(StoreClock::now() - start).count());
 }
 
 }  // namespace ctxcache::tier

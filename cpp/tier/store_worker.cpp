@@ -78,6 +78,7 @@ void StoreWorker::run() {
             if (queue_.empty()) return;  // stopping, nothing left
             job = std::move(queue_.front());
             queue_.pop_front();
+            running_ = true;
         }
         StoreBatch& b = job.batch;
         std::vector<int64_t> results(b.keys.size(), kStoreFailed);
@@ -100,6 +101,7 @@ void StoreWorker::run() {
             finished_.push_back(
                 StoreCompletion{job.ticket, std::move(job.batch), std::move(results), StoreClock::now()});
             record(finished_.back());
+            running_ = false;
         }
         done_.notify_all();
     }
@@ -140,6 +142,11 @@ std::optional<StoreCompletion> StoreWorker::wait(uint64_t ticket, StoreClock::ti
     StoreCompletion out = std::move(*it);
     finished_.erase(it);
     return out;
+}
+
+bool StoreWorker::drain(StoreClock::time_point until) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return done_.wait_until(lock, until, [&] { return queue_.empty() && !running_; });
 }
 
 bool StoreWorker::breakerOpen() const {

@@ -70,6 +70,7 @@ from .hashing import (
     hash_opaque_identity,
 )
 from .host_tier import BookkeepingStore, BookkeepingStoreMetrics, HostTier, HostTierMetrics, HostWritePolicy
+from .kv_store import KvStore, StoreLink, StoreLoadPolicy, StoreResult
 from .manager import (
     AcquireResult,
     CacheRecord,
@@ -178,6 +179,7 @@ __all__ = [
     "LeaseState", "LeasesOutstandingError", "LookupPolicy", "ManagerMetrics", "MediaSpanKey", "OutOfMemoryError",
     "PublicationGrowth", "PublishResult", "PublishStatus", "ResidentState", "ResourceDemand", "ResourceId",
     "BookkeepingStore", "BookkeepingStoreMetrics", "HostTier", "HostTierMetrics", "HostWritePolicy",
+    "KvStore", "StoreLink", "StoreLoadPolicy", "StoreResult",
     "ResourceType", "ReusePlan", "ReuseProbe", "ReusePlanKind", "ReusePlanMode", "SnapshotStorage", "SpecReplayDependency", "SpecReplayMode", "StatePart",
     "UnsupportedError", "abi_version", "cuda_compiled", "cuda_device_count", "device", "enums", "errors", "ffi",
     "hash_block", "hash_exact_prefix", "hash_full_blocks", "hash_opaque_identity", "hashing", "lib", "manager",

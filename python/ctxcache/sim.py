@@ -41,6 +41,7 @@ from .enums import CommitPolicy, EvictionPolicy, HashAlgorithm, SimDeployment, S
 from .errors import STATUS_EXCEPTIONS, ArgumentTypeError, InternalError, InvalidArgumentError
 from .events import KvEventSource
 from .host_tier import HostWritePolicy
+from .kv_store import StoreLink
 from .manager import eviction_policy_of
 from .retention import RetentionMetrics, RetentionSpec, c_retention_spec, clock_ns, retention_metrics_of
 from .runtime import ContextCacheMetrics, MediaItem
@@ -103,7 +104,9 @@ class ReferenceEngine(KvEventSource, Handle):
     requests are served one at a time and ``commit_policy`` defaults to prefill-state-only (the only one allowed).
     ``host_tier_pages=N`` (attention): a host-memory tier of N pages beside the KV pool (``host_write`` "back", the
     default, or "through"; docs/TIERS.md): evicted blocks come back as copies, and ``metrics.host_loaded_tokens``
-    counts the prompt tokens loaded from it.
+    counts the prompt tokens loaded from it. ``host_store=StoreLink(store, ...)`` (with a host tier): a byte store
+    shared with other replicas under it (ctxcache.kv_store): blocks written to the tier are put there, and a hit the
+    host cannot extend is asked of it; ``metrics.store_loaded_tokens`` counts what came from it.
     """
 
     _destroy = staticmethod(lib.ctxc_sim_engine_destroy)
@@ -117,7 +120,7 @@ class ReferenceEngine(KvEventSource, Handle):
                  hash_algorithm: Any = HashAlgorithm.SHA256, sync_failure_rate: float = 0.0,
                  fault_seed: int = 1, sliding_window: int = 0, speculative: Any = None,
                  eviction_policy: Any = EvictionPolicy.RECORD_LRU, host_tier_pages: int = 0,
-                 host_write: Any = "back") -> None:
+                 host_write: Any = "back", host_store: StoreLink | None = None) -> None:
         o = new_output("ctxc_sim_engine_options_t")
         lib.ctxc_sim_engine_options_init(o)
         o.deployment = _arrays.enum_member(SimDeployment, deployment, "deployment")
@@ -153,6 +156,12 @@ class ReferenceEngine(KvEventSource, Handle):
             raise ArgumentTypeError(f"sync_failure_rate must be a number, got {type(sync_failure_rate).__name__}")
         o.sync_failure_rate = float(sync_failure_rate)
         o.sliding_window = _arrays.integer(sliding_window, "sliding_window", minimum=None)
+        link = None
+        if host_store is not None:
+            if not isinstance(host_store, StoreLink):
+                raise ArgumentTypeError(f"host_store must be a StoreLink (got {type(host_store).__name__})")
+            link = host_store.options()  # (options, the model's bytes): alive through the create call
+            o.host_store = link[0]
         out = ffi.new("ctxc_sim_engine_t **")
         check(lib.ctxc_sim_engine_create(o, out))
         super().__init__(out[0])

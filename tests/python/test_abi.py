@@ -41,7 +41,7 @@ pytest_plugins = ["pytester"]
 
 def test_abi_version_of_library_matches_header():
     declared = int(re.search(r"#define\s+CTXC_ABI_VERSION\s+(\d+)", HEADER_TEXT).group(1))
-    assert declared == 4
+    assert declared == 5
     assert ctxcache.HEADER_ABI_VERSION == declared
     assert ctxcache.abi_version() == declared
     assert lib.ctxc_abi_version() == declared
@@ -151,6 +151,8 @@ ENUM_GROUPS = {
     "CTXC_SIM_DEPLOYMENT_": enums.SimDeployment,
     "CTXC_SIM_SPECULATIVE_": enums.SimSpeculative,
     "CTXC_HOST_WRITE_": ctxcache.HostWritePolicy,
+    "CTXC_KV_STORE_": ctxcache.StoreResult,
+    "CTXC_STORE_LOAD_": ctxcache.StoreLoadPolicy,
 }
 # Constants that are no enum member, each with the Python name that mirrors it (None: nothing to mirror).
 SINGLE_CONSTANTS = {

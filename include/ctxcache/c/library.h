@@ -18,7 +18,7 @@ extern "C" {
 #define CTXC_API
 #endif
 
-#define CTXC_ABI_VERSION 4
+#define CTXC_ABI_VERSION 5
 
 typedef enum ctxc_status {
     CTXC_OK = 0,

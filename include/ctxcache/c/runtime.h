@@ -8,6 +8,7 @@
 #include "ctxcache/c/device.h"
 #include "ctxcache/c/manager.h"
 #include "ctxcache/c/retention.h"
+#include "ctxcache/c/store.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -161,6 +162,10 @@ typedef struct ctxc_coordinator_options {
      * them). Options from ctxc_coordinator_options_init (or zeroed) have none. */
     int32_t host_tier_pages;
     int32_t host_write_policy; /* CTXC_HOST_WRITE_BACK (default) or CTXC_HOST_WRITE_THROUGH */
+    /* NULL, or a byte store shared with other replicas under the host tier (c/store.h; needs host_tier_pages > 0):
+     * blocks written to the tier are put there, and a hit the host cannot extend further is asked of it. Read
+     * at creation (the coordinator holds the store). Since CTXC_ABI_VERSION 5. */
+    const ctxc_store_link_options_t *host_store;
 } ctxc_coordinator_options_t;
 
 /* Every field of the runtime's ContextCacheMetrics: cumulative counters, then occupancy now. */
@@ -211,6 +216,21 @@ typedef struct ctxc_context_cache_metrics {
     uint64_t host_failed_writes;
     uint64_t host_bytes_to_host;
     uint64_t host_bytes_to_device;
+    /* The byte store under the host tier (all 0 without one; since CTXC_ABI_VERSION 5): prompt tokens loaded
+     * from it (host_loaded_tokens counts the host's own), blocks put, puts dropped (full, or the breaker open) and
+     * failed, blocks asked, loads failed and objects rejected (a miss each), batches an extension stopped waiting
+     * for, batches the open breaker kept back, and the time extensions waited. */
+    uint64_t store_loaded_tokens;
+    uint64_t store_put_blocks;
+    uint64_t store_dropped_puts;
+    uint64_t store_failed_puts;
+    uint64_t store_asked_blocks;
+    uint64_t store_fetched_blocks; /* objects got and validated into host slots (waited for or not) */
+    uint64_t store_failed_loads;
+    uint64_t store_rejected_loads;
+    uint64_t store_late_batches;
+    uint64_t store_breaker_refusals;
+    uint64_t store_wait_micros;
 } ctxc_context_cache_metrics_t;
 
 typedef struct ctxc_coordinator_info {

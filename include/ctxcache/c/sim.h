@@ -63,6 +63,9 @@ typedef struct ctxc_sim_engine_options {
     int32_t eviction_policy; /* CTXC_EVICTION_RECORD_LRU (default) or CTXC_EVICTION_RECORD_LRU_TRIM */
     int32_t host_tier_pages; /* >= 0: a host-memory tier of this many pages (attention deployment; 0: none) */
     int32_t host_write_policy; /* CTXC_HOST_WRITE_BACK (default) or CTXC_HOST_WRITE_THROUGH */
+    /* NULL, or a byte store under the host tier (as ctxc_coordinator_options_t::host_store; needs
+     * host_tier_pages > 0; a cold run never uses it). Since CTXC_ABI_VERSION 5. */
+    const ctxc_store_link_options_t *host_store;
 } ctxc_sim_engine_options_t;
 
 typedef struct ctxc_sim_request {

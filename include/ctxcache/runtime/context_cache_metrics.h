@@ -58,6 +58,20 @@ struct ContextCacheMetrics {
     uint64_t hostFailedWrites = 0;
     uint64_t hostBytesToHost = 0;
     uint64_t hostBytesToDevice = 0;
+    // The byte store under the host tier (ContextCacheConfig::hostStore; all 0 without one): prompt tokens loaded
+    // from it (through host slots; hostLoadedTokens counts the host's own), and its link's counters
+    // (tier/store_link.h).
+    uint64_t storeLoadedTokens = 0;
+    uint64_t storePutBlocks = 0;
+    uint64_t storeDroppedPuts = 0;
+    uint64_t storeFailedPuts = 0;
+    uint64_t storeAskedBlocks = 0;
+    uint64_t storeFetchedBlocks = 0;  // objects got and validated into host slots (waited for or not)
+    uint64_t storeFailedLoads = 0;
+    uint64_t storeRejectedLoads = 0;
+    uint64_t storeLateBatches = 0;
+    uint64_t storeBreakerRefusals = 0;
+    uint64_t storeWaitMicros = 0;
 };
 
 }  // namespace ctxcache::runtime

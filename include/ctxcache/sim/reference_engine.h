@@ -103,6 +103,10 @@ struct ReferenceEngineConfig {
     // ContextCacheConfig::hostTierPages): evicted blocks come back as copies. 0: none.
     int32_t hostTierPages = 0;
     tier::HostWritePolicy hostWritePolicy = tier::HostWritePolicy::kWriteBack;
+    // A byte store under the host tier (ContextCacheConfig::hostStore; a cold run never uses it), and the model
+    // identity its keys name.
+    tier::StoreLinkOptions hostStore;
+    std::string storeModel = "ctxcache";
 };
 
 struct EngineRequest {

@@ -45,7 +45,8 @@
 //             synchronisation per publication or evicted record with storage). Memory: the index's.
 // Threading:  single writer: the manager's thread, as the manager (the tier is called inside its calls); with a
 //             byte store, one worker thread of the tier's own calls the store. Destroy the tier before its manager
-//             (the destructor detaches it, then stops the worker: bounded by the running batch's deadline).
+//             (the destructor detaches it, flushes the queued store batches for at most one put deadline, then
+//             stops the worker: bounded by the running batch's deadline).
 #pragma once
 
 #include <cstdint>

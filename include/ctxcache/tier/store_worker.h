@@ -78,6 +78,10 @@ public:
     // poll hands it out later).
     std::optional<StoreCompletion> wait(uint64_t ticket, StoreClock::time_point until);
 
+    // Waits until every queued batch has run (or `until`); returns whether they all did. Completions stay for
+    // poll. (A tier going away flushes its puts this way, bounded.)
+    bool drain(StoreClock::time_point until);
+
     bool breakerOpen() const;
     StoreWorkerCounters counters() const;
 
@@ -97,6 +101,7 @@ private:
     std::deque<StoreCompletion> finished_;
     uint64_t nextTicket_ = 1;
     bool stopping_ = false;
+    bool running_ = false;  // the worker is calling the store
     int consecutiveFailures_ = 0;
     bool halfOpenInFlight_ = false;
     StoreClock::time_point openUntil_{};

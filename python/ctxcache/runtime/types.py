@@ -145,6 +145,21 @@ class ContextCacheMetrics:
     host_failed_writes: int
     host_bytes_to_host: int
     host_bytes_to_device: int
+    # The byte store under the host tier (0 without one; ctxcache.kv_store): prompt tokens loaded from it
+    # (host_loaded_tokens counts the host's own), puts done, dropped and failed, blocks asked, loads failed and
+    # objects rejected (a miss each), batches an extension stopped waiting for, batches the open breaker kept back,
+    # and the time extensions waited.
+    store_loaded_tokens: int = 0
+    store_put_blocks: int = 0
+    store_dropped_puts: int = 0
+    store_failed_puts: int = 0
+    store_asked_blocks: int = 0
+    store_fetched_blocks: int = 0  # objects got and validated into host slots (waited for or not)
+    store_failed_loads: int = 0
+    store_rejected_loads: int = 0
+    store_late_batches: int = 0
+    store_breaker_refusals: int = 0
+    store_wait_micros: int = 0
 
 
 

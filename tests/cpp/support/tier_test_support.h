@@ -16,7 +16,8 @@ namespace ctxcache::test {
 constexpr int32_t kPage = 4;
 
 // Acquires and publishes a cold prompt of hashes.size() full blocks plus `extra` tokens; returns its block pages.
-inline std::vector<PageId> publishPrompt(ContextCacheManager& m, std::vector<BlockHash> const& hashes, int32_t extra = 1) {
+inline std::vector<PageId> publishPrompt(ContextCacheManager& m, std::vector<BlockHash> const& hashes,
+                                         int32_t extra = 1) {
     int32_t const tokens = static_cast<int32_t>(hashes.size()) * kPage + extra;
     AcquireResult r = m.acquireVanilla(hashes, tokens);
     EXPECT_EQ(r.status, AcquireStatus::kAcquired);

@@ -164,23 +164,23 @@ TEST(HostTierByteStore, EveryObjectThatIsNotWhatWasPutIsAMissCountedByVerdict) {
     struct Fault {
         char const* name;
         std::function<void(std::vector<unsigned char>&)> apply;
-        uint64_t StoreLinkMetrics::*counter;
+        uint64_t StoreLinkMetrics::* counter;
     };
     std::vector<Fault> const faults = {
         {"corrupt", [&](auto& o) { o[sizeof(StoreObjectHeader) + 10] ^= 0x40; }, &StoreLinkMetrics::rejectedCorrupt},
-        {"short", [&](auto& o) { o.resize(sizeof(StoreObjectHeader) + payload / 2); }, &StoreLinkMetrics::rejectedShort},
+        {"short", [&](auto& o) { o.resize(sizeof(StoreObjectHeader) + payload / 2); },
+         &StoreLinkMetrics::rejectedShort},
         {"foreign", [&](auto& o) { header(o)->magic ^= 1; }, &StoreLinkMetrics::rejectedForeign},
         {"other layout", [&](auto& o) { header(o)->layoutDigest ^= 1; }, &StoreLinkMetrics::rejectedOtherLayout},
         {"other block", [&](auto& o) { header(o)->hashLo ^= 1; }, &StoreLinkMetrics::rejectedOtherBlock},
         {"wrong length",
          [&](auto& o) {
-             StoreObjectHeader const h = *header(o);
-             o.resize(o.size() - 8);
-             StoreObjectHeader const shorter = encodeStoreObjectHeader(
-                 h.layoutDigest, BlockHash{h.hashHi, h.hashLo}, h.tokens, o.data() + sizeof(h), payload - 8);
-             std::memcpy(o.data(), &shorter, sizeof(shorter));
-         },
-         &StoreLinkMetrics::rejectedWrongLength},
+        StoreObjectHeader const h = *header(o);
+        o.resize(o.size() - 8);
+        StoreObjectHeader const shorter = encodeStoreObjectHeader(h.layoutDigest, BlockHash{h.hashHi, h.hashLo},
+                                                                  h.tokens, o.data() + sizeof(h), payload - 8);
+        std::memcpy(o.data(), &shorter, sizeof(shorter));
+    }, &StoreLinkMetrics::rejectedWrongLength},
         {"too large", [&](auto& o) { o.resize(o.size() + 256); }, &StoreLinkMetrics::failedLoads},
     };
     uint64_t block = 100;
