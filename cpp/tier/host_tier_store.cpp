@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ctxcache/errors.h"
 #include "ctxcache/tier/host_tier.h"
 
 namespace ctxcache::tier {
@@ -73,32 +74,20 @@ void HostTier::putToStore(BlockHash const* hashes, int32_t const* slots, size_t 
         batch.data.reserve(n);
         batch.sizes.reserve(n);
         pending.slots.reserve(n);
-        for (BlockHash const& h : pending.hashes) batch.keys.push_back(storeKey(config_.storeLink.keyPrefix, h));
-        // The slots stay pinned (never dropped, never rewritten) until the store has read them.
+        // The slots stay pinned (never dropped, never rewritten) until the store has read them. The blocks were
+        // just completed, so each is resident: pinRun pins exactly its slot.
         size_t const objectBytes = sizeof(StoreObjectHeader) + payloadBytes_;
-        for (size_t i = 0; i < n; ++i) {
-            if (index_.pinRun(&pending.hashes[i], 1, pending.slots) == 0)
-                pending.slots.push_back(HostTierIndex::kNoSlot);
-            int32_t const slot = pending.slots.back();
-            unsigned char* object = slot == HostTierIndex::kNoSlot ? nullptr : slotAddress(slot) + kStoreHeaderOffset;
-            if (object) {
-                StoreObjectHeader const h = encodeStoreObjectHeader(
-                    layoutDigest_, pending.hashes[i], manager_->pageSize(), object + sizeof(h), payloadBytes_);
-                std::memcpy(object, &h, sizeof(h));
-            }
+        for (BlockHash const& hash : pending.hashes) {
+            if (index_.pinRun(&hash, 1, pending.slots) == 0)
+                throw ContractError("HostTier: a put's block is not resident");
+            unsigned char* object = slotAddress(pending.slots.back()) + kStoreHeaderOffset;
+            StoreObjectHeader const h =
+                encodeStoreObjectHeader(layoutDigest_, hash, manager_->pageSize(), object + sizeof(h), payloadBytes_);
+            std::memcpy(object, &h, sizeof(h));
+            batch.keys.push_back(storeKey(config_.storeLink.keyPrefix, hash));
             batch.data.push_back(object);
-            batch.sizes.push_back(object ? objectBytes : 0);
+            batch.sizes.push_back(objectBytes);
         }
-        // (A slot that was not resident cannot occur: the blocks were just completed. Defensively, it is left out.)
-        for (size_t i = n; i-- > 0;) {
-            if (pending.slots[i] != HostTierIndex::kNoSlot) continue;
-            pending.slots.erase(pending.slots.begin() + static_cast<std::ptrdiff_t>(i));
-            pending.hashes.erase(pending.hashes.begin() + static_cast<std::ptrdiff_t>(i));
-            batch.keys.erase(batch.keys.begin() + static_cast<std::ptrdiff_t>(i));
-            batch.data.erase(batch.data.begin() + static_cast<std::ptrdiff_t>(i));
-            batch.sizes.erase(batch.sizes.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-        if (pending.slots.empty()) return;
         batch.deadline = StoreClock::now() + config_.storeLink.putDeadline;
         uint64_t ticket = 0;
         if (worker_->submit(std::move(batch), &ticket) == StoreWorker::Submit::kOpen) {
@@ -111,11 +100,8 @@ void HostTier::putToStore(BlockHash const* hashes, int32_t const* slots, size_t 
     } catch (...) {
         // Out of memory: the puts are not sent (another replica recomputes those blocks); the pins go back.
         storeMetrics_.failedPuts += pending.hashes.size();
-        std::vector<int32_t> pinned;
-        for (int32_t slot : pending.slots)
-            if (slot != HostTierIndex::kNoSlot) pinned.push_back(slot);
         try {
-            index_.unpin(pinned.data(), pinned.size());
+            index_.unpin(pending.slots.data(), pending.slots.size());  // exactly the slots pinned so far
         } catch (...) {
         }
     }
