@@ -482,6 +482,27 @@ CTXC_API ctxc_status_t ctxc_coordinator_metrics(const ctxc_coordinator_t* coordi
     });
 }
 
+CTXC_API ctxc_status_t ctxc_coordinator_poll_store(ctxc_coordinator_t* coordinator, size_t* out_applied,
+                                                   size_t* out_in_flight) {
+    return guard(__func__, [&] {
+        size_t& applied = requireOut(out_applied, "out_applied");
+        ContextCacheCoordinator& c = *requireCoordinator(coordinator).coordinator;
+        applied = c.pollStore();
+        if (out_in_flight) *out_in_flight = c.storeBatchesInFlight();
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_coordinator_host_tier_memory(const ctxc_coordinator_t* coordinator, void** out_data,
+                                                         size_t* out_bytes) {
+    return guard(__func__, [&] {
+        void*& data = requireOut(out_data, "out_data");
+        size_t& bytes = requireOut(out_bytes, "out_bytes");
+        device::HostBuffer const* memory = requireCoordinator(coordinator).coordinator->hostTierMemory();
+        data = memory ? memory->data() : nullptr;
+        bytes = memory ? memory->size() : 0;
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_coordinator_info(const ctxc_coordinator_t* coordinator, ctxc_coordinator_info_t* out_info) {
     return guard(__func__, [&] {
         ctxc_coordinator_info_t& out = requireSized(out_info, "out_info");

@@ -243,6 +243,29 @@ CTXC_API ctxc_status_t ctxc_sim_engine_peak_pages_per_sequence(const ctxc_sim_en
     });
 }
 
+CTXC_API ctxc_status_t ctxc_sim_engine_poll_store(ctxc_sim_engine_t* engine, size_t* out_applied,
+                                                  size_t* out_in_flight) {
+    return guard(__func__, [&] {
+        size_t& applied = requireOut(out_applied, "out_applied");
+        sim::ReferenceEngine& e = requireEngine(engine);
+        runtime::ContextCacheCoordinator* c = e.swaManager() ? nullptr : &e.coordinator();
+        applied = c ? c->pollStore() : 0;
+        if (out_in_flight) *out_in_flight = c ? c->storeBatchesInFlight() : 0;
+    });
+}
+
+CTXC_API ctxc_status_t ctxc_sim_engine_host_tier_memory(const ctxc_sim_engine_t* engine, void** out_data,
+                                                        size_t* out_bytes) {
+    return guard(__func__, [&] {
+        void*& data = requireOut(out_data, "out_data");
+        size_t& bytes = requireOut(out_bytes, "out_bytes");
+        sim::ReferenceEngine& e = requireEngine(engine);
+        device::HostBuffer const* memory = e.swaManager() ? nullptr : e.coordinator().hostTierMemory();
+        data = memory ? memory->data() : nullptr;
+        bytes = memory ? memory->size() : 0;
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_sim_engine_metrics(const ctxc_sim_engine_t* engine,
                                                ctxc_context_cache_metrics_t* out_metrics) {
     return guard(__func__, [&] {

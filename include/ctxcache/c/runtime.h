@@ -312,6 +312,17 @@ CTXC_API ctxc_status_t ctxc_coordinator_destroy(ctxc_coordinator_t *coordinator)
 CTXC_API ctxc_status_t ctxc_coordinator_metrics(const ctxc_coordinator_t *coordinator,
                                                 ctxc_context_cache_metrics_t *out_metrics);
 CTXC_API ctxc_status_t ctxc_coordinator_info(const ctxc_coordinator_t *coordinator, ctxc_coordinator_info_t *out_info);
+/* The host tier's memory (its slots, host_tier_pages of them): *out_data and *out_bytes, NULL and 0 without a tier.
+ * A byte store that moves bytes without a copy registers this range with its transport before serving (Mooncake
+ * Store's register_buffer). Valid until the coordinator is destroyed. Since CTXC_ABI_VERSION 5. */
+/* Applies the host tier's finished byte-store batches (puts done, objects arrived: their counters move, their
+ * blocks become host blocks), as every request's acquire does first: for a runtime with idle time between requests.
+ * *out_applied: batches applied now; *out_in_flight (NULL allowed): batches still at the store. 0 and 0 without a
+ * store. Since CTXC_ABI_VERSION 5. */
+CTXC_API ctxc_status_t ctxc_coordinator_poll_store(ctxc_coordinator_t *coordinator, size_t *out_applied,
+                                                   size_t *out_in_flight);
+CTXC_API ctxc_status_t ctxc_coordinator_host_tier_memory(const ctxc_coordinator_t *coordinator, void **out_data,
+                                                         size_t *out_bytes);
 /* Re-synchronise the quarantined requests and free them: CTXC_OK clears the poison; CTXC_E_POISONED when a
  * synchronisation still fails; CTXC_E_REQUEST_FAILED (poison cleared) when requests are still live. */
 CTXC_API ctxc_status_t ctxc_coordinator_shutdown(ctxc_coordinator_t *coordinator);

@@ -131,6 +131,12 @@ CTXC_API ctxc_status_t ctxc_sim_engine_check_invariants(const ctxc_sim_engine_t 
 /* With sliding_window > 0: the most pages one sequence had mapped at once (at most the private reservation,
  * 2 * (ceil(W / page_size) + 1) + 1); 0 for an engine without a window. */
 CTXC_API ctxc_status_t ctxc_sim_engine_peak_pages_per_sequence(const ctxc_sim_engine_t *engine, int32_t *out_pages);
+/* As ctxc_coordinator_poll_store on the engine's coordinator (0 and 0 without one). */
+CTXC_API ctxc_status_t ctxc_sim_engine_poll_store(ctxc_sim_engine_t *engine, size_t *out_applied,
+                                                  size_t *out_in_flight);
+/* The host tier's memory (as ctxc_coordinator_host_tier_memory): NULL and 0 without a tier (or a coordinator). */
+CTXC_API ctxc_status_t ctxc_sim_engine_host_tier_memory(const ctxc_sim_engine_t *engine, void **out_data,
+                                                        size_t *out_bytes);
 /* Evict every record, then *out_full = 1 when every pool is full again (else 0, and ctxc_last_error() says which
  * pool is not). */
 CTXC_API ctxc_status_t ctxc_sim_engine_drain(ctxc_sim_engine_t *engine, int32_t *out_full);

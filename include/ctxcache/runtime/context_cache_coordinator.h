@@ -286,6 +286,16 @@ public:
     ContextCacheManager& manager() noexcept { return manager_; }
     ContextCacheManager const& manager() const noexcept { return manager_; }
     tier::HostTier const* hostTier() const noexcept { return hostTier_.get(); }
+    // Applies the host tier's finished byte-store batches (HostTier::pollStore; 0 without a store): what every
+    // acquire does first, for a runtime with idle time between requests. Single writer.
+    size_t pollStore() { return hostTier_ ? hostTier_->pollStore() : 0; }
+    size_t storeBatchesInFlight() const noexcept { return hostTier_ ? hostTier_->storeBatchesInFlight() : 0; }
+    // The host tier's slots (the resources' hostTierMemory or the coordinator's own), nullptr without a tier: what a
+    // byte store registers for zero-copy puts and gets.
+    device::HostBuffer const* hostTierMemory() const noexcept {
+        if (!hostTier_) return nullptr;
+        return resources_.hostTierMemory ? resources_.hostTierMemory : &*hostMemory_;
+    }
     ContextCacheDeploymentProfile const& profile() const noexcept { return profile_; }
     ContextCacheConfig const& config() const noexcept { return config_; }
     BlockHasher const& hasher() const noexcept { return hasher_; }

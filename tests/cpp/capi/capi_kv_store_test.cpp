@@ -126,6 +126,7 @@ struct MapStore {
     std::mutex mutex;
     std::map<std::string, std::vector<unsigned char>> objects;
     std::vector<std::string> keysSeen;
+    std::vector<std::pair<uintptr_t, size_t>> putRanges;  // where each put's bytes were
     int releases = 0;
     int exists = 0, puts = 0, gets = 0;
 };
@@ -143,6 +144,7 @@ void mapPut(void* user, char const* const* keys, void const* const* data, size_t
     ++s.puts;
     for (size_t i = 0; i < count; ++i) {
         s.keysSeen.emplace_back(keys[i]);
+        s.putRanges.emplace_back(reinterpret_cast<uintptr_t>(data[i]), sizes[i]);
         auto const* p = static_cast<unsigned char const*>(data[i]);
         s.objects.emplace(keys[i], std::vector<unsigned char>(p, p + sizes[i]));  // the first value stays
         results[i] = 0;
@@ -180,8 +182,24 @@ TEST(CApiKvStore, ARuntimesOwnStoreThroughTheCallbackTable) {
     ctxc_kv_store_t* store = nullptr;
     ASSERT_EQ(ctxc_kv_store_create(&c, &store), CTXC_OK) << ctxc_last_error();
     ctxc_sim_engine_t* a = makeEngine(store);
+    void* tierData = nullptr;
+    size_t tierBytes = 0;
+    ASSERT_EQ(ctxc_sim_engine_host_tier_memory(a, &tierData, &tierBytes), CTXC_OK) << ctxc_last_error();
+    ASSERT_NE(tierData, nullptr);
+    EXPECT_EQ(tierBytes % 64u, 0u);
     std::vector<std::vector<int32_t>> const ps = prompts(2, 3);
     serve(a, ps, 0);
+    // Applied without another request: poll until no batch is at the store (bounded).
+    size_t applied = 0, inFlight = 1;
+    for (int i = 0; i < 400 && inFlight > 0; ++i) {
+        size_t now = 0;
+        ASSERT_EQ(ctxc_sim_engine_poll_store(a, &now, &inFlight), CTXC_OK) << ctxc_last_error();
+        applied += now;
+        if (inFlight) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(inFlight, 0u);
+    EXPECT_GT(applied, 0u);
+    EXPECT_GE(metrics(a).store_put_blocks, 7u);  // counted without a further request
     EXPECT_EQ(ctxc_sim_engine_destroy(a), CTXC_OK);  // its worker stops; its puts were sent
     EXPECT_EQ(map.releases, 0);                      // the handle still holds the store
     {
@@ -192,6 +210,12 @@ TEST(CApiKvStore, ARuntimesOwnStoreThroughTheCallbackTable) {
         EXPECT_EQ(k.rfind("ctxcache@tp_rank:0@pp_rank:0@kv:fp16:p16:l2:", 0), 0u) << k;
         EXPECT_NE(k.find("@sha256@"), std::string::npos) << k;
         EXPECT_EQ(k.size() - k.rfind('@') - 1, 32u) << k;
+        // Every put came straight from the tier's slots (what a zero-copy store registers), never a copy.
+        uintptr_t const begin = reinterpret_cast<uintptr_t>(tierData);
+        for (auto const& [at, size] : map.putRanges) {
+            EXPECT_GE(at, begin);
+            EXPECT_LE(at + size, begin + tierBytes);
+        }
     }
     ctxc_sim_engine_t* b = makeEngine(store);
     Served const got = serve(b, ps, 0);
@@ -202,6 +226,36 @@ TEST(CApiKvStore, ARuntimesOwnStoreThroughTheCallbackTable) {
     EXPECT_EQ(map.releases, 0);  // B still holds it
     EXPECT_EQ(ctxc_sim_engine_destroy(b), CTXC_OK);
     EXPECT_EQ(map.releases, 1);
+}
+
+TEST(CApiKvStore, PollAndTierMemoryWithoutAStoreOrATier) {
+    ctxc_sim_engine_options_t o;
+    ctxc_sim_engine_options_init(&o);
+    o.base_pages = 24;
+    ctxc_sim_engine_t* plain = nullptr;
+    ASSERT_EQ(ctxc_sim_engine_create(&o, &plain), CTXC_OK) << ctxc_last_error();
+    size_t applied = 7, inFlight = 7;
+    EXPECT_EQ(ctxc_sim_engine_poll_store(plain, &applied, &inFlight), CTXC_OK);
+    EXPECT_EQ(applied, 0u);
+    EXPECT_EQ(inFlight, 0u);
+    EXPECT_EQ(ctxc_sim_engine_poll_store(plain, &applied, nullptr), CTXC_OK);  // in flight is optional
+    void* data = &o;
+    size_t bytes = 7;
+    EXPECT_EQ(ctxc_sim_engine_host_tier_memory(plain, &data, &bytes), CTXC_OK);
+    EXPECT_EQ(data, nullptr);
+    EXPECT_EQ(bytes, 0u);
+    EXPECT_EQ(ctxc_sim_engine_poll_store(plain, nullptr, &inFlight), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_sim_engine_host_tier_memory(plain, nullptr, &bytes), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(ctxc_sim_engine_host_tier_memory(plain, &data, nullptr), CTXC_E_INVALID_ARGUMENT);
+    ctxc_sim_engine_t* tiered = makeEngine(nullptr, 32);  // a tier, no store
+    EXPECT_EQ(ctxc_sim_engine_host_tier_memory(tiered, &data, &bytes), CTXC_OK);
+    EXPECT_NE(data, nullptr);
+    EXPECT_EQ(bytes, 32u * (2 * 2 * 2 * 8 * 16 * 2 + 256));  // 32 slots: header + every layer's K and V of a page
+    EXPECT_EQ(ctxc_sim_engine_poll_store(tiered, &applied, &inFlight), CTXC_OK);
+    EXPECT_EQ(inFlight, 0u);
+    EXPECT_EQ(ctxc_sim_engine_destroy(tiered), CTXC_OK);
+    EXPECT_EQ(ctxc_sim_engine_destroy(plain), CTXC_OK);
+    EXPECT_EQ(ctxc_sim_engine_poll_store(plain, &applied, &inFlight), CTXC_E_INVALID_HANDLE);  // a stale handle
 }
 
 TEST(CApiKvStore, BadOptionsAreRefusedWithNothingCreated) {
