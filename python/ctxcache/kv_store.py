@@ -200,3 +200,33 @@ class StoreLink:
                 raise InvalidArgumentError(f"{name} must be between 0 and 3600 seconds (got {value})")
             setattr(o, field, int(round(value * scale)))
         return o, model
+
+
+def open_store(url: str) -> KvStore:
+    """A store by URL: ``memory://`` (in process; ``memory://?capacity=1GiB`` bounds it) or
+    ``mooncake://HOST:PORT?metadata=...`` (:meth:`ctxcache.mooncake_store.MooncakeStore.from_url`; the
+    ``mooncake`` extra). A Mooncake backend is set up in the background (:meth:`MooncakeStore.wait_ready`); the
+    caller closes the returned store and then its ``backend``. InvalidArgumentError for any other URL."""
+    from urllib.parse import parse_qs, urlsplit
+
+    if not isinstance(url, str):
+        raise ArgumentTypeError(f"a store URL must be a str (got {type(url).__name__})")
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        unknown = sorted(set(query) - {"capacity"})
+        if parts.netloc or parts.path or unknown:
+            raise InvalidArgumentError(f"an in-process store URL is memory:// or memory://?capacity=SIZE (got {url!r})")
+        from .mooncake_store import parse_size
+
+        return KvStore.memory(parse_size(query.get("capacity", "0"), "capacity"))
+    if parts.scheme == "mooncake":
+        from .mooncake_store import MooncakeStore
+
+        backend = MooncakeStore.from_url(url)
+        try:
+            return KvStore.from_backend(backend)
+        except BaseException:
+            backend.close()
+            raise
+    raise InvalidArgumentError(f"a store URL starts with mooncake:// or memory:// (got {url!r})")

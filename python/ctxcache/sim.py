@@ -165,6 +165,41 @@ class ReferenceEngine(KvEventSource, Handle):
         out = ffi.new("ctxc_sim_engine_t **")
         check(lib.ctxc_sim_engine_create(o, out))
         super().__init__(out[0])
+        self._registered: tuple[Any, int] | None = None  # (store backend, address) of the tier's registered memory
+        if host_store is not None:
+            self._register_tier_memory(host_store.store.backend)
+
+    def _register_tier_memory(self, backend: Any) -> None:
+        # A backend that moves bytes without a copy (MooncakeStore) registers the host tier's slots before the
+        # first put; the range is unregistered at close(), before the engine's memory goes.
+        if backend is None or not callable(getattr(backend, "register_memory", None)):
+            return
+        address, size = self.host_tier_memory
+        if size:
+            backend.register_memory(address, size)
+            self._registered = (backend, address)
+
+    def poll_store(self) -> tuple[int, int]:
+        """Applies the host tier's finished store batches (as every request does first): (applied now, still at
+        the store); (0, 0) without a store."""
+        applied = ffi.new("size_t *")
+        in_flight = ffi.new("size_t *")
+        check(lib.ctxc_sim_engine_poll_store(self._live(), applied, in_flight))
+        return int(applied[0]), int(in_flight[0])
+
+    @property
+    def host_tier_memory(self) -> tuple[int, int]:
+        """(address, bytes) of the host tier's slots; (0, 0) without a tier."""
+        data = ffi.new("void **")
+        size = ffi.new("size_t *")
+        check(lib.ctxc_sim_engine_host_tier_memory(self._live(), data, size))
+        return int(ffi.cast("uintptr_t", data[0])), int(size[0])
+
+    def close(self) -> None:
+        super().close()
+        registered, self._registered = getattr(self, "_registered", None), None
+        if registered is not None:
+            registered[0].unregister_memory(registered[1])
 
     def serve(self, requests: Sequence[Request], *,
               should_stop: Callable[[], bool] | None = None) -> list[Output]:

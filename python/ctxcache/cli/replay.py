@@ -139,6 +139,9 @@ class Settings:
     replicas: int = 1  # bookkeeping-only: the workload dealt to this many replicas, each with its own pool and tier
     deal: str = "round-robin"  # how requests go to replicas: "round-robin" or "conversation"
     store_pages: int = 0  # bookkeeping-only: a store of this many pages shared by every replica (0: none)
+    store_url: str | None = None  # full mode: a byte store under the host tier (memory://, mooncake://...)
+    store_policy: str = "wait"  # "wait" (up to store_deadline_ms) or "best-effort"
+    store_deadline_ms: float = 50.0
 
 
 @dataclass
@@ -428,6 +431,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     if settings.mode == "hybrid":
         raise SettingsError("--mode hybrid needs the full engine (its checkpoints are exact-state digests); "
                             "drop --bookkeeping-only")
+    if settings.store_url:
+        raise SettingsError("--store moves bytes: drop --bookkeeping-only (bookkeeping models a shared store with "
+                            "--store-pages N)")
     spec = settings.mode == "spec"
     page_size = settings.page_size
     n_replicas = settings.replicas
@@ -586,6 +592,10 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     if settings.host_tier_pages > 0 and settings.mode != "vanilla":
         raise SettingsError("--host-tier-pages: the host tier holds base-KV pages of attention models; "
                             f"--mode {settings.mode} keeps state it does not hold (use --mode vanilla)")
+    if settings.store_url and settings.host_tier_pages <= 0:
+        raise SettingsError("--store: the store sits under the host tier; add --host-tier-pages N")
+    if not 0 <= settings.store_deadline_ms <= 60_000:
+        raise SettingsError(f"--store-deadline-ms must be between 0 and 60000 (got {settings.store_deadline_ms:g})")
     m = measured if measured is not None else Measured("full", capacity_pages)
     pool_bytes = capacity_pages * settings.page_size * _BYTES_PER_TOKEN * (2 if settings.mode == "spec" else 1)
     if pool_bytes > FULL_MODE_MAX_POOL_BYTES:
@@ -593,16 +603,22 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                             f"{capacity_pages} pages; use --bookkeeping-only, a smaller --capacity-tokens, or "
                             f"--limit")
     requests = prepared.requests
+    stack = ExitStack()
     widest = minimum_capacity_pages(requests, settings) + 1
     max_batch = min(settings.batch_size, max(1, len(requests)))  # no batch holds more than the workload
-    engine = sim.ReferenceEngine(
-        MODES[settings.mode], page_size=settings.page_size, base_pages=capacity_pages,
-        max_records=settings.max_records, max_batch=max_batch, max_pages_per_sequence=widest,
-        snapshot_slots=max(64, 2 * max_batch), backend=settings.backend, seed=settings.seed,
-        commit_policy=CommitPolicy[settings.commit_policy.upper()],
-        hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()], eviction_policy=settings.eviction_policy,
-        host_tier_pages=settings.host_tier_pages, host_write=settings.host_write)
-    host_loaded = 0  # the engine's host-loaded tokens so far
+    try:
+        link = _store_link(settings, stack) if settings.store_url else None
+        engine = sim.ReferenceEngine(
+            MODES[settings.mode], page_size=settings.page_size, base_pages=capacity_pages,
+            max_records=settings.max_records, max_batch=max_batch, max_pages_per_sequence=widest,
+            snapshot_slots=max(64, 2 * max_batch), backend=settings.backend, seed=settings.seed,
+            commit_policy=CommitPolicy[settings.commit_policy.upper()],
+            hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()], eviction_policy=settings.eviction_policy,
+            host_tier_pages=settings.host_tier_pages, host_write=settings.host_write, host_store=link)
+    except BaseException:
+        stack.close()
+        raise
+    host_loaded = store_loaded = 0  # the engine's host- and store-loaded tokens so far
     chunk = settings.batch_size * max(1, 16 // settings.batch_size)
     checked = mismatches = 0
     first_mismatch: str | None = None
@@ -629,7 +645,8 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
             m.reused.extend(o.prefill_start for o in outputs)
             # The tier's share per chunk (the engine counts it in total): on the chunk's first request.
             m.reused_host.extend([metrics.host_loaded_tokens - host_loaded] + [0] * (len(outputs) - 1))
-            host_loaded = metrics.host_loaded_tokens
+            m.reused_store.extend([metrics.store_loaded_tokens - store_loaded] + [0] * (len(outputs) - 1))
+            host_loaded, store_loaded = metrics.host_loaded_tokens, metrics.store_loaded_tokens
             m.used_pages.append(capacity_pages - metrics.base_kv_pages.free)
             m.used_at.append(begin + len(part))
             m.records.append(metrics.current_records)
@@ -657,6 +674,10 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                                "failed_loads": metrics.host_failed_loads, "failed_writes": metrics.host_failed_writes,
                                "bytes_to_host": metrics.host_bytes_to_host,
                                "bytes_to_device": metrics.host_bytes_to_device}
+            if settings.store_url:
+                m.store = {"url": settings.store_url, "policy": settings.store_policy,
+                           "deadline_ms": settings.store_deadline_ms,
+                           **{k[len("store_"):]: getattr(metrics, k) for k in _STORE_COUNTERS}}
             m.matched = [-1] * len(m.reused)  # the engine reports reuse, not matched tokens, per request
             m.engine_stats = {"batches": stats.batches, "joiners": stats.joiners, "decode_steps": stats.decode_steps,
                               "capacity_retries": stats.capacity_retries, "preemptions": stats.preemptions,
@@ -668,7 +689,35 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                 exporter.finish()
             events.close()
             engine.close()
+        stack.close()  # the store, after the engine (whose tier flushed its puts when it closed)
     return m
+
+
+_STORE_COUNTERS = ("store_loaded_tokens", "store_put_blocks", "store_dropped_puts", "store_failed_puts",
+                   "store_asked_blocks", "store_fetched_blocks", "store_failed_loads", "store_rejected_loads",
+                   "store_late_batches", "store_breaker_refusals", "store_wait_micros")
+STORE_JOIN_SECONDS = 10.0  # how long a replay waits for a store that is not set up yet before serving without it
+
+
+def _store_link(settings: Settings, stack: ExitStack) -> Any:
+    """The --store URL opened (closed by ``stack``, after the engine), as the engine's StoreLink. The model
+    identity its keys name is the reference model's (mode and seed: its weights), so replays of one model share
+    blocks and others never do."""
+    from ..kv_store import StoreLink, StoreLoadPolicy, open_store
+
+    try:
+        store = open_store(settings.store_url or "")
+    except (ValueError, ImportError) as e:
+        raise SettingsError(f"--store: {e}") from None
+    backend = store.backend
+    if backend is not None and callable(getattr(backend, "close", None)):
+        stack.callback(backend.close)
+    stack.callback(store.close)
+    if backend is not None and callable(getattr(backend, "wait_ready", None)):
+        backend.wait_ready(STORE_JOIN_SECONDS)  # not ready then: serving goes on, the store joins when it can
+    policy = StoreLoadPolicy.BEST_EFFORT if settings.store_policy == "best-effort" else StoreLoadPolicy.WAIT
+    return StoreLink(store, model=f"ctxcache-reference-{settings.mode}-seed{settings.seed}", policy=policy,
+                     load_deadline_s=settings.store_deadline_ms / 1000.0)
 
 
 # ---- the report ----------------------------------------------------------------------------------------------------
@@ -828,7 +877,13 @@ def format_report(r: dict[str, Any]) -> str:
                           header=("", "requests", "prompt tokens", "reused", "from the store", "hit rate")))
         out.append("")
     st = r.get("store")
-    if st:
+    if st and "url" in st:
+        out.append(f"store {st['url']} ({st['policy']}, {st['deadline_ms']:g} ms): {st['put_blocks']:,} blocks put "
+                   f"({st['dropped_puts']:,} dropped, {st['failed_puts']:,} failed), {st['asked_blocks']:,} asked, "
+                   f"{st['fetched_blocks']:,} fetched, {st['failed_loads']:,} failed and {st['rejected_loads']:,} "
+                   f"rejected loads, {st['late_batches']:,} late batches, {st['breaker_refusals']:,} breaker refusals")
+        out.append("")
+    elif st:
         out.append(f"store: {st['capacity_pages']:,} pages (bookkeeping): {st['written_blocks']:,} blocks put "
                    f"({st['skipped_puts']:,} already held, {st['refused_puts']:,} refused), {st['hit_blocks']:,} "
                    f"loaded by {st['hit_calls']:,} requests, {st['dropped_blocks']:,} dropped for room, "
@@ -1039,6 +1094,16 @@ def _add_replay_only(p: argparse.ArgumentParser) -> None:
                    help="bookkeeping-only: a store of N pages shared by every replica: each block a publication "
                         "makes canonical is put there and a hit goes on from the device and host into it "
                         "(docs/TIERS.md; vanilla mode; default 0: none)")
+    p.add_argument("--store", dest="store_url", default=None, metavar="URL",
+                   help="full mode: a byte store under the host tier, shared with other replays of the same model "
+                        "(mode and seed): mooncake://HOST:PORT?metadata=http://HOST:PORT/metadata&segment=64MiB"
+                        "&buffer=16MiB (the mooncake extra), or memory:// (in process); needs --host-tier-pages")
+    p.add_argument("--store-policy", choices=("wait", "best-effort"), default="wait",
+                   help="with --store: a hit the host cannot extend waits for the store's answer up to "
+                        "--store-deadline-ms (wait, the default), or never waits and fills the host for later "
+                        "requests (best-effort)")
+    p.add_argument("--store-deadline-ms", type=float, default=50.0, metavar="MS",
+                   help="with --store and --store-policy wait: the longest a request waits for the store (default 50)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -1056,7 +1121,9 @@ def _settings(args: argparse.Namespace) -> Settings:
                     host_tier_pages=getattr(args, "host_tier_pages", 0),
                     host_write=getattr(args, "host_write", "back"),
                     replicas=getattr(args, "replicas", 1), deal=getattr(args, "deal", "round-robin"),
-                    store_pages=getattr(args, "store_pages", 0))
+                    store_pages=getattr(args, "store_pages", 0), store_url=getattr(args, "store_url", None),
+                    store_policy=getattr(args, "store_policy", "wait"),
+                    store_deadline_ms=getattr(args, "store_deadline_ms", 50.0))
 
 
 def conversation_workload(args: argparse.Namespace, settings: Settings) -> ConversationSpec | None:
