@@ -7,6 +7,7 @@ store, splitting the reuse by tier and by replica.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -159,12 +160,43 @@ def test_replay_deals_a_conversation_to_one_replica(capsys, conversations):  # n
     assert conv["reused_tokens"] > rr["reused_tokens"]  # each replica sees its conversations' earlier turns
 
 
+def _replay_full(capsys, path, *extra):
+    code, out, err = _run(capsys, replay.replay_main, [str(path), "--json", "--no-progress", "--no-optimum",
+                                                        "--verify", *extra])
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["verify"]["verdict"] == "byte-exact" and report["verify"]["mismatches"] == 0
+    return report
+
+
+def test_full_replicas_share_a_real_byte_store_byte_exact(capsys, conversations):  # noqa: F811
+    common = ["--base-pages", "400", "--host-tier-pages", "200", "--host-write", "through", "--replicas", "4"]
+    alone = _replay_full(capsys, conversations, *common)
+    assert alone["store"] is None and alone["reused_tokens_store"] == 0
+    rows = alone["per_replica"]
+    assert [r["requests"] for r in rows] == [17, 17, 16, 16]  # 66 requests round-robin, as in bookkeeping
+    assert alone["verify"]["checked"] == 66
+    shared = _replay_full(capsys, conversations, *common, "--store", "memory://")
+    assert shared["reused_tokens"] == (shared["reused_tokens_device"] + shared["reused_tokens_host"]
+                                       + shared["reused_tokens_store"])
+    assert shared["reused_tokens_store"] > 0 and shared["reused_tokens"] > alone["reused_tokens"]
+    assert sum(r["reused_tokens_store"] for r in shared["per_replica"]) == shared["reused_tokens_store"]
+    assert sum(r["reused_tokens"] for r in shared["per_replica"]) == shared["reused_tokens"]
+    st = shared["store"]
+    assert st["url"] == "memory://" and st["policy"] == "wait"
+    assert st["loaded_tokens"] == shared["reused_tokens_store"] and st["fetched_blocks"] * 16 >= st["loaded_tokens"]
+    assert st["put_blocks"] > 0 and st["failed_loads"] == 0 and st["rejected_loads"] == 0
+    # The bookkeeping model of the same fleet (a store as large as the workload) is the bound the bytes reach.
+    modelled = _replay(capsys, conversations, "--base-pages", "400", "--replicas", "4", "--store-pages", "100000")
+    assert shared["reused_tokens"] <= modelled["upper_bound_reused_tokens"]
+
+
 def test_replay_refuses_a_fleet_it_cannot_model_with_one_line(capsys, conversations):  # noqa: F811
     for argv, words in ((["--replicas", "0", "--bookkeeping-only"], "--replicas"),
                         (["--replicas", "2000", "--bookkeeping-only"], "--replicas"),
                         (["--store-pages", "-5", "--bookkeeping-only"], "--store-pages"),
                         (["--deal", "random", "--bookkeeping-only"], "--deal"),
-                        (["--replicas", "2"], "--bookkeeping-only"),
+                        (["--replicas", "2", "--events", "tcp://127.0.0.1:5999"], "--replicas"),
                         (["--store-pages", "100"], "--bookkeeping-only"),
                         (["--store-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft path"),
                         (["--replicas", "2", "--bookkeeping-only", "--events", "tcp://127.0.0.1:5999"],

@@ -136,7 +136,7 @@ class Settings:
     retain_system: tuple[int, float | None] | None = None
     host_tier_pages: int = 0  # a host-memory tier beside the device pool (vanilla mode)
     host_write: str = "back"  # "back" (at eviction) or "through" (at publication)
-    replicas: int = 1  # bookkeeping-only: the workload dealt to this many replicas, each with its own pool and tier
+    replicas: int = 1  # the workload dealt to this many replicas, each with its own pool and tier
     deal: str = "round-robin"  # how requests go to replicas: "round-robin" or "conversation"
     store_pages: int = 0  # bookkeeping-only: a store of this many pages shared by every replica (0: none)
     store_url: str | None = None  # full mode: a byte store under the host tier (memory://, mooncake://...)
@@ -583,12 +583,14 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
 def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
                 progress: Callable[[int], None] | None = None, measured: Measured | None = None) -> Measured:
     """Serve the workload through the reference engine, in chunks of whole batches (progress, occupancy samples
-    and a partial report between chunks); with settings.verify, compare with a cold run."""
+    and a partial report between chunks); with settings.verify, compare with a cold run. With settings.replicas
+    R > 1: R engines, each with its own pool and host tier, the requests dealt to them (deal_requests), all over
+    the one --store when there is one."""
     from .. import sim
 
-    if settings.replicas > 1 or settings.store_pages > 0:
-        raise SettingsError("--replicas and --store-pages model a fleet's bookkeeping: add --bookkeeping-only "
-                            "(the full engine with a store is not in this version)")
+    if settings.store_pages > 0:
+        raise SettingsError("--store-pages models a store's bookkeeping: add --bookkeeping-only (the full engine "
+                            "takes a real store: --store URL)")
     if settings.host_tier_pages > 0 and settings.mode != "vanilla":
         raise SettingsError("--host-tier-pages: the host tier holds base-KV pages of attention models; "
                             f"--mode {settings.mode} keeps state it does not hold (use --mode vanilla)")
@@ -596,29 +598,41 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
         raise SettingsError("--store: the store sits under the host tier; add --host-tier-pages N")
     if not 0 <= settings.store_deadline_ms <= 60_000:
         raise SettingsError(f"--store-deadline-ms must be between 0 and 60000 (got {settings.store_deadline_ms:g})")
+    n_replicas = settings.replicas
     m = measured if measured is not None else Measured("full", capacity_pages)
+    m.replicas = n_replicas
+    if n_replicas > 1 and (settings.events is not None or m.exporter is not None):
+        raise SettingsError("--events and --metrics-port follow one cache: not with --replicas (this version)")
     pool_bytes = capacity_pages * settings.page_size * _BYTES_PER_TOKEN * (2 if settings.mode == "spec" else 1)
-    if pool_bytes > FULL_MODE_MAX_POOL_BYTES:
-        raise SettingsError(f"the full engine would hold {pool_bytes / 2**30:.1f} GiB of KV pools for "
-                            f"{capacity_pages} pages; use --bookkeeping-only, a smaller --capacity-tokens, or "
-                            f"--limit")
+    if pool_bytes * n_replicas > FULL_MODE_MAX_POOL_BYTES:
+        raise SettingsError(f"the full engine would hold {pool_bytes * n_replicas / 2**30:.1f} GiB of KV pools for "
+                            f"{capacity_pages} pages" + (f" on each of {n_replicas} replicas" if n_replicas > 1 else "")
+                            + "; use --bookkeeping-only, a smaller --capacity-tokens, or --limit")
     requests = prepared.requests
+    replica_of = deal_requests(prepared, settings)
     stack = ExitStack()
     widest = minimum_capacity_pages(requests, settings) + 1
     max_batch = min(settings.batch_size, max(1, len(requests)))  # no batch holds more than the workload
+    engines: list[Any] = []
     try:
         link = _store_link(settings, stack) if settings.store_url else None
-        engine = sim.ReferenceEngine(
-            MODES[settings.mode], page_size=settings.page_size, base_pages=capacity_pages,
-            max_records=settings.max_records, max_batch=max_batch, max_pages_per_sequence=widest,
-            snapshot_slots=max(64, 2 * max_batch), backend=settings.backend, seed=settings.seed,
-            commit_policy=CommitPolicy[settings.commit_policy.upper()],
-            hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()], eviction_policy=settings.eviction_policy,
-            host_tier_pages=settings.host_tier_pages, host_write=settings.host_write, host_store=link)
+        for _ in range(n_replicas):
+            engines.append(sim.ReferenceEngine(
+                MODES[settings.mode], page_size=settings.page_size, base_pages=capacity_pages,
+                max_records=settings.max_records, max_batch=max_batch, max_pages_per_sequence=widest,
+                snapshot_slots=max(64, 2 * max_batch), backend=settings.backend, seed=settings.seed,
+                commit_policy=CommitPolicy[settings.commit_policy.upper()],
+                hash_algorithm=HashAlgorithm[settings.hash_algorithm.upper()],
+                eviction_policy=settings.eviction_policy, host_tier_pages=settings.host_tier_pages,
+                host_write=settings.host_write, host_store=link))
     except BaseException:
+        for e in engines:
+            e.close()
         stack.close()
         raise
-    host_loaded = store_loaded = 0  # the engine's host- and store-loaded tokens so far
+    engine = engines[0]
+    host_loaded = [0] * n_replicas  # each engine's host- and store-loaded tokens so far
+    store_loaded = [0] * n_replicas
     chunk = settings.batch_size * max(1, 16 // settings.batch_size)
     checked = mismatches = 0
     first_mismatch: str | None = None
@@ -630,66 +644,92 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     try:
         events.enter_context(_kv_events(settings, engine, m))
         for begin in range(0, len(requests), chunk):
-            part = requests[begin:begin + chunk]
-            served = [sim.Request(tokens=r.tokens(), max_new_tokens=max(1, r.output_length),
-                                  retention=retention_of(r, settings), arrival=r.arrival) for r in part]
-            outputs = engine.serve(served, should_stop=_stop_requested)
-            metrics = engine.metrics
-            if settings.verify:
-                cold = engine.cold_reference(served, should_stop=_stop_requested)
-                for r, o, c in zip(part, outputs, cold):
-                    checked += 1
-                    if not (np.array_equal(o.generated, c.generated) and o.state_digest == c.state_digest):
-                        mismatches += 1
-                        first_mismatch = first_mismatch or r.source
-            m.reused.extend(o.prefill_start for o in outputs)
-            # The tier's share per chunk (the engine counts it in total): on the chunk's first request.
-            m.reused_host.extend([metrics.host_loaded_tokens - host_loaded] + [0] * (len(outputs) - 1))
-            m.reused_store.extend([metrics.store_loaded_tokens - store_loaded] + [0] * (len(outputs) - 1))
-            host_loaded, store_loaded = metrics.host_loaded_tokens, metrics.store_loaded_tokens
-            m.used_pages.append(capacity_pages - metrics.base_kv_pages.free)
-            m.used_at.append(begin + len(part))
-            m.records.append(metrics.current_records)
+            part = list(range(begin, min(begin + chunk, len(requests))))
+            reused = [0] * len(part)
+            from_host = [0] * len(part)
+            from_store = [0] * len(part)
+            for rep, e in enumerate(engines):
+                mine = [k for k, i in enumerate(part) if replica_of[i] == rep]
+                if not mine:
+                    continue
+                served = [sim.Request(tokens=requests[part[k]].tokens(),
+                                      max_new_tokens=max(1, requests[part[k]].output_length),
+                                      retention=retention_of(requests[part[k]], settings),
+                                      arrival=requests[part[k]].arrival) for k in mine]
+                outputs = e.serve(served, should_stop=_stop_requested)
+                metrics = e.metrics
+                if settings.verify:
+                    cold = e.cold_reference(served, should_stop=_stop_requested)
+                    for k, o, c in zip(mine, outputs, cold):
+                        checked += 1
+                        if not (np.array_equal(o.generated, c.generated) and o.state_digest == c.state_digest):
+                            mismatches += 1
+                            first_mismatch = first_mismatch or requests[part[k]].source
+                for k, o in zip(mine, outputs):
+                    reused[k] = o.prefill_start
+                # The tiers' share per chunk and replica (the engine counts it in total): on its first request.
+                from_host[mine[0]] = metrics.host_loaded_tokens - host_loaded[rep]
+                from_store[mine[0]] = metrics.store_loaded_tokens - store_loaded[rep]
+                host_loaded[rep], store_loaded[rep] = metrics.host_loaded_tokens, metrics.store_loaded_tokens
+            m.reused.extend(reused)
+            m.reused_host.extend(from_host)
+            m.reused_store.extend(from_store)
+            m.replica.extend(replica_of[i] for i in part)
+            all_metrics = [e.metrics for e in engines]
+            m.used_pages.append(sum(capacity_pages - x.base_kv_pages.free for x in all_metrics))
+            m.used_at.append(part[-1] + 1)
+            m.records.append(sum(x.current_records for x in all_metrics))
             if exporter is not None:
                 exporter.tick()
             if progress:
                 progress(len(part))
-        engine.check_invariants()
+        for e in engines:
+            e.check_invariants()
     finally:
         m.engine_seconds += time.perf_counter() - t_start
-        if not engine.closed:
-            metrics = engine.metrics
-            stats = engine.stats
-            m.full_input_rewinds = metrics.full_input_rewind_plans
-            m.forced_cold = metrics.forced_cold_sequences
-            m.evicted_records = metrics.evicted_records
-            m.reclaimed_pages = metrics.reclaimed_base_kv_pages + metrics.reclaimed_draft_kv_pages
+        if not any(e.closed for e in engines):
+            for e in engines:
+                e.poll_store()  # the store batches already back count in the report
+            metrics_of = [e.metrics for e in engines]
+            stats_of = [e.stats for e in engines]
+
+            def total(name: str) -> int:
+                return sum(int(getattr(x, name)) for x in metrics_of)
+
+            m.full_input_rewinds = total("full_input_rewind_plans")
+            m.forced_cold = total("forced_cold_sequences")
+            m.evicted_records = total("evicted_records")
+            m.reclaimed_pages = total("reclaimed_base_kv_pages") + total("reclaimed_draft_kv_pages")
             m.retention = _retention_report(engine.retention_metrics)
             if settings.host_tier_pages > 0:
                 m.host_tier = {"capacity_pages": settings.host_tier_pages, "write_policy": settings.host_write,
-                               "resident_blocks": metrics.host_resident_blocks,
-                               "written_blocks": metrics.host_written_blocks,
-                               "loaded_blocks": metrics.host_loaded_tokens // settings.page_size,
-                               "dropped_blocks": metrics.host_dropped_blocks,
-                               "failed_loads": metrics.host_failed_loads, "failed_writes": metrics.host_failed_writes,
-                               "bytes_to_host": metrics.host_bytes_to_host,
-                               "bytes_to_device": metrics.host_bytes_to_device}
+                               "resident_blocks": total("host_resident_blocks"),
+                               "written_blocks": total("host_written_blocks"),
+                               "loaded_blocks": total("host_loaded_tokens") // settings.page_size,
+                               "dropped_blocks": total("host_dropped_blocks"),
+                               "failed_loads": total("host_failed_loads"), "failed_writes": total("host_failed_writes"),
+                               "bytes_to_host": total("host_bytes_to_host"),
+                               "bytes_to_device": total("host_bytes_to_device")}
             if settings.store_url:
                 m.store = {"url": settings.store_url, "policy": settings.store_policy,
                            "deadline_ms": settings.store_deadline_ms,
-                           **{k[len("store_"):]: getattr(metrics, k) for k in _STORE_COUNTERS}}
+                           **{k[len("store_"):]: total(k) for k in _STORE_COUNTERS}}
             m.matched = [-1] * len(m.reused)  # the engine reports reuse, not matched tokens, per request
-            m.engine_stats = {"batches": stats.batches, "joiners": stats.joiners, "decode_steps": stats.decode_steps,
-                              "capacity_retries": stats.capacity_retries, "preemptions": stats.preemptions,
-                              "planning_seconds": metrics.planning_nanoseconds * 1e-9}
+            m.engine_stats = {"batches": sum(x.batches for x in stats_of),
+                              "joiners": sum(x.joiners for x in stats_of),
+                              "decode_steps": sum(x.decode_steps for x in stats_of),
+                              "capacity_retries": sum(x.capacity_retries for x in stats_of),
+                              "preemptions": sum(x.preemptions for x in stats_of),
+                              "planning_seconds": total("planning_nanoseconds") * 1e-9}
             if settings.verify:
                 m.verify = {"checked": checked, "mismatches": mismatches, "first_mismatch": first_mismatch,
                             "verdict": "byte-exact" if mismatches == 0 else "MISMATCH"}
             if exporter is not None:
                 exporter.finish()
             events.close()
-            engine.close()
-        stack.close()  # the store, after the engine (whose tier flushed its puts when it closed)
+        for e in engines:
+            e.close()
+        stack.close()  # the store, after the engines (whose tiers flushed their puts when they closed)
     return m
 
 
@@ -869,7 +909,9 @@ def format_report(r: dict[str, Any]) -> str:
     if r.get("replicas", 1) > 1:
         out.append(f"{r['replicas']} replicas ({r['deal']}), each {r['capacity_pages']:,} device pages"
                    + (f" and {r['host_tier_pages']:,} host pages" if r.get("host_tier_pages") else "")
-                   + (f", one shared store of {r['store_pages']:,} pages" if r.get("store_pages") else ", no store")
+                   + (f", one shared store of {r['store_pages']:,} pages" if r.get("store_pages") else
+                      f", one shared store ({r['store']['url']})" if (r.get("store") or {}).get("url") else
+                      ", no store")
                    + ":")
         out.append(_table([(f"replica {k}", f"{row['requests']:,}", f"{row['prompt_tokens']:,}",
                             f"{row['reused_tokens']:,}", f"{row['reused_tokens_store']:,}", pct(row["hit_rate"]))
@@ -1084,8 +1126,9 @@ def _add_replay_only(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commit-policy", choices=("prefill_state_only", "including_generated_tokens"),
                    default="prefill_state_only", help="full engine: what is published (default prefill_state_only)")
     p.add_argument("--replicas", type=int_range(1, 1024), default=1, metavar="R",
-                   help="bookkeeping-only: deal the workload to R replicas, each with the --base-pages / "
-                        "--capacity-tokens pool and --host-tier-pages tier of its own (1 to 1024; default 1)")
+                   help="deal the workload to R replicas, each with the --base-pages / --capacity-tokens pool and "
+                        "--host-tier-pages tier of its own, sharing --store (full mode) or --store-pages "
+                        "(bookkeeping-only) when given (1 to 1024; default 1)")
     p.add_argument("--deal", choices=("round-robin", "conversation"), default="round-robin",
                    help="with --replicas: request i to replica i mod R (round-robin, the default), or a "
                         "conversation's requests (those whose first block after a shared system prompt is the "
