@@ -176,7 +176,7 @@ def test_a_master_killed_and_restarted_costs_no_wait_past_the_deadline() -> None
     assert r["byte_exact"]
     assert r["hits_before"] == 128
     assert r["down_s"] >= 3.0
-    assert r["worst_extra_s"] <= 0.05 + 0.05  # deadline + 50 ms, over every request while down and after
+    assert r["worst_extra_s"] <= r["deadline_s"] + 0.05  # over every request while down and after
     assert r["resumed_s"] is not None and r["resumed_s"] <= 5.0
     assert r["b"]["store_late_batches"] > 0 or r["b"]["store_breaker_refusals"] > 0  # the outage was seen
 
@@ -189,6 +189,7 @@ def test_a_killed_store_node_costs_one_failed_load_per_key() -> None:
     assert first["store_loaded_tokens"] == 0 and first["store_failed_loads"] > 0
     assert first["store_failed_loads"] <= 8  # at most the 8 shared blocks, once each
     assert again["store_failed_loads"] == first["store_failed_loads"]  # not asked again (negative cache)
+    assert again["store_asked_blocks"] == first["store_asked_blocks"]
 
 
 @needs_mooncake
