@@ -43,6 +43,9 @@ def _namespaces() -> list[str]:
 
 def unavailable_reason() -> str | None:
     """Why a real Mooncake Store cannot run here (None when it can)."""
+    if os.environ.get("CTXCACHE_NO_MOONCAKE") == "1":
+        return ("CTXCACHE_NO_MOONCAKE=1 (tools/test --sanitize sets it: Mooncake's client and servers are not built "
+                "with the sanitizers)")
     directory = _mooncake_dir()
     if directory is None:
         return "the mooncake extra is not installed (pip install 'ctxcache[mooncake]')"
