@@ -754,7 +754,9 @@ def _store_link(settings: Settings, stack: ExitStack) -> Any:
         stack.callback(backend.close)
     stack.callback(store.close)
     if backend is not None and callable(getattr(backend, "wait_ready", None)):
-        backend.wait_ready(STORE_JOIN_SECONDS)  # not ready then: serving goes on, the store joins when it can
+        if not backend.wait_ready(STORE_JOIN_SECONDS):  # serving goes on; the store joins when it can
+            print(f"ctxcache replay: note: the store {settings.store_url} did not answer within "
+                  f"{STORE_JOIN_SECONDS:g} s; serving without it until it joins", file=sys.stderr)
     policy = StoreLoadPolicy.BEST_EFFORT if settings.store_policy == "best-effort" else StoreLoadPolicy.WAIT
     return StoreLink(store, model=f"ctxcache-reference-{settings.mode}-seed{settings.seed}", policy=policy,
                      load_deadline_s=settings.store_deadline_ms / 1000.0)
