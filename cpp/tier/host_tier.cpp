@@ -84,7 +84,12 @@ HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, H
             throw ContractError(
                 "HostTier: a byte store's deadlines must be >= 0 (put: > 0), minAskBlocks >= 1, "
                 "knownKeysLimit > 0 and the policy known");
-        worker_ = std::make_unique<StoreWorker>(*link.store, link.worker);
+        StoreWorkerOptions puts = link.worker, loads = link.worker;
+        puts.firstTicket = 2;
+        loads.firstTicket = 1;
+        puts.ticketStride = loads.ticketStride = 2;
+        putWorker_ = std::make_unique<StoreWorker>(*link.store, puts);
+        loadWorker_ = std::make_unique<StoreWorker>(*link.store, loads);
     }
     manager.setBaseBlockObserver(this);
 }
@@ -93,8 +98,9 @@ HostTier::~HostTier() {
     if (manager_->baseBlockObserver() == this) manager_->setBaseBlockObserver(nullptr);
     // The puts still queued are flushed, for at most one put deadline (another replica may reuse them); then the
     // worker stops (the running batch may still read or write the slots: bounded by its deadline).
-    if (worker_) (void)worker_->drain(StoreClock::now() + config_.storeLink.putDeadline);
-    worker_.reset();
+    if (putWorker_) (void)putWorker_->drain(StoreClock::now() + config_.storeLink.putDeadline);
+    loadWorker_.reset();
+    putWorker_.reset();
 }
 
 device::HostSlotLayout HostTier::layout() const noexcept {
@@ -212,7 +218,7 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     // Where the host's run ends, the byte store's may go on (kWait: waited for until the deadline; the blocks it
     // validated are host blocks now, and the run goes on through them and any host blocks after them).
     size_t hostFirst = n, fromStore = 0;
-    if (worker_ && n < room) {
+    if (loadWorker_ && n < room) {
         StoreDeadline const until = StoreClock::now() + config_.storeLink.loadDeadline;
         uint64_t const ticket = askStore(from + n, room - n, until);
         if (ticket != 0 && config_.storeLink.policy == StoreLoadPolicy::kWait) {
@@ -383,7 +389,7 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count,
                 index_.touch(slot);
             }
         }
-        if (worker_ && reserved > 0) putToStore(hashes, scratch_.data(), count);
+        if (putWorker_ && reserved > 0) putToStore(hashes, scratch_.data(), count);
         metrics_.writtenBlocks += reserved;
         metrics_.skippedWrites += held;
         metrics_.refusedWrites += count - reserved - held;

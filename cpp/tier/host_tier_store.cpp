@@ -15,7 +15,15 @@ unsigned char* HostTier::slotAddress(int32_t slot) const noexcept {
 }
 
 StoreWorkerCounters HostTier::storeWorkerCounters() const {
-    return worker_ ? worker_->counters() : StoreWorkerCounters{};
+    if (!putWorker_) return StoreWorkerCounters{};
+    StoreWorkerCounters a = putWorker_->counters();
+    StoreWorkerCounters const b = loadWorker_->counters();
+    a.submitted += b.submitted;
+    a.completed += b.completed;
+    a.refusedByBreaker += b.refusedByBreaker;
+    a.breakerOpenings += b.breakerOpenings;
+    a.abandoned += b.abandoned;
+    return a;
 }
 
 bool HostTier::negativelyCached(BlockHash const& hash, StoreClock::time_point now) noexcept {
@@ -47,14 +55,18 @@ void HostTier::rememberHeld(BlockHash const& hash) noexcept {
 }
 
 size_t HostTier::pollStore() {
-    if (!worker_) return 0;
-    std::vector<StoreCompletion> done = worker_->poll();
-    for (StoreCompletion& c : done) (void)applyStore(std::move(c));
-    return done.size();
+    if (!putWorker_) return 0;
+    size_t applied = 0;
+    for (StoreWorker* w : {putWorker_.get(), loadWorker_.get()}) {
+        std::vector<StoreCompletion> done = w->poll();
+        for (StoreCompletion& c : done) (void)applyStore(std::move(c));
+        applied += done.size();
+    }
+    return applied;
 }
 
 void HostTier::putToStore(BlockHash const* hashes, int32_t const* slots, size_t count) noexcept {
-    if (!worker_ || count == 0) return;
+    if (!putWorker_ || count == 0) return;
     PendingStoreBatch pending;
     pending.op = StoreOp::kPut;
     try {
@@ -90,7 +102,7 @@ void HostTier::putToStore(BlockHash const* hashes, int32_t const* slots, size_t 
         }
         batch.deadline = StoreClock::now() + config_.storeLink.putDeadline;
         uint64_t ticket = 0;
-        if (worker_->submit(std::move(batch), &ticket) == StoreWorker::Submit::kOpen) {
+        if (putWorker_->submit(std::move(batch), &ticket) == StoreWorker::Submit::kOpen) {
             ++storeMetrics_.breakerRefusals;
             storeMetrics_.droppedPuts += pending.slots.size();
             index_.unpin(pending.slots.data(), pending.slots.size());
@@ -108,7 +120,7 @@ void HostTier::putToStore(BlockHash const* hashes, int32_t const* slots, size_t 
 }
 
 uint64_t HostTier::askStore(BlockHash const* hashes, size_t count, StoreDeadline deadline) noexcept {
-    if (!worker_ || count == 0) return 0;
+    if (!loadWorker_ || count == 0) return 0;
     StoreClock::time_point const now = StoreClock::now();
     // The leading run that is neither held here (resident or being written: an earlier get fills it) nor
     // negatively cached.
@@ -126,7 +138,7 @@ uint64_t HostTier::askStore(BlockHash const* hashes, size_t count, StoreDeadline
         for (size_t i = 0; i < k; ++i) batch.keys.push_back(storeKey(config_.storeLink.keyPrefix, hashes[i]));
         batch.deadline = deadline;
         uint64_t ticket = 0;
-        if (worker_->submit(std::move(batch), &ticket) == StoreWorker::Submit::kOpen) {
+        if (loadWorker_->submit(std::move(batch), &ticket) == StoreWorker::Submit::kOpen) {
             ++storeMetrics_.breakerRefusals;
             return 0;
         }
@@ -201,7 +213,7 @@ uint64_t HostTier::applyStore(StoreCompletion&& done) noexcept {
                 if (get.slots.empty()) return 0;
                 batch.deadline = now + config_.storeLink.loadDeadline;
                 uint64_t ticket = 0;
-                if (worker_->submit(std::move(batch), &ticket) == StoreWorker::Submit::kOpen) {
+                if (loadWorker_->submit(std::move(batch), &ticket) == StoreWorker::Submit::kOpen) {
                     ++storeMetrics_.breakerRefusals;
                     index_.abortWrites(get.slots.data(), get.slots.size());
                     return 0;
@@ -274,7 +286,7 @@ uint64_t HostTier::applyStore(StoreCompletion&& done) noexcept {
 void HostTier::waitForStore(uint64_t ticket, StoreClock::time_point until) noexcept {
     StoreClock::time_point const start = StoreClock::now();
     while (ticket != 0) {
-        std::optional<StoreCompletion> done = worker_->wait(ticket, until);
+        std::optional<StoreCompletion> done = workerOf(ticket).wait(ticket, until);
         if (!done) {
             ++storeMetrics_.lateBatches;  // applied by a later call's poll
             break;

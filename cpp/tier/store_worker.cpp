@@ -36,7 +36,10 @@ bool failedOutright(std::vector<int64_t> const& results) {
 }  // namespace
 
 StoreWorker::StoreWorker(KvStore& store, StoreWorkerOptions options)
-    : store_(store), options_(options), thread_([this] { run(); }) {}
+    : store_(store),
+      options_(options),
+      nextTicket_(options.firstTicket ? options.firstTicket : 1),  // 0 is "no ticket"
+      thread_([this] { run(); }) {}
 
 StoreWorker::~StoreWorker() {
     {
@@ -60,7 +63,8 @@ StoreWorker::Submit StoreWorker::submit(StoreBatch batch, uint64_t* ticket) {
             }
             halfOpenInFlight_ = true;  // half-open: this batch decides
         }
-        uint64_t const t = nextTicket_++;
+        uint64_t const t = nextTicket_;
+        nextTicket_ += options_.ticketStride ? options_.ticketStride : 1;
         if (ticket) *ticket = t;
         queue_.push_back(Queued{t, std::move(batch)});
         ++counters_.submitted;

@@ -161,6 +161,7 @@ def absent_at_start() -> dict[str, Any]:
     with engine(store) as a:
         got, early_s = timed(a.serve, early)
         early_ok = same(got, cold(early))
+        settle(a)  # the puts' answers (unavailable) come back
         early_counters = store_counters(a)
         master = Master()
         master.start()

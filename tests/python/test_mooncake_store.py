@@ -104,6 +104,9 @@ def test_an_engine_over_an_absent_store_serves_at_once_byte_exact() -> None:
             got = e.serve(requests)
             took = time.monotonic() - t
             cold = cold_engine.serve(requests)
+            end = time.monotonic() + 5
+            while e.poll_store()[1] and time.monotonic() < end:  # the puts' answers (unavailable) come back
+                time.sleep(0.01)
             m = e.metrics
             address, size = e.host_tier_memory
             assert size == 64 * 2304 and address != 0  # 2 layers x K,V x 2 heads x 8 dims x 16 tokens x 2 B + header
@@ -113,7 +116,7 @@ def test_an_engine_over_an_absent_store_serves_at_once_byte_exact() -> None:
         for g, c in zip(got, cold):
             assert g.state_digest == c.state_digest and list(g.generated) == list(c.generated)
         assert m.store_loaded_tokens == 0 and m.store_fetched_blocks == 0
-        assert m.store_dropped_puts > 0  # puts refused (unavailable, then the breaker), counted
+        assert m.store_failed_puts + m.store_dropped_puts > 0  # puts refused (unavailable, then the breaker), counted
     finally:
         store.close()
         backend.close()
@@ -165,7 +168,8 @@ def test_the_store_joins_when_a_master_appears_after_start() -> None:
     r = mooncake_support.run_scenario("absent_at_start")
     assert r["byte_exact"]
     assert r["early_serve_s"] < 0.5  # served at once, no master
-    assert r["early"]["store_fetched_blocks"] == 0 and r["early"]["store_dropped_puts"] > 0
+    assert r["early"]["store_fetched_blocks"] == 0
+    assert r["early"]["store_failed_puts"] + r["early"]["store_dropped_puts"] > 0  # counted, not lost
     assert r["joined"] and r["join_s"] < 5
     assert r["b"]["store_loaded_tokens"] == 128
 

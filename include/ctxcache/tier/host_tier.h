@@ -29,10 +29,11 @@
 // A byte store (StoreLink, store_link.h) may sit under the tier in the bytes mode: every block written to a host
 // slot is put there from its slot (pinned until the put completes), and an extension whose host run ends early asks
 // the store for the next blocks, loads the objects it holds into fresh host slots (each checked, store_object.h:
-// a rejected object is a miss, counted), and goes on through them. Store I/O runs on the tier's StoreWorker
-// thread; its completions are applied by the writer at the tier's next call (pollStore, or any write or load).
-// In a slot, the store object's 64-byte header sits right before the payload (at kStoreHeaderOffset), so an object
-// is put from, and got into, one contiguous range of its slot.
+// a rejected object is a miss, counted), and goes on through them. Store I/O runs on the tier's two StoreWorker
+// threads (puts on one, existence and gets on the other: an ask never queues behind puts); their completions are
+// applied by the writer at the tier's next call (pollStore, or any write or load). In a slot, the store object's
+// 64-byte header sits right before the payload (at kStoreHeaderOffset), so an object is put from, and got into,
+// one contiguous range of its slot.
 //
 // Errors:     a negative capacity (0 without a store), an unknown write policy, a manager that already has an
 //             observer, a bookkeeping store with storage or a byte store without it (or both stores, or a byte
@@ -150,7 +151,7 @@ public:
     HostTierConfig const& config() const noexcept { return config_; }
     HostTierIndex const& index() const noexcept { return index_; }
     HostTierMetrics const& metrics() const noexcept { return metrics_; }
-    bool hasByteStore() const noexcept { return worker_ != nullptr; }
+    bool hasByteStore() const noexcept { return loadWorker_ != nullptr; }
     StoreLinkMetrics const& storeLinkMetrics() const noexcept { return storeMetrics_; }
     StoreWorkerCounters storeWorkerCounters() const;  // zeros without a byte store
     // Applies the byte store's finished batches (puts done, objects arrived); returns how many were applied. Every
@@ -262,7 +263,11 @@ private:
     std::unordered_set<BlockHash, BlockHashHasher> knownHeld_;
     StoreLinkMetrics storeMetrics_;
     std::vector<BlockHash> arrived_;  // the blocks the waited-for get validated (kWait's extension counts them)
-    std::unique_ptr<StoreWorker> worker_;
+    // Two workers, so that a request's ask never queues behind put batches (a slow or stalled store's puts would
+    // otherwise cost every ask its whole deadline): puts on putWorker_ (even tickets), existence and gets on
+    // loadWorker_ (odd tickets); each has its own breaker.
+    std::unique_ptr<StoreWorker> putWorker_, loadWorker_;
+    StoreWorker& workerOf(uint64_t ticket) const noexcept { return ticket % 2 == 0 ? *putWorker_ : *loadWorker_; }
 };
 
 }  // namespace ctxcache::tier

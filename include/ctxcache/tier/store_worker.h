@@ -55,6 +55,10 @@ struct StoreCompletion {
 struct StoreWorkerOptions {
     int breakerFailures = 3;
     std::chrono::milliseconds breakerCooldown{1000};
+    // Tickets are firstTicket, firstTicket + ticketStride, ...: workers that share one owner's ticket space take
+    // disjoint ones (the host tier's put worker the even tickets, its load worker the odd ones).
+    uint64_t firstTicket = 1;
+    uint64_t ticketStride = 1;
 };
 
 struct StoreWorkerCounters {
@@ -99,7 +103,7 @@ private:
     std::condition_variable work_, done_;
     std::deque<Queued> queue_;
     std::deque<StoreCompletion> finished_;
-    uint64_t nextTicket_ = 1;
+    uint64_t nextTicket_;
     bool stopping_ = false;
     bool running_ = false;  // the worker is calling the store
     int consecutiveFailures_ = 0;

@@ -330,5 +330,52 @@ TEST(HostTierByteStore, TheAskRuleSkipsShortRuns) {
     EXPECT_EQ(store->counters().existCalls, 0u);
 }
 
+// A store whose puts take `putDelay` (a slow write path, a store evicting to make room); existence and gets are
+// the in-memory store's, at once.
+class SlowPutStore final : public KvStore {
+public:
+    explicit SlowPutStore(std::chrono::milliseconds putDelay) : putDelay_(putDelay) {}
+    void exist(std::string const* keys, size_t count, StoreDeadline deadline, int64_t* results) override {
+        inner.exist(keys, count, deadline, results);
+    }
+    void put(std::string const* keys, void const* const* data, size_t const* sizes, size_t count,
+             StoreDeadline deadline, int64_t* results) override {
+        std::this_thread::sleep_for(putDelay_);
+        inner.put(keys, data, sizes, count, deadline, results);
+    }
+    void get(std::string const* keys, void* const* buffers, size_t const* capacities, size_t count,
+             StoreDeadline deadline, int64_t* results) override {
+        inner.get(keys, buffers, capacities, count, deadline, results);
+    }
+    MemoryKvStore inner;
+
+private:
+    std::chrono::milliseconds const putDelay_;
+};
+
+TEST(HostTierByteStore, AnAskNeverQueuesBehindSlowPuts) {
+    auto store = std::make_shared<SlowPutStore>(400ms);
+    StoreLinkOptions o;
+    o.store = store;
+    o.keyPrefix = kPrefix;
+    o.loadDeadline = 100ms;
+    o.minAskBlocks = 1;
+    Replica a(o);
+    publishPrompt(a.m, Hs({1, 2, 3}));
+    a.settle();  // A's blocks are in the store (after its slow put)
+    ASSERT_EQ(store->inner.objects(), 3u);
+    Replica b(o);
+    publishPrompt(b.m, Hs({7, 8}));   // B's own blocks: a put batch that takes 400 ms is running now
+    publishPrompt(b.m, Hs({9}));      // ... and another queued behind it
+    auto const t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(b.load(Hs({1, 2, 3})), 3);  // the ask and the get run beside the puts, within the 100 ms deadline
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 300ms);
+    EXPECT_EQ(b.tier.storeLinkMetrics().lateBatches, 0u);
+    EXPECT_EQ(b.tier.storeLinkMetrics().loadedBlocks, 3u);
+    b.settle();
+    EXPECT_EQ(b.tier.storeLinkMetrics().putBlocks, 3u);  // B's puts completed too
+    EXPECT_EQ(store->inner.objects(), 6u);
+}
+
 }  // namespace
 }  // namespace ctxcache::tier
