@@ -6,7 +6,8 @@ A store is either in-process (:meth:`KvStore.memory`, for tests) or a Python bac
 (:meth:`KvStore.from_backend`): any object with ``exist(keys, deadline_ns)``, ``put(keys, addrs, sizes,
 deadline_ns)`` and ``get(keys, addrs, capacities, deadline_ns)``, each returning one result per key (``>= 0``
 success, else a :class:`StoreResult`), such as :class:`ctxcache.mooncake_store.MooncakeStore`. Its methods are
-called on the tier's own worker thread (never the caller's), one call at a time per tier; a backend method that
+called on the tier's own worker threads (never the caller's): at most one put and one exist or get at a time per
+tier, so they must be thread-safe (Mooncake's client is); a backend method that
 raises fails its batch (every key :attr:`StoreResult.FAILED`), which costs reuse, never correctness: every object
 is checked (magic, layout, block, length, checksum) before a byte of it is trusted.
 

@@ -4,8 +4,9 @@
  * under a coordinator's host tier (ctxc_coordinator_options_t::host_store, ctxc_sim_engine_options_t::host_store):
  * blocks written to the tier are put there, and a hit the host cannot extend further is asked of it. A runtime
  * plugs its own store through a callback table (Mooncake Store, Redis, ...); ctxc_memory_kv_store_create is an
- * in-process store for tests. The callbacks run on the tier's own worker thread, never on the caller's, one call
- * at a time per tier (several tiers sharing one store may call it from several threads at once); each answers one
+ * in-process store for tests. The callbacks run on the tier's own worker threads, never on the caller's: at most
+ * one put and one exist or get at a time per tier, on two threads (several tiers sharing one store call it from
+ * more threads at once, so callbacks must be thread-safe); each answers one
  * result per key (CTXC_KV_STORE_*), and returns by deadline_ns (CLOCK_MONOTONIC nanoseconds) where it can. A key that
  * fails leaves its destination as the caller may ignore it: every object is checked (magic, layout, block, length,
  * checksum) before a byte of it is trusted, and a rejected object is a miss.
