@@ -16,14 +16,9 @@ unsigned char* HostTier::slotAddress(int32_t slot) const noexcept {
 
 StoreWorkerCounters HostTier::storeWorkerCounters() const {
     if (!putWorker_) return StoreWorkerCounters{};
-    StoreWorkerCounters a = putWorker_->counters();
-    StoreWorkerCounters const b = loadWorker_->counters();
-    a.submitted += b.submitted;
-    a.completed += b.completed;
-    a.refusedByBreaker += b.refusedByBreaker;
-    a.breakerOpenings += b.breakerOpenings;
-    a.abandoned += b.abandoned;
-    return a;
+    StoreWorkerCounters both = putWorker_->counters();
+    both += loadWorker_->counters();
+    return both;
 }
 
 bool HostTier::negativelyCached(BlockHash const& hash, StoreClock::time_point now) noexcept {

@@ -19,7 +19,7 @@ import numpy as np
 from ctxcache import KvStore, StoreLink
 from ctxcache.mooncake_store import MooncakeStore
 from ctxcache.sim import ReferenceEngine, Request
-from mooncake_support import URL, Master, StoreNode, loopback_up, wait_port
+from mooncake_support import URL, Master, StoreNode, loopback_up, settle, wait_port
 
 NO_SEGMENT_URL = URL.replace("segment=64MiB", "segment=0")  # a client whose objects live on the store node
 DEADLINE_S = 0.1  # master_restart's load deadline (the library's default is 0.05 s)
@@ -54,13 +54,6 @@ def same(got: list[Any], want: list[Any]) -> bool:
 def store_counters(e: ReferenceEngine) -> dict[str, int]:
     m = e.metrics
     return {k: int(getattr(m, k)) for k in dir(m) if k.startswith("store_")}
-
-
-def settle(e: ReferenceEngine, timeout_s: float = 10.0) -> None:
-    """Until every batch the engine sent to the store has come back and been applied (bounded)."""
-    end = time.monotonic() + timeout_s
-    while e.poll_store()[1] > 0 and time.monotonic() < end:
-        time.sleep(0.02)
 
 
 def open_mooncake(url: str = URL, ready_s: float = 20.0) -> tuple[MooncakeStore, KvStore]:
@@ -188,8 +181,8 @@ def master_restart() -> dict[str, Any]:
     backend, store = open_mooncake()
     worst_extra = 0.0
     exact = True
-    with engine(store) as a, engine(store, deadline_s=DEADLINE_S) as b, ReferenceEngine(base_pages=48, host_tier_pages=256,
-                                                                 host_write="through") as alone:
+    with engine(store) as a, engine(store, deadline_s=DEADLINE_S) as b, \
+            ReferenceEngine(base_pages=48, host_tier_pages=256, host_write="through") as alone:
         warm = prompts(4, salt=4)
         a.serve(warm[:2])
         settle(a)

@@ -77,6 +77,13 @@ def run_scenario(name: str, *args: str, timeout: float = 240) -> dict[str, Any]:
     return result
 
 
+def settle(engine: Any, timeout_s: float = 10.0) -> None:
+    """Until every batch ``engine`` sent to its store has come back and been applied (bounded by ``timeout_s``)."""
+    end = time.monotonic() + timeout_s
+    while engine.poll_store()[1] > 0 and time.monotonic() < end:
+        time.sleep(0.01)
+
+
 # ---- inside the namespaces ---------------------------------------------------------------------------------------
 
 def loopback_up() -> None:

@@ -104,9 +104,7 @@ def test_an_engine_over_an_absent_store_serves_at_once_byte_exact() -> None:
             got = e.serve(requests)
             took = time.monotonic() - t
             cold = cold_engine.serve(requests)
-            end = time.monotonic() + 5
-            while e.poll_store()[1] and time.monotonic() < end:  # the puts' answers (unavailable) come back
-                time.sleep(0.01)
+            mooncake_support.settle(e, timeout_s=5)  # the puts' answers (unavailable) come back
             m = e.metrics
             address, size = e.host_tier_memory
             assert size == 64 * 2304 and address != 0  # 2 layers x K,V x 2 heads x 8 dims x 16 tokens x 2 B + header
@@ -129,9 +127,7 @@ def test_memory_url_opens_an_in_process_store() -> None:
         with ReferenceEngine(base_pages=32, host_tier_pages=16, host_write="through", host_store=link) as e:
             assert e.poll_store() == (0, 0)
             e.serve([Request(np.arange(1, 70, dtype=np.int32), max_new_tokens=2)])
-            end = time.monotonic() + 5
-            while e.poll_store()[1] and time.monotonic() < end:
-                time.sleep(0.01)
+            mooncake_support.settle(e, timeout_s=5)
             assert e.metrics.store_put_blocks == 4  # 69 tokens + 2 generated: four full pages put, and counted
     with ReferenceEngine(base_pages=32) as plain:
         assert plain.poll_store() == (0, 0) and plain.host_tier_memory == (0, 0)

@@ -63,6 +63,14 @@ struct StoreWorkerOptions {
 
 struct StoreWorkerCounters {
     uint64_t submitted = 0, completed = 0, refusedByBreaker = 0, breakerOpenings = 0, abandoned = 0;
+    StoreWorkerCounters& operator+=(StoreWorkerCounters const& o) noexcept {
+        submitted += o.submitted;
+        completed += o.completed;
+        refusedByBreaker += o.refusedByBreaker;
+        breakerOpenings += o.breakerOpenings;
+        abandoned += o.abandoned;
+        return *this;
+    }
 };
 
 class StoreWorker {
