@@ -95,6 +95,10 @@ void StoreWorker::run() {
                     break;
                 case StoreOp::kGet:
                     store_.get(b.keys.data(), b.buffers.data(), b.capacities.data(), n, b.deadline, results.data());
+                    // A size beyond its buffer is a store that wrote past it, or that lies: never a byte to trust.
+                    for (size_t i = 0; i < n; ++i)
+                        if (results[i] > 0 && static_cast<uint64_t>(results[i]) > b.capacities[i])
+                            results[i] = kStoreTooSmall;
                     break;
             }
         } catch (...) {

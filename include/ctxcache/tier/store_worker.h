@@ -12,7 +12,8 @@
 // out; not a miss or a full store), submit refuses new batches (kOpen) for `breakerCooldown`; then one batch is let
 // through (half-open): its success closes the breaker, its failure opens it again.
 // Invariants: every submitted batch completes exactly once (its results filled, one per key) and is handed out
-//             exactly once, in submission order by poll; a wait hands out only the batch it names.
+//             exactly once, in submission order by poll; a wait hands out only the batch it names; a get's result
+//             never exceeds its key's capacity (a store that answers more gets kStoreTooSmall for that key).
 // Errors:     a batch with null arrays for its keys: ContractError from submit, nothing queued.
 // Cost:       submit and poll O(1) plus the keys moved (one lock each); the store's calls on the worker thread.
 // Threading:  submit, poll and wait from one thread (the manager's writer); the worker thread calls the store only.

@@ -1,9 +1,10 @@
 // The store worker (issue 27): batches run on the worker's thread and come back in order; a wait gives up at its
 // deadline and the batch still arrives later; a store that keeps failing opens the breaker, which refuses batches
 // until its cool-down, lets one through, and closes on its success; destruction never waits past the running
-// batch's deadline.
+// batch's deadline; a get whose store claims more bytes than its buffer holds fails that key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -63,6 +64,33 @@ TEST(StoreWorker, BatchesRunOffTheCallersThreadAndComeBackInOrder) {
     StoreWorkerCounters const c = worker.counters();
     EXPECT_EQ(c.submitted, 2u);
     EXPECT_EQ(c.completed, 2u);
+}
+
+// A runtime's store that claims more bytes than a buffer holds (it wrote past it, or it lies): that key fails.
+class OverclaimingStore final : public KvStore {
+public:
+    void exist(std::string const*, size_t count, StoreDeadline, int64_t* results) override {
+        std::fill(results, results + count, 1);
+    }
+    void put(std::string const*, void const* const*, size_t const*, size_t count, StoreDeadline,
+             int64_t* results) override {
+        std::fill(results, results + count, kStoreOk);
+    }
+    void get(std::string const*, void* const*, size_t const* capacities, size_t count, StoreDeadline,
+             int64_t* results) override {
+        for (size_t i = 0; i < count; ++i) results[i] = static_cast<int64_t>(capacities[i]) + (i % 2 ? 1 : 0);
+    }
+};
+
+TEST(StoreWorker, AGetClaimingMoreThanItsBufferHoldsFailsThatKey) {
+    OverclaimingStore store;
+    StoreWorker worker(store);
+    std::vector<std::vector<unsigned char>> into;
+    uint64_t t = 0;
+    ASSERT_EQ(worker.submit(getBatch({"a", "b", "c"}, into), &t), StoreWorker::Submit::kQueued);
+    std::optional<StoreCompletion> const done = worker.wait(t, StoreClock::now() + 2s);
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->results, (std::vector<int64_t>{64, kStoreTooSmall, 64}));
 }
 
 TEST(StoreWorker, AWaitGivesUpAtItsDeadlineAndTheBatchArrivesLater) {
