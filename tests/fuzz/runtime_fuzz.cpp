@@ -6,7 +6,12 @@
 // maps, NULL, stale, made-up and wrongly typed handles, short struct sizes. Requests also run on the facade's
 // bounded-SWA backend (a second 10-page pool, a sparse-window 4 x 16 table, a window the input picks): prefill chunks,
 // window state, backstops, the manager destroyed under a live request; and the Hybrid+MTP members are called with
-// arbitrary rows, lengths and tensors.
+// arbitrary rows, lengths and tensors. A coordinator with a host tier may have a byte store under it (c/store.h):
+// the in-process one, or a runtime's callbacks over a map that misbehave as the input chooses (flipped bytes, short
+// or overlong answers, keys it says it holds but cannot get, refused or failed calls, nonsense result codes, 1 ms
+// stalls past short deadlines); its handle is destroyed early or at the end, the store is polled and its memory
+// range read, the coordinator is destroyed with batches in flight, and a replica (the same options on the same
+// store, started empty) may take its place.
 //
 // After every call the target checks, and aborts on violation:
 //   - the status is a known ctxc_status_t, and never CTXC_E_INTERNAL, CTXC_E_INVARIANT or CTXC_E_DEVICE;
@@ -14,16 +19,23 @@
 //   - a call refused as malformed or inconsistent (CTXC_E_INVALID_ARGUMENT, _CONTRACT, _INVALID_HANDLE) changed
 //     nothing the coordinator reports (its metrics but the planning time, and its info) nor the SWA manager's
 //     free page count;
-// and at the end of each input, once everything is destroyed, that the backend holds no device memory.
+// and at the end of each input, once everything is destroyed, that the backend holds no device memory and that every
+// callback store was released exactly once.
 // ASan/UBSan/LSan catch memory errors and leaks.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../cpp/capi/decoding_batch.h"
@@ -40,6 +52,102 @@ namespace {
 bool syncFails = false;
 bool const trace = std::getenv("CTXCACHE_FUZZ_TRACE") != nullptr;  // replaying a crash: print every call
 int synchronize(void*, void*) { return syncFails ? 1 : 0; }
+
+// The objects of every FaultStore of one input: what one coordinator put, the next one (a replica started empty)
+// finds there.
+struct SharedObjects {
+    std::mutex mutex;
+    std::map<std::string, std::vector<unsigned char>> objects;
+};
+
+// A runtime's byte store over the shared map, called on the tiers' worker threads: honest, or misbehaving in one
+// way the input picks when it is made (the worker threads never read the input). kHeldButMissing says it holds
+// every key, then answers a get it cannot serve with NOT_FOUND or with a buffer of bytes it never had.
+struct FaultStore {
+    enum Mode { kHonest, kFlipByte, kShort, kOverlong, kHeldButMissing, kFailAll, kFull, kNonsense, kStall, kModes };
+    FaultStore(SharedObjects& shared, int m) : mode(m), mutex(shared.mutex), objects(shared.objects) {}
+    int const mode;
+    std::mutex& mutex;
+    std::map<std::string, std::vector<unsigned char>>& objects;
+    std::atomic<int> released{0};
+
+    static void exist(void* user, char const* const* keys, size_t count, int64_t, int64_t* results) {
+        auto& s = *static_cast<FaultStore*>(user);
+        s.stall();
+        std::lock_guard<std::mutex> const lock(s.mutex);
+        for (size_t i = 0; i < count; ++i) {
+            if (s.mode == kFailAll) results[i] = CTXC_KV_STORE_UNAVAILABLE;
+            else if (s.mode == kNonsense) results[i] = static_cast<int64_t>(i) * 7 - 3;
+            else if (s.mode == kHeldButMissing) results[i] = 1;
+            else results[i] = s.objects.count(keys[i]) ? 1 : 0;
+        }
+    }
+    static void put(void* user, char const* const* keys, void const* const* data, size_t const* sizes, size_t count,
+                    int64_t, int64_t* results) {
+        auto& s = *static_cast<FaultStore*>(user);
+        s.stall();
+        std::lock_guard<std::mutex> const lock(s.mutex);
+        for (size_t i = 0; i < count; ++i) {
+            if (s.mode == kFailAll) {
+                results[i] = CTXC_KV_STORE_FAILED;
+                continue;
+            }
+            if (s.mode == kFull) {
+                results[i] = CTXC_KV_STORE_FULL;
+                continue;
+            }
+            if (s.mode == kNonsense) {
+                results[i] = 12345;
+                continue;
+            }  // and it keeps nothing
+            auto const* bytes = static_cast<unsigned char const*>(data[i]);
+            s.objects.emplace(keys[i], std::vector<unsigned char>(bytes, bytes + sizes[i]));  // the first value stays
+            results[i] = 0;  // stored
+        }
+    }
+    static void get(void* user, char const* const* keys, void* const* buffers, size_t const* capacities, size_t count,
+                    int64_t, int64_t* results) {
+        auto& s = *static_cast<FaultStore*>(user);
+        s.stall();
+        std::lock_guard<std::mutex> const lock(s.mutex);
+        for (size_t i = 0; i < count; ++i) {
+            auto it = s.objects.find(keys[i]);
+            if (s.mode == kFailAll) {
+                results[i] = CTXC_KV_STORE_TIMED_OUT;
+                continue;
+            }
+            if (s.mode == kNonsense) {
+                results[i] = static_cast<int64_t>(capacities[i]) + 1;
+                continue;
+            }
+            if (s.mode == kHeldButMissing && it == s.objects.end() && i % 2 == 1) {  // bytes it never had
+                std::memset(buffers[i], static_cast<int>(0x5A ^ i), capacities[i]);
+                results[i] = static_cast<int64_t>(capacities[i]);
+                continue;
+            }
+            if (it == s.objects.end()) {
+                results[i] = CTXC_KV_STORE_NOT_FOUND;
+                continue;
+            }
+            std::vector<unsigned char> const& o = it->second;
+            if (o.size() > capacities[i]) {
+                results[i] = CTXC_KV_STORE_TOO_SMALL;
+                continue;
+            }
+            std::memcpy(buffers[i], o.data(), o.size());
+            auto* out = static_cast<unsigned char*>(buffers[i]);
+            results[i] = static_cast<int64_t>(o.size());
+            if (s.mode == kFlipByte && !o.empty()) out[o.size() - 1 - (i % o.size())] ^= 0x20;
+            if (s.mode == kShort) results[i] = static_cast<int64_t>(o.size() / 2);
+            if (s.mode == kOverlong) results[i] = static_cast<int64_t>(capacities[i]) + 64;
+        }
+    }
+    static void release(void* user) { ++static_cast<FaultStore*>(user)->released; }
+
+    void stall() const {
+        if (mode == kStall) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+};
 
 // The engine's view of one request: its batch (per-row histories and the rest of a decoding context, the C ABI
 // suites' Batch) and what the fuzzer tracks beside it.
@@ -162,16 +270,90 @@ private:
         o.eviction_policy = in_.ConsumeBool() ? CTXC_EVICTION_RECORD_LRU_TRIM : CTXC_EVICTION_RECORD_LRU;
         o.hash_algorithm = in_.ConsumeBool() ? CTXC_HASH_FNV1A128 : CTXC_HASH_SHA256;
         o.synchronize = synchronize;
+        ctxc_store_link_options_t link;
+        ctxc_store_link_options_init(&link);
+        ctxc_kv_store_t* store = nullptr;
         if (in_.ConsumeBool()) {  // a host tier (its copies and synchronisations on every eviction and hit)
             o.host_tier_pages = in_.ConsumeIntegralInRange<int32_t>(0, 6);
             o.host_write_policy = in_.ConsumeBool() ? CTXC_HOST_WRITE_THROUGH : CTXC_HOST_WRITE_BACK;
+            if (in_.ConsumeBool()) {  // and a byte store under it, the tier small so that blocks reach it
+                store = createStore(link);
+                o.host_store = &link;
+                if (o.host_tier_pages > 2) o.host_tier_pages -= 3;
+            }
         }
         if (in_.ConsumeIntegralInRange<int>(0, 15) == 0) o.model_state_kind = CTXC_MODEL_HYBRID;  // refused
-        ctxc_status_t const s = ctxc_coordinator_create(&r, &o, &coordinator_);
+        ctxc_status_t s = ctxc_coordinator_create(&r, &o, &coordinator_);
         checkStatus(s);
-        if (s == CTXC_OK) return;
-        o.model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
-        expectOk(ctxc_coordinator_create(&r, &o, &coordinator_), "create");
+        if (s != CTXC_OK && store) {  // perhaps refused for the store's options (a tier of 0 pages, a bad model)
+            o.host_store = nullptr;
+            s = ctxc_coordinator_create(&r, &o, &coordinator_);
+            checkStatus(s);
+        }
+        if (s != CTXC_OK) {
+            o.model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
+            expectOk(ctxc_coordinator_create(&r, &o, &coordinator_), "create");
+        }
+        replica_ = false;
+        if (store) {
+            if (in_.ConsumeIntegralInRange<int>(0, 3) == 3) {
+                expectOk(ctxc_kv_store_destroy(store), "store destroy");  // the tier keeps it
+            } else {
+                liveStores_.push_back(store);
+                if (o.host_store) {  // a replica of this coordinator can be started later on the same store
+                    replica_ = true;
+                    replicaOptions_ = o;
+                    replicaLink_ = link;
+                    replicaOptions_.host_store = &replicaLink_;
+                }
+            }
+        }
+    }
+
+    // A coordinator like the last one, on the same store, started empty (a replica that finds what the last one
+    // put); the same resources (the last one is destroyed).
+    void createReplica() {
+        ctxc_coordinator_resources_t r;
+        ctxc_coordinator_resources_init(&r);
+        r.base_pool = pool_;
+        r.base_page_table = table_;
+        r.base_lengths = lengths_;
+        expectOk(ctxc_coordinator_create(&r, &replicaOptions_, &coordinator_), "replica");
+    }
+
+    // A byte store for the next coordinator: the in-process one or a FaultStore's callbacks; `link` names it, with
+    // the options the input picks (short deadlines: a stall outlives some of them).
+    ctxc_kv_store_t* createStore(ctxc_store_link_options_t& link) {
+        ctxc_kv_store_t* store = nullptr;
+        int const kind = in_.ConsumeIntegralInRange<int>(0, 3);
+        if (kind <= 1 && !liveStores_.empty()) {  // the store an earlier coordinator used (its handle stays live)
+            store = liveStores_.back();
+            liveStores_.pop_back();
+        } else if (kind == 2) {
+            expectOk(ctxc_memory_kv_store_create(in_.ConsumeBool() ? 0 : in_.ConsumeIntegralInRange<uint64_t>(0, 512),
+                                                 &store),
+                     "memory store");
+        } else {
+            faultStores_.push_back(std::make_unique<FaultStore>(
+                sharedObjects_, in_.ConsumeIntegralInRange<int>(0, FaultStore::kModes - 1)));
+            FaultStore& f = *faultStores_.back();
+            ctxc_kv_store_callbacks_t c{};
+            c.struct_size = sizeof c;
+            c.user = &f;
+            c.exist = FaultStore::exist;
+            c.put = FaultStore::put;
+            c.get = FaultStore::get;
+            c.release = FaultStore::release;
+            expectOk(ctxc_kv_store_create(&c, &store), "callback store");
+        }
+        link.store = store;
+        link.model = in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? "bad@model" : "fuzz";
+        link.policy = in_.ConsumeBool() ? CTXC_STORE_LOAD_WAIT : CTXC_STORE_LOAD_BEST_EFFORT;
+        link.min_ask_blocks = in_.ConsumeIntegralInRange<int32_t>(1, 3);
+        link.load_deadline_us = in_.ConsumeIntegralInRange<int64_t>(0, 3000);
+        link.put_deadline_us = in_.ConsumeIntegralInRange<int64_t>(1, 3000);
+        link.negative_ttl_ms = in_.ConsumeIntegralInRange<int64_t>(0, 20);
+        return store;
     }
 
     void createSwaManager() {
@@ -419,9 +601,26 @@ private:
                 break;
             }
             case 15:
-                switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
+                switch (in_.ConsumeIntegralInRange<int>(0, 4)) {
                     case 0: call([&] { return ctxc_coordinator_shutdown(coordinatorArg()); }); break;
                     case 1: syncFails = !syncFails; break;
+                    case 3: {  // the store's finished batches applied without a request
+                        size_t applied = 0, inFlight = 0;
+                        call([&] {
+                            return ctxc_coordinator_poll_store(coordinatorArg(), in_.ConsumeBool() ? &applied : nullptr,
+                                                               in_.ConsumeBool() ? &inFlight : nullptr);
+                        });
+                        break;
+                    }
+                    case 4: {  // the tier's memory, as a zero-copy store would register it
+                        void* data = nullptr;
+                        size_t bytes = 0;
+                        if (call([&] { return ctxc_coordinator_host_tier_memory(coordinatorArg(), &data, &bytes); }) ==
+                                CTXC_OK &&
+                            (data == nullptr) != (bytes == 0))
+                            fail("a host tier's memory without its size, or a size without memory", CTXC_OK);
+                        break;
+                    }
                     default: call([&] { return ctxc_coordinator_clear(coordinatorArg()); }); break;  // a reset
                 }
                 break;
@@ -445,7 +644,8 @@ private:
                     checkStatus(ctxc_coordinator_destroy(coordinator_));
                     coordinator_ = nullptr;
                     syncFails = false;
-                    createCoordinator();
+                    if (replica_ && in_.ConsumeIntegralInRange<int>(0, 3) != 0) createReplica();
+                    else createCoordinator();
                 }
                 break;
             case 18: {
@@ -526,6 +726,9 @@ private:
         expectOk(ctxc_kv_lengths_destroy(lengths_), "lengths destroy");
         expectOk(ctxc_kv_page_table_destroy(table_), "table destroy");
         expectOk(ctxc_kv_pool_destroy(pool_), "pool destroy");
+        for (ctxc_kv_store_t* store : liveStores_) expectOk(ctxc_kv_store_destroy(store), "store destroy");
+        for (auto const& f : faultStores_)
+            if (f->released.load() != 1) fail("a callback store not released exactly once", CTXC_OK);
         size_t bytes = 1;
         expectOk(ctxc_device_backend_allocated_bytes(backend_, &bytes), "allocated bytes");
         if (bytes != 0) fail("device memory leaked", CTXC_OK);
@@ -543,6 +746,12 @@ private:
     ctxc_kv_lengths_t* swaLengths_ = nullptr;
     ctxc_swa_manager_t* swa_ = nullptr;
     Engine engines_[2];
+    bool replica_ = false;  // the last coordinator had a store whose handle is live: createReplica may follow
+    ctxc_coordinator_options_t replicaOptions_{};
+    ctxc_store_link_options_t replicaLink_{};
+    SharedObjects sharedObjects_;
+    std::vector<std::unique_ptr<FaultStore>> faultStores_;  // outlive every tier (checked released at the end)
+    std::vector<ctxc_kv_store_t*> liveStores_;  // handles destroyed at the end
     ctxc_kv_request_t* stale_ = nullptr;
     uint64_t epochs_[4] = {0, 0, 0, 0};
 };
