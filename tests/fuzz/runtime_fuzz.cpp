@@ -257,12 +257,18 @@ private:
         return s;
     }
 
-    void createCoordinator() {
+    // The base pool, page table and lengths every coordinator of the input runs on.
+    ctxc_coordinator_resources_t resources() const {
         ctxc_coordinator_resources_t r;
         ctxc_coordinator_resources_init(&r);
         r.base_pool = pool_;
         r.base_page_table = table_;
         r.base_lengths = lengths_;
+        return r;
+    }
+
+    void createCoordinator() {
+        ctxc_coordinator_resources_t const r = resources();
         ctxc_coordinator_options_t o;
         ctxc_coordinator_options_init(&o);
         o.max_batch = 4;
@@ -313,11 +319,7 @@ private:
     // A coordinator like the last one, on the same store, started empty (a replica that finds what the last one
     // put); the same resources (the last one is destroyed).
     void createReplica() {
-        ctxc_coordinator_resources_t r;
-        ctxc_coordinator_resources_init(&r);
-        r.base_pool = pool_;
-        r.base_page_table = table_;
-        r.base_lengths = lengths_;
+        ctxc_coordinator_resources_t const r = resources();
         expectOk(ctxc_coordinator_create(&r, &replicaOptions_, &coordinator_), "replica");
     }
 
