@@ -474,6 +474,7 @@ CTXC_API ctxc_status_t ctxc_manager_metrics(const ctxc_manager_t* manager, ctxc_
         out.trimmed_blocks = mm.trimmedBlocks;
         out.prefix_cache_queries = mm.prefixCacheQueries;
         out.prefix_cache_hits = mm.prefixCacheHits;
+        out.superseded_records = mm.supersededRecords;
     });
 }
 

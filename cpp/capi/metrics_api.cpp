@@ -88,6 +88,9 @@ void cacheMetrics(PrometheusText& out, ContextCacheManager const& m) {
                "Tokens those acquires skip, their reuse length (vLLM's prefix_cache_hits).", c.prefixCacheHits);
     out.single("ctxcache_evicted_records_total", "counter", "Records evicted whole (capacity, record limit, clear).",
                c.evictedRecords);
+    out.single("ctxcache_superseded_records_total", "counter",
+               "Records a longer publication replaced (growth, a spec lease's dominated hit); not evictions.",
+               c.supersededRecords);
     out.single("ctxcache_trimmed_records_total", "counter", "Trims applied under the lru-trim policy.",
                c.trimmedRecords);
     out.single("ctxcache_trimmed_blocks_total", "counter", "Blocks those trims took off their records.",

@@ -456,6 +456,7 @@ AcquireResult ContextCacheManager::acquire(ReusePlan plan, PageCoverage coverage
     s.hybridHasAttention = plan.hybridHasAttention;
     s.matchedHashes = plan.matchedBlockHashes;
     s.specReplayDependency = plan.specReplayDependency;
+    if (plan.mode == ReusePlanMode::kSpec && plan.draftRecord) s.specHitRecord = *plan.draftRecord;
     // Reserve first: after this, recording a pin cannot throw, so the lease always knows what it holds.
     s.basePages.reserve(plan.basePageBindings.size());
     s.draftPages.reserve(plan.draftPageBindings.size());
@@ -814,6 +815,7 @@ PublishResult ContextCacheManager::publish(CacheRequestLease& lease, PublishRequ
     // R's pages are the canonical pages of its hashes, so a prefix path projects onto them (checked, not assumed:
     // removing R must never unmap or free a page).
     if (superseded && !extendsBasePath(*superseded, record.basePagePath)) superseded.reset();
+    if (spec) superseded = dominatedSpecHit(s, record.basePagePath, record.draftPagePath);
     PublishResult result = commitRecord(std::move(record), newlyMapped, published, tokens, request.eventKeys,
                                         request.retention, superseded);
     if (!spec) s.ownRecord = result.record.value_or(kNoRecord);
@@ -829,6 +831,21 @@ std::optional<RecordId> ContextCacheManager::extendableLeaseRecord(LeaseState co
     if (r.isHybrid() || r.hasDraftPath() || blocks == 0 || blocks >= count || r.basePagePath.size() != blocks)
         return std::nullopt;
     if (r.key.terminalHash != hashes[blocks - 1]) return std::nullopt;  // diverged: not a prefix of this path
+    return id;
+}
+
+std::optional<RecordId> ContextCacheManager::dominatedSpecHit(LeaseState const& s, std::vector<PageId> const& basePath,
+                                                              std::vector<PageId> const& draftPath) const {
+    RecordId const id = s.specHitRecord;
+    if (id == kNoRecord || !records_.contains(id) || retention_.isPinned(id) || retention_.find(id))
+        return std::nullopt;
+    StoredRecord const& r = records_.get(id);
+    if (!r.hasEagleDraftPath() || r.basePagePath.size() >= basePath.size()) return std::nullopt;
+    size_t const bindable = r.draftPagePath.size() - 1;
+    if (bindable > draftPath.size() || !std::equal(r.basePagePath.begin(), r.basePagePath.end(), basePath.begin()) ||
+        !std::equal(r.draftPagePath.begin(), r.draftPagePath.begin() + static_cast<std::ptrdiff_t>(bindable),
+                    draftPath.begin()))
+        return std::nullopt;
     return id;
 }
 
@@ -853,7 +870,12 @@ void ContextCacheManager::supersede(RecordId old, RecordId successor) {
     // Then the record: its pages keep the successor's cache references, so none is unmapped, freed or reported.
     retention_.erase(old);
     StoredRecord const gone = records_.erase(old);
-    for (PageId page : gone.basePagePath) pools_.releaseCacheRef({ResourceType::kBaseKvPage, page});
+    ++metrics_.supersededRecords;
+    if (gone.hasEagleDraftPath()) draftIndex_.erase(old, gone.basePagePath);
+    pools_.forEachPrefetched(ResourceType::kBaseKvPage, gone.basePagePath.data(), gone.basePagePath.size(),
+                             [this](ResourceId const& rid) { pools_.releaseCacheRef(rid); });
+    pools_.forEachPrefetched(ResourceType::kDraftKvPage, gone.draftPagePath.data(), gone.draftPagePath.size(),
+                             [this](ResourceId const& rid) { pools_.releaseCacheRef(rid); });
 }
 
 PublishResult ContextCacheManager::publishHybrid(CacheRequestLease& lease, HybridPublishRequest const& request) {

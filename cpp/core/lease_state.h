@@ -29,6 +29,10 @@ struct CacheRequestLease::State {
     // kNoRecord. Only an id: it may have been evicted, trimmed or superseded since, so every use re-validates it
     // (RecordIds are never reused, so a live id is still that record).
     RecordId ownRecord = kNoRecord;
+    // A spec lease's hit: the EAGLE record whose draft path it bound (the plan's draftRecord), or kNoRecord. Its
+    // next publication supersedes it when the new record dominates it (dominatedSpecHit); only an id, re-validated
+    // at use like ownRecord.
+    RecordId specHitRecord = kNoRecord;
 };
 
 // Leases that own snapshot reservations and restored snapshot bindings.

@@ -55,7 +55,16 @@
 //   successor's by the existing-record merge, less those a successor range dominates (same or wider blocks, at a
 //   priority at least as high, lasting at least as long). Otherwise (no own record, R gone, pinned, longer,
 //   diverged) the publication creates a record as with kNewRecord. RecordIds are never reused, so the lease
-//   keeps R's id and re-validates it at use; nothing dangles.
+//   keeps R's id and re-validates it at use; nothing dangles. Superseded records count in
+//   ContextCacheManagerMetrics::supersededRecords.
+// A spec lease's dominated hit (always on, no option): a hit at boundary n binds n - 1 draft pages, so an EAGLE
+//   record's last draft page is never bindable. When a spec lease's publication creates a record whose base path
+//   strictly extends the base path of the record the lease hit (plan.draftRecord) and whose draft path starts
+//   with that record's draft path less its last page, the new record holds everything the hit record could ever
+//   give a hit; if the hit record is also alive, unpinned and without retention ranges, it is superseded as above
+//   (before the record limit, no eviction metrics, no BlockRemoved) and its last draft page goes back to the free
+//   list unless another holder keeps it. Without this, every turn of a conversation leaves a dominated record
+//   holding one dead draft page, and eviction under pressure walks those records one page at a time.
 // Errors: a broken contract throws ContractError and changes nothing; capacity shortage is a status.
 // Cost: O(blocks touched) per call, plus eviction proportional to the victims. Memory: metadata for the ids
 //   handed out so far (at least the first kEagerMetadataIds of each pool, allocated at construction), never for
@@ -181,6 +190,9 @@ struct ContextCacheManagerMetrics {
     // (kUseCache): their prompt tokens and the tokens they skip (reuseTokenLength). hits / queries is the hit rate.
     uint64_t prefixCacheQueries = 0;
     uint64_t prefixCacheHits = 0;
+    // Records a longer publication replaced (a vanilla lease's growth, a spec lease's dominated hit): not evicted,
+    // so in none of the counts above.
+    uint64_t supersededRecords = 0;
 };
 
 // Retention outcomes (retention.h): what eviction took at which priority, and the clock's effects.
@@ -373,10 +385,18 @@ private:
     // The lease's own record, when a publication of `count` blocks of `hashes` may supersede it: alive, unpinned,
     // a plain base record (no draft path) of fewer blocks whose last hash is hashes[its count - 1]. O(1).
     std::optional<RecordId> extendableLeaseRecord(LeaseState const& s, BlockHashSpan hashes, size_t count) const;
+    // A spec lease's hit record, when the record about to be committed (its canonical base path and draft path
+    // given) dominates it: alive, unpinned, without retention ranges of its own, an EAGLE record whose base path is
+    // a strict prefix of basePath and whose draft path less its last page (never bindable: a hit at boundary n
+    // binds n - 1 draft pages) is a prefix of draftPath. O(its path).
+    std::optional<RecordId> dominatedSpecHit(LeaseState const& s, std::vector<PageId> const& basePath,
+                                             std::vector<PageId> const& draftPath) const;
     // Whether the successor's base path starts with the old record's (so removing the old one unmaps nothing).
     bool extendsBasePath(RecordId old, std::vector<PageId> const& successorPath) const;
-    // Removes `old`, which `successor` (holding every page of it) replaces: no eviction (no metrics, no events,
-    // no page freed or unmapped); its retention ranges that the successor's do not dominate join the successor's.
+    // Removes `old`, which `successor` (holding every base page of it) replaces: no eviction (no metrics, no
+    // events, no base page freed or unmapped); its retention ranges that the successor's do not dominate join the
+    // successor's. A superseded EAGLE record leaves the draft index and drops its draft pages' references: its
+    // last draft page, which no hit can bind, goes back to the free list when nothing else holds it.
     void supersede(RecordId old, RecordId successor);
     void checkEventTokens(char const* operation, BlockTokenSpan tokens, KvEventKeys const& keys, size_t blocks) const;
     void emitStored(std::vector<BlockHash> const& hashes, BlockTokenSpan tokens, KvEventKeys const& keys) noexcept;

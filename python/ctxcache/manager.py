@@ -104,6 +104,7 @@ class ManagerMetrics:
     trimmed_blocks: int = 0  # blocks those trims took off their records
     prefix_cache_queries: int = 0  # prompt tokens of the acquires that succeeded reading the cache
     prefix_cache_hits: int = 0  # the tokens those acquires skip (reuse_token_length): hits / queries
+    superseded_records: int = 0  # records a longer publication replaced (growth, a spec lease's dominated hit)
 
 
 _ACQUIRE_STATUSES = tuple(AcquireStatus)
@@ -910,7 +911,9 @@ class ContextCacheManager(KvEventSource, Resource):
         stay (:class:`ctxcache.RetentionSpec`; None: the default priority, plain LRU). ``extend_record`` (vanilla
         leases only, else ContractError): grow the lease's own record, the one its last publication created or
         grew, into this longer one instead of adding a nested record (it is superseded: no eviction, no metrics,
-        no BlockRemoved); a chunked prefill that publishes every chunk keeps one record."""
+        no BlockRemoved); a chunked prefill that publishes every chunk keeps one record. A spec lease's new
+        record supersedes the record the lease hit when it dominates it (docs/ENGINES.md); both kinds count in
+        ``metrics.superseded_records``."""
         if retention is not None:
             return self._retained(lease, retention, lambda: self.publish(lease, full_block_hashes,
                                                                          resident_state_length, tokens, event_keys,
@@ -1077,7 +1080,7 @@ class ContextCacheManager(KvEventSource, Resource):
         check(lib.ctxc_manager_metrics(self._live(), m))
         return ManagerMetrics(m.evicted_records, m.reclaimed_base_kv_pages, m.reclaimed_draft_kv_pages,
                               m.reclaimed_recurrent_snapshots, m.reclaimed_partial_kv_snapshots, m.trimmed_records,
-                              m.trimmed_blocks, m.prefix_cache_queries, m.prefix_cache_hits)
+                              m.trimmed_blocks, m.prefix_cache_queries, m.prefix_cache_hits, m.superseded_records)
 
     @property
     def live_lease_count(self) -> int:

@@ -212,6 +212,7 @@ class Lease:
     partial: int | None = None
     reserved: list = field(default_factory=list)  # [(type, index)]
     live: bool = True
+    spec_hit: int | None = None  # a spec lease's hit record (plan.draft_record): its publication may supersede it
 
 
 class Model:
@@ -651,6 +652,8 @@ class Model:
     # ---- manager operations -------------------------------------------------------------------------------------
     def acquire(self, plan: Plan):
         lease = Lease(plan.mode, plan.has_attention, plan.matched_hashes, plan.dependency)
+        if plan.mode == SPEC:
+            lease.spec_hit = plan.draft_record
         for p in plan.base_bindings:
             self.pools.add_active(BASE, p)
             lease.base.append(p)
@@ -781,9 +784,36 @@ class Model:
             raise
         return canonical
 
-    def _commit(self, record: Record, published: int, retention=None):
+    def _dominated_spec_hit(self, lease: Lease, base: list, draft: list) -> int | None:
+        """The spec lease's hit record when the new record (canonical base path, draft path) dominates it: alive,
+        unpinned, no retention ranges, an EAGLE record whose base path is a strict prefix of base and whose draft
+        path less its last page (a hit never binds it) is a prefix of draft."""
+        rid = lease.spec_hit
+        r = self.records.get(rid) if rid is not None else None
+        if r is None or rid in self.pins or r.ranges or not r.in_draft_index or len(r.base) >= len(base):
+            return None
+        bindable = len(r.draft) - 1
+        if base[:len(r.base)] != r.base or bindable > len(draft) or draft[:bindable] != r.draft[:bindable]:
+            return None
+        return rid
+
+    def _supersede(self, rid):
+        """Removes a dominated record: not an eviction (no metrics); its successor holds every base page."""
+        r = self.records.pop(rid)
+        del self.exact[(r.terminal, r.full_block_count)]
+        for i, h in enumerate(r.hashes):
+            self.draft_index[h].remove((rid, i + 1))
+            if not self.draft_index[h]:
+                del self.draft_index[h]
+        for p in r.base:
+            self.pools.release_cache(BASE, p)
+            assert self.pools.cache[BASE][p] > 0, "a superseded record's base page is its successor's"
+        for p in r.draft:
+            self.pools.release_cache(DRAFT, p)
+
+    def _commit(self, record: Record, published: int, retention=None, superseded: int | None = None):
         victim = None
-        if self.max_records > 0 and len(self.records) >= self.max_records:
+        if self.max_records > 0 and superseded is None and len(self.records) >= self.max_records:
             self._advance()
             order = self.eviction_order()  # the lowest rank's least recent (pinned records are not in it)
             victim = order[0] if order else None
@@ -802,6 +832,8 @@ class Model:
                 self.draft_index.setdefault(h, []).append((record.id, i + 1))
         canonical = list(record.base)
         self.retain(record.id, retention, existing=False)
+        if superseded is not None:
+            self._supersede(superseded)
         if self.max_records == 0:
             self.evict(record.id)
         elif victim is not None:
@@ -839,7 +871,8 @@ class Model:
         canonical = self._project(hashes, count, lease.base)
         record = Record(0, hashes[count - 1], count, list(hashes[:count]), canonical,
                         list(lease.draft[:count]) if spec else [])
-        return self._commit(record, count, retention)
+        superseded = self._dominated_spec_hit(lease, record.base, record.draft) if spec else None
+        return self._commit(record, count, retention, superseded)
 
     def publish_hybrid(self, lease: Lease, hashes, digest, length, reservation, retention=None):
         if lease.mode != HYBRID:

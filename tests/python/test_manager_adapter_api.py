@@ -153,6 +153,7 @@ def test_a_growing_lease_keeps_one_record(make_manager, extend):
             assert [m.pools.cache_ref_count((BASE, p)) for p in range(5)] == [3, 2, 2, 1, 1]
         m.check_invariants()
     assert m.metrics.evicted_records == 0  # superseding is not evicting
+    assert m.metrics.superseded_records == (2 if extend else 0)
     assert m.probe_vanilla(h, 22).reuse_token_length == 20
 
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import ctxcache
-from ctxcache import ResourceDemand
+from ctxcache import ResourceDemand, ResourceType
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "METRICS.md"
 
@@ -78,6 +78,25 @@ def test_a_scripted_sequence_gives_exact_counters_in_the_text_and_the_struct() -
         text = ctxcache.metrics_text(manager)
         assert one(text, "ctxcache_pool_free", tier="device", resource="base_kv_page") == 8
         assert one(text, "ctxcache_live_leases") == 0
+
+
+def test_superseded_records_are_counted_apart_from_evictions() -> None:
+    # A spec lease that hits a record and publishes a longer prompt holds every page the hit record could ever
+    # bind (a hit at boundary n binds n - 1 draft pages): the hit record is superseded, its last draft page freed.
+    demand = ResourceDemand(base_kv_pages=8, draft_kv_pages=8)
+    with ctxcache.ContextCacheManager(4, demand, 8) as manager:
+        tokens = np.arange(20, dtype=np.int32)
+        for n in (12, 20):
+            hashes = ctxcache.hash_full_blocks(tokens[:n], 4)
+            with manager.acquire_spec(hashes, n).lease as lease:
+                manager.publish(lease, hashes, n)
+        m = manager.metrics
+        assert (m.superseded_records, m.evicted_records, m.reclaimed_draft_kv_pages) == (1, 0, 0)
+        assert len(manager.records) == 1
+        assert manager.pools.free_count(ResourceType.DRAFT_KV_PAGE) == 3  # the record holds 5 of 8
+        text = ctxcache.metrics_text(manager)
+        assert one(text, "ctxcache_superseded_records_total") == 1
+        assert one(text, "ctxcache_evicted_records_total") == 0
 
 
 def test_the_names_are_docs_metrics_table() -> None:

@@ -918,6 +918,7 @@ int main(int argc, char** argv) {
             j.num("published_blocks", run.publishedBlocks);
             j.num("pages_touched", run.pagesTouched);
             j.num("evicted_records", static_cast<uint64_t>(run.metrics.evictedRecords));
+            j.num("superseded_records", static_cast<uint64_t>(run.metrics.supersededRecords));
             j.num("trimmed_records", static_cast<uint64_t>(run.metrics.trimmedRecords));
             j.num("reclaimed_base_pages", static_cast<uint64_t>(run.metrics.reclaimedBaseKvPages));
             if (mode == Mode::kSpec)

@@ -117,6 +117,8 @@ typedef struct ctxc_manager_metrics {
     uint64_t trimmed_blocks; /* blocks those trims took off their records */
     uint64_t prefix_cache_queries; /* prompt tokens of the acquires that succeeded with CTXC_LOOKUP_USE_CACHE */
     uint64_t prefix_cache_hits;    /* the tokens those acquires skip (reuse_token_length): hits / queries */
+    uint64_t superseded_records;   /* records a longer publication replaced (growth, a spec lease's dominated
+                                    * hit): not evictions */
 } ctxc_manager_metrics_t;
 
 /* What ctxc_manager_acquire_vanilla with CTXC_LOOKUP_USE_CACHE would reuse right now (ctxc_manager_probe_vanilla):

@@ -274,6 +274,7 @@ def _finish(manager: ContextCacheManager, out: dict[str, Any], capacities: Resou
     out["metadata_bytes"] = manager.metadata_bytes
     out["peak_metadata_bytes"] = max(peak, out["metadata_bytes"])
     out["evicted_records"] = metrics.evicted_records
+    out["superseded_records"] = metrics.superseded_records
     out["trimmed_records"] = metrics.trimmed_records
     out["reclaimed_base_pages"] = metrics.reclaimed_base_kv_pages
     out["reclaimed_draft_pages"] = metrics.reclaimed_draft_kv_pages
@@ -796,7 +797,8 @@ def _result(mode: str, run: dict[str, Any], bound: dict[str, Any] | None, *, pag
     if spec:
         res["lease_base_pages"] = run["lease_base_pages"]
         res["lease_draft_pages"] = run["lease_draft_pages"]
-    for k in ("published_blocks", "pages_touched", "evicted_records", "trimmed_records", "reclaimed_base_pages"):
+    for k in ("published_blocks", "pages_touched", "evicted_records", "superseded_records", "trimmed_records",
+              "reclaimed_base_pages"):
         res[k] = run[k]
     if spec:
         res["reclaimed_draft_pages"] = run["reclaimed_draft_pages"]
@@ -857,6 +859,7 @@ def _table(results: Sequence[dict[str, Any]]) -> str:
             ("hashing ns / token", "hash_ns_per_token", "{:.2f}"),
             ("+ digest ns / token", "digest_ns_per_token", "{:.3f}"), ("hit rate", "hit_rate", "{:.4f}"),
             ("upper bound", "upper_bound_hit_rate", "{:.4f}"), ("evicted records", "evicted_records", "{:,}"),
+            ("superseded records", "superseded_records", "{:,}"),
             ("snapshot pressure skips", "snapshot_pressure_skips", "{:,}"),
             ("replayed pages", "replayed_pages", "{:,}"),
             ("metadata B / cached block", "metadata_bytes_per_cached_block", "{:.1f}"),

@@ -1360,10 +1360,40 @@ TEST(CApiAdapter, ALeaseWithGrowthKeepsOneRecord) {
         ctxc_manager_metrics_t metrics{sizeof(ctxc_manager_metrics_t)};
         ASSERT_EQ(ctxc_manager_metrics(m, &metrics), CTXC_OK);
         EXPECT_EQ(metrics.evicted_records, 0u);
+        EXPECT_EQ(metrics.superseded_records, grows ? 2u : 0u);
         EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK) << ctxc_last_error();
         EXPECT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
         EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
     }
+}
+
+TEST(CApiAdapter, ASpecPublicationSupersedesTheHitItDominatesWithoutAnEviction) {
+    ctxc_manager_t* m = makeManager(4, {8, 8, 0, 0}, 8);
+    std::vector<ctxc_hash128_t> const prompt{H(1), H(2), H(3), H(4), H(5)};
+    for (int32_t blocks : {3, 5}) {
+        ctxc_acquire_result_t r = acquireResult();
+        ctxc_lease_t* spec = nullptr;
+        ASSERT_EQ(ctxc_manager_acquire_spec(m, prompt.data(), static_cast<size_t>(blocks), blocks * 4,
+                                            CTXC_LOOKUP_USE_CACHE, &r, &spec),
+                  CTXC_OK);
+        EXPECT_EQ(r.plan.reuse_token_length, blocks == 3 ? 0 : 8);  // three blocks match, the third is replayed
+        ctxc_publish_result_t p = publishResult();
+        ASSERT_EQ(ctxc_manager_publish(m, spec, prompt.data(), static_cast<size_t>(blocks), blocks * 4, &p), CTXC_OK);
+        EXPECT_EQ(ctxc_lease_destroy(spec), CTXC_OK);
+    }
+    // The five-block record holds every page the three-block one could ever bind (a hit binds one draft page
+    // less than it matches): that one is superseded, and its last draft page goes back to the free list.
+    EXPECT_EQ(recordCount(m), 1u);
+    ctxc_manager_metrics_t metrics{sizeof(ctxc_manager_metrics_t)};
+    ASSERT_EQ(ctxc_manager_metrics(m, &metrics), CTXC_OK);
+    EXPECT_EQ(metrics.superseded_records, 1u);
+    EXPECT_EQ(metrics.evicted_records, 0u);
+    EXPECT_EQ(metrics.reclaimed_draft_kv_pages, 0u);
+    int32_t free = 0;
+    EXPECT_EQ(ctxc_manager_pool_counts(m, CTXC_RESOURCE_DRAFT_KV_PAGE, &free, nullptr), CTXC_OK);
+    EXPECT_EQ(free, 3);
+    EXPECT_EQ(ctxc_manager_check_invariants(m), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
 }
 
 TEST(CApiAdapter, GrowthIsForVanillaLeasesAndKnownValues) {

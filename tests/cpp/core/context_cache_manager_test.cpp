@@ -938,7 +938,18 @@ TEST(ContextCacheManager, SpecAcquirePublishesPairedStateAndReplaysOneFullPage) 
     EXPECT_EQ(p.status, PublishStatus::kPublished);
     EXPECT_EQ(p.canonicalBasePages, (std::vector<PageId>{0, 1, 2, 5}));
     EXPECT_EQ(m.records().get(*p.record).draftPagePath, (std::vector<PageId>{0, 1, 3, 4}));
-    EXPECT_EQ(m.draftIndex().entryCount(), 7u);
+    // The new record dominates the hit: record 1's base path is a prefix of its own, and so is record 1's draft
+    // path less its last page (page 2, which no hit can bind). Record 1 is superseded, not evicted: its draft
+    // boundaries leave the index and page 2 goes back to the free list.
+    EXPECT_EQ(p.supersededRecord, std::optional<RecordId>(1));
+    EXPECT_FALSE(m.records().contains(1));
+    EXPECT_EQ(m.records().lruToMru(), (std::vector<RecordId>{2, *p.record}));
+    EXPECT_EQ(m.draftIndex().entryCount(), 4u);
+    EXPECT_EQ(cacheRefs(m, draftPage(2)), 0);
+    EXPECT_TRUE(m.pools().isFree(draftPage(2)));
+    EXPECT_EQ(cacheRefs(m, draftPage(0)), 1);
+    EXPECT_EQ(cacheRefs(m, basePage(2)), 1);
+    EXPECT_EQ(m.metrics().evictedRecords, 0u);
     EXPECT_NO_THROW(m.checkInvariants());
 }
 

@@ -269,8 +269,11 @@ TEST(DerivedRecordHashes, EveryRecordKindReadsBackItsPublishedHashes) {
 
 TEST(DerivedRecordHashes, AnEvictionLeavesTheHashesOfRecordsThatSharedItsPages) {
     ContextCacheManager m(kPage, ResourceDemand{8, 8, 0, 0}, 8);
-    Published const turn1 = spec(m, chain(1, 3), 12);
-    Published const turn2 = spec(m, chain(1, 5), 21);  // its base path starts with turn1's three canonical pages
+    // turn2 hits turn1 and publishes a shorter prefix of its chain: its three canonical pages are turn1's. (The
+    // other way round, the longer record would dominate the shorter one it hit and supersede it.)
+    Published const turn1 = spec(m, chain(1, 5), 21);
+    Published const turn2 = spec(m, chain(1, 3), 12);
+    ASSERT_TRUE(m.records().contains(turn1.record));
     m.evictRecord(turn1.record);
     ASSERT_NO_THROW(m.checkInvariants());
     expectPublishedHashes(m, turn2.record, turn2.hashes);
