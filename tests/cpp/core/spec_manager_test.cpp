@@ -348,5 +348,73 @@ TEST(SpecEviction, EvictionWorkPerDraftEntryDoesNotGrowWithTheTurnsSharingIt) {
     EXPECT_LE(m.draftIndex().eraseLinkVisits(), 3 * removed);  // the list walk read about 16 per entry here
 }
 
+// A spec publication supersedes the record its lease hit only when it dominates it (docs/ENGINES.md).
+TEST(SpecSupersede, ADominatedHitGoesAndItsUnbindableDraftPageIsFreed) {
+    ContextCacheManager m(kPage, specCapacities(16, 16), 8);
+    auto const h = chain(1, 3);
+    PublishResult const first = serveSpec(m, h, 12);  // base and draft pages 0, 1, 2
+    PublishResult const second = serveSpec(m, extend(h, 2, 2), 20);
+    EXPECT_EQ(second.supersededRecord, first.record);
+    EXPECT_EQ(m.records().lruToMru(), (std::vector<RecordId>{*second.record}));
+    EXPECT_EQ(m.records().get(*second.record).draftPagePath, (std::vector<PageId>{0, 1, 3, 4, 5}));
+    EXPECT_TRUE(m.pools().isFree({kDraft, 2}));  // the first record's last draft page: nothing could bind it
+    EXPECT_EQ(m.draftIndex().entryCount(), 5u);
+    EXPECT_EQ(m.metrics().supersededRecords, 1u);
+    EXPECT_EQ(m.metrics().evictedRecords, 0u);
+    EXPECT_NO_THROW(m.checkInvariants());
+    // The successor serves every boundary the first record did, with the same draft pages.
+    AcquireResult again = m.acquireSpec(h, 13);
+    EXPECT_EQ(again.plan.draftRecord, second.record);
+    EXPECT_EQ(again.plan.draftPageBindings, (std::vector<PageId>{0, 1}));
+}
+
+TEST(SpecSupersede, APinnedHitOrOneWithRetentionRangesStays) {
+    RetentionSpec const high{{{0, kRetentionOpenEnd, 90, kNoRetentionDuration}}};
+    for (bool pin : {true, false}) {
+        ContextCacheManager m(kPage, specCapacities(16, 16), 8);
+        auto const h = chain(1, 3);
+        AcquireResult cold = m.acquireSpec(h, 12);
+        PublishRequest request{h, 12};
+        if (!pin) request.retention = &high;
+        PublishResult const first = m.publish(*cold.lease, request);
+        cold.lease->release();
+        if (pin) {
+            m.setPinBudget(0.5);
+            m.pinRecord(*first.record);
+        }
+        PublishResult const second = serveSpec(m, extend(h, 2, 2), 20);
+        EXPECT_FALSE(second.supersededRecord);
+        EXPECT_TRUE(m.records().contains(*first.record));
+        EXPECT_FALSE(m.pools().isFree({kDraft, 2}));
+        EXPECT_EQ(m.metrics().supersededRecords, 0u);
+        EXPECT_NO_THROW(m.checkInvariants());
+    }
+}
+
+TEST(SpecSupersede, AShorterDivergingOrVanillaPublicationKeepsTheHit) {
+    ContextCacheManager m(kPage, specCapacities(24, 24), 16);
+    auto const h = chain(1, 5);
+    PublishResult const first = serveSpec(m, h, 20);
+    // Shorter: hits three blocks of it and publishes three.
+    PublishResult const shorter = serveSpec(m, chain(1, 3), 12);
+    EXPECT_FALSE(shorter.supersededRecord);
+    // Diverging: it hits the first record at boundary 4 (the only one that long), then has blocks of its own:
+    // longer, but not an extension of the record it hit.
+    auto const diverged = extend(chain(1, 4), 7, 2);
+    AcquireResult hit = m.acquireSpec(diverged, 24);
+    ASSERT_EQ(hit.plan.draftRecord, first.record);
+    PublishResult const other = m.publish(*hit.lease, {diverged, 24});
+    hit.lease->release();
+    EXPECT_FALSE(other.supersededRecord);
+    // A vanilla lease hits base pages, not a record: it supersedes nothing.
+    AcquireResult vanilla = m.acquireVanilla(extend(h, 9, 1), 24);
+    PublishResult const longer = m.publish(*vanilla.lease, {extend(h, 9, 1), 24});
+    vanilla.lease->release();
+    EXPECT_FALSE(longer.supersededRecord);
+    for (PublishResult const* p : {&first, &shorter, &other, &longer}) EXPECT_TRUE(m.records().contains(*p->record));
+    EXPECT_EQ(m.metrics().supersededRecords, 0u);
+    EXPECT_NO_THROW(m.checkInvariants());
+}
+
 }  // namespace
 }  // namespace ctxcache
