@@ -840,9 +840,9 @@ std::optional<RecordId> ContextCacheManager::dominatedSpecHit(LeaseState const& 
     if (id == kNoRecord || !records_.contains(id) || retention_.isPinned(id) || retention_.find(id))
         return std::nullopt;
     StoredRecord const& r = records_.get(id);
-    if (!r.hasEagleDraftPath() || r.basePagePath.size() >= basePath.size()) return std::nullopt;
+    if (!r.hasEagleDraftPath() || !extendsBasePath(id, basePath)) return std::nullopt;
     size_t const bindable = r.draftPagePath.size() - 1;
-    if (bindable > draftPath.size() || !std::equal(r.basePagePath.begin(), r.basePagePath.end(), basePath.begin()) ||
+    if (bindable > draftPath.size() ||
         !std::equal(r.draftPagePath.begin(), r.draftPagePath.begin() + static_cast<std::ptrdiff_t>(bindable),
                     draftPath.begin()))
         return std::nullopt;

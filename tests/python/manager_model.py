@@ -272,10 +272,7 @@ class Model:
         else:
             del self.exact[(r.terminal, r.full_block_count)]
         if r.in_draft_index:
-            for i, h in enumerate(r.hashes):
-                self.draft_index[h].remove((rid, i + 1))
-                if not self.draft_index[h]:
-                    del self.draft_index[h]
+            self._unindex_draft(rid, r.hashes)
         self._release_pages(r.base, r.draft)
         if r.recurrent is not None:
             self.pools.release_cache(RECURRENT, r.recurrent)
@@ -286,6 +283,14 @@ class Model:
             if self.pools.is_free(PARTIAL, r.partial):
                 self.metrics[4] += 1
         self.metrics[0] += 1
+
+    def _unindex_draft(self, rid, hashes, first: int = 0):
+        """Removes rid's draft-index entries at boundaries first + 1 .. first + len(hashes) (hashes: its blocks
+        from `first` on)."""
+        for i, h in enumerate(hashes):
+            self.draft_index[h].remove((rid, first + i + 1))
+            if not self.draft_index[h]:
+                del self.draft_index[h]
 
     def _release_pages(self, base, draft):
         """Drops one cache reference on each page; a base page whose last one goes loses its mapping."""
@@ -309,10 +314,7 @@ class Model:
         self.trimmed_by_priority[r.priority] = self.trimmed_by_priority.get(r.priority, 0) + 1
         del self.exact[(r.terminal, r.full_block_count)]
         if r.in_draft_index:
-            for i, h in enumerate(r.hashes[keep:]):
-                self.draft_index[h].remove((rid, keep + i + 1))
-                if not self.draft_index[h]:
-                    del self.draft_index[h]
+            self._unindex_draft(rid, r.hashes[keep:], keep)
         tail_base, tail_draft = r.base[keep:], r.draft[keep:]
         r.hashes, r.base, r.draft = r.hashes[:keep], r.base[:keep], r.draft[:keep]
         r.terminal, r.full_block_count = r.hashes[-1], keep
@@ -801,10 +803,7 @@ class Model:
         """Removes a dominated record: not an eviction (no metrics); its successor holds every base page."""
         r = self.records.pop(rid)
         del self.exact[(r.terminal, r.full_block_count)]
-        for i, h in enumerate(r.hashes):
-            self.draft_index[h].remove((rid, i + 1))
-            if not self.draft_index[h]:
-                del self.draft_index[h]
+        self._unindex_draft(rid, r.hashes)
         for p in r.base:
             self.pools.release_cache(BASE, p)
             assert self.pools.cache[BASE][p] > 0, "a superseded record's base page is its successor's"
