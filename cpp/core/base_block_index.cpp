@@ -40,7 +40,7 @@ BaseBlockIndex::BaseBlockIndex(int32_t pageCapacity) : pageCapacity_(pageCapacit
 void BaseBlockIndex::growReverse(PageId page) {
     size_t const size =
         std::min(static_cast<size_t>(pageCapacity_), std::max(static_cast<size_t>(page) + 1, 2 * reverse_.size()));
-    std::vector<BlockHash> reverse;
+    Array<BlockHash> reverse;
     std::vector<bool> mapped;
     try {
         reverse.reserve(size);
@@ -61,7 +61,7 @@ void BaseBlockIndex::growReverse(PageId page) {
 
 void BaseBlockIndex::growTable() {
     size_t const slots = 2 * slots_.size();
-    std::vector<Slot> table;
+    Array<Slot> table;
     try {
         table.assign(slots, Slot{});
     } catch (std::bad_alloc const&) {

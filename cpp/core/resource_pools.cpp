@@ -32,8 +32,8 @@ ResourcePools::ResourcePools(ResourceDemand capacities) {
 }
 
 void ResourcePools::grow(Pool& pool, size_t size, ResourceType type) {
-    std::vector<Slot> slots;
-    std::vector<int32_t> ring;
+    std::vector<Slot, detail::HugePageAllocator<Slot>> slots;
+    std::vector<int32_t, detail::HugePageAllocator<int32_t>> ring;
     try {
         slots.reserve(size);
         ring.resize(size);

@@ -33,6 +33,7 @@
 
 #include "ctxcache/block_hash.h"
 #include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/detail/huge_page_allocator.h"
 #include "ctxcache/detail/prefetch.h"
 #include "ctxcache/types.h"
 
@@ -131,12 +132,15 @@ private:
     }
     [[noreturn]] void failPage(PageId page, char const* operation) const;
 
-    std::vector<Slot> slots_;  // power-of-two size, > 2 * size_
+    template <class T>
+    using Array = std::vector<T, detail::HugePageAllocator<T>>;  // large and randomly accessed
+
+    Array<Slot> slots_;  // power-of-two size, > 2 * size_
     size_t mask_ = 0;
     size_t size_ = 0;
     int32_t pageCapacity_ = 0;
     size_t covered_ = 0;  // pages with metadata: the size of reverse_ and of mapped_ (the rest are unmapped)
-    std::vector<BlockHash> reverse_;
+    Array<BlockHash> reverse_;
     std::vector<bool> mapped_;
 };
 

@@ -42,6 +42,7 @@
 
 #include "ctxcache/cache_record.h"
 #include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/detail/huge_page_allocator.h"
 #include "ctxcache/types.h"
 
 namespace ctxcache {
@@ -174,11 +175,11 @@ private:
     void releaseRecordSlot(uint32_t slot) noexcept;
 
     size_t pageCapacity_ = 0;
-    std::vector<PageHead> heads_;                               // by page; empty until a record is indexed
+    std::vector<PageHead, detail::HugePageAllocator<PageHead>> heads_;  // by page; empty until a record is indexed
     detail::FlatHashMap<uint64_t, uint32_t, KeyHash> overflow_;  // (page, n) -> head, n not the page's primary
     std::vector<RecordLinks> records_;  // record slots, live and free
     std::unordered_map<RecordId, uint32_t> slotOf_;  // live record slots
-    uint32_t freeSlot_ = kEnd;                       // head of the free record slots
+    uint32_t freeSlot_ = kEnd;  // head of the free record slots
     size_t entries_ = 0;
     uint64_t eraseLinkVisits_ = 0;
     size_t linkCapacity_ = 0;  // sum of the capacities of the live records' link arrays: memoryBytes() without a walk

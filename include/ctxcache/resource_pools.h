@@ -28,6 +28,7 @@
 #include <optional>
 #include <vector>
 
+#include "ctxcache/detail/huge_page_allocator.h"
 #include "ctxcache/types.h"
 
 namespace ctxcache {
@@ -151,8 +152,10 @@ private:
         int32_t freeCount = 0;   // capacity - issued + freedCount, kept (canAllocate reads it on every call)
         int32_t covered = 0;     // ids with metadata: slots.size() == freedRing.size(), kept for the checks
         int32_t reclaimable = 0;
-        std::vector<Slot> slots;          // size >= issued; the entries from `issued` on are zero
-        std::vector<int32_t> freedRing;   // circular FIFO, as long as `slots` (freedCount <= issued)
+        std::vector<Slot, detail::HugePageAllocator<Slot>>
+            slots;  // size >= issued; the entries from `issued` on are zero
+        std::vector<int32_t, detail::HugePageAllocator<int32_t>>
+            freedRing;  // circular FIFO, as long as `slots` (freedCount <= issued)
     };
 
     static int index(ResourceType type) noexcept { return static_cast<int>(type); }

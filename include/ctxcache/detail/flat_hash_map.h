@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ctxcache/detail/huge_page_allocator.h"
 #include "ctxcache/detail/prefetch.h"
 
 namespace ctxcache::detail {
@@ -116,8 +117,8 @@ private:
     size_t home(Key const& key) const noexcept { return static_cast<size_t>(mixHash(Hasher{}(key))) & mask_; }
 
     void rehash(size_t capacity) {
-        std::vector<Slot> grown(capacity, Slot{});  // the only allocation: a failure leaves the map untouched
-        std::vector<Slot> old;
+        Slots grown(capacity, Slot{});  // the only allocation: a failure leaves the map untouched
+        Slots old;
         old.swap(slots_);
         slots_.swap(grown);
         mask_ = capacity - 1;
@@ -126,7 +127,9 @@ private:
             if (s.used) tryEmplace(s.key, s.value);
     }
 
-    std::vector<Slot> slots_;
+    using Slots = std::vector<Slot, HugePageAllocator<Slot>>;  // large ones on huge pages
+
+    Slots slots_;
     size_t size_ = 0;
     size_t mask_ = 0;
 };

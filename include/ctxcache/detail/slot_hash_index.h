@@ -21,6 +21,7 @@
 
 #include "ctxcache/block_hash.h"
 #include "ctxcache/detail/flat_hash_map.h"
+#include "ctxcache/detail/huge_page_allocator.h"
 #include "ctxcache/detail/prefetch.h"
 
 namespace ctxcache::detail {
@@ -122,14 +123,15 @@ private:
     }
 
     void rehash(size_t buckets) {
-        std::vector<Bucket> grown(buckets);  // the only allocation: a failure leaves the index untouched
+        std::vector<Bucket, HugePageAllocator<Bucket>> grown(
+            buckets);  // the only allocation: a failure leaves the index untouched
         grown.swap(buckets_);
         mask_ = buckets - 1;
         for (Bucket const& b : grown)
             if (b.slot != kEmpty) place(b.fp, b.slot);
     }
 
-    std::vector<Bucket> buckets_;
+    std::vector<Bucket, HugePageAllocator<Bucket>> buckets_;  // large, probed at random
     size_t size_ = 0;
     size_t mask_ = 0;
 };

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ctxcache/block_hash.h"
+#include "ctxcache/detail/huge_page_allocator.h"
 #include "ctxcache/detail/slot_hash_index.h"
 
 namespace ctxcache::tier {
@@ -126,7 +127,7 @@ private:
     void markWriting(int32_t const* slots, size_t count, HostSlotState mark, char const* operation);
 
     int32_t capacity_ = 0;
-    std::vector<Slot> slots_;  // slots ever used: [0, slots_.size())
+    std::vector<Slot, detail::HugePageAllocator<Slot>> slots_;  // slots ever used: [0, slots_.size())
     detail::SlotHashIndex bySlotHash_;  // hash -> slot (writing or resident); the hashes live in slots_
     std::vector<uint32_t> fingerprints_;  // reserveWrites' scratch: each hash's, computed once per batch
     int32_t lruHead_ = kNoSlot;  // least recent
