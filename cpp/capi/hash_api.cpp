@@ -102,10 +102,9 @@ CTXC_API ctxc_status_t ctxc_hash_full_blocks(const ctxc_hasher_t* hasher, const 
         if (blocks > 0 && !out_hashes) invalidArgument("out_hashes is NULL");
         requireExtrasCount(extras_count, blocks);
         std::vector<BlockKeyExtras> const e = toExtras(extras, extras_count);
-        thread_local std::vector<BlockHash> result;
-        result.clear();
-        h.hashFullBlocksInto(tokens, token_count, page_size, e, mediaHashes(per_position_media_hashes), result);
-        for (size_t i = 0; i < blocks; ++i) out_hashes[i] = fromHash(result[i]);
+        // Straight into the caller's array (the layout is BlockHash's: handles.h): no vector to fill and copy.
+        h.hashFullBlocksTo(tokens, token_count, page_size, e, mediaHashes(per_position_media_hashes),
+                           reinterpret_cast<BlockHash*>(out_hashes), out_capacity);
         return CTXC_OK;
     });
 }

@@ -326,7 +326,7 @@ Hash128 BlockHasher::digest(unsigned char const* bytes, size_t size) const {
 // The uniform-chain fast path (see the top of this file). The template is writeBlock's own output for block 0, so
 // tags, count and extras are the generic path's bytes by construction; only parent and tokens change per block.
 BlockHash BlockHasher::hashUniformChain(int32_t const* tokens, size_t blocks, size_t page, BlockKeyExtras const& extras,
-                                        BlockHash parent, std::vector<BlockHash>* out) const {
+                                        BlockHash parent, std::vector<BlockHash>* out, BlockHash* raw) const {
     if (blocks == 0) return parent;
     std::vector<unsigned char>& buffer = threadBuffer();
     StreamWriter w(buffer, blockStreamBound(page, extras, nullptr));
@@ -336,8 +336,8 @@ BlockHash BlockHasher::hashUniformChain(int32_t const* tokens, size_t blocks, si
     if (buffer.size() < 2 * slot) buffer.resize(2 * slot);   // keeps the template
     unsigned char* const slots[2] = {buffer.data(), buffer.data() + slot};
     std::memcpy(slots[1], slots[0], slot);
-    BlockHash* hashes = nullptr;  // grown last: nothing below allocates, so a throw leaves `out` unchanged
-    if (out) {
+    BlockHash* hashes = raw;  // grown last: nothing below allocates, so a throw leaves `out` unchanged
+    if (!hashes && out) {
         out->resize(out->size() + blocks);
         hashes = out->data() + out->size() - blocks;
     }
@@ -408,6 +408,32 @@ void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, i
         parent = digest(w.data(), w.size());
         out.push_back(parent);
     }
+}
+
+size_t BlockHasher::hashFullBlocksTo(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
+                                     std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                     Hash128 const* perPositionMediaHash, BlockHash* out, size_t capacity) const {
+    checkTokens("hashFullBlocks", tokens, tokenCount, pageSize);
+    size_t const page = static_cast<size_t>(pageSize);
+    size_t const blocks = tokenCount / page;
+    checkExtrasCount("hashFullBlocks", extrasPerBlock, blocks);
+    if (capacity < blocks || (blocks > 0 && !out))
+        throw ContractError("hashFullBlocks: the output holds " + std::to_string(out ? capacity : 0) + " hashes, " +
+                            std::to_string(blocks) + " needed");
+    if (BlockKeyExtras const* extras = uniformExtras(extrasPerBlock, perPositionMediaHash)) {
+        hashUniformChain(tokens, blocks, page, *extras, kChainRoot, nullptr, out);
+        return blocks;
+    }
+    BlockHash parent = kChainRoot;
+    for (size_t b = 0; b < blocks; ++b) {
+        BlockKeyExtras const& extras = extrasFor(extrasPerBlock, b);
+        Hash128 const* media = perPositionMediaHash ? perPositionMediaHash + b * page : nullptr;
+        StreamWriter w(threadBuffer(), blockStreamBound(page, extras, media));
+        writeBlock(w, parent, tokens + b * page, page, extras, media);
+        parent = digest(w.data(), w.size());
+        out[b] = parent;
+    }
+    return blocks;
 }
 
 std::vector<BlockHash> BlockHasher::hashFullBlocks(int32_t const* tokens, size_t tokenCount, int32_t pageSize,

@@ -109,6 +109,13 @@ public:
     void hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
                             std::vector<BlockKeyExtras> const& extrasPerBlock, Hash128 const* perPositionMediaHash,
                             std::vector<BlockHash>& out) const;
+    // Same, into the caller's array of `capacity` hashes (at least floor(tokenCount / pageSize); ContractError
+    // otherwise, nothing written). A request's hashes go straight to their destination (a C caller's buffer, a
+    // numpy array): no intermediate vector to write and copy. Returns the number written. On an error (bad
+    // arguments, out of memory) a prefix of `out` may have been written; its contents are then unspecified.
+    size_t hashFullBlocksTo(int32_t const* tokens, size_t tokenCount, int32_t pageSize,
+                            std::vector<BlockKeyExtras> const& extrasPerBlock, Hash128 const* perPositionMediaHash,
+                            BlockHash* out, size_t capacity) const;
 
     // Digest of an exact prefix: chained over ceil(tokenCount / pageSize) blocks, the last one may be partial.
     // extrasPerBlock: empty, one entry, or one per touched block (ceil).
@@ -125,9 +132,10 @@ public:
 private:
     Hash128 digest(unsigned char const* bytes, size_t size) const;
     // Chains `blocks` blocks of `page` tokens, all with `extras` and no media, from `parent` (the same digests as
-    // the generic path, faster); appends the hashes to *out unless out is null; returns the last (parent if none).
+    // the generic path, faster); appends the hashes to *out, or writes them to raw[0..blocks), unless both are
+    // null; returns the last (parent if none).
     BlockHash hashUniformChain(int32_t const* tokens, size_t blocks, size_t page, BlockKeyExtras const& extras,
-                               BlockHash parent, std::vector<BlockHash>* out) const;
+                               BlockHash parent, std::vector<BlockHash>* out, BlockHash* raw = nullptr) const;
 
     HashAlgorithm algorithm_;
     bool keyed_ = false;

@@ -62,7 +62,8 @@ CTXC_API ctxc_status_t ctxc_hasher_destroy(ctxc_hasher_t *hasher);
 /* Chained hashes of the floor(token_count / page_size) full blocks of `tokens` (a partial tail is ignored).
  * hasher: NULL = unkeyed SHA-256. extras: NULL/0, one entry (applies to every block) or one per full block.
  * per_position_media_hashes: NULL or token_count entries; a non-zero entry replaces that token's id.
- * Two-call pattern on out_hashes / out_capacity / *out_count. */
+ * Two-call pattern on out_hashes / out_capacity / *out_count. The hashes are written straight into out_hashes:
+ * after an error status its contents are unspecified (*out_count is set as the two-call pattern says). */
 CTXC_API ctxc_status_t ctxc_hash_full_blocks(const ctxc_hasher_t *hasher, const int32_t *tokens, size_t token_count,
                                              int32_t page_size, const ctxc_block_key_extras_t *extras,
                                              size_t extras_count, const ctxc_hash128_t *per_position_media_hashes,

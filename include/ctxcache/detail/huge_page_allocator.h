@@ -6,7 +6,8 @@
 // MiB needs its own TLB entry, and once a forward pass has swept the caches between two requests, each prefetch
 // waits for a page walk that itself misses. With 2 MiB pages a table of 64 MiB needs 32 entries.
 //
-// Invariants: a smaller array (or any, with CTXCACHE_HUGE_PAGES=0) is an ordinary std::allocator allocation; a large one is rounded up to whole 2 MiB
+// Invariants: a smaller array (or any, with CTXCACHE_HUGE_PAGES=0) is an ordinary std::allocator allocation; a large
+// one is rounded up to whole 2 MiB
 //             pages of address space (not of memory: the kernel backs what is touched, in huge pages where it can,
 //             and falls back to 4 KiB pages where it cannot, which changes speed, never contents).
 // Errors:     std::bad_alloc, as std::allocator (callers turn it into OutOfMemoryError).

@@ -558,6 +558,45 @@ TEST(BlockHash, ExtrasOrMediaAnywhereInTheChainGiveTheFieldByFieldDigests) {
     }
 }
 
+TEST(BlockHash, HashingIntoTheCallersArrayGivesTheVectorsHashes) {
+    std::mt19937 rng(9);
+    for (HasherCase const& c : hasherCases()) {
+        for (size_t page : {1, 4, 16, 33}) {
+            std::vector<int32_t> const tokens = randomTokens(rng, 5 * page + page / 2);  // a partial tail
+            int32_t const p = static_cast<int32_t>(page);
+            std::vector<Hash128> media(tokens.size());
+            media[page + 1] = Hash128{3, 4};
+            struct Case {
+                std::vector<BlockKeyExtras> extras;
+                Hash128 const* media;
+            };
+            for (Case const& k : {Case{{}, nullptr}, Case{{everyExtra()}, nullptr},
+                                  Case{{{}, {}, everyExtra(), {}, {}}, nullptr}, Case{{}, media.data()}}) {
+                std::vector<BlockHash> const expected =
+                    c.hasher.hashFullBlocks(tokens.data(), tokens.size(), p, k.extras, k.media);
+                ASSERT_EQ(expected.size(), 5U);
+                std::vector<BlockHash> out(7, BlockHash{0xEE, 0xEE});  // room to spare: the rest stays
+                EXPECT_EQ(c.hasher.hashFullBlocksTo(tokens.data(), tokens.size(), p, k.extras, k.media, out.data(),
+                                                    out.size()),
+                          5U);
+                EXPECT_EQ(std::vector<BlockHash>(out.begin(), out.begin() + 5), expected) << c.name << " page " << page;
+                EXPECT_EQ(out[5], (BlockHash{0xEE, 0xEE}));
+                // Too small an array: refused before anything is written.
+                std::vector<BlockHash> small(4, BlockHash{0xEE, 0xEE});
+                EXPECT_THROW((void)c.hasher.hashFullBlocksTo(tokens.data(), tokens.size(), p, k.extras, k.media,
+                                                             small.data(), small.size()),
+                             ContractError);
+                EXPECT_EQ(small, std::vector<BlockHash>(4, (BlockHash{0xEE, 0xEE})));
+                EXPECT_THROW(
+                    (void)c.hasher.hashFullBlocksTo(tokens.data(), tokens.size(), p, k.extras, k.media, nullptr, 5),
+                    ContractError);
+            }
+        }
+        // No full block: nothing to write, a null array is fine.
+        EXPECT_EQ(c.hasher.hashFullBlocksTo(kTokens.data(), 3, 4, {}, nullptr, nullptr, 0), 0U);
+    }
+}
+
 TEST(BlockHash, ThreadsHashConcurrentlyWithTheirOwnBuffers) {
     // Each thread's template lives in its own buffer: two threads that start together and hash different page
     // sizes (different templates) at the same time agree with one thread.
