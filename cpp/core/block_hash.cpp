@@ -398,7 +398,19 @@ void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, i
         hashUniformChain(tokens, blocks, page, *extras, kChainRoot, &out);
         return;
     }
-    out.reserve(out.size() + blocks);
+    size_t const before = out.size();
+    out.resize(before + blocks);
+    try {
+        hashGeneralChain(tokens, blocks, page, extrasPerBlock, perPositionMediaHash, out.data() + before);
+    } catch (...) {
+        out.resize(before);  // nothing appended
+        throw;
+    }
+}
+
+void BlockHasher::hashGeneralChain(int32_t const* tokens, size_t blocks, size_t page,
+                                   std::vector<BlockKeyExtras> const& extrasPerBlock,
+                                   Hash128 const* perPositionMediaHash, BlockHash* out) const {
     BlockHash parent = kChainRoot;
     for (size_t b = 0; b < blocks; ++b) {
         BlockKeyExtras const& extras = extrasFor(extrasPerBlock, b);
@@ -406,7 +418,7 @@ void BlockHasher::hashFullBlocksInto(int32_t const* tokens, size_t tokenCount, i
         StreamWriter w(threadBuffer(), blockStreamBound(page, extras, media));
         writeBlock(w, parent, tokens + b * page, page, extras, media);
         parent = digest(w.data(), w.size());
-        out.push_back(parent);
+        out[b] = parent;
     }
 }
 
@@ -424,15 +436,7 @@ size_t BlockHasher::hashFullBlocksTo(int32_t const* tokens, size_t tokenCount, i
         hashUniformChain(tokens, blocks, page, *extras, kChainRoot, nullptr, out);
         return blocks;
     }
-    BlockHash parent = kChainRoot;
-    for (size_t b = 0; b < blocks; ++b) {
-        BlockKeyExtras const& extras = extrasFor(extrasPerBlock, b);
-        Hash128 const* media = perPositionMediaHash ? perPositionMediaHash + b * page : nullptr;
-        StreamWriter w(threadBuffer(), blockStreamBound(page, extras, media));
-        writeBlock(w, parent, tokens + b * page, page, extras, media);
-        parent = digest(w.data(), w.size());
-        out[b] = parent;
-    }
+    hashGeneralChain(tokens, blocks, page, extrasPerBlock, perPositionMediaHash, out);
     return blocks;
 }
 

@@ -136,6 +136,10 @@ private:
     // null; returns the last (parent if none).
     BlockHash hashUniformChain(int32_t const* tokens, size_t blocks, size_t page, BlockKeyExtras const& extras,
                                BlockHash parent, std::vector<BlockHash>* out, BlockHash* raw = nullptr) const;
+    // The field-by-field chain from the root (per-block extras, media): out[0..blocks), which the caller sized.
+    void hashGeneralChain(int32_t const* tokens, size_t blocks, size_t page,
+                          std::vector<BlockKeyExtras> const& extrasPerBlock, Hash128 const* perPositionMediaHash,
+                          BlockHash* out) const;
 
     HashAlgorithm algorithm_;
     bool keyed_ = false;

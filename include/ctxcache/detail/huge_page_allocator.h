@@ -1,17 +1,17 @@
 // HugePageAllocator: the allocator of the large flat arrays of metadata (the base index's table and reverse map,
-// the resource pools' slots, the host tier's index and slots). An array of at least 2 MiB is placed on 2 MiB
-// boundaries and offered to the kernel as transparent-huge-page memory (madvise MADV_HUGEPAGE, Linux; where the
-// kernel's setting is "madvise", the usual default, nothing else asks for it). The manager's accesses into these
-// arrays are random by design (a hash's home slot, a page's counts); on 4 KiB pages each one of a table of tens of
-// MiB needs its own TLB entry, and once a forward pass has swept the caches between two requests, each prefetch
-// waits for a page walk that itself misses. With 2 MiB pages a table of 64 MiB needs 32 entries.
+// the resource pools' counts and freed ring, FlatHashMap's slots, the draft index's page heads, the host tier's
+// index and slots). An array of at least 2 MiB is placed on 2 MiB boundaries and offered to the kernel as
+// transparent-huge-page memory (madvise MADV_HUGEPAGE, Linux; where the kernel's setting is "madvise", the usual
+// default, nothing else asks for it). The manager's accesses into these arrays are random by design (a hash's
+// home slot, a page's counts); on 4 KiB pages each one of a table of tens of MiB needs its own TLB entry, and once
+// a forward pass has swept the caches between two requests, each prefetch waits for a page walk that itself
+// misses. With 2 MiB pages a table of 64 MiB needs 32 entries.
 //
-// Invariants: a smaller array (or any, with CTXCACHE_HUGE_PAGES=0) is an ordinary std::allocator allocation; a large
-// one is rounded up to whole 2 MiB
-//             pages of address space (not of memory: the kernel backs what is touched, in huge pages where it can,
-//             and falls back to 4 KiB pages where it cannot, which changes speed, never contents).
+// Invariants: a smaller array (or any, with CTXCACHE_HUGE_PAGES=0) is an ordinary std::allocator allocation; a
+//             large one is rounded up to whole 2 MiB pages of address space (the kernel backs what is touched, in
+//             huge pages where it can and in 4 KiB pages where it cannot, which changes speed, never contents).
 // Errors:     std::bad_alloc, as std::allocator (callers turn it into OutOfMemoryError).
-// Threading:  stateless.
+// Threading:  stateless (the setting is read once, thread-safely, by a function-local static).
 #pragma once
 
 #include <cstddef>
