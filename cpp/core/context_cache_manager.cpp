@@ -207,7 +207,8 @@ void ContextCacheManager::evictOne(RecordId id) {
     StoredRecord const record = records_.erase(id);
     if (record.hasEagleDraftPath()) draftIndex_.erase(id, record.basePagePath);
     beginRemovals(record.basePagePath.size());  // the BlockRemoved event releaseBasePages fills and closes
-    releaseBasePages(record.basePagePath, 0);
+    releaseBasePages(record.basePagePath, 0,
+                     ReleasedPath{-1, -1, record.hasEagleDraftPath() ? &record.draftPagePath : nullptr});
     pools_.forEachPrefetched(ResourceType::kDraftKvPage, record.draftPagePath.data(), record.draftPagePath.size(),
                              [this](ResourceId const& rid) {
         ResourcePools::RefCounts const left = pools_.releaseCacheRef(rid);
@@ -233,7 +234,7 @@ void ContextCacheManager::setBaseBlockObserver(BaseBlockObserver* observer) {
 }
 
 void ContextCacheManager::notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages,
-                                       BlockTokenSpan tokens) noexcept {
+                                       BlockTokenSpan tokens, std::vector<PageId> const* draftPath) noexcept {
     // One call per run of consecutive staged blocks, with the block before it (canonical: the run's parent).
     size_t const page = static_cast<size_t>(pageSize_);
     for (size_t run = 0; run < stagedStores_.size();) {
@@ -243,24 +244,43 @@ void ContextCacheManager::notifyStored(std::vector<BlockHash> const& hashes, std
         size_t const count = end - run;
         if (first + count <= hashes.size() && first + count <= pages.size()) {
             bool const withTokens = tokens.data != nullptr && (first + count) * page <= tokens.size;
+            DraftRun draft;
+            if (draftPath && draftPath->size() >= first + count && draftPath->size() <= hashes.size()) {
+                draft.pages = draftPath->data() + first;
+                if (first > 0) {
+                    draft.parentBase = pages[first - 1];
+                    draft.parentDraft = (*draftPath)[first - 1];
+                }
+            }
             observer_->blocksStored(hashes.data() + first, pages.data() + first, count, first == 0,
                                     first > 0 ? &hashes[first - 1] : nullptr,
-                                    withTokens ? tokens.data + first * page : nullptr);
+                                    withTokens ? tokens.data + first * page : nullptr, draft);
         }
         run = end;
     }
 }
 
-void ContextCacheManager::notifyRemoved(std::vector<PageId> const& pages) noexcept {
-    // One call per run of consecutive path blocks; a run's parent is the block before it, still canonical.
+void ContextCacheManager::notifyRemoved(std::vector<PageId> const& pages, ReleasedPath const& path) noexcept {
+    // One call per run of consecutive path blocks; a run's parent is the block before it, still canonical (for a
+    // trimmed tail's first block: the kept part's last, path.parentBase).
     for (size_t run = 0; run < observedHashes_.size();) {
         size_t end = run + 1;
         while (end < observedHashes_.size() && observedPositions_[end] == observedPositions_[end - 1] + 1) ++end;
         size_t const first = observedPositions_[run];
+        size_t const count = end - run;
+        PageId const parentPage = first == 0 ? path.parentBase : first - 1 < pages.size() ? pages[first - 1] : -1;
         std::optional<BlockHash> parent;
-        if (first > 0 && first - 1 < pages.size()) parent = baseIndex_.hashOfPage(pages[first - 1]);
-        observer_->blocksRemoved(observedHashes_.data() + run, observedPages_.data() + run, end - run, first == 0,
-                                 parent ? &*parent : nullptr);
+        if (parentPage >= 0) parent = baseIndex_.hashOfPage(parentPage);
+        DraftRun draft;
+        if (path.draft && path.draft->size() == pages.size() && first + count <= pages.size()) {
+            draft.pages = path.draft->data() + first;
+            if (parent) {
+                draft.parentBase = parentPage;
+                draft.parentDraft = first == 0 ? path.parentDraft : (*path.draft)[first - 1];
+            }
+        }
+        observer_->blocksRemoved(observedHashes_.data() + run, observedPages_.data() + run, count,
+                                 first == 0 && path.parentBase < 0, parent ? &*parent : nullptr, draft);
         run = end;
     }
     observedHashes_.clear();
@@ -293,7 +313,7 @@ void ContextCacheManager::reportTierRemoved(BlockHash const* hashes, size_t coun
     events_.endRemoved();
 }
 
-void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from) {
+void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from, ReleasedPath const& path) {
     observingRemovals_ = false;
     if (observer_ && !suppressRemovals_ && pages.size() > from) {
         try {  // an observer that cannot be told loses these removals (reuse, never state)
@@ -339,7 +359,7 @@ void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, siz
     reportingRemovals_ = false;
     if (observingRemovals_) {
         observingRemovals_ = false;
-        notifyRemoved(pages);
+        notifyRemoved(pages, path);
     }
 }
 
@@ -368,8 +388,18 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
         records_.setPriority(trim.record, rankOf(records_.get(trim.record), rankedAtNs_));
     }
     if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.basePages.data(), tail.basePages.size());
+    ReleasedPath path;  // the kept part's last block precedes the tail (its draft page too, for an EAGLE record)
+    if (StoredRecord const& kept = records_.get(trim.record); tail.firstBlock > 0) {
+        size_t const last = static_cast<size_t>(tail.firstBlock - 1);
+        if (last < kept.basePagePath.size()) path.parentBase = kept.basePagePath[last];
+        if (kept.hasEagleDraftPath() && last < kept.draftPagePath.size() &&
+            tail.draftPages.size() == tail.basePages.size()) {
+            path.parentDraft = kept.draftPagePath[last];
+            path.draft = &tail.draftPages;
+        }
+    }
     beginRemovals(tail.basePages.size());  // the BlockRemoved event releaseBasePages fills and closes
-    releaseBasePages(tail.basePages, 0);
+    releaseBasePages(tail.basePages, 0, path);
     for (PageId page : tail.draftPages) {
         ResourceId const rid{ResourceType::kDraftKvPage, page};
         pools_.releaseCacheRef(rid);
@@ -713,7 +743,9 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
 
     // The manager's BlockStored first, then its observer (a tier's events about the same blocks follow it).
     if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens, keys);  // before the record-limit removals
-    if (observer_) notifyStored(record.logicalBlockHashes, record.basePagePath, tokens);
+    if (observer_)
+        notifyStored(record.logicalBlockHashes, record.basePagePath, tokens,
+                     record.hasEagleDraftPath() ? &record.draftPagePath : nullptr);
     stagedStores_.clear();
     retain(id, retention, false);
     PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};

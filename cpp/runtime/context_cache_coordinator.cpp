@@ -283,15 +283,21 @@ ContextCacheCoordinator::ContextCacheCoordinator(ContextCacheConfig const& confi
     if (config.hostTierPages > 0) {
         if (!resources_.basePool || !profile_.hasAttention())
             contract("ContextCacheCoordinator", "a host tier needs an attention deployment with a base pool");
+        // EAGLE: every slot also holds a draft page (a speculative hit loads both): slot j the draft page of block
+        // j - 1, which block j's hash determines while a draft position depends on at most a page of later tokens.
+        bool const eagleSlots = profile_.ownsPagedSpecState() && !profile_.usesCheckpointReuse() &&
+                                profile_.specReuseContract->futureDependencyTokens <= resources_.basePool->pageSize();
+        device::KvPagePool* const draftPool = eagleSlots ? resources_.draftPool : nullptr;
         device::HostBuffer const* memory = resources_.hostTierMemory;
         if (!memory) {
             size_t const bytes =
-                tier::HostTier::slotBytes(*resources_.basePool) * static_cast<size_t>(config.hostTierPages);
+                tier::HostTier::slotBytes(*resources_.basePool, draftPool) * static_cast<size_t>(config.hostTierPages);
             hostMemory_.emplace(*backend_, bytes);
             memory = &*hostMemory_;
         }
-        tier::HostTierStorage storage{resources_.basePool, memory,
-                                      [this] { return syncStream(backend_ ? backend_->stream() : nullptr); }};
+        tier::HostTierStorage storage{resources_.basePool, memory, [this] {
+            return syncStream(backend_ ? backend_->stream() : nullptr);
+        }, draftPool};
         tier::StoreLinkOptions link = config.hostStore;
         if (link.store && link.keyPrefix.empty()) {
             device::KvPagePool const& pool = *resources_.basePool;

@@ -259,14 +259,17 @@ bool ContextCacheCoordinator::acquireSequence(ContextCacheSequenceAdmission cons
     seq.kind = r.plan.kind;
     seq.hadReplay = r.plan.specReplayMode == SpecReplayMode::kFullPage;
     seq.mediaAware = hasMedia;
-    // The host tier extends a vanilla attention hit: the blocks after it that the tier holds are copied into the
-    // lease's own pages now, and the prefill starts after them.
-    if (hostTier_ && !seq.bypass && !hasMedia && !pagedSpec && !profile_.usesCheckpointReuse() &&
-        seq.reuse % pageSize_ == 0) {
+    // The host tier extends a vanilla attention hit, or an EAGLE one with the draft pages it holds beside the base
+    // pages: the blocks after the hit that the tier holds are copied into the lease's own pages now, and the
+    // prefill starts after them.
+    if (hostTier_ && !seq.bypass && !hasMedia && (!pagedSpec || hostTier_->holdsDrafts()) &&
+        !profile_.usesCheckpointReuse() && seq.reuse % pageSize_ == 0) {
         std::vector<PageId> const& pages = seq.lease.basePages();
+        std::vector<PageId> const& drafts = seq.lease.draftPages();
         uint64_t const storeBefore = hostTier_->metrics().storeLoadedBlocks;
-        int32_t const loaded = hostTier_->loadHit({seq.hashes.data(), seq.hashes.size()}, n, seq.reuse / pageSize_,
-                                                  pages.data(), pages.size());
+        int32_t const loaded =
+            hostTier_->loadHit({seq.hashes.data(), seq.hashes.size()}, n, seq.reuse / pageSize_, pages.data(),
+                               pages.size(), pagedSpec ? drafts.data() : nullptr, pagedSpec ? drafts.size() : 0);
         seq.reuse += loaded * pageSize_;
         uint64_t const fromStore = hostTier_->metrics().storeLoadedBlocks - storeBefore;
         uint64_t const page = static_cast<uint64_t>(pageSize_);

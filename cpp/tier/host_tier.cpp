@@ -34,8 +34,9 @@ uint64_t fnv(uint64_t h, uint64_t v) {
 
 }  // namespace
 
-size_t HostTier::slotBytes(device::KvPagePool const& pool) {
-    size_t const bytes = kHeaderBytes + device::hostSlotPayloadBytes(pool);
+size_t HostTier::slotBytes(device::KvPagePool const& pool, device::KvPagePool const* draftPool) {
+    size_t const bytes =
+        kHeaderBytes + device::hostSlotPayloadBytes(pool) + (draftPool ? device::hostSlotPayloadBytes(*draftPool) : 0);
     return (bytes + 255) / 256 * 256;
 }
 
@@ -53,6 +54,7 @@ uint64_t HostTier::layoutDigest(device::KvPagePool const& pool) {
 
 HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, HostTierStorage storage)
     : manager_(&manager), config_(validated(config)), index_(config.capacityPages), storage_(std::move(storage)) {
+    if (storage_.draftPool && !storage_.pool) throw ContractError("HostTier: a draft pool needs the base pool");
     if (storage_.pool && config_.store)
         throw ContractError("HostTier: a store is modelled in the bookkeeping mode only (no storage with a store)");
     if (storage_.pool) {
@@ -60,8 +62,13 @@ HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, H
         if (pool.pageSize() != manager.pageSize())
             throw ContractError("HostTier: the pool's page size (" + std::to_string(pool.pageSize()) +
                                 ") is not the manager's (" + std::to_string(manager.pageSize()) + ")");
-        slotBytes_ = slotBytes(pool);
+        if (storage_.draftPool && (storage_.draftPool->pageSize() != pool.pageSize() ||
+                                   &storage_.draftPool->backend() != &pool.backend() || storage_.draftPool == &pool))
+            throw ContractError(
+                "HostTier: the draft pool must be another pool of the base pool's page size and backend");
+        slotBytes_ = slotBytes(pool, storage_.draftPool);
         payloadBytes_ = device::hostSlotPayloadBytes(pool);
+        draftPayloadBytes_ = storage_.draftPool ? device::hostSlotPayloadBytes(*storage_.draftPool) : 0;
         layoutDigest_ = layoutDigest(pool);
         size_t const needed = slotBytes_ * static_cast<size_t>(config_.capacityPages);
         if (!storage_.memory || storage_.memory->size() < needed)
@@ -105,6 +112,10 @@ HostTier::~HostTier() {
 
 device::HostSlotLayout HostTier::layout() const noexcept {
     return device::HostSlotLayout{storage_.memory, slotBytes_, kHeaderBytes, config_.capacityPages};
+}
+
+device::HostSlotLayout HostTier::draftLayout() const noexcept {
+    return device::HostSlotLayout{storage_.memory, slotBytes_, kHeaderBytes + payloadBytes_, config_.capacityPages};
 }
 
 HostSlotHeader* HostTier::header(int32_t slot) const noexcept {
@@ -206,10 +217,16 @@ TierHit HostTier::extendHitByTier(BlockHashSpan hashes, int32_t inputTokenCount,
 }
 
 int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, PageId const* leasePages,
-                          size_t leasePageCount) {
+                          size_t leasePageCount, PageId const* leaseDraftPages, size_t leaseDraftPageCount) {
     if (!holdsBytes()) throw ContractError("HostTier::loadHit: this tier keeps no bytes (extendHit)");
     if (leasePageCount > 0 && !leasePages) throw ContractError("HostTier::loadHit: leasePages is null");
-    size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "loadHit");
+    bool const spec = leaseDraftPages != nullptr;
+    if (spec && !holdsDrafts())
+        throw ContractError("HostTier::loadHit: draft pages given, but this tier holds no draft pages (no draft pool)");
+    size_t room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "loadHit");
+    // Speculative: the run's last slot gives only its draft area (the draft page of the block before it), so the
+    // slots may reach the prompt's last full block; the blocks loaded stay before it.
+    if (spec) room = hashes.size - static_cast<size_t>(deviceBlocks);
     ++metrics_.extendCalls;
     pollStore();
     scratch_.clear();
@@ -218,7 +235,7 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     // Where the host's run ends, the byte store's may go on (kWait: waited for until the deadline; the blocks it
     // validated are host blocks now, and the run goes on through them and any host blocks after them).
     size_t hostFirst = n, fromStore = 0;
-    if (loadWorker_ && n < room) {
+    if (loadWorker_ && n < room && !spec) {
         StoreDeadline const until = StoreClock::now() + config_.storeLink.loadDeadline;
         uint64_t const ticket = askStore(from + n, room - n, until);
         if (ticket != 0 && config_.storeLink.policy == StoreLoadPolicy::kWait) {
@@ -232,37 +249,46 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     }
     if (n == 0) return 0;
     size_t const first = static_cast<size_t>(deviceBlocks);
-    if (leasePageCount < first + n) {
+    if (leasePageCount < first + n || (spec && leaseDraftPageCount < first + n - 1)) {
         finishLoad(0);
-        throw ContractError("HostTier::loadHit: the lease has " + std::to_string(leasePageCount) +
-                            " pages; the hit needs " + std::to_string(first + n));
+        throw ContractError("HostTier::loadHit: the lease has " + std::to_string(leasePageCount) + " pages (" +
+                            std::to_string(spec ? leaseDraftPageCount : 0) + " draft); the hit needs " +
+                            std::to_string(first + n));
     }
-    // A slot whose header does not name its block (it changed under us) ends the run there.
+    // A slot whose header does not name its block (it changed under us) ends the run there and is dropped; for a
+    // speculative load, so does a slot after the first without its draft page, which is kept (its bytes are good).
     size_t good = 0;
+    bool bad = false;
     for (; good < n; ++good) {
         HostSlotHeader const& h = *header(scratch_[good]);
         BlockHash const& want = hashes.data[first + good];
         if (h.magic != HostSlotHeader::kMagic || h.layoutDigest != layoutDigest_ || h.hashHi != want.hi ||
-            h.hashLo != want.lo || h.tokens != manager_->pageSize())
+            h.hashLo != want.lo || h.tokens != manager_->pageSize()) {
+            bad = true;
             break;
+        }
+        if (spec && good > 0 && h.draft != 1) break;
     }
-    metrics_.failedLoads += n - good;
+    if (bad) metrics_.failedLoads += n - good;
     // The slot that failed its check is dropped once unpinned (its bytes are not trusted); the blocks after it
     // stay, unloaded.
     auto dropBad = [&]() noexcept {
-        if (good >= n) return;
-        BlockHash const bad = hashes.data[first + good];
-        int32_t const slot = index_.find(bad);
-        if (slot == HostTierIndex::kNoSlot || !index_.invalidate(bad)) return;
+        if (!bad) return;
+        BlockHash const badHash = hashes.data[first + good];
+        int32_t const slot = index_.find(badHash);
+        if (slot == HostTierIndex::kNoSlot || !index_.invalidate(badHash)) return;
         try {
-            droppedHashes_.assign(1, bad);
+            droppedHashes_.assign(1, badHash);
             droppedSlots_.assign(1, slot);
         } catch (...) {
             return;
         }
         reportDropped(droppedHashes_, droppedSlots_);
     };
-    if (good == 0) {
+    // Speculative: base pages from slots [0, loaded), draft pages from slots [1, loaded] (slot i + 1's draft area
+    // holds block i's draft page).
+    size_t const loaded = spec ? (good > 0 ? good - 1 : 0) : good;
+    if (loaded == 0) {
         finishLoad(0);
         dropBad();
         return 0;
@@ -270,20 +296,23 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     bool ok = false;
     try {
         device::copyPagesFromHost(*storage_.pool, leasePages + first, scratch_.data(), layout(),
-                                  static_cast<int32_t>(good));
+                                  static_cast<int32_t>(loaded));
+        if (spec)
+            device::copyPagesFromHost(*storage_.draftPool, leaseDraftPages + first, scratch_.data() + 1, draftLayout(),
+                                      static_cast<int32_t>(loaded));
         ok = synchronize();
     } catch (...) {
         ok = false;
     }
     if (!ok) {
-        metrics_.failedLoads += good;
+        metrics_.failedLoads += loaded;
         finishLoad(0);
         return 0;
     }
-    metrics_.bytesToDevice += good * payloadBytes_;
-    finishLoad(good, good > hostFirst ? std::min(good - hostFirst, fromStore) : 0);
+    metrics_.bytesToDevice += loaded * (payloadBytes_ + (spec ? draftPayloadBytes_ : 0));
+    finishLoad(loaded, loaded > hostFirst ? std::min(loaded - hostFirst, fromStore) : 0);
     dropBad();
-    return static_cast<int32_t>(good);
+    return static_cast<int32_t>(loaded);
 }
 
 void HostTier::clear() {
@@ -340,10 +369,39 @@ void HostTier::reportDropped(std::vector<BlockHash> const& hashes, std::vector<i
     eventHashes_.clear();
 }
 
-void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
-                     bool onDevice) noexcept {
+void HostTier::write(BlockHash const* runHashes, PageId const* runPages, size_t runCount, bool root,
+                     BlockHash const* parent, bool onDevice, DraftRun const& draft) noexcept {
     try {
         pollStore();
+        // EAGLE: each entry's slot takes the draft page of the block before it (entryDraft_[i]; -1: unknown), and
+        // the run's parent goes first (base page only) when the tier lacks it, so that a device hit that ends there
+        // can go on through the run.
+        bool const drafts = holdsDrafts() && draft.pages != nullptr;
+        size_t offset = 0;
+        BlockHash const* hashes = runHashes;
+        PageId const* pages = runPages;
+        size_t count = runCount;
+        if (drafts) {
+            bool const withParent =
+                parent != nullptr && draft.parentBase >= 0 && index_.find(*parent) == HostTierIndex::kNoSlot;
+            offset = withParent ? 1 : 0;
+            entryHashes_.clear();
+            entryPages_.clear();
+            entryDraft_.clear();
+            if (withParent) {
+                entryHashes_.push_back(*parent);
+                entryPages_.push_back(draft.parentBase);
+                entryDraft_.push_back(-1);
+            }
+            for (size_t i = 0; i < runCount; ++i) {
+                entryHashes_.push_back(runHashes[i]);
+                entryPages_.push_back(runPages[i]);
+                entryDraft_.push_back(i > 0 ? draft.pages[i - 1] : parent ? draft.parentDraft : -1);
+            }
+            hashes = entryHashes_.data();
+            pages = entryPages_.data();
+            count = entryHashes_.size();
+        }
         uint64_t const droppedBefore = index_.counters().droppedBlocks;
         droppedHashes_.clear();
         droppedSlots_.clear();
@@ -351,20 +409,48 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count,
             index_.reserveWrites(hashes, count, scratch_, &droppedHashes_, &droppedSlots_, &heldScratch_);
         metrics_.droppedBlocks += index_.counters().droppedBlocks - droppedBefore;
         reportDropped(droppedHashes_, droppedSlots_);
-        if (holdsBytes() && reserved > 0) {
+        size_t draftsWritten = 0;
+        // A resident slot the tier holds without its draft page gets it now (its draft area is outside what a
+        // store put reads, and no load is in flight across calls); its flag is set once the copy completes.
+        size_t upgrades = 0;
+        draftSlots_.clear();
+        draftPages_.clear();
+        if (drafts && holdsBytes()) {
+            for (size_t i = 0; i < count; ++i) {
+                int32_t const slot = heldScratch_[i];
+                if (scratch_[i] != HostTierIndex::kNoSlot || entryDraft_[i] < 0 || !index_.holds(slot, hashes[i]) ||
+                    index_.state(slot) != HostSlotState::kResident || header(slot)->draft == 1)
+                    continue;
+                draftSlots_.push_back(slot);
+                draftPages_.push_back(entryDraft_[i]);
+            }
+            upgrades = draftSlots_.size();
+        }
+        if (holdsBytes() && reserved + upgrades > 0) {
             copySlots_.clear();
             copyPages_.clear();
             for (size_t i = 0; i < count; ++i) {
                 if (scratch_[i] == HostTierIndex::kNoSlot) continue;
-                *header(scratch_[i]) = HostSlotHeader{HostSlotHeader::kMagic, layoutDigest_, hashes[i].hi, hashes[i].lo,
-                                                      manager_->pageSize()};
+                HostSlotHeader h{HostSlotHeader::kMagic, layoutDigest_, hashes[i].hi, hashes[i].lo,
+                                 manager_->pageSize()};
+                if (drafts && entryDraft_[i] >= 0) {
+                    h.draft = 1;
+                    draftSlots_.push_back(scratch_[i]);
+                    draftPages_.push_back(entryDraft_[i]);
+                }
+                *header(scratch_[i]) = h;
                 copySlots_.push_back(scratch_[i]);
                 copyPages_.push_back(pages[i]);
             }
+            draftsWritten = draftSlots_.size();
             bool ok = false;
             try {
-                device::copyPagesToHost(*storage_.pool, copyPages_.data(), copySlots_.data(), layout(),
-                                        static_cast<int32_t>(copySlots_.size()));
+                if (!copySlots_.empty())
+                    device::copyPagesToHost(*storage_.pool, copyPages_.data(), copySlots_.data(), layout(),
+                                            static_cast<int32_t>(copySlots_.size()));
+                if (!draftSlots_.empty())
+                    device::copyPagesToHost(*storage_.draftPool, draftPages_.data(), draftSlots_.data(), draftLayout(),
+                                            static_cast<int32_t>(draftSlots_.size()));
                 ok = synchronize();
             } catch (...) {
                 ok = false;
@@ -375,7 +461,8 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count,
                 metrics_.failedWrites += reserved;
                 return;
             }
-            metrics_.bytesToHost += reserved * payloadBytes_;
+            metrics_.bytesToHost += reserved * payloadBytes_ + draftsWritten * draftPayloadBytes_;
+            for (size_t u = 0; u < upgrades; ++u) header(draftSlots_[u])->draft = 1;
         }
         // Leaf first, so that a chain's root ends the most recent and is dropped last (a block is of no use without
         // the blocks before it). A block the tier already holds is not copied again; it becomes the most recent
@@ -393,16 +480,18 @@ void HostTier::write(BlockHash const* hashes, PageId const* pages, size_t count,
         metrics_.writtenBlocks += reserved;
         metrics_.skippedWrites += held;
         metrics_.refusedWrites += count - reserved - held;
-        if (manager_->kvEventsEnabled()) reportStored(hashes, pages, count, root, parent, onDevice);
+        // The run only (a parent added first is on the device: a router knows it; it is not reported as the
+        // tier's, so its drop is not either).
+        if (manager_->kvEventsEnabled()) reportStored(runHashes, runPages, runCount, root, parent, onDevice, offset);
     } catch (...) {
         // Out of memory for the index or the events' scratch: the blocks not written (or not reported) cost reuse
         // (or a router's view of the tier), never a state the index does not check.
-        metrics_.refusedWrites += count;
+        metrics_.refusedWrites += runCount;
     }
 }
 
 void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
-                            BlockHash const* parent, bool onDevice) {
+                            BlockHash const* parent, bool onDevice, size_t offset) {
     // Runs of blocks just written whose tokens are known and whose predecessor a router knows (the path's root, a
     // block on the device, or one this tier reported): one BlockStored (medium host) per run, root-first.
     // One flag per slot ever used (grown with the index, never the capacity up front: a tier of 2^31 pages with
@@ -421,7 +510,7 @@ void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t
         eventTokens_.clear();
     };
     for (size_t j = 0; j < count; ++j) {
-        int32_t const slot = scratch_[j];
+        int32_t const slot = scratch_[offset + j];
         int32_t const* tokens = tokensOfPage(pages[j]);
         if (slot != HostTierIndex::kNoSlot && tokens && known) {
             if (eventHashes_.empty()) runStart = j;
@@ -431,8 +520,8 @@ void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t
             continue;
         }
         flush();
-        int32_t const held = slot == HostTierIndex::kNoSlot && index_.holds(heldScratch_[j], hashes[j])
-                                 ? heldScratch_[j]
+        int32_t const held = slot == HostTierIndex::kNoSlot && index_.holds(heldScratch_[offset + j], hashes[j])
+                                 ? heldScratch_[offset + j]
                                  : HostTierIndex::kNoSlot;
         known = onDevice || (held != HostTierIndex::kNoSlot && reported_[static_cast<size_t>(held)]);
     }
@@ -440,11 +529,11 @@ void HostTier::reportStored(BlockHash const* hashes, PageId const* pages, size_t
 }
 
 void HostTier::blocksStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
-                            BlockHash const* parent, int32_t const* tokens) noexcept {
+                            BlockHash const* parent, int32_t const* tokens, DraftRun const& draft) noexcept {
     bool const hostSlots = config_.capacityPages > 0;
     if (tokens && hostSlots && manager_->kvEventsEnabled()) rememberTokens(pages, count, tokens);
     if (hostSlots && config_.writePolicy == HostWritePolicy::kWriteThrough)
-        write(hashes, pages, count, root, parent, true);
+        write(hashes, pages, count, root, parent, true, draft);
     if (config_.store) {
         try {
             config_.store->put(hashes, count);
@@ -455,9 +544,9 @@ void HostTier::blocksStored(BlockHash const* hashes, PageId const* pages, size_t
 }
 
 void HostTier::blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
-                             BlockHash const* parent) noexcept {
+                             BlockHash const* parent, DraftRun const& draft) noexcept {
     if (config_.capacityPages > 0 && config_.writePolicy == HostWritePolicy::kWriteBack)
-        write(hashes, pages, count, root, parent, false);
+        write(hashes, pages, count, root, parent, false, draft);
     forgetTokens(pages, count);
 }
 

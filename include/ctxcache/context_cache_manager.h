@@ -367,9 +367,17 @@ private:
     void makeRoom(ResourceDemand const& demand, std::optional<RecordId> protectedRecord);
     void evictOne(RecordId id);
     void trimRecord(RecordTrim const& trim);
+    // What the observer needs beside a released page path: the page before pages[0] (a trimmed tail's: the kept
+    // part's last; -1 for a whole path) and, for an EAGLE record, its draft pages aligned with the path's (with
+    // the draft page of that parent). Null / -1: none.
+    struct ReleasedPath {
+        PageId parentBase = -1;
+        PageId parentDraft = -1;
+        std::vector<PageId> const* draft = nullptr;
+    };
     // Drops one cache reference on each base page (unmapping it when that was the last) and counts what it frees;
     // after beginRemovals, each unmapped block is added to the open BlockRemoved event.
-    void releaseBasePages(std::vector<PageId> const& pages, size_t from);
+    void releaseBasePages(std::vector<PageId> const& pages, size_t from, ReleasedPath const& path);
     bool beginRemovals(size_t maxBlocks) noexcept;  // opens a BlockRemoved event when removals are reported
     // producerPages[i] for i < matchedBlocks is the canonical page the lease pinned for hashes[i] at acquire
     // (the caller has checked hashes against the lease's matched prefix). A producer page that is the canonical
@@ -444,10 +452,11 @@ private:
     std::vector<int32_t> observedTokens_;
     std::vector<size_t> observedPositions_;  // the running removal's path index of each observed block
     bool observingRemovals_ = false;  // the running releaseBasePages collects removals for the observer
-    void notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages,
-                      BlockTokenSpan tokens) noexcept;
+    // draft: an EAGLE record's draft page path (null: none).
+    void notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages, BlockTokenSpan tokens,
+                      std::vector<PageId> const* draft) noexcept;
     // The observer hears observedHashes_ (path indices observedPositions_ of `pages`) in runs, then forgets them.
-    void notifyRemoved(std::vector<PageId> const& pages) noexcept;
+    void notifyRemoved(std::vector<PageId> const& pages, ReleasedPath const& path) noexcept;
 
     // Retention: the records' ranges, expiries and pins (retention_table.h), the clock and the pin budget.
     RetentionTable retention_;

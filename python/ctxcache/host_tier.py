@@ -5,7 +5,8 @@ after it, loaded instead of recomputed.
 ``ContextCacheManager.attach_host_tier(capacity_pages)`` attaches one and returns a :class:`HostTier` view; the
 view holds its manager, the manager never holds the view (no cycle), and the tier itself lives and dies with the
 manager (or ``detach_host_tier()``). This version keeps the tier's bookkeeping: a bookkeeping-only replay sizes a
-tier on a trace. Base-KV blocks of attention models only; speculative and hybrid acquires are not extended.
+tier on a trace. Base-KV blocks of attention models only; speculative and hybrid acquires are not extended here
+(the engine's tier with bytes extends EAGLE hits with their draft pages: ``sim.ReferenceEngine(host_tier_pages=)``).
 
 A :class:`BookkeepingStore` stands for a KV store shared by several replicas (issue 27, bookkeeping): each
 replica's tier is attached with ``store=``; every block a publication makes canonical is put there, and an

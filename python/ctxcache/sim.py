@@ -102,9 +102,9 @@ class ReferenceEngine(KvEventSource, Handle):
     the bounded sliding-window backend; ``serve(..., cold=True)`` then keeps the full history.
     ``speculative="mtp"`` (hybrid): Hybrid+MTP, a model whose MTP head's draft at p reads the base hidden row of p;
     requests are served one at a time and ``commit_policy`` defaults to prefill-state-only (the only one allowed).
-    ``host_tier_pages=N`` (attention): a host-memory tier of N pages beside the KV pool (``host_write`` "back", the
-    default, or "through"; docs/TIERS.md): evicted blocks come back as copies, and ``metrics.host_loaded_tokens``
-    counts the prompt tokens loaded from it. ``host_store=StoreLink(store, ...)`` (with a host tier): a byte store
+    ``host_tier_pages=N`` (attention, eagle): a host-memory tier of N pages beside the KV pool (``host_write``
+    "back", the default, or "through"; docs/TIERS.md): evicted blocks come back as copies (eagle: with their draft
+    pages), and ``metrics.host_loaded_tokens`` counts the prompt tokens loaded from it. ``host_store=StoreLink(store, ...)`` (with a host tier): a byte store
     shared with other replicas under it (ctxcache.kv_store): blocks written to the tier are put there, and a hit the
     host cannot extend is asked of it; ``metrics.store_loaded_tokens`` counts what came from it.
     """

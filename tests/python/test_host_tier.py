@@ -140,8 +140,8 @@ def test_replay_splits_reuse_by_tier_and_reuses_more_than_the_device_alone(capsy
 
 
 def test_replay_refuses_a_tier_it_cannot_serve_with_one_line(capsys, conversations):  # noqa: F811
-    for argv, words in ((["--host-tier-pages", "100", "--mode", "spec"], "--mode vanilla"),
-                        (["--host-tier-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft path"),
+    for argv, words in ((["--host-tier-pages", "100", "--mode", "hybrid"], "--mode hybrid"),
+                        (["--host-tier-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft pages"),
                         (["--host-tier-pages", "-1", "--bookkeeping-only"], "--host-tier-pages"),
                         (["--host-tier-pages", "8", "--host-write", "sideways", "--bookkeeping-only"],
                          "--host-write")):
@@ -153,11 +153,14 @@ def test_replay_refuses_a_tier_it_cannot_serve_with_one_line(capsys, conversatio
         assert len(err.strip().splitlines()) == 1 and words in err, (argv, err)
 
 
-@pytest.mark.parametrize("write", ["back", "through"])
-def test_full_replay_with_a_tier_is_byte_exact_and_reuses_what_the_device_evicted(capsys, conversations, write):  # noqa: F811
+@pytest.mark.parametrize("mode,write", [("vanilla", "back"), ("vanilla", "through"), ("spec", "back"),
+                                        ("spec", "through")])
+def test_full_replay_with_a_tier_is_byte_exact_and_reuses_what_the_device_evicted(capsys, conversations, mode,  # noqa: F811
+                                                                                  write):
+    # spec: EAGLE, whose tier slots hold each block's draft page beside its base page.
     def full(*extra):
         code, out, err = _run(capsys, replay.replay_main, [str(conversations), "--json", "--no-progress", "--verify",
-                                                            "--base-pages", "400", *extra])
+                                                            "--base-pages", "400", "--mode", mode, *extra])
         assert code == 0, err
         return json.loads(out)
 
@@ -170,16 +173,24 @@ def test_full_replay_with_a_tier_is_byte_exact_and_reuses_what_the_device_evicte
     ht = tiered["host_tier"]
     assert ht["write_policy"] == write and ht["failed_loads"] == ht["failed_writes"] == 0
     assert ht["loaded_blocks"] * 16 == tiered["reused_tokens_host"]
-    assert ht["bytes_to_device"] == ht["loaded_blocks"] * (ht["bytes_to_host"] // ht["written_blocks"])
+    page_bytes = 16 * 128  # the toy model's base page: 2 layers x K,V x 2 heads x 8 dims x 2 bytes a token
+    if mode == "vanilla":
+        assert ht["bytes_to_device"] == ht["loaded_blocks"] * page_bytes
+        assert ht["bytes_to_host"] == ht["written_blocks"] * page_bytes
+    else:  # every loaded block brings its draft page (the same geometry); a written one has it when it is valid
+        assert ht["bytes_to_device"] == ht["loaded_blocks"] * 2 * page_bytes
+        assert ht["written_blocks"] * page_bytes < ht["bytes_to_host"] <= ht["written_blocks"] * 2 * page_bytes
 
 
-def test_the_reference_engine_loads_an_evicted_prefix_from_its_tier():
+@pytest.mark.parametrize("deployment,loaded", [("attention", 96), ("eagle", 80)])
+def test_the_reference_engine_loads_an_evicted_prefix_from_its_tier(deployment, loaded):
+    # EAGLE: six slots load five blocks (slot j holds the draft page of block j - 1).
     prefix = list(range(7000, 7100))
     flood = [list(range(20000 + 1000 * f, 20150 + 1000 * f)) for f in range(6)]
     follow = prefix + [90000 + i for i in range(5)]
     starts = {}
     for pages in (0, 64):
-        with sim.ReferenceEngine("attention", page_size=16, base_pages=32, max_batch=1,
+        with sim.ReferenceEngine(deployment, page_size=16, base_pages=32, max_batch=1,
                                  host_tier_pages=pages) as engine:
             for tokens in [prefix, *flood, follow]:
                 request = sim.Request(tokens=tokens, max_new_tokens=4)
@@ -187,9 +198,9 @@ def test_the_reference_engine_loads_an_evicted_prefix_from_its_tier():
                 cold = engine.cold_reference([request])[0]
                 assert np.array_equal(warm.generated, cold.generated) and warm.state_digest == cold.state_digest
             starts[pages] = warm.prefill_start
-            assert engine.metrics.host_loaded_tokens == (96 if pages else 0)
+            assert engine.metrics.host_loaded_tokens == (loaded if pages else 0)
             engine.check_invariants()
-    assert starts == {0: 0, 64: 96}
+    assert starts == {0: 0, 64: loaded}
     with pytest.raises(InvalidArgumentError):
         sim.ReferenceEngine("attention", host_tier_pages=-1)
     with pytest.raises(InvalidArgumentError):

@@ -2,7 +2,8 @@
  * back as a copy instead of a recomputation. A manager has at most one tier, attached to it and destroyed with it
  * (or detached); the tier's calls take the manager's handle and belong to the manager's single-writer family.
  * This version keeps the tier's bookkeeping (which blocks it holds, its LRU): a bookkeeping-only replay sizes a
- * tier on a trace. Base-KV blocks of attention models only; speculative and hybrid acquires are not extended. */
+ * tier on a trace. Base-KV blocks of attention models only: speculative and hybrid acquires are not extended here
+ * (the coordinator's tier with bytes extends EAGLE hits with draft pages too: runtime.h, host_tier_pages). */
 #ifndef CTXCACHE_C_HOST_TIER_H
 #define CTXCACHE_C_HOST_TIER_H
 

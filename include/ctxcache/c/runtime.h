@@ -159,7 +159,9 @@ typedef struct ctxc_coordinator_options {
     /* >= 0: a host-memory tier of this many pages beside the base pool (0: none; docs/TIERS.md): blocks the device
      * evicts (write-back) or publishes (write-through) are copied to pinned host memory the coordinator allocates,
      * and a vanilla attention sequence's hit is extended by the blocks it holds (its prefill start moves past
-     * them). Options from ctxc_coordinator_options_init (or zeroed) have none. */
+     * them); with EAGLE (a draft pool, no checkpoints, future_dependency_tokens <= the page size) the slots hold
+     * draft pages too and a speculative sequence's hit is extended with both. Options from
+     * ctxc_coordinator_options_init (or zeroed) have none. */
     int32_t host_tier_pages;
     int32_t host_write_policy; /* CTXC_HOST_WRITE_BACK (default) or CTXC_HOST_WRITE_THROUGH */
     /* NULL, or a byte store shared with other replicas under the host tier (c/store.h; needs host_tier_pages > 0):

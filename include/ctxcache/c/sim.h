@@ -61,7 +61,7 @@ typedef struct ctxc_sim_engine_options {
                             its own draft pool (Hybrid+MTP; needs CTXC_COMMIT_PREFILL_STATE_ONLY; requests
                             are served one at a time) */
     int32_t eviction_policy; /* CTXC_EVICTION_RECORD_LRU (default) or CTXC_EVICTION_RECORD_LRU_TRIM */
-    int32_t host_tier_pages; /* >= 0: a host-memory tier of this many pages (attention deployment; 0: none) */
+    int32_t host_tier_pages; /* >= 0: a host-memory tier of this many pages (attention or EAGLE; 0: none) */
     int32_t host_write_policy; /* CTXC_HOST_WRITE_BACK (default) or CTXC_HOST_WRITE_THROUGH */
     /* NULL, or a byte store under the host tier (as ctxc_coordinator_options_t::host_store; needs
      * host_tier_pages > 0; a cold run never uses it). Since CTXC_ABI_VERSION 5. */

@@ -67,8 +67,11 @@ struct ContextCacheConfig {
     // A host-memory tier of this many pages beside the base pool (0: none; tier/host_tier.h): blocks the device
     // evicts (write-back) or publishes (write-through) are copied to host memory, and a vanilla attention
     // sequence's hit is extended by the blocks it holds, copied into the sequence's own pages at admission (its
-    // prefill start moves past them). Needs an attention pool; speculative, hybrid and media-bearing sequences are
-    // not extended. Its memory: resources.hostTierMemory, or pinned host memory the coordinator allocates.
+    // prefill start moves past them). Needs an attention pool. With EAGLE (a paged speculative contract, no
+    // checkpoints, futureDependencyTokens <= the page size) every slot also holds a draft page, and a speculative
+    // sequence's hit is extended with both (HostTier::loadHit's speculative rule); hybrid and media-bearing
+    // sequences are not extended. Its
+    // memory: resources.hostTierMemory, or pinned host memory the coordinator allocates.
     int32_t hostTierPages = 0;
     tier::HostWritePolicy hostWritePolicy = tier::HostWritePolicy::kWriteBack;
     // A byte store shared with other replicas, under the host tier (tier/store_link.h; needs hostTierPages > 0):
@@ -90,8 +93,8 @@ struct ContextCachePhysicalResources {
     device::KvLengths* draftLengths = nullptr;
     device::ResidentState* residentState = nullptr;
     device::SnapshotStorage* snapshots = nullptr;
-    // The host tier's slots (config.hostTierPages * tier::HostTier::slotBytes(*basePool) bytes, of the base pool's
-    // backend), or null: the coordinator allocates them.
+    // The host tier's slots (config.hostTierPages * tier::HostTier::slotBytes(*basePool, EAGLE ? draftPool :
+    // nullptr) bytes, of the base pool's backend), or null: the coordinator allocates them.
     device::HostBuffer const* hostTierMemory = nullptr;
 };
 

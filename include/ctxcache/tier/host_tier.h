@@ -13,9 +13,15 @@
 // before the blocks become visible; loadHit copies the run's slots into the lease's pages and waits, after checking
 // each slot's header (a slot that does not name its block ends the run: a shorter hit, never wrong bytes); a copy
 // or synchronisation that fails loses the writes (nothing becomes visible) or the whole load (no block loaded).
-// Base-KV blocks of attention models only: draft pages and recurrent checkpoints stay on the device (an EAGLE
-// lease needs its draft path, a hybrid one its checkpoint, and neither is in the tier), so speculative and hybrid
-// acquires are not extended.
+// Base-KV blocks of attention models; with EAGLE (storage with a draft pool), every slot also has room for a draft
+// page: the slot of block j holds the record's draft page of block j - 1, which block j's hash determines (the
+// draft KV at block j - 1's last position reads block j's first token; DraftRun), when the writer knew it. A
+// speculative load (loadHit with the lease's draft pages) of a run of k slots from the device hit's end loads k - 1
+// blocks, base pages from slots 0..k-2 and draft pages from slots 1..k-1, so its last slot stands where the device
+// replays its boundary block (the spec rule: a hit at boundary n binds n - 1 draft pages). A write of an EAGLE run
+// also writes the block before it (still on the device; base page only) when the tier lacks it, so that a device
+// hit ending there can go on through the tier; a held slot without its draft page gets it from a later write.
+// Recurrent checkpoints (hybrid) stay on the device: hybrid acquires are not extended.
 //
 // Invariants: the index's (host_tier_index.h); a block is in the tier at most once (a block already held is not
 //             written again); a resident slot's header names its block and its payload holds the bytes its page had
@@ -98,9 +104,10 @@ struct TierHit {
 // Where a tier's bytes live (HostTier's bytes mode). All on one backend; they must outlive the tier.
 struct HostTierStorage {
     device::KvPagePool* pool = nullptr;      // the base pool whose pages the tier copies (the manager's page ids)
-    device::HostBuffer const* memory = nullptr;  // >= capacityPages * HostTier::slotBytes(*pool) bytes
+    device::HostBuffer const* memory = nullptr;  // >= capacityPages * HostTier::slotBytes(*pool, draftPool)
     // Waits for the copies enqueued on the pool's backend; false when they failed. Empty: backend.synchronize().
     std::function<bool()> synchronize;
+    device::KvPagePool* draftPool = nullptr;  // EAGLE: the draft pool (slots hold a draft page too); null: none
 };
 
 // The header at the start of every slot (bytes mode): which block the payload holds.
@@ -111,6 +118,8 @@ struct HostSlotHeader {
     uint64_t hashHi = 0;
     uint64_t hashLo = 0;
     int64_t tokens = 0;  // the page's tokens (the pool's page size)
+    // EAGLE: 1 when the slot's draft area holds the draft page of the block before this one (written whole).
+    int64_t draft = 0;
 };
 
 struct HostTierMetrics {
@@ -138,12 +147,14 @@ public:
     // Attaches to `manager` as its base block observer (ContractError when it has one). Without storage.pool: the
     // bookkeeping mode; with it, the bytes mode (storage.memory must hold capacityPages slots).
     HostTier(ContextCacheManager& manager, HostTierConfig const& config, HostTierStorage storage = {});
-    // One slot of `pool`: the header area, then the payload, rounded up to 256 bytes.
-    static size_t slotBytes(device::KvPagePool const& pool);
+    // One slot of `pool`: the header area, then the payload (then the draft pool's page payload, with one),
+    // rounded up to 256 bytes.
+    static size_t slotBytes(device::KvPagePool const& pool, device::KvPagePool const* draftPool = nullptr);
     // A digest of the pool's page layout (page size, dtype, every layer's heads and head dim): a slot written from
     // one layout is never loaded into another.
     static uint64_t layoutDigest(device::KvPagePool const& pool);
     bool holdsBytes() const noexcept { return storage_.pool != nullptr; }
+    bool holdsDrafts() const noexcept { return storage_.draftPool != nullptr; }
     ~HostTier() override;
     HostTier(HostTier const&) = delete;
     HostTier& operator=(HostTier const&) = delete;
@@ -176,8 +187,12 @@ public:
     // The bytes mode's extension: the same run, copied from its slots into leasePages[deviceBlocks ..] (the lease's
     // own fresh pages: leasePageCount must cover the run), and waited for. Returns the blocks loaded: the run up to
     // the first slot whose header does not name its block; 0 when a copy failed.
+    // Speculative (leaseDraftPages non-null; a tier with a draft pool): a run of k slots whose every slot after the
+    // first holds its draft page loads k - 1 blocks, base and draft pages (leaseDraftPages[deviceBlocks ..]); its
+    // last slot (only its draft area is read) may be the prompt's last full block. The byte store is not asked
+    // (its objects carry base pages only).
     int32_t loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, PageId const* leasePages,
-                    size_t leasePageCount);
+                    size_t leasePageCount, PageId const* leaseDraftPages = nullptr, size_t leaseDraftPageCount = 0);
     // Drops every block the tier holds.
     void clear();
 
@@ -185,19 +200,22 @@ public:
     size_t memoryBytes() const noexcept { return sizeof(*this) + index_.memoryBytes() + scratch_.capacity() * 4; }
 
     void blocksStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
-                      int32_t const* tokens) noexcept override;
-    void blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count, bool root,
-                       BlockHash const* parent) noexcept override;
+                      int32_t const* tokens, DraftRun const& draft) noexcept override;
+    void blocksRemoved(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
+                       DraftRun const& draft) noexcept override;
 
 private:
     // A run of a path's blocks (pages[i] holds hashes[i]; what precedes it: root / parent), with their tokens when
     // known (blockTokens[i]: pageSize tokens, or null) for the KV events. `onDevice`: the blocks stay canonical on
     // the device (write-through), so a router knows each of them whether or not the tier reports it.
+    // `draft`: an EAGLE record's draft pages beside the run (with a draft pool: written with the blocks, and the
+    // run's parent first when the tier lacks it).
     void write(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
-               bool onDevice) noexcept;
-    // KV events (medium host) for what the tier now holds and dropped, when the manager's stream is on.
+               bool onDevice, DraftRun const& draft) noexcept;
+    // KV events (medium host) for what the tier now holds and dropped, when the manager's stream is on. The run's
+    // slots are scratch_[offset ..] (a write that added the run's parent first reports the run only).
     void reportStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
-                      bool onDevice);
+                      bool onDevice, size_t offset);
     void reportDropped(std::vector<BlockHash> const& hashes, std::vector<int32_t> const& slots) noexcept;
     int32_t const* tokensOfPage(PageId page) const noexcept;
     void rememberTokens(PageId const* pages, size_t count, int32_t const* tokens) noexcept;
@@ -212,6 +230,7 @@ private:
     bool synchronize() noexcept;
     HostSlotHeader* header(int32_t slot) const noexcept;
     device::HostSlotLayout layout() const noexcept;
+    device::HostSlotLayout draftLayout() const noexcept;  // the draft payload's place in the slots
 
     // The byte store's traffic (cpp/tier/host_tier_store.cpp).
     struct PendingStoreBatch {
@@ -243,11 +262,17 @@ private:
     HostTierMetrics metrics_;
     HostTierStorage storage_;
     size_t slotBytes_ = 0;
-    size_t payloadBytes_ = 0;
+    size_t payloadBytes_ = 0;       // the base pool's payload (what the byte store's objects carry)
+    size_t draftPayloadBytes_ = 0;  // the draft pool's, after it in every slot (0: no draft pool)
     uint64_t layoutDigest_ = 0;
     std::vector<int32_t> scratch_;  // slots of the running write or load (capacity kept)
     std::vector<int32_t> heldScratch_;  // the running write's blocks the tier already held (their slots)
     std::vector<int32_t> copySlots_, copyPages_;  // the running copy's pairs (capacity kept)
+    std::vector<int32_t> draftSlots_, draftPages_;  // ... and its draft pages' (EAGLE)
+    // An EAGLE write's entries (the run, perhaps after its parent): hashes, base pages, and the draft page of the
+    // block before each (-1: unknown).
+    std::vector<BlockHash> entryHashes_;
+    std::vector<PageId> entryPages_, entryDraft_;
     // KV events (only while the manager's stream is on): each device page's tokens since its block was published
     // (a write-back needs them when the device drops the block), whether each slot's block was reported, and the
     // running call's scratch.

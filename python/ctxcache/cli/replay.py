@@ -441,8 +441,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     m.replicas = n_replicas
     tiered = settings.host_tier_pages > 0 or settings.store_pages > 0
     if tiered and spec:
-        raise SettingsError("--host-tier-pages, --store-pages: the tiers hold base-KV pages only; an EAGLE hit needs "
-                            "its draft path too (use --mode vanilla)")
+        raise SettingsError("--host-tier-pages, --store-pages: the bookkeeping tiers model base-KV pages only; an "
+                            "EAGLE hit needs its draft pages too, which the full engine's tier holds (use --mode "
+                            "vanilla, or drop --bookkeeping-only)")
     if n_replicas > 1 and (settings.events is not None or m.exporter is not None):
         raise SettingsError("--events and --metrics-port follow one cache: not with --replicas (this version)")
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
@@ -591,9 +592,9 @@ def replay_full(prepared: Prepared, settings: Settings, capacity_pages: int,
     if settings.store_pages > 0:
         raise SettingsError("--store-pages models a store's bookkeeping: add --bookkeeping-only (the full engine "
                             "takes a real store: --store URL)")
-    if settings.host_tier_pages > 0 and settings.mode != "vanilla":
-        raise SettingsError("--host-tier-pages: the host tier holds base-KV pages of attention models; "
-                            f"--mode {settings.mode} keeps state it does not hold (use --mode vanilla)")
+    if settings.host_tier_pages > 0 and settings.mode == "hybrid":
+        raise SettingsError("--host-tier-pages: the host tier holds KV pages (base, and EAGLE's draft pages); "
+                            "--mode hybrid keeps recurrent checkpoints it does not hold (use --mode vanilla or spec)")
     if settings.store_url and settings.host_tier_pages <= 0:
         raise SettingsError("--store: the store sits under the host tier; add --host-tier-pages N")
     if not 0 <= settings.store_deadline_ms <= 60_000:
@@ -1106,7 +1107,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "long as the record lives); the report splits reuse by priority")
     p.add_argument("--host-tier-pages", type=_NON_NEGATIVE_INT32, default=0, metavar="N",
                    help="a host-memory tier of N pages beside the device pool: evicted blocks come back as copies "
-                        "(docs/TIERS.md; vanilla mode; sweep: the same tier beside every device capacity; default 0: none)")
+                        "(docs/TIERS.md; vanilla mode, and spec in full mode; sweep: the same tier beside every device "
+                        "capacity; default 0: none)")
     p.add_argument("--host-write", choices=("back", "through"), default="back",
                    help="with --host-tier-pages: write blocks to the tier when the device evicts them (back, the "
                         "default) or when a publication makes them canonical (through)")

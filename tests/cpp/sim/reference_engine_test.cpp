@@ -319,48 +319,52 @@ TEST(ReferenceEngine, RandomizedTwoThousandRequestsMatchCold) {
     EXPECT_EQ(total, 2000);
 }
 
-// The host tier (issue 26) on the attention deployment: a device small enough to evict every few requests, a tier
-// small enough to drop blocks too, both write policies, and failed synchronisations injected (a write or load whose
+// The host tier (issue 26) on the attention and EAGLE deployments (EAGLE: slots hold draft pages too, and a
+// speculative hit is extended with both): a device small enough to evict every few requests, a tier small enough to
+// drop blocks too, both write policies, and failed synchronisations injected (a write or load whose
 // synchronisation fails is lost: the block is not in the tier, or the hit ends at the device's). Every request
 // matches the cold run byte for byte, and the tier both loaded and dropped blocks.
 TEST(ReferenceEngine, RandomizedRequestsWithAHostTierMatchCold) {
-    for (tier::HostWritePolicy policy : {tier::HostWritePolicy::kWriteBack, tier::HostWritePolicy::kWriteThrough}) {
-        std::mt19937 rng(26 + static_cast<int>(policy));
-        ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
-        c.maxBatch = 1 + static_cast<int32_t>(rng() % 4);
-        c.basePages = 64;
-        c.maxRecords = 40;
-        c.hostTierPages = 160;
-        c.hostWritePolicy = policy;
-        c.syncFailureRate = 0.02;
-        ReferenceEngine engine(c);
-        std::vector<std::vector<int32_t>> history;
-        std::vector<int32_t> const system = iota(40, 50000);
-        for (int round = 0; round < 8; ++round) {
-            std::vector<EngineRequest> reqs;
-            for (int i = 0; i < 40; ++i) {
-                EngineRequest r;
-                if (!history.empty() && rng() % 3 != 0)
-                    r.tokens = history[history.size() - 1 - rng() % std::min<size_t>(history.size(), 30)];
-                else r.tokens = system;
-                int32_t const extra = 1 + static_cast<int32_t>(rng() % 40);
-                for (int32_t k = 0; k < extra; ++k) r.tokens.push_back(static_cast<int32_t>(rng() % 500));
-                if (r.tokens.size() > 200) r.tokens.resize(200);
-                r.maxNewTokens = 1 + static_cast<int32_t>(rng() % 10);
-                reqs.push_back(std::move(r));
+    for (DeploymentKind kind : {DeploymentKind::kAttention, DeploymentKind::kEagle})
+        for (tier::HostWritePolicy policy : {tier::HostWritePolicy::kWriteBack, tier::HostWritePolicy::kWriteThrough}) {
+            SCOPED_TRACE(std::string(toString(kind)) +
+                         (policy == tier::HostWritePolicy::kWriteBack ? " back" : " through"));
+            std::mt19937 rng(26 + static_cast<int>(policy));
+            ReferenceEngineConfig c = configFor(kind);
+            c.maxBatch = 1 + static_cast<int32_t>(rng() % 4);
+            c.basePages = 64;
+            c.maxRecords = 40;
+            c.hostTierPages = 160;
+            c.hostWritePolicy = policy;
+            c.syncFailureRate = 0.02;
+            ReferenceEngine engine(c);
+            std::vector<std::vector<int32_t>> history;
+            std::vector<int32_t> const system = iota(40, 50000);
+            for (int round = 0; round < 8; ++round) {
+                std::vector<EngineRequest> reqs;
+                for (int i = 0; i < 40; ++i) {
+                    EngineRequest r;
+                    if (!history.empty() && rng() % 3 != 0)
+                        r.tokens = history[history.size() - 1 - rng() % std::min<size_t>(history.size(), 30)];
+                    else r.tokens = system;
+                    int32_t const extra = 1 + static_cast<int32_t>(rng() % 40);
+                    for (int32_t k = 0; k < extra; ++k) r.tokens.push_back(static_cast<int32_t>(rng() % 500));
+                    if (r.tokens.size() > 200) r.tokens.resize(200);
+                    r.maxNewTokens = 1 + static_cast<int32_t>(rng() % 10);
+                    reqs.push_back(std::move(r));
+                }
+                std::vector<EngineOutput> out = serveAndCompare(engine, reqs);
+                for (size_t i = 0; i < reqs.size(); ++i) history.push_back(concat(reqs[i].tokens, out[i].generated));
             }
-            std::vector<EngineOutput> out = serveAndCompare(engine, reqs);
-            for (size_t i = 0; i < reqs.size(); ++i) history.push_back(concat(reqs[i].tokens, out[i].generated));
+            runtime::ContextCacheMetrics const m = engine.metrics();
+            EXPECT_GT(m.hostLoadedTokens, 0u);
+            EXPECT_GT(m.hostWrittenBlocks, 0u);
+            EXPECT_GT(m.hostDroppedBlocks, 0u) << "the tier never had to make room";
+            EXPECT_GT(m.hostBytesToDevice, 0u);
+            EXPECT_LE(m.hostResidentBlocks, 160u);
+            std::string why;
+            EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
         }
-        runtime::ContextCacheMetrics const m = engine.metrics();
-        EXPECT_GT(m.hostLoadedTokens, 0u);
-        EXPECT_GT(m.hostWrittenBlocks, 0u);
-        EXPECT_GT(m.hostDroppedBlocks, 0u) << "the tier never had to make room";
-        EXPECT_GT(m.hostBytesToDevice, 0u);
-        EXPECT_LE(m.hostResidentBlocks, 160u);
-        std::string why;
-        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
-    }
 }
 
 TEST(ReferenceEngine, AHostTierReusesWhatTheDeviceEvicted) {
@@ -384,6 +388,34 @@ TEST(ReferenceEngine, AHostTierReusesWhatTheDeviceEvicted) {
             EXPECT_EQ(out.back().prefillStart, 96);  // six full pages of the prefix, loaded
             EXPECT_EQ(engine.metrics().hostLoadedTokens, 96u);
         }
+    }
+}
+
+// EAGLE through the tier: the evicted prefix's six full blocks are six slots, and slot j holds the draft page of
+// block j - 1 (block j's first token completes it), so the six slots load five blocks, base and draft pages, and
+// the prefill starts after them, where the device alone recomputes everything; outputs and drafts match cold.
+TEST(ReferenceEngine, AHostTierReusesWhatTheDeviceEvictedWithEagleDrafts) {
+    std::vector<int32_t> const prefix = iota(100, 7000);
+    std::vector<EngineRequest> reqs{request(prefix, 4)};
+    for (int f = 0; f < 6; ++f) reqs.push_back(request(iota(150, 20000 + 1000 * f), 4));
+    reqs.push_back(request(concat(prefix, iota(5, 90000)), 4));
+    for (int32_t tierPages : {0, 64}) {
+        ReferenceEngineConfig c = configFor(DeploymentKind::kEagle);
+        c.basePages = 32;
+        c.maxBatch = 1;
+        c.hostTierPages = tierPages;
+        ReferenceEngine engine(c);
+        std::vector<EngineOutput> out;
+        for (EngineRequest const& r : reqs) out.push_back(serveAndCompare(engine, {r})[0]);
+        if (tierPages == 0) {
+            EXPECT_EQ(out.back().prefillStart, 0);
+        } else {
+            EXPECT_EQ(out.back().prefillStart, 80);
+            EXPECT_EQ(engine.metrics().hostLoadedTokens, 80u);
+            EXPECT_GT(engine.metrics().hostBytesToDevice, 0u);
+        }
+        std::string why;
+        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
     }
 }
 

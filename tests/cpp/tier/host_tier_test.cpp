@@ -269,13 +269,13 @@ struct Recorder final : BaseBlockObserver {
     std::vector<std::pair<bool, BlockHash>> storedRuns, removedRuns;
     std::vector<int32_t> tokens;
     void blocksStored(BlockHash const* h, PageId const* p, size_t n, bool root, BlockHash const* parent,
-                      int32_t const* t) noexcept override {
+                      int32_t const* t, DraftRun const&) noexcept override {
         for (size_t i = 0; i < n; ++i) stored.emplace_back(h[i], p[i]);
         storedRuns.emplace_back(root, parent ? *parent : BlockHash{});
         if (t) tokens.insert(tokens.end(), t, t + n * kPage);
     }
-    void blocksRemoved(BlockHash const* h, PageId const* p, size_t n, bool root,
-                       BlockHash const* parent) noexcept override {
+    void blocksRemoved(BlockHash const* h, PageId const* p, size_t n, bool root, BlockHash const* parent,
+                       DraftRun const&) noexcept override {
         for (size_t i = 0; i < n; ++i) removed.emplace_back(h[i], p[i]);
         removedRuns.emplace_back(root, parent ? *parent : BlockHash{});
     }
@@ -523,6 +523,111 @@ TEST(HostTierBytes, EvictedPagesComeBackByteForByteAndAChangedSlotEndsTheHit) {
     r.lease.reset();
     tier.checkInvariants();
     m.checkInvariants();
+}
+
+// EAGLE (slots with room for a draft page): the slot of block j holds the draft page of block j - 1, which block
+// j's hash determines; an evicted run's parent (still on the device) is written first, base page only; a slot held
+// without its draft page gets it from a later write; a speculative load of k slots loads k - 1 blocks, base pages
+// from the first k - 1 slots and draft pages from the last k - 1.
+TEST(HostTierBytes, EagleSlotsHoldTheDraftPageOfTheBlockBeforeAndASpecLoadStopsOneShort) {
+    BytesFixture f;
+    device::KvPagePool draft{*f.backend, device::KvPoolGeometry{6, kPage, device::DType::kFp16, {{1, 8}}}};
+    std::vector<uint8_t> draftBytes(draft.layerBytes(0));
+    for (size_t i = 0; i < draftBytes.size(); ++i) draftBytes[i] = static_cast<uint8_t>(i * 13 + 5);
+    draft.writePages(0, 0, 12, draftBytes.data(), draftBytes.size());
+    auto draftPage = [&](PageId p) {  // K then V of the draft pool's one layer
+        std::vector<uint8_t> out;
+        for (int32_t kv = 0; kv < 2; ++kv) {
+            std::vector<uint8_t> b(draft.pageBytes(0));
+            draft.readPages(0, p + kv * 6, 1, b.data(), b.size());
+            out.insert(out.end(), b.begin(), b.end());
+        }
+        return out;
+    };
+    auto filledDraft = [&](PageId q) {
+        std::vector<uint8_t> out;
+        size_t const pb = draft.pageBytes(0);
+        for (int32_t kv = 0; kv < 2; ++kv) {
+            auto first = draftBytes.begin() + static_cast<std::ptrdiff_t>((q + kv * 6) * pb);
+            out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(pb));
+        }
+        return out;
+    };
+    size_t const slot = HostTier::slotBytes(f.pool, &draft);
+    EXPECT_EQ(slot, (HostTier::kHeaderBytes + device::hostSlotPayloadBytes(f.pool) +
+                     device::hostSlotPayloadBytes(draft) + 255) /
+                        256 * 256);
+    device::HostBuffer memory(*f.backend, 8 * slot);
+    ContextCacheManager m(kPage, {6, 6, 0, 0}, 8);
+    HostTier tier(m, {8, HostWritePolicy::kWriteBack}, HostTierStorage{&f.pool, &memory, {}, &draft});
+    EXPECT_TRUE(tier.holdsDrafts());
+    auto publishSpec = [&](std::vector<BlockHash> const& hashes) {
+        int32_t const tokens = static_cast<int32_t>(hashes.size()) * kPage + 1;
+        AcquireResult r = m.acquireSpec(hashes, tokens);
+        EXPECT_EQ(r.status, AcquireStatus::kAcquired);
+        EXPECT_EQ(m.publish(*r.lease, PublishRequest{hashes, tokens}).status, PublishStatus::kPublished);
+        return std::vector<PageId>(r.lease->draftPages().begin(), r.lease->draftPages().begin() + 3);
+    };
+    auto evictWithAColdPrompt = [&](int32_t pages) {  // a cold speculative prompt that needs `pages` of each pool
+        AcquireResult r = m.acquireSpec(Hs({}), pages * kPage);
+        ASSERT_EQ(r.status, AcquireStatus::kAcquired);
+    };
+    std::vector<PageId> const aDraft = publishSpec(Hs({1, 2, 3}));  // A: drafts d0 d1 d2
+    std::vector<PageId> const bDraft = publishSpec(Hs({1, 2, 7}));  // B: hits A at boundary 2, binds d0
+    EXPECT_EQ(bDraft[0], aDraft[0]);
+    // Evict A: only block 3 leaves the device (1 and 2 are B's too). Its slot takes A's draft page of block 2, and
+    // block 2 (the run's parent) is written first, base page only.
+    evictWithAColdPrompt(2);
+    EXPECT_EQ(tier.metrics().writtenBlocks, 2u);
+    int32_t const slot2 = tier.index().find(H(2));
+    int32_t const slot3 = tier.index().find(H(3));
+    ASSERT_NE(slot2, HostTierIndex::kNoSlot);
+    ASSERT_NE(slot3, HostTierIndex::kNoSlot);
+    auto headerOf = [&](int32_t s) {
+        return *reinterpret_cast<HostSlotHeader const*>(memory.bytes() + static_cast<size_t>(s) * slot);
+    };
+    EXPECT_EQ(headerOf(slot2).draft, 0);
+    EXPECT_EQ(headerOf(slot3).draft, 1);
+    EXPECT_EQ(tier.metrics().bytesToHost,
+              2 * device::hostSlotPayloadBytes(f.pool) + device::hostSlotPayloadBytes(draft));
+    // Evict B: blocks 1, 2, 7 leave. Block 2 is held without its draft page: it gets B's (the d0 B bound).
+    evictWithAColdPrompt(5);
+    EXPECT_EQ(headerOf(slot2).draft, 1);
+    EXPECT_EQ(tier.index().residentCount(), 4u);  // 1, 2, 3, 7
+    // Scribble over both pools: what comes back comes from the tier.
+    for (int32_t l = 0; l < f.pool.numLayers(); ++l) {
+        std::vector<uint8_t> junk(f.pool.layerBytes(l), 0xEE);
+        f.pool.writePages(l, 0, 12, junk.data(), junk.size());
+    }
+    std::vector<uint8_t> junk(draft.layerBytes(0), 0xEE);
+    draft.writePages(0, 0, 12, junk.data(), junk.size());
+    std::vector<BlockHash> const prompt = Hs({1, 2, 3, 4});
+    AcquireResult r = m.acquireSpec(prompt, 17);
+    ASSERT_EQ(r.status, AcquireStatus::kAcquired);
+    EXPECT_EQ(r.plan.reuseTokenLength, 0);
+    std::vector<PageId> const& base = r.lease->basePages();
+    std::vector<PageId> const& drafts = r.lease->draftPages();
+    // Slots 1, 2, 3 (4 is not held): blocks 1 and 2 load, with the draft pages of blocks 1 and 2 from slots 2, 3.
+    EXPECT_THROW(tier.loadHit(prompt, 17, 0, base.data(), base.size(), drafts.data(), 0), ContractError);
+    EXPECT_EQ(tier.loadHit(prompt, 17, 0, base.data(), base.size(), drafts.data(), drafts.size()), 2);
+    EXPECT_EQ(draftPage(drafts[0]), filledDraft(aDraft[0]));
+    EXPECT_EQ(draftPage(drafts[1]), filledDraft(aDraft[1]));
+    EXPECT_EQ(tier.metrics().bytesToDevice,
+              2 * (device::hostSlotPayloadBytes(f.pool) + device::hostSlotPayloadBytes(draft)));
+    // A prompt that goes on with block 7 after 2: block 2's draft page is B's, so the run 1, 2, 7 loads 1 and 2.
+    EXPECT_EQ(tier.loadHit(Hs({1, 2, 7}), 13, 0, base.data(), base.size(), drafts.data(), drafts.size()), 2);
+    // One slot alone loads nothing; a base-only load still takes it.
+    EXPECT_EQ(tier.loadHit(Hs({1, 9}), 9, 0, base.data(), base.size(), drafts.data(), drafts.size()), 0);
+    EXPECT_EQ(tier.loadHit(Hs({1, 9}), 9, 0, base.data(), base.size()), 1);
+    r.lease.reset();
+    tier.checkInvariants();
+    m.checkInvariants();
+    // Draft pages given to a tier without a draft pool: refused.
+    ContextCacheManager other(kPage, {6, 0, 0, 0}, 8);
+    device::HostBuffer plain(*f.backend, 8 * HostTier::slotBytes(f.pool));
+    HostTier baseOnly(other, {8, HostWritePolicy::kWriteBack}, HostTierStorage{&f.pool, &plain, {}});
+    EXPECT_THROW(baseOnly.loadHit(prompt, 17, 0, base.data(), base.size(), drafts.data(), drafts.size()),
+                 ContractError);
 }
 
 TEST(HostTierBytes, AFailedCopyLosesTheBlocksNeverTheState) {
