@@ -10,6 +10,7 @@
 
 #include "ctxcache/detail/prefetch.h"
 #include "ctxcache/errors.h"
+#include "ctxcache/types.h"
 
 namespace ctxcache::tier {
 
@@ -28,6 +29,18 @@ std::string str(int64_t v) { return std::to_string(v); }
 HostTierIndex::HostTierIndex(int32_t capacitySlots) : capacity_(capacitySlots) {
     if (capacitySlots < 0)
         throw ContractError("HostTierIndex: capacity must not be negative (got " + str(capacitySlots) + " slots)");
+    // The first min(capacity, kEagerMetadataIds) slots' metadata now, as the manager's own (types.h): the slot
+    // array written once (so its pages are in memory: the writes that fill it fault nothing) and left empty, and
+    // the index at its final size (no rehash while it fills). Beyond that, both grow geometrically with use.
+    size_t const eager = static_cast<size_t>(std::min(capacitySlots, ctxcache::kEagerMetadataIds));
+    try {
+        slots_.resize(eager);
+        slots_.clear();
+        bySlotHash_.reserve(eager);
+    } catch (std::bad_alloc const&) {
+        throw OutOfMemoryError(describeAllocationFailure(
+            "HostTierIndex: metadata for " + str(static_cast<int64_t>(eager)) + " slots", eager * (sizeof(Slot) + 32)));
+    }
 }
 
 void HostTierIndex::checkSlot(int32_t slot, char const* operation) const {

@@ -18,9 +18,11 @@
 //             made one least-recent slot at a time, O(1) each. A write's batch is pipelined: the index entries of
 //             the blocks a few ahead and the slots and index entries of the victims a few ahead (the LRU list's
 //             next ones) are prefetched, so a tier far larger than the CPU's caches does not wait on each. Memory:
-//             32 bytes per slot ever used and 16 to 32 of index (detail/slot_hash_index.h: 8-byte buckets at most
-//             half full), both grown geometrically with use up to the capacity, never the capacity up front, so a
-//             tier of any capacity constructs in O(1).
+//             32 bytes per slot and 16 to 32 of index (detail/slot_hash_index.h: 8-byte buckets at most half
+//             full): for the first min(capacity, kEagerMetadataIds) slots at construction, as the manager's own
+//             metadata (types.h; the slot array's pages written once, so filling it faults nothing, and the index
+//             at its final size, so it never rehashes while it fills), then grown geometrically with use up to the
+//             capacity: a tier of any capacity costs at most that much before it holds anything.
 // Threading:  single writer, no internal locks (the manager's contract; the tier lives beside one manager).
 #pragma once
 
