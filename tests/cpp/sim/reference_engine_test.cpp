@@ -331,6 +331,10 @@ TEST(ReferenceEngine, RandomizedRequestsWithAHostTierMatchCold) {
                          (policy == tier::HostWritePolicy::kWriteBack ? " back" : " through"));
             std::mt19937 rng(26 + static_cast<int>(policy));
             ReferenceEngineConfig c = configFor(kind);
+            // EAGLE with write-back trims records' tails (lru-trim): each trimmed tail is written with the draft
+            // page of the block before it, the kept part's last.
+            if (kind == DeploymentKind::kEagle && policy == tier::HostWritePolicy::kWriteBack)
+                c.evictionPolicy = EvictionPolicy::kRecordLruTrim;
             c.maxBatch = 1 + static_cast<int32_t>(rng() % 4);
             c.basePages = 64;
             c.maxRecords = 40;
@@ -362,6 +366,8 @@ TEST(ReferenceEngine, RandomizedRequestsWithAHostTierMatchCold) {
             EXPECT_GT(m.hostDroppedBlocks, 0u) << "the tier never had to make room";
             EXPECT_GT(m.hostBytesToDevice, 0u);
             EXPECT_LE(m.hostResidentBlocks, 160u);
+            if (c.evictionPolicy == EvictionPolicy::kRecordLruTrim)
+                EXPECT_GT(engine.coordinator().manager().metrics().trimmedRecords, 0u);
             std::string why;
             EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
         }

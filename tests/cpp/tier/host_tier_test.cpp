@@ -282,6 +282,24 @@ struct Recorder final : BaseBlockObserver {
 };
 
 // Acquires `hashes` (a prompt of hashes.size() * kPage + extra tokens) and publishes them; returns the pages.
+// A trimmed tail (lru-trim) is not a path's root: its run names the kept part's last block as its parent, so a
+// tier's events chain it to a block a router knows.
+TEST(BaseBlockObserver, ATrimmedTailNamesTheKeptPartAsItsParent) {
+    ContextCacheManager m(kPage, {6, 0, 0, 0}, 8, EvictionPolicy::kRecordLruTrim);
+    Recorder rec;
+    m.setBaseBlockObserver(&rec);
+    std::vector<PageId> const pages = publishPrompt(m, Hs({1, 2, 3}));  // 3 of the 6 pages stay cached
+    AcquireResult r = m.acquireVanilla(Hs({}), 5 * kPage);  // needs 5: the record's tail of 2 blocks goes
+    ASSERT_EQ(r.status, AcquireStatus::kAcquired);
+    EXPECT_EQ(m.metrics().trimmedRecords, 1u);
+    ASSERT_EQ(rec.removed.size(), 2u);
+    EXPECT_EQ(rec.removed[0], std::make_pair(H(2), pages[1]));
+    EXPECT_EQ(rec.removed[1], std::make_pair(H(3), pages[2]));
+    ASSERT_EQ(rec.removedRuns.size(), 1u);
+    EXPECT_EQ(rec.removedRuns[0], std::make_pair(false, H(1)));
+    m.setBaseBlockObserver(nullptr);
+}
+
 TEST(BaseBlockObserver, HearsNewlyCanonicalBlocksAndEvictionsButNotAReset) {
     ContextCacheManager m(kPage, {6, 0, 0, 0}, 8);
     Recorder rec;
