@@ -11,7 +11,8 @@
 // or overlong answers, keys it says it holds but cannot get, refused or failed calls, nonsense result codes, 1 ms
 // stalls past short deadlines); its handle is destroyed early or at the end, the store is polled and its memory
 // range read, the coordinator is destroyed with batches in flight, and a replica (the same options on the same
-// store, started empty) may take its place.
+// store, started empty) may take its place. A coordinator may be an EAGLE deployment (a draft pool, table and lengths
+// beside the base ones; speculative requests), whose host tier's slots hold draft pages too.
 //
 // After every call the target checks, and aborts on violation:
 //   - the status is a known ctxc_status_t, and never CTXC_E_INTERNAL, CTXC_E_INVARIANT or CTXC_E_DEVICE;
@@ -190,6 +191,9 @@ public:
         ctxc_kv_lengths_options_init(&lo);
         lo.max_batch = 4;
         expectOk(ctxc_kv_lengths_create(backend_, &lo, &lengths_), "lengths");
+        expectOk(ctxc_kv_pool_create(backend_, &po, &draftPool_), "draft pool");
+        expectOk(ctxc_kv_page_table_create(backend_, &to, &draftTable_), "draft table");
+        expectOk(ctxc_kv_lengths_create(backend_, &lo, &draftLengths_), "draft lengths");
         createCoordinator();
         po.num_pages = 10;
         expectOk(ctxc_kv_pool_create(backend_, &po, &swaPool_), "swa pool");
@@ -257,20 +261,28 @@ private:
         return s;
     }
 
-    // The base pool, page table and lengths every coordinator of the input runs on.
-    ctxc_coordinator_resources_t resources() const {
+    // The base pool, page table and lengths every coordinator of the input runs on (an EAGLE one: the draft triple
+    // too).
+    ctxc_coordinator_resources_t resources(bool eagle) const {
         ctxc_coordinator_resources_t r;
         ctxc_coordinator_resources_init(&r);
         r.base_pool = pool_;
         r.base_page_table = table_;
         r.base_lengths = lengths_;
+        if (eagle) {
+            r.draft_pool = draftPool_;
+            r.draft_page_table = draftTable_;
+            r.draft_lengths = draftLengths_;
+        }
         return r;
     }
 
     void createCoordinator() {
-        ctxc_coordinator_resources_t const r = resources();
         ctxc_coordinator_options_t o;
         ctxc_coordinator_options_init(&o);
+        eagle_ = in_.ConsumeIntegralInRange<int>(0, 3) == 0;  // EAGLE: speculative requests, draft pages in the tier
+        if (eagle_) o.has_spec = 1;
+        ctxc_coordinator_resources_t const r = resources(eagle_);
         o.max_batch = 4;
         o.max_records = in_.ConsumeIntegralInRange<int32_t>(0, 4);
         o.eviction_policy = in_.ConsumeBool() ? CTXC_EVICTION_RECORD_LRU_TRIM : CTXC_EVICTION_RECORD_LRU;
@@ -300,6 +312,7 @@ private:
             o.model_state_kind = CTXC_MODEL_ATTENTION_ONLY;
             expectOk(ctxc_coordinator_create(&r, &o, &coordinator_), "create");
         }
+        replicaEagle_ = eagle_;
         replica_ = false;
         if (store) {
             if (in_.ConsumeIntegralInRange<int>(0, 3) == 3) {
@@ -319,7 +332,8 @@ private:
     // A coordinator like the last one, on the same store, started empty (a replica that finds what the last one
     // put); the same resources (the last one is destroyed).
     void createReplica() {
-        ctxc_coordinator_resources_t const r = resources();
+        eagle_ = replicaEagle_;
+        ctxc_coordinator_resources_t const r = resources(eagle_);
         expectOk(ctxc_coordinator_create(&r, &replicaOptions_, &coordinator_), "replica");
     }
 
@@ -435,6 +449,7 @@ private:
         // The SWA backend needs headroom {1, 0}: mostly give it that.
         int const headroomPick = in_.ConsumeIntegralInRange<int>(0, 3);  // an exhausted input reads 0
         o.headroom.base_extra_tokens = onSwa && headroomPick != 3 ? 1 : in_.ConsumeIntegralInRange<int32_t>(-1, 5);
+        if (eagle_ && !onSwa && in_.ConsumeIntegralInRange<int>(0, 3) != 0) o.speculative = 1;
         // Rare mistakes, on the largest draw (an exhausted input reads 0: a well-formed request).
         if (in_.ConsumeIntegralInRange<int>(0, 15) == 15) o.speculative = 1;
         if (in_.ConsumeIntegralInRange<int>(0, 15) == 15) o.token_state_contract = CTXC_TOKEN_STATE_FULLY_COMMITTED;
@@ -728,6 +743,9 @@ private:
         expectOk(ctxc_kv_lengths_destroy(lengths_), "lengths destroy");
         expectOk(ctxc_kv_page_table_destroy(table_), "table destroy");
         expectOk(ctxc_kv_pool_destroy(pool_), "pool destroy");
+        expectOk(ctxc_kv_lengths_destroy(draftLengths_), "draft lengths destroy");
+        expectOk(ctxc_kv_page_table_destroy(draftTable_), "draft table destroy");
+        expectOk(ctxc_kv_pool_destroy(draftPool_), "draft pool destroy");
         for (ctxc_kv_store_t* store : liveStores_) expectOk(ctxc_kv_store_destroy(store), "store destroy");
         for (auto const& f : faultStores_)
             if (f->released.load() != 1) fail("a callback store not released exactly once", CTXC_OK);
@@ -742,6 +760,11 @@ private:
     ctxc_kv_pool_t* pool_ = nullptr;
     ctxc_kv_page_table_t* table_ = nullptr;
     ctxc_kv_lengths_t* lengths_ = nullptr;
+    ctxc_kv_pool_t* draftPool_ = nullptr;  // EAGLE coordinators' draft triple
+    ctxc_kv_page_table_t* draftTable_ = nullptr;
+    ctxc_kv_lengths_t* draftLengths_ = nullptr;
+    bool eagle_ = false;  // the live coordinator is an EAGLE deployment
+    bool replicaEagle_ = false;
     ctxc_coordinator_t* coordinator_ = nullptr;
     ctxc_kv_pool_t* swaPool_ = nullptr;
     ctxc_kv_page_table_t* swaTable_ = nullptr;

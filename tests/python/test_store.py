@@ -198,7 +198,7 @@ def test_replay_refuses_a_fleet_it_cannot_model_with_one_line(capsys, conversati
                         (["--deal", "random", "--bookkeeping-only"], "--deal"),
                         (["--replicas", "2", "--events", "tcp://127.0.0.1:5999"], "--replicas"),
                         (["--store-pages", "100"], "--bookkeeping-only"),
-                        (["--store-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft path"),
+                        (["--store-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft pages"),
                         (["--replicas", "2", "--bookkeeping-only", "--events", "tcp://127.0.0.1:5999"],
                          "--replicas")):
         try:

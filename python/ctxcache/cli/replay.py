@@ -441,9 +441,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     m.replicas = n_replicas
     tiered = settings.host_tier_pages > 0 or settings.store_pages > 0
     if tiered and spec:
-        raise SettingsError("--host-tier-pages, --store-pages: the bookkeeping tiers model base-KV pages only; an "
-                            "EAGLE hit needs its draft pages too, which the full engine's tier holds (use --mode "
-                            "vanilla, or drop --bookkeeping-only)")
+        raise SettingsError("--host-tier-pages, --store-pages: the bookkeeping tiers model base-KV pages only, and an "
+                            "EAGLE hit needs its draft pages too (use --mode vanilla; the full engine's "
+                            "--host-tier-pages, without --bookkeeping-only, holds them)")
     if n_replicas > 1 and (settings.events is not None or m.exporter is not None):
         raise SettingsError("--events and --metrics-port follow one cache: not with --replicas (this version)")
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
