@@ -155,6 +155,7 @@ struct FaultStore {
 struct Engine : Batch {
     ctxc_kv_request_t* handle = nullptr;
     bool swa = false;  // begun on the bounded-SWA backend
+    bool speculative = false;  // begun as a speculative request: its steps pass the common state lengths
     std::vector<int32_t> pendingMap;
     bool joinerPending = false;
     std::vector<int32_t> joinerTokens;
@@ -455,6 +456,7 @@ private:
         if (in_.ConsumeIntegralInRange<int>(0, 15) == 15) o.token_state_contract = CTXC_TOKEN_STATE_FULLY_COMMITTED;
         if (in_.ConsumeIntegralInRange<int>(0, 15) == 15) o.struct_size = 4;
         fresh.swa = onSwa;
+        fresh.speculative = o.speculative == 1;
         ctxc_kv_request_t* out = nullptr;
         ctxc_status_t const s = call([&] {
             return onSwa ? ctxc_kv_request_begin_swa(swaArg(), seqs.data(), seqs.size(), fresh.context(), &o, &out)
@@ -500,6 +502,17 @@ private:
         }
     }
 
+    // A speculative request's common state lengths (what both pools hold: the committed length of each row, after a
+    // prefill its prompt, after a decode step prompt + generated - the lookahead token), now and then off by one;
+    // none for other requests (mostly).
+    std::vector<int32_t> commonLengths(Engine const& e, bool prefill) {
+        if (!e.speculative && in_.ConsumeIntegralInRange<int>(0, 7) != 7) return {};
+        std::vector<int32_t> out;
+        for (size_t i = 0; i < e.tokens.size(); ++i) out.push_back(prefill ? e.raw[i] : e.raw[i] + e.generated[i] - 1);
+        if (!out.empty() && in_.ConsumeIntegralInRange<int>(0, 15) == 15) out[0] += 1;  // a broken contract
+        return out;
+    }
+
     void compactionMap(Engine& e) {
         size_t const n = e.tokens.size();
         e.pendingMap.assign(n, -1);
@@ -512,6 +525,7 @@ private:
     void applyCompaction(Engine& e) {
         Engine out;
         out.handle = e.handle;
+        out.speculative = e.speculative;
         for (size_t i = 0; i < e.tokens.size(); ++i) {
             if (e.pendingMap[i] < 0) continue;
             out.tokens.push_back(e.tokens[i]);
@@ -536,8 +550,10 @@ private:
             case 4: {
                 Engine trial = e;
                 advance(trial, true);
+                std::vector<int32_t> const common = commonLengths(trial, true);
                 if (call([&] {
-                    return ctxc_kv_request_complete_prefill(requestArg(e), trial.context(), nullptr, 0);
+                    return ctxc_kv_request_complete_prefill(requestArg(e), trial.context(),
+                                                            common.empty() ? nullptr : common.data(), common.size());
                 }) == CTXC_OK)
                     e = std::move(trial);
                 break;
@@ -551,8 +567,10 @@ private:
             case 7: {
                 Engine trial = e;
                 advance(trial, false);
+                std::vector<int32_t> const common = commonLengths(trial, false);
                 if (call([&] {
-                    return ctxc_kv_request_complete_decode_step(requestArg(e), trial.context(), nullptr, 0);
+                    return ctxc_kv_request_complete_decode_step(
+                        requestArg(e), trial.context(), common.empty() ? nullptr : common.data(), common.size());
                 }) == CTXC_OK)
                     e = std::move(trial);
                 break;
