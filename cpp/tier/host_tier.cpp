@@ -225,8 +225,12 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
         throw ContractError("HostTier::loadHit: draft pages given, but this tier holds no draft pages (no draft pool)");
     size_t room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "loadHit");
     // Speculative: the run's last slot gives only its draft area (the draft page of the block before it), so the
-    // slots may reach the prompt's last full block; the blocks loaded stay before it.
-    if (spec) room = hashes.size - static_cast<size_t>(deviceBlocks);
+    // slots may reach the prompt's last full block (never a hash past the prompt's full blocks); the blocks loaded
+    // stay before it.
+    if (spec) {
+        size_t const full = std::min(hashes.size, static_cast<size_t>(inputTokenCount / manager_->pageSize()));
+        room = full > static_cast<size_t>(deviceBlocks) ? full - static_cast<size_t>(deviceBlocks) : 0;
+    }
     ++metrics_.extendCalls;
     pollStore();
     scratch_.clear();

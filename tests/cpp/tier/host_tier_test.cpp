@@ -634,6 +634,8 @@ TEST(HostTierBytes, EagleSlotsHoldTheDraftPageOfTheBlockBeforeAndASpecLoadStopsO
               2 * (device::hostSlotPayloadBytes(f.pool) + device::hostSlotPayloadBytes(draft)));
     // A prompt that goes on with block 7 after 2: block 2's draft page is B's, so the run 1, 2, 7 loads 1 and 2.
     EXPECT_EQ(tier.loadHit(Hs({1, 2, 7}), 13, 0, base.data(), base.size(), drafts.data(), drafts.size()), 2);
+    // Hashes past the prompt's full blocks are not slots of it: {1, 2, 3} over 8 tokens loads block 1 only.
+    EXPECT_EQ(tier.loadHit(Hs({1, 2, 3}), 8, 0, base.data(), base.size(), drafts.data(), drafts.size()), 1);
     // One slot alone loads nothing; a base-only load still takes it.
     EXPECT_EQ(tier.loadHit(Hs({1, 9}), 9, 0, base.data(), base.size(), drafts.data(), drafts.size()), 0);
     EXPECT_EQ(tier.loadHit(Hs({1, 9}), 9, 0, base.data(), base.size()), 1);
