@@ -623,8 +623,8 @@ TEST(HostTierBytes, EagleSlotsHoldTheDraftPageOfTheBlockBeforeAndASpecLoadStopsO
     AcquireResult r = m.acquireSpec(prompt, 17);
     ASSERT_EQ(r.status, AcquireStatus::kAcquired);
     EXPECT_EQ(r.plan.reuseTokenLength, 0);
-    std::vector<PageId> const& base = r.lease->basePages();
-    std::vector<PageId> const& drafts = r.lease->draftPages();
+    std::vector<PageId> const base = r.lease->basePages();  // copies: used after the lease is released
+    std::vector<PageId> const drafts = r.lease->draftPages();
     // Slots 1, 2, 3 (4 is not held): blocks 1 and 2 load, with the draft pages of blocks 1 and 2 from slots 2, 3.
     EXPECT_THROW(tier.loadHit(prompt, 17, 0, base.data(), base.size(), drafts.data(), 0), ContractError);
     EXPECT_EQ(tier.loadHit(prompt, 17, 0, base.data(), base.size(), drafts.data(), drafts.size()), 2);
