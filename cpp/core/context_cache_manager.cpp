@@ -208,7 +208,7 @@ void ContextCacheManager::evictOne(RecordId id) {
     if (record.hasEagleDraftPath()) draftIndex_.erase(id, record.basePagePath);
     beginRemovals(record.basePagePath.size());  // the BlockRemoved event releaseBasePages fills and closes
     releaseBasePages(record.basePagePath, 0,
-                     ReleasedPath{-1, -1, record.hasEagleDraftPath() ? &record.draftPagePath : nullptr});
+                     ObservedPath{-1, -1, record.hasEagleDraftPath() ? &record.draftPagePath : nullptr});
     pools_.forEachPrefetched(ResourceType::kDraftKvPage, record.draftPagePath.data(), record.draftPagePath.size(),
                              [this](ResourceId const& rid) {
         ResourcePools::RefCounts const left = pools_.releaseCacheRef(rid);
@@ -234,7 +234,7 @@ void ContextCacheManager::setBaseBlockObserver(BaseBlockObserver* observer) {
 }
 
 void ContextCacheManager::notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages,
-                                       BlockTokenSpan tokens, std::vector<PageId> const* draftPath) noexcept {
+                                       BlockTokenSpan tokens, ObservedPath const& path) noexcept {
     // One call per run of consecutive staged blocks, with the block before it (canonical: the run's parent).
     size_t const page = static_cast<size_t>(pageSize_);
     for (size_t run = 0; run < stagedStores_.size();) {
@@ -244,23 +244,28 @@ void ContextCacheManager::notifyStored(std::vector<BlockHash> const& hashes, std
         size_t const count = end - run;
         if (first + count <= hashes.size() && first + count <= pages.size()) {
             bool const withTokens = tokens.data != nullptr && (first + count) * page <= tokens.size;
-            DraftRun draft;
-            if (draftPath && draftPath->size() >= first + count && draftPath->size() <= hashes.size()) {
-                draft.pages = draftPath->data() + first;
-                if (first > 0) {
-                    draft.parentBase = pages[first - 1];
-                    draft.parentDraft = (*draftPath)[first - 1];
-                }
-            }
             observer_->blocksStored(hashes.data() + first, pages.data() + first, count, first == 0,
                                     first > 0 ? &hashes[first - 1] : nullptr,
-                                    withTokens ? tokens.data + first * page : nullptr, draft);
+                                    withTokens ? tokens.data + first * page : nullptr,
+                                    draftRunOf(pages, path, first, count, first > 0));
         }
         run = end;
     }
 }
 
-void ContextCacheManager::notifyRemoved(std::vector<PageId> const& pages, ReleasedPath const& path) noexcept {
+DraftRun ContextCacheManager::draftRunOf(std::vector<PageId> const& pages, ObservedPath const& path, size_t first,
+                                         size_t count, bool parentKnown) noexcept {
+    DraftRun draft;
+    if (!path.draft || path.draft->size() != pages.size() || first + count > pages.size()) return draft;
+    draft.pages = path.draft->data() + first;
+    if (parentKnown) {
+        draft.parentBase = first == 0 ? path.parentBase : pages[first - 1];
+        draft.parentDraft = first == 0 ? path.parentDraft : (*path.draft)[first - 1];
+    }
+    return draft;
+}
+
+void ContextCacheManager::notifyRemoved(std::vector<PageId> const& pages, ObservedPath const& path) noexcept {
     // One call per run of consecutive path blocks; a run's parent is the block before it, still canonical (for a
     // trimmed tail's first block: the kept part's last, path.parentBase).
     for (size_t run = 0; run < observedHashes_.size();) {
@@ -271,16 +276,9 @@ void ContextCacheManager::notifyRemoved(std::vector<PageId> const& pages, Releas
         PageId const parentPage = first == 0 ? path.parentBase : first - 1 < pages.size() ? pages[first - 1] : -1;
         std::optional<BlockHash> parent;
         if (parentPage >= 0) parent = baseIndex_.hashOfPage(parentPage);
-        DraftRun draft;
-        if (path.draft && path.draft->size() == pages.size() && first + count <= pages.size()) {
-            draft.pages = path.draft->data() + first;
-            if (parent) {
-                draft.parentBase = parentPage;
-                draft.parentDraft = first == 0 ? path.parentDraft : (*path.draft)[first - 1];
-            }
-        }
         observer_->blocksRemoved(observedHashes_.data() + run, observedPages_.data() + run, count,
-                                 first == 0 && path.parentBase < 0, parent ? &*parent : nullptr, draft);
+                                 first == 0 && path.parentBase < 0, parent ? &*parent : nullptr,
+                                 draftRunOf(pages, path, first, count, parent.has_value()));
         run = end;
     }
     observedHashes_.clear();
@@ -313,7 +311,7 @@ void ContextCacheManager::reportTierRemoved(BlockHash const* hashes, size_t coun
     events_.endRemoved();
 }
 
-void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from, ReleasedPath const& path) {
+void ContextCacheManager::releaseBasePages(std::vector<PageId> const& pages, size_t from, ObservedPath const& path) {
     observingRemovals_ = false;
     if (observer_ && !suppressRemovals_ && pages.size() > from) {
         try {  // an observer that cannot be told loses these removals (reuse, never state)
@@ -388,7 +386,7 @@ void ContextCacheManager::trimRecord(RecordTrim const& trim) {
         records_.setPriority(trim.record, rankOf(records_.get(trim.record), rankedAtNs_));
     }
     if (paired) draftIndex_.eraseBoundaries(trim.record, tail.firstBlock, tail.basePages.data(), tail.basePages.size());
-    ReleasedPath path;  // the kept part's last block precedes the tail (its draft page too, for an EAGLE record)
+    ObservedPath path;  // the kept part's last block precedes the tail (its draft page too, for an EAGLE record)
     if (StoredRecord const& kept = records_.get(trim.record); tail.firstBlock > 0) {
         size_t const last = static_cast<size_t>(tail.firstBlock - 1);
         if (last < kept.basePagePath.size()) path.parentBase = kept.basePagePath[last];
@@ -745,7 +743,7 @@ PublishResult ContextCacheManager::commitRecord(CacheRecord record, std::vector<
     if (eventsEnabled_) emitStored(record.logicalBlockHashes, tokens, keys);  // before the record-limit removals
     if (observer_)
         notifyStored(record.logicalBlockHashes, record.basePagePath, tokens,
-                     record.hasEagleDraftPath() ? &record.draftPagePath : nullptr);
+                     ObservedPath{-1, -1, record.hasEagleDraftPath() ? &record.draftPagePath : nullptr});
     stagedStores_.clear();
     retain(id, retention, false);
     PublishResult result{PublishStatus::kPublished, id, records_.get(id).basePagePath, publishedBlocks};

@@ -367,17 +367,17 @@ private:
     void makeRoom(ResourceDemand const& demand, std::optional<RecordId> protectedRecord);
     void evictOne(RecordId id);
     void trimRecord(RecordTrim const& trim);
-    // What the observer needs beside a released page path: the page before pages[0] (a trimmed tail's: the kept
-    // part's last; -1 for a whole path) and, for an EAGLE record, its draft pages aligned with the path's (with
-    // the draft page of that parent). Null / -1: none.
-    struct ReleasedPath {
+    // What the observer needs beside a page path it hears about (a publication's, a released one): the page before
+    // pages[0] (a trimmed tail's: the kept part's last; -1 for a whole path) and, for an EAGLE record, its draft
+    // pages aligned with the path's (with the draft page of that parent). Null / -1: none.
+    struct ObservedPath {
         PageId parentBase = -1;
         PageId parentDraft = -1;
         std::vector<PageId> const* draft = nullptr;
     };
     // Drops one cache reference on each base page (unmapping it when that was the last) and counts what it frees;
     // after beginRemovals, each unmapped block is added to the open BlockRemoved event.
-    void releaseBasePages(std::vector<PageId> const& pages, size_t from, ReleasedPath const& path);
+    void releaseBasePages(std::vector<PageId> const& pages, size_t from, ObservedPath const& path);
     bool beginRemovals(size_t maxBlocks) noexcept;  // opens a BlockRemoved event when removals are reported
     // producerPages[i] for i < matchedBlocks is the canonical page the lease pinned for hashes[i] at acquire
     // (the caller has checked hashes against the lease's matched prefix). A producer page that is the canonical
@@ -452,11 +452,15 @@ private:
     std::vector<int32_t> observedTokens_;
     std::vector<size_t> observedPositions_;  // the running removal's path index of each observed block
     bool observingRemovals_ = false;  // the running releaseBasePages collects removals for the observer
-    // draft: an EAGLE record's draft page path (null: none).
+    // path.draft: an EAGLE record's draft page path (null: none).
     void notifyStored(std::vector<BlockHash> const& hashes, std::vector<PageId> const& pages, BlockTokenSpan tokens,
-                      std::vector<PageId> const* draft) noexcept;
+                      ObservedPath const& path) noexcept;
     // The observer hears observedHashes_ (path indices observedPositions_ of `pages`) in runs, then forgets them.
-    void notifyRemoved(std::vector<PageId> const& pages, ReleasedPath const& path) noexcept;
+    void notifyRemoved(std::vector<PageId> const& pages, ObservedPath const& path) noexcept;
+    // The draft side of the run [first, first + count) of `pages` (DraftRun): empty unless path.draft is aligned
+    // with pages; the parent's pages only when the observer is told the parent (parentKnown).
+    static DraftRun draftRunOf(std::vector<PageId> const& pages, ObservedPath const& path, size_t first, size_t count,
+                               bool parentKnown) noexcept;
 
     // Retention: the records' ranges, expiries and pins (retention_table.h), the clock and the pin budget.
     RetentionTable retention_;

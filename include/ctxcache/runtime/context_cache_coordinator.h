@@ -70,8 +70,8 @@ struct ContextCacheConfig {
     // prefill start moves past them). Needs an attention pool. With EAGLE (a paged speculative contract, no
     // checkpoints, futureDependencyTokens <= the page size) every slot also holds a draft page, and a speculative
     // sequence's hit is extended with both (HostTier::loadHit's speculative rule); hybrid and media-bearing
-    // sequences are not extended. Its
-    // memory: resources.hostTierMemory, or pinned host memory the coordinator allocates.
+    // sequences are not extended. Its memory: resources.hostTierMemory, or pinned host memory the coordinator
+    // allocates.
     int32_t hostTierPages = 0;
     tier::HostWritePolicy hostWritePolicy = tier::HostWritePolicy::kWriteBack;
     // A byte store shared with other replicas, under the host tier (tier/store_link.h; needs hostTierPages > 0):
