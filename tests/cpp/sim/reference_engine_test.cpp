@@ -373,56 +373,35 @@ TEST(ReferenceEngine, RandomizedRequestsWithAHostTierMatchCold) {
         }
 }
 
+// One conversation prefix, then a flood that evicts it from the 32-page device, then the prefix again: without a
+// tier it is recomputed; with one it is loaded (prefill starts after it) and the outputs still match cold. On
+// attention its six full pages load. On EAGLE the six full blocks are six slots, and slot j holds the draft page of
+// block j - 1 (block j's first token completes it), so the six slots load five blocks, base and draft pages.
 TEST(ReferenceEngine, AHostTierReusesWhatTheDeviceEvicted) {
-    // One conversation prefix, then a flood that evicts it from the 32-page device, then the prefix again: without
-    // a tier it is recomputed; with one it is loaded (prefill starts after it) and the outputs still match cold.
     std::vector<int32_t> const prefix = iota(100, 7000);
     std::vector<EngineRequest> reqs{request(prefix, 4)};
     for (int f = 0; f < 6; ++f) reqs.push_back(request(iota(150, 20000 + 1000 * f), 4));
     reqs.push_back(request(concat(prefix, iota(5, 90000)), 4));
-    for (int32_t tierPages : {0, 64}) {
-        ReferenceEngineConfig c = configFor(DeploymentKind::kAttention);
-        c.basePages = 32;
-        c.maxBatch = 1;
-        c.hostTierPages = tierPages;
-        ReferenceEngine engine(c);
-        std::vector<EngineOutput> out;
-        for (EngineRequest const& r : reqs) out.push_back(serveAndCompare(engine, {r})[0]);
-        if (tierPages == 0) {
-            EXPECT_EQ(out.back().prefillStart, 0);
-        } else {
-            EXPECT_EQ(out.back().prefillStart, 96);  // six full pages of the prefix, loaded
-            EXPECT_EQ(engine.metrics().hostLoadedTokens, 96u);
+    for (auto [kind, loadedTokens] : {std::pair{DeploymentKind::kAttention, 96}, std::pair{DeploymentKind::kEagle, 80}})
+        for (int32_t tierPages : {0, 64}) {
+            SCOPED_TRACE(std::string(toString(kind)) + ", tier pages " + std::to_string(tierPages));
+            ReferenceEngineConfig c = configFor(kind);
+            c.basePages = 32;
+            c.maxBatch = 1;
+            c.hostTierPages = tierPages;
+            ReferenceEngine engine(c);
+            std::vector<EngineOutput> out;
+            for (EngineRequest const& r : reqs) out.push_back(serveAndCompare(engine, {r})[0]);
+            if (tierPages == 0) {
+                EXPECT_EQ(out.back().prefillStart, 0);
+            } else {
+                EXPECT_EQ(out.back().prefillStart, loadedTokens);
+                EXPECT_EQ(engine.metrics().hostLoadedTokens, static_cast<uint64_t>(loadedTokens));
+                EXPECT_GT(engine.metrics().hostBytesToDevice, 0u);
+            }
+            std::string why;
+            EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
         }
-    }
-}
-
-// EAGLE through the tier: the evicted prefix's six full blocks are six slots, and slot j holds the draft page of
-// block j - 1 (block j's first token completes it), so the six slots load five blocks, base and draft pages, and
-// the prefill starts after them, where the device alone recomputes everything; outputs and drafts match cold.
-TEST(ReferenceEngine, AHostTierReusesWhatTheDeviceEvictedWithEagleDrafts) {
-    std::vector<int32_t> const prefix = iota(100, 7000);
-    std::vector<EngineRequest> reqs{request(prefix, 4)};
-    for (int f = 0; f < 6; ++f) reqs.push_back(request(iota(150, 20000 + 1000 * f), 4));
-    reqs.push_back(request(concat(prefix, iota(5, 90000)), 4));
-    for (int32_t tierPages : {0, 64}) {
-        ReferenceEngineConfig c = configFor(DeploymentKind::kEagle);
-        c.basePages = 32;
-        c.maxBatch = 1;
-        c.hostTierPages = tierPages;
-        ReferenceEngine engine(c);
-        std::vector<EngineOutput> out;
-        for (EngineRequest const& r : reqs) out.push_back(serveAndCompare(engine, {r})[0]);
-        if (tierPages == 0) {
-            EXPECT_EQ(out.back().prefillStart, 0);
-        } else {
-            EXPECT_EQ(out.back().prefillStart, 80);
-            EXPECT_EQ(engine.metrics().hostLoadedTokens, 80u);
-            EXPECT_GT(engine.metrics().hostBytesToDevice, 0u);
-        }
-        std::string why;
-        EXPECT_TRUE(engine.drainAndCheckPoolsFull(&why)) << why;
-    }
 }
 
 TEST(ReferenceEngine, MalformedRequestsAreRefusedBeforeServing) {
