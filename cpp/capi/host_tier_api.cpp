@@ -92,6 +92,17 @@ CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit_by_tier(ctxc_manager_t*
     });
 }
 
+CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_spec_hit(ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
+                                                              size_t count, int32_t input_token_count,
+                                                              int32_t device_blocks, int32_t* out_loaded_blocks) {
+    return guard(__func__, [&] {
+        *out_loaded_blocks = tierHit(manager, hashes, count, input_token_count, device_blocks, out_loaded_blocks,
+                                     [&](tier::HostTier& t, BlockHashSpan span) {
+            return t.extendSpecHit(span, input_token_count, device_blocks);
+        });
+    });
+}
+
 CTXC_API ctxc_status_t ctxc_manager_host_tier_probe_hit(const ctxc_manager_t* manager, const ctxc_hash128_t* hashes,
                                                         size_t count, int32_t input_token_count, int32_t device_blocks,
                                                         int32_t* out_loaded_blocks) {

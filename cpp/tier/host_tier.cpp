@@ -81,6 +81,7 @@ HostTier::HostTier(ContextCacheManager& manager, HostTierConfig const& config, H
     }
     if (manager.baseBlockObserver() != nullptr)
         throw ContractError("HostTier: the manager already has a base block observer (another tier?)");
+    bookkeepingDrafts_ = !storage_.pool && manager.pools().capacity(ResourceType::kDraftKvPage) > 0;
     if (StoreLinkOptions const& link = config_.storeLink; link.store) {
         if (!storage_.pool) throw ContractError("HostTier: a byte store needs the bytes mode (storage with a pool)");
         if (config_.store) throw ContractError("HostTier: a byte store and a bookkeeping store cannot both be given");
@@ -214,6 +215,29 @@ TierHit HostTier::extendHitByTier(BlockHashSpan hashes, int32_t inputTokenCount,
         if (scratch_.empty()) ++metrics_.hitRequests;
     }
     return TierHit{static_cast<int32_t>(scratch_.size()), static_cast<int32_t>(fromStore)};
+}
+
+int32_t HostTier::extendSpecHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) {
+    if (holdsBytes())
+        throw ContractError("HostTier::extendSpecHit: this tier holds bytes; a load must copy them (loadHit)");
+    if (!bookkeepingDrafts_)
+        throw ContractError("HostTier::extendSpecHit: the manager has no draft pages (an EAGLE deployment's has)");
+    (void)extensionRoom(hashes, inputTokenCount, deviceBlocks, "extendSpecHit");  // the arguments' checks
+    // As loadHit's speculative load: the run's last slot gives only its draft area, so the slots may reach the
+    // prompt's last full block; the blocks loaded stay before it.
+    size_t const full = std::min(hashes.size, static_cast<size_t>(inputTokenCount / manager_->pageSize()));
+    size_t const room = full > static_cast<size_t>(deviceBlocks) ? full - static_cast<size_t>(deviceBlocks) : 0;
+    ++metrics_.extendCalls;
+    scratch_.clear();
+    size_t const n = index_.residentRun(hashes.data + deviceBlocks, room, &scratch_);
+    size_t k = n > 0 ? 1 : 0;
+    while (k < n && slotDraft_[static_cast<size_t>(scratch_[k])] == 1) ++k;
+    size_t const loaded = k > 0 ? k - 1 : 0;
+    // The recency loadHit leaves: each slot of the run was read (pinned, then unpinned: the most recent, in order),
+    // then the base slots [0, loaded), now on the device, are demoted.
+    for (size_t i = loaded; i < n; ++i) index_.touch(scratch_[i]);
+    recordLoad(loaded);
+    return static_cast<int32_t>(loaded);
 }
 
 int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, PageId const* leasePages,
@@ -380,7 +404,7 @@ void HostTier::write(BlockHash const* runHashes, PageId const* runPages, size_t 
         // EAGLE: each entry's slot takes the draft page of the block before it (entryDraft_[i]; -1: unknown), and
         // the run's parent goes first (base page only) when the tier lacks it, so that a device hit that ends there
         // can go on through the run.
-        bool const drafts = holdsDrafts() && draft.pages != nullptr;
+        bool const drafts = modelsDrafts() && draft.pages != nullptr;
         size_t offset = 0;
         BlockHash const* hashes = runHashes;
         PageId const* pages = runPages;
@@ -406,6 +430,10 @@ void HostTier::write(BlockHash const* runHashes, PageId const* runPages, size_t 
             pages = entryPages_.data();
             count = entryHashes_.size();
         }
+        if (bookkeepingDrafts_) {  // room for the flags of the slots this write may take (before any is taken)
+            size_t const slots = std::min(index_.usedSlots() + count, static_cast<size_t>(config_.capacityPages));
+            if (slotDraft_.size() < slots) slotDraft_.resize(slots, 0);
+        }
         uint64_t const droppedBefore = index_.counters().droppedBlocks;
         droppedHashes_.clear();
         droppedSlots_.clear();
@@ -429,6 +457,15 @@ void HostTier::write(BlockHash const* runHashes, PageId const* runPages, size_t 
                 draftPages_.push_back(entryDraft_[i]);
             }
             upgrades = draftSlots_.size();
+        }
+        if (bookkeepingDrafts_) {  // no bytes: a slot's flag stands for its draft area (the write is done now)
+            for (size_t i = 0; i < count; ++i) {
+                bool const withDraft = drafts && entryDraft_[i] >= 0;
+                if (int32_t const slot = scratch_[i]; slot != HostTierIndex::kNoSlot)
+                    slotDraft_[static_cast<size_t>(slot)] = withDraft ? 1 : 0;
+                else if (int32_t const held = heldScratch_[i]; withDraft && index_.holds(held, hashes[i]))
+                    slotDraft_[static_cast<size_t>(held)] = 1;  // a held slot gains its draft page
+            }
         }
         if (holdsBytes() && reserved + upgrades > 0) {
             copySlots_.clear();

@@ -2,8 +2,9 @@
  * back as a copy instead of a recomputation. A manager has at most one tier, attached to it and destroyed with it
  * (or detached); the tier's calls take the manager's handle and belong to the manager's single-writer family.
  * This version keeps the tier's bookkeeping (which blocks it holds, its LRU): a bookkeeping-only replay sizes a
- * tier on a trace. Base-KV blocks of attention models only: speculative and hybrid acquires are not extended here
- * (the coordinator's tier with bytes extends EAGLE hits with draft pages too: runtime.h, host_tier_pages). */
+ * tier on a trace. Base-KV blocks, and for an EAGLE deployment (a manager with draft pages) whether each slot also
+ * holds its draft page: ctxc_manager_host_tier_extend_spec_hit extends speculative hits. Hybrid acquires are not
+ * extended (checkpoints stay on the device). The coordinator's tier holds the bytes (runtime.h, host_tier_pages). */
 #ifndef CTXCACHE_C_HOST_TIER_H
 #define CTXCACHE_C_HOST_TIER_H
 
@@ -68,6 +69,16 @@ CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_hit_by_tier(ctxc_manager_t 
                                                                  size_t count, int32_t input_token_count,
                                                                  int32_t device_blocks, int32_t *out_host_blocks,
                                                                  int32_t *out_store_blocks);
+/* The speculative extension of an EAGLE deployment's tier (a manager with draft pages): the device hit of a
+ * speculative acquire binds `device_blocks` blocks and replays the next; a run of k slots from hashes[device_blocks]
+ * whose every slot after the first holds its draft page (the draft page of the block before it) loads k - 1
+ * blocks, base pages from slots 0..k-2 and draft pages from slots 1..k-1, and the prefill replays the block of the
+ * last slot. The run may reach the prompt's last full block. The store is not asked (it models base pages only).
+ * Bookkeeping: the load is done when this returns. *out_loaded_blocks = the blocks loaded. CTXC_E_CONTRACT without
+ * a tier or with a manager that has no draft pages. */
+CTXC_API ctxc_status_t ctxc_manager_host_tier_extend_spec_hit(ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
+                                                              size_t count, int32_t input_token_count,
+                                                              int32_t device_blocks, int32_t *out_loaded_blocks);
 /* What ctxc_manager_host_tier_extend_hit would answer now, changing nothing (no load, no recency, no metrics). */
 CTXC_API ctxc_status_t ctxc_manager_host_tier_probe_hit(const ctxc_manager_t *manager, const ctxc_hash128_t *hashes,
                                                         size_t count, int32_t input_token_count, int32_t device_blocks,

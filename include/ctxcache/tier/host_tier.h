@@ -155,6 +155,9 @@ public:
     static uint64_t layoutDigest(device::KvPagePool const& pool);
     bool holdsBytes() const noexcept { return storage_.pool != nullptr; }
     bool holdsDrafts() const noexcept { return storage_.draftPool != nullptr; }
+    // Whether the tier keeps, for each slot, whether it holds its draft page (an EAGLE deployment): with bytes, a
+    // draft pool; in the bookkeeping mode, a manager with draft pages (each slot's flag stands for its draft area).
+    bool modelsDrafts() const noexcept { return holdsDrafts() || bookkeepingDrafts_; }
     ~HostTier() override;
     HostTier(HostTier const&) = delete;
     HostTier& operator=(HostTier const&) = delete;
@@ -181,6 +184,11 @@ public:
         return extendHitByTier(hashes, inputTokenCount, deviceBlocks).total();
     }
     TierHit extendHitByTier(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks);
+    // The bookkeeping mode's speculative extension (EAGLE: modelsDrafts()): a run of k slots from hashes
+    // [deviceBlocks] whose every slot after the first holds its draft page loads k - 1 blocks (base pages from
+    // slots 0..k-2, draft pages from slots 1..k-1), as loadHit's speculative load; the run may reach the prompt's
+    // last full block. The store is not asked (it models base pages only). Returns the blocks loaded.
+    int32_t extendSpecHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks);
     // The same run's length, changing nothing (no load, no recency, no metrics): what extendHit would load now.
     int32_t probeHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks) const;
     BookkeepingStore* store() const noexcept { return config_.store.get(); }
@@ -279,6 +287,10 @@ private:
     std::vector<int32_t> pageTokens_;
     std::vector<uint8_t> pageKnown_;
     std::vector<uint8_t> reported_;
+    // The bookkeeping mode of an EAGLE deployment: slotDraft_[slot] = 1 when the slot's block was written (or
+    // later rewritten) with the draft page of the block before it (the bytes mode keeps this in the header).
+    bool bookkeepingDrafts_ = false;
+    std::vector<uint8_t> slotDraft_;
     std::vector<BlockHash> droppedHashes_, eventHashes_;
     std::vector<int32_t> droppedSlots_, eventTokens_;
     // The byte store: batches in flight by ticket, the negative cache (key -> until when it is not asked), the keys

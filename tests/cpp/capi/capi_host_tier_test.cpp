@@ -105,6 +105,65 @@ TEST(CApiHostTier, WriteBackThenExtendThenDetach) {
     EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
 }
 
+// An EAGLE manager's tier (a manager with draft pages) extends a speculative hit one block short of its run: the
+// last slot gives the draft page of the block before it, and the prefill replays its block. A manager without
+// draft pages refuses the call with CTXC_E_CONTRACT.
+TEST(CApiHostTier, AnEagleManagersTierExtendsSpeculativeHits) {
+    ctxc_manager_options_t options;
+    ctxc_manager_options_init(&options);
+    options.page_size = 4;
+    options.capacities.base_kv_pages = 6;
+    options.capacities.draft_kv_pages = 6;
+    options.max_records = 8;
+    ctxc_manager_t* m = nullptr;
+    ASSERT_EQ(ctxc_manager_create(&options, &m), CTXC_OK) << ctxc_last_error();
+    ctxc_host_tier_options_t tierOptions;
+    ctxc_host_tier_options_init(&tierOptions);
+    tierOptions.capacity_pages = 16;
+    ASSERT_EQ(ctxc_manager_attach_host_tier(m, &tierOptions), CTXC_OK) << ctxc_last_error();
+    std::vector<ctxc_hash128_t> const a = Hs(1, 3);
+    auto acquireSpec = [&](std::vector<ctxc_hash128_t> const& hashes, int32_t tokens) {
+        ctxc_acquire_result_t r;
+        std::memset(&r, 0, sizeof r);
+        r.struct_size = sizeof r;
+        ctxc_lease_t* lease = nullptr;
+        EXPECT_EQ(ctxc_manager_acquire_spec(m, hashes.data(), hashes.size(), tokens, CTXC_LOOKUP_USE_CACHE, &r, &lease),
+                  CTXC_OK)
+            << ctxc_last_error();
+        return lease;
+    };
+    ctxc_lease_t* lease = acquireSpec(a, 13);
+    ASSERT_NE(lease, nullptr);
+    ctxc_publish_result_t p;
+    std::memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    ASSERT_EQ(ctxc_manager_publish(m, lease, a.data(), a.size(), 13, &p), CTXC_OK) << ctxc_last_error();
+    ASSERT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    lease = acquireSpec({}, 24);  // a cold prompt of six pages: the device drops a, written back
+    ASSERT_NE(lease, nullptr);
+    ASSERT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    EXPECT_EQ(metrics(m).written_blocks, 3u);
+    int32_t loaded = -1;
+    ASSERT_EQ(ctxc_manager_host_tier_extend_spec_hit(m, a.data(), a.size(), 13, 0, &loaded), CTXC_OK)
+        << ctxc_last_error();
+    EXPECT_EQ(loaded, 2);  // three slots, two blocks
+    ASSERT_EQ(ctxc_manager_host_tier_extend_hit(m, a.data(), a.size(), 13, 0, &loaded), CTXC_OK);
+    EXPECT_EQ(loaded, 3);  // the vanilla extension of the same run
+    ctxc_host_tier_metrics_t const before = metrics(m);
+    EXPECT_EQ(ctxc_manager_host_tier_extend_spec_hit(m, a.data(), a.size(), 13, 4, &loaded), CTXC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(loaded, 0);
+    EXPECT_EQ(ctxc_manager_host_tier_extend_spec_hit(m, a.data(), a.size(), 13, 0, nullptr), CTXC_E_INVALID_ARGUMENT);
+    ctxc_host_tier_metrics_t const after = metrics(m);
+    EXPECT_EQ(std::memcmp(&before, &after, sizeof before), 0);
+    EXPECT_EQ(ctxc_manager_host_tier_check_invariants(m), CTXC_OK) << ctxc_last_error();
+    EXPECT_EQ(ctxc_manager_destroy(m), CTXC_OK);
+    ctxc_manager_t* plain = makeManager(6);
+    ASSERT_EQ(ctxc_manager_attach_host_tier(plain, &tierOptions), CTXC_OK);
+    EXPECT_EQ(ctxc_manager_host_tier_extend_spec_hit(plain, a.data(), a.size(), 13, 0, &loaded), CTXC_E_CONTRACT);
+    EXPECT_NE(std::string(ctxc_last_error()).find("draft pages"), std::string::npos);
+    EXPECT_EQ(ctxc_manager_destroy(plain), CTXC_OK);
+}
+
 TEST(CApiHostTier, BadArgumentsChangeNothing) {
     ctxc_manager_t* m = makeManager(6);
     ctxc_host_tier_options_t options;
