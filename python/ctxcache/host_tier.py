@@ -5,8 +5,9 @@ after it, loaded instead of recomputed.
 ``ContextCacheManager.attach_host_tier(capacity_pages)`` attaches one and returns a :class:`HostTier` view; the
 view holds its manager, the manager never holds the view (no cycle), and the tier itself lives and dies with the
 manager (or ``detach_host_tier()``). This version keeps the tier's bookkeeping: a bookkeeping-only replay sizes a
-tier on a trace. Base-KV blocks of attention models only; speculative and hybrid acquires are not extended here
-(the engine's tier with bytes extends EAGLE hits with their draft pages: ``sim.ReferenceEngine(host_tier_pages=)``).
+tier on a trace. Base-KV blocks; with a manager that has draft pages (EAGLE), also whether each slot holds its
+draft page, and ``extend_spec_hit`` extends speculative hits. Hybrid acquires are not extended (the engine's tier
+with bytes moves the pages themselves: ``sim.ReferenceEngine(host_tier_pages=)``).
 
 A :class:`BookkeepingStore` stands for a KV store shared by several replicas (issue 27, bookkeeping): each
 replica's tier is attached with ``store=``; every block a publication makes canonical is put there, and an
@@ -152,6 +153,14 @@ class HostTier:
         host, store = ffi.new("int32_t *"), ffi.new("int32_t *")
         check(lib.ctxc_manager_host_tier_extend_hit_by_tier(self._manager._live(), hashes, count, n, d, host, store))
         return int(host[0]), int(store[0])
+
+    def extend_spec_hit(self, full_block_hashes: Any, input_token_count: int, device_blocks: int) -> int:
+        """The speculative extension of an EAGLE deployment's tier (a manager with draft pages): after a
+        speculative device hit that binds ``device_blocks`` blocks (and replays the next), a run of k slots whose
+        every slot after the first holds its draft page loads k - 1 blocks, base and draft pages, and the prefill
+        replays the block of its last slot (loaded now: bookkeeping). The store is not asked."""
+        return self._hit(lib.ctxc_manager_host_tier_extend_spec_hit, full_block_hashes, input_token_count,
+                         device_blocks)
 
     def probe_hit(self, full_block_hashes: Any, input_token_count: int, device_blocks: int) -> int:
         """What :meth:`extend_hit` would answer now, changing nothing (no load, no recency, no metrics)."""

@@ -2,8 +2,10 @@
 attached, observed and detached; write-back keeps what the device evicts and write-through what it publishes; an
 extension after the device hit loads what the tier holds and never the prompt's last token; bad arguments are
 typed errors that change nothing; the reference engine with a tier (bytes copied to host memory and back) matches
-a cold run byte for byte; and the replay splits its reuse by tier, in both modes reusing strictly more than the
-device alone and, with a tier as large as the workload, everything an unbounded cache would.
+a cold run byte for byte; and the replay splits its reuse by tier, in both modes (vanilla and EAGLE, whose
+bookkeeping tier keeps which slots hold their draft pages) reusing strictly more than the device alone and, with a
+tier as large as the workload, everything an unbounded cache would; the bookkeeping-only replay reuses what the
+full one does, tier by tier.
 """
 
 from __future__ import annotations
@@ -104,6 +106,36 @@ def test_bad_arguments_are_typed_errors_that_change_nothing(make_manager):
         tier.metrics
 
 
+def test_an_eagle_managers_tier_extends_speculative_hits_one_block_short_of_its_run(make_manager):
+    # EAGLE (a manager with draft pages): each slot also stands for the draft page of the block before it, and a
+    # speculative extension of k slots loads k - 1 blocks (the last slot gives its draft page only; the prefill
+    # replays its block), where the vanilla extension of the same run loads all that the prompt allows.
+    m = make_manager(page_size=PAGE, base_kv_pages=6, draft_kv_pages=6, max_records=8)
+    tier = m.attach_host_tier(16)
+    a = to_hashes(list(range(13)), PAGE)  # 3 full blocks + 1 token
+    result = m.acquire_spec(a, 13)
+    with result.lease as lease:
+        m.publish(lease, a, 13)
+    with m.acquire_spec(np.zeros((0, 2), dtype=np.uint64), 6 * PAGE).lease:  # a cold prompt: the device drops a
+        pass
+    assert tier.metrics.written_blocks == 3
+    assert m.probe_vanilla(a, 13).reuse_token_length == 0  # the device has none of a
+    assert tier.probe_hit(a, 13, 0) == 3
+    assert tier.extend_spec_hit(a, 13, 0) == 2  # slots 1, 2, 3: blocks 1 and 2, draft pages from slots 2 and 3
+    assert tier.extend_spec_hit(a, 12, 0) == 2  # page-aligned: the run may reach the last full block
+    assert tier.extend_spec_hit(a, 13, 1) == 1
+    assert tier.extend_spec_hit(a[:1], 13, 0) == 0  # one slot alone loads nothing
+    metrics = tier.metrics
+    assert (metrics.extend_calls, metrics.hit_requests, metrics.loaded_blocks) == (4, 3, 5)
+    with pytest.raises(InvalidArgumentError):
+        tier.extend_spec_hit(a, 13, 4)  # more device blocks than hashes
+    assert tier.metrics == metrics
+    tier.check_invariants()
+    vanilla = make_manager(page_size=PAGE, base_kv_pages=6, max_records=8)
+    with pytest.raises(ContractError, match="draft pages"):
+        vanilla.attach_host_tier(8).extend_spec_hit(a, 13, 0)
+
+
 def test_the_tier_dies_with_its_manager_and_its_view_reports_it():
     m = ctxcache.ContextCacheManager(PAGE, ctxcache.ResourceDemand(base_kv_pages=6), 8)
     tier = m.attach_host_tier(8)
@@ -123,12 +155,13 @@ def _replay(capsys, path, *extra):
     return json.loads(out)
 
 
-def test_replay_splits_reuse_by_tier_and_reuses_more_than_the_device_alone(capsys, conversations):  # noqa: F811
-    alone = _replay(capsys, conversations, "--base-pages", "400")
+@pytest.mark.parametrize("mode", ["vanilla", "spec"])
+def test_replay_splits_reuse_by_tier_and_reuses_more_than_the_device_alone(capsys, conversations, mode):  # noqa: F811
+    alone = _replay(capsys, conversations, "--base-pages", "400", "--mode", mode)
     assert alone["reused_tokens_host"] == 0 and alone["host_tier"] is None
     for write in ("back", "through"):
         tiered = _replay(capsys, conversations, "--base-pages", "400", "--host-tier-pages", "4000",
-                         "--host-write", write)
+                         "--host-write", write, "--mode", mode)
         assert tiered["reused_tokens"] == tiered["reused_tokens_device"] + tiered["reused_tokens_host"]
         assert tiered["reused_tokens_host"] > 0
         assert tiered["reused_tokens"] > alone["reused_tokens"]
@@ -141,7 +174,7 @@ def test_replay_splits_reuse_by_tier_and_reuses_more_than_the_device_alone(capsy
 
 def test_replay_refuses_a_tier_it_cannot_serve_with_one_line(capsys, conversations):  # noqa: F811
     for argv, words in ((["--host-tier-pages", "100", "--mode", "hybrid"], "--mode hybrid"),
-                        (["--host-tier-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft pages"),
+                        (["--store-pages", "100", "--bookkeeping-only", "--mode", "spec"], "draft pages"),
                         (["--host-tier-pages", "-1", "--bookkeeping-only"], "--host-tier-pages"),
                         (["--host-tier-pages", "8", "--host-write", "sideways", "--bookkeeping-only"],
                          "--host-write")):
@@ -173,6 +206,13 @@ def test_full_replay_with_a_tier_is_byte_exact_and_reuses_what_the_device_evicte
     ht = tiered["host_tier"]
     assert ht["write_policy"] == write and ht["failed_loads"] == ht["failed_writes"] == 0
     assert ht["loaded_blocks"] * 16 == tiered["reused_tokens_host"]
+    # The bookkeeping-only replay, which sizes a tier on a trace, predicts what the bytes do, tier by tier (spec:
+    # its slots' draft flags stand for the draft pages the engine's slots hold).
+    modelled = _replay(capsys, conversations, "--base-pages", "400", "--mode", mode, "--host-tier-pages", "4000",
+                       "--host-write", write)
+    for key in ("reused_tokens", "reused_tokens_device", "reused_tokens_host"):
+        assert modelled[key] == tiered[key], key
+    assert modelled["host_tier"]["loaded_blocks"] == ht["loaded_blocks"]
     page_bytes = 16 * 128  # the toy model's base page: 2 layers x K,V x 2 heads x 8 dims x 2 bytes a token
     if mode == "vanilla":
         assert ht["bytes_to_device"] == ht["loaded_blocks"] * page_bytes

@@ -199,8 +199,8 @@ struct ColdLoop {
 // priority-0 tail past token 512, everything at 60, or none. No durations: the figures must repeat pass to pass.
 enum class RetentionMix { kNone, kDefault, kStored, kMixed };
 RetentionMix gRetention = RetentionMix::kNone;
-// --host-tier-pages N (vanilla): a host tier (write-back, bookkeeping) whose extension of each hit is timed with the
-// acquire (docs/TIERS.md), as `ctxcache bench --host-tier-pages` does.
+// --host-tier-pages N (vanilla and spec): a host tier (write-back, bookkeeping) whose extension of each hit is timed
+// with the acquire (docs/TIERS.md), as `ctxcache bench --host-tier-pages` does.
 int32_t gHostTierPages = 0;
 
 RetentionSpec const* retentionFor(size_t request) {
@@ -318,7 +318,7 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
     capacities.draftKvPages = spec ? capacityPages : 0;
     ContextCacheManager manager(pageSize, capacities, maxRecords, policy);
     std::unique_ptr<tier::HostTier> hostTier;  // after the manager: destroyed (detached) first
-    if (gHostTierPages > 0 && !spec)
+    if (gHostTierPages > 0)
         hostTier = std::make_unique<tier::HostTier>(
             manager, tier::HostTierConfig{gHostTierPages, tier::HostWritePolicy::kWriteBack, nullptr, {}});
     Replay out;
@@ -347,8 +347,11 @@ Replay replayPaged(std::vector<Request> const& requests, std::vector<std::vector
 
         Clock::time_point const t0 = Clock::now();
         AcquireResult acquired = spec ? manager.acquireSpec(h, n) : manager.acquireVanilla(h, n);
-        int32_t const loaded =
-            hostTier && acquired.lease ? hostTier->extendHit(h, n, acquired.plan.reuseTokenLength / pageSize) : 0;
+        int32_t loaded = 0;
+        if (hostTier && acquired.lease) {  // spec: the tier's speculative extension (slots hold draft pages too)
+            int32_t const deviceBlocks = acquired.plan.reuseTokenLength / pageSize;
+            loaded = spec ? hostTier->extendSpecHit(h, n, deviceBlocks) : hostTier->extendHit(h, n, deviceBlocks);
+        }
         Clock::time_point const tAcquired = Clock::now();
         out.acquireNs[i] = ns(t0, tAcquired);
         out.opNs[0] += out.acquireNs[i];
@@ -852,7 +855,7 @@ int main(int argc, char** argv) {
             j.str("retention", retentionNames[static_cast<int>(gRetention)]);
             j.str("loop", coldMode ? "cold" : "hot");
             if (coldMode) j.num("cold_bytes", coldBytes);
-            if (gHostTierPages > 0 && mode == Mode::kVanilla)
+            if (gHostTierPages > 0 && mode != Mode::kHybrid)
                 j.num("host_tier_pages", static_cast<int64_t>(gHostTierPages));
             j.num("repeat", static_cast<int64_t>(repeat));
             j.num("requests", run.requests);
@@ -895,7 +898,7 @@ int main(int argc, char** argv) {
             j.num("matched_tokens", run.matchedTokens);
             if (mode != Mode::kVanilla) j.num("hits", run.hits);
             if (mode == Mode::kSpec) j.num("replayed_pages", run.replayedPages);
-            if (gHostTierPages > 0 && mode == Mode::kVanilla) {
+            if (gHostTierPages > 0 && mode != Mode::kHybrid) {
                 j.num("reused_tokens_host", run.hostReusedTokens);
                 j.num("host_written_blocks", run.hostWrittenBlocks);
                 j.num("host_dropped_blocks", run.hostDroppedBlocks);

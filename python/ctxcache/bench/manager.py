@@ -291,8 +291,12 @@ def _replay_paged(requests: Sequence[Request], hashes: list[np.ndarray], page_si
     loop, and a cache sweep between two requests."""
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
     manager = ContextCacheManager(page_size, capacities, max_records, eviction_policy)
-    # A host tier (write-back, bookkeeping; vanilla only) extends each hit; its call is timed with the acquire.
-    extend = manager.attach_host_tier(host_tier_pages).extend_hit if host_tier_pages > 0 and not spec else None
+    # A host tier (write-back, bookkeeping) extends each hit (spec: its speculative extension, whose slots hold draft
+    # pages too); its call is timed with the acquire.
+    extend = None
+    if host_tier_pages > 0:
+        tier = manager.attach_host_tier(host_tier_pages)
+        extend = tier.extend_spec_hit if spec else tier.extend_hit
     pools = 2 if spec else 1
     acquire = manager.acquire_spec if spec else manager.acquire_vanilla
     perf = time.perf_counter_ns
@@ -568,10 +572,10 @@ def replay_hybrid(requests: Sequence[Request], hashes: Sequence[np.ndarray], pag
 
 def replay_spec(requests: Sequence[Request], hashes: list[np.ndarray], page_size: int, capacity_pages: int,
                 max_records: int, sample_peak: bool = True, eviction_policy: str = "lru",
-                cold: ColdLoop | None = None) -> dict[str, Any]:
+                cold: ColdLoop | None = None, host_tier_pages: int = 0) -> dict[str, Any]:
     """One pass of the EAGLE protocol: paired base + draft pools of the same size. Only manager calls are timed."""
     return _replay_paged(requests, hashes, page_size, capacity_pages, max_records, sample_peak, spec=True,
-                         eviction_policy=eviction_policy, cold=cold)
+                         eviction_policy=eviction_policy, cold=cold, host_tier_pages=host_tier_pages)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -701,7 +705,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                                           eviction_policy, loop, host_tier_pages)
                 if mode == "spec":
                     return replay_spec(requests, hashes, page_size, base_pages, max_records, sample_peak,
-                                       eviction_policy, loop)
+                                       eviction_policy, loop, host_tier_pages)
                 return replay_hybrid(requests, hashes, page_size, base_pages, max_records, snapshot_slots=slots,
                                      hasher=hasher, candidate_cap=hybrid_candidates,
                                      exact_digests=exact_digests if check else None, sample_peak=sample_peak,
@@ -734,7 +738,7 @@ def run_modes(requests: Sequence[Request], page_size: int, modes: Sequence[str] 
                                    bound_capacity=bound_capacity,
                                    bound_slots=bound_slots, hybrid_candidates=hybrid_candidates,
                                    eviction_policy=eviction_policy, cold_bytes=cold_bytes,
-                                   host_tier_pages=host_tier_pages if mode == "vanilla" else 0))
+                                   host_tier_pages=host_tier_pages if mode != "hybrid" else 0))
     finally:
         hasher.close()
     return results
@@ -915,8 +919,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eviction-policy", choices=("lru", "lru-trim"), default="lru",
                         help="the manager's capacity eviction (default lru, the reference's whole-record LRU)")
     parser.add_argument("--host-tier-pages", type=int_range(0, INT32_MAX), default=0, metavar="N",
-                        help="vanilla: a host tier of N pages (write-back, bookkeeping) beside the pool; its "
-                             "extension of each hit is timed with the acquire (docs/TIERS.md)")
+                        help="vanilla and spec: a host tier of N pages (write-back, bookkeeping) beside the pool; "
+                             "its extension of each hit is timed with the acquire (docs/TIERS.md)")
     parser.add_argument("--cold", action="store_true",
                         help="the cache-cold loop: each request expanded, hashed and served on its own, a sweep of "
                              "--cold-bytes between two requests (vanilla and spec, default both; --repeat 1)")

@@ -440,10 +440,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     m = measured if measured is not None else Measured("bookkeeping-only", capacity_pages)
     m.replicas = n_replicas
     tiered = settings.host_tier_pages > 0 or settings.store_pages > 0
-    if tiered and spec:
-        raise SettingsError("--host-tier-pages, --store-pages: the bookkeeping tiers model base-KV pages only, and an "
-                            "EAGLE hit needs its draft pages too (use --mode vanilla; the full engine's "
-                            "--host-tier-pages, without --bookkeeping-only, holds them)")
+    if settings.store_pages > 0 and spec:
+        raise SettingsError("--store-pages: the bookkeeping store models base-KV pages only, and an EAGLE hit needs "
+                            "its draft pages too (use --mode vanilla, or --host-tier-pages alone)")
     if n_replicas > 1 and (settings.events is not None or m.exporter is not None):
         raise SettingsError("--events and --metrics-port follow one cache: not with --replicas (this version)")
     capacities = ResourceDemand(base_kv_pages=capacity_pages, draft_kv_pages=capacity_pages if spec else 0)
@@ -460,7 +459,9 @@ def replay_bookkeeping(prepared: Prepared, settings: Settings, capacity_pages: i
     manager = managers[0]
     tiers = ([mg.attach_host_tier(settings.host_tier_pages, settings.host_write, store) for mg in managers]
              if tiered else None)
-    extends = [t.extend_hit_by_tier for t in tiers] if tiers is not None else None
+    # spec: the tier's speculative extension (its slots hold draft pages too; the store is never asked).
+    extends = ([(lambda h, n, d, t=t: (t.extend_spec_hit(h, n, d), 0)) if spec else t.extend_hit_by_tier
+                for t in tiers] if tiers is not None else None)
     acquires = [mg.acquire_spec if spec else mg.acquire_vanilla for mg in managers]
     pools = [mg.pools for mg in managers]
     perf = time.perf_counter_ns
@@ -1107,8 +1108,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "long as the record lives); the report splits reuse by priority")
     p.add_argument("--host-tier-pages", type=_NON_NEGATIVE_INT32, default=0, metavar="N",
                    help="a host-memory tier of N pages beside the device pool: evicted blocks come back as copies "
-                        "(docs/TIERS.md; vanilla mode, and spec in full mode; sweep: the same tier beside every device "
-                        "capacity; default 0: none)")
+                        "(docs/TIERS.md; vanilla and spec modes; sweep: the same tier beside every device capacity; "
+                        "default 0: none)")
     p.add_argument("--host-write", choices=("back", "through"), default="back",
                    help="with --host-tier-pages: write blocks to the tier when the device evicts them (back, the "
                         "default) or when a publication makes them canonical (through)")
