@@ -11,6 +11,7 @@
 // to full capacity (nothing leaked). ASan/UBSan/LSan catch memory errors and leaks.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -331,7 +332,8 @@ private:
         }
     }
 
-    // A host tier beside a manager (bookkeeping): attach with any options, extend hits with any arguments (the
+    // A host tier beside a manager (bookkeeping): attach with any options, extend hits (vanilla or speculative)
+    // with any arguments (the
     // manager's state must not change: the tier only reads its hashes), clear, detach; the per-step check covers
     // its invariants and capacity, and the manager's destruction takes it along.
     // And a bookkeeping store (c/store.h) that both managers' tiers may share: created, destroyed (while tiers
@@ -347,7 +349,22 @@ private:
 
     void hostTier() {
         ctxc_manager_t* m = managerArg();
-        switch (in_.ConsumeIntegralInRange<int>(0, 6)) {
+        switch (in_.ConsumeIntegralInRange<int>(0, 7)) {
+            case 7: {  // the speculative extension (a manager with draft pages; any other: CTXC_E_CONTRACT)
+                std::vector<ctxc_hash128_t> h = hashes(6);
+                int32_t loaded = -1;
+                bool const live = liveManager(m);
+                Observed const before = live ? observe(m) : Observed{};
+                ctxc_status_t const s = ctxc_manager_host_tier_extend_spec_hit(
+                    m, in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : h.data(), h.size(), smallCount(),
+                    in_.ConsumeIntegralInRange<int32_t>(-1, 7),
+                    in_.ConsumeIntegralInRange<int>(0, 15) ? &loaded : nullptr);
+                checkStatus(s);
+                if (live && !(observe(m) == before)) fail("a speculative extension changed the manager", s);
+                if (s == CTXC_OK && (loaded < 0 || static_cast<size_t>(loaded) >= std::max<size_t>(h.size(), 1)))
+                    fail("a speculative extension loaded as many blocks as the prompt has", s);
+                break;
+            }
             case 4: {
                 if (storeLive_ && in_.ConsumeBool()) {
                     checkStatus(ctxc_bookkeeping_store_destroy(store_));  // the tiers keep it
