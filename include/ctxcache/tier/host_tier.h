@@ -21,6 +21,9 @@
 // replays its boundary block (the spec rule: a hit at boundary n binds n - 1 draft pages). A write of an EAGLE run
 // also writes the block before it (still on the device; base page only) when the tier lacks it, so that a device
 // hit ending there can go on through the tier; a held slot without its draft page gets it from a later write.
+// The bookkeeping mode beside a manager with draft pages models the same: one flag per slot stands for the header's
+// `draft`, and extendSpecHit is the speculative load's rule without the copies (it leaves the recency loadHit
+// leaves), so a bookkeeping replay predicts the bytes mode's loads exactly.
 // Recurrent checkpoints (hybrid) stay on the device: hybrid acquires are not extended.
 //
 // Invariants: the index's (host_tier_index.h); a block is in the tier at most once (a block already held is not
