@@ -208,7 +208,9 @@ public:
     void clear();
 
     void checkInvariants() const { index_.checkInvariants(); }
-    size_t memoryBytes() const noexcept { return sizeof(*this) + index_.memoryBytes() + scratch_.capacity() * 4; }
+    size_t memoryBytes() const noexcept {
+        return sizeof(*this) + index_.memoryBytes() + scratch_.capacity() * 4 + slotDraft_.capacity();
+    }
 
     void blocksStored(BlockHash const* hashes, PageId const* pages, size_t count, bool root, BlockHash const* parent,
                       int32_t const* tokens, DraftRun const& draft) noexcept override;
