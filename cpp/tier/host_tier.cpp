@@ -134,7 +134,7 @@ bool HostTier::synchronize() noexcept {
 }
 
 size_t HostTier::extensionRoom(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks,
-                               char const* operation) const {
+                               char const* operation, bool speculative) const {
     if (hashes.size > 0 && !hashes.data)
         throw ContractError(std::string("HostTier::") + operation + ": hashes is null");
     if (inputTokenCount < 0 || deviceBlocks < 0)
@@ -145,9 +145,11 @@ size_t HostTier::extensionRoom(BlockHashSpan hashes, int32_t inputTokenCount, in
         throw ContractError(std::string("HostTier::") + operation + ": deviceBlocks (" + std::to_string(deviceBlocks) +
                             ") is more than the prompt's " + std::to_string(hashes.size) + " full blocks");
     int64_t const page = manager_->pageSize();
-    // Blocks whose end stays below the last token: (deviceBlocks + n) * page <= inputTokenCount - 1.
-    int64_t const keepLast = inputTokenCount > 0 ? (int64_t{inputTokenCount} - 1) / page : 0;
-    int64_t const room = std::min<int64_t>(keepLast, static_cast<int64_t>(hashes.size)) - deviceBlocks;
+    // Blocks whose end stays below the last token: (deviceBlocks + n) * page <= inputTokenCount - 1; speculative:
+    // slots up to the last full block, (deviceBlocks + n) * page <= inputTokenCount.
+    int64_t const last = speculative ? int64_t{inputTokenCount} / page
+                                     : (inputTokenCount > 0 ? (int64_t{inputTokenCount} - 1) / page : 0);
+    int64_t const room = std::min<int64_t>(last, static_cast<int64_t>(hashes.size)) - deviceBlocks;
     return room > 0 ? static_cast<size_t>(room) : 0;
 }
 
@@ -222,11 +224,7 @@ int32_t HostTier::extendSpecHit(BlockHashSpan hashes, int32_t inputTokenCount, i
         throw ContractError("HostTier::extendSpecHit: this tier holds bytes; a load must copy them (loadHit)");
     if (!bookkeepingDrafts_)
         throw ContractError("HostTier::extendSpecHit: the manager has no draft pages (an EAGLE deployment's has)");
-    (void)extensionRoom(hashes, inputTokenCount, deviceBlocks, "extendSpecHit");  // the arguments' checks
-    // As loadHit's speculative load: the run's last slot gives only its draft area, so the slots may reach the
-    // prompt's last full block; the blocks loaded stay before it.
-    size_t const full = std::min(hashes.size, static_cast<size_t>(inputTokenCount / manager_->pageSize()));
-    size_t const room = full > static_cast<size_t>(deviceBlocks) ? full - static_cast<size_t>(deviceBlocks) : 0;
+    size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "extendSpecHit", true);
     ++metrics_.extendCalls;
     scratch_.clear();
     size_t const n = index_.residentRun(hashes.data + deviceBlocks, room, &scratch_);
@@ -247,14 +245,7 @@ int32_t HostTier::loadHit(BlockHashSpan hashes, int32_t inputTokenCount, int32_t
     bool const spec = leaseDraftPages != nullptr;
     if (spec && !holdsDrafts())
         throw ContractError("HostTier::loadHit: draft pages given, but this tier holds no draft pages (no draft pool)");
-    size_t room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "loadHit");
-    // Speculative: the run's last slot gives only its draft area (the draft page of the block before it), so the
-    // slots may reach the prompt's last full block (never a hash past the prompt's full blocks); the blocks loaded
-    // stay before it.
-    if (spec) {
-        size_t const full = std::min(hashes.size, static_cast<size_t>(inputTokenCount / manager_->pageSize()));
-        room = full > static_cast<size_t>(deviceBlocks) ? full - static_cast<size_t>(deviceBlocks) : 0;
-    }
+    size_t const room = extensionRoom(hashes, inputTokenCount, deviceBlocks, "loadHit", spec);
     ++metrics_.extendCalls;
     pollStore();
     scratch_.clear();

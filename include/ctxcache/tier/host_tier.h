@@ -234,9 +234,11 @@ private:
     void rememberTokens(PageId const* pages, size_t count, int32_t const* tokens) noexcept;
     void forgetTokens(PageId const* pages, size_t count) noexcept;
     // How many blocks after the device hit an extension may look at (the prompt's last token stays for the
-    // prefill), after checking the arguments (ContractError naming `operation`).
-    size_t extensionRoom(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks,
-                         char const* operation) const;
+    // prefill), after checking the arguments (ContractError naming `operation`). Speculative: how many slots (the
+    // run's last slot gives only its draft area, so the slots may reach the prompt's last full block, never a hash
+    // past the prompt's full blocks; the blocks loaded stay before it).
+    size_t extensionRoom(BlockHashSpan hashes, int32_t inputTokenCount, int32_t deviceBlocks, char const* operation,
+                         bool speculative = false) const;
     void recordLoad(size_t loaded) noexcept;  // demotes scratch_'s first `loaded` slots, counts the hit
     // Unpins scratch_'s slots, then recordLoad; `fromStore` of the loaded blocks came from the byte store.
     void finishLoad(size_t loaded, size_t fromStore = 0) noexcept;
