@@ -333,9 +333,8 @@ private:
     }
 
     // A host tier beside a manager (bookkeeping): attach with any options, extend hits (vanilla or speculative)
-    // with any arguments (the
-    // manager's state must not change: the tier only reads its hashes), clear, detach; the per-step check covers
-    // its invariants and capacity, and the manager's destruction takes it along.
+    // with any arguments (the manager's state must not change: the tier only reads its hashes), clear, detach; the
+    // per-step check covers its invariants and capacity, and the manager's destruction takes it along.
     // And a bookkeeping store (c/store.h) that both managers' tiers may share: created, destroyed (while tiers
     // still use it), attached with 0 or more host pages, extended into, probed; its invariants are checked after
     // every step while its handle lives.
@@ -347,24 +346,28 @@ private:
         }
     }
 
+    // An extension (speculative: the EAGLE one) with any arguments: the manager's state must not change, and no
+    // more blocks load than the prompt has (speculative: fewer, its last slot gives only a draft page).
+    void extendHit(ctxc_manager_t* m, bool speculative) {
+        std::vector<ctxc_hash128_t> h = hashes(6);
+        int32_t loaded = -1;
+        bool const live = liveManager(m);
+        Observed const before = live ? observe(m) : Observed{};
+        auto const call = speculative ? ctxc_manager_host_tier_extend_spec_hit : ctxc_manager_host_tier_extend_hit;
+        ctxc_status_t const s = call(m, in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : h.data(), h.size(),
+                                     smallCount(), in_.ConsumeIntegralInRange<int32_t>(-1, 7),
+                                     in_.ConsumeIntegralInRange<int>(0, 15) ? &loaded : nullptr);
+        checkStatus(s);
+        if (live && !(observe(m) == before)) fail("extending a hit changed the manager", s);
+        size_t const most = speculative ? std::max<size_t>(h.size(), 1) - 1 : h.size();
+        if (s == CTXC_OK && (loaded < 0 || static_cast<size_t>(loaded) > most))
+            fail("an extension loaded more blocks than the prompt allows", s);
+    }
+
     void hostTier() {
         ctxc_manager_t* m = managerArg();
         switch (in_.ConsumeIntegralInRange<int>(0, 7)) {
-            case 7: {  // the speculative extension (a manager with draft pages; any other: CTXC_E_CONTRACT)
-                std::vector<ctxc_hash128_t> h = hashes(6);
-                int32_t loaded = -1;
-                bool const live = liveManager(m);
-                Observed const before = live ? observe(m) : Observed{};
-                ctxc_status_t const s = ctxc_manager_host_tier_extend_spec_hit(
-                    m, in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : h.data(), h.size(), smallCount(),
-                    in_.ConsumeIntegralInRange<int32_t>(-1, 7),
-                    in_.ConsumeIntegralInRange<int>(0, 15) ? &loaded : nullptr);
-                checkStatus(s);
-                if (live && !(observe(m) == before)) fail("a speculative extension changed the manager", s);
-                if (s == CTXC_OK && (loaded < 0 || static_cast<size_t>(loaded) >= std::max<size_t>(h.size(), 1)))
-                    fail("a speculative extension loaded as many blocks as the prompt has", s);
-                break;
-            }
+            case 7: extendHit(m, true); break;  // a manager without draft pages: CTXC_E_CONTRACT
             case 4: {
                 if (storeLive_ && in_.ConsumeBool()) {
                     checkStatus(ctxc_bookkeeping_store_destroy(store_));  // the tiers keep it
@@ -420,21 +423,7 @@ private:
                 checkStatus(ctxc_manager_attach_host_tier(m, in_.ConsumeIntegralInRange<int>(0, 15) ? &o : nullptr));
                 break;
             }
-            case 1: {
-                std::vector<ctxc_hash128_t> h = hashes(6);
-                int32_t loaded = -1;
-                bool const live = liveManager(m);
-                Observed const before = live ? observe(m) : Observed{};
-                ctxc_status_t const s = ctxc_manager_host_tier_extend_hit(
-                    m, in_.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : h.data(), h.size(), smallCount(),
-                    in_.ConsumeIntegralInRange<int32_t>(-1, 7),
-                    in_.ConsumeIntegralInRange<int>(0, 15) ? &loaded : nullptr);
-                checkStatus(s);
-                if (live && !(observe(m) == before)) fail("extending a hit changed the manager", s);
-                if (s == CTXC_OK && (loaded < 0 || static_cast<size_t>(loaded) > h.size()))
-                    fail("an extension loaded more blocks than the prompt has", s);
-                break;
-            }
+            case 1: extendHit(m, false); break;
             case 2: checkStatus(ctxc_manager_host_tier_clear(m)); break;
             default: checkStatus(ctxc_manager_detach_host_tier(m)); break;
         }
