@@ -20,11 +20,13 @@ std::vector<ctxc_hash128_t> Hs(uint64_t first, size_t n) {
     return out;
 }
 
-ctxc_manager_t* makeManager(int32_t pages) {
+// draftPages > 0: an EAGLE manager (a draft pool beside the base pool).
+ctxc_manager_t* makeManager(int32_t pages, int32_t draftPages = 0) {
     ctxc_manager_options_t options;
     ctxc_manager_options_init(&options);
     options.page_size = 4;
     options.capacities.base_kv_pages = pages;
+    options.capacities.draft_kv_pages = draftPages;
     options.max_records = 8;
     ctxc_manager_t* m = nullptr;
     EXPECT_EQ(ctxc_manager_create(&options, &m), CTXC_OK) << ctxc_last_error();
@@ -109,14 +111,8 @@ TEST(CApiHostTier, WriteBackThenExtendThenDetach) {
 // last slot gives the draft page of the block before it, and the prefill replays its block. A manager without
 // draft pages refuses the call with CTXC_E_CONTRACT.
 TEST(CApiHostTier, AnEagleManagersTierExtendsSpeculativeHits) {
-    ctxc_manager_options_t options;
-    ctxc_manager_options_init(&options);
-    options.page_size = 4;
-    options.capacities.base_kv_pages = 6;
-    options.capacities.draft_kv_pages = 6;
-    options.max_records = 8;
-    ctxc_manager_t* m = nullptr;
-    ASSERT_EQ(ctxc_manager_create(&options, &m), CTXC_OK) << ctxc_last_error();
+    ctxc_manager_t* m = makeManager(6, 6);
+    ASSERT_NE(m, nullptr);
     ctxc_host_tier_options_t tierOptions;
     ctxc_host_tier_options_init(&tierOptions);
     tierOptions.capacity_pages = 16;
