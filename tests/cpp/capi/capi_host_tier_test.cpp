@@ -33,15 +33,16 @@ ctxc_manager_t* makeManager(int32_t pages, int32_t draftPages = 0) {
     return m;
 }
 
-// Acquire, publish and destroy a prompt of hashes.size() full blocks and one more token.
-void publishPrompt(ctxc_manager_t* m, std::vector<ctxc_hash128_t> const& hashes) {
+// Acquire (speculative: the EAGLE acquire), publish and destroy a prompt of hashes.size() full blocks and one more
+// token.
+void publishPrompt(ctxc_manager_t* m, std::vector<ctxc_hash128_t> const& hashes, bool speculative = false) {
     int32_t const tokens = static_cast<int32_t>(hashes.size()) * 4 + 1;
     ctxc_acquire_result_t r;
     std::memset(&r, 0, sizeof r);
     r.struct_size = sizeof r;
     ctxc_lease_t* lease = nullptr;
-    ASSERT_EQ(ctxc_manager_acquire_vanilla(m, hashes.data(), hashes.size(), tokens, CTXC_LOOKUP_USE_CACHE, &r, &lease),
-              CTXC_OK)
+    auto const acquire = speculative ? ctxc_manager_acquire_spec : ctxc_manager_acquire_vanilla;
+    ASSERT_EQ(acquire(m, hashes.data(), hashes.size(), tokens, CTXC_LOOKUP_USE_CACHE, &r, &lease), CTXC_OK)
         << ctxc_last_error();
     ASSERT_NE(lease, nullptr);
     ctxc_publish_result_t p;
@@ -118,26 +119,17 @@ TEST(CApiHostTier, AnEagleManagersTierExtendsSpeculativeHits) {
     tierOptions.capacity_pages = 16;
     ASSERT_EQ(ctxc_manager_attach_host_tier(m, &tierOptions), CTXC_OK) << ctxc_last_error();
     std::vector<ctxc_hash128_t> const a = Hs(1, 3);
-    auto acquireSpec = [&](std::vector<ctxc_hash128_t> const& hashes, int32_t tokens) {
+    publishPrompt(m, a, true);  // 13 tokens
+    {  // a cold prompt of six pages: the device drops a, written back
         ctxc_acquire_result_t r;
         std::memset(&r, 0, sizeof r);
         r.struct_size = sizeof r;
         ctxc_lease_t* lease = nullptr;
-        EXPECT_EQ(ctxc_manager_acquire_spec(m, hashes.data(), hashes.size(), tokens, CTXC_LOOKUP_USE_CACHE, &r, &lease),
-                  CTXC_OK)
+        ASSERT_EQ(ctxc_manager_acquire_spec(m, nullptr, 0, 24, CTXC_LOOKUP_USE_CACHE, &r, &lease), CTXC_OK)
             << ctxc_last_error();
-        return lease;
-    };
-    ctxc_lease_t* lease = acquireSpec(a, 13);
-    ASSERT_NE(lease, nullptr);
-    ctxc_publish_result_t p;
-    std::memset(&p, 0, sizeof p);
-    p.struct_size = sizeof p;
-    ASSERT_EQ(ctxc_manager_publish(m, lease, a.data(), a.size(), 13, &p), CTXC_OK) << ctxc_last_error();
-    ASSERT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
-    lease = acquireSpec({}, 24);  // a cold prompt of six pages: the device drops a, written back
-    ASSERT_NE(lease, nullptr);
-    ASSERT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+        ASSERT_NE(lease, nullptr);
+        ASSERT_EQ(ctxc_lease_destroy(lease), CTXC_OK);
+    }
     EXPECT_EQ(metrics(m).written_blocks, 3u);
     int32_t loaded = -1;
     ASSERT_EQ(ctxc_manager_host_tier_extend_spec_hit(m, a.data(), a.size(), 13, 0, &loaded), CTXC_OK)
