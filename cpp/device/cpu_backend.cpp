@@ -1,6 +1,8 @@
 // The CPU backend: "device memory" is 256-byte aligned host memory and every op is a plain loop over the same
 // layout.h math the CUDA kernels use. It is the oracle the CUDA backend is compared to byte for byte, so it is
-// written for obviousness, not speed.
+// written for obviousness, not speed, with one exception: the host-tier page copies write their runs through
+// streamingCopy (memcpy's bytes with non-temporal stores; streaming_copy.h), since a CPU deployment's tier moves
+// every page it writes or loads through them.
 //
 // Host memory (allocateHost) is plain page-aligned memory, the same as its "device memory": every host address
 // is its own kernel address (mapHost).
@@ -14,6 +16,7 @@
 
 #include "ctxcache/device/device_backend.h"
 #include "ctxcache/errors.h"
+#include "streaming_copy.h"
 
 namespace ctxcache::device {
 
@@ -151,11 +154,12 @@ protected:
                 for (int32_t half = 0; half < 2; ++half) {
                     unsigned char* page = hostCopyPoolPage(layer, c.numPages, pair.page, half);
                     unsigned char* slot = hostCopySlotPage(c, layer, pair.slot, half);
-                    if (toHost) std::memcpy(slot, page, layer.pageBytes);
-                    else std::memcpy(page, slot, layer.pageBytes);
+                    if (toHost) detail::streamingCopy(slot, page, layer.pageBytes);
+                    else detail::streamingCopy(page, slot, layer.pageBytes);
                 }
             }
         }
+        detail::streamingCopyFence();  // the batch's bytes before whatever the caller stores next
     }
 
     void doHashChunks(void const* data, uint64_t size, uint32_t numChunks, Hash128* hostPartials) override {

@@ -120,13 +120,16 @@ TEST(KvHostCopy, PayloadIsKThenVOfEveryLayer) {
     EXPECT_EQ(hostSlotPayloadBytes(fp32), 2u * 256 + 2u * 64 + 2u * 96);
 }
 
+namespace {
+
 // For every dtype: pages {2, 0} into slots {3, 1} leave the hand-computed payload after each slot's header and
 // nothing else changed; back from the host in another order into a cleared pool, only the named pages change.
-TEST(KvHostCopy, RoundTripWritesTheSlotLayoutForEveryDtype) {
+// `geometryOf` gives a pool of 3 pages.
+void expectRoundTripLayout(KvPoolGeometry (*geometryOf)(DType)) {
     for (DType dtype : {DType::kFp16, DType::kBf16, DType::kFp32, DType::kFp8E4m3}) {
         SCOPED_TRACE(dtypeName(dtype));
         auto backend = createCpuBackend();
-        KvPagePool pool(*backend, geometry(dtype));
+        KvPagePool pool(*backend, geometryOf(dtype));
         fillPool(pool);
         size_t const payload = hostSlotPayloadBytes(pool);
         size_t const header = 24;
@@ -155,7 +158,7 @@ TEST(KvHostCopy, RoundTripWritesTheSlotLayoutForEveryDtype) {
         }
         EXPECT_EQ(hostBytes(host), expected);
 
-        KvPagePool cleared(*backend, geometry(dtype));
+        KvPagePool cleared(*backend, geometryOf(dtype));
         int32_t const back[] = {1, 2};
         int32_t const from[] = {3, 1};  // slot 3 (page 2's bytes) into page 1, slot 1 (page 0's) into page 2
         copyPagesFromHost(cleared, back, from, layout, 2);
@@ -174,6 +177,26 @@ TEST(KvHostCopy, RoundTripWritesTheSlotLayoutForEveryDtype) {
         }
         EXPECT_EQ(hostBytes(host), expected);  // a copy from the host leaves it as it was
     }
+}
+
+// 3 pages of 5 tokens whose runs (one page of one layer's K or V) are 4 KiB and longer, of lengths no multiple of
+// 16 (in fp8), which the CPU backend writes with streaming stores (cpp/device/streaming_copy.h): a run that starts
+// off a 16-byte boundary (a slot's 24-byte header; an fp8 page of 5,000 bytes) and one whose length leaves a tail
+// after its interleaved lines, beside a layer of short runs, copied plainly.
+KvPoolGeometry longRunGeometry(DType dtype) { return KvPoolGeometry{3, 5, dtype, {{1, 1000}, {3, 300}, {2, 8}}}; }
+
+}  // namespace
+
+TEST(KvHostCopy, RoundTripWritesTheSlotLayoutForEveryDtype) {
+    expectRoundTripLayout([](DType dtype) { return geometry(dtype); });
+}
+
+TEST(KvHostCopy, RoundTripOfRunsOfAtLeast4KiBAtOddOffsetsIsByteExact) {
+    auto backend = createCpuBackend();
+    KvPagePool fp8(*backend, longRunGeometry(DType::kFp8E4m3));
+    ASSERT_EQ(fp8.pageBytes(0), 5000u);  // page 1 starts 8 bytes past a 16-byte boundary
+    ASSERT_EQ(fp8.pageBytes(1), 4500u);  // 4,500 = 17 * 256 + 148: a tail after the interleaved lines
+    expectRoundTripLayout(longRunGeometry);
 }
 
 TEST(KvHostCopy, ASubsetInScrambledOrderMovesOnlyItsPages) {
