@@ -27,7 +27,7 @@ using ctxcache::test::Bytes;
 using ctxcache::test::expectContractError;
 using ctxcache::test::pattern;
 using ctxcache::test::chain;
-using ctxcache::test::completesWithinAddressSpace;
+using ctxcache::test::expectCompletesWithinAddressSpace;
 using ctxcache::test::poolsFull;
 using ctxcache::test::describe;
 
@@ -365,21 +365,21 @@ TEST(DeviceFuzzRegressions, RefusedGeometriesAllocateNothingFirst) {
             throw std::runtime_error("not refused");
         };
     };
-    EXPECT_TRUE(completesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
+    expectCompletesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
         auto backend = createCpuBackend();
         KvLengths(*backend, std::numeric_limits<int32_t>::max());
-    })));
-    EXPECT_TRUE(completesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
+    }));
+    expectCompletesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
         auto backend = createCpuBackend();
         ResidentState(*backend, ResidentStateGeometry{1, std::numeric_limits<int32_t>::max() / 2, 1, 1, 1, DType::kFp32,
                                                       0, 0, DType::kFp16, 0});
-    })));
-    EXPECT_TRUE(completesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
+    }));
+    expectCompletesWithinAddressSpace(size_t{64} << 20, refusesWithContractError([] {
         auto backend = createCpuBackend();  // 65536 chunks at most: a 64 GiB partials vector was sized first
         DeviceBuffer buffer(*backend, 16);
         std::vector<Hash128> partials;
         chunkedFnv1a128(*backend, buffer.data(), 16, std::numeric_limits<uint32_t>::max(), &partials);
-    })));
+    }));
 #endif
 }
 
@@ -390,8 +390,8 @@ TEST(DeviceFuzzRegressions, HostChunkedHashNeedsNoMemoryPerChunk) {
     // 2^22 chunks: the old host path sized a 64 MiB partials vector; it now folds each partial in at once.
     Bytes const data = pattern(1000, 5);
     uint32_t const chunks = 1u << 22;
-    EXPECT_TRUE(completesWithinAddressSpace(size_t{16} << 20,
-                                            [&] { (void)chunkedFnv1a128Host(data.data(), data.size(), chunks); }));
+    expectCompletesWithinAddressSpace(size_t{16} << 20,
+                                      [&] { (void)chunkedFnv1a128Host(data.data(), data.size(), chunks); });
     // And the digest is still the documented reduction (checked in-process, with an explicit partials vector).
     auto backend = createCpuBackend(BackendOptions{size_t{1} << 20, chunks});
     DeviceBuffer buffer(*backend, data.size());

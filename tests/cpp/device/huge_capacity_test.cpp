@@ -27,7 +27,7 @@ namespace {
 
 using test::basePage;
 using test::blockHash;
-using test::completesWithinAddressSpace;
+using test::expectCompletesWithinAddressSpace;
 
 constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
 constexpr ResourceType kBase = ResourceType::kBaseKvPage;
@@ -67,7 +67,7 @@ std::vector<BlockHash> chain(uint64_t lane, size_t count) {
 
 TEST(HugeCapacity, PoolsOfInt32MaxIdsConstructAndHandOutIdsInFifoOrderPastTheEagerPart) {
     SKIP_UNDER_ASAN();
-    EXPECT_TRUE(completesWithinAddressSpace(256 * kMiB, reported([] {
+    expectCompletesWithinAddressSpace(256 * kMiB, reported([] {
         ResourcePools pools({kMax, kMax, kMax, kMax});
         // The eager part only: 12 bytes per id for 2^20 ids per pool (the whole capacity would be 96 GiB).
         require(pools.memoryBytes() <= 4 * size_t{kEagerMetadataIds} * 12, "eager metadata only");
@@ -106,12 +106,12 @@ TEST(HugeCapacity, PoolsOfInt32MaxIdsConstructAndHandOutIdsInFifoOrderPastTheEag
         pools.checkInvariants();
         require(pools.releaseCacheRef(basePage(5)).cache == 0 && pools.isFree(basePage(5)), "freed");
         pools.checkInvariants();
-    })));
+    }));
 }
 
 TEST(HugeCapacity, WhenPoolGrowthCannotBeAllocatedItIsAnOutOfMemoryErrorNamingTheBytesAndChangesNothing) {
     SKIP_UNDER_ASAN();
-    EXPECT_TRUE(completesWithinAddressSpace(512 * kMiB, reported([] {
+    expectCompletesWithinAddressSpace(512 * kMiB, reported([] {
         ResourcePools pools({kMax, 0, 0, 0});
         std::vector<int32_t> ids;
         require(pools.allocateIds(kBase, 3, ids), "a few ids");
@@ -129,12 +129,12 @@ TEST(HugeCapacity, WhenPoolGrowthCannotBeAllocatedItIsAnOutOfMemoryErrorNamingTh
         require(more.empty() && pools.issuedCount(kBase) == 3 && pools.freeCount(kBase) == kMax - 3, "unchanged");
         pools.checkInvariants();
         require(pools.allocateIds(kBase, 2, more) && more == (std::vector<int32_t>{3, 4}), "still serves");
-    })));
+    }));
 }
 
 TEST(HugeCapacity, AManagerOfInt32MaxPagesServesVanillaAndSpecRequestsPastTheEagerMetadata) {
     SKIP_UNDER_ASAN();
-    EXPECT_TRUE(completesWithinAddressSpace(768 * kMiB, reported([] {
+    expectCompletesWithinAddressSpace(768 * kMiB, reported([] {
         ContextCacheManager m(4, {kMax, kMax, 0, 0}, 64);
         require(m.metadataBytes() < 128 * kMiB, "eager metadata only: " + std::to_string(m.metadataBytes()));
 
@@ -187,14 +187,14 @@ TEST(HugeCapacity, AManagerOfInt32MaxPagesServesVanillaAndSpecRequestsPastTheEag
                     m.pools().issuedCount(ResourceType::kDraftKvPage) == 66,
                 "issued ids");
         require(m.metadataBytes() < 512 * kMiB, "metadata follows use: " + std::to_string(m.metadataBytes()));
-    })));
+    }));
 }
 
 TEST(HugeCapacity, ABaseIndexGrowsItsTableAndReverseMapAndFindsEveryMapping) {
     // An index of INT32_MAX pages holds the eager part only (the old one took 64 GiB), grows to cover the pages
     // inserted, and every mapping survives the table's rehash.
     SKIP_UNDER_ASAN();
-    EXPECT_TRUE(completesWithinAddressSpace(256 * kMiB, reported([] {
+    expectCompletesWithinAddressSpace(256 * kMiB, reported([] {
         BaseBlockIndex index(kMax);
         size_t const eagerBytes = index.memoryBytes();
         require(eagerBytes < 64 * kMiB, "eager part only: " + std::to_string(eagerBytes));
@@ -217,7 +217,7 @@ TEST(HugeCapacity, ABaseIndexGrowsItsTableAndReverseMapAndFindsEveryMapping) {
         }
         require(refused, "a page of another hash is refused");
         index.checkInvariants();
-    })));
+    }));
 }
 
 // Resident bytes of this process (the second field of /proc/self/statm, in pages).
@@ -234,7 +234,7 @@ TEST(HugeCapacity, CpuBackendMemoryIsZeroedWithoutBeingTouched) {
     // The CPU backend zeroed each allocation with memset, making a large pool resident at once (the same trap
     // on the device side); it now takes zero pages from the kernel, resident only where written.
     SKIP_UNDER_ASAN();
-    EXPECT_TRUE(completesWithinAddressSpace(1024 * kMiB, reported([] {
+    expectCompletesWithinAddressSpace(1024 * kMiB, reported([] {
         auto backend = device::createCpuBackend();
         size_t const before = residentBytes();
         device::DeviceBuffer buffer(*backend, 512 * kMiB);
@@ -248,7 +248,7 @@ TEST(HugeCapacity, CpuBackendMemoryIsZeroedWithoutBeingTouched) {
         require(back == 0, "zeroed");
         size_t const grown = residentBytes() - before;
         require(grown < 64 * kMiB, "resident growth " + std::to_string(grown) + " bytes for a 512 MiB buffer");
-    })));
+    }));
 }
 
 }  // namespace

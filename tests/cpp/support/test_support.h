@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -16,7 +17,6 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctxcache/context_cache_manager.h"
@@ -64,31 +64,35 @@ inline std::vector<BlockHash> extend(std::vector<BlockHash> prefix, uint64_t lan
     return prefix;
 }
 
-// Runs `body` in a child process whose address space may grow by only `headroom` bytes; true when it returned.
-// (Refusals that allocate first fail there with std::bad_alloc.) Not under AddressSanitizer, whose shadow memory
-// needs terabytes of address space.
-inline bool completesWithinAddressSpace(size_t headroom, std::function<void()> const& body) {
-    std::fflush(nullptr);
-    pid_t const pid = fork();
-    if (pid == 0) {
-        long pages = 0;
-        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-            if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-            std::fclose(f);
-        }
-        rlim_t const limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
-        rlimit const rl{limit, limit};
-        if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
-        try {
-            body();
-        } catch (...) {
-            _exit(1);
-        }
-        _exit(0);
+// Expects `body` to return (not throw) in a fresh process whose address space may grow by only `headroom` bytes.
+// (Refusals that allocate first fail there with std::bad_alloc.) The process is this test binary started again
+// for this one test (GoogleTest's "threadsafe" death-test style: the test runs again up to this call, then only
+// `body`), not a fork: a fork inherits the heap's free memory, which RLIMIT_AS does not count, so what the body
+// could allocate would depend on the tests that ran before it in the same process (run as one process, the suite
+// once let two expected refusals succeed). Not under AddressSanitizer, whose shadow memory needs terabytes of
+// address space.
+inline int runWithinAddressSpace(size_t headroom, std::function<void()> const& body) {
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+        std::fclose(f);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    rlim_t const limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
+    rlimit const rl{limit, limit};
+    if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) return 3;
+    try {
+        body();
+    } catch (...) {
+        return 1;
+    }
+    return 0;
+}
+
+inline void expectCompletesWithinAddressSpace(size_t headroom, std::function<void()> const& body) {
+    std::string const style = GTEST_FLAG_GET(death_test_style);
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(std::_Exit(runWithinAddressSpace(headroom, body)), ::testing::ExitedWithCode(0), "");
+    GTEST_FLAG_SET(death_test_style, style);
 }
 
 inline bool poolsFull(ContextCacheManager const& m) {
