@@ -10,17 +10,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include "capi_test_support.h"
 #include "ctxcache.h"
 #include "device_creates.h"
+#include "support/address_space_limit.h"
 
 namespace {
 
@@ -1066,32 +1063,6 @@ TEST(CApiBadInputs, HugeCountsAreRefusedOrAnsweredByTheManager) {
 
 namespace {
 
-// In this process, limits the address space to what it uses plus `headroom` bytes and runs `body`: the exit code
-// 0 when it returned true, 1 when false, 3 when the limit could not be set.
-int runWithinAddressSpace(size_t headroom, bool (*body)()) {
-    long pages = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-        if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-        std::fclose(f);
-    }
-    rlim_t const limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
-    rlimit const rl{limit, limit};
-    if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) return 3;
-    return body() ? 0 : 1;
-}
-
-// Expects `body` to return true in a fresh process whose address space may grow by only `headroom` bytes. The
-// process is this binary started again for this one test (GoogleTest's "threadsafe" death-test style), not a
-// fork: a fork inherits the heap's free memory, which the limit does not count, so what the body could allocate
-// would depend on the tests that ran before it in the same process (run as one process, the whole suite once
-// served the first 12 MiB from such memory and failed on the next allocation instead).
-void expectHoldsWithinAddressSpace(size_t headroom, bool (*body)()) {
-    std::string const style = GTEST_FLAG_GET(death_test_style);
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(std::_Exit(runWithinAddressSpace(headroom, body)), ::testing::ExitedWithCode(0), "");
-    GTEST_FLAG_SET(death_test_style, style);
-}
-
 ctxc_manager_options_t hugeManagerOptions() {
     ctxc_manager_options_t o;
     ctxc_manager_options_init(&o);
@@ -1107,7 +1078,7 @@ TEST(CApiBadInputs, AManagerWhoseMetadataCannotBeAllocatedIsNoMemoryNamingTheByt
     GTEST_SKIP() << "address-space limits and AddressSanitizer do not mix";
 #else
     // 8 MiB of headroom: less than the first 2^20 ids' metadata of one pool (12 MiB).
-    expectHoldsWithinAddressSpace(size_t{8} << 20, [] {
+    ctxcache::test::expectTrueWithinAddressSpace(size_t{8} << 20, [] {
         ctxc_manager_options_t const o = hugeManagerOptions();
         ctxc_manager_t* m = nullptr;
         ::testing::AssertionResult const r = refused(ctxc_manager_create(&o, &m), CTXC_E_NO_MEMORY,
@@ -1124,7 +1095,7 @@ TEST(CApiBadInputs, AManagerOfInt32MaxPagesServesInMemoryProportionalToItsUse) {
 #else
     // 384 MiB of headroom: the old manager needed 12 bytes per id of the pools and 48 per base page up front,
     // about 150 GiB here.
-    expectHoldsWithinAddressSpace(size_t{384} << 20, [] {
+    ctxcache::test::expectTrueWithinAddressSpace(size_t{384} << 20, [] {
         ctxc_manager_options_t const o = hugeManagerOptions();
         ctxc_manager_t* m = nullptr;
         if (ctxc_manager_create(&o, &m) != CTXC_OK) return std::fprintf(stderr, "%s\n", ctxc_last_error()), false;

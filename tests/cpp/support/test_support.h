@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -16,10 +15,8 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include "ctxcache/context_cache_manager.h"
+#include "support/address_space_limit.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define CTXC_UNDER_ASAN 1
@@ -62,37 +59,6 @@ inline CacheRecord vanillaRecord(std::vector<BlockHash> hashes, std::vector<Page
 inline std::vector<BlockHash> extend(std::vector<BlockHash> prefix, uint64_t lane, int count) {
     for (int i = 0; i < count; ++i) prefix.push_back(blockHash(lane, static_cast<uint64_t>(prefix.size())));
     return prefix;
-}
-
-// Expects `body` to return (not throw) in a fresh process whose address space may grow by only `headroom` bytes.
-// (Refusals that allocate first fail there with std::bad_alloc.) The process is this test binary started again
-// for this one test (GoogleTest's "threadsafe" death-test style: the test runs again up to this call, then only
-// `body`), not a fork: a fork inherits the heap's free memory, which RLIMIT_AS does not count, so what the body
-// could allocate would depend on the tests that ran before it in the same process (run as one process, the suite
-// once let two expected refusals succeed). Not under AddressSanitizer, whose shadow memory needs terabytes of
-// address space.
-inline int runWithinAddressSpace(size_t headroom, std::function<void()> const& body) {
-    long pages = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-        if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-        std::fclose(f);
-    }
-    rlim_t const limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
-    rlimit const rl{limit, limit};
-    if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0) return 3;
-    try {
-        body();
-    } catch (...) {
-        return 1;
-    }
-    return 0;
-}
-
-inline void expectCompletesWithinAddressSpace(size_t headroom, std::function<void()> const& body) {
-    std::string const style = GTEST_FLAG_GET(death_test_style);
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(std::_Exit(runWithinAddressSpace(headroom, body)), ::testing::ExitedWithCode(0), "");
-    GTEST_FLAG_SET(death_test_style, style);
 }
 
 inline bool poolsFull(ContextCacheManager const& m) {
